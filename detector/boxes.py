@@ -1,0 +1,355 @@
+"""Box arithmetic: area, IoU, non-maximum suppression, letterbox mapping and detection matching.
+
+Pure, typed functions in the manner of ``torchvision.ops.boxes`` (which this package does not depend on).
+Boxes are ``(x1, y1, x2, y2)`` corner coordinates in pixels with ``0 <= x1 < x2`` and ``0 <= y1 < y2``; there
+is no "+1 pixel" convention: a box from 0 to 10 is 10 pixels wide. Functions take a ``torch.Tensor`` (on any
+device) or a ``numpy.ndarray`` and return the same kind; IoU and NMS compute in float32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+from detector.errors import DetectorError
+
+ArrayT = TypeVar("ArrayT", torch.Tensor, np.ndarray)
+
+#: Boxes per block of the blocked greedy NMS (host, device). Larger blocks mean fewer host/device syncs.
+_NMS_BLOCK = {"cpu": 256, "cuda": 1024}
+#: On the CPU, batched_nms runs one NMS per class above this many boxes (fewer cross-class pairs to test).
+_PER_CLASS_MIN_BOXES = 1000
+_TINY = float(np.finfo(np.float32).tiny)
+
+
+def _as_tensor(x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(x))
+    raise DetectorError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def _host(x: torch.Tensor | np.ndarray | Sequence[float]) -> np.ndarray:
+    return x.numpy(force=True) if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def _check_boxes(boxes: torch.Tensor, name: str) -> None:
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise DetectorError(f"{name} must have shape [N, 4] (x1, y1, x2, y2), got {list(boxes.shape)}")
+
+
+def _pairwise_iou(a: ArrayT, b: ArrayT) -> ArrayT:
+    """IoU of float32 boxes ``a[N, 4]`` against ``b[M, 4]`` -> ``[N, M]``; 0 where the union is empty.
+
+    CPU work runs in numpy (several times faster than torch's CPU kernels at these sizes); both paths do the
+    same float32 operations in the same order, so they agree bit for bit.
+    """
+    if isinstance(a, np.ndarray):
+        ax1, ay1, ax2, ay2 = (np.ascontiguousarray(a[:, k])[:, None] for k in range(4))
+        bx1, by1, bx2, by2 = (np.ascontiguousarray(b[:, k]) for k in range(4))
+        inter = np.minimum(ax2, bx2)
+        inter -= np.maximum(ax1, bx1)
+        np.maximum(inter, 0, out=inter)
+        h = np.minimum(ay2, by2)
+        h -= np.maximum(ay1, by1)
+        np.maximum(h, 0, out=h)
+        inter *= h
+    else:
+        ax1, ay1, ax2, ay2 = (a[:, k].contiguous()[:, None] for k in range(4))
+        bx1, by1, bx2, by2 = (b[:, k].contiguous() for k in range(4))
+        inter = (torch.minimum(ax2, bx2) - torch.maximum(ax1, bx1)).clamp_(min=0)
+        inter *= (torch.minimum(ay2, by2) - torch.maximum(ay1, by1)).clamp_(min=0)
+    union = (ax2 - ax1) * (ay2 - ay1) + (bx2 - bx1) * (by2 - by1)
+    union -= inter
+    # An empty union (two degenerate boxes) has an empty intersection: flooring it gives IoU 0, not NaN.
+    if isinstance(inter, np.ndarray):
+        np.maximum(union, _TINY, out=union)
+    else:
+        union.clamp_(min=_TINY)
+    inter /= union
+    return inter
+
+
+def box_area(boxes: ArrayT) -> ArrayT:
+    """Area of each box.
+
+    Args:
+        boxes: ``[N, 4]`` boxes ``(x1, y1, x2, y2)``, tensor or array of any float dtype.
+
+    Returns:
+        ``[N]`` areas ``(x2 - x1) * (y2 - y1)`` in square pixels, same kind and dtype as ``boxes``.
+    """
+    t = _as_tensor(boxes, "boxes")
+    _check_boxes(t, "boxes")
+    area = (t[:, 2] - t[:, 0]) * (t[:, 3] - t[:, 1])
+    return area.numpy() if isinstance(boxes, np.ndarray) else area
+
+
+def box_iou(boxes1: ArrayT, boxes2: ArrayT) -> ArrayT:
+    """Intersection over union of every pair of boxes.
+
+    Args:
+        boxes1: ``[N, 4]`` boxes ``(x1, y1, x2, y2)`` with ``0 <= x1 < x2``, ``0 <= y1 < y2``; any float dtype,
+            any device.
+        boxes2: ``[M, 4]`` boxes, same format, kind and device.
+
+    Returns:
+        ``[N, M]`` float32 IoU in ``[0, 1]`` (computed in float32 whatever the input dtype); a pair whose
+        union is empty (two degenerate boxes) gets 0.
+    """
+    a = _as_tensor(boxes1, "boxes1")
+    b = _as_tensor(boxes2, "boxes2")
+    _check_boxes(a, "boxes1")
+    _check_boxes(b, "boxes2")
+    a, b = a.float(), b.float()
+    if not a.is_cuda:
+        iou = torch.from_numpy(_pairwise_iou(a.numpy(force=True), b.numpy(force=True)))
+    else:
+        iou = _pairwise_iou(a, b)
+    return iou.numpy() if isinstance(boxes1, np.ndarray) else iou
+
+
+def _suppressed_by(kept: ArrayT, kept_cls: ArrayT | None, cand: ArrayT, cand_cls: ArrayT | None, thr: float) -> ArrayT:
+    """``[K, M]`` bool: candidate ``m`` overlaps kept box ``k`` by IoU > ``thr`` (and shares its class)."""
+    over = _pairwise_iou(kept, cand) > thr
+    if kept_cls is not None and cand_cls is not None:
+        over &= kept_cls[:, None] == cand_cls[None, :]
+    return over
+
+
+def _greedy_sorted(boxes: ArrayT, classes: ArrayT | None, thr: float) -> ArrayT:
+    """Greedy NMS of float32 boxes already sorted by descending score; returns kept positions (ascending).
+
+    numpy arrays (the CPU path) or CUDA tensors. Blocked so that almost all arithmetic is vectorised: each
+    block of candidates is first tested against every box kept so far (one ``[K, block]`` IoU), then the
+    survivors are resolved among themselves from an upper-triangular ``[b, b]`` overlap matrix by a short
+    host loop that touches only kept boxes' rows.
+    """
+    on_host = isinstance(boxes, np.ndarray)
+    n = boxes.shape[0]
+    block = _NMS_BLOCK["cpu" if on_host else "cuda"]
+    if on_host:
+        kept = np.empty(0, dtype=np.int64)
+    else:
+        kept = torch.empty(0, dtype=torch.int64, device=boxes.device)
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        if on_host:
+            pos = np.arange(start, stop)
+        else:
+            pos = torch.arange(start, stop, device=boxes.device)
+        if len(kept):
+            hit = _suppressed_by(
+                boxes[kept], None if classes is None else classes[kept],
+                boxes[pos], None if classes is None else classes[pos], thr,
+            ).any(0)
+            pos = pos[~hit]
+        if len(pos) == 0:
+            continue
+        cls = None if classes is None else classes[pos]
+        over = _suppressed_by(boxes[pos], cls, boxes[pos], cls, thr)
+        over = np.triu(over, 1) if on_host else torch.triu(over, diagonal=1).cpu().numpy()
+        removed = np.zeros(len(pos), dtype=bool)
+        local: list[int] = []
+        for t in range(len(pos)):
+            if not removed[t]:
+                local.append(t)
+                removed |= over[t]
+        if on_host:
+            kept = np.concatenate([kept, pos[local]])
+        else:
+            kept = torch.cat([kept, pos[torch.tensor(local, dtype=torch.int64, device=boxes.device)]])
+    return kept
+
+
+def _nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor | None, thr: float) -> torch.Tensor:
+    _check_boxes(boxes, "boxes")
+    if scores.ndim != 1 or scores.shape[0] != boxes.shape[0]:
+        raise DetectorError(f"scores must have shape [{boxes.shape[0]}] to match boxes, got {list(scores.shape)}")
+    if idxs is not None and (idxs.ndim != 1 or idxs.shape[0] != boxes.shape[0]):
+        raise DetectorError(f"idxs must have shape [{boxes.shape[0]}] to match boxes, got {list(idxs.shape)}")
+    if boxes.shape[0] == 0:
+        return torch.empty(0, dtype=torch.int64, device=boxes.device)
+    order = torch.argsort(scores.float(), descending=True, stable=True)
+    sorted_boxes = boxes[order].float()
+    cls = None if idxs is None else idxs[order]
+    if boxes.is_cuda:
+        return order[_greedy_sorted(sorted_boxes, cls, float(thr))]
+    host_boxes = sorted_boxes.numpy(force=True)
+    host_cls = None if cls is None else cls.numpy(force=True)
+    if host_cls is None or len(host_cls) <= _PER_CLASS_MIN_BOXES:
+        pos = _greedy_sorted(host_boxes, host_cls, float(thr))
+    else:  # one NMS per class: no cross-class pairs to test at all
+        parts = []
+        for c in np.unique(host_cls):
+            sel = np.flatnonzero(host_cls == c)
+            parts.append(sel[_greedy_sorted(host_boxes[sel], None, float(thr))])
+        pos = np.sort(np.concatenate(parts))
+    return order[torch.from_numpy(pos)]
+
+
+def nms(boxes: ArrayT, scores: ArrayT, iou_threshold: float) -> ArrayT:
+    """Greedy non-maximum suppression with torchvision's semantics.
+
+    Boxes are visited by descending score (a stable sort: equal scores keep their input order); a box is
+    dropped when its IoU with an already kept box is strictly greater than ``iou_threshold``.
+
+    Args:
+        boxes: ``[N, 4]`` boxes ``(x1, y1, x2, y2)``, any float dtype, any device (tensor) or a numpy array.
+        scores: ``[N]`` scores, same kind and device.
+        iou_threshold: suppress when IoU > this value (IoU in float32).
+
+    Returns:
+        int64 ``[K]`` indices into ``boxes`` of the kept boxes, by descending score; same kind and device.
+    """
+    keep = _nms(_as_tensor(boxes, "boxes"), _as_tensor(scores, "scores"), None, iou_threshold)
+    return keep.numpy() if isinstance(boxes, np.ndarray) else keep
+
+
+def batched_nms(boxes: ArrayT, scores: ArrayT, idxs: ArrayT, iou_threshold: float) -> ArrayT:
+    """Class-aware NMS: like :func:`nms`, but boxes only suppress boxes with the same ``idxs`` value.
+
+    Equivalent to torchvision's coordinate-offset trick (offsetting each class far apart) without its loss
+    of float precision: cross-class pairs are masked out instead.
+
+    Args:
+        boxes: ``[N, 4]`` boxes ``(x1, y1, x2, y2)``.
+        scores: ``[N]`` scores.
+        idxs: ``[N]`` integer class (or image) index of each box.
+        iou_threshold: suppress when IoU > this value.
+
+    Returns:
+        int64 ``[K]`` indices of the kept boxes by descending score (ties in input order); same kind and device.
+    """
+    keep = _nms(
+        _as_tensor(boxes, "boxes"), _as_tensor(scores, "scores"), _as_tensor(idxs, "idxs"), iou_threshold
+    )
+    return keep.numpy() if isinstance(boxes, np.ndarray) else keep
+
+
+def clip_boxes(boxes: ArrayT, width: float, height: float) -> ArrayT:
+    """Clamp ``[..., 4]`` boxes ``(x1, y1, x2, y2)`` to ``0 <= x <= width``, ``0 <= y <= height`` (a new array)."""
+    if isinstance(boxes, np.ndarray):
+        out = boxes.copy()
+        np.clip(out[..., 0::2], 0, width, out=out[..., 0::2])
+        np.clip(out[..., 1::2], 0, height, out=out[..., 1::2])
+        return out
+    out = boxes.clone()
+    out[..., 0::2] = out[..., 0::2].clamp(0, width)
+    out[..., 1::2] = out[..., 1::2].clamp(0, height)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Letterbox:
+    """How a frame was mapped to the network input: ``net = frame * scale + pad`` on each axis.
+
+    Coordinates are continuous pixel coordinates (a pixel's left edge is its integer index), the convention
+    under which ``cv2.resize`` maps one image onto the other, so boxes move exactly with the pixels.
+
+    Attributes:
+        frame_w, frame_h: frame size in pixels.
+        net_w, net_h: network input size in pixels.
+        scale_x, scale_y: network pixels per frame pixel along x and y.
+        pad_x, pad_y: left and top padding in network pixels (0 for a plain resize).
+    """
+
+    frame_w: int
+    frame_h: int
+    net_w: int
+    net_h: int
+    scale_x: float
+    scale_y: float
+    pad_x: int
+    pad_y: int
+
+    @classmethod
+    def letterbox(cls, frame_w: int, frame_h: int, net_w: int, net_h: int) -> Letterbox:
+        """Aspect-preserving fit: scale by ``min(net_w / frame_w, net_h / frame_h)``, round the resized size to
+        whole pixels (the size given to ``cv2.resize``) and centre it, padding ``floor`` left/top and ``ceil``
+        right/bottom. ``scale_x``/``scale_y`` are the exact ratios of the rounded size to the frame size."""
+        _check_sizes(frame_w, frame_h, net_w, net_h)
+        scale = min(net_w / frame_w, net_h / frame_h)
+        new_w = min(net_w, max(1, round(frame_w * scale)))
+        new_h = min(net_h, max(1, round(frame_h * scale)))
+        return cls(
+            frame_w, frame_h, net_w, net_h, new_w / frame_w, new_h / frame_h, (net_w - new_w) // 2, (net_h - new_h) // 2
+        )
+
+    @classmethod
+    def resize(cls, frame_w: int, frame_h: int, net_w: int, net_h: int) -> Letterbox:
+        """Plain stretch of the whole frame to the network size (Darknet's default): no padding."""
+        _check_sizes(frame_w, frame_h, net_w, net_h)
+        return cls(frame_w, frame_h, net_w, net_h, net_w / frame_w, net_h / frame_h, 0, 0)
+
+    @property
+    def resized_size(self) -> tuple[int, int]:
+        """``(width, height)`` in network pixels of the frame's image inside the network input."""
+        return round(self.frame_w * self.scale_x), round(self.frame_h * self.scale_y)
+
+    def to_frame(self, boxes_net: ArrayT) -> ArrayT:
+        """Map ``[..., 4]`` boxes from network-input pixels to frame pixels (not clipped). Same kind out;
+        integer input becomes float32."""
+        return self._affine(boxes_net, inverse=True)
+
+    def to_net(self, boxes_frame: ArrayT) -> ArrayT:
+        """Map ``[..., 4]`` boxes from frame pixels to network-input pixels; exact inverse of :meth:`to_frame`."""
+        return self._affine(boxes_frame, inverse=False)
+
+    def _affine(self, boxes: ArrayT, *, inverse: bool) -> ArrayT:
+        if boxes.shape[-1] != 4:
+            raise DetectorError(f"boxes must have shape [..., 4] (x1, y1, x2, y2), got {list(boxes.shape)}")
+        scale = [self.scale_x, self.scale_y] * 2
+        pad = [float(self.pad_x), float(self.pad_y)] * 2
+        if isinstance(boxes, np.ndarray):
+            b = boxes if np.issubdtype(boxes.dtype, np.floating) else boxes.astype(np.float32)
+            s, p = np.asarray(scale, dtype=b.dtype), np.asarray(pad, dtype=b.dtype)
+        else:
+            b = boxes if boxes.is_floating_point() else boxes.float()
+            s = torch.tensor(scale, dtype=b.dtype, device=b.device)
+            p = torch.tensor(pad, dtype=b.dtype, device=b.device)
+        return (b - p) / s if inverse else b * s + p
+
+
+def _check_sizes(*sizes: int) -> None:
+    if any(int(v) != v or v <= 0 for v in sizes):
+        raise DetectorError(f"image sizes must be positive integers, got {sizes}")
+
+
+def match_detections(
+    boxes_a: torch.Tensor | np.ndarray,
+    classes_a: torch.Tensor | np.ndarray | Sequence[int],
+    boxes_b: torch.Tensor | np.ndarray,
+    classes_b: torch.Tensor | np.ndarray | Sequence[int],
+    iou_threshold: float = 0.5,
+    class_aware: bool = True,
+) -> list[tuple[int, int, float]]:
+    """One-to-one matching of two detection sets maximising total IoU (``scipy.optimize.linear_sum_assignment``).
+
+    Only pairs with IoU >= ``iou_threshold`` (and, if ``class_aware``, equal classes) can be matched.
+
+    Args:
+        boxes_a: ``[N, 4]`` boxes ``(x1, y1, x2, y2)``; classes_a: ``[N]`` integer classes.
+        boxes_b: ``[M, 4]`` boxes; classes_b: ``[M]`` integer classes. Tensors (any device), arrays or lists.
+
+    Returns:
+        ``(i, j, iou)`` triples, ``i`` indexing ``a`` and ``j`` indexing ``b``, sorted by ``i``.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    if not 0 < iou_threshold <= 1:
+        raise DetectorError(f"iou_threshold must be in (0, 1], got {iou_threshold}")
+    iou = box_iou(_host(boxes_a).reshape(-1, 4), _host(boxes_b).reshape(-1, 4))
+    if iou.size == 0:
+        return []
+    if class_aware:
+        same = _host(classes_a).reshape(-1, 1) == _host(classes_b).reshape(1, -1)
+        iou = np.where(same, iou, 0.0)
+    weight = np.where(iou >= iou_threshold, iou, 0.0)  # pairs below the threshold can never count
+    rows, cols = linear_sum_assignment(weight, maximize=True)
+    return [(int(i), int(j), float(weight[i, j])) for i, j in zip(rows, cols) if weight[i, j] > 0]

@@ -1,0 +1,220 @@
+"""The ``detector`` command line: ``detect``, ``export-onnx``, ``make-video``.
+
+User errors (bad files, unknown names, unwritable outputs) print one line, ``detector: error: ...``, and
+exit with status 2; nothing partial is left behind because every output is written under a temporary name
+and renamed on success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from detector.errors import DetectorError
+
+log = logging.getLogger("detector")
+
+#: Display names for the lab's table.
+MODEL_TYPES = {"torch": "PyTorch", "onnxruntime": "ONNX Runtime", "tensorrt": "TensorRT"}
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a positive integer).") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a positive integer).")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number in [0, 1]).") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number in [0, 1]).")
+    return value
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when torch sees a CUDA device, else ``cpu``; other names pass through."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _model_spec(args: argparse.Namespace) -> Any:
+    from detector.spec import ModelSpec
+
+    base = ModelSpec.default()
+    cfg = Path(args.cfg) if args.cfg else base.cfg
+    weights = Path(args.weights) if args.weights else (base.weights if not args.cfg else None)
+    if args.cfg and not args.weights:
+        log.warning("no --weights given with --cfg %s: using seeded random weights (seed %d)", cfg, args.seed)
+    kwargs: dict[str, Any] = {"cfg": cfg, "weights": weights, "seed": args.seed}
+    if args.cache_dir:
+        kwargs["cache_dir"] = Path(args.cache_dir)
+    spec = ModelSpec(**kwargs)
+    if spec.weights is None and not args.cfg:
+        log.warning("no trained weights shipped or given: using seeded random weights (seed %d)", args.seed)
+    return spec
+
+
+def _default_video(args: argparse.Namespace, spec: Any) -> Path:
+    from detector.video import synthetic_video
+
+    frames = args.frames if args.frames else 300
+    log.info("no --video given: using the synthetic video (seed %d, %d frames)", args.video_seed, frames)
+    return synthetic_video(spec.cache_dir / "videos", seed=args.video_seed, frames=frames).video
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The lab's table as markdown: Model Type | Model Input Size | Inference Speed (FPS) | End-to-end speed (FPS)."""
+    header = ["Model Type", "Model Input Size", "Inference Speed (FPS)", "End-to-end speed (FPS)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in rows:
+        cells = [row["model_type"], row["input_size"], f"{row['infer_fps']:.2f}", f"{row['e2e_fps']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    from detector.backends import create_runner
+    from detector.fileio import atomic_write_text
+    from detector.pipeline import default_output_path, run_pipeline
+
+    spec = _model_spec(args)
+    device = resolve_device(args.device)
+    video = Path(args.video) if args.video else _default_video(args, spec)
+    out_dir = Path(args.out)
+    rows: list[dict[str, Any]] = []
+    summaries: list[dict[str, Any]] = []
+    for backend in args.backend:
+        output = default_output_path(video, backend, out_dir)
+        with create_runner(backend, spec, device=device, precision=args.precision) as runner:
+            result = run_pipeline(
+                runner,
+                video,
+                output,
+                batch=args.batch,
+                names=spec.names,
+                conf_threshold=args.conf,
+                iou_threshold=args.iou,
+                max_frames=args.frames if args.video else None,
+                letterbox=not args.plain_resize,
+            )
+        h, w = spec.input_size
+        model_type = f"{MODEL_TYPES.get(backend, backend)} {args.precision} ({device}, batch {args.batch})"
+        rows.append(
+            {"model_type": model_type, "input_size": f"{w}x{h}", "infer_fps": result.infer_fps, "e2e_fps": result.e2e_fps}
+        )
+        summaries.append(result.summary())
+        print(f"wrote {output} ({result.frames} frames)")
+    table = format_table(rows)
+    print(table)
+    json_path = Path(args.json) if args.json else out_dir / "detect-results.json"
+    atomic_write_text(json_path, json.dumps({"table": rows, "runs": summaries}, indent=2) + "\n")
+    print(f"wrote {json_path}")
+    return 0
+
+
+def cmd_export_onnx(args: argparse.Namespace) -> int:
+    from detector.export import export_onnx
+
+    spec = _model_spec(args)
+    path = export_onnx(spec.load_torch(), Path(args.out), opset=args.opset, dynamic_batch=not args.static_batch)
+    print(f"wrote {path} (opset {args.opset}, {'static' if args.static_batch else 'dynamic'} batch)")
+    return 0
+
+
+def cmd_make_video(args: argparse.Namespace) -> int:
+    from detector.video import make_synthetic_video
+
+    made = make_synthetic_video(
+        Path(args.out), seed=args.seed, width=args.width, height=args.height, fps=args.fps, frames=args.frames
+    )
+    print(f"wrote {made.video} and {made.gt_json}")
+    return 0
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cfg", help="Darknet .cfg (default: the shipped two-class yolov4-tiny.cfg)")
+    p.add_argument("--weights", help="Darknet .weights (default: the shipped weights, else seeded random weights)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights used when none are given (default: 0)")
+    p.add_argument("--cache-dir", help="cache for ONNX files, engines and videos (default: $DETECTOR_CACHE or ~/.cache/detector)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``detector`` command."""
+    parser = argparse.ArgumentParser(prog="detector", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress (default: warnings only)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("detect", help="run the video pipeline and print the lab's FPS table")
+    _add_model_args(p)
+    p.add_argument(
+        "--backend",
+        type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
+        default=["torch"],
+        help="backend name(s), comma-separated: torch, onnxruntime, tensorrt (default: torch)",
+    )
+    p.add_argument("--video", help="input video (default: the synthetic 960x540 video with ground truth)")
+    p.add_argument("--video-seed", type=int, default=0, help="seed of the default synthetic video (default: 0)")
+    p.add_argument("--frames", type=_positive_int, help="frames to process (default: all; 300 for the synthetic video)")
+    p.add_argument("--out", default="detector-out", help="folder for the detected videos and JSON (default: detector-out)")
+    p.add_argument("--json", help="path of the results JSON (default: <out>/detect-results.json)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--precision", default="fp32", help="fp32, fp16 or int8, as the backend supports (default: fp32)")
+    p.add_argument("--batch", type=_positive_int, default=1, help="frames per inference (default: 1)")
+    p.add_argument("--conf", type=_fraction, default=0.25, help="confidence threshold (default: 0.25)")
+    p.add_argument("--iou", type=_fraction, default=0.45, help="NMS IoU threshold (default: 0.45)")
+    p.add_argument("--plain-resize", action="store_true", help="stretch frames instead of letterboxing (default: letterbox)")
+    p.set_defaults(func=cmd_detect)
+
+    p = sub.add_parser("export-onnx", help="export the model to ONNX (decode included)")
+    _add_model_args(p)
+    p.add_argument("--out", required=True, help="output .onnx path")
+    p.add_argument("--opset", type=_positive_int, default=17, help="ONNX opset, 17 or newer (default: 17)")
+    p.add_argument("--static-batch", action="store_true", help="fix the batch axis at 1 (default: dynamic batch)")
+    p.set_defaults(func=cmd_export_onnx)
+
+    p = sub.add_parser("make-video", help="write a synthetic video with COCO ground truth beside it")
+    p.add_argument("--out", required=True, help="output .mp4 path (ground truth goes to <stem>.json beside it)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--width", type=_positive_int, default=960, help="frame width in pixels (default: 960)")
+    p.add_argument("--height", type=_positive_int, default=540, help="frame height in pixels (default: 540)")
+    p.add_argument("--fps", type=_positive_int, default=30, help="frames per second (default: 30)")
+    p.add_argument("--frames", type=_positive_int, default=300, help="number of frames (default: 300)")
+    p.set_defaults(func=cmd_make_video)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``detector`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except DetectorError as exc:
+        print(f"detector: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # an output folder that cannot be created or written, a full disk
+        print(f"detector: error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("detector: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

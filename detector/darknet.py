@@ -1,0 +1,477 @@
+"""Darknet files: a strict ``.cfg`` parser and a ``.weights`` reader/writer (numpy only, no torch).
+
+Layer indices count every section after ``[net]`` (``[yolo]`` included), as Darknet does, so
+``NetConfig.sections[i]`` and ``NetConfig.layers[i]`` describe layer ``i``. Every problem is raised as a
+:class:`~detector.errors.CfgError` / :class:`~detector.errors.WeightsError` whose one-line message names the
+file and the line (cfg) or byte offset (weights).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+from detector.errors import CfgError, WeightsError
+from detector.fileio import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+
+# Allowed keys per section and how their values parse. Training-only keys Darknet accepts are allowed
+# (and ignored); anything else is refused so that a typo cannot silently change the network.
+_NET_KEYS = {
+    "width": "int", "height": "int", "channels": "int", "batch": "int", "subdivisions": "int",
+    "momentum": "float", "decay": "float", "angle": "float", "saturation": "float", "exposure": "float",
+    "hue": "float", "learning_rate": "float", "burn_in": "int", "max_batches": "int", "policy": "str",
+    "steps": "ints", "scales": "floats", "power": "float", "mosaic": "int", "letter_box": "int", "flip": "int",
+    "blur": "int", "mixup": "int", "cutmix": "int", "aspect": "float", "min_crop": "int", "max_crop": "int",
+    "gaussian_noise": "int", "adam": "int", "B1": "float", "B2": "float", "eps": "float",
+    "max_chart_loss": "float", "ema_alpha": "float", "weights_reject_freq": "int", "equidistant_point": "int",
+    "num_sigmas_reject_badlabels": "float", "badlabels_rejection_percentage": "float",
+}
+_KEYS: dict[str, dict[str, str]] = {
+    "net": _NET_KEYS,
+    "network": _NET_KEYS,
+    "convolutional": {"batch_normalize": "int", "filters": "int", "size": "int", "stride": "int", "pad": "int",
+                      "padding": "int", "groups": "int", "activation": "str"},
+    "route": {"layers": "ints", "groups": "int", "group_id": "int"},
+    "maxpool": {"size": "int", "stride": "int", "padding": "int"},
+    "upsample": {"stride": "int"},
+    "yolo": {"mask": "ints", "anchors": "floats", "classes": "int", "num": "int", "scale_x_y": "float",
+             "jitter": "float", "cls_normalizer": "float", "iou_normalizer": "float", "obj_normalizer": "float",
+             "iou_loss": "str", "iou_thresh": "float", "ignore_thresh": "float", "truth_thresh": "float",
+             "random": "float", "resize": "float", "nms_kind": "str", "beta_nms": "float", "max_delta": "float",
+             "label_smooth_eps": "float", "counters_per_class": "ints", "objectness_smooth": "int"},
+}
+ACTIVATIONS = ("leaky", "linear", "relu", "mish", "logistic")
+_MAX_VERSION = 1000  # a header field above this is not a Darknet version: wrong file
+
+
+@dataclass(frozen=True)
+class Section:
+    """One ``[type]`` block of a cfg: raw string options, the 1-based line of its header and of each key."""
+
+    type: str
+    options: dict[str, str] = field(hash=False)
+    line: int = 0
+    option_lines: dict[str, int] = field(default_factory=dict, hash=False)
+
+    def line_of(self, key: str) -> int:
+        """1-based line of ``key`` (the section's own line when the key is absent)."""
+        return self.option_lines.get(key, self.line)
+
+    def get_int(self, key: str, default: int | None = None) -> int:
+        """``key`` as an int (validated by :func:`parse_cfg`); KeyError if absent and no default."""
+        return int(self.options[key]) if key in self.options or default is None else default
+
+    def get_float(self, key: str, default: float | None = None) -> float:
+        """``key`` as a float; KeyError if absent and no default."""
+        return float(self.options[key]) if key in self.options or default is None else default
+
+    def get_ints(self, key: str) -> list[int]:
+        """``key`` as a comma-separated list of ints."""
+        return [int(v) for v in self.get_floats(key)]
+
+    def get_floats(self, key: str) -> list[float]:
+        """``key`` as a comma-separated list of numbers."""
+        return [float(v) for v in self.options[key].split(",") if v.strip()]
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """``[convolutional]``: ``filters`` outputs, ``size`` x ``size`` kernel, ``padding`` pixels each side."""
+
+    in_channels: int
+    filters: int
+    size: int
+    stride: int
+    padding: int
+    groups: int
+    batch_normalize: bool
+    activation: str
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        """Kernel shape (out, in/groups, k, k), OIHW as in the file and in PyTorch."""
+        return (self.filters, self.in_channels // self.groups, self.size, self.size)
+
+    @property
+    def num_values(self) -> int:
+        """float32 values this conv stores in a ``.weights`` file."""
+        return int(np.prod(self.weight_shape)) + self.filters * (4 if self.batch_normalize else 1)
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    """``[route]``: concatenate slice ``group_id`` of ``groups`` of each (absolute) layer, in order."""
+
+    layers: tuple[int, ...]
+    groups: int = 1
+    group_id: int = 0
+
+
+@dataclass(frozen=True)
+class MaxPoolSpec:
+    """``[maxpool]``: Darknet pads ``padding`` pixels in all (``padding // 2`` on the left/top)."""
+
+    size: int
+    stride: int
+    padding: int
+
+
+@dataclass(frozen=True)
+class UpsampleSpec:
+    """``[upsample]``: nearest-neighbour by an integer ``stride``."""
+
+    stride: int
+
+
+@dataclass(frozen=True)
+class YoloSpec:
+    """``[yolo]``: all anchors (w, h) in network-input pixels, the ``mask`` this head uses, ``scale_x_y``."""
+
+    mask: tuple[int, ...]
+    anchors: tuple[tuple[float, float], ...]
+    classes: int
+    scale_x_y: float = 1.0
+
+    @property
+    def mask_anchors(self) -> tuple[tuple[float, float], ...]:
+        """The (w, h) anchors of this head, in mask order (pixels)."""
+        return tuple(self.anchors[m] for m in self.mask)
+
+
+LayerSpec = Union[ConvSpec, RouteSpec, MaxPoolSpec, UpsampleSpec, YoloSpec]
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """A parsed, validated network. ``shapes[i]`` is layer i's output (C, H, W) at ``height`` x ``width``."""
+
+    path: Path
+    width: int
+    height: int
+    channels: int
+    classes: int
+    net: Section
+    sections: tuple[Section, ...]
+    layers: tuple[LayerSpec, ...]
+    shapes: tuple[tuple[int, int, int], ...]
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        """(height, width) of the network input, pixels."""
+        return (self.height, self.width)
+
+    @property
+    def convs(self) -> list[tuple[int, ConvSpec]]:
+        """(layer index, spec) of every conv, in cfg (= weights file) order."""
+        return [(i, s) for i, s in enumerate(self.layers) if isinstance(s, ConvSpec)]
+
+    @property
+    def num_convs(self) -> int:
+        """Number of ``[convolutional]`` layers."""
+        return len(self.convs)
+
+    @property
+    def yolo_layers(self) -> list[tuple[int, YoloSpec]]:
+        """(layer index, spec) of every ``[yolo]`` head, in cfg order."""
+        return [(i, s) for i, s in enumerate(self.layers) if isinstance(s, YoloSpec)]
+
+    @property
+    def num_weights(self) -> int:
+        """float32 values in a matching ``.weights`` file (conv weights, biases, BN scales/means/variances)."""
+        return sum(s.num_values for _, s in self.convs)
+
+    @property
+    def num_candidates(self) -> int:
+        """Rows N of the decoded output at the cfg input size (sum of grid_h * grid_w * len(mask))."""
+        return sum(self.shapes[i][1] * self.shapes[i][2] * len(s.mask) for i, s in self.yolo_layers)
+
+
+def _fail(path: Path, line: int, problem: str) -> CfgError:
+    return CfgError(f"{path}:{line}: {problem}")
+
+
+def _read_sections(path: Path) -> tuple[Section, list[Section]]:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError as e:
+        raise CfgError(f"cannot open cfg '{path}': no such file") from e
+    except UnicodeDecodeError as e:
+        raise CfgError(f"{path}: not a text cfg file (not UTF-8 at byte {e.start})") from e
+    except OSError as e:
+        raise CfgError(f"cannot read cfg '{path}': {e.strerror}") from e
+    sections: list[tuple[str, int, dict[str, str], dict[str, int]]] = []
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            if not line.endswith("]"):
+                raise _fail(path, lineno, f"malformed section header {line!r}: expected '[name]'")
+            kind = line[1:-1].strip()
+            if kind not in _KEYS:
+                raise _fail(path, lineno, f"unknown section [{kind}]; allowed: {', '.join(sorted(_KEYS))}")
+            sections.append((kind, lineno, {}, {}))
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.split("#")[0].split(";")[0].strip()
+        if not sep or not key:
+            raise _fail(path, lineno, f"expected 'key=value', got {line!r}")
+        if not sections:
+            raise _fail(path, lineno, f"'{key}' appears before the first section; start the file with [net]")
+        kind, _, options, lines = sections[-1]
+        if key not in _KEYS[kind]:
+            raise _fail(path, lineno, f"unknown key '{key}' in [{kind}]; allowed: {', '.join(sorted(_KEYS[kind]))}")
+        if key in options:
+            raise _fail(path, lineno, f"[{kind}] repeats '{key}' (first set on line {lines[key]})")
+        if not value:
+            raise _fail(path, lineno, f"[{kind}] {key} has no value")
+        _check_value(path, lineno, kind, key, value)
+        options[key], lines[key] = value, lineno
+    if not sections:
+        raise CfgError(f"{path}:1: empty cfg: no sections (expected [net] then layers)")
+    parsed = [Section(k, o, n, ln) for k, n, o, ln in sections]
+    if parsed[0].type not in ("net", "network"):
+        raise _fail(path, parsed[0].line, f"first section is [{parsed[0].type}]; a cfg must start with [net]")
+    for s in parsed[1:]:
+        if s.type in ("net", "network"):
+            raise _fail(path, s.line, f"a second [{s.type}] section; only the first section may be [net]")
+    if len(parsed) == 1:
+        raise _fail(path, parsed[0].line, "[net] is followed by no layers")
+    return parsed[0], parsed[1:]
+
+
+def _check_value(path: Path, line: int, kind: str, key: str, value: str) -> None:
+    typ = _KEYS[kind][key]
+    parse = {"int": int, "ints": int, "float": float, "floats": float}.get(typ)
+    if parse is None:
+        return
+    items = [v.strip() for v in value.split(",") if v.strip()] if typ.endswith("s") else [value]
+    for item in items:
+        try:
+            parse(item)
+        except ValueError as e:
+            what = "an integer" if parse is int else "a number"
+            raise _fail(path, line, f"[{kind}] {key}={value!r}: {item!r} is not {what}") from e
+
+
+def _positive(path: Path, s: Section, key: str, default: int | None = None, minimum: int = 1) -> int:
+    value = s.get_int(key, default)
+    if value < minimum:
+        raise _fail(path, s.line_of(key), f"[{s.type}] {key}={value}: must be >= {minimum}")
+    return value
+
+
+def parse_cfg(path: str | os.PathLike[str]) -> NetConfig:
+    """Parse and validate a Darknet ``.cfg`` file (sections listed in the module's allow-list).
+
+    Checks keys, value types and ranges, route indices, spatial/channel consistency at the cfg input
+    size, and that each ``[yolo]`` input has ``len(mask) * (classes + 5)`` channels. Raises CfgError
+    ``"<file>:<line>: <problem>"``.
+    """
+    path = Path(path)
+    net, sections = _read_sections(path)
+    width, height = _positive(path, net, "width"), _positive(path, net, "height")
+    channels = _positive(path, net, "channels", 3)
+    layers: list[LayerSpec] = []
+    shapes: list[tuple[int, int, int]] = []
+    classes: int | None = None
+    for i, s in enumerate(sections):
+        c, h, w = shapes[-1] if shapes else (channels, height, width)
+        spec: LayerSpec
+        if s.type == "convolutional":
+            size, stride = _positive(path, s, "size", 1), _positive(path, s, "stride", 1)
+            filters, groups = _positive(path, s, "filters", 1), _positive(path, s, "groups", 1)
+            pad = size // 2 if s.get_int("pad", 0) else _positive(path, s, "padding", 0, minimum=0)
+            act = s.options.get("activation", "logistic")
+            bn = s.get_int("batch_normalize", 0)
+            for key, bad, allowed in (("activation", act not in ACTIVATIONS, ", ".join(ACTIVATIONS)),
+                                      ("groups", c % groups or filters % groups, f"a divisor of {c} and {filters}"),
+                                      ("batch_normalize", bn not in (0, 1), "0 or 1")):
+                if bad:
+                    raise _fail(path, s.line_of(key), f"[convolutional] {key}={s.options[key]}: allowed {allowed}")
+            spec = ConvSpec(c, filters, size, stride, pad, groups, bool(bn), act)
+            shape = (filters, (h + 2 * pad - size) // stride + 1, (w + 2 * pad - size) // stride + 1)
+        elif s.type == "route":
+            spec, shape = _route(path, s, i, layers, shapes)
+        elif s.type == "maxpool":
+            size = _positive(path, s, "size", 1)
+            stride = _positive(path, s, "stride", size)
+            padding = _positive(path, s, "padding", size - 1, minimum=0)
+            if padding >= size:
+                raise _fail(path, s.line_of("padding"), f"[maxpool] padding={padding}: supported up to size-1")
+            spec = MaxPoolSpec(size, stride, padding)
+            shape = (c, (h + padding - size) // stride + 1, (w + padding - size) // stride + 1)
+        elif s.type == "upsample":
+            spec = UpsampleSpec(_positive(path, s, "stride", 2))
+            shape = (c, h * spec.stride, w * spec.stride)
+        else:  # yolo
+            spec = _yolo(path, s, i, sections, c)
+            if classes is not None and spec.classes != classes:
+                raise _fail(path, s.line_of("classes"), f"[yolo] classes={spec.classes}; an earlier has {classes}")
+            classes, shape = spec.classes, (c, h, w)
+        if shape[1] < 1 or shape[2] < 1:
+            raise _fail(path, s.line, f"[{s.type}] (layer {i}) has no output pixels at {width}x{height}")
+        layers.append(spec)
+        shapes.append(shape)
+    if classes is None:
+        raise _fail(path, net.line, "no [yolo] section: the network has no detection head")
+    return NetConfig(path, width, height, channels, classes, net, tuple(sections), tuple(layers), tuple(shapes))
+
+
+def _route(path: Path, s: Section, i: int, layers: list[LayerSpec],
+           shapes: list[tuple[int, int, int]]) -> tuple[RouteSpec, tuple[int, int, int]]:
+    line = s.line_of("layers")
+    absolute = []
+    for rel in s.get_ints("layers") if "layers" in s.options else []:
+        idx = i + rel if rel < 0 else rel
+        if not 0 <= idx < i:
+            raise _fail(path, line, f"[route] (layer {i}) layers={rel} refers to layer {idx}; allowed: "
+                        f"earlier layers 0..{i - 1} (or -1..-{i})")
+        if isinstance(layers[idx], YoloSpec):
+            raise _fail(path, line, f"[route] (layer {i}) refers to [yolo] layer {idx}; route to its input")
+        absolute.append(idx)
+    if not absolute:
+        raise _fail(path, line, "[route] needs layers=")
+    groups = _positive(path, s, "groups", 1)
+    group_id = _positive(path, s, "group_id", 0, minimum=0)
+    if group_id >= groups:
+        raise _fail(path, s.line_of("group_id"), f"[route] group_id={group_id}: allowed 0..{groups - 1}")
+    sizes = {shapes[j][1:] for j in absolute}
+    if len(sizes) > 1:
+        raise _fail(path, line, f"[route] (layer {i}) joins layers {absolute} of different HxW {sorted(sizes)}")
+    if any(shapes[j][0] % groups for j in absolute):
+        raise _fail(path, s.line_of("groups"), f"[route] groups={groups} must divide the channels of each layer")
+    c = sum(shapes[j][0] // groups for j in absolute)
+    return RouteSpec(tuple(absolute), groups, group_id), (c, *shapes[absolute[0]][1:])
+
+
+def _yolo(path: Path, s: Section, i: int, sections: tuple[Section, ...] | list[Section], in_c: int) -> YoloSpec:
+    for key in ("anchors", "classes"):
+        if key not in s.options:
+            raise _fail(path, s.line, f"[yolo] needs {key}=")
+    values = s.get_floats("anchors")
+    if len(values) % 2 or any(v <= 0 for v in values):
+        raise _fail(path, s.line_of("anchors"), "[yolo] anchors must be positive w,h pairs")
+    anchors = tuple(zip(values[0::2], values[1::2]))
+    num = _positive(path, s, "num", len(anchors))
+    if num != len(anchors):
+        raise _fail(path, s.line_of("num"), f"[yolo] num={num} but anchors lists {len(anchors)} pairs")
+    mask = tuple(s.get_ints("mask")) if "mask" in s.options else tuple(range(num))
+    if any(not 0 <= m < num for m in mask):
+        raise _fail(path, s.line_of("mask"), f"[yolo] mask={list(mask)}: indices must be in 0..{num - 1}")
+    classes = _positive(path, s, "classes")
+    scale = s.get_float("scale_x_y", 1.0)
+    if scale <= 0:
+        raise _fail(path, s.line_of("scale_x_y"), f"[yolo] scale_x_y={scale}: must be > 0")
+    expected = len(mask) * (classes + 5)
+    if in_c != expected:
+        prev = sections[i - 1] if i > 0 else None
+        if prev is not None and prev.type == "convolutional":
+            raise _fail(path, prev.line_of("filters"), f"[convolutional] filters={in_c} before [yolo] with "
+                        f"classes={classes} and {len(mask)} masks: expected {expected}")
+        raise _fail(path, s.line, f"[yolo] input has {in_c} channels; classes={classes} and {len(mask)} "
+                    f"masks need {expected}")
+    return YoloSpec(mask, anchors, classes, scale)
+
+
+@dataclass(frozen=True)
+class ConvWeights:
+    """One conv's arrays (float32): ``biases`` [n] (BN beta when BN), BN ``scales``/``mean``/``var`` [n]
+    or None, ``weights`` [out, in/groups, k, k]."""
+
+    biases: np.ndarray
+    weights: np.ndarray
+    scales: np.ndarray | None = None
+    mean: np.ndarray | None = None
+    var: np.ndarray | None = None
+
+    @property
+    def batch_normalize(self) -> bool:
+        """Whether this conv carries batch-norm arrays."""
+        return self.scales is not None
+
+    def arrays(self) -> list[np.ndarray]:
+        """The arrays in file order: biases, [scales, mean, var,] weights."""
+        bn = [self.scales, self.mean, self.var] if self.batch_normalize else []
+        return [self.biases, *bn, self.weights]  # type: ignore[list-item]
+
+
+@dataclass(frozen=True)
+class DarknetWeights:
+    """A ``.weights`` file: header (major, minor, revision, seen images) and per-conv arrays in cfg order."""
+
+    convs: tuple[ConvWeights, ...]
+    major: int = 0
+    minor: int = 2
+    revision: int = 5
+    seen: int = 0
+
+    @property
+    def header(self) -> tuple[int, int, int, int]:
+        """(major, minor, revision, seen)."""
+        return (self.major, self.minor, self.revision, self.seen)
+
+
+def read_weights(path: str | os.PathLike[str], cfg: NetConfig) -> DarknetWeights:
+    """Read a Darknet ``.weights`` file laid out for ``cfg``; the file must match it byte for byte in size.
+
+    Raises WeightsError (naming the file, with byte offsets) for a missing or empty file, a bad header,
+    a truncated file or trailing bytes.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as e:
+        raise WeightsError(f"cannot open weights '{path}': no such file") from e
+    except OSError as e:
+        raise WeightsError(f"cannot read weights '{path}': {e.strerror}") from e
+    if not data:
+        raise WeightsError(f"{path}: empty file (0 bytes); expected a Darknet .weights file")
+    major, minor, revision = struct.unpack_from("<iii", data.ljust(12, b"\0"), 0)
+    if not all(0 <= v <= _MAX_VERSION for v in (major, minor, revision)):
+        raise WeightsError(f"{path}: bad header: version {major}.{minor}.{revision} is not a Darknet weights "
+                           f"version (each part 0..{_MAX_VERSION}); is this a .weights file?")
+    fmt = "<Q" if major * 10 + minor >= 2 else "<I"  # Darknet's rule for a 64-bit seen
+    offset = 12 + struct.calcsize(fmt)
+    if len(data) < offset:
+        raise WeightsError(f"{path}: bad header: version {major}.{minor}.{revision} needs {offset} header "
+                           f"bytes, file has {len(data)}")
+    (seen,) = struct.unpack_from(fmt, data, 12)
+    total = offset + 4 * cfg.num_weights
+    convs = []
+    for n, (layer, spec) in enumerate(cfg.convs):
+        need = 4 * spec.num_values
+        if len(data) - offset < need:
+            raise WeightsError(f"{path}: truncated: expected {need} bytes for conv #{n} (layer {layer}) at byte "
+                               f"offset {offset}, found {len(data) - offset}; file has {len(data)} bytes, "
+                               f"cfg '{cfg.path.name}' needs {total}")
+        flat = np.frombuffer(data, dtype="<f4", count=spec.num_values, offset=offset).astype(np.float32)
+        offset += need
+        k = spec.filters
+        parts = [flat[j * k:(j + 1) * k] for j in range(4 if spec.batch_normalize else 1)]
+        convs.append(ConvWeights(parts[0], flat[len(parts) * k:].reshape(spec.weight_shape), *parts[1:]))
+    if offset != len(data):
+        raise WeightsError(f"{path}: {len(data) - offset} trailing bytes after the last layer at offset {offset}; "
+                           f"cfg '{cfg.path.name}' needs exactly {total} bytes: wrong cfg for these weights?")
+    log.debug("read %s: version %d.%d.%d, seen %d, %d convs", path, major, minor, revision, seen, len(convs))
+    return DarknetWeights(tuple(convs), major, minor, revision, seen)
+
+
+def weights_to_bytes(weights: DarknetWeights) -> bytes:
+    """Serialize as a version 0.2.5 file (64-bit ``seen``), whatever version ``weights`` was read from."""
+    chunks = [struct.pack("<iiiQ", 0, 2, 5, weights.seen)]
+    chunks += [np.ascontiguousarray(a, dtype="<f4").tobytes() for conv in weights.convs for a in conv.arrays()]
+    return b"".join(chunks)
+
+
+def write_weights(path: str | os.PathLike[str], weights: DarknetWeights) -> Path:
+    """Write ``weights`` as a Darknet 0.2.5 ``.weights`` file, atomically; return the path."""
+    return atomic_write_bytes(path, weights_to_bytes(weights))

@@ -1,0 +1,36 @@
+"""User-facing errors of the detector package.
+
+Every error a user can cause (a bad file, a bad option, a missing backend) derives from
+:class:`DetectorError`. Its message is one line that names the offending file or value and the problem;
+the CLI prints it and exits with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class DetectorError(Exception):
+    """Base class of every user-facing error; ``str(err)`` is one actionable line."""
+
+
+class CfgError(DetectorError):
+    """A Darknet ``.cfg`` file is missing or malformed (message names file and line)."""
+
+
+class WeightsError(DetectorError):
+    """A Darknet ``.weights`` file is missing, truncated, too long or has a bad header (names file, offset)."""
+
+
+class VideoError(DetectorError):
+    """A video cannot be opened, read or written (message names the file)."""
+
+
+class BackendError(DetectorError):
+    """An unknown backend or precision name, or a backend that failed to run."""
+
+
+class BackendUnavailable(BackendError):
+    """A known backend that cannot run here (package not installed, no CUDA device); suites skip on it."""
+
+
+class ModelFileError(DetectorError):
+    """An ONNX model or a serialized engine is missing, corrupt or does not match (message names the file)."""

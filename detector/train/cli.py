@@ -1,0 +1,194 @@
+"""``detector train`` and ``detector eval``: parsers and handlers, registered on the main CLI by
+
+    from detector.train.cli import add_eval_parser, add_train_parser
+    add_train_parser(sub); add_eval_parser(sub)
+
+Nothing heavy is imported until a handler runs (torch, OpenCV and pycocotools load inside the handlers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_eval_parser", "add_train_parser", "cmd_eval", "cmd_train"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a positive integer).") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a positive integer).")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected an integer >= 0).") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected an integer >= 0).")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number > 0).") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number > 0).")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number in [0, 1]).") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number in [0, 1]).")
+    return value
+
+
+def _net_size(text: str) -> int:
+    value = _positive_int(text)
+    if value % 32:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a multiple of 32).")
+    return value
+
+
+def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``train`` on ``subparsers`` (from ``ArgumentParser.add_subparsers``); returns its parser."""
+    p = subparsers.add_parser("train", help="train YOLOv4-tiny from scratch on synthetic frames",
+                              description="Train YOLOv4-tiny from scratch on frames of the synthetic video "
+                              "generator (training seeds 1000 and up; 0, 7, 8, 9 are held out) and write Darknet "
+                              "weights plus <out>.txt saying how they were made.")
+    p.add_argument("--out", required=True, help="output .weights path (provenance goes to <out>.txt)")
+    p.add_argument("--cfg", help="Darknet .cfg (default: the shipped two-class yolov4-tiny.cfg)")
+    p.add_argument("--seed", type=int, default=0, help="seed of init, sampling and augmentation (default: 0)")
+    p.add_argument("--time-budget-s", type=_positive_float, default=480.0,
+                   help="wall-time budget of the whole run, data and final evaluation included (default: 480)")
+    p.add_argument("--steps", type=_positive_int, help="optimizer steps (default: as many as the budget allows)")
+    g = p.add_argument_group("data")
+    g.add_argument("--frames", type=_positive_int, default=8000, help="training frames in all (default: 8000)")
+    g.add_argument("--frames-per-seed", type=_positive_int, default=50,
+                   help="frames kept per generator seed / scene (default: 50)")
+    g.add_argument("--frame-stride", type=_positive_int, default=2, help="keep every n-th rendered frame (default: 2)")
+    g.add_argument("--seed-base", type=_positive_int, default=1000, help="first generator seed (default: 1000)")
+    g.add_argument("--net-size", type=_net_size, help="train at this square input size (default: the cfg's)")
+    g.add_argument("--no-codec", action="store_true", help="skip the mp4v round trip of the frames (default: do it)")
+    g.add_argument("--workers", type=_non_negative_int,
+                   help="render processes, 0 or 1 = in this process (default: CPUs - 1)")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--batch", type=_positive_int, default=64, help="images per step (default: 64)")
+    g.add_argument("--lr", type=_positive_float, default=2e-3, help="peak AdamW learning rate (default: 0.002)")
+    g.add_argument("--warmup-steps", type=_non_negative_int, default=300, help="linear warm-up steps (default: 300)")
+    g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    g.add_argument("--amp", choices=("auto", "bf16", "fp16", "off"), default="auto",
+                   help="autocast dtype: auto = bf16 on CUDA, off on the CPU (default: auto)")
+    g = p.add_argument_group("evaluation")
+    g.add_argument("--eval-seed", type=int, action="append", dest="eval_seeds",
+                   help="held-out video seed scored mid-run and at the end, repeatable (default: 7)")
+    g.add_argument("--eval-frames", type=_non_negative_int, default=300,
+                   help="frames of each evaluation video; 0 = no evaluation (default: 300)")
+    g.add_argument("--no-mid-eval", action="store_true", help="skip the mid-run evaluation (default: run it)")
+    g.add_argument("--cache-dir", help="folder of the cached evaluation videos (default: <detector cache>/videos)")
+    g.add_argument("--log-every", type=_positive_int, default=100, help="steps between progress lines (default: 100)")
+    p.set_defaults(func=cmd_train)
+    return p
+
+
+def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``eval`` on ``subparsers``; returns its parser."""
+    p = subparsers.add_parser("eval", help="mAP per class on held-out synthetic videos (pycocotools)",
+                              description="Score a model on held-out synthetic videos (seeds 7, 8, 9 are never "
+                              "trained on): COCO mAP@0.5 and mAP@0.5:0.95 per class, through the real pipeline.")
+    p.add_argument("--cfg", help="Darknet .cfg (default: the shipped two-class yolov4-tiny.cfg)")
+    p.add_argument("--weights", help="Darknet .weights (default: the shipped weights)")
+    p.add_argument("--video-seed", type=int, action="append", dest="video_seeds",
+                   help="held-out video seed, repeatable; several are scored together (default: 7)")
+    p.add_argument("--frames", type=_positive_int, default=300, help="frames of each video (default: 300)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--precision", default="fp32", help="fp32 or fp16, as the backend supports (default: fp32)")
+    p.add_argument("--backend", default="torch", help="torch, onnxruntime or tensorrt (default: torch)")
+    p.add_argument("--batch", type=_positive_int, default=16, help="frames per inference (default: 16)")
+    p.add_argument("--conf", type=_fraction, default=0.001, help="confidence threshold (default: 0.001)")
+    p.add_argument("--iou", type=_fraction, default=0.45, help="NMS IoU threshold (default: 0.45)")
+    p.add_argument("--plain-resize", action="store_true", help="stretch frames instead of letterboxing")
+    p.add_argument("--cache-dir", help="detector cache; videos go to <cache>/videos (default: $DETECTOR_CACHE or "
+                   "~/.cache/detector)")
+    p.add_argument("--json", help="also write the results as JSON to this path")
+    p.set_defaults(func=cmd_eval)
+    return p
+
+
+def _verbose() -> None:
+    """Let the training/eval progress through even when the CLI logs warnings only."""
+    logging.getLogger("detector.train").setLevel(logging.INFO)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Handler of ``detector train``."""
+    from detector.train.data import DataParams
+    from detector.train.loop import TrainConfig, train
+
+    _verbose()
+    net = (args.net_size, args.net_size) if args.net_size else _cfg_size(args.cfg)
+    data = DataParams(frames=args.frames, frames_per_seed=args.frames_per_seed, stride=args.frame_stride,
+                      seed_base=args.seed_base, net_size=net, codec=None if args.no_codec else "mp4v")
+    config = TrainConfig(
+        out=Path(args.out), cfg=Path(args.cfg) if args.cfg else None, seed=args.seed,
+        time_budget_s=args.time_budget_s, steps=args.steps, batch=args.batch, device=args.device, data=data,
+        lr=args.lr, warmup_steps=args.warmup_steps, amp=args.amp, workers=args.workers,
+        eval_seeds=tuple(args.eval_seeds or (7,)) if args.eval_frames else (), eval_frames=args.eval_frames,
+        mid_eval=not args.no_mid_eval, cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+        log_every=args.log_every,
+    )
+    result = train(config)
+    print(f"wrote {result.weights} and {result.provenance}: {result.steps} steps, {result.images} images, "
+          f"{result.wall_s:.0f} s (data {result.data_s:.0f} s, training {result.train_s:.0f} s)")
+    if result.evaluation is not None:
+        print(result.evaluation.table())
+    return 0
+
+
+def _cfg_size(cfg: str | None) -> tuple[int, int]:
+    from detector.darknet import parse_cfg
+    from detector.model import default_cfg_path
+
+    return parse_cfg(Path(cfg) if cfg else default_cfg_path()).input_size
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Handler of ``detector eval``: prints the per-class AP table, optionally writes JSON."""
+    from detector.fileio import atomic_write_text
+    from detector.train.evalrun import evaluate_seeds
+
+    _verbose()
+    seeds = tuple(args.video_seeds or (7,))
+    results = evaluate_seeds(args.cfg, args.weights, video_seeds=seeds, frames=args.frames, device=args.device,
+                              precision=args.precision, backend=args.backend, batch=args.batch,
+                              cache_dir=args.cache_dir, conf_threshold=args.conf, iou_threshold=args.iou,
+                              letterbox=not args.plain_resize)
+    for name, result in results.items():
+        which = f"held-out seeds {','.join(map(str, seeds))}" if name == "all" else f"held-out {name}"
+        print(f"{args.backend} {args.precision} on {args.device}, {which}, {args.frames} frames each, "
+              f"weights {args.weights or 'shipped'}:")
+        print(result.table())
+    if args.json:
+        payload = {"backend": args.backend, "precision": args.precision, "device": args.device,
+                   "video_seeds": list(seeds), "frames": args.frames, "weights": args.weights,
+                   "conf_threshold": args.conf, "iou_threshold": args.iou, **results["all"].to_dict(),
+                   "per_seed": {name: r.to_dict() for name, r in results.items() if name != "all"}}
+        atomic_write_text(Path(args.json), json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0

@@ -1,0 +1,212 @@
+"""Accuracy on held-out synthetic videos through the real pipeline pieces.
+
+The video is the cached synthetic video (:func:`detector.video.synthetic_video`, mp4v, 960x540) of each
+held-out seed, decoded with :func:`detector.video.open_video`, letterboxed by
+:func:`detector.preprocess.preprocess`, run by a runner (``evaluate_weights``) or an in-memory model
+(``evaluate_model``, used during training), turned into detections by :func:`detector.postprocess.postprocess`
+and scored by :func:`detector.evaluate.evaluate_coco` (pycocotools). Several seeds are scored as one data set
+(their ground truths merged, image ids offset per seed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from detector.errors import DetectorError
+
+if TYPE_CHECKING:
+    import torch
+
+    from detector.evaluate import EvalResult
+    from detector.postprocess import Detections
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_EVAL_SEEDS", "detect_video", "evaluate_model", "evaluate_seeds", "evaluate_weights",
+           "require_pycocotools"]
+
+DEFAULT_EVAL_SEEDS = (7,)
+"""Held-out generator seeds scored by default (7, 8 and 9 are held out; see detector.train.data)."""
+EVAL_CONF_THRESHOLD = 0.001  # the usual COCO-mAP setting: keep nearly every candidate, rank by score
+EVAL_IOU_THRESHOLD = 0.45
+_IMAGE_ID_STRIDE = 1_000_000  # merged ground truth: image id = seed index * stride + frame index + 1
+
+Infer = Callable[[np.ndarray], Any]  # float32 [B, 3, H, W] RGB [0, 1] -> decoded [B, N, 4 + C]
+
+
+def require_pycocotools() -> None:
+    """DetectorError with the fix when pycocotools (the COCO evaluator) cannot be imported."""
+    try:
+        import pycocotools.cocoeval  # noqa: F401
+    except ImportError as e:
+        raise DetectorError("mAP needs pycocotools, which is not installed here: pip install pycocotools "
+                            "(or a carried wheel); the weights are saved, score them later with 'detector eval'") from e
+
+
+def detect_video(infer: Infer, video: str | os.PathLike[str], *, net_size: tuple[int, int], frames: int | None = None,
+                 batch: int = 16, conf_threshold: float = EVAL_CONF_THRESHOLD,
+                 iou_threshold: float = EVAL_IOU_THRESHOLD, letterbox: bool = True) -> dict[int, Detections]:
+    """Detections (frame pixels) of the first ``frames`` frames of ``video``, keyed by COCO image id
+    (frame index + 1, the synthetic ground truth's convention)."""
+    import itertools
+
+    from detector.postprocess import postprocess
+    from detector.preprocess import preprocess
+    from detector.video import open_video
+
+    out: dict[int, Detections] = {}
+    mode = "letterbox" if letterbox else "resize"
+    with open_video(video) as reader:
+        it = iter(reader) if frames is None else itertools.islice(reader, frames)
+        index = 0
+        while chunk := list(itertools.islice(it, batch)):
+            x, transforms = preprocess(chunk, net_size, mode=mode)
+            for det in postprocess(infer(x), transforms, conf_threshold, iou_threshold):
+                index += 1
+                out[index] = det
+    return out
+
+
+def _merged_ground_truth(gt_paths: Sequence[Path], frames: int, folder: Path) -> Path:
+    """One COCO json of the first ``frames`` images of each ground truth, image ids offset per file."""
+    images: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    categories: list[dict[str, Any]] = []
+    for k, path in enumerate(gt_paths):
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        categories = data["categories"]
+        offset = k * _IMAGE_ID_STRIDE
+        keep = {img["id"] for img in data["images"] if img["id"] <= frames}
+        images += [{**img, "id": img["id"] + offset} for img in data["images"] if img["id"] in keep]
+        for ann in data["annotations"]:
+            if ann["image_id"] in keep:
+                annotations.append({**ann, "id": len(annotations) + 1, "image_id": ann["image_id"] + offset})
+    path = folder / "ground-truth.json"
+    path.write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}),
+                    encoding="utf-8")
+    return path
+
+
+def _evaluate(infer: Infer, *, net_size: tuple[int, int], names: Sequence[str] | None, video_seeds: Sequence[int],
+              frames: int, cache_dir: Path, batch: int, conf_threshold: float, iou_threshold: float,
+              letterbox: bool, per_seed: bool = False) -> dict[str, EvalResult]:
+    """``{"all": result}`` over all seeds together, plus ``{"seed N": result}`` each when ``per_seed``."""
+    from detector.evaluate import evaluate_coco
+    from detector.video import synthetic_video
+
+    require_pycocotools()
+    if not video_seeds:
+        raise DetectorError("no video seed to evaluate on; give at least one (held out: 7, 8, 9)")
+    detections: list[dict[int, Detections]] = []
+    gts = []
+    for seed in video_seeds:
+        video = synthetic_video(cache_dir, seed=int(seed), frames=frames)
+        gts.append(video.gt_json)
+        detections.append(detect_video(infer, video.video, net_size=net_size, frames=frames, batch=batch,
+                                       conf_threshold=conf_threshold, iou_threshold=iou_threshold,
+                                       letterbox=letterbox))
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="detector-eval-") as tmp:
+        merged = {k * _IMAGE_ID_STRIDE + i: d for k, dets in enumerate(detections) for i, d in dets.items()}
+        results["all"] = evaluate_coco(_merged_ground_truth(gts, frames, Path(tmp)), merged, names=names)
+        if per_seed and len(video_seeds) > 1:
+            for seed, gt, dets in zip(video_seeds, gts, detections):
+                one = Path(tmp) / f"seed{seed}"
+                one.mkdir()
+                results[f"seed {seed}"] = evaluate_coco(_merged_ground_truth([gt], frames, one), dets, names=names)
+    return results
+
+
+def _default_video_cache() -> Path:
+    from detector.spec import default_cache_dir
+
+    return default_cache_dir() / "videos"
+
+
+def evaluate_model(model: torch.nn.Module, *, video_seeds: Sequence[int] = DEFAULT_EVAL_SEEDS, frames: int = 300,
+                   cache_dir: str | os.PathLike[str] | None = None, batch: int = 32,
+                   conf_threshold: float = EVAL_CONF_THRESHOLD, iou_threshold: float = EVAL_IOU_THRESHOLD,
+                   names: Sequence[str] | None = None, net_size: tuple[int, int] | None = None) -> EvalResult:
+    """Score an in-memory :class:`~detector.model.DarknetModel` (on its own device and dtype, in eval mode for
+    the call) on held-out videos; ``cache_dir`` holds the videos (default ``<detector cache>/videos``)."""
+    import torch
+
+    param = next(model.parameters())
+    was_training = model.training
+    model.eval()
+    channels_last = param.dim() == 4 and param.is_contiguous(memory_format=torch.channels_last)
+
+    def infer(x: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(x).to(param.device, param.dtype, non_blocking=True)
+        if channels_last:
+            t = t.contiguous(memory_format=torch.channels_last)
+        with torch.no_grad():
+            return model(t).float()
+
+    try:
+        return _evaluate(infer, net_size=net_size or model.input_size, names=names or model.names,
+                         video_seeds=video_seeds, frames=frames,
+                         cache_dir=Path(cache_dir) if cache_dir else _default_video_cache(), batch=batch,
+                         conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=True)["all"]
+    finally:
+        model.train(was_training)
+
+
+def evaluate_seeds(cfg: str | os.PathLike[str] | None = None, weights: str | os.PathLike[str] | None = None, *,
+                     video_seeds: Sequence[int] = DEFAULT_EVAL_SEEDS, frames: int = 300, device: str = "auto",
+                     precision: str = "fp32", backend: str = "torch", batch: int = 16,
+                     cache_dir: str | os.PathLike[str] | None = None, conf_threshold: float = EVAL_CONF_THRESHOLD,
+                     iou_threshold: float = EVAL_IOU_THRESHOLD, letterbox: bool = True,
+                     runner_options: dict[str, Any] | None = None) -> dict[str, EvalResult]:
+    """mAP@0.5 and mAP@0.5:0.95 (overall and per class) of a Darknet model on held-out synthetic videos:
+    ``{"all": all seeds scored together, "seed 7": ..., "seed 8": ...}`` (per-seed entries only for several
+    seeds). The detections are computed once per video.
+
+    Args:
+        cfg, weights: Darknet files (defaults: the shipped cfg and weights; no weights -> seeded random ones).
+        video_seeds: generator seeds of the videos (held out from training: 7, 8, 9), scored together.
+        frames: frames per video (its first ``frames``). device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
+        precision, backend, runner_options: what runs the model (:func:`detector.backends.create_runner`).
+        batch: frames per inference. cache_dir: detector cache (videos under ``videos/``).
+        conf_threshold, iou_threshold: postprocess thresholds (COCO-mAP practice: 0.001 and 0.45).
+        letterbox: letterbox (default) or plain resize, as the pipeline's option.
+
+    Returns:
+        name -> :class:`detector.evaluate.EvalResult` (``.table()`` prints the per-class AP table).
+    """
+    from detector.backends import create_runner
+    from detector.spec import ModelSpec
+
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    base = ModelSpec.default(cache_dir=cache_dir)
+    spec = ModelSpec(cfg=Path(cfg) if cfg else base.cfg,
+                     weights=Path(weights) if weights else (base.weights if cfg is None else None),
+                     cache_dir=base.cache_dir)
+    if spec.weights is None:
+        log.warning("evaluating seeded random weights: no --weights given and none shipped")
+    require_pycocotools()
+    with create_runner(backend, spec, device=device, precision=precision, **(runner_options or {})) as runner:
+        return _evaluate(lambda x: runner.infer(x), net_size=spec.input_size, names=spec.names,
+                         video_seeds=video_seeds, frames=frames, cache_dir=spec.cache_dir / "videos", batch=batch,
+                         conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=letterbox,
+                         per_seed=True)
+
+
+def evaluate_weights(cfg: str | os.PathLike[str] | None = None, weights: str | os.PathLike[str] | None = None, *,
+                     video_seeds: Sequence[int] = DEFAULT_EVAL_SEEDS, frames: int = 300, device: str = "auto",
+                     precision: str = "fp32", **options: Any) -> EvalResult:
+    """:func:`evaluate_seeds` scored over all ``video_seeds`` together (same arguments): one
+    :class:`detector.evaluate.EvalResult` with per-class AP@0.5 and AP@0.5:0.95."""
+    return evaluate_seeds(cfg, weights, video_seeds=video_seeds, frames=frames, device=device, precision=precision,
+                          **options)["all"]

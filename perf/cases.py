@@ -1,0 +1,87 @@
+"""What the suite measures: the (backend, variant, precision, batch) cases, made from the perf options.
+
+Cases are parametrised at collection time from ``--perf-backends``, ``--perf-precisions`` and
+``--perf-batch-sizes``; every combination is collected so that one that cannot run here shows up as a skip
+with its reason (``tensorrt not installed``, ``no CUDA device``) instead of silently vanishing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+#: Runner variants measured side by side: name -> (backend, runner options, devices it applies to).
+#: "eager" is the plain runner; "graph" is the fastest torch path (batch-norm folded into the convolutions,
+#: channels-last, CUDA graph replay), which only exists on a GPU.
+VARIANTS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
+    "torch": ("torch", {}, ("cpu", "cuda")),
+    "torch-graph": ("torch", {"fuse_bn": True, "channels_last": True, "cuda_graph": True}, ("cuda",)),
+    "onnxruntime": ("onnxruntime", {}, ("cpu", "cuda")),
+    "tensorrt": ("tensorrt", {}, ("cuda",)),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured configuration; ``id`` is its pytest id and benchmark name suffix."""
+
+    variant: str
+    backend: str
+    precision: str
+    batch: int = 1
+    options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def id(self) -> str:
+        return f"{self.variant}-{self.precision}-b{self.batch}"
+
+    @property
+    def label(self) -> str:
+        """Human name for tables, e.g. ``torch-graph fp16``."""
+        return f"{self.variant} {self.precision}"
+
+
+def variants_for(backends: Iterable[str], device: str) -> list[str]:
+    """Variant names whose backend was selected and which apply to ``device`` ("cpu", "cuda", "cuda:N")."""
+    device_type = device.partition(":")[0]
+    chosen = set(backends)
+    return [v for v, (b, _, devices) in VARIANTS.items() if b in chosen and device_type in devices]
+
+
+def _marks(backend: str, device: str) -> list[pytest.MarkDecorator]:
+    marks = []
+    if device.startswith("cuda"):
+        marks.append(pytest.mark.gpu)
+    if backend == "tensorrt":
+        marks.append(pytest.mark.trt)
+    return marks
+
+
+def make_cases(
+    backends: Iterable[str], precisions: Iterable[str], batch_sizes: Iterable[int] | None, device: str,
+    *, nsys_first: bool = False, exclude: tuple[str, str] | None = None,
+) -> list[Any]:
+    """pytest params for every variant x precision (x batch size, when ``batch_sizes`` is given).
+
+    ``nsys_first`` adds the ``nsys`` marker to the first case of each variant (one profiled benchmark per
+    backend); ``exclude`` drops one (variant, precision) pair, e.g. the parity reference itself.
+    """
+    params = []
+    for variant in variants_for(backends, device):
+        backend, options, _ = VARIANTS[variant]
+        first = True
+        for precision in precisions:
+            if exclude == (variant, precision):
+                continue
+            for batch in batch_sizes or (1,):
+                case = Case(variant, backend, precision, batch, dict(options))
+                marks = _marks(backend, device)
+                if nsys_first and first:
+                    marks.append(pytest.mark.nsys)
+                first = False
+                params.append(pytest.param(case, id=case.id if batch_sizes else case.label.replace(" ", "-"),
+                                           marks=marks))
+    return params

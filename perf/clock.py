@@ -1,0 +1,52 @@
+"""The suite's benchmark clock: CUDA events on a GPU run, ``time.perf_counter`` on a CPU run.
+
+pytest-benchmark takes its clock from the ``benchmark`` marker's ``timer`` argument, fixed at import time,
+while the device is known only once the options are parsed. :data:`SUITE_CLOCK` bridges the two: the perf
+plugin tells it the device in ``pytest_configure``; on the first call it becomes either a
+:class:`detector.timing.CudaEventClock` (GPU time between events recorded on the *current* stream: tests enter
+the runner's stream around ``benchmark(...)``) or the host clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class SuiteClock:
+    """A zero-argument clock in seconds whose source is chosen from the suite's device on first use."""
+
+    def __init__(self) -> None:
+        self._device: Callable[[], str] = lambda: "cpu"
+        self._clock: Callable[[], float] | None = None
+
+    @property
+    def __name__(self) -> str:  # pytest-benchmark stores the timer by name in saved runs
+        return f"SuiteClock[{self.kind}]"
+
+    def configure(self, device: Callable[[], str]) -> None:
+        """Set the callable that returns the resolved device ("cpu", "cuda", "cuda:N"); resets the source."""
+        self._device = device
+        self._clock = None
+
+    @property
+    def kind(self) -> str:
+        """``"cuda-events"`` or ``"perf_counter"`` (resolves the device)."""
+        return "cuda-events" if self._device().startswith("cuda") else "perf_counter"
+
+    def __call__(self) -> float:
+        if self._clock is None:
+            if self.kind == "cuda-events":
+                from detector.timing import CudaEventClock
+
+                self._clock = CudaEventClock()
+            else:
+                self._clock = time.perf_counter
+        return self._clock()
+
+    def __repr__(self) -> str:
+        return "SuiteClock()"
+
+
+#: The one clock every inference benchmark uses (``@pytest.mark.benchmark(timer=SUITE_CLOCK)``).
+SUITE_CLOCK = SuiteClock()

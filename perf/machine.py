@@ -1,0 +1,262 @@
+"""What a benchmark ran on: the GPU, its driver and clocks, the CUDA stack, library versions and the CPU.
+
+`machine_fingerprint()` is stored by the perf plugin as ``machine_info["perf"]`` in every saved pytest-benchmark run,
+and `fingerprint_differences()` decides whether a saved run may be compared with the current one.
+
+Everything is lazy and failure-tolerant: torch and pynvml (from nvidia-ml-py) are imported inside the functions, and
+anything that cannot be read (no GPU, no NVML, package not installed, query not supported) is recorded as None.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import platform
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: Fields that must match for two runs' timings to be comparable ("device": "cpu" or "cuda", the device type of
+#: the --perf-device a run used).
+COMPARED_FIELDS = ("device", "gpu_name", "compute_capability", "driver_version", "cuda_version")
+
+#: Python modules whose versions are recorded, as (fingerprint key, importable module names tried in order).
+_VERSIONED_MODULES = (
+    ("torch_version", ("torch",)),
+    ("onnxruntime_version", ("onnxruntime",)),
+    ("tensorrt_version", ("tensorrt", "tensorrt_rtx")),
+    ("opencv_version", ("cv2",)),
+    ("numpy_version", ("numpy",)),
+)
+
+_GPU_FIELDS = (
+    "gpu_name", "compute_capability", "gpu_memory_mib", "driver_version", "cuda_driver_version",
+    "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "mem_clock_max_mhz", "power_limit_w",
+)  # fmt: skip
+
+
+def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
+    """Describe this machine for benchmark records; unreadable values are None.
+
+    Args:
+        gpu_index: CUDA device index as torch numbers it (the N of ``cuda:N``); describes that GPU.
+
+    Returns:
+        A JSON-serialisable dict with ``gpu_index``, ``gpu_count``, ``gpu_name``, ``compute_capability`` ("8.9"),
+        ``gpu_memory_mib``, ``driver_version``, ``cuda_version`` (torch.version.cuda), ``cuda_driver_version``
+        (highest CUDA the driver supports, "12.8"), ``cudnn_version`` (int), ``sm_clock_mhz`` / ``mem_clock_mhz``
+        (current) and ``sm_clock_max_mhz`` / ``mem_clock_max_mhz``, ``power_limit_w`` (enforced limit, W),
+        ``torch_version``, ``onnxruntime_version``, ``tensorrt_version`` (with ``tensorrt_module``: "tensorrt" or
+        "tensorrt_rtx"), ``opencv_version``, ``numpy_version``, ``cpu_model`` and ``cpu_count`` (CPUs this process
+        may run on).
+    """
+    info: dict[str, Any] = {"gpu_index": gpu_index, "gpu_count": None, "cuda_version": None, "cudnn_version": None}
+    info.update(dict.fromkeys(_GPU_FIELDS))
+    info.update(_torch_cuda_info(gpu_index))
+    nvml = _nvml_info(gpu_index, uuid=info.pop("_uuid", None))
+    info.update({key: value for key, value in nvml.items() if info.get(key) is None})  # torch's answer first
+    info["gpu_count"] = info["gpu_count"] or 0
+    if info["gpu_name"] is None:
+        info["gpu_index"] = None
+    for key, modules in _VERSIONED_MODULES:
+        info[key] = None
+        for module in modules:
+            version = module_version(module)
+            if version is not None:
+                info[key] = version
+                if key == "tensorrt_version":
+                    info["tensorrt_module"] = module
+                break
+    info.setdefault("tensorrt_module", None)
+    info["cpu_model"] = _cpu_model()
+    info["cpu_count"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return info
+
+
+def cuda_device_count() -> int:
+    """CUDA devices torch can use (respects CUDA_VISIBLE_DEVICES); 0 without torch, a CUDA build or a driver."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return 0
+    try:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except RuntimeError as e:
+        log.debug("CUDA unavailable: %s", e)
+        return 0
+
+
+def fingerprint_differences(
+    saved: Mapping[str, Any] | None, current: Mapping[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """List the `COMPARED_FIELDS` on which two fingerprints disagree, as (field, saved value, current value).
+
+    A saved run without a fingerprint (``saved`` None: recorded without the perf plugin) differs on every field
+    that the current run knows, with the saved value reported as ``"<not recorded>"``.
+    """
+    if saved is None:
+        return [(f, "<not recorded>", current.get(f)) for f in COMPARED_FIELDS if current.get(f) is not None]
+    return [(f, saved.get(f), current.get(f)) for f in COMPARED_FIELDS if saved.get(f) != current.get(f)]
+
+
+def mismatch_message(
+    differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, *, allowed: bool
+) -> str:
+    """Explain `fingerprint_differences` between a saved pytest-benchmark run (its JSON) and this machine."""
+    commit = str((saved_run.get("commit_info") or {}).get("id") or "unknown")[:12]
+    when = saved_run.get("datetime", "at an unknown time")
+    lines = [f"--benchmark-compare: the saved run in '{location}' (recorded {when}, commit {commit}) comes from a "
+             "different machine:"]  # fmt: skip
+    lines += [f"  {field}: saved {saved!r}, current {current!r}" for field, saved, current in differences]
+    if allowed:
+        lines.append("Comparing anyway (--perf-allow-machine-mismatch); the timings may not be comparable.")
+    else:
+        lines.append(
+            "Timings from another GPU, driver, CUDA version or device are not comparable: record a baseline on "
+            "this machine, or pass --perf-allow-machine-mismatch to compare anyway."
+        )
+    return "\n".join(lines)
+
+
+def module_version(module: str) -> str | None:
+    """Version of the distribution that provides importable `module` (e.g. "cv2"), or None if not installed.
+
+    Read from installed package metadata, so the module itself is not imported unless it has no metadata
+    (then its ``__version__`` is used).
+    """
+    if importlib.util.find_spec(module) is None:
+        return None
+    for dist in _module_distributions().get(module, ()):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:
+        return str(getattr(importlib.import_module(module), "__version__", None) or "") or None
+    except ImportError as e:
+        log.debug("cannot import %s for its version: %s", module, e)
+        return None
+
+
+@functools.cache
+def _module_distributions() -> Mapping[str, list[str]]:
+    """importlib.metadata.packages_distributions(), read once (it scans every installed distribution)."""
+    return importlib.metadata.packages_distributions()
+
+
+def _torch_cuda_info(index: int) -> dict[str, Any]:
+    """GPU facts torch can give (count, name, capability, memory, CUDA, cuDNN); {} without torch."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        return {}
+    info: dict[str, Any] = {"cuda_version": torch.version.cuda, "cudnn_version": None}
+    try:
+        info["cudnn_version"] = torch.backends.cudnn.version()
+        if not torch.cuda.is_available():
+            return info
+        info["gpu_count"] = torch.cuda.device_count()  # respects CUDA_VISIBLE_DEVICES
+        if index >= info["gpu_count"]:
+            return info
+        props = torch.cuda.get_device_properties(index)
+    except (RuntimeError, AssertionError) as e:  # broken driver / CUDA init failure
+        log.debug("torch cannot describe cuda:%d: %s", index, e)
+        return info
+    info.update(
+        gpu_name=props.name,
+        compute_capability=f"{props.major}.{props.minor}",
+        gpu_memory_mib=props.total_memory // 2**20,
+        _uuid=f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None,
+    )
+    return info
+
+
+def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
+    """Driver, clocks and power limit from NVML for the GPU torch calls cuda:`index`; {} without NVML."""
+    try:
+        import pynvml  # noqa: PLC0415
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        log.debug("NVML unavailable: %s", e)
+        return {}
+
+    def read(fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except pynvml.NVMLError as e:  # not supported on this GPU / MIG slice / permissions
+            log.debug("NVML %s failed: %s", fn.__name__, e)
+            return None
+
+    try:
+        info: dict[str, Any] = {"driver_version": _text(read(pynvml.nvmlSystemGetDriverVersion))}
+        cuda_driver = read(pynvml.nvmlSystemGetCudaDriverVersion)  # e.g. 12080
+        info["cuda_driver_version"] = f"{cuda_driver // 1000}.{cuda_driver % 1000 // 10}" if cuda_driver else None
+        info["gpu_count"] = read(pynvml.nvmlDeviceGetCount) or 0
+        handle = _nvml_handle(pynvml, read, index, uuid)
+        if handle is None:
+            return info
+        capability = read(pynvml.nvmlDeviceGetCudaComputeCapability, handle)
+        memory = read(pynvml.nvmlDeviceGetMemoryInfo, handle)
+        power_mw = read(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+        info.update(
+            gpu_name=_text(read(pynvml.nvmlDeviceGetName, handle)),
+            compute_capability="{}.{}".format(*capability) if capability else None,
+            gpu_memory_mib=memory.total // 2**20 if memory else None,
+            sm_clock_mhz=read(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
+            sm_clock_max_mhz=read(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM),
+            mem_clock_mhz=read(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM),
+            mem_clock_max_mhz=read(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_MEM),
+            power_limit_w=power_mw / 1000 if power_mw else None,
+        )
+        return info
+    finally:
+        read(pynvml.nvmlShutdown)
+
+
+def _nvml_handle(pynvml: Any, read: Callable[..., Any], index: int, uuid: str | None) -> Any:
+    """NVML handle of torch's cuda:`index`: by UUID when torch gave one, else through CUDA_VISIBLE_DEVICES.
+
+    Without a UUID the NVML (PCI) order is assumed; set CUDA_DEVICE_ORDER=PCI_BUS_ID on hosts with mixed GPUs.
+    """
+    if uuid is not None:
+        return read(pynvml.nvmlDeviceGetHandleByUUID, uuid)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return read(pynvml.nvmlDeviceGetHandleByIndex, index)
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if index >= len(entries):
+        return None
+    entry = entries[index]
+    if entry.isdigit():
+        return read(pynvml.nvmlDeviceGetHandleByIndex, int(entry))
+    if entry.startswith("GPU-"):
+        return read(pynvml.nvmlDeviceGetHandleByUUID, entry)
+    return None  # MIG-... entries and UUID prefixes: not resolvable through NVML
+
+
+def _text(value: Any) -> str | None:
+    """NVML strings are bytes in older bindings; return str (or None)."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value
+
+
+def _cpu_model() -> str | None:
+    """CPU model name from /proc/cpuinfo on Linux, else platform.processor(); None if neither says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None

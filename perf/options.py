@@ -1,0 +1,206 @@
+"""Parsers and state for the perf suite's command-line options (the hooks that use them live in perf/plugin.py).
+
+Parsers are argparse ``type=`` callables: they return the parsed value or raise
+``argparse.ArgumentTypeError("Could not parse value: 'x'. <what is allowed>")``, which pytest reports as a usage
+error naming the option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: Backends assumed while detector/backends (the registry) cannot be imported.
+FALLBACK_BACKENDS = ("torch", "onnxruntime", "tensorrt")
+PRECISIONS = ("fp32", "fp16", "int8")
+PROFILERS = ("none", "torch")
+DEFAULT_BATCH_SIZES = (1, 8, 32)
+DEFAULT_PRECISIONS = ("fp32", "fp16")
+#: Frames of the synthetic video for e2e/parity tests when --perf-frames is not given: 10 s of 30 fps video on a
+#: GPU; 2 s on CPU, where the torch backend runs at a few frames per second and the CPU pass must stay short.
+DEFAULT_FRAMES = {"cuda": 300, "cpu": 60}
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def _fail(value: str, expected: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"Could not parse value: {value!r}. {expected}")
+
+
+def _split(value: str) -> list[str]:
+    """Comma-separated items, stripped, empty items dropped, first occurrence kept."""
+    return list(dict.fromkeys(item.strip() for item in value.split(",") if item.strip()))
+
+
+def parse_batch_sizes(value: str) -> tuple[int, ...]:
+    """``"1,8,32"`` -> ``(1, 8, 32)``; every item a positive integer, duplicates dropped."""
+    items = _split(value)
+    if not items or not all(item.isdigit() and int(item) > 0 for item in items):
+        raise _fail(value, "Expected comma-separated positive integers, e.g. '1,8,32'.")
+    return tuple(int(item) for item in items)
+
+
+def backend_names() -> tuple[str, ...]:
+    """Registered backend names from detector.backends, or `FALLBACK_BACKENDS` until the registry exists."""
+    try:
+        from detector.backends import backend_names as registered  # noqa: PLC0415
+    except ImportError:
+        return FALLBACK_BACKENDS
+    return tuple(registered())
+
+
+def parse_backends(value: str) -> tuple[str, ...]:
+    """``"torch,onnxruntime"`` -> ``("torch", "onnxruntime")``; each must be a registered backend."""
+    known = backend_names()
+    items = _split(value)
+    if not items or any(item not in known for item in items):
+        raise _fail(value, f"Expected comma-separated backends from: {', '.join(known)}.")
+    return tuple(items)
+
+
+def parse_precisions(value: str) -> tuple[str, ...]:
+    """``"fp32,fp16"`` -> ``("fp32", "fp16")``; each one of `PRECISIONS` (case-insensitive)."""
+    items = _split(value.lower())
+    if not items or any(item not in PRECISIONS for item in items):
+        raise _fail(value, f"Expected comma-separated precisions from: {', '.join(PRECISIONS)}.")
+    return tuple(items)
+
+
+def parse_device(value: str) -> str:
+    """``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (case-insensitive) -> the same, lower-cased."""
+    device = value.strip().lower()
+    if not _DEVICE.fullmatch(device):
+        raise _fail(value, "Expected auto, cpu, cuda or cuda:N.")
+    return device
+
+
+def parse_positive_int(value: str) -> int:
+    """``"60"`` -> ``60``; a positive integer."""
+    if not value.strip().isdigit() or int(value) <= 0:
+        raise _fail(value, "Expected a positive integer.")
+    return int(value)
+
+
+def resolve_device(requested: str, cuda_device_count: int) -> tuple[str, str | None]:
+    """Turn a --perf-device value into the device tests run on, and why they cannot (or None).
+
+    "auto" is "cuda" when a CUDA device is visible, else "cpu". "cuda" / "cuda:N" stay as asked; without that
+    device the reason is "no CUDA device" (or "no CUDA device N (found K)"): GPU tests then skip, they do not fail.
+    """
+    if requested == "auto":
+        return ("cuda" if cuda_device_count > 0 else "cpu"), None
+    if requested == "cpu":
+        return "cpu", None
+    index = int(requested.partition(":")[2] or 0)
+    if cuda_device_count == 0:
+        return requested, "no CUDA device"
+    if index >= cuda_device_count:
+        return requested, f"no CUDA device {index} (found {cuda_device_count})"
+    return requested, None
+
+
+@dataclass(frozen=True)
+class PerfOptions:
+    """The perf suite's options as parsed (what the ``perf_options`` fixture returns).
+
+    ``device`` is the *requested* device ("auto" included); the ``perf_device`` fixture gives the resolved one.
+    ``frames`` is None unless --perf-frames was given; see `frames_for`.
+    """
+
+    backends: tuple[str, ...]
+    device: str
+    video: Path | None
+    batch_sizes: tuple[int, ...]
+    precisions: tuple[str, ...]
+    allow_machine_mismatch: bool
+    cache_dir: Path
+    frames: int | None
+    nsys: bool
+    nsys_path: str
+    profile: str
+
+    def frames_for(self, device: str) -> int:
+        """Synthetic-video length in frames for `device` ("cpu", "cuda", "cuda:N")."""
+        return self.frames or DEFAULT_FRAMES["cpu" if device == "cpu" else "cuda"]
+
+
+class PerfSession:
+    """Per-run state of the perf plugin: options, the resolved device and the machine fingerprint (both lazy)."""
+
+    def __init__(self, options: PerfOptions) -> None:
+        self.options = options
+
+    @classmethod
+    def from_config(cls, getoption: Any, rootdir: Path, invocation_dir: Path) -> PerfSession:
+        """Build from ``config.getoption``; relative paths are taken from the directory pytest was started in."""
+        video = getoption("perf_video")
+        cache_dir = getoption("perf_cache_dir")
+        return cls(
+            PerfOptions(
+                backends=getoption("perf_backends") or backend_names(),
+                device=getoption("perf_device"),
+                video=(invocation_dir / video).resolve() if video else None,
+                batch_sizes=getoption("perf_batch_sizes"),
+                precisions=getoption("perf_precisions"),
+                allow_machine_mismatch=getoption("perf_allow_machine_mismatch"),
+                cache_dir=(invocation_dir / cache_dir).resolve() if cache_dir else rootdir / ".perf-cache",
+                frames=getoption("perf_frames"),
+                nsys=getoption("perf_nsys"),
+                nsys_path=getoption("perf_nsys_path"),
+                profile=getoption("perf_profile"),
+            )
+        )
+
+    def usage_errors(self) -> Iterable[str]:
+        """Messages for option values that cannot work together or point at nothing."""
+        video = self.options.video
+        if video is not None and not video.is_file():
+            problem = "is a directory" if video.is_dir() else "no such file"
+            yield f"--perf-video: cannot open '{video}': {problem}"
+        if self.options.nsys and self.options.profile != "none":
+            yield (
+                f"--perf-nsys and --perf-profile={self.options.profile} cannot be combined: both profilers use "
+                "CUPTI and would distort each other; run them separately"
+            )
+
+    @functools.cached_property
+    def _device(self) -> tuple[str, str | None]:
+        from perf.machine import cuda_device_count  # noqa: PLC0415
+
+        requested = self.options.device
+        return resolve_device(requested, 0 if requested == "cpu" else cuda_device_count())
+
+    @property
+    def device(self) -> str:
+        """Resolved device: "cpu", "cuda" or "cuda:N" (imports torch on first use unless --perf-device cpu)."""
+        return self._device[0]
+
+    @property
+    def device_unavailable(self) -> str | None:
+        """Why `device` cannot be used ("no CUDA device"), or None."""
+        return self._device[1]
+
+    def skip_reason(self, markers: set[str]) -> str | None:
+        """Why a test marked with `markers` ("gpu", "trt") cannot run here, or None when it can."""
+        if self.device == "cpu":
+            found = "is cpu" if self.options.device == "cpu" else "auto found no CUDA device"
+            return f"needs a CUDA device; --perf-device {found}"
+        if self.device_unavailable is not None:
+            return self.device_unavailable
+        if "trt" in markers and not any(importlib.util.find_spec(m) for m in ("tensorrt", "tensorrt_rtx")):
+            return "tensorrt not installed"
+        return None
+
+    @functools.cached_property
+    def fingerprint(self) -> dict[str, Any]:
+        """``machine_info["perf"]``: `perf.machine.machine_fingerprint` of the GPU in use, plus ``device``: the
+        device type the run used ("cpu" or "cuda"; the index is ``gpu_index``)."""
+        from perf.machine import machine_fingerprint  # noqa: PLC0415
+
+        device_type, _, index = self.device.partition(":")
+        return {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}

@@ -1,0 +1,179 @@
+"""pytest plugin of the perf suite: options, markers, fixtures and the pytest-benchmark machine-info hooks.
+
+Registered by the root conftest.py (``pytest_plugins = ["perf.plugin"]``); state lives in a
+`perf.options.PerfSession` kept in ``config.stash``. Saved benchmark runs carry ``machine_info["perf"]``
+(`perf.machine.machine_fingerprint`), and ``--benchmark-compare`` refuses a saved run from another GPU, driver,
+CUDA or device unless ``--perf-allow-machine-mismatch`` is given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perf.machine import fingerprint_differences, mismatch_message
+from perf.options import (
+    DEFAULT_BATCH_SIZES,
+    DEFAULT_FRAMES,
+    DEFAULT_PRECISIONS,
+    PROFILERS,
+    PerfOptions,
+    PerfSession,
+    backend_names,
+    parse_backends,
+    parse_batch_sizes,
+    parse_device,
+    parse_positive_int,
+    parse_precisions,
+)
+
+PERF_SESSION = pytest.StashKey[PerfSession]()
+
+
+class MachineMismatchWarning(pytest.PytestWarning):
+    """--benchmark-compare against a run from another machine, allowed by --perf-allow-machine-mismatch."""
+
+
+MARKERS = {
+    "gpu": "needs a CUDA device; skipped when --perf-device resolves to cpu or the CUDA device is missing.",
+    "trt": "needs TensorRT (tensorrt or tensorrt_rtx) and a CUDA device; skipped otherwise.",
+    "nsys": "profiles under Nsight Systems; select with -m nsys (see --perf-nsys).",
+    "slow": "takes more than a few seconds; deselect with -m 'not slow'.",
+    "e2e": "end-to-end video pipeline: read -> preprocess -> infer -> postprocess -> write.",
+    "parity": "compares detections of a backend/precision with the torch fp32 reference.",
+}
+
+
+def _join(values: tuple[Any, ...]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perf", "perf suite (perf/)")
+    group.addoption(
+        "--perf-backends", metavar="NAMES", type=parse_backends, default=None,
+        help=f"Comma-separated backends to run. Default: all registered ({_join(backend_names())}).",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-device", metavar="DEVICE", type=parse_device, default="auto",
+        help="Device to run on: auto, cpu, cuda or cuda:N; GPU tests skip when the CUDA device is missing. "
+        "Default: auto (cuda if available, else cpu).",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-video", metavar="PATH", default=None,
+        help="Video for the end-to-end and parity tests instead of the synthetic one; must exist. "
+        "Default: the synthetic video.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-batch-sizes", metavar="SIZES", type=parse_batch_sizes, default=DEFAULT_BATCH_SIZES,
+        help=f"Comma-separated batch sizes for the inference benchmarks. Default: {_join(DEFAULT_BATCH_SIZES)}.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-precisions", metavar="NAMES", type=parse_precisions, default=DEFAULT_PRECISIONS,
+        help="Comma-separated precisions from fp32, fp16, int8; each runs only where the backend and device "
+        f"support it and skips elsewhere. Default: {_join(DEFAULT_PRECISIONS)}.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-allow-machine-mismatch", action="store_true", default=False,
+        help="With --benchmark-compare, accept a saved run recorded on another GPU, driver, CUDA version or "
+        "device (warn instead of failing). Default: False.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-cache-dir", metavar="DIR", default=None,
+        help="Directory for generated videos, exported models and engines (relative to the current directory). "
+        "Default: .perf-cache in the rootdir.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-frames", metavar="N", type=parse_positive_int, default=None,
+        help="Frames of the synthetic video for the end-to-end and parity tests. "
+        f"Default: {DEFAULT_FRAMES['cuda']} on CUDA, {DEFAULT_FRAMES['cpu']} on CPU.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-nsys", action="store_true", default=False,
+        help="Profile the nsys-marked tests under Nsight Systems. Default: False.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-nsys-path", "--nsys-path", dest="perf_nsys_path", metavar="PATH", default="nsys",
+        help="The nsys executable. Default: nsys (found on PATH).",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-profile", choices=PROFILERS, default="none",
+        help=f"Profiler around the benchmarks: {' or '.join(PROFILERS)}. Default: none.",
+    )  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, description in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")
+    session = PerfSession.from_config(config.getoption, config.rootpath, config.invocation_params.dir)
+    errors = list(session.usage_errors())
+    if errors:
+        raise pytest.UsageError("\n".join(errors))
+    config.stash[PERF_SESSION] = session
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    options = config.stash[PERF_SESSION].options
+    return (
+        f"perf: device={options.device} backends={_join(options.backends)} "
+        f"batch-sizes={_join(options.batch_sizes)} precisions={_join(options.precisions)} "
+        f"cache-dir={options.cache_dir}"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    markers = {mark.name for mark in item.iter_markers()} & {"gpu", "trt"}
+    if markers:
+        reason = item.config.stash[PERF_SESSION].skip_reason(markers)
+        if reason is not None:
+            pytest.skip(reason)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    machine_info["perf"] = config.stash[PERF_SESSION].fingerprint
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_compare_machine_info(
+    config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any], compared_benchmark: dict[str, Any]
+) -> None:
+    """Refuse (pytest.UsageError) to compare with a run from another GPU/driver/CUDA/device, unless allowed."""
+    differences = fingerprint_differences(compared_benchmark["machine_info"].get("perf"), machine_info["perf"])
+    if not differences:
+        return
+    allowed = config.stash[PERF_SESSION].options.allow_machine_mismatch
+    message = mismatch_message(differences, compared_benchmark, str(benchmarksession.storage), allowed=allowed)
+    if not allowed:
+        raise pytest.UsageError(message)
+    config.issue_config_time_warning(MachineMismatchWarning(message), stacklevel=2)
+
+
+@pytest.fixture(scope="session")
+def perf_options(pytestconfig: pytest.Config) -> PerfOptions:
+    """The perf options as parsed (device as requested: see perf_device)."""
+    return pytestconfig.stash[PERF_SESSION].options
+
+
+@pytest.fixture(scope="session")
+def perf_device(pytestconfig: pytest.Config) -> str:
+    """Resolved device ("cpu", "cuda", "cuda:N"); skips the test when the requested CUDA device is missing."""
+    session = pytestconfig.stash[PERF_SESSION]
+    if session.device_unavailable is not None:
+        pytest.skip(session.device_unavailable)
+    return session.device
+
+
+@pytest.fixture(scope="session")
+def perf_frames(perf_options: PerfOptions, perf_device: str) -> int:
+    """Frames of the synthetic video: --perf-frames, else 300 on CUDA and 60 on CPU."""
+    return perf_options.frames_for(perf_device)
+
+
+@pytest.fixture(scope="session")
+def perf_cache_dir(perf_options: PerfOptions) -> Path:
+    """--perf-cache-dir (default <rootdir>/.perf-cache), created; shared by xdist workers."""
+    perf_options.cache_dir.mkdir(parents=True, exist_ok=True)
+    return perf_options.cache_dir

@@ -1,0 +1,225 @@
+"""GPU telemetry during a benchmark: a background thread samples NVML (nvidia-ml-py's ``pynvml``) and reports
+min/mean/max of utilisation, SM clock, memory used, temperature and power, and whether the clocks were throttled.
+
+    with NvmlSampler(device_index=0, interval_s=0.05) as sampler:
+        run_the_benchmark()
+    benchmark.extra_info["gpu"] = sampler.summary()   # {"gpu_util_pct_mean": ..., "throttled": False, ...}
+
+Without NVML or a GPU the sampler is a no-op and ``summary()`` says why (``{"available": False, "reason": ...}``).
+``pynvml`` is imported lazily. ``read=`` replaces the NVML reader (a zero-argument callable returning a `Sample`),
+which is how the threading is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: Sample fields summarized, with their units in the names.
+METRICS = ("gpu_util_pct", "sm_clock_mhz", "mem_used_mib", "temperature_c", "power_w")
+#: An SM clock this far below the highest seen in the run (fraction) counts as throttling.
+CLOCK_DROP = 0.10
+#: NVML clock event / throttle reason bits (nvmlClocksEventReason*; the older *ThrottleReason* values are the same).
+REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+#: Reasons that do not mean throttling: an idle GPU and clocks pinned by the user.
+BENIGN_REASONS = 0x1 | 0x2 | 0x100
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One NVML reading; None where the device does not report a value. ``t_s`` is ``time.monotonic()``."""
+
+    t_s: float
+    gpu_util_pct: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_used_mib: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    reasons: int | None = None  # clock event / throttle reason bitmask
+
+
+def reason_names(mask: int) -> list[str]:
+    """Names of the bits set in an NVML clock-reason ``mask`` (unknown bits as hex)."""
+    names = [name for bit, name in REASONS.items() if mask & bit]
+    unknown = mask & ~sum(REASONS)
+    return names + ([f"0x{unknown:x}"] if unknown else [])
+
+
+def summarize_samples(samples: Sequence[Sample]) -> dict[str, float | int]:
+    """``{"samples": n, "<metric>_min"/"_mean"/"_max": ...}`` over the samples that report each metric."""
+    out: dict[str, float | int] = {"samples": len(samples)}
+    for metric in METRICS:
+        values = [v for v in (getattr(s, metric) for s in samples) if v is not None]
+        if values:
+            out[f"{metric}_min"] = min(values)
+            out[f"{metric}_mean"] = sum(values) / len(values)
+            out[f"{metric}_max"] = max(values)
+    return out
+
+
+def detect_throttle(samples: Sequence[Sample], clock_drop: float = CLOCK_DROP) -> tuple[bool, list[str]]:
+    """(throttled, reasons): the SM clock fell more than ``clock_drop`` below the run's highest while the GPU was
+    not idle, or NVML reported a clock reason other than idle / application clocks / display clock."""
+    reasons: list[str] = []
+    busy = [s.sm_clock_mhz for s in samples if s.sm_clock_mhz is not None and not (s.reasons or 0) & 0x1]
+    if busy and max(busy) > 0:
+        top, low = max(busy), min(busy)
+        if low < (1.0 - clock_drop) * top:
+            reasons.append(f"sm_clock_dropped {top:.0f}->{low:.0f} MHz ({100 * (top - low) / top:.0f} %)")
+    seen = 0
+    for s in samples:
+        seen |= (s.reasons or 0) & ~BENIGN_REASONS
+    reasons += reason_names(seen)
+    return bool(reasons), reasons
+
+
+def _nvml() -> Any:
+    import pynvml  # from nvidia-ml-py
+
+    return pynvml
+
+
+def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], Sample]:
+    """A reader of one `Sample` from an NVML device handle; a value the device does not support reads as None."""
+    reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+
+    def get(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except nvml.NVMLError:
+            return None
+
+    def read() -> Sample:
+        util = get(lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+        mem = get(lambda: nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20)
+        power = get(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1e3)
+        return Sample(
+            t_s=time.monotonic(),
+            gpu_util_pct=util,
+            sm_clock_mhz=get(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+            mem_used_mib=mem,
+            temperature_c=get(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+            power_w=power,
+            reasons=get(lambda: reasons_fn(handle)) if reasons_fn else None,
+        )
+
+    return read
+
+
+class NvmlSampler:
+    """Context manager sampling GPU ``device_index`` every ``interval_s`` seconds on a background thread.
+
+    One sample is taken on entry and one on exit, so even a short block has two. ``summary()`` gives min/mean/max
+    per metric, the sample count, ``throttled`` and ``throttle_reasons``; ``samples`` holds the raw readings.
+    """
+
+    def __init__(self, device_index: int = 0, interval_s: float = 0.05, *, read: Callable[[], Sample] | None = None):
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        self.device_index = device_index
+        self.interval_s = interval_s
+        self.samples: list[Sample] = []
+        self.unavailable_reason: str | None = None
+        self.read_errors = 0
+        self._read = read
+        self._nvml: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def available(device_index: int = 0) -> tuple[bool, str | None]:
+        """(True, None) if NVML can read GPU ``device_index`` here, else (False, why)."""
+        try:
+            nvml = _nvml()
+        except ImportError as e:
+            return False, f"pynvml not importable (install nvidia-ml-py): {e}"
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as e:
+            return False, f"NVML unavailable: {e}"
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        finally:
+            nvml.nvmlShutdown()
+        if device_index >= count:
+            return False, f"no GPU {device_index} (NVML sees {count})"
+        return True, None
+
+    def __enter__(self) -> NvmlSampler:
+        self.samples, self.read_errors, self._stop = [], 0, threading.Event()
+        if self._read is None:
+            ok, reason = self.available(self.device_index)
+            if not ok:
+                self.unavailable_reason = reason
+                log.info("GPU telemetry off: %s", reason)
+                return self
+            self._nvml = _nvml()
+            self._nvml.nvmlInit()
+            handle = self._nvml.nvmlDeviceGetHandleByIndex(self.device_index)
+            self._read = _nvml_reader(self._nvml, handle)
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self._sample()
+        if self._nvml is not None:
+            self._nvml.nvmlShutdown()
+            self._nvml, self._read = None, None
+
+    def _sample(self) -> None:
+        try:
+            self.samples.append(self._read())
+        except Exception as e:  # noqa: BLE001  (a failing reader must not kill the benchmark)
+            self.read_errors += 1
+            if self.read_errors == 1:
+                log.warning("GPU telemetry read failed: %s", e)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    @property
+    def throttled(self) -> bool:
+        """True when `detect_throttle` flags the samples taken so far."""
+        return detect_throttle(self.samples)[0]
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why the run counts as throttled (empty when it does not)."""
+        return detect_throttle(self.samples)[1]
+
+    def summary(self) -> dict[str, Any]:
+        """Flat dict for ``benchmark.extra_info``: ``available``, metric min/mean/max, ``samples``, ``throttled``,
+        ``throttle_reasons``; or ``{"available": False, "reason": ...}`` without NVML."""
+        if self.unavailable_reason is not None:
+            return {"available": False, "reason": self.unavailable_reason}
+        throttled, reasons = detect_throttle(self.samples)
+        out: dict[str, Any] = {"available": True, **summarize_samples(self.samples)}
+        out.update(throttled=throttled, throttle_reasons=reasons, interval_s=self.interval_s)
+        if self.read_errors:
+            out["read_errors"] = self.read_errors
+        return out

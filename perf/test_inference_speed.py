@@ -1,0 +1,96 @@
+"""Inference benchmarks: every available backend x precision x batch size, timed on the GPU with CUDA events.
+
+The benchmarked call is the runner's ``infer`` on a batch that already sits on the device, with the output left
+there: GPU time of the model alone, as pytest-benchmark's statistics (so ``--benchmark-compare`` compares GPU
+time). Beside it, in ``extra_info``: images/s, p50/p90/p95/p99, the host wall time of the same call with
+synchronisation, and -- from a separate loop with host input and output -- host-to-device, compute,
+device-to-host and enqueue (launch) times. On a CPU run the clock is ``time.perf_counter``.
+Benchmarks record; they never assert a time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import pytest
+
+from perf.cases import Case, make_cases
+from perf.clock import SUITE_CLOCK
+
+pytestmark = pytest.mark.benchmark(group="inference", timer=SUITE_CLOCK, warmup=False)
+
+#: Untimed calls before measuring (cuDNN autotuning, CUDA graph capture, lazy allocations), per device type.
+WARMUP_CALLS = {"cuda": 20, "cpu": 1}
+#: Calls of the side loops that measure per-stage times and synchronised host time, per device type.
+SIDE_LOOP_CALLS = {"cuda": 100, "cpu": 2}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "case" in metafunc.fixturenames:
+        from perf.plugin import PERF_SESSION
+
+        session = metafunc.config.stash[PERF_SESSION]
+        o = session.options
+        metafunc.parametrize("case", make_cases(o.backends, o.precisions, o.batch_sizes, session.device,
+                                                nsys_first=True))
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_frames: Any, measured_region: Any,
+                         perf_report: Any) -> None:
+    import torch
+
+    runner = runner_pool.get(case.backend, case.precision, **case.options)
+    if runner.max_batch_size is not None and case.batch > runner.max_batch_size:
+        pytest.skip(f"batch {case.batch} exceeds the runner's maximum batch {runner.max_batch_size}")
+    host_batch = input_frames(case.batch)
+    on_gpu = runner.stream is not None
+    x = torch.from_numpy(host_batch).to(runner.torch_device) if on_gpu else host_batch
+    device_type = "cuda" if on_gpu else "cpu"
+
+    for _ in range(WARMUP_CALLS[device_type]):
+        runner.infer(x, to_host=not on_gpu)
+    if on_gpu:
+        runner.stream.synchronize()
+
+    benchmark.extra_info.update({"backend": case.backend, "variant": case.variant, "precision": case.precision,
+                                 "batch": case.batch, "device": runner.device, "clock": SUITE_CLOCK.kind})
+    with measured_region(f"inference[{case.id}]", runner, benchmark.extra_info):
+        benchmark(runner.infer, x, to_host=not on_gpu)
+
+    # Host wall time of the same call, synchronised, beside the GPU clock's reading.
+    host_ms = []
+    for _ in range(SIDE_LOOP_CALLS[device_type]):
+        start = time.perf_counter()
+        runner.infer(x, to_host=not on_gpu)
+        if on_gpu:
+            runner.stream.synchronize()
+        host_ms.append((time.perf_counter() - start) * 1e3)
+    # Per-stage times with the input and output on the host (what a pipeline pays).
+    timings = []
+    for _ in range(SIDE_LOOP_CALLS[device_type]):
+        runner.infer(host_batch)
+        timings.append(runner.last_timing)
+    stages = {f"{name}_ms": _median([getattr(t, name + "_ms") for t in timings])
+              for name in ("h2d", "compute", "d2h", "enqueue", "total")}
+
+    info: dict[str, Any] = {"host_sync_median_ms": statistics.median(host_ms), **stages}
+    stats = benchmark.stats.stats if benchmark.stats is not None else None
+    if stats is not None and stats.data:
+        from detector.timing import summarize_ms
+
+        samples_ms = [s * 1e3 for s in stats.data]
+        info.update(summarize_ms(samples_ms))
+        info["images_per_s"] = case.batch / (stats.median)
+        perf_report.add("Inference", {
+            "case": case.label, "batch": case.batch, "median ms": stats.median * 1e3, "p99 ms": info["p99_ms"],
+            "images/s": info["images_per_s"], "h2d ms": stages["h2d_ms"], "compute ms": stages["compute_ms"],
+            "d2h ms": stages["d2h_ms"], "enqueue ms": stages["enqueue_ms"], "host ms (sync)": info["host_sync_median_ms"],
+        })  # fmt: skip
+    benchmark.extra_info.update(info)

@@ -1,0 +1,359 @@
+"""The runner contract, run over every backend configuration this machine offers, plus the registry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from detector.backends import (
+    RUNNERS,
+    availability,
+    available_backends,
+    backend_names,
+    create_runner,
+    runner_class,
+)
+from detector.backends.base import InferTiming, Runner
+from detector.errors import BackendError, BackendUnavailable, ModelFileError
+from detector.model import default_cfg_path
+from detector.spec import ModelSpec
+
+SIZE = 128  # the packaged cfg at 128x128: same layers, ~10x less compute than 416
+no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+# (backend, device, precision, options): one contract, many configurations.
+CONFIGS = [
+    pytest.param(("torch", "cpu", "fp32", {}), id="torch-cpu"),
+    pytest.param(("torch", "cpu", "fp32", {"channels_last": True}), id="torch-cpu-channels_last"),
+    pytest.param(("torch", "cpu", "fp32", {"fuse_bn": True}), id="torch-cpu-fuse_bn"),
+    pytest.param(("onnxruntime", "cpu", "fp32", {}), id="onnxruntime-cpu"),
+    pytest.param(("torch", "cuda", "fp32", {}), id="torch-cuda", marks=no_cuda),
+    pytest.param(("torch", "cuda", "fp16", {"channels_last": True}), id="torch-cuda-fp16", marks=no_cuda),
+    pytest.param(("torch", "cuda", "fp32", {"cuda_graph": True}), id="torch-cuda-graph", marks=no_cuda),
+    pytest.param(("onnxruntime", "cuda", "fp32", {}), id="onnxruntime-cuda", marks=no_cuda),
+]
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
+    """A spec whose ONNX export is shared by every test module of the session (same cfg bytes, same cache)."""
+    base = tmp_path_factory.getbasetemp()
+    cfg = base / f"tiny{SIZE}.cfg"
+    if not cfg.exists():
+        text = default_cfg_path().read_text(encoding="utf-8")
+        cfg.write_text(text.replace("width=416", f"width={SIZE}").replace("height=416", f"height={SIZE}"),
+                       encoding="utf-8")
+    return ModelSpec(cfg, seed=0, cache_dir=base / "detector-cache")
+
+
+@pytest.fixture(scope="module")
+def batch() -> np.ndarray:
+    return np.random.default_rng(0).random((2, 3, SIZE, SIZE), dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def reference(spec: ModelSpec, batch: np.ndarray) -> np.ndarray:
+    """decoded of the plain fp32 torch model on ``batch``."""
+    with torch.no_grad():
+        return spec.load_torch()(torch.from_numpy(batch)).numpy()
+
+
+def _make(request: pytest.FixtureRequest, spec: ModelSpec) -> Runner:
+    name, device, precision, options = request.param
+    reason = availability(name, device, precision)
+    if reason is not None:
+        pytest.skip(reason)
+    return create_runner(name, spec, device=device, precision=precision, **options)
+
+
+@pytest.fixture(params=CONFIGS)
+def runner(request: pytest.FixtureRequest, spec: ModelSpec) -> Iterator[Runner]:
+    """A fresh, inactive runner (for lifecycle tests)."""
+    r = _make(request, spec)
+    yield r
+    r.deactivate()
+
+
+@pytest.fixture(params=CONFIGS, scope="module")
+def active(request: pytest.FixtureRequest, spec: ModelSpec) -> Iterator[Runner]:
+    """One active runner per configuration, shared by the tests that only call infer()."""
+    with _make(request, spec) as r:
+        yield r
+
+
+def assert_decoded_close(got: np.ndarray, want: np.ndarray, precision: str) -> None:
+    """Scores within an absolute tolerance; boxes (pixels, up to ~1e3 with random weights) within a
+    tolerance relative to the largest coordinate. fp32: 1e-4 and 2e-5 (measured ~1e-6 and ~5e-6)."""
+    score_atol, box_rtol = (1e-4, 2e-5) if precision == "fp32" else (2e-2, 1e-2)
+    assert got.shape == want.shape
+    assert np.abs(got[..., 4:] - want[..., 4:]).max() <= score_atol
+    scale = max(1.0, float(np.abs(want[..., :4]).max()))
+    assert np.abs(got[..., :4] - want[..., :4]).max() <= box_rtol * scale
+
+
+# -- the contract, for every configuration ------------------------------------------------------------
+def test_infer_returns_float32_decoded_on_the_host(active: Runner, spec: ModelSpec, batch: np.ndarray) -> None:
+    out = active.infer(batch)
+    n = 3 * ((SIZE // 32) ** 2 + (SIZE // 16) ** 2)
+    assert isinstance(out, torch.Tensor)
+    assert out.shape == (2, n, 4 + spec.num_classes)
+    assert out.dtype == torch.float32 and out.device.type == "cpu"
+
+
+def test_output_matches_the_torch_model(active: Runner, batch: np.ndarray, reference: np.ndarray) -> None:
+    assert_decoded_close(active.infer(batch).numpy(), reference, active.precision)
+
+
+def test_repeated_calls_give_equal_and_independent_results(active: Runner, batch: np.ndarray) -> None:
+    first = active.infer(batch)
+    kept = first.clone()
+    second = active.infer(batch[::-1].copy())
+    third = active.infer(batch)
+    assert torch.equal(first, kept), "a later call changed an earlier result"
+    assert torch.allclose(first, third, rtol=1e-5, atol=1e-4)
+    assert torch.allclose(second[0], first[1], rtol=1e-5, atol=1e-4)
+
+
+def test_batch_sizes_one_and_three_work(active: Runner, batch: np.ndarray, reference: np.ndarray) -> None:
+    one = active.infer(batch[:1]).numpy()
+    three = active.infer(np.concatenate([batch, batch[:1]])).numpy()
+    assert_decoded_close(one, reference[:1], active.precision)
+    assert_decoded_close(three, np.concatenate([reference, reference[:1]]), active.precision)
+
+
+def test_accepts_numpy_and_torch_and_float64_input(active: Runner, batch: np.ndarray) -> None:
+    from_numpy = active.infer(batch)
+    from_tensor = active.infer(torch.from_numpy(batch))
+    from_float64 = active.infer(batch.astype(np.float64))
+    assert torch.allclose(from_numpy, from_tensor, rtol=1e-5, atol=1e-4)
+    assert torch.allclose(from_numpy, from_float64, rtol=1e-5, atol=1e-4)
+
+
+def test_context_manager_activates_and_deactivates(runner: Runner) -> None:
+    assert not runner.is_active
+    with runner as active:
+        assert active is runner and runner.is_active
+    assert not runner.is_active
+
+
+def test_activate_and_deactivate_are_idempotent_and_reactivation_works(runner: Runner, batch: np.ndarray) -> None:
+    runner.deactivate()
+    runner.activate()
+    runner.activate()
+    first = runner.infer(batch)
+    runner.deactivate()
+    runner.deactivate()
+    runner.activate()
+    assert torch.allclose(runner.infer(batch), first, rtol=1e-5, atol=1e-4)
+    runner.deactivate()
+
+
+def test_infer_before_activate_raises_and_says_what_to_do(runner: Runner, batch: np.ndarray) -> None:
+    with pytest.raises(BackendError, match=r"not active: call activate\(\)"):
+        runner.infer(batch)
+
+
+def test_infer_after_deactivate_raises(runner: Runner, batch: np.ndarray) -> None:
+    with runner:
+        runner.infer(batch[:1])
+    with pytest.raises(BackendError, match="not active"):
+        runner.infer(batch[:1])
+
+
+@pytest.mark.parametrize(
+    ("shape", "got"),
+    [((1, 3, 64, 64), r"\[1, 3, 64, 64\]"), ((3, SIZE, SIZE), r"\[3, 128, 128\]"), ((1, 4, SIZE, SIZE), r"\[1, 4,"),
+     ((0, 3, SIZE, SIZE), r"\[0, 3,")],
+)
+def test_bad_input_shape_names_expected_and_got(active: Runner, shape: tuple[int, ...], got: str) -> None:
+    with pytest.raises(BackendError, match=rf"has shape {got}.*expected \[B, 3, {SIZE}, {SIZE}\] with B >= 1"):
+        active.infer(np.zeros(shape, dtype=np.float32))
+
+
+def test_integer_or_non_array_input_is_rejected(active: Runner, batch: np.ndarray) -> None:
+    with pytest.raises(BackendError, match="dtype uint8; expected float32"):
+        active.infer((batch * 255).astype(np.uint8))
+    with pytest.raises(BackendError, match="is a list"):
+        active.infer(batch.tolist())
+
+
+def test_batch_above_max_batch_size_is_rejected(active: Runner, batch: np.ndarray,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(active, "max_batch_size", 1)
+    with pytest.raises(BackendError, match="batch size 2 exceeds this runner's maximum 1"):
+        active.infer(batch)
+
+
+def test_last_timing_is_filled_by_infer(runner: Runner, batch: np.ndarray) -> None:
+    assert runner.last_timing is None
+    with runner:
+        runner.infer(batch)
+        timing = runner.last_timing
+    assert isinstance(timing, InferTiming)
+    assert timing.compute_ms is not None and timing.compute_ms > 0
+    assert timing.enqueue_ms is not None and timing.enqueue_ms > 0
+    assert timing.total_ms >= timing.enqueue_ms
+    gpu_copies = runner.device_type == "cuda" and runner.device_io
+    assert (timing.h2d_ms is not None) == gpu_copies
+    assert (timing.d2h_ms is not None) == gpu_copies
+
+
+def test_warmup_runs_the_model(active: Runner) -> None:
+    active.warmup(batch_size=1, iterations=2)
+    assert active.last_timing is not None
+
+
+# -- configuration errors -------------------------------------------------------------------------------
+def test_unknown_backend_lists_the_known_ones(spec: ModelSpec) -> None:
+    with pytest.raises(BackendError, match="unknown backend 'torhc'; known backends: torch, onnxruntime, tensorrt"):
+        create_runner("torhc", spec)
+
+
+@pytest.mark.parametrize("name", ["torch", "onnxruntime"])
+def test_unknown_precision_lists_the_allowed_ones(spec: ModelSpec, name: str) -> None:
+    allowed = ", ".join(runner_class(name).precisions)
+    with pytest.raises(BackendError, match=f"unknown precision 'fp64'; allowed: {allowed}"):
+        create_runner(name, spec, precision="fp64")
+
+
+def test_precision_a_runner_lacks_is_named_unsupported(spec: ModelSpec) -> None:
+    with pytest.raises(BackendError, match="unsupported precision 'int8'; allowed: fp32, fp16"):
+        create_runner("torch", spec, precision="int8")
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "cpu:0"])
+def test_unknown_device_lists_the_allowed_ones(spec: ModelSpec, device: str) -> None:
+    with pytest.raises(BackendError, match=r"unknown device .*; allowed: cpu, cuda \(or cuda:N\)"):
+        create_runner("torch", spec, device=device)
+
+
+def test_unknown_option_lists_the_allowed_ones(spec: ModelSpec) -> None:
+    with pytest.raises(BackendError, match="unknown option 'chanels_last'; allowed: channels_last, compile, "):
+        create_runner("torch", spec, chanels_last=True)
+
+
+def test_cuda_graph_on_cpu_is_a_configuration_error(spec: ModelSpec) -> None:
+    with pytest.raises(BackendError, match="cuda_graph needs a CUDA device"):
+        create_runner("torch", spec, cuda_graph=True)
+
+
+def test_fp16_on_cpu_is_unavailable_with_a_reason(spec: ModelSpec) -> None:
+    runner = create_runner("torch", spec, precision="fp16")
+    with pytest.raises(BackendUnavailable, match="fp16 needs a CUDA device"):
+        runner.activate()
+    assert not runner.is_active
+
+
+def test_onnxruntime_model_path_of_random_bytes_raises_model_file_error(spec: ModelSpec, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(np.random.default_rng(0).bytes(1024))
+    runner = create_runner("onnxruntime", spec, model_path=bad)
+    with pytest.raises(ModelFileError, match=r"bad\.onnx"):
+        runner.activate()
+    assert not runner.is_active
+
+
+def test_onnxruntime_rejects_a_negative_thread_count(spec: ModelSpec) -> None:
+    with pytest.raises(BackendError, match="intra_op_threads must be an integer >= 0; got -1"):
+        create_runner("onnxruntime", spec, intra_op_threads=-1)
+
+
+# -- registry -----------------------------------------------------------------------------------------
+def test_registry_names_the_three_backends() -> None:
+    assert backend_names()[:3] == ["torch", "onnxruntime", "tensorrt"]
+
+
+def test_backend_whose_module_is_missing_is_unavailable_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(RUNNERS, "ghost", "detector.backends.ghost_runner:GhostRunner")
+    with pytest.raises(BackendUnavailable, match="backend 'ghost' is unavailable: .*ghost_runner"):
+        runner_class("ghost")
+    assert "ghost_runner" in (availability("ghost", "cpu") or "")
+
+
+def test_available_backends_on_the_cpu() -> None:
+    found = available_backends("cpu")
+    assert found["torch"] is None and found["onnxruntime"] is None
+    assert set(found) == set(backend_names())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_available_backends_without_cuda_gives_reasons() -> None:
+    found = available_backends("cuda")
+    assert found["torch"] == "no CUDA device"
+    assert found["onnxruntime"] in ("no CUDA device", "onnxruntime CUDA provider not installed (onnxruntime-gpu)")
+
+
+def test_importing_the_registry_imports_no_heavy_module() -> None:
+    code = ("import sys, detector.backends, detector.backends.base, detector.spec, detector.export; "
+            "detector.backends.runner_class('torch'); detector.backends.runner_class('onnxruntime'); "
+            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'tensorrt') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+# -- CUDA only --------------------------------------------------------------------------------------------
+def _cuda_runner(spec: ModelSpec, **options: Any) -> Runner:
+    reason = availability("torch", "cuda")
+    if reason is not None:
+        pytest.skip(reason)
+    return create_runner("torch", spec, device="cuda", **options)
+
+
+@no_cuda
+def test_cuda_to_host_false_returns_a_device_tensor_and_timing_resolves_later(
+    spec: ModelSpec, batch: np.ndarray, reference: np.ndarray
+) -> None:
+    with _cuda_runner(spec) as runner:
+        out = runner.infer(batch, to_host=False)
+        assert out.device.type == "cuda" and out.dtype == torch.float32
+        timing = runner.last_timing
+        assert timing is not None and timing.h2d_ms is not None and timing.d2h_ms is None
+        assert timing.compute_ms is not None and timing.compute_ms > 0
+        assert_decoded_close(out.cpu().numpy(), reference, "fp32")
+
+
+@no_cuda
+def test_cuda_device_input_skips_the_host_copy(spec: ModelSpec, batch: np.ndarray, reference: np.ndarray) -> None:
+    with _cuda_runner(spec) as runner:
+        out = runner.infer(torch.from_numpy(batch).cuda())
+        timing = runner.last_timing
+    assert timing is not None and timing.h2d_ms is None and timing.d2h_ms is not None
+    assert_decoded_close(out.numpy(), reference, "fp32")
+
+
+@no_cuda
+def test_cuda_graph_captures_once_per_batch_size(spec: ModelSpec, batch: np.ndarray, reference: np.ndarray) -> None:
+    with _cuda_runner(spec, cuda_graph=True) as runner:
+        for _ in range(2):
+            assert_decoded_close(runner.infer(batch).numpy(), reference, "fp32")
+            assert_decoded_close(runner.infer(batch[:1]).numpy(), reference[:1], "fp32")
+        assert sorted(runner._graphs) == [1, 2]
+
+
+@no_cuda
+def test_cuda_deactivate_releases_device_memory(spec: ModelSpec, batch: np.ndarray) -> None:
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    runner = _cuda_runner(spec, cuda_graph=True)
+    with runner:
+        runner.infer(batch)
+        assert torch.cuda.memory_allocated() > before
+    assert torch.cuda.memory_allocated() <= before
+
+
+@no_cuda
+def test_cuda_fp32_is_ieee_unless_tf32_is_asked_for_and_the_global_flag_is_restored(
+    spec: ModelSpec, batch: np.ndarray, reference: np.ndarray
+) -> None:
+    before = torch.backends.cudnn.allow_tf32
+    with _cuda_runner(spec) as ieee, _cuda_runner(spec, tf32=True) as tf32:
+        assert_decoded_close(ieee.infer(batch).numpy(), reference, "fp32")
+        assert_decoded_close(tf32.infer(batch).numpy(), reference, "fp16")  # TF32: ~1e-3 on scores
+    assert torch.backends.cudnn.allow_tf32 == before

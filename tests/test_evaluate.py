@@ -1,0 +1,138 @@
+"""detector.evaluate: COCO mAP through pycocotools, on real ground-truth files."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from detector.errors import DetectorError
+from detector.evaluate import EvalResult, evaluate_coco
+from detector.postprocess import Detections
+
+CATEGORIES = [{"id": 1, "name": "person"}, {"id": 2, "name": "vehicle"}]
+
+
+def make_gt(n_images: int = 6, seed: int = 0) -> dict:
+    """A small COCO ground truth: 960x540 frames, image id = frame + 1, 1-3 boxes of each class per frame."""
+    rng = np.random.default_rng(seed)
+    images = [{"id": i + 1, "width": 960, "height": 540, "file_name": f"frame{i}"} for i in range(n_images)]
+    annotations = []
+    for img in images:
+        for cat in (1, 2):
+            for _ in range(rng.integers(1, 4)):
+                x, y = rng.uniform(0, 700), rng.uniform(0, 350)
+                w, h = rng.uniform(20, 200), rng.uniform(20, 150)
+                annotations.append({"id": len(annotations) + 1, "image_id": img["id"], "category_id": cat,
+                                    "bbox": [x, y, w, h], "area": w * h, "iscrowd": 0})
+    return {"images": images, "annotations": annotations, "categories": CATEGORIES}
+
+
+def write_gt(tmp_path: Path, gt: dict) -> Path:
+    path = tmp_path / "gt.json"
+    path.write_text(json.dumps(gt))
+    return path
+
+
+def detections_from_gt(gt: dict, shift: float = 0.0) -> dict[int, Detections]:
+    out: dict[int, list] = {img["id"]: [] for img in gt["images"]}
+    for ann in gt["annotations"]:
+        x, y, w, h = ann["bbox"]
+        out[ann["image_id"]].append(([x + shift, y, x + w + shift, y + h], 0.9, ann["category_id"] - 1))
+    return {i: Detections([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]) for i, rows in out.items()}
+
+
+def test_perfect_detections_score_one(tmp_path: Path) -> None:
+    gt = make_gt()
+    result = evaluate_coco(write_gt(tmp_path, gt), detections_from_gt(gt))
+    assert isinstance(result, EvalResult)
+    assert result.map50 == pytest.approx(1.0) and result.map50_95 == pytest.approx(1.0)
+    assert list(result.per_class) == ["person", "vehicle"]
+    assert all(c.ap50 == pytest.approx(1.0) and c.ap50_95 == pytest.approx(1.0) for c in result.per_class.values())
+    assert result.num_images == 6 and result.num_detections == len(gt["annotations"])
+    assert sum(c.num_gt for c in result.per_class.values()) == len(gt["annotations"])
+
+
+def test_badly_shifted_detections_score_about_zero(tmp_path: Path) -> None:
+    gt = make_gt()
+    result = evaluate_coco(write_gt(tmp_path, gt), detections_from_gt(gt, shift=250.0))
+    assert result.map50 < 0.05 and result.map50_95 < 0.05
+
+
+def test_wrong_class_scores_zero_and_no_detections_score_zero(tmp_path: Path) -> None:
+    gt = make_gt()
+    path = write_gt(tmp_path, gt)
+    swapped = {i: Detections(d.boxes, d.scores, 1 - d.classes) for i, d in detections_from_gt(gt).items()}
+    assert evaluate_coco(path, swapped).map50 == pytest.approx(0.0)
+    empty = evaluate_coco(path, {})
+    assert empty.map50 == 0.0 and empty.num_detections == 0
+
+
+def test_half_the_boxes_found_gives_coco_interpolated_ap(tmp_path: Path) -> None:
+    gt = {"images": [{"id": 1, "width": 100, "height": 100}], "categories": CATEGORIES[:1],
+          "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10]},
+                          {"id": 2, "image_id": 1, "category_id": 1, "bbox": [50, 50, 10, 10]}]}
+    result = evaluate_coco(write_gt(tmp_path, gt), {1: Detections([[0, 0, 10, 10]], [0.9], [0])})
+    # recall reaches 0.5 at precision 1: 51 of COCO's 101 recall points
+    assert result.map50 == pytest.approx(51 / 101)
+
+
+def test_frames_without_detections_and_classes_without_ground_truth(tmp_path: Path) -> None:
+    gt = make_gt()
+    gt["categories"] = CATEGORIES + [{"id": 3, "name": "bicycle"}]
+    dets = detections_from_gt(gt)
+    del dets[1], dets[2]  # two frames with no entry: their boxes count as missed
+    result = evaluate_coco(write_gt(tmp_path, gt), dets)
+    assert 0.3 < result.map50 < 1.0
+    assert math.isnan(result.per_class["bicycle"].ap50) and result.per_class["bicycle"].num_gt == 0
+    person, vehicle = result.per_class["person"], result.per_class["vehicle"]
+    assert result.map50 == pytest.approx((person.ap50 + vehicle.ap50) / 2)  # NaN class left out of the mean
+
+
+def test_names_override_category_names_and_table_lists_every_class(tmp_path: Path) -> None:
+    gt = make_gt()
+    result = evaluate_coco(write_gt(tmp_path, gt), detections_from_gt(gt), names=["pedestrian", "car"])
+    assert list(result.per_class) == ["pedestrian", "car"]
+    lines = result.table().splitlines()
+    assert lines[0].split("|")[0].strip() == "class" and "AP@0.5:0.95" in lines[0]
+    assert [ln.split("|")[0].strip() for ln in lines[2:]] == ["pedestrian", "car", "all"]
+    assert "1.000" in lines[-1]
+    assert json.loads(json.dumps(result.to_dict()))["per_class"]["car"]["AP@0.5"] == pytest.approx(1.0)
+
+
+def test_missing_ground_truth_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(DetectorError, match="nope.json.*no such file"):
+        evaluate_coco(tmp_path / "nope.json", {})
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ('{"images": [', "not valid JSON at line 1"),
+        ("[1, 2]", "expected a COCO json object"),
+        ('{"images": [], "annotations": []}', "missing list 'categories'"),
+        (json.dumps({"images": [{"id": 1}], "categories": CATEGORIES,
+                     "annotations": [{"image_id": 1, "category_id": 1, "bbox": [1, 2]}]}), "annotation 0"),
+        (json.dumps({"images": [{"id": 1}], "categories": CATEGORIES,
+                     "annotations": [{"image_id": 7, "category_id": 1, "bbox": [1, 2, 3, 4]}]}), "annotation 0"),
+    ],
+)
+def test_malformed_ground_truth_is_named(tmp_path: Path, text: str, what: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(DetectorError, match=rf"bad\.json.*{what}"):
+        evaluate_coco(path, {})
+
+
+def test_detections_for_unknown_image_ids_are_rejected(tmp_path: Path) -> None:
+    with pytest.raises(DetectorError, match=r"image ids \[99\]"):
+        evaluate_coco(write_gt(tmp_path, make_gt()), {99: Detections.empty()})
+
+
+def test_evaluation_prints_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gt = make_gt()
+    evaluate_coco(write_gt(tmp_path, gt), detections_from_gt(gt))
+    assert capsys.readouterr().out == ""

@@ -1,0 +1,135 @@
+"""ModelSpec: cache folder, facts read from the cfg, class names, cache keys, torch model loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from detector.errors import CfgError, WeightsError
+from detector.model import default_cfg_path
+from detector.spec import ModelSpec, default_cache_dir
+
+
+def _small_cfg(folder: Path, size: int = 128) -> Path:
+    """The packaged cfg at ``size`` x ``size`` (same layers, same weights layout, far less compute)."""
+    text = default_cfg_path().read_text(encoding="utf-8")
+    text = text.replace("width=416", f"width={size}").replace("height=416", f"height={size}")
+    path = folder / f"tiny{size}.cfg"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_default_cache_dir_honours_detector_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DETECTOR_CACHE", str(tmp_path / "c"))
+    assert default_cache_dir() == tmp_path / "c"
+
+
+def test_default_cache_dir_falls_back_to_home_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("DETECTOR_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert default_cache_dir() == tmp_path / ".cache" / "detector"
+
+
+def test_spec_reads_cache_dir_when_created_not_when_imported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DETECTOR_CACHE", str(tmp_path / "later"))
+    assert ModelSpec(default_cfg_path()).cache_dir == tmp_path / "later"
+
+
+def test_default_spec_is_the_packaged_two_class_model(tmp_path: Path) -> None:
+    spec = ModelSpec.default(cache_dir=tmp_path)
+    assert spec.cfg == default_cfg_path()
+    assert spec.cache_dir == tmp_path
+    assert spec.input_size == (416, 416)
+    assert spec.num_classes == 2
+    assert spec.names == ["person", "vehicle"]
+
+
+def test_other_cfg_gets_generic_class_names(tmp_path: Path) -> None:
+    spec = ModelSpec(_small_cfg(tmp_path), cache_dir=tmp_path)
+    assert spec.input_size == (128, 128)
+    assert spec.names == ["class0", "class1"]
+
+
+def test_spec_coerces_strings_to_paths_and_is_hashable(tmp_path: Path) -> None:
+    a = ModelSpec(str(default_cfg_path()), weights=str(tmp_path / "w.weights"), cache_dir=str(tmp_path))
+    b = ModelSpec(default_cfg_path(), weights=tmp_path / "w.weights", cache_dir=tmp_path)
+    assert isinstance(a.cfg, Path) and isinstance(a.weights, Path) and isinstance(a.cache_dir, Path)
+    assert a == b and len({a, b}) == 1
+
+
+def test_cache_key_changes_with_seed_cfg_and_weights_bytes(tmp_path: Path) -> None:
+    cfg = _small_cfg(tmp_path)
+    key = ModelSpec(cfg, seed=0, cache_dir=tmp_path).cache_key("x")
+    assert ModelSpec(cfg, seed=0, cache_dir=tmp_path / "elsewhere").cache_key("x") == key
+    assert ModelSpec(cfg, seed=1, cache_dir=tmp_path).cache_key("x") != key
+    assert ModelSpec(cfg, seed=0, cache_dir=tmp_path).cache_key("y") != key
+    assert ModelSpec(_small_cfg(tmp_path, size=160), cache_dir=tmp_path).cache_key("x") != key
+
+    weights = tmp_path / "w.weights"
+    weights.write_bytes(b"\x00" * 64)
+    with_file = ModelSpec(cfg, weights=weights, cache_dir=tmp_path).cache_key("x")
+    assert with_file != key
+    weights.write_bytes(b"\x01" * 64)
+    assert ModelSpec(cfg, weights=weights, cache_dir=tmp_path).cache_key("x") != with_file
+
+
+def test_cache_key_of_missing_weights_names_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "none.weights"
+    with pytest.raises(WeightsError, match="none.weights"):
+        ModelSpec(default_cfg_path(), weights=missing, cache_dir=tmp_path).cache_key()
+
+
+def test_missing_cfg_raises_cfg_error_naming_it(tmp_path: Path) -> None:
+    spec = ModelSpec(tmp_path / "absent.cfg", cache_dir=tmp_path)
+    with pytest.raises(CfgError, match="absent.cfg"):
+        spec.cache_key()
+    with pytest.raises(CfgError, match="absent.cfg"):
+        _ = spec.input_size
+
+
+def test_load_torch_gives_eval_fp32_cpu_model_with_cfg_input_size(tmp_path: Path) -> None:
+    import torch
+
+    model = ModelSpec(_small_cfg(tmp_path), cache_dir=tmp_path).load_torch()
+    assert not model.training
+    assert model.input_size == (128, 128)
+    param = next(model.parameters())
+    assert param.dtype == torch.float32 and param.device.type == "cpu"
+
+
+def test_load_torch_with_seed_is_deterministic(tmp_path: Path) -> None:
+    import torch
+
+    cfg = _small_cfg(tmp_path)
+    a = ModelSpec(cfg, seed=3, cache_dir=tmp_path).load_torch()
+    b = ModelSpec(cfg, seed=3, cache_dir=tmp_path).load_torch()
+    c = ModelSpec(cfg, seed=4, cache_dir=tmp_path).load_torch()
+    first = [p for p in a.parameters()][0]
+    assert torch.equal(first, [p for p in b.parameters()][0])
+    assert not torch.equal(first, [p for p in c.parameters()][0])
+
+
+def test_load_torch_reads_a_weights_file(tmp_path: Path) -> None:
+    import torch
+
+    cfg = _small_cfg(tmp_path)
+    weights = tmp_path / "seed7.weights"
+    ModelSpec(cfg, seed=7, cache_dir=tmp_path).load_torch().save_darknet_weights(weights)
+    from_file = ModelSpec(cfg, weights=weights, cache_dir=tmp_path).load_torch()
+    seeded = ModelSpec(cfg, seed=7, cache_dir=tmp_path).load_torch()
+    x = torch.rand(1, 3, 128, 128)
+    with torch.no_grad():
+        assert torch.equal(from_file(x), seeded(x))
+
+
+def test_classes_names_beside_a_cfg_names_its_classes(tmp_path: Path) -> None:
+    cfg = _small_cfg(tmp_path)
+    (tmp_path / "classes.names").write_text("cat\ndog\n", encoding="utf-8")
+    assert ModelSpec(cfg, cache_dir=tmp_path).names == ["cat", "dog"]
+
+
+def test_classes_names_with_the_wrong_count_falls_back_to_generic_names(tmp_path: Path) -> None:
+    cfg = _small_cfg(tmp_path)
+    (tmp_path / "classes.names").write_text("cat\ndog\nbird\n", encoding="utf-8")
+    assert ModelSpec(cfg, cache_dir=tmp_path).names == ["class0", "class1"]
