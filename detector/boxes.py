@@ -20,7 +20,11 @@ from detector.errors import DetectorError
 ArrayT = TypeVar("ArrayT", torch.Tensor, np.ndarray)
 
 #: Boxes per block of the blocked greedy NMS (host, device). Larger blocks mean fewer host/device syncs.
-_NMS_BLOCK = {"cpu": 256, "cuda": 1024}
+_NMS_BLOCK = {"cpu": 256, "cuda": 2048}
+#: Fixed-point iterations tried on the device before a block falls back to the host loop.
+_FIXED_POINT_ITERATIONS = 64
+#: CUDA inputs up to this many boxes run on the host: launch and sync overheads dominate below it.
+_DEVICE_MIN_BOXES = 256
 #: On the CPU, batched_nms runs one NMS per class above this many boxes (fewer cross-class pairs to test).
 _PER_CLASS_MIN_BOXES = 1000
 _TINY = float(np.finfo(np.float32).tiny)
@@ -122,49 +126,69 @@ def _suppressed_by(kept: ArrayT, kept_cls: ArrayT | None, cand: ArrayT, cand_cls
     return over
 
 
+def _resolve_block_on_host(over: np.ndarray) -> np.ndarray:
+    """Greedy pass over an upper-triangular ``[b, b]`` overlap matrix; touches only kept boxes' rows."""
+    removed = np.zeros(len(over), dtype=bool)
+    local: list[int] = []
+    for t in range(len(over)):
+        if not removed[t]:
+            local.append(t)
+            removed |= over[t]
+    return np.array(local, dtype=np.int64)
+
+
+def _resolve_block_on_device(under: torch.Tensor) -> torch.Tensor:
+    """The greedy pass as a fixed point, with no per-box host loop: ``keep[j] = not any(under[j, i] & keep[i])``.
+
+    ``under`` is the strictly lower-triangular overlap matrix: ``under[j, i]`` (``i < j``) says that box ``i``
+    would suppress box ``j``. (IoU is symmetric, so it is the transpose of the upper-triangular one.)
+
+    Starting from "keep all", each iteration settles at least one more link of every suppression chain, and
+    the greedy result is the only fixed point, so stopping at the first iteration that changes nothing is
+    exact. Real boxes settle in a few iterations; a long chain falls back to the host loop.
+    """
+    keep = torch.ones(under.shape[0], dtype=torch.bool, device=under.device)
+    for _ in range(0, _FIXED_POINT_ITERATIONS, 4):  # check for the fixed point every 4th step: fewer syncs
+        for _ in range(3):
+            keep = ~(under & keep).any(1)
+        new = ~(under & keep).any(1)
+        if torch.equal(new, keep):
+            return torch.nonzero(keep).squeeze(1)
+        keep = new
+    return torch.from_numpy(_resolve_block_on_host(under.T.cpu().numpy())).to(under.device)
+
+
 def _greedy_sorted(boxes: ArrayT, classes: ArrayT | None, thr: float) -> ArrayT:
     """Greedy NMS of float32 boxes already sorted by descending score; returns kept positions (ascending).
 
-    numpy arrays (the CPU path) or CUDA tensors. Blocked so that almost all arithmetic is vectorised: each
-    block of candidates is first tested against every box kept so far (one ``[K, block]`` IoU), then the
-    survivors are resolved among themselves from an upper-triangular ``[b, b]`` overlap matrix by a short
-    host loop that touches only kept boxes' rows.
+    numpy arrays (the CPU path) or tensors (the CUDA path). Blocked so that almost all arithmetic is
+    vectorised: each block of candidates is first tested against every box kept so far (one ``[K, block]``
+    IoU), then the survivors are resolved among themselves from their upper-triangular overlap matrix.
     """
     on_host = isinstance(boxes, np.ndarray)
-    n = boxes.shape[0]
+    cat = np.concatenate if on_host else torch.cat
     block = _NMS_BLOCK["cpu" if on_host else "cuda"]
-    if on_host:
-        kept = np.empty(0, dtype=np.int64)
-    else:
-        kept = torch.empty(0, dtype=torch.int64, device=boxes.device)
+    n = boxes.shape[0]
+    parts = [np.empty(0, dtype=np.int64) if on_host else torch.empty(0, dtype=torch.int64, device=boxes.device)]
     for start in range(0, n, block):
-        stop = min(start + block, n)
-        if on_host:
-            pos = np.arange(start, stop)
-        else:
-            pos = torch.arange(start, stop, device=boxes.device)
+        pos = np.arange(start, min(start + block, n)) if on_host else torch.arange(
+            start, min(start + block, n), device=boxes.device)
+        kept = cat(parts)
         if len(kept):
-            hit = _suppressed_by(
-                boxes[kept], None if classes is None else classes[kept],
-                boxes[pos], None if classes is None else classes[pos], thr,
-            ).any(0)
-            pos = pos[~hit]
+            # [candidates, kept] so that the reduction runs along contiguous rows
+            pos = pos[~_suppressed_by(boxes[pos], _take(classes, pos), boxes[kept], _take(classes, kept), thr).any(1)]
         if len(pos) == 0:
             continue
-        cls = None if classes is None else classes[pos]
-        over = _suppressed_by(boxes[pos], cls, boxes[pos], cls, thr)
-        over = np.triu(over, 1) if on_host else torch.triu(over, diagonal=1).cpu().numpy()
-        removed = np.zeros(len(pos), dtype=bool)
-        local: list[int] = []
-        for t in range(len(pos)):
-            if not removed[t]:
-                local.append(t)
-                removed |= over[t]
+        over = _suppressed_by(boxes[pos], _take(classes, pos), boxes[pos], _take(classes, pos), thr)
         if on_host:
-            kept = np.concatenate([kept, pos[local]])
+            parts.append(pos[_resolve_block_on_host(np.triu(over, 1))])
         else:
-            kept = torch.cat([kept, pos[torch.tensor(local, dtype=torch.int64, device=boxes.device)]])
-    return kept
+            parts.append(pos[_resolve_block_on_device(torch.tril(over, diagonal=-1))])
+    return cat(parts)
+
+
+def _take(values: ArrayT | None, index: ArrayT) -> ArrayT | None:
+    return None if values is None else values[index]
 
 
 def _nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor | None, thr: float) -> torch.Tensor:
@@ -178,7 +202,7 @@ def _nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor | None, t
     order = torch.argsort(scores.float(), descending=True, stable=True)
     sorted_boxes = boxes[order].float()
     cls = None if idxs is None else idxs[order]
-    if boxes.is_cuda:
+    if boxes.is_cuda and boxes.shape[0] > _DEVICE_MIN_BOXES:
         return order[_greedy_sorted(sorted_boxes, cls, float(thr))]
     host_boxes = sorted_boxes.numpy(force=True)
     host_cls = None if cls is None else cls.numpy(force=True)
@@ -190,7 +214,7 @@ def _nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor | None, t
             sel = np.flatnonzero(host_cls == c)
             parts.append(sel[_greedy_sorted(host_boxes[sel], None, float(thr))])
         pos = np.sort(np.concatenate(parts))
-    return order[torch.from_numpy(pos)]
+    return order[torch.from_numpy(pos).to(order.device)]
 
 
 def nms(boxes: ArrayT, scores: ArrayT, iou_threshold: float) -> ArrayT:

@@ -117,8 +117,10 @@ def postprocess(
     boxes = x[image, cand, :4].float()
     score = scores[image, cand, cls]
     keep = batched_nms(boxes, score, image * num_classes + cls, iou_threshold)
-    image_h = image[keep].cpu().numpy()
-    boxes_h, score_h, cls_h = boxes[keep].cpu().numpy(), score[keep].cpu().numpy(), cls[keep].cpu().numpy()
+    # one device-to-host copy; frame and class indices are small integers, exact in float32
+    host = torch.cat([boxes[keep], score[keep, None], cls[keep, None].float(), image[keep, None].float()], 1)
+    host = host.cpu().numpy()
+    boxes_h, score_h, cls_h, image_h = host[:, :4], host[:, 4], host[:, 5].astype(np.int64), host[:, 6].astype(np.int64)
 
     order = np.argsort(image_h, kind="stable")  # group by frame, keeping descending score within each
     starts = np.searchsorted(image_h[order], np.arange(len(transforms) + 1))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from perf.machine import fingerprint_differences, mismatch_message
+from perf.slowdown import parse_delay_ms
 from perf.options import (
     DEFAULT_BATCH_SIZES,
     DEFAULT_FRAMES,
@@ -97,6 +98,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--perf-nsys-path", "--nsys-path", dest="perf_nsys_path", metavar="PATH", default="nsys",
         help="The nsys executable. Default: nsys (found on PATH).",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-inject-delay", metavar="MS", type=parse_delay_ms, default=0.0,
+        help="Deliberately slow every runner by MS milliseconds per inference (GPU sleep on its stream), to check "
+        "that --benchmark-compare-fail catches a regression. Default: 0 (off).",
     )  # fmt: skip
     group.addoption(
         "--perf-profile", choices=PROFILERS, default="none",

@@ -17,6 +17,7 @@ from detector.boxes import (
     match_detections,
     nms,
 )
+from detector.boxes import _greedy_sorted  # the device algorithm, exercised on the CPU
 from detector.errors import DetectorError
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
@@ -192,6 +193,23 @@ def test_nms_keeps_every_disjoint_box_in_score_order(device: str) -> None:
     boxes = torch.cat([xy, xy + 5], 1).to(device)  # 1600 disjoint boxes
     scores = torch.rand(len(boxes), generator=torch.Generator().manual_seed(0)).to(device)
     torch.testing.assert_close(nms(boxes, scores, 0.1), torch.argsort(scores, descending=True, stable=True))
+
+
+@pytest.mark.parametrize("case", ["clusters", "chain"])
+def test_device_algorithm_fixed_point_and_its_fallback_agree_with_host_loop(case: str) -> None:
+    # The CUDA path (fixed-point iteration per block) runs on CPU tensors too, so CI checks it without a GPU.
+    if case == "clusters":
+        boxes, scores = clustered_boxes(3000, 11)
+    else:  # each box overlaps only its neighbours: settles one link per iteration, beyond the fixed-point cap
+        x = np.arange(200, dtype=np.float32) * 3  # IoU 7/13 with a neighbour, 1/4 with the next
+        boxes = np.stack([x, np.zeros_like(x), x + 10, np.ones_like(x)], 1)
+        scores = np.linspace(1, 0, 200, dtype=np.float32)
+    order = np.argsort(-scores, kind="stable")
+    sorted_boxes = boxes[order]
+    device_keep = _greedy_sorted(torch.from_numpy(sorted_boxes), None, 0.45)
+    np.testing.assert_array_equal(order[device_keep.numpy()], ref_nms_vectorised(boxes, scores, 0.45))
+    if case == "chain":
+        assert len(device_keep) == 100  # every other box
 
 
 def test_nms_accepts_numpy_fp16_and_empty_input() -> None:

@@ -124,11 +124,11 @@ def test_preprocess_torch_matches_opencv_within_one_level(device: str, mode: str
     # measured on these noisy frames: max exactly one level, mean 0.07..0.13 level
     assert diff.max() <= 1 / 255 + 1e-6
     assert diff.mean() <= 0.15 / 255
-    if (h, w) == (416, 416) or mode == "letterbox":  # padding (and an unresized copy) are exact
+    if (h, w) == (416, 416) or mode == "letterbox":  # padding is exact (to 1 ulp: CUDA divides by reciprocal)
         new_w, new_h = transforms[0].resized_size
         pad = np.ones((256, 320), bool)
         pad[transforms[0].pad_y : transforms[0].pad_y + new_h, transforms[0].pad_x : transforms[0].pad_x + new_w] = 0
-        assert diff[:, :, pad].max(initial=0) == 0
+        assert diff[:, :, pad].max(initial=0) <= 6e-8
 
 
 def test_preprocess_torch_output_dtype_option() -> None:

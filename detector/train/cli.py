@@ -99,7 +99,8 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--eval-frames", type=_non_negative_int, default=300,
                    help="frames of each evaluation video; 0 = no evaluation (default: 300)")
     g.add_argument("--no-mid-eval", action="store_true", help="skip the mid-run evaluation (default: run it)")
-    g.add_argument("--cache-dir", help="folder of the cached evaluation videos (default: <detector cache>/videos)")
+    g.add_argument("--cache-dir", help="detector cache; evaluation videos go to <cache>/videos (default: "
+                   "$DETECTOR_CACHE or ~/.cache/detector)")
     g.add_argument("--log-every", type=_positive_int, default=100, help="steps between progress lines (default: 100)")
     p.set_defaults(func=cmd_train)
     return p

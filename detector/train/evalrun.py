@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_EVAL_SEEDS", "detect_video", "evaluate_model", "evaluate_seeds", "evaluate_weights",
-           "require_pycocotools"]
+           "require_pycocotools", "video_cache"]
 
 DEFAULT_EVAL_SEEDS = (7,)
 """Held-out generator seeds scored by default (7, 8 and 9 are held out; see detector.train.data)."""
@@ -125,10 +125,12 @@ def _evaluate(infer: Infer, *, net_size: tuple[int, int], names: Sequence[str] |
     return results
 
 
-def _default_video_cache() -> Path:
+def video_cache(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where the evaluation videos are cached: ``<cache_dir>/videos``, by default under the detector cache
+    (``$DETECTOR_CACHE`` or ``~/.cache/detector``), shared with the CLI and the suite."""
     from detector.spec import default_cache_dir
 
-    return default_cache_dir() / "videos"
+    return (Path(cache_dir) if cache_dir else default_cache_dir()) / "videos"
 
 
 def evaluate_model(model: torch.nn.Module, *, video_seeds: Sequence[int] = DEFAULT_EVAL_SEEDS, frames: int = 300,
@@ -136,7 +138,7 @@ def evaluate_model(model: torch.nn.Module, *, video_seeds: Sequence[int] = DEFAU
                    conf_threshold: float = EVAL_CONF_THRESHOLD, iou_threshold: float = EVAL_IOU_THRESHOLD,
                    names: Sequence[str] | None = None, net_size: tuple[int, int] | None = None) -> EvalResult:
     """Score an in-memory :class:`~detector.model.DarknetModel` (on its own device and dtype, in eval mode for
-    the call) on held-out videos; ``cache_dir`` holds the videos (default ``<detector cache>/videos``)."""
+    the call) on held-out videos, cached under ``<cache_dir>/videos`` (see :func:`video_cache`)."""
     import torch
 
     param = next(model.parameters())
@@ -154,7 +156,7 @@ def evaluate_model(model: torch.nn.Module, *, video_seeds: Sequence[int] = DEFAU
     try:
         return _evaluate(infer, net_size=net_size or model.input_size, names=names or model.names,
                          video_seeds=video_seeds, frames=frames,
-                         cache_dir=Path(cache_dir) if cache_dir else _default_video_cache(), batch=batch,
+                         cache_dir=video_cache(cache_dir), batch=batch,
                          conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=True)["all"]
     finally:
         model.train(was_training)
@@ -198,7 +200,7 @@ def evaluate_seeds(cfg: str | os.PathLike[str] | None = None, weights: str | os.
     require_pycocotools()
     with create_runner(backend, spec, device=device, precision=precision, **(runner_options or {})) as runner:
         return _evaluate(lambda x: runner.infer(x), net_size=spec.input_size, names=spec.names,
-                         video_seeds=video_seeds, frames=frames, cache_dir=spec.cache_dir / "videos", batch=batch,
+                         video_seeds=video_seeds, frames=frames, cache_dir=video_cache(spec.cache_dir), batch=batch,
                          conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=letterbox,
                          per_seed=True)
 

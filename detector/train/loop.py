@@ -204,10 +204,10 @@ class _Stop:
 def _load_data(cfg: TrainConfig, workers: int) -> tuple[FrameSet, list[Any]]:
     """Render the training frames (in a spawn pool when ``workers`` > 1) and, meanwhile, build the cached
     evaluation videos; returns the frames (host) and the finished video entries."""
-    from detector.spec import default_cache_dir
+    from detector.train.evalrun import video_cache
     from detector.video import synthetic_video
 
-    cache = cfg.cache_dir or default_cache_dir() / "videos"
+    cache = video_cache(cfg.cache_dir)
     videos: list[Any] = []
     if workers > 1:
         with multiprocessing.get_context("spawn").Pool(workers) as pool:

@@ -1,0 +1,74 @@
+"""A deliberate, known slowdown of a runner: the suite's way to prove its gate catches regressions.
+
+``--perf-inject-delay=MS`` adds ``MS`` milliseconds of work to every inference call of every runner the suite
+builds: on a GPU a ``torch.cuda._sleep`` kernel (a busy-wait on the device, calibrated once with CUDA events)
+enqueued on the runner's stream right after the model, so it shows up in GPU time exactly as a slower kernel
+would; on a CPU a busy-wait of the host. Nothing else changes, so a run with the delay compared with a baseline
+without it must be reported slower (``--benchmark-compare-fail``), and the same code without it must not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def parse_delay_ms(value: str) -> float:
+    """``"0.2"`` or ``"0.2ms"`` -> 0.2 (milliseconds, >= 0)."""
+    text = value.strip().lower().removesuffix("ms")
+    try:
+        delay = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected milliseconds, e.g. 0.2ms.") from None
+    if not delay >= 0:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected milliseconds >= 0.")
+    return delay
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_cycles_per_ms(device_index: int) -> float:
+    """Clock cycles of ``torch.cuda._sleep`` per millisecond on this GPU, measured with CUDA events."""
+    import torch
+
+    with torch.cuda.device(device_index):
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles)  # warm-up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / start.elapsed_time(end)
+
+
+def _busy_wait_ms(ms: float) -> None:
+    deadline = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < deadline:
+        pass
+
+
+def slow_down(runner: Any, delay_ms: float) -> None:
+    """Make every later ``runner.infer`` do ``delay_ms`` more work (on the runner's stream on a GPU)."""
+    if delay_ms <= 0:
+        return
+    inner: Callable[[Any], Any] = runner._infer
+    if runner.stream is not None:
+        import torch
+
+        cycles = int(gpu_cycles_per_ms(runner.torch_device.index or 0) * delay_ms)
+
+        def _infer(x: Any) -> Any:
+            out = inner(x)
+            torch.cuda._sleep(cycles)
+            return out
+    else:
+
+        def _infer(x: Any) -> Any:
+            out = inner(x)
+            _busy_wait_ms(delay_ms)
+            return out
+
+    runner._infer = _infer

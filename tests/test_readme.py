@@ -1,0 +1,24 @@
+"""The README opens with the two set-up commands, and CI runs the second one word for word."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```bash\n(.+?)\n```", text, flags=re.S)[:2]
+
+
+def test_readme_opens_with_install_and_run_then_install_and_test() -> None:
+    main_job, tests = _readme_commands()
+    assert "pip install torch==2.13.0" in main_job and "detector detect" in main_job
+    assert "pip install torch==2.13.0" in tests and "pytest tests" in tests
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert _readme_commands()[1] in ci
