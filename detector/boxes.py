@@ -4,6 +4,10 @@ Pure, typed functions in the manner of ``torchvision.ops.boxes`` (which this pac
 Boxes are ``(x1, y1, x2, y2)`` corner coordinates in pixels with ``0 <= x1 < x2`` and ``0 <= y1 < y2``; there
 is no "+1 pixel" convention: a box from 0 to 10 is 10 pixels wide. Functions take a ``torch.Tensor`` (on any
 device) or a ``numpy.ndarray`` and return the same kind; IoU and NMS compute in float32.
+
+NMS is exact greedy NMS, blocked and vectorised: numpy on the CPU (about as fast as torchvision's C++
+kernel), torch on CUDA with a fixed-point pass per block instead of a per-box loop (an H100 took about
+1.3 ms for 1,000 boxes and 4 ms for 5,000, launch-bound; torchvision's CUDA kernel 0.3 and 1.1 ms).
 """
 
 from __future__ import annotations
@@ -162,8 +166,8 @@ def _greedy_sorted(boxes: ArrayT, classes: ArrayT | None, thr: float) -> ArrayT:
     """Greedy NMS of float32 boxes already sorted by descending score; returns kept positions (ascending).
 
     numpy arrays (the CPU path) or tensors (the CUDA path). Blocked so that almost all arithmetic is
-    vectorised: each block of candidates is first tested against every box kept so far (one ``[K, block]``
-    IoU), then the survivors are resolved among themselves from their upper-triangular overlap matrix.
+    vectorised: each block of candidates is first tested against every box kept so far (one ``[block, K]``
+    IoU), then the survivors are resolved among themselves from their triangular overlap matrix.
     """
     on_host = isinstance(boxes, np.ndarray)
     cat = np.concatenate if on_host else torch.cat

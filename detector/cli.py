@@ -195,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fps", type=_positive_int, default=30, help="frames per second (default: 30)")
     p.add_argument("--frames", type=_positive_int, default=300, help="number of frames (default: 300)")
     p.set_defaults(func=cmd_make_video)
+
+    from detector.train.cli import add_eval_parser, add_train_parser
+
+    add_train_parser(sub)
+    add_eval_parser(sub)
     return parser
 
 

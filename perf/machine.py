@@ -37,7 +37,7 @@ _VERSIONED_MODULES = (
 
 _GPU_FIELDS = (
     "gpu_name", "compute_capability", "gpu_memory_mib", "driver_version", "cuda_driver_version",
-    "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "mem_clock_max_mhz", "power_limit_w",
+    "sm_clock_max_mhz", "mem_clock_max_mhz", "power_limit_w",
 )  # fmt: skip
 
 
@@ -50,8 +50,10 @@ def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
     Returns:
         A JSON-serialisable dict with ``gpu_index``, ``gpu_count``, ``gpu_name``, ``compute_capability`` ("8.9"),
         ``gpu_memory_mib``, ``driver_version``, ``cuda_version`` (torch.version.cuda), ``cuda_driver_version``
-        (highest CUDA the driver supports, "12.8"), ``cudnn_version`` (int), ``sm_clock_mhz`` / ``mem_clock_mhz``
-        (current) and ``sm_clock_max_mhz`` / ``mem_clock_max_mhz``, ``power_limit_w`` (enforced limit, W),
+        (highest CUDA the driver supports, "12.8"), ``cudnn_version`` (int), ``sm_clock_max_mhz`` /
+        ``mem_clock_max_mhz``, ``power_limit_w`` (enforced limit, W). Current clocks are left out on purpose:
+        they change between runs, and pytest-benchmark flags any machine_info difference on compare (the
+        clocks during each benchmark are in its ``extra_info["gpu_telemetry"]``);
         ``torch_version``, ``onnxruntime_version``, ``tensorrt_version`` (with ``tensorrt_module``: "tensorrt" or
         "tensorrt_rtx"), ``opencv_version``, ``numpy_version``, ``cpu_model`` and ``cpu_count`` (CPUs this process
         may run on).
@@ -211,9 +213,7 @@ def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
             gpu_name=_text(read(pynvml.nvmlDeviceGetName, handle)),
             compute_capability="{}.{}".format(*capability) if capability else None,
             gpu_memory_mib=memory.total // 2**20 if memory else None,
-            sm_clock_mhz=read(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
             sm_clock_max_mhz=read(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM),
-            mem_clock_mhz=read(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM),
             mem_clock_max_mhz=read(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_MEM),
             power_limit_w=power_mw / 1000 if power_mw else None,
         )

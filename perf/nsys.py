@@ -155,13 +155,15 @@ def nsys_profile_command(
     """``nsys profile`` argv that records ``child_argv`` between cudaProfilerStart and the first cudaProfilerStop.
 
     The report is ``<output_base>.nsys-rep`` (overwritten). CPU sampling and context-switch tracing are off to keep
-    the capture light; CUDA, NVTX and OS-runtime calls are traced.
+    the capture light; CUDA, NVTX and OS-runtime calls are traced, and the kernels inside CUDA graphs one by one
+    (``--cuda-graph-trace=node``; the default traces each graph launch as a whole and hides its kernels).
     """
     return [
         os.fspath(nsys), "profile",
         "--trace=cuda,nvtx,osrt",
         "--capture-range=cudaProfilerApi",
         "--capture-range-end=stop",
+        "--cuda-graph-trace=node",
         "--force-overwrite=true",
         "--sample=none",
         "--cpuctxsw=none",

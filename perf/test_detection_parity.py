@@ -28,8 +28,10 @@ pytestmark = pytest.mark.parity
 PARITY_BATCH = 8
 #: The reference: (variant, precision).
 REFERENCE = ("torch", "fp32")
-#: mAP@0.5 the reference must reach on the held-out synthetic video when trained weights are shipped.
-MIN_REFERENCE_MAP50 = 0.90
+#: mAP@0.5 the reference must reach on the held-out synthetic video when trained weights are shipped: a floor
+#: that catches broken pre/post-processing or weights (random weights score ~0), not the model's quality target
+#: (the shipped model's own held-out figures are in detector/data/yolov4-tiny.weights.txt).
+MIN_REFERENCE_MAP50 = 0.50
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -10,6 +10,7 @@ Benchmarks record; they never assert a time.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from typing import Any
@@ -61,7 +62,9 @@ def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_fra
 
     benchmark.extra_info.update({"backend": case.backend, "variant": case.variant, "precision": case.precision,
                                  "batch": case.batch, "device": runner.device, "clock": SUITE_CLOCK.kind})
-    with measured_region(f"inference[{case.id}]", runner, benchmark.extra_info):
+    # The GPU clock records its events on the current stream: make it the runner's.
+    on_stream = torch.cuda.stream(runner.stream) if on_gpu else contextlib.nullcontext()
+    with measured_region(f"inference[{case.id}]", runner, benchmark.extra_info), on_stream:
         benchmark(runner.infer, x, to_host=not on_gpu)
 
     # Host wall time of the same call, synchronised, beside the GPU clock's reading.

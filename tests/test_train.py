@@ -24,6 +24,16 @@ from detector.train.loss import YoloLoss, bbox_iou, init_head_biases
 NET = (416, 416)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny convolutions: one intra-op thread is as fast, and immune to OpenMP spin-waiting when other
+    processes (xdist workers) share the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def cfg():
     return parse_cfg(default_cfg_path())

@@ -50,6 +50,9 @@ class TrainConfig:
     ``time_budget_s`` bounds the whole run, data rendering and the final evaluation included. ``steps`` fixes
     the number of optimizer steps (the budget still stops the run). ``amp``: ``auto`` (bf16 on CUDA, off on
     the CPU), ``bf16``, ``fp16`` (with a GradScaler) or ``off``. ``eval_seeds`` () skips the evaluations.
+    ``cache_dir`` is the detector cache (default ``$DETECTOR_CACHE`` or ``~/.cache/detector``): the held-out
+    videos are cached under its ``videos/``, where ``detector eval`` finds them again. ``workers`` render
+    processes (default: CPUs - 1; 0 or 1 render in this process).
     """
 
     out: Path
@@ -295,12 +298,11 @@ def train(cfg: TrainConfig) -> TrainResult:
             now = time.monotonic()
             if now >= deadline - eval_reserve and step > 0:
                 break
-            if cfg.steps is None and step >= 20 and step % 25 == 0:  # re-plan the schedule from the step time
-                if step == 20:
-                    t_rate, step_rate = now, step
-                elif now > t_rate:
-                    rate = (now - t_rate) / (step - step_rate)
-                    planned = max(step + 1, step + int((deadline - eval_reserve - now) / rate))
+            if step == 20:  # the first steps include cuDNN's algorithm search: time the rate from here
+                t_rate, step_rate = now, step
+            elif cfg.steps is None and step > 20 and step % 25 == 0 and now > t_rate:  # re-plan the schedule
+                rate = (now - t_rate) / (step - step_rate)
+                planned = max(step + 1, step + int((deadline - eval_reserve - now) / rate))
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, planned, base=cfg.lr, warmup=cfg.warmup_steps, final_ratio=cfg.final_lr_ratio)
             idx = next(batches)
@@ -334,6 +336,7 @@ def train(cfg: TrainConfig) -> TrainResult:
                 mid_done = True
                 _, seconds = _evaluate(ema, cfg, f"mid-run (step {step})")
                 eval_reserve = 1.3 * seconds + 3.0
+                t_rate += seconds  # keep the evaluation out of the measured step time
                 model.train()
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -355,7 +358,8 @@ def train(cfg: TrainConfig) -> TrainResult:
         "loss": cfg.loss,
         "optimizer": f"AdamW lr {cfg.lr} wd {cfg.weight_decay}, warm-up {cfg.warmup_steps} steps, cosine to "
                      f"{cfg.final_lr_ratio} x lr; grad clip {cfg.grad_clip}; EMA {cfg.ema_decay} (saved weights)",
-        "steps": f"{step} (batch {cfg.batch}, {images} images, planned {planned}; --steps {step} repeats the schedule)",
+        "steps": f"{step} (batch {cfg.batch}, {images} images, last planned {planned}; "
+                 f"--steps {step} reruns it on a fixed schedule)",
         "precision": f"autocast {amp or 'off'}" + (", channels_last" if channels_last else ""),
         "wall_time_s": f"{wall_s:.1f} (data {data_s:.1f}, training {train_s:.1f}, budget {cfg.time_budget_s:.0f})",
         "git_commit": git_commit(),

@@ -56,9 +56,10 @@ def source_digest(repo: Path = _REPO) -> str:
 def command_line() -> str:
     """This process's command line, shell-quoted."""
     argv = list(sys.argv)
-    if argv and argv[0].endswith(("__main__.py", "cli.py")):
-        module = "detector.train" if "train" in Path(argv[0]).parts[-2:] else "detector"
-        argv[0:1] = ["python3", "-m", module]
+    if argv and argv[0].endswith(".py") and "detector" in Path(argv[0]).parts:  # python3 -m <module>
+        parts = Path(argv[0]).with_suffix("").parts
+        module = ".".join(parts[len(parts) - 1 - parts[::-1].index("detector"):])
+        argv[0:1] = ["python3", "-m", module.removesuffix(".__main__")]
     return " ".join(shlex.quote(a) for a in argv)
 
 
