@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detector.errors import VideoError
-from detector.timing import STAGES, StageTimer, annotate
+from detector.timing import STAGES, StageTimer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -163,7 +163,7 @@ def run_pipeline(
                 break
             with timer.stage("preprocess"):
                 tensor, transforms = preprocess(frames, (net_h, net_w), mode=mode)
-            with timer.stage("infer"), annotate(f"{runner.name}.infer[b={len(frames)}]"):
+            with timer.stage("infer"):
                 decoded = runner.infer(tensor)
             with timer.stage("postprocess"):
                 dets = postprocess(decoded, transforms, conf_threshold=conf_threshold, iou_threshold=iou_threshold)

@@ -347,7 +347,8 @@ def test_api_summary_rows(path: Path) -> None:
 def test_nvtx_summary_names_lose_the_domain_prefix(path: Path) -> None:
     rows = parse_nvtx_summary(path)
     assert rows and all(not r.name.startswith(":") for r in rows)
-    assert {"preprocess", "infer", "postprocess"} <= {r.name for r in rows}
+    if "infer_" not in path.name:  # pipeline captures (hand-made, end-to-end) carry the stage ranges
+        assert {"preprocess", "infer", "postprocess"} <= {r.name for r in rows}
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from detector.errors import BackendError, BackendUnavailable
+from detector.timing import annotate
 
 if TYPE_CHECKING:
     import numpy as np
@@ -252,6 +253,12 @@ class Runner(abc.ABC):
         if not self._active:
             raise BackendError(f"runner '{self.name}' is not active: call activate() first or use it as a "
                                "context manager ('with runner: ...')")
+        with annotate(f"{self.name}.infer"):  # one NVTX range / profiler label per call when profiling
+            return self._infer_any(batch, to_host)
+
+    def _infer_any(self, batch: Any, to_host: bool) -> torch.Tensor:
+        import torch
+
         start = time.perf_counter()
         x = self._validate(batch)
         self._pending = None
