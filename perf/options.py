@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -192,8 +191,10 @@ class PerfSession:
             return f"needs a CUDA device; --perf-device {found}"
         if self.device_unavailable is not None:
             return self.device_unavailable
-        if "trt" in markers and not any(importlib.util.find_spec(m) for m in ("tensorrt", "tensorrt_rtx")):
-            return "tensorrt not installed"
+        if "trt" in markers:
+            from detector.backends import availability  # noqa: PLC0415
+
+            return availability("tensorrt", self.device)  # "tensorrt not installed (...)", an RTX refusal, or None
         return None
 
     @functools.cached_property

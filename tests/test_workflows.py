@@ -74,7 +74,7 @@ def test_gpu_workflow_compares_with_main_baseline_of_the_same_runner() -> None:
 def test_gpu_workflow_summarises_the_comparison() -> None:
     summary = _step("gpu.yml", "GITHUB_STEP_SUMMARY", "pytest-benchmark compare")
     assert "--columns=min,median,mean,stddev" in summary and "reports/*.md" in summary
-    profile = _step("gpu.yml", "GITHUB_STEP_SUMMARY", "reports/nsys/*.md")
+    profile = _step("gpu.yml", "GITHUB_STEP_SUMMARY", "reports/nsys/*/summary.md")
     assert "if: always()" in profile
     assert "--perf-nsys" in _step("gpu.yml", "pytest perf -m nsys")
 
