@@ -15,32 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from detector.argtypes import fraction as _fraction
+from detector.argtypes import positive_int as _positive_int
 from detector.errors import DetectorError
 
 log = logging.getLogger("detector")
 
 #: Display names for the lab's table.
 MODEL_TYPES = {"torch": "PyTorch", "onnxruntime": "ONNX Runtime", "tensorrt": "TensorRT"}
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a positive integer).") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a positive integer).")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number in [0, 1]).") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number in [0, 1]).")
-    return value
 
 
 def resolve_device(device: str) -> str:

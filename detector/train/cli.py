@@ -14,47 +14,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from detector.argtypes import fraction as _fraction
+from detector.argtypes import non_negative_int as _non_negative_int
+from detector.argtypes import positive_float as _positive_float
+from detector.argtypes import positive_int as _positive_int
+
 __all__ = ["add_eval_parser", "add_train_parser", "cmd_eval", "cmd_train"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a positive integer).") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a positive integer).")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected an integer >= 0).") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected an integer >= 0).")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number > 0).") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number > 0).")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number in [0, 1]).") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a number in [0, 1]).")
-    return value
 
 
 def _net_size(text: str) -> int:
