@@ -248,8 +248,6 @@ class Runner(abc.ABC):
         Raises:
             BackendError: the runner is not active, or the batch has the wrong shape, dtype or type.
         """
-        import torch
-
         if not self._active:
             raise BackendError(f"runner '{self.name}' is not active: call activate() first or use it as a "
                                "context manager ('with runner: ...')")
