@@ -178,10 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=_positive_int, default=300, help="number of frames (default: 300)")
     p.set_defaults(func=cmd_make_video)
 
-    from detector.train.cli import add_eval_parser, add_train_parser
+    from detector.train.cli import add_anchors_parser, add_eval_parser, add_train_parser
 
     add_train_parser(sub)
     add_eval_parser(sub)
+    add_anchors_parser(sub)
     return parser
 
 

@@ -81,9 +81,9 @@ def test_shipped_cfg_follows_the_reference_layer_table(cfg: NetConfig) -> None:
     assert cfg.layers[34] == RouteSpec((33, 23))
     assert cfg.layers[3] == RouteSpec((2,), groups=2, group_id=1)
     heads = [spec for _, spec in cfg.yolo_layers]
-    assert [h.mask for h in heads] == [(3, 4, 5), (1, 2, 3)]
-    assert heads[0].anchors == ((10, 14), (23, 27), (37, 58), (81, 82), (135, 169), (344, 319))
-    assert heads[1].mask_anchors == ((23, 27), (37, 58), (81, 82))
+    assert [h.mask for h in heads] == [(3, 4, 5), (0, 1, 2)]
+    assert heads[0].anchors == ((4, 9), (8, 20), (25, 11), (19, 49), (54, 22), (118, 59))
+    assert heads[1].mask_anchors == ((4, 9), (8, 20), (25, 11))
     assert all(h.scale_x_y == pytest.approx(1.05) and h.classes == 2 for h in heads)
     assert [i for i, s in cfg.convs if not s.batch_normalize] == [29, 36]
     assert cfg.layers[29] == ConvSpec(512, 21, 1, 1, 0, 1, False, "linear")
@@ -113,7 +113,7 @@ def test_section_accessors_give_typed_values(cfg: NetConfig) -> None:
     assert cfg.net.get_ints("steps") == [4800, 5400]
     assert cfg.sections[34].get_ints("layers") == [-1, 23]
     assert cfg.sections[0].get_int("groups", 1) == 1
-    assert cfg.sections[30].get_floats("anchors")[:2] == [10.0, 14.0]
+    assert cfg.sections[30].get_floats("anchors")[:2] == [4.0, 9.0]
 
 
 def test_comments_blank_lines_and_spaces_are_ignored(tmp_path: Path) -> None:

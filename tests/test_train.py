@@ -34,9 +34,19 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+STOCK_ANCHORS = "anchors = 10,14,  23,27,  37,58,  81,82,  135,169,  344,319"
+
+
 @pytest.fixture(scope="module")
-def cfg():
-    return parse_cfg(default_cfg_path())
+def cfg(tmp_path_factory):
+    """The shipped layout with Darknet's stock COCO anchors and masks (3,4,5 / 1,2,3), whose anchor 0 no head
+    uses: the assignment cases below are worked out for those numbers."""
+    text = default_cfg_path().read_text()
+    shipped = parse_cfg(default_cfg_path())
+    anchors_line = "anchors = " + ",  ".join(f"{w:g},{h:g}" for w, h in shipped.yolo_layers[0][1].anchors)
+    path = tmp_path_factory.mktemp("cfg") / "stock-anchors.cfg"
+    path.write_text(text.replace("mask = 0,1,2", "mask = 1,2,3").replace(anchors_line, STOCK_ANCHORS))
+    return parse_cfg(path)
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +91,14 @@ def test_assignment_tiny_box_uses_smallest_anchor_in_a_mask(cfg):
     loss = YoloLoss(cfg)
     # 3x7 person: anchor 0 (10,14) fits best but no head uses it; anchor 1 (23,27) of the 26x26 head takes it.
     head13, head26 = loss.build_targets(_targets((0, 100, 40, 103, 47), (-1, 0, 0, 0, 0)), _grids(cfg), NET)
+    assert len(head13) == 0
+    assert head26.anchor.tolist() == [0] and head26.col.tolist() == [101 // 16] and head26.row.tolist() == [43 // 16]
+
+
+def test_assignment_tiny_box_takes_the_fitted_smallest_anchor_of_the_shipped_cfg():
+    shipped = parse_cfg(default_cfg_path())
+    # 3x7 person: the shipped 26x26 head (mask 0,1,2) holds the fitted 4x9 anchor, slot 0.
+    head13, head26 = YoloLoss(shipped).build_targets(_targets((0, 100, 40, 103, 47)), _grids(shipped), NET)
     assert len(head13) == 0
     assert head26.anchor.tolist() == [0] and head26.col.tolist() == [101 // 16] and head26.row.tolist() == [43 // 16]
 

@@ -1,4 +1,4 @@
-"""``python3 -m detector.train {train,eval} ...``: the two subcommands without the main CLI (same options)."""
+"""``python3 -m detector.train {train,eval,anchors} ...``: the training subcommands without the main CLI (same options)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from detector.errors import DetectorError
-from detector.train.cli import add_eval_parser, add_train_parser
+from detector.train.cli import add_anchors_parser, add_eval_parser, add_train_parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_parser(sub)
     add_eval_parser(sub)
+    add_anchors_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,7 +1,7 @@
 """``detector train`` and ``detector eval``: parsers and handlers, registered on the main CLI by
 
-    from detector.train.cli import add_eval_parser, add_train_parser
-    add_train_parser(sub); add_eval_parser(sub)
+    from detector.train.cli import add_anchors_parser, add_eval_parser, add_train_parser
+    add_train_parser(sub); add_eval_parser(sub); add_anchors_parser(sub)
 
 Nothing heavy is imported until a handler runs (torch, OpenCV and pycocotools load inside the handlers).
 """
@@ -19,7 +19,7 @@ from detector.argtypes import non_negative_int as _non_negative_int
 from detector.argtypes import positive_float as _positive_float
 from detector.argtypes import positive_int as _positive_int
 
-__all__ = ["add_eval_parser", "add_train_parser", "cmd_eval", "cmd_train"]
+__all__ = ["add_anchors_parser", "add_eval_parser", "add_train_parser", "cmd_anchors", "cmd_eval", "cmd_train"]
 
 
 def _net_size(text: str) -> int:
@@ -93,6 +93,47 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", help="also write the results as JSON to this path")
     p.set_defaults(func=cmd_eval)
     return p
+
+
+def add_anchors_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``anchors`` on ``subparsers``; returns its parser."""
+    p = subparsers.add_parser("anchors", help="fit anchor boxes to the training boxes (k-means, 1 - IoU)",
+                              description="Render training frames, collect their boxes in network pixels and "
+                              "print k-means anchors for the cfg's [yolo] sections, with the mean best-anchor IoU "
+                              "of the fitted and of the cfg's anchors.")
+    p.add_argument("--cfg", help="Darknet .cfg whose anchors are compared (default: the shipped one)")
+    p.add_argument("--frames", type=_positive_int, default=2000, help="training frames to collect (default: 2000)")
+    p.add_argument("--frames-per-seed", type=_positive_int, default=50, help="frames per scene (default: 50)")
+    p.add_argument("--seed-base", type=_positive_int, default=1000, help="first generator seed (default: 1000)")
+    p.add_argument("--k", type=_positive_int, default=6, help="number of anchors (default: 6)")
+    p.add_argument("--seed", type=int, default=0, help="k-means seed (default: 0)")
+    p.set_defaults(func=cmd_anchors)
+    return p
+
+
+def cmd_anchors(args: argparse.Namespace) -> int:
+    """Handler of ``anchors``: prints the fitted ``anchors = ...`` line and the two mean IoUs."""
+    import numpy as np
+
+    from detector.darknet import parse_cfg
+    from detector.model import default_cfg_path
+    from detector.train.anchors import kmeans_anchors, mean_best_iou
+    from detector.train.data import DataParams, render_seed
+
+    cfg = parse_cfg(Path(args.cfg) if args.cfg else default_cfg_path())
+    data = DataParams(frames=args.frames, frames_per_seed=args.frames_per_seed, seed_base=args.seed_base,
+                      net_size=cfg.input_size, codec=None)
+    boxes = np.concatenate([b for i, seed in enumerate(data.seeds) for b in render_seed(seed, data, i).boxes])
+    wh = boxes[:, 3:5] - boxes[:, 1:3]
+    anchors = kmeans_anchors(wh, args.k, seed=args.seed)
+    heads = [spec for _, spec in cfg.yolo_layers]
+    used = sorted({m for h in heads for m in h.mask})
+    current = np.array(heads[0].anchors, np.float64)
+    print(f"{len(wh)} boxes from {data.describe()}")
+    print("anchors = " + ",  ".join(f"{int(w)},{int(h)}" for w, h in anchors))
+    print(f"mean best IoU: fitted {mean_best_iou(wh, anchors):.3f}, cfg's anchors in use {used} "
+          f"{mean_best_iou(wh, current[used]):.3f}")
+    return 0
 
 
 def _verbose() -> None:
