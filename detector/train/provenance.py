@@ -26,9 +26,12 @@ def provenance_path(weights: str | os.PathLike[str]) -> Path:
 
 
 def git_commit(repo: Path = _REPO) -> str:
-    """``git rev-parse HEAD`` of the repository holding this code (with ``-dirty`` when the tree has
-    changes), else ``$DETECTOR_GIT_COMMIT``, else ``"unknown (...)"``: never raises."""
+    """``$DETECTOR_GIT_COMMIT`` when set (a copy of the tree, e.g. on the GPU machine, may carry a stale
+    .git), else ``git rev-parse HEAD`` of the repository holding this code (with ``-dirty`` when the tree has
+    changes), else ``"unknown (...)"``: never raises."""
     env = os.environ.get("DETECTOR_GIT_COMMIT")
+    if env:
+        return env
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10,
                               check=True).stdout.strip()
@@ -36,8 +39,6 @@ def git_commit(repo: Path = _REPO) -> str:
                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
         return head + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError) as e:
-        if env:
-            return env
         return f"unknown (git rev-parse failed: {type(e).__name__})"
 
 
