@@ -23,7 +23,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 
 stamp "unit tests: pipelined loop, multistream, stages, GPU NMS (CUDA cases included)"
 timeout 90 "$PYTHON" -m pytest tests/test_pipelined.py tests/test_multistream.py tests/test_stages.py \
-  tests/test_gpu_postprocess.py -q -p no:cacheprovider >> "$LOG" 2>&1
+  tests/test_gpu_postprocess.py -q -p no:cacheprovider --continue-on-collection-errors >> "$LOG" 2>&1
 echo "unit tests exit $?"; tail -n 3 "$LOG"
 
 stamp "perf: pipelined end to end + multi-stream (torch fp16, eager and torch-graph)"
