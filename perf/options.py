@@ -24,6 +24,8 @@ DEFAULT_PRECISIONS = ("fp32", "fp16")
 #: Frames of the synthetic video for e2e/parity tests when --perf-frames is not given: 10 s of 30 fps video on a
 #: GPU; 2 s on CPU, where the torch backend runs at a few frames per second and the CPU pass must stay short.
 DEFAULT_FRAMES = {"cuda": 300, "cpu": 60}
+#: Stream counts of the multi-stream test when --perf-streams is not given (the CPU run is a smoke test).
+DEFAULT_STREAMS = {"cuda": (1, 2, 4, 8, 16), "cpu": (1, 2)}
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -122,6 +124,11 @@ class PerfOptions:
     nsys: bool
     nsys_path: str
     profile: str
+    streams: tuple[int, ...] | None = None
+
+    def streams_for(self, device: str) -> tuple[int, ...]:
+        """Stream counts of the multi-stream test on `device`: --perf-streams, else `DEFAULT_STREAMS`."""
+        return self.streams or DEFAULT_STREAMS["cpu" if device == "cpu" else "cuda"]
 
     def frames_for(self, device: str) -> int:
         """Synthetic-video length in frames for `device` ("cpu", "cuda", "cuda:N")."""
@@ -152,6 +159,7 @@ class PerfSession:
                 nsys=getoption("perf_nsys"),
                 nsys_path=getoption("perf_nsys_path"),
                 profile=getoption("perf_profile"),
+                streams=getoption("perf_streams"),
             )
         )
 

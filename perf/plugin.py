@@ -19,6 +19,7 @@ from perf.options import (
     DEFAULT_BATCH_SIZES,
     DEFAULT_FRAMES,
     DEFAULT_PRECISIONS,
+    DEFAULT_STREAMS,
     PROFILERS,
     PerfOptions,
     PerfSession,
@@ -90,6 +91,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--perf-frames", metavar="N", type=parse_positive_int, default=None,
         help="Frames of the synthetic video for the end-to-end and parity tests. "
         f"Default: {DEFAULT_FRAMES['cuda']} on CUDA, {DEFAULT_FRAMES['cpu']} on CPU.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-streams", metavar="COUNTS", type=parse_batch_sizes, default=None,
+        help="Comma-separated stream counts for the multi-stream test (one inference at batch N per tick). "
+        f"Default: {_join(DEFAULT_STREAMS['cuda'])} on CUDA, {_join(DEFAULT_STREAMS['cpu'])} on CPU.",
     )  # fmt: skip
     group.addoption(
         "--perf-nsys", action="store_true", default=False,

@@ -34,6 +34,15 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "score max abs", "box max abs px",
     ),
     "Accuracy vs ground truth": ("backend", "mAP@0.5", "mAP@0.5:0.95", "per class AP@0.5"),
+    "Pipelined end to end: each path alone": ("case", "path", "FPS", "ms/frame"),
+    "Pipelined vs its slowest stage and the sequential loop": (
+        "case", "frames", "pipelined", "pipelined FPS", "slowest stage", "slowest stage FPS",
+        "pipeline/slowest stage", "meets 0.9", "pipeline/sequential",
+    ),
+    "Multi-stream batching": (
+        "case", "streams", "ticks", "aggregate FPS", "FPS per stream", "latency p50 ms", "latency p99 ms",
+        "queue depth",
+    ),
 }  # fmt: skip
 
 

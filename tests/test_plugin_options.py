@@ -25,7 +25,7 @@ pytest_plugins = ["pytester"]
 OPTIONS = (
     "--perf-backends", "--perf-device", "--perf-video", "--perf-batch-sizes", "--perf-precisions",
     "--perf-allow-machine-mismatch", "--perf-cache-dir", "--perf-frames", "--perf-nsys", "--perf-nsys-path",
-    "--nsys-path", "--perf-profile", "--perf-inject-delay",
+    "--nsys-path", "--perf-profile", "--perf-inject-delay", "--perf-streams",
 )  # fmt: skip
 
 
@@ -137,7 +137,8 @@ def test_every_option_is_listed_with_help_ending_in_its_default(perf_pytester: p
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("--perf-batch-sizes", "0"), ("--perf-device", "gpu"), ("--perf-backends", "trt"), ("--perf-frames", "0")],
+    [("--perf-batch-sizes", "0"), ("--perf-device", "gpu"), ("--perf-backends", "trt"), ("--perf-frames", "0"),
+     ("--perf-streams", "1,x")],
 )
 def test_bad_option_value_is_a_usage_error_naming_the_option(
     perf_pytester: pytest.Pytester, option: str, value: str

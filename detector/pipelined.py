@@ -1,0 +1,328 @@
+"""The pipelined video loop: decode, GPU work and encode overlap on three threads.
+
+:func:`detector.pipeline.run_pipeline` is the sequential reference; :func:`run_pipelined` computes the same
+detections with the stages overlapped::
+
+    reader thread    decode (OpenCV) into a frame buffer of a pool (page-locked on CUDA)  -> decoded queue
+    calling thread   upload (non_blocking from the pinned buffer) -> letterbox + normalise on the device
+                     (preprocess_torch) -> runner.infer(to_host=False) -> postprocess on the device
+                     (threshold + class-aware NMS; one device-to-host copy of the survivors) -> detected queue
+    writer thread    draw boxes on the frame buffer, encode (OpenCV), give the buffer back to the pool
+
+Frames can be batched: ``batch`` consecutive frames go through one inference (the last batch is padded with
+copies of its last frame, so a CUDA-graph runner only ever sees one batch size). Both queues are bounded,
+and every frame occupies one pool buffer from decode until it is written, so at most ``pool_size`` frames
+are in flight: a slow encoder throttles the decoder instead of filling memory.
+
+An exception on any thread stops the other two (within :data:`detector.stages.POLL_S`) and is re-raised in
+the caller; the output video is written atomically (see :class:`detector.video.VideoWriter`), so a failed run
+leaves no partial file. On the CPU (``runner.device == "cpu"``) the same code runs with ordinary buffers.
+
+Stage times: ``read`` and ``write`` are the busy time of the reader and writer threads. ``preprocess``,
+``infer`` and ``postprocess`` are host times on the calling thread; on CUDA the first two only enqueue work,
+so GPU time shows up in ``postprocess``, which waits for the results. The stages overlap: their sum exceeds
+the wall time, and ``e2e_fps`` (frames / wall time) is the pipeline's throughput.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from detector.errors import VideoError
+from detector.pipeline import PipelineResult, draw_detections
+from detector.stages import BoundedQueue, BufferPool, Control, start_worker
+from detector.timing import STAGES, StageTimer
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from detector.backends.base import Runner
+    from detector.postprocess import Detections
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PipelinedResult", "frame_device", "pool_size_for", "run_pipelined"]
+
+_END = object()  # end-of-stream marker on both queues
+
+
+@dataclass
+class PipelinedResult(PipelineResult):
+    """:class:`~detector.pipeline.PipelineResult` plus the bounds of the pipelined loop.
+
+    ``pool_size``: frame buffers (the most frames in flight); ``peak_in_flight``: the most that were out at
+    once; ``queue_sizes`` / ``queue_peaks``: capacity and largest fill of the ``decoded`` (frames) and
+    ``detected`` (batches) queues; ``gpu_preprocess``: letterbox ran on the runner's device.
+    """
+
+    pool_size: int = 0
+    peak_in_flight: int = 0
+    queue_sizes: dict[str, int] = field(default_factory=dict)
+    queue_peaks: dict[str, int] = field(default_factory=dict)
+    gpu_preprocess: bool = True
+
+    def summary(self) -> dict[str, Any]:
+        return {**super().summary(), "pipelined": True, "pool_size": self.pool_size,
+                "peak_in_flight": self.peak_in_flight, "queue_sizes": self.queue_sizes,
+                "queue_peaks": self.queue_peaks, "gpu_preprocess": self.gpu_preprocess}
+
+
+def pool_size_for(batch: int, queue_depth: int) -> int:
+    """Frame buffers for ``batch`` and ``queue_depth``: a full decoded queue, a batch being gathered, a
+    batch on the device, a full detected queue (``queue_depth`` frames) and one frame being written."""
+    return 2 * queue_depth + 2 * batch + 1
+
+
+def frame_device(runner: Runner) -> torch.device:
+    """Where the pipelined loops put frames: the runner's CUDA device, else the CPU."""
+    import torch
+
+    return torch.device(runner.device) if runner.device.startswith("cuda") else torch.device("cpu")
+
+
+def run_pipelined(
+    runner: Runner,
+    video: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None,
+    *,
+    batch: int = 1,
+    names: Sequence[str] = (),
+    conf_threshold: float = 0.25,
+    iou_threshold: float = 0.45,
+    max_frames: int | None = None,
+    letterbox: bool = True,
+    warmup: int = 2,
+    keep_detections: bool = True,
+    queue_depth: int = 8,
+    gpu_preprocess: bool | None = None,
+    frames: Iterable[np.ndarray] | None = None,
+    fps: float = 30.0,
+    on_frame: Callable[[int, np.ndarray, Detections], None] | None = None,
+) -> PipelinedResult:
+    """Run the pipelined loop over ``video`` with an activated ``runner``; see the module docstring.
+
+    Arguments shared with :func:`~detector.pipeline.run_pipeline` mean the same; the detections are the
+    same as its detections up to the preprocessing: with ``gpu_preprocess=False`` the frames are prepared
+    by the same OpenCV code (identical input tensors), with ``True`` by
+    :func:`~detector.preprocess.preprocess_torch` (each input value within one level of OpenCV's).
+
+    Args:
+        gpu_preprocess: letterbox and normalise with ``preprocess_torch`` on the runner's device (True) or
+            with OpenCV on the host (False). None (default): on the device on CUDA, with OpenCV on the CPU,
+            where OpenCV's uint8 resize is several times faster than torch's float one.
+        queue_depth: capacity of the decoded queue (frames); the detected queue holds
+            ``max(1, queue_depth // batch)`` batches. The pool has :func:`pool_size_for` buffers.
+        frames: frames to process instead of decoding ``video`` (all one size, BGR uint8 ``H x W x 3``), e.g.
+            a generator reading a camera; it is iterated on the reader thread and ``video`` only names the
+            run. ``fps`` is then the output's frame rate.
+        on_frame: called on the writer thread as ``on_frame(index, frame, detections)`` for every frame in
+            order, after drawing (``frame`` is a pool buffer: copy it to keep it). An exception it raises
+            stops the run like any other.
+
+    Returns:
+        A :class:`PipelinedResult`; ``detections`` (when kept) in frame order, frame pixels.
+
+    Raises:
+        VideoError: the video cannot be opened or has no frames, or the output cannot be written; any
+            exception raised on the reader or writer thread (the first one, if several failed).
+    """
+    import torch
+
+    from detector.video import VideoWriter, open_video
+
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    if queue_depth < 1:
+        raise ValueError(f"queue_depth must be >= 1, got {queue_depth}")
+    device = frame_device(runner)
+    if gpu_preprocess is None:
+        gpu_preprocess = device.type == "cuda"
+    with contextlib.ExitStack() as stack:
+        if frames is None:
+            reader = stack.enter_context(open_video(video))
+            source: Iterator[np.ndarray] = iter(reader)
+            fps = reader.fps or 30.0
+        else:
+            source = iter(frames)
+        first = next(source, None)
+        if first is None:
+            raise VideoError(f"{video}: no frames could be read")
+        height, width = first.shape[:2]
+        source = itertools.chain([first], source)
+        if max_frames is not None:
+            source = itertools.islice(source, max_frames)
+        writer = None
+        if output is not None:
+            writer = stack.enter_context(VideoWriter(output, fps=fps, size=(width, height)))
+        if device.type == "cuda":
+            stack.enter_context(torch.cuda.device(device))
+            stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device)))
+        loop = _Loop(runner, device, batch, queue_depth, (height, width), letterbox, gpu_preprocess,
+                     conf_threshold, iou_threshold)
+        loop.warm_up(warmup)
+        start = time.perf_counter()
+        written = loop.run(source, writer, names, on_frame, keep_detections)
+        wall_s = time.perf_counter() - start
+    net_h, net_w = runner.spec.input_size
+    log.info("pipelined %s/%s b%d: %d frames, e2e %.1f FPS", runner.name, runner.precision, batch, written,
+             written / wall_s if wall_s > 0 else 0.0)
+    return PipelinedResult(
+        video=Path(video), output=Path(output) if output is not None else None, backend=runner.name,
+        precision=runner.precision, device=runner.device, batch=batch, frames=written, width=width,
+        height=height, net_size=(net_h, net_w), wall_s=wall_s,
+        stage_ms={name: loop.timer.total_ms(name) for name in STAGES},
+        stage_samples_ms=dict(loop.timer.samples_ms), detections=loop.detections, pool_size=loop.pool.size,
+        peak_in_flight=loop.pool.peak_in_use,
+        queue_sizes={"decoded": loop.decoded.maxsize, "detected": loop.detected.maxsize},
+        queue_peaks={"decoded": loop.decoded.peak, "detected": loop.detected.peak},
+        gpu_preprocess=gpu_preprocess,
+    )  # fmt: skip
+
+
+class _Loop:
+    """State of one pipelined run: the control, queues, pool, device frame batch and timers."""
+
+    def __init__(self, runner: Runner, device: torch.device, batch: int, queue_depth: int,
+                 frame_hw: tuple[int, int], letterbox: bool, gpu_preprocess: bool, conf: float, iou: float) -> None:
+        import torch
+
+        self.runner, self.device, self.batch = runner, device, batch
+        self.mode = "letterbox" if letterbox else "resize"
+        self.gpu_preprocess, self.conf, self.iou = gpu_preprocess, conf, iou
+        self.control = Control()
+        self.pool = BufferPool(pool_size_for(batch, queue_depth), (*frame_hw, 3), self.control,
+                               pinned=device.type == "cuda")
+        self.decoded: BoundedQueue[Any] = BoundedQueue(queue_depth, self.control, "decoded")
+        self.detected: BoundedQueue[Any] = BoundedQueue(max(1, queue_depth // batch), self.control, "detected")
+        self.frames_dev = torch.zeros((batch, *frame_hw, 3), dtype=torch.uint8, device=device)
+        self.timer = StageTimer()  # calling thread
+        self.read_timer = StageTimer()
+        self.write_timer = StageTimer()
+        self.detections: list[Detections] = []
+        self.written = 0
+
+    def warm_up(self, iterations: int) -> None:
+        """Run preprocess, infer and postprocess on the (blank) device batch: graph capture, autotuning."""
+        from detector.postprocess import postprocess
+
+        for _ in range(iterations):
+            decoded, transforms = self._infer_batch([0] * self.batch, upload=False)
+            postprocess(decoded, transforms, conf_threshold=self.conf, iou_threshold=self.iou)
+        self.timer = StageTimer()
+
+    def run(self, source: Iterator[np.ndarray], writer: Any, names: Sequence[str],
+            on_frame: Callable[..., None] | None, keep: bool) -> int:
+        threads = [
+            start_worker("pipelined-read", lambda: self._read(source), self.control),
+            start_worker("pipelined-write", lambda: self._write(writer, names, on_frame), self.control),
+        ]
+        try:
+            self._process(keep)
+        except BaseException as e:  # noqa: BLE001 -- re-raised below, after the threads have stopped
+            self.control.fail(e)
+        for thread in threads:
+            thread.join()
+        if self.control.error is not None:
+            raise self.control.error
+        for name in ("read", "write"):
+            for ms in (self.read_timer if name == "read" else self.write_timer).samples_ms.get(name, []):
+                self.timer.add(name, ms)
+        return self.written
+
+    # -- reader thread ------------------------------------------------------------------------------
+    def _read(self, source: Iterator[np.ndarray]) -> None:
+        import numpy as np
+
+        index = 0
+        while True:
+            slot = self.pool.acquire()
+            start = time.perf_counter()
+            frame = next(source, None)
+            if frame is None:
+                self.pool.release(slot)
+                break
+            buffer = self.pool.arrays[slot]
+            if frame.shape != buffer.shape or frame.dtype != np.uint8:
+                raise VideoError(f"frame {index}: shape {frame.shape} dtype {frame.dtype} differs from the first "
+                                 f"frame's {buffer.shape} uint8; every frame must have the same size")
+            np.copyto(buffer, frame)
+            self.read_timer.add("read", (time.perf_counter() - start) * 1e3)
+            self.decoded.put((index, slot))
+            index += 1
+        self.decoded.put(_END)
+
+    # -- calling thread -----------------------------------------------------------------------------
+    def _process(self, keep: bool) -> None:
+        from detector.postprocess import postprocess
+
+        pending: list[tuple[int, int]] = []
+        done = False
+        while not done:
+            item = self.decoded.get()
+            done = item is _END
+            if not done:
+                pending.append(item)
+            if pending and (done or len(pending) == self.batch):
+                slots = [slot for _, slot in pending]
+                decoded, transforms = self._infer_batch(slots, upload=True)
+                with self.timer.stage("postprocess"):
+                    n = len(pending)
+                    dets = postprocess(decoded[:n], transforms[:n], conf_threshold=self.conf,
+                                       iou_threshold=self.iou)
+                if keep:
+                    self.detections.extend(dets)
+                # postprocess waited for the stream, so the uploads out of the buffers are complete
+                self.detected.put([(index, slot, det) for (index, slot), det in zip(pending, dets)])
+                pending = []
+        self.detected.put(_END)
+
+    def _infer_batch(self, slots: list[int], *, upload: bool) -> tuple[torch.Tensor, list[Any]]:
+        """Upload (or reuse) the frames of ``slots``, pad to the batch size, preprocess, infer (no sync)."""
+        import torch
+
+        from detector.preprocess import preprocess, preprocess_torch
+
+        net_size = self.runner.spec.input_size
+        n = len(slots)
+        with self.timer.stage("preprocess"):
+            if self.gpu_preprocess:
+                if upload:
+                    for i, slot in enumerate(slots):
+                        self.frames_dev[i].copy_(self.pool.tensors[slot], non_blocking=True)
+                    for i in range(n, self.batch):  # pad: one batch size for the whole run
+                        self.frames_dev[i].copy_(self.frames_dev[n - 1])
+                x, transforms = preprocess_torch(self.frames_dev, net_size, self.mode)
+            else:
+                arrays = [self.pool.arrays[s] for s in slots]
+                arrays += [arrays[-1]] * (self.batch - n)
+                host, transforms = preprocess(arrays, net_size, self.mode)
+                x = torch.from_numpy(host)
+        with self.timer.stage("infer"):
+            decoded = self.runner.infer(x, to_host=False)
+        return decoded, transforms
+
+    # -- writer thread ------------------------------------------------------------------------------
+    def _write(self, writer: Any, names: Sequence[str], on_frame: Callable[..., None] | None) -> None:
+        while True:
+            item = self.detected.get()
+            if item is _END:
+                return
+            for index, slot, det in item:
+                start = time.perf_counter()
+                frame = self.pool.arrays[slot]
+                if writer is not None:
+                    writer.write(draw_detections(frame, det, names))
+                self.write_timer.add("write", (time.perf_counter() - start) * 1e3)
+                if on_frame is not None:
+                    on_frame(index, frame, det)
+                self.pool.release(slot)
+                self.written += 1

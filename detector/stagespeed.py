@@ -1,0 +1,115 @@
+"""Each stage of the video loop alone: decode only, encode only, inference only (frames per second).
+
+A pipelined loop can be at best as fast as its slowest stage; these measure each stage on its own so that a
+report can give the pipeline's FPS as a fraction of that bound. Host wall clock throughout (on CUDA the
+inference measurement synchronizes once at the end, so queued GPU work is included).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from detector.backends.base import Runner
+
+log = logging.getLogger(__name__)
+
+__all__ = ["StageSpeed", "decode_speed", "encode_speed", "infer_speed", "slowest"]
+
+
+@dataclass(frozen=True)
+class StageSpeed:
+    """``frames`` frames through one stage in ``seconds`` (wall clock)."""
+
+    name: str
+    frames: int
+    seconds: float
+
+    @property
+    def fps(self) -> float:
+        """Frames per second."""
+        return self.frames / self.seconds if self.seconds > 0 else math.inf
+
+    @property
+    def ms_per_frame(self) -> float:
+        """Milliseconds per frame."""
+        return self.seconds * 1e3 / self.frames if self.frames else math.nan
+
+
+def slowest(*speeds: StageSpeed) -> StageSpeed:
+    """The stage with the lowest FPS: the bound on a pipeline of these stages."""
+    return min(speeds, key=lambda s: s.fps)
+
+
+def decode_speed(video: str | os.PathLike[str], max_frames: int | None = None,
+                 keep: int = 0) -> tuple[StageSpeed, list[np.ndarray]]:
+    """Decode the first ``max_frames`` frames (all when None) of ``video``; also return the first ``keep``.
+
+    Keeping a frame costs nothing: OpenCV returns a new BGR uint8 array per frame, kept by reference.
+    """
+    from detector.video import open_video
+
+    kept: list[np.ndarray] = []
+    frames = 0
+    with open_video(video) as reader:
+        start = time.perf_counter()
+        for frame in itertools.islice(reader, max_frames):
+            if len(kept) < keep:
+                kept.append(frame)
+            frames += 1
+        seconds = time.perf_counter() - start
+    return StageSpeed("decode", frames, seconds), kept
+
+
+def encode_speed(frames: Sequence[np.ndarray], count: int, path: str | os.PathLike[str], fps: float = 30.0,
+                 codec: str = "mp4v") -> StageSpeed:
+    """Encode ``count`` frames, cycling through ``frames``, into ``path`` (written atomically, then kept).
+
+    The time covers every ``write`` and closing the file (the encoder flushes on close), not opening it.
+    """
+    from detector.video import VideoWriter
+
+    if not frames or count < 1:
+        raise ValueError(f"encode_speed needs frames and count >= 1, got {len(frames)} frames, count={count}")
+    height, width = frames[0].shape[:2]
+    writer = VideoWriter(path, fps=fps, size=(width, height), codec=codec)
+    with writer:
+        start = time.perf_counter()
+        for frame in itertools.islice(itertools.cycle(frames), count):
+            writer.write(frame)
+    seconds = time.perf_counter() - start
+    return StageSpeed("encode", count, seconds)
+
+
+def infer_speed(runner: Runner, batch: torch.Tensor | np.ndarray, frames: int, warmup: int = 3) -> StageSpeed:
+    """Run ``runner.infer`` on ``batch`` (``[B, 3, H, W]``, on the runner's device for device-side timing)
+    until ``frames`` frames (rounded up to whole batches) have been inferred; synchronize once at the end."""
+    b = int(batch.shape[0])
+    calls = max(1, -(-frames // b))
+    out: Any = None
+    for _ in range(warmup):
+        out = runner.infer(batch, to_host=False)
+    _sync(runner, out)
+    start = time.perf_counter()
+    for _ in range(calls):
+        out = runner.infer(batch, to_host=False)
+    _sync(runner, out)
+    seconds = time.perf_counter() - start
+    return StageSpeed(f"infer b{b}", calls * b, seconds)
+
+
+def _sync(runner: Runner, out: Any) -> None:
+    if out is not None and getattr(out, "is_cuda", False):
+        import torch
+
+        torch.cuda.synchronize(out.device)
