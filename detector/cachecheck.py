@@ -51,18 +51,21 @@ def check_cache(cache_dir: str | os.PathLike[str]) -> CacheReport:
         raise DetectorError(f"cannot check cache '{root}': {problem}")
     report = CacheReport()
     report.leftovers = sorted(p for p in root.rglob(".*") if p.is_file() and _is_temporary(p))
-    for path in sorted((root / "onnx").glob("*.onnx")):
+    def entries(folder: Path, pattern: str) -> list[Path]:
+        return sorted(p for p in folder.glob(pattern) if not _is_temporary(p))
+
+    for path in entries(root / "onnx", "*.onnx"):
         report.checked += 1
         try:
             load_onnx(path, check=False)
         except DetectorError as e:
             report.problems.append(str(e))
-    for path in sorted((root / "trt" / "engines").glob("*.engine")):
+    for path in entries(root / "trt" / "engines", "*.engine"):
         report.checked += 1
         problem = check_entry(path)
         if problem is not None:
             report.problems.append(problem)
-    for gt in sorted((root / "videos").glob("*.json")):  # a .json marks a complete synthetic-video entry
+    for gt in entries(root / "videos", "*.json"):  # a .json marks a complete synthetic-video entry
         for video in (gt.with_suffix(s) for s in (".mp4", ".avi")):
             if video.exists():
                 report.checked += 1
