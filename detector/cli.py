@@ -1,4 +1,4 @@
-"""The ``detector`` command line: ``detect``, ``export-onnx``, ``make-video``, ``check-cache`` (and ``train``, ``eval``).
+"""The ``detector`` command line: ``detect``, ``export-onnx``, ``make-video``, ``check-cache``, ``train``, ``eval``.
 
 User errors (bad files, unknown names, unwritable outputs) print one line, ``detector: error: ...``, and
 exit with status 2; nothing partial is left behind because every output is written under a temporary name

@@ -402,7 +402,8 @@ ROWS: tuple[Row, ...] = (
                                                "3x320x320", f"3x{_SHIPPED_H}x{_SHIPPED_H}")),
     Row("onnx-classes-mismatch", _with_onnx(lambda f: handmade_onnx(f / "classes.onnx", (_SHIPPED_H, _SHIPPED_H), 13),
                                             "2 classes", "13]")),
-    Row("onnx-without-onnxruntime", lambda f, s: (detect(f, s, "--onnx", str(f / "m.onnx")), ["--onnx", "onnxruntime"])),
+    Row("onnx-without-onnxruntime", lambda f, s: (detect(f, s, "--onnx", str(f / "m.onnx")),
+                                                  ["--onnx", "onnxruntime"])),
     Row("onnx-cache-entry-corrupt", _onnx_cache_entry),
     # TensorRT engine cache (checked without TensorRT)
     Row("engine-corrupt", _engine_row(_flip_byte)),
@@ -411,7 +412,8 @@ ROWS: tuple[Row, ...] = (
     Row("engine-mismatched-precision", _engine_row(_rename_as_fp16)),
     # names and option values
     Row("backend-unknown", _detect_args("--backend", "tensorflow", expect=("unknown backend 'tensorflow'",))),
-    Row("backend-unknown-after-a-good-one", _detect_args("--backend", "torch,nope", expect=("unknown backend 'nope'",))),
+    Row("backend-unknown-after-a-good-one", _detect_args("--backend", "torch,nope",
+                                                         expect=("unknown backend 'nope'",))),
     Row("precision-unknown", _detect_args("--precision", "fp8", expect=("unknown precision 'fp8'",))),
     Row("precision-unsupported", _detect_args("--backend", "onnxruntime", "--precision", "int8",
                                               expect=("unsupported precision 'int8'",))),

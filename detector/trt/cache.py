@@ -49,8 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CachedEngine", "ColdStart", "check_entry", "ENGINE_CACHE_VERSION", "EngineFromBytes", "EngineLoadError", "EngineRefused",
-           "LoadedEngine", "cached_engine", "deserialize_engine", "engine_cache_key", "load_engine"]
+__all__ = ["CachedEngine", "ColdStart", "ENGINE_CACHE_VERSION", "EngineFromBytes", "EngineLoadError", "EngineRefused",
+           "LoadedEngine", "cached_engine", "check_entry", "deserialize_engine", "engine_cache_key", "load_engine"]
 
 #: Bump when the build code changes the engines it makes (cached engines are keyed on it).
 ENGINE_CACHE_VERSION = 1
@@ -412,7 +412,8 @@ def check_entry(path: str | os.PathLike[str], reject_digest: str | None = None) 
     try:
         size = path.stat().st_size
         if size != int(meta.get("bytes", -1)):
-            return f"TensorRT engine '{path}' has {size} bytes; its sidecar says {meta.get('bytes')} (truncated or replaced)"
+            return (f"TensorRT engine '{path}' has {size} bytes; its sidecar says {meta.get('bytes')} "
+                    "(truncated or replaced)")
         digest = fileio.file_digest(path)
     except (OSError, ValueError, TypeError) as e:
         return f"TensorRT engine '{path}' cannot be read: {getattr(e, 'strerror', None) or e}"
