@@ -1,4 +1,4 @@
-"""The ``detector`` command line: ``detect``, ``export-onnx``, ``make-video``.
+"""The ``detector`` command line: ``detect``, ``export-onnx``, ``make-video``, ``check-cache``, ``train``, ``eval``.
 
 User errors (bad files, unknown names, unwritable outputs) print one line, ``detector: error: ...``, and
 exit with status 2; nothing partial is left behind because every output is written under a temporary name
@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from detector.argtypes import fraction as _fraction
 from detector.argtypes import positive_int as _positive_int
@@ -23,6 +23,13 @@ log = logging.getLogger("detector")
 
 #: Display names for the lab's table.
 MODEL_TYPES = {"torch": "PyTorch", "onnxruntime": "ONNX Runtime", "tensorrt": "TensorRT"}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr (exit status 2), without the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def resolve_device(device: str) -> str:
@@ -76,13 +83,25 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
     spec = _model_spec(args)
     device = resolve_device(args.device)
+    if args.video:  # fail on a bad video or cfg in a fraction of a second, before a model is loaded
+        from detector.video import open_video
+
+        open_video(args.video).close()
+    spec.net  # noqa: B018 - parses the cfg (CfgError)
     video = Path(args.video) if args.video else _default_video(args, spec)
     out_dir = Path(args.out)
+    if args.onnx and "onnxruntime" not in args.backend:
+        raise DetectorError(f"--onnx '{args.onnx}' runs only with --backend onnxruntime (got {','.join(args.backend)})")
+    # Every runner is created (names, device, precision and options checked) before the first one runs, so a bad
+    # name later in --backend fails before anything is written.
+    runners = [create_runner(backend, spec, device=device, precision=args.precision,
+                             **({"model_path": Path(args.onnx)} if args.onnx and backend == "onnxruntime" else {}))
+               for backend in args.backend]
     rows: list[dict[str, Any]] = []
     summaries: list[dict[str, Any]] = []
-    for backend in args.backend:
+    for backend, runner in zip(args.backend, runners):
         output = default_output_path(video, backend, out_dir)
-        with create_runner(backend, spec, device=device, precision=args.precision) as runner:
+        with runner:
             result = run_pipeline(
                 runner,
                 video,
@@ -128,6 +147,21 @@ def cmd_make_video(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check_cache(args: argparse.Namespace) -> int:
+    """Exit 0 when every cache entry is usable; else one ``detector: error:`` line per unusable entry, exit 2."""
+    from detector.cachecheck import check_cache
+    from detector.spec import default_cache_dir
+
+    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    report = check_cache(cache_dir)
+    for problem in report.problems:
+        print(f"detector: error: {problem}", file=sys.stderr)
+    leftovers = f"; {len(report.leftovers)} temporary files of interrupted runs (ignored, safe to delete)"
+    print(f"checked {report.checked} entries in {cache_dir}: {len(report.problems)} unusable"
+          f"{leftovers if report.leftovers else ''}")
+    return 2 if report.problems else 0
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cfg", help="Darknet .cfg (default: the shipped two-class yolov4-tiny.cfg)")
     p.add_argument("--weights", help="Darknet .weights (default: the shipped weights, else seeded random weights)")
@@ -137,7 +171,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``detector`` command."""
-    parser = argparse.ArgumentParser(prog="detector", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="detector", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (default: warnings only)")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -149,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=["torch"],
         help="backend name(s), comma-separated: torch, onnxruntime, tensorrt (default: torch)",
     )
+    p.add_argument("--onnx", help="ONNX file for the onnxruntime backend instead of the model's own export; its input "
+                   "size and classes must match the cfg (default: export the model)")
     p.add_argument("--video", help="input video (default: the synthetic 960x540 video with ground truth)")
     p.add_argument("--video-seed", type=int, default=0, help="seed of the default synthetic video (default: 0)")
     p.add_argument("--frames", type=_positive_int, help="frames to process (default: all; 300 for the synthetic video)")
@@ -177,6 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fps", type=_positive_int, default=30, help="frames per second (default: 30)")
     p.add_argument("--frames", type=_positive_int, default=300, help="number of frames (default: 300)")
     p.set_defaults(func=cmd_make_video)
+
+    p = sub.add_parser("check-cache", help="report cache entries that cannot be used (ONNX, TensorRT engines, videos)")
+    p.add_argument("--cache-dir", help="the cache (default: $DETECTOR_CACHE or ~/.cache/detector)")
+    p.set_defaults(func=cmd_check_cache)
 
     from detector.train.cli import add_anchors_parser, add_eval_parser, add_train_parser
 

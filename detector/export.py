@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EXPORT_VERSION", "INPUT_NAME", "OUTPUT_NAME", "check_onnx", "export_onnx", "load_onnx"]
+__all__ = ["EXPORT_VERSION", "INPUT_NAME", "OUTPUT_NAME", "check_matches_cfg", "check_onnx", "export_onnx", "load_onnx"]
 
 #: Bump when the export code changes what it writes: cached exports are keyed on it.
 EXPORT_VERSION = 1
@@ -162,6 +162,30 @@ def check_onnx(path: str | os.PathLike[str], *, display_name: str | os.PathLike[
     """
     path = Path(path)
     _check_model(load_onnx(path, check=False), Path(display_name) if display_name is not None else path)
+
+
+def check_matches_cfg(model: onnx.ModelProto, path: str | os.PathLike[str], input_size: tuple[int, int],
+                      num_classes: int, cfg: str | os.PathLike[str]) -> None:
+    """Raise :class:`ModelFileError` unless the model takes [B,3,H,W] with ``input_size == (H, W)`` and outputs
+    [B,N,4+C] with ``C == num_classes`` (dimensions left symbolic in the file are not checked).
+
+    Args:
+        model: a loaded model (see :func:`load_onnx`); path: its file, for the message.
+        input_size: ``(height, width)`` in pixels from the cfg; num_classes: C from the cfg; cfg: its file.
+    """
+    graph = model.graph
+    initializers = {init.name for init in graph.initializer}
+    value = next(i for i in graph.input if i.name not in initializers)
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
+    height, width = (int(v) for v in input_size)
+    if len(dims) == 4 and (dims[1] not in (None, 3) or (dims[2], dims[3]) not in ((height, width), (None, None))):
+        shape = "x".join("?" if d is None else str(d) for d in dims[1:])
+        raise ModelFileError(f"ONNX model '{path}' takes {shape} (CxHxW) input; cfg '{cfg}' needs 3x{height}x{width}")
+    out = [d.dim_value if d.HasField("dim_value") else None for d in graph.output[0].type.tensor_type.shape.dim]
+    if len(out) != 3 or (out[2] is not None and out[2] != 4 + int(num_classes)):
+        shape = ", ".join("?" if d is None else str(d) for d in out)
+        raise ModelFileError(f"ONNX model '{path}' outputs [{shape}]; cfg '{cfg}' has {num_classes} classes, so "
+                             f"[batch, N, {4 + int(num_classes)}] (4 box values + one score per class)")
 
 
 def _check_model(model: onnx.ModelProto, path: Path) -> None:

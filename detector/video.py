@@ -87,8 +87,14 @@ def __getattr__(name: str) -> Any:
 
 
 def _cv2() -> Any:
+    """OpenCV, with its own and FFmpeg's console logging off: they would print lines such as ``moov atom not
+    found`` beside the one-line :class:`VideoError` that already says what is wrong. ``OPENCV_FFMPEG_LOGLEVEL``
+    and ``OPENCV_LOG_LEVEL`` set by the user win."""
     import cv2
 
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET; read when a capture opens
+    if "OPENCV_LOG_LEVEL" not in os.environ:
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     return cv2
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,36 @@ DEFAULT_FRAMES = {"cuda": 300, "cpu": 60}
 #: Stream counts of the multi-stream test when --perf-streams is not given (the CPU run is a smoke test).
 DEFAULT_STREAMS = {"cuda": (1, 2, 4, 8, 16), "cpu": (1, 2)}
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+@dataclass(frozen=True)
+class BadValue:
+    """An option value its parser rejected (``message``); `bad_values` reports it as a one-line usage error."""
+
+    message: str
+
+
+def deferred(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``parse`` as an argparse ``type=`` that returns a `BadValue` instead of raising.
+
+    pytest turns a ``type=`` error into a usage block of several lines; deferring lets ``pytest_configure``
+    report it as one line (see `bad_values`).
+    """
+
+    def parse_or_keep(value: str) -> Any:
+        try:
+            return parse(value)
+        except argparse.ArgumentTypeError as e:
+            return BadValue(str(e))
+
+    parse_or_keep.__name__ = parse.__name__
+    return parse_or_keep
+
+
+def bad_values(option: Any) -> list[str]:
+    """``argument --perf-x: Could not parse value: ...`` for every `BadValue` in pytest's ``config.option``."""
+    return [f"argument --{dest.replace('_', '-')}: {value.message}" for dest, value in sorted(vars(option).items())
+            if isinstance(value, BadValue)]
 
 
 def _fail(value: str, expected: str) -> argparse.ArgumentTypeError:

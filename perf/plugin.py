@@ -24,6 +24,8 @@ from perf.options import (
     PerfOptions,
     PerfSession,
     backend_names,
+    bad_values,
+    deferred,
     parse_backends,
     parse_batch_sizes,
     parse_device,
@@ -55,11 +57,11 @@ def _join(values: tuple[Any, ...]) -> str:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perf", "perf suite (perf/)")
     group.addoption(
-        "--perf-backends", metavar="NAMES", type=parse_backends, default=None,
+        "--perf-backends", metavar="NAMES", type=deferred(parse_backends), default=None,
         help=f"Comma-separated backends to run. Default: all registered ({_join(backend_names())}).",
     )  # fmt: skip
     group.addoption(
-        "--perf-device", metavar="DEVICE", type=parse_device, default="auto",
+        "--perf-device", metavar="DEVICE", type=deferred(parse_device), default="auto",
         help="Device to run on: auto, cpu, cuda or cuda:N; GPU tests skip when the CUDA device is missing. "
         "Default: auto (cuda if available, else cpu).",
     )  # fmt: skip
@@ -69,11 +71,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "Default: the synthetic video.",
     )  # fmt: skip
     group.addoption(
-        "--perf-batch-sizes", metavar="SIZES", type=parse_batch_sizes, default=DEFAULT_BATCH_SIZES,
+        "--perf-batch-sizes", metavar="SIZES", type=deferred(parse_batch_sizes), default=DEFAULT_BATCH_SIZES,
         help=f"Comma-separated batch sizes for the inference benchmarks. Default: {_join(DEFAULT_BATCH_SIZES)}.",
     )  # fmt: skip
     group.addoption(
-        "--perf-precisions", metavar="NAMES", type=parse_precisions, default=DEFAULT_PRECISIONS,
+        "--perf-precisions", metavar="NAMES", type=deferred(parse_precisions), default=DEFAULT_PRECISIONS,
         help="Comma-separated precisions from fp32, fp16, int8; each runs only where the backend and device "
         f"support it and skips elsewhere. Default: {_join(DEFAULT_PRECISIONS)}.",
     )  # fmt: skip
@@ -88,7 +90,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "Default: .perf-cache in the rootdir.",
     )  # fmt: skip
     group.addoption(
-        "--perf-frames", metavar="N", type=parse_positive_int, default=None,
+        "--perf-frames", metavar="N", type=deferred(parse_positive_int), default=None,
         help="Frames of the synthetic video for the end-to-end and parity tests. "
         f"Default: {DEFAULT_FRAMES['cuda']} on CUDA, {DEFAULT_FRAMES['cpu']} on CPU.",
     )  # fmt: skip
@@ -106,7 +108,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="The nsys executable. Default: nsys (found on PATH).",
     )  # fmt: skip
     group.addoption(
-        "--perf-inject-delay", metavar="MS", type=parse_delay_ms, default=0.0,
+        "--perf-inject-delay", metavar="MS", type=deferred(parse_delay_ms), default=0.0,
         help="Deliberately slow every runner by MS milliseconds per inference (GPU sleep on its stream), to check "
         "that --benchmark-compare-fail catches a regression. Default: 0 (off).",
     )  # fmt: skip
@@ -119,6 +121,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, description in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
+    errors = bad_values(config.option)  # one line each, not pytest's usage block
+    if errors:
+        raise pytest.UsageError("\n".join(errors))
     session = PerfSession.from_config(config.getoption, config.rootpath, config.invocation_params.dir)
     errors = list(session.usage_errors())
     if errors:

@@ -5,6 +5,9 @@ there: GPU time of the model alone, as pytest-benchmark's statistics (so ``--ben
 time). Beside it, in ``extra_info``: images/s, p50/p90/p95/p99, the host wall time of the same call with
 synchronisation, and -- from a separate loop with host input and output -- host-to-device, compute,
 device-to-host and enqueue (launch) times. On a CPU run the clock is ``time.perf_counter``.
+A batch size that does not fit on the GPU skips with the reason (:mod:`perf.gpu_memory`) and the run goes on;
+each backend's runners are released before the next backend runs, with the memory before and after in the
+report.
 Benchmarks record; they never assert a time.
 """
 
@@ -24,6 +27,8 @@ pytestmark = pytest.mark.benchmark(group="inference", timer=SUITE_CLOCK, warmup=
 
 #: Untimed calls before measuring (cuDNN autotuning, CUDA graph capture, lazy allocations), per device type.
 WARMUP_CALLS = {"cuda": 20, "cpu": 1}
+#: The perf report's table of GPU memory (MiB) before and after each release of a backend's runners.
+MEMORY_TABLE = "GPU memory at backend release (MiB)"
 #: Calls of the side loops that measure per-stage times and synchronised host time, per device type.
 SIDE_LOOP_CALLS = {"cuda": 100, "cpu": 2}
 
@@ -45,14 +50,47 @@ def _median(values: list[float | None]) -> float | None:
 
 def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_frames: Any, measured_region: Any,
                          perf_report: Any) -> None:
+    for record in runner_pool.release_others(case.backend):  # one backend on the GPU at a time
+        perf_report.add(MEMORY_TABLE, {**record, "why": f"next backend: {case.backend}"})
+    reason = None
+    try:
+        runner = runner_pool.get(case.backend, case.precision, **case.options)
+        if runner.max_batch_size is not None and case.batch > runner.max_batch_size:
+            pytest.skip(f"batch {case.batch} exceeds the runner's maximum batch {runner.max_batch_size}")
+        _measure(benchmark, case, runner, input_frames, measured_region, perf_report)
+    except Exception as exc:  # only out-of-memory becomes a skip; everything else fails the test as before
+        from perf.gpu_memory import oom_skip_reason
+
+        reason = oom_skip_reason(exc, case.batch, _device_name(runner_pool.device))
+        if reason is None:
+            raise
+    if reason is not None:  # outside the except block: the traceback holding the batch's tensors is gone
+        record = runner_pool.release(case.backend)
+        perf_report.add(MEMORY_TABLE, {**record, "why": f"out of memory at batch {case.batch}"})
+        pytest.skip(reason)
+
+
+def _device_name(device: str) -> str:
+    """The GPU's name for a CUDA device ("NVIDIA H100 80GB HBM3"), else the device as given."""
+    if not device.startswith("cuda"):
+        return device
     import torch
 
-    runner = runner_pool.get(case.backend, case.precision, **case.options)
-    if runner.max_batch_size is not None and case.batch > runner.max_batch_size:
-        pytest.skip(f"batch {case.batch} exceeds the runner's maximum batch {runner.max_batch_size}")
-    host_batch = input_frames(case.batch)
+    return torch.cuda.get_device_name(torch.device(device))
+
+
+def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measured_region: Any,
+             perf_report: Any) -> None:
+    """Warm up, benchmark and measure ``runner`` on a batch of ``case.batch`` frames (tensors die with this frame)."""
+    import torch
+
     on_gpu = runner.stream is not None
-    x = torch.from_numpy(host_batch).to(runner.torch_device) if on_gpu else host_batch
+    if on_gpu:  # built on the GPU from up to 16 real frames: a batch that does not fit fails there, not in host RAM
+        tile = torch.from_numpy(input_frames(min(case.batch, 16))).to(runner.torch_device)
+        x = tile.repeat(-(-case.batch // len(tile)), 1, 1, 1)[: case.batch].contiguous()
+        del tile
+    else:
+        x = input_frames(case.batch)
     device_type = "cuda" if on_gpu else "cpu"
 
     for _ in range(WARMUP_CALLS[device_type]):
@@ -76,6 +114,7 @@ def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_fra
             runner.stream.synchronize()
         host_ms.append((time.perf_counter() - start) * 1e3)
     # Per-stage times with the input and output on the host (what a pipeline pays).
+    host_batch = input_frames(case.batch)
     timings = []
     for _ in range(SIDE_LOOP_CALLS[device_type]):
         runner.infer(host_batch)

@@ -12,7 +12,8 @@ Options:
 ``opset``
     Opset of the export (default 17), from :meth:`ModelSpec.onnx_path`.
 ``model_path``
-    Run this ONNX file instead of the spec's export (checked with :func:`detector.export.load_onnx`).
+    Run this ONNX file instead of the spec's export (checked with :func:`detector.export.load_onnx`, and its
+    input size and classes against the cfg with :func:`detector.export.check_matches_cfg`).
 """
 
 from __future__ import annotations
@@ -74,11 +75,11 @@ class OnnxRuntimeRunner(Runner):
     def _activate(self) -> None:
         import onnxruntime as ort
 
-        from detector.export import load_onnx
+        from detector.export import check_matches_cfg, load_onnx
 
         path = self.model_path
-        if self.options["model_path"] is not None:
-            load_onnx(path)  # a user file: clear ModelFileError before ONNX Runtime's own message
+        if self.options["model_path"] is not None:  # a user file: clear ModelFileError before ONNX Runtime's own
+            check_matches_cfg(load_onnx(path), path, self.spec.input_size, self.spec.num_classes, self.spec.cfg)
         session_options = ort.SessionOptions()
         session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         session_options.intra_op_num_threads = self.options["intra_op_threads"]

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["CachedEngine", "ColdStart", "ENGINE_CACHE_VERSION", "EngineFromBytes", "EngineLoadError", "EngineRefused",
-           "LoadedEngine", "cached_engine", "deserialize_engine", "engine_cache_key", "load_engine"]
+           "LoadedEngine", "cached_engine", "check_entry", "deserialize_engine", "engine_cache_key", "load_engine"]
 
 #: Bump when the build code changes the engines it makes (cached engines are keyed on it).
 ENGINE_CACHE_VERSION = 1
@@ -398,21 +398,39 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _entry_ok(path: Path, reject_digest: str | None) -> bool:
-    """True if the entry's bytes match its sidecar (and are not the rejected bytes)."""
+def check_entry(path: str | os.PathLike[str], reject_digest: str | None = None) -> str | None:
+    """Why the cache entry ``path`` cannot be used, in one line naming it, or ``None`` when it is sound.
+
+    Checked without TensorRT (so before TensorRT ever parses the bytes): the ``.json`` sidecar exists and
+    parses; the engine's size and sha256 match it; the flavor and precision in the entry's name match the
+    sidecar's (an engine copied in under another entry's name); the bytes are not ``reject_digest``.
+    """
+    path = Path(path)
     meta = _read_sidecar(path)
     if not meta.get("sha256"):
-        log.warning("TensorRT engine %s has no readable sidecar %s", path, _sidecar(path).name)
-        return False
+        return f"TensorRT engine '{path}' has no readable sidecar {_sidecar(path).name}"
     try:
-        if path.stat().st_size != int(meta.get("bytes", -1)):
-            log.warning("TensorRT engine %s has %d bytes; its sidecar says %s", path, path.stat().st_size,
-                        meta.get("bytes"))
-            return False
+        size = path.stat().st_size
+        if size != int(meta.get("bytes", -1)):
+            return (f"TensorRT engine '{path}' has {size} bytes; its sidecar says {meta.get('bytes')} "
+                    "(truncated or replaced)")
         digest = fileio.file_digest(path)
-    except OSError:
-        return False
+    except (OSError, ValueError, TypeError) as e:
+        return f"TensorRT engine '{path}' cannot be read: {getattr(e, 'strerror', None) or e}"
     if digest != meta["sha256"]:
-        log.warning("TensorRT engine %s does not match the digest in its sidecar (corrupt)", path)
-        return False
-    return reject_digest is None or digest != reject_digest
+        return f"TensorRT engine '{path}' does not match the digest in its sidecar (corrupt)"
+    parts = path.stem.rsplit("-", 3)
+    if len(parts) == 4 and (parts[1], parts[2]) != (meta.get("flavor"), meta.get("precision")):
+        return (f"TensorRT engine '{path}' is named {parts[1]} {parts[2]} but was built as {meta.get('flavor')} "
+                f"{meta.get('precision')} (mismatched entry)")
+    if reject_digest is not None and digest == reject_digest:
+        return f"TensorRT engine '{path}' failed to deserialize before"
+    return None
+
+
+def _entry_ok(path: Path, reject_digest: str | None) -> bool:
+    """True if the entry passes :func:`check_entry` (a warning names the problem otherwise)."""
+    problem = check_entry(path, reject_digest)
+    if problem is not None:
+        log.warning("%s", problem)
+    return problem is None

@@ -1,0 +1,72 @@
+"""GPU memory for the suite: out-of-memory errors as skip reasons, and memory figures around releasing a backend.
+
+A batch size that does not fit on the GPU is not a failure of the suite: the benchmark skips with a reason such
+as ``batch 65536 does not fit on NVIDIA H100 80GB HBM3 (out of memory: tried to allocate 126.75 GiB)`` and the
+run goes on with the other sizes. Runners of one backend are released before the next backend runs, and the
+memory in use before and after is recorded (MiB).
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from typing import Any
+
+__all__ = ["cuda_memory", "oom_skip_reason", "release_cuda_memory"]
+
+#: Messages of out-of-memory failures that do not come as ``torch.cuda.OutOfMemoryError``: TensorRT's
+#: allocator and builder, ONNX Runtime's CUDA provider, cuBLAS/cuDNN workspaces.
+_OOM_TEXT = re.compile(r"out of memory|OUT_OF_MEMORY|CUDNN_STATUS_ALLOC_FAILED|CUBLAS_STATUS_ALLOC_FAILED|"
+                       r"Failed to allocate memory|Requested amount of GPU memory", re.IGNORECASE)
+_TRIED = re.compile(r"tried to allocate ([\d.]+ [KMGT]?i?B)", re.IGNORECASE)
+
+
+def oom_skip_reason(exc: BaseException, batch: int, device_name: str) -> str | None:
+    """The skip reason for an out-of-memory ``exc`` while running ``batch`` on ``device_name``; ``None`` if ``exc``
+    (or an exception it was raised from) is not an out-of-memory error."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if _is_oom(error):
+            text = " ".join(str(error).split())
+            tried = _TRIED.search(text)
+            detail = f"tried to allocate {tried.group(1)}" if tried else text[:120]
+            return f"batch {batch} does not fit on {device_name} (out of memory: {detail})"
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _is_oom(error: BaseException) -> bool:
+    try:
+        import torch
+
+        if isinstance(error, torch.cuda.OutOfMemoryError):
+            return True
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    return isinstance(error, (RuntimeError, MemoryError)) and bool(_OOM_TEXT.search(str(error)))
+
+
+def release_cuda_memory() -> None:
+    """Collect garbage (dropped tensors) and return torch's cached CUDA blocks to the driver (no-op on CPU)."""
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def cuda_memory(device: str) -> dict[str, Any]:
+    """MiB in use on ``device`` ("cuda", "cuda:N"): torch ``allocated`` and ``reserved``, and ``device_used`` (every
+    allocator on the GPU: TensorRT, ONNX Runtime, other processes). Empty on the CPU or before CUDA starts."""
+    import torch
+
+    if not device.startswith("cuda") or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    index = torch.device(device).index or 0
+    free, total = torch.cuda.mem_get_info(index)
+    mib = 1 << 20
+    return {"allocated_mib": torch.cuda.memory_allocated(index) / mib,
+            "reserved_mib": torch.cuda.memory_reserved(index) / mib, "device_used_mib": (total - free) / mib}
