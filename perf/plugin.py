@@ -118,7 +118,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )  # fmt: skip
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    from perf.multigpu import bind_worker_gpu
+
+    bind_worker_gpu()  # an xdist worker gets its own GPU, before anything initialises CUDA
     for name, description in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
     errors = bad_values(config.option)  # one line each, not pytest's usage block

@@ -18,6 +18,9 @@ from typing import Any
 from detector.fileio import atomic_write_text
 
 #: Column order of each known table; unknown tables use their first row's keys.
+#: Derived at the end of a run from the "Inference" table: every case against eager torch fp32, same batch.
+SPEEDUP_TABLE = "Speed-up vs torch fp32 (same run)"
+
 COLUMNS: dict[str, tuple[str, ...]] = {
     "End-to-end (the lab's table)": (
         "Model Type", "Model Input Size", "Inference Speed (FPS)", "End-to-end speed (FPS)",
@@ -27,8 +30,12 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "Inference": (
         "case", "batch", "median ms", "p99 ms", "images/s", "h2d ms", "compute ms", "d2h ms", "enqueue ms",
-        "host ms (sync)",
+        "host ms (sync)", "warm-up s",
     ),
+    SPEEDUP_TABLE: ("case", "batch", "median ms", "torch fp32 median ms", "speed-up"),
+    "Multi-GPU throughput": ("worker", "GPU", "case", "batch", "images/s (all at once)", "images/s (alone)", "scaling"),
+    "Harness overhead": ("case", "batch", "suite median ms", "bare loop ms/call", "bare per-call events ms",
+                         "suite FPS", "bare loop FPS", "overhead"),
     "Parity vs torch fp32": (
         "candidate", "verdict", "match rate", "mean IoU", "max score diff", "class agreement", "borderline",
         "score max abs", "box max abs px",
@@ -44,6 +51,15 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "queue depth",
     ),
 }  # fmt: skip
+
+
+def speedup_rows(inference_rows: Sequence[dict[str, Any]], reference: str = "torch fp32") -> list[dict[str, Any]]:
+    """Each "Inference" row's median against the ``reference`` case's at the same batch size, from the same run:
+    ``speed-up`` = reference median / case median (2.0 = twice as fast). Rows without a reference are left out."""
+    ref = {r["batch"]: r["median ms"] for r in inference_rows if r.get("case") == reference and r.get("median ms")}
+    return [{"case": r["case"], "batch": r["batch"], "median ms": r["median ms"], f"{reference} median ms": ref[r["batch"]],
+             "speed-up": ref[r["batch"]] / r["median ms"]}
+            for r in inference_rows if r.get("case") != reference and r.get("batch") in ref and r.get("median ms")]
 
 
 def _cell(value: Any) -> str:
@@ -86,6 +102,12 @@ class PerfReport:
                 parts.append("| " + " | ".join(_cell(row.get(c)) for c in columns) + " |")
             parts.append("")
         return "\n".join(parts)
+
+    def add_speedups(self) -> None:
+        """(Re)make the :data:`SPEEDUP_TABLE` from the "Inference" table (call once every row is in)."""
+        rows = speedup_rows(self.tables.get("Inference", []))
+        if rows:
+            self.tables[SPEEDUP_TABLE] = rows
 
     def write(self, folder: str | os.PathLike[str], stem: str = "perf-report") -> list[Path]:
         """Write ``<stem>.json`` and ``<stem>.md`` into ``folder`` atomically; return the paths."""

@@ -93,13 +93,16 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
         x = input_frames(case.batch)
     device_type = "cuda" if on_gpu else "cpu"
 
+    warmup_start = time.perf_counter()  # includes CUDA graph capture and torch.compile (or its cache hit)
     for _ in range(WARMUP_CALLS[device_type]):
         runner.infer(x, to_host=not on_gpu)
     if on_gpu:
         runner.stream.synchronize()
+    warmup_s = time.perf_counter() - warmup_start
 
     benchmark.extra_info.update({"backend": case.backend, "variant": case.variant, "precision": case.precision,
-                                 "batch": case.batch, "device": runner.device, "clock": SUITE_CLOCK.kind})
+                                 "batch": case.batch, "device": runner.device, "clock": SUITE_CLOCK.kind,
+                                 "warmup_s": warmup_s})
     # The GPU clock records its events on the current stream: make it the runner's.
     on_stream = torch.cuda.stream(runner.stream) if on_gpu else contextlib.nullcontext()
     with measured_region(f"inference[{case.id}]", runner, benchmark.extra_info), on_stream:
@@ -134,5 +137,6 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
             "case": case.label, "batch": case.batch, "median ms": stats.median * 1e3, "p99 ms": info["p99_ms"],
             "images/s": info["images_per_s"], "h2d ms": stages["h2d_ms"], "compute ms": stages["compute_ms"],
             "d2h ms": stages["d2h_ms"], "enqueue ms": stages["enqueue_ms"], "host ms (sync)": info["host_sync_median_ms"],
+            "warm-up s": warmup_s,
         })  # fmt: skip
     benchmark.extra_info.update(info)

@@ -21,6 +21,7 @@ Options (all off by default):
     uses CUDA graphs itself -- or ``"max-autotune"``). The first calls compile (tens of seconds).
     Compiled kernels are cached by Inductor under ``$TORCHINDUCTOR_CACHE_DIR``; when that is unset it is
     set to ``<spec.cache_dir>/inductor`` so that the cache survives across runs next to the ONNX exports.
+    Shapes are static (``dynamic=False``): each batch size compiles its own specialised kernels.
 
 Precisions: fp32, and fp16 on CUDA (weights and activations in half; the decoded output is returned as
 float32). fp16 on the CPU is reported unavailable.
@@ -106,7 +107,7 @@ class TorchRunner(Runner):
             cache = self.spec.cache_dir / "inductor"
             if os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache)) == str(cache):
                 log.info("torch.compile kernels are cached in %s", cache)
-            model = torch.compile(model, mode=self.options["compile_mode"])
+            model = torch.compile(model, mode=self.options["compile_mode"], dynamic=False)
         self._model = model
 
     def _deactivate(self) -> None:

@@ -1,0 +1,87 @@
+"""Several GPUs through pytest-xdist: one worker per GPU, a file barrier, and a throughput loop.
+
+``pytest perf/test_multi_gpu.py -n <GPUs> --dist each`` starts one worker per GPU; :func:`bind_worker_gpu`
+(called by the plugin before anything touches CUDA) gives worker ``gwN`` the N-th visible GPU through
+``CUDA_VISIBLE_DEVICES``, so each worker sees exactly one device, ``cuda:0``. ``PERF_GPU_PER_WORKER=0`` turns
+the binding off (every worker then sees every GPU).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+__all__ = ["barrier", "bind_worker_gpu", "gpu_indices", "throughput"]
+
+
+def gpu_indices(env: MutableMapping[str, str] | None = None) -> list[str]:
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi``'s indices, else []
+    (found without initialising CUDA, which would freeze the visible set)."""
+    env = os.environ if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [v.strip() for v in visible.split(",") if v.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def bind_worker_gpu(env: MutableMapping[str, str] | None = None) -> str | None:
+    """In pytest-xdist worker ``gwN``, set ``CUDA_VISIBLE_DEVICES`` to the N-th usable GPU (round robin when
+    there are more workers than GPUs); returns the GPU chosen, or None outside a worker, with the binding off
+    (``PERF_GPU_PER_WORKER=0``) or without GPUs. Must run before CUDA is initialised in the process."""
+    env = os.environ if env is None else env
+    worker = env.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or env.get("PERF_GPU_PER_WORKER", "1") == "0":
+        return None
+    gpus = gpu_indices(env)
+    if not gpus:
+        return None
+    chosen = gpus[int(worker[2:]) % len(gpus)]
+    env["CUDA_VISIBLE_DEVICES"] = chosen
+    log.info("xdist worker %s uses GPU %s", worker, chosen)
+    return chosen
+
+
+def barrier(folder: Path, name: str, rank: int, parties: int, *, timeout_s: float = 300.0) -> None:
+    """Wait until all ``parties`` processes (ranks 0..parties-1) reached barrier ``name`` in ``folder``
+    (a file per rank); raises TimeoutError naming the missing ranks after ``timeout_s`` seconds."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.{rank}").touch()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = [r for r in range(parties) if not (folder / f"{name}.{r}").exists()]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"barrier {name!r} in {folder}: ranks {missing} did not arrive within {timeout_s:.0f} s")
+        time.sleep(0.01)
+
+
+def throughput(runner: Any, x: Any, seconds: float) -> dict[str, float]:
+    """Back-to-back ``runner.infer(x)`` (output left on the device) for about ``seconds`` of wall time;
+    returns ``{"calls", "images", "seconds", "images_per_s"}``, the clock stopped after the device finished."""
+    on_gpu = runner.stream is not None
+    batch = int(x.shape[0])
+    calls = 0
+    start = time.perf_counter()
+    while True:
+        for _ in range(20):
+            runner.infer(x, to_host=not on_gpu)
+        calls += 20
+        if on_gpu:
+            runner.stream.synchronize()
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            break
+    return {"calls": calls, "images": calls * batch, "seconds": elapsed, "images_per_s": calls * batch / elapsed}

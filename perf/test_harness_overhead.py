@@ -1,0 +1,98 @@
+"""Harness overhead: the suite's measured inference speed against a bare loop over the same runner, same run.
+
+For the fastest path on the device (torch-graph in the first of ``--perf-precisions`` on a GPU, eager torch fp32
+on a CPU) at batch 1 and at the largest ``--perf-batch-sizes`` entry, three readings of one runner:
+
+* suite: pytest-benchmark with the suite's clock (CUDA events around each call), the median;
+* bare per-call events: a plain loop with the same two events per call, no pytest-benchmark (what the clock
+  alone costs);
+* bare loop: back-to-back calls between two events, total / calls (what a user's throughput loop sees).
+
+``overhead`` = suite median / bare loop ms per call - 1. Records, never asserts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from typing import Any
+
+import pytest
+
+from perf.clock import SUITE_CLOCK
+
+pytestmark = pytest.mark.benchmark(group="harness", timer=SUITE_CLOCK, warmup=False)
+CALLS = {"cuda": 2000, "cpu": 5}
+TABLE = "Harness overhead"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "batch" in metafunc.fixturenames:
+        from perf.plugin import PERF_SESSION
+
+        session = metafunc.config.stash[PERF_SESSION]
+        sizes = {1, max(session.options.batch_sizes)} if session.device.startswith("cuda") else {1}  # CPU: smoke
+        metafunc.parametrize("batch", sorted(sizes), ids=lambda b: f"b{b}")
+
+
+def _bare_loop_ms(runner: Any, x: Any, calls: int) -> float:
+    """Back-to-back calls: elapsed GPU (or host) time over ``calls``, ms per call."""
+    if runner.stream is None:
+        start = time.perf_counter()
+        for _ in range(calls):
+            runner.infer(x)
+        return (time.perf_counter() - start) * 1e3 / calls
+    import torch
+
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(calls):
+        runner.infer(x, to_host=False)
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / calls
+
+
+def _per_call_events_ms(x: Any, runner: Any, calls: int) -> float:
+    """The suite's clock around each call, without pytest-benchmark: median ms."""
+    clock = SUITE_CLOCK
+    readings = []
+    for _ in range(calls):
+        t0 = clock()
+        runner.infer(x, to_host=runner.stream is None)
+        readings.append((clock() - t0) * 1e3)
+    return statistics.median(readings)
+
+
+def test_harness_overhead(benchmark: Any, batch: int, runner_pool: Any, input_frames: Any, perf_device: str,
+                          perf_report: Any, pytestconfig: pytest.Config) -> None:
+    from perf.plugin import PERF_SESSION
+
+    on_gpu = perf_device.startswith("cuda")
+    if on_gpu:
+        import torch
+
+        precision = pytestconfig.stash[PERF_SESSION].options.precisions[0]
+        label = f"torch-graph {precision}"
+        runner = runner_pool.get("torch", precision, fuse_bn=True, channels_last=True, cuda_graph=True)
+        x = torch.from_numpy(input_frames(batch)).to(runner.torch_device)
+    else:
+        label, runner, x = "torch fp32", runner_pool.get("torch", "fp32"), input_frames(batch)
+    calls = CALLS["cuda" if on_gpu else "cpu"]
+    on_stream = contextlib.nullcontext()
+    if on_gpu:
+        on_stream = torch.cuda.stream(runner.stream)
+    with on_stream:
+        _bare_loop_ms(runner, x, calls // 10)  # warm-up (graph capture, clocks up)
+        bare_ms = _bare_loop_ms(runner, x, calls)
+        events_ms = _per_call_events_ms(x, runner, calls)
+        benchmark.pedantic(runner.infer, args=(x,), kwargs={"to_host": not on_gpu}, rounds=calls, iterations=1)
+        bare_after_ms = _bare_loop_ms(runner, x, calls)  # drift check: the bare loop again after the suite's
+    suite_ms = benchmark.stats.stats.median * 1e3
+    bare = statistics.mean([bare_ms, bare_after_ms])
+    row = {"case": label, "batch": batch, "suite median ms": suite_ms, "bare loop ms/call": bare,
+           "bare per-call events ms": events_ms, "suite FPS": batch / suite_ms * 1e3,
+           "bare loop FPS": batch / bare * 1e3, "overhead": suite_ms / bare - 1.0}
+    perf_report.add(TABLE, row)
+    benchmark.extra_info.update({"harness": row, "bare_loop_before_ms": bare_ms, "bare_loop_after_ms": bare_after_ms})
