@@ -19,7 +19,7 @@ from detector.fileio import atomic_write_text
 from detector.timing import STAGES
 from perf import plots
 from perf.report_changes import DEFAULT_THRESHOLD, bench_names, history
-from perf.report_inputs import PARITY_TABLE, ReportInputs, load_inputs
+from perf.report_inputs import PARITY_TABLE, ReportInputError, ReportInputs, load_inputs
 from perf.report_tables import Table, all_tables, stage_rows, to_markdown
 
 log = logging.getLogger(__name__)
@@ -120,8 +120,13 @@ def build_report(storage: Path | None, reports: Path | None, out: Path, *, machi
     """Read the inputs and write ``out/summary.md`` and ``out/index.html`` atomically.
 
     Returns the written paths and the warnings (skipped input, also shown in both files). Raises
-    :class:`perf.report_inputs.ReportInputError` (nothing written) when the inputs are unusable.
+    :class:`perf.report_inputs.ReportInputError` (nothing written) when the inputs are unusable or matplotlib
+    is missing.
     """
+    try:
+        import matplotlib  # noqa: F401, PLC0415
+    except ImportError as e:
+        raise ReportInputError(f"the HTML report needs matplotlib ({e}): pip install -e '.[report]'") from e
     inputs = load_inputs(storage, reports, machine_id=machine_id, verdicts=verdicts)
     report = render(inputs, threshold)
     page = to_html(report)

@@ -253,6 +253,17 @@ def test_bad_input_is_one_line_naming_the_file_and_writes_nothing(
     assert not out.exists()
 
 
+def test_missing_matplotlib_is_one_line_and_writes_nothing(saved: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what `import matplotlib` sees when it is not installed
+    out = tmp_path / "out"
+    assert main(["--storage", str(saved / ".benchmarks"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perf-report: error: the HTML report needs matplotlib") and err.count("\n") == 1
+    assert not out.exists()
+
+
 def test_change_threshold_accepts_percent_or_fraction_and_rejects_the_rest() -> None:
     assert parse_threshold("10%") == pytest.approx(0.1) and parse_threshold("0.25") == 0.25
     for bad in ("abc", "0", "-5%", "inf"):
