@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import importlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,7 +125,7 @@ def build_report(storage: Path | None, reports: Path | None, out: Path, *, machi
     is missing.
     """
     try:
-        import matplotlib  # noqa: F401, PLC0415
+        importlib.import_module("matplotlib")  # imported for real by perf.plots, lazily
     except ImportError as e:
         raise ReportInputError(f"the HTML report needs matplotlib ({e}): pip install -e '.[report]'") from e
     inputs = load_inputs(storage, reports, machine_id=machine_id, verdicts=verdicts)

@@ -253,6 +253,15 @@ def test_bad_input_is_one_line_naming_the_file_and_writes_nothing(
     assert not out.exists()
 
 
+def test_an_output_path_that_is_a_file_is_one_line_and_keeps_the_file(saved: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report"
+    out.write_text("not a folder")
+    assert main(["--storage", str(saved / ".benchmarks"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"perf-report: error: cannot write to '{out}'")
+    assert out.read_text() == "not a folder"
+
+
 def test_missing_matplotlib_is_one_line_and_writes_nothing(saved: Path, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
