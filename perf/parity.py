@@ -118,6 +118,7 @@ class FrameParity:
     mean_iou: float
     max_score_diff: float
     class_disagreements: int
+    ious: tuple[float, ...] = ()  # IoU of each matched pair
 
     @property
     def missed(self) -> int:
@@ -161,6 +162,10 @@ class DetectionParity:
     @property
     def max_score_diff(self) -> float:
         return max((f.max_score_diff for f in self.frames), default=0.0)
+
+    def ious(self, digits: int = 4) -> list[float]:
+        """IoU of every matched pair, frame by frame, rounded to ``digits`` decimals (the report's histogram)."""
+        return [round(iou, digits) for f in self.frames for iou in f.ious]
 
     @property
     def class_agreement(self) -> float:
@@ -231,6 +236,7 @@ def compare_frame(
         mean_iou=float(sum(ious) / len(ious)) if ious else 1.0,
         max_score_diff=max(score_diffs, default=0.0),
         class_disagreements=disagreements,
+        ious=tuple(float(iou) for iou in ious),
     )
 
 
@@ -252,6 +258,23 @@ def compare_detections(
             for i, (r, c) in enumerate(zip(reference, candidate))
         ]
     )  # fmt: skip
+
+
+def report_row(label: str, backend: str, precision: str, failures: Sequence[str], tensors: TensorStats,
+               parity: DetectionParity) -> dict[str, Any]:
+    """The "Parity vs torch fp32" row of the suite's report for one candidate.
+
+    The markdown table shows the columns of ``perf.report.COLUMNS``; the JSON also keeps ``backend``,
+    ``precision``, ``failures`` and ``ious`` (IoU of every matched pair, 4 decimals) for the HTML report's
+    IoU histograms (``perf.html_report``).
+    """
+    return {
+        "candidate": label, "verdict": "FAIL" if failures else "pass", "match rate": parity.match_rate,
+        "mean IoU": parity.mean_iou, "max score diff": parity.max_score_diff,
+        "class agreement": parity.class_agreement, "borderline": parity.borderline,
+        "score max abs": tensors.score_max_abs, "box max abs px": tensors.box_max_abs,
+        "backend": backend, "precision": precision, "failures": list(failures), "ious": parity.ious(),
+    }  # fmt: skip
 
 
 def format_worst_frames(parity: DetectionParity, n: int = 5) -> str:

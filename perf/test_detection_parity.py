@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from perf.cases import Case, make_cases
-from perf.parity import TOLERANCES, compare_detections, compare_tensors, format_worst_frames
+from perf.parity import TOLERANCES, compare_detections, compare_tensors, format_worst_frames, report_row
 
 pytestmark = pytest.mark.parity
 
@@ -107,11 +107,8 @@ def test_detection_parity(candidate: Case, reference: Any, parity_batches: list[
     parity = compare_detections(reference[1], detections, score_tolerance=tol.score_abs)
     failures = tensors.failures(tol) + parity.failures(tol)
 
-    row = {"candidate": candidate.label, "verdict": "FAIL" if failures else "pass", **{
-        "match rate": parity.match_rate, "mean IoU": parity.mean_iou, "max score diff": parity.max_score_diff,
-        "class agreement": parity.class_agreement, "borderline": parity.borderline,
-        "score max abs": tensors.score_max_abs, "box max abs px": tensors.box_max_abs}}
-    perf_report.add("Parity vs torch fp32", row)
+    perf_report.add("Parity vs torch fp32",
+                    report_row(candidate.label, candidate.backend, candidate.precision, failures, tensors, parity))
     if perf_video.ground_truth is not None:
         perf_report.add("Accuracy vs ground truth",
                         _accuracy_row(candidate.label, _accuracy(perf_video, detections, runner_pool.spec.names)))

@@ -8,7 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detector.postprocess import Detections
-from perf.parity import TOLERANCES, compare_detections, compare_frame, compare_tensors, format_worst_frames
+from perf.parity import (
+    TOLERANCES,
+    compare_detections,
+    compare_frame,
+    compare_tensors,
+    format_worst_frames,
+    report_row,
+)
 
 
 def _dets(boxes: list[list[float]], scores: list[float], classes: list[int]) -> Detections:
@@ -96,3 +103,13 @@ def test_worst_frames_come_first_in_the_failure_message() -> None:
 def test_frame_counts_must_agree() -> None:
     with pytest.raises(ValueError, match="frame counts differ"):
         compare_detections([Detections.empty()], [])
+
+
+def test_report_row_keeps_the_iou_of_every_matched_pair() -> None:
+    ref = [_dets([[0, 0, 10, 10], [50, 50, 70, 70]], [0.9, 0.8], [0, 1]), _dets([[0, 0, 10, 10]], [0.9], [0])]
+    cand = [_dets([[0, 0, 10, 10], [50, 50, 70, 72]], [0.9, 0.8], [0, 1]), _dets([[1, 0, 11, 10]], [0.9], [0])]
+    parity = compare_detections(ref, cand)
+    row = report_row("onnxruntime fp16", "onnxruntime", "fp16", [], compare_tensors(_decoded(0), _decoded(0)), parity)
+    assert row["ious"] == [1.0, round(400 / 440, 4), round(90 / 110, 4)]  # 20x20 in 20x22; 9x10 in 11x10
+    assert row["verdict"] == "pass" and row["mean IoU"] == pytest.approx(sum(row["ious"]) / 3, abs=1e-4)
+    assert (row["backend"], row["precision"]) == ("onnxruntime", "fp16")

@@ -1,0 +1,68 @@
+"""``perf-report`` / ``python -m perf.report_cli``: the markdown summary and the HTML report of saved runs.
+
+    python -m perf.report_cli --storage .benchmarks --reports reports --out report/
+
+writes ``report/summary.md`` (append it to ``$GITHUB_STEP_SUMMARY``) and ``report/index.html`` (one file,
+figures embedded). Bad input (a missing storage folder, a corrupt perf-report.json or verdict file, every saved run
+corrupt) prints one line naming the file and exits with status 2, leaving no output; a corrupt saved run among
+good ones is skipped with a warning line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from perf.report_changes import DEFAULT_THRESHOLD, parse_threshold
+from perf.report_inputs import ReportInputError
+
+PROG = "perf-report"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Markdown summary and HTML report of the perf suite.")
+    parser.add_argument("--storage", type=Path, default=Path(".benchmarks"),
+                        help="pytest-benchmark storage folder (or one machine's folder in it). Default: .benchmarks.")
+    parser.add_argument("--reports", type=Path, default=None,
+                        help="The suite's reports folder (perf-report.json: end-to-end stages, parity). "
+                        "Default: reports, when it exists.")
+    parser.add_argument("--out", type=Path, default=Path("report"),
+                        help="Folder for summary.md and index.html. Default: report.")
+    parser.add_argument("--machine-id", default=None,
+                        help="Machine folder of the storage to report. Default: the one with the newest run.")
+    parser.add_argument("--verdicts", type=Path, default=None,
+                        help="JSON file of compare verdicts per benchmark. Default: compare-verdicts.json "
+                        "(or perf-compare.json, verdicts.json) in the reports folder, when there.")
+    parser.add_argument("--change-threshold", type=parse_threshold, default=DEFAULT_THRESHOLD, metavar="PCT",
+                        help="Mark a run in the history when its median moved more than this vs the previous run. "
+                        f"Default: {DEFAULT_THRESHOLD:.0%}.")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    reports = args.reports
+    if reports is None and Path("reports").is_dir():
+        reports = Path("reports")
+    from perf.html_report import build_report  # noqa: PLC0415
+
+    try:
+        written, warnings = build_report(args.storage, reports, args.out, machine_id=args.machine_id,
+                               verdicts=args.verdicts, threshold=args.change_threshold)
+    except ReportInputError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # an unwritable --out
+        print(f"{PROG}: error: cannot write to '{args.out}': {e.strerror or e}", file=sys.stderr)
+        return 2
+    for warning in warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
