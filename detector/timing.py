@@ -1,20 +1,23 @@
 """Clocks, stage timers and annotations (NVTX ranges, torch.profiler labels, the profiler capture range).
 
 The GPU clock is :class:`CudaEventClock`: a zero-argument callable returning seconds, so it can be passed as
-pytest-benchmark's ``timer``. Each call records a CUDA event on the *current* stream, waits for it, and adds
-the event-measured time since the previous call to a running total. Differences between two calls are
-therefore GPU time between the two records, with the float32 resolution of ``cudaEventElapsedTime`` applied
-to short intervals only (never to the time since the clock was created).
+pytest-benchmark's ``timer``. Calls come in (start, end) pairs; each records a CUDA event on the *current*
+stream, and the end call waits for its event and adds the event-measured time of the pair to a running total.
+Differences between the two calls of a pair are therefore GPU time between the two records, with the float32
+resolution of ``cudaEventElapsedTime`` applied to short intervals only. An optional lead-in keeps the GPU busy
+while the host enqueues the timed work, so launch latency stays out of the reading.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -23,15 +26,23 @@ STAGES: tuple[str, ...] = ("read", "preprocess", "infer", "postprocess", "write"
 
 
 class CudaEventClock:
-    """A monotonic clock in seconds driven by CUDA events recorded on the current stream.
+    """A clock in seconds driven by CUDA events recorded on the current stream, read in (start, end) pairs.
 
-    Call it before and after GPU work that was enqueued on the current stream (enter
-    ``torch.cuda.stream(s)`` around both calls to time stream ``s``); the difference is the GPU time
-    between the two records. Each call synchronizes on its own event, so the host waits for the work.
+    Call it before and after GPU work enqueued on the current stream (enter ``torch.cuda.stream(s)`` around
+    both calls to time stream ``s``): the difference of the two readings is the GPU time between the two
+    events. Readings alternate start, end, start, end... as pytest-benchmark takes them. The start reading does
+    not wait; the end reading synchronizes on its event, so the host waits for the work.
+
+    ``lead_in_ms`` > 0: each start reading first enqueues a GPU busy-wait (``torch.cuda._sleep``) of that
+    length ahead of its event, so that the GPU is still busy while the host enqueues the timed work. The
+    interval then holds the work's GPU execution alone instead of also the host's launch latency (a fixed
+    ~0.1 ms, which is most of a CUDA-graph replay at batch 1): what trtexec reports as GPU compute time. Work
+    whose enqueue takes longer than the lead-in (eager PyTorch at small batch) still shows its launch gaps.
     """
 
-    def __init__(self) -> None:
-        self._last_event = None
+    def __init__(self, lead_in_ms: float = 0.0) -> None:
+        self.lead_in_ms = float(lead_in_ms)
+        self._start: Any = None
         self._total_s = 0.0
         self.__name__ = "CudaEventClock"  # pytest-benchmark names timers by __name__
 
@@ -39,15 +50,37 @@ class CudaEventClock:
         import torch
 
         event = torch.cuda.Event(enable_timing=True)
+        if self._start is None:  # a start reading: return the running total, time from this event on
+            if self.lead_in_ms > 0:
+                torch.cuda._sleep(int(self.lead_in_ms * sleep_cycles_per_ms(torch.cuda.current_device())))
+            event.record()
+            self._start = event
+            return self._total_s
         event.record()
         event.synchronize()
-        if self._last_event is not None:
-            self._total_s += self._last_event.elapsed_time(event) / 1e3
-        self._last_event = event
+        self._total_s += self._start.elapsed_time(event) / 1e3
+        self._start = None
         return self._total_s
 
     def __repr__(self) -> str:
-        return "CudaEventClock()"
+        return f"CudaEventClock(lead_in_ms={self.lead_in_ms:g})"
+
+
+@functools.lru_cache(maxsize=None)
+def sleep_cycles_per_ms(device_index: int) -> float:
+    """Clock cycles of ``torch.cuda._sleep`` per millisecond on CUDA device ``device_index``, measured once
+    with CUDA events on a 2M-cycle sleep (about 1 ms at 1.98 GHz)."""
+    import torch
+
+    with torch.cuda.device(device_index):
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles)  # warm-up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / start.elapsed_time(end)
 
 
 def host_clock() -> float:

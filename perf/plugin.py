@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from perf.clock import DEFAULT_LEAD_IN_MS, SUITE_CLOCK
 from perf.machine import fingerprint_differences, mismatch_message
 from perf.slowdown import parse_delay_ms
 from perf.options import (
@@ -113,6 +114,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "that --benchmark-compare-fail catches a regression. Default: 0 (off).",
     )  # fmt: skip
     group.addoption(
+        "--perf-clock-lead-in", metavar="MS", type=deferred(parse_delay_ms), default=DEFAULT_LEAD_IN_MS,
+        help="GPU busy-wait enqueued ahead of each timed call's start event, so that the host's launch latency "
+        f"stays out of the CUDA-event reading; 0 = off (time from an idle GPU). Default: {DEFAULT_LEAD_IN_MS:g}ms.",
+    )  # fmt: skip
+    group.addoption(
         "--perf-profile", choices=PROFILERS, default="none",
         help=f"Profiler around the benchmarks: {' or '.join(PROFILERS)}. Default: none.",
     )  # fmt: skip
@@ -133,9 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if errors:
         raise pytest.UsageError("\n".join(errors))
     config.stash[PERF_SESSION] = session
-    from perf.clock import SUITE_CLOCK
-
-    SUITE_CLOCK.configure(lambda: session.device)  # CUDA events on a GPU run, perf_counter on a CPU run
+    SUITE_CLOCK.configure(lambda: session.device, config.getoption("perf_clock_lead_in"))  # CUDA events on a GPU
 
 
 def pytest_report_header(config: pytest.Config) -> str:
