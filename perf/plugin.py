@@ -118,6 +118,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if errors:
         raise pytest.UsageError("\n".join(errors))
     config.stash[PERF_SESSION] = session
+    from perf.clock import SUITE_CLOCK
+
+    SUITE_CLOCK.configure(lambda: session.device)  # CUDA events on a GPU run, perf_counter on a CPU run
 
 
 def pytest_report_header(config: pytest.Config) -> str:
