@@ -68,22 +68,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--perf-compare", metavar="NUM|ID", nargs="?", const=True, default=None,
         help="Compare with a saved run (the latest, or run NUM / matching ID) from the raw rounds: one line per "
-        "benchmark with the ratio of medians and its 95% interval, verdict slower / faster / no change / unstable / "
+        "benchmark with the ratio of medians and its 95%% interval, verdict slower / faster / no change / unstable / "
         "missing; any slower fails the run. Default: off.",
     )  # fmt: skip
     group.addoption(
         "--perf-min-effect", metavar="FRACTION", type=parse_fraction, default=DEFAULT_MIN_EFFECT,
         help="Smallest change --perf-compare calls slower or faster: the whole interval must lie beyond it. "
-        f"Default: {DEFAULT_MIN_EFFECT:.0%}.",
+        f"Default: {DEFAULT_MIN_EFFECT:.0%}%.",
     )  # fmt: skip
     group.addoption(
         "--perf-max-cv", metavar="FRACTION", type=parse_fraction, default=DEFAULT_MAX_CV,
-        help=f"Robust coefficient of variation above which a benchmark is unstable. Default: {DEFAULT_MAX_CV:.0%}.",
+        help=f"Robust coefficient of variation above which a benchmark is unstable. Default: {DEFAULT_MAX_CV:.0%}%.",
     )  # fmt: skip
     group.addoption(
         "--perf-max-drift", metavar="FRACTION", type=parse_fraction, default=DEFAULT_MAX_DRIFT,
         help="Spread of the medians of 4 consecutive windows above which (and above their noise) a benchmark "
-        f"drifts, so is unstable. Default: {DEFAULT_MAX_DRIFT:.0%}.",
+        f"drifts, so is unstable. Default: {DEFAULT_MAX_DRIFT:.0%}%.",
     )  # fmt: skip
     group.addoption(
         "--perf-max-remeasure", metavar="N", type=parse_count, default=DEFAULT_MAX_REMEASURE,
@@ -143,7 +143,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from perf.machine import fingerprint_differences, mismatch_message
     from perf.plugin import PERF_SESSION, MachineMismatchWarning
 
-    storage = _benchmark_session(config).storage
+    benchmarks = _benchmark_session(config)
+    if benchmarks.disabled:
+        raise pytest.UsageError("--perf-compare: benchmarks are disabled (--benchmark-disable, or pytest-xdist's -n "
+                                "turns them off): there would be nothing to compare; run without them")
+    storage = benchmarks.storage
     found = list(storage.load() if wanted is True else storage.load(wanted))
     if not found:
         which = "no saved run" if wanted is True else f"no saved run matching {wanted!r}"

@@ -223,7 +223,7 @@ def assess_stability(
     drift = None if drift_noise is None else drift_noise[0]
     reasons = []
     if x.size < min_rounds:
-        reasons.append(f"only {x.size} rounds (need >= {min_rounds})")
+        reasons.append(f"only {x.size} round{'s' if x.size != 1 else ''} (need >= {min_rounds})")
     if cv > max_cv:
         reasons.append(f"robust CV {cv:.1%} > {max_cv:.1%}")
     if drift_noise is not None and drift_noise[0] > max(max_drift, drift_noise[1]):

@@ -41,9 +41,11 @@ def test_busy(benchmark, perf_measure, pytestconfig):
         extra()
     perf_measure(benchmark, call)
 """
-RUN = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", "--perf-device=cpu", "--benchmark-storage=storage", "--benchmark-max-time=0.1",
-       "--benchmark-min-rounds=30", "--benchmark-warmup=off", "--perf-reports-dir=reports",
-       "--perf-min-effect=10%")  # fmt: skip
+RUN = (
+    "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", "--perf-device=cpu",
+    "--benchmark-storage=storage", "--benchmark-max-time=0.1", "--benchmark-min-rounds=30", "--benchmark-warmup=off",
+    "--perf-reports-dir=reports", "--perf-min-effect=10%",
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +134,9 @@ def test_compare_without_a_saved_run_is_a_usage_error(project: pytest.Pytester) 
     result = _pytest(project.path, "--perf-compare=0042")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --perf-compare: no saved run matching '0042' in *"])
+
+
+def test_compare_with_benchmarks_disabled_is_a_usage_error_not_a_silent_pass(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--perf-compare", "--benchmark-disable")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --perf-compare: benchmarks are disabled *nothing to compare*"])
