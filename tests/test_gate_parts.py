@@ -170,3 +170,19 @@ def test_bad_gate_option_is_a_usage_error_naming_the_option(pytester: pytest.Pyt
     result = pytester.runpytest("--perf-min-effect=lots")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*argument --perf-min-effect*: Could not parse value: 'lots'.*"])
+
+
+def test_plugin_points_the_suite_clock_at_the_resolved_device(pytester: pytest.Pytester,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """--perf-device cuda (even where no CUDA device exists) makes the benchmarks' clock the CUDA-event clock."""
+    from perf.clock import SUITE_CLOCK
+
+    monkeypatch.setattr(SUITE_CLOCK, "_device", SUITE_CLOCK._device)  # restored after the inner runs
+    monkeypatch.setattr(SUITE_CLOCK, "_clock", None)
+    pytester.makeconftest('pytest_plugins = ["perf.plugin"]')
+    pytester.makepyfile(test_kind="from perf.clock import SUITE_CLOCK\n\n"
+                                  "def test_kind(request):\n"
+                                  "    print('clock kind', SUITE_CLOCK.kind)\n")  # fmt: skip
+    for device, kind in (("cuda", "cuda-events"), ("cpu", "perf_counter")):
+        result = pytester.runpytest("-s", f"--perf-device={device}")
+        result.stdout.fnmatch_lines([f"*clock kind {kind}*"])
