@@ -5,9 +5,10 @@ a *baseline* sample, an *unmodified* sample, and one *slowed* sample per level X
 by a calibrated delay of X times the call's median (a ``torch.cuda._sleep`` on the runner's stream on a GPU, a
 host busy-wait on a CPU; `perf.slowdown.delay_call`). Each sample is what the gate sees for one benchmark:
 the suite's clock, pytest-benchmark's number of rounds for this call (`suite_rounds`), re-measured while
-unstable as `perf.stability` does. The gate (`perf.stats.compare_samples` with the same settings) then judges
-unmodified vs baseline (a "slower" is a false alarm) and each slowed sample vs baseline (a "slower" is a
-detection). A sample still unstable after re-measuring counts as neither, as in the real gate.
+unstable as `perf.stability` does. The gate's rule (`perf.stats.ratio_interval` and `perf.stats.decide`) then
+judges unmodified vs baseline (a "slower" is a false alarm) and each slowed sample vs baseline (a "slower" is a
+detection). A sample still unstable after re-measuring counts as neither, as in the real gate. Each trial's
+ratio and interval are kept, so the rates can be given for several minimum effects from the same samples.
 
 All samples of a trial come from one process and one runner: run-to-run differences between two pytest
 processes (another CUDA graph instantiation, another memory layout) are not in these rates; the gate's
@@ -20,49 +21,64 @@ import logging
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from perf.compare import GateSettings
 from perf.stability import time_rounds
-from perf.stats import SLOWER, compare_samples
+from perf.stats import SLOWER, decide, ratio_interval
 
 log = logging.getLogger(__name__)
 BASELINE = "baseline"
 
 
+@dataclass(frozen=True)
+class Trial:
+    """One comparison: ratio of medians, its interval, and whether both samples were stable."""
+
+    ratio: float
+    lo: float
+    hi: float
+    stable: bool
+
+
 @dataclass
 class LevelResult:
-    """Outcome of the trials at one injected slowdown ``level`` (fraction of the median; 0 = unmodified)."""
+    """The trials at one injected slowdown ``level`` (fraction of the median; 0 = unmodified code).
+
+    Verdicts are derived per minimum effect (`slower`), so that one set of samples answers for several
+    settings of ``--perf-min-effect``; an unstable trial is never "slower", as in the gate.
+    """
 
     level: float
-    slower: int = 0
-    unstable: int = 0
-    ratios: list[float] = field(default_factory=list)
-    stable_ratios: list[float] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list)
 
     @property
-    def trials(self) -> int:
-        return len(self.ratios)
+    def unstable(self) -> int:
+        return sum(not t.stable for t in self.trials)
 
-    @property
-    def rate(self) -> float:
+    def slower(self, min_effect: float) -> int:
+        """Trials judged "slower" with ``min_effect``."""
+        return sum(t.stable and decide(t.lo, t.hi, min_effect) == SLOWER for t in self.trials)
+
+    def rate(self, min_effect: float) -> float:
         """Fraction of trials judged "slower": the false-alarm rate at level 0, else the detection rate."""
-        return self.slower / self.trials if self.trials else math.nan
+        return self.slower(min_effect) / len(self.trials) if self.trials else math.nan
 
     @property
     def measured(self) -> float:
-        """Median over the trials with stable samples (all trials if none) of the observed ratio of medians:
-        the slowdown actually injected, + 1."""
-        ratios = self.stable_ratios or self.ratios
+        """Median observed ratio over the stable trials (all trials if none): the slowdown injected, + 1."""
+        ratios = [t.ratio for t in self.trials if t.stable] or [t.ratio for t in self.trials]
         return statistics.median(ratios) if ratios else math.nan
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "trials": self.trials, "slower": self.slower, "unstable": self.unstable,
-                "rate": self.rate, "measured_ratio": self.measured, "ratios": self.ratios,
-                "stable_ratios": self.stable_ratios}  # fmt: skip
+    def to_dict(self, min_effects: Sequence[float]) -> dict[str, Any]:
+        return {"level": self.level, "trials": len(self.trials), "unstable": self.unstable,
+                "measured_ratio": self.measured,
+                "slower": {f"{e:g}": self.slower(e) for e in min_effects},
+                "rate": {f"{e:g}": self.rate(e) for e in min_effects},
+                "per_trial": [asdict(t) for t in self.trials]}  # fmt: skip
 
 
 def suite_rounds(call_s: float, min_rounds: int, max_time_s: float) -> int:
@@ -110,6 +126,7 @@ def run_selftest(
     functions: dict[Any, Callable[[], Any]] = {BASELINE: call, 0.0: call}
     functions.update({level: slowed(delay) for level, delay in delays.items()})
     results = {level: LevelResult(level) for level in (0.0, *levels)}
+    effect = settings.min_effect
     rng = np.random.default_rng(seed)
     names = list(functions)
     for trial in range(trials):
@@ -120,38 +137,37 @@ def run_selftest(
         base, base_stable = samples[BASELINE]
         for level, result in results.items():
             data, stable = samples[level]
-            comparison = compare_samples(base, data, min_effect=settings.min_effect, confidence=settings.confidence,
-                                         seed=seed * 100003 + trial)  # fmt: skip
-            result.ratios.append(comparison.ratio)
-            if not (stable and base_stable):
-                result.unstable += 1
-                continue
-            result.stable_ratios.append(comparison.ratio)
-            if comparison.verdict == SLOWER:
-                result.slower += 1
-        log.info("self-test trial %d/%d: %s", trial + 1, trials,
-                 ", ".join(f"{r.level:.0%}: {r.slower}/{r.trials}" for r in results.values()))  # fmt: skip
+            ratio_lo_hi = ratio_interval(base, data, confidence=settings.confidence, seed=seed * 100003 + trial)
+            result.trials.append(Trial(*ratio_lo_hi, stable=stable and base_stable))
+        log.info("self-test trial %d/%d: judged slower at min effect %.1f%%: %s", trial + 1, trials, 100 * effect,
+                 ", ".join(f"{r.level:.0%}: {r.slower(effect)}/{len(r.trials)}" for r in results.values()))  # fmt: skip
     return list(results.values())
 
 
-def threshold(results: Sequence[LevelResult], detection: float = 0.95, false_alarm: float = 0.05) -> float | None:
-    """Smallest level detected in >= ``detection`` of trials, provided the false-alarm rate (level 0) is
-    <= ``false_alarm``; None if no level qualifies."""
+def threshold(results: Sequence[LevelResult], min_effect: float, detection: float = 0.95,
+              false_alarm: float = 0.05) -> float | None:  # fmt: skip
+    """Smallest level detected in >= ``detection`` of trials with ``min_effect``, provided the false-alarm rate
+    (level 0) is <= ``false_alarm``; None if no level qualifies."""
     alarms = next((r for r in results if r.level == 0), None)
-    if alarms is None or alarms.rate > false_alarm:
+    if alarms is None or alarms.rate(min_effect) > false_alarm:
         return None
-    return next((r.level for r in sorted(results, key=lambda r: r.level) if r.level > 0 and r.rate >= detection), None)
+    ordered = sorted((r for r in results if r.level > 0), key=lambda r: r.level)
+    return next((r.level for r in ordered if r.rate(min_effect) >= detection), None)
 
 
-def table_rows(results: Sequence[LevelResult]) -> list[dict[str, Any]]:
-    """Report rows: injected slowdown, measured ratio, what "slower" means at that level, and its rate."""
+def table_rows(results: Sequence[LevelResult], min_effects: Sequence[float]) -> list[dict[str, Any]]:
+    """Report rows: injected slowdown, measured ratio, unstable trials, and per minimum effect the trials
+    judged slower (false alarms at "none", detections elsewhere), then a "threshold" row."""
     rows = []
     for r in results:
-        rows.append({
-            "injected": "none (identical code)" if r.level == 0 else f"{r.level:.0%}",
-            "measured ratio": r.measured,
-            "judged slower": f"{r.slower}/{r.trials}",
-            "rate": f"{r.rate:.1%} " + ("false alarms" if r.level == 0 else "detected"),
-            "unstable": r.unstable,
-        })  # fmt: skip
+        row: dict[str, Any] = {"injected": "none (identical code)" if r.level == 0 else f"{r.level:.0%}",
+                               "measured ratio": r.measured, "unstable": r.unstable}  # fmt: skip
+        for e in min_effects:
+            row[f"slower @ min effect {e:.0%}"] = f"{r.slower(e)}/{len(r.trials)} ({r.rate(e):.0%})"
+        rows.append(row)
+    last: dict[str, Any] = {"injected": "threshold (>= 95% detected, <= 5% false alarms)"}
+    for e in min_effects:
+        found = threshold(results, e)
+        last[f"slower @ min effect {e:.0%}"] = "none" if found is None else f"{found:.0%}"
+    rows.append(last)
     return rows

@@ -15,7 +15,7 @@ import pytest
 from perf.compare import GateSettings, Row, compare_runs, format_lines, summary, write_verdicts
 from perf.gate_plugin import parse_count, parse_fraction, parse_levels
 from perf.history import BenchmarkRecord, HistoryError, load_run, load_verdicts, run_from_json
-from perf.selftest import LevelResult, run_selftest, suite_rounds, threshold
+from perf.selftest import LevelResult, Trial, run_selftest, suite_rounds, table_rows, threshold
 from perf.slowdown import delay_call
 from perf.stability import StabilityRule, time_rounds
 
@@ -137,18 +137,27 @@ def test_selftest_detects_a_large_slowdown_and_not_identical_code_on_cpu_time() 
                            rounds=20, levels=(0.5,), trials=3,
                            settings=GateSettings(min_effect=0.1, rule=StabilityRule(max_cv=0.5, max_drift=0.5)))
     alarms, detected = results
-    assert (alarms.level, alarms.trials, alarms.slower) == (0.0, 3, 0)
-    assert detected.slower == 3 and detected.measured == pytest.approx(1.5, abs=0.2)
-    assert threshold(results) == 0.5
+    assert (alarms.level, len(alarms.trials), alarms.slower(0.1)) == (0.0, 3, 0)
+    assert detected.slower(0.1) == 3 and detected.measured == pytest.approx(1.5, abs=0.2)
+    assert detected.slower(0.9) == 0  # the same trials, judged with a minimum effect above the slowdown
+    assert threshold(results, 0.1) == 0.5 and threshold(results, 0.9) is None
 
 
-def test_threshold_needs_few_false_alarms_and_enough_detections() -> None:
-    def level(x: float, slower: int) -> LevelResult:
-        return LevelResult(x, slower, 0, [1.0] * 20)
+def _level(x: float, ratios: list[float], unstable: int = 0) -> LevelResult:
+    """Trials with tight intervals (+-0.5%) around ``ratios``; the first ``unstable`` are unstable."""
+    return LevelResult(x, [Trial(r, r - 0.005, r + 0.005, i >= unstable) for i, r in enumerate(ratios)])
 
-    assert threshold([level(0, 1), level(0.05, 18), level(0.1, 19), level(0.2, 20)]) == 0.1
-    assert threshold([level(0, 2), level(0.1, 20)]) is None  # 10% false alarms
-    assert threshold([level(0, 0), level(0.1, 18)]) is None
+
+def test_threshold_needs_few_false_alarms_and_enough_detections_at_the_given_min_effect() -> None:
+    alarms = _level(0, [1.0] * 19 + [1.03])  # one false alarm in 20 at min effect 2%, none at 5%
+    results = [alarms, _level(0.05, [1.05] * 18 + [1.0] * 2), _level(0.1, [1.1] * 19 + [1.0]), _level(0.2, [1.2] * 20)]
+    assert threshold(results, 0.02) == 0.1 and threshold(results, 0.05) == 0.1 and threshold(results, 0.1) == 0.2
+    assert threshold([_level(0, [1.03] * 2 + [1.0] * 18), _level(0.1, [1.1] * 20)], 0.02) is None  # 10% alarms
+    assert threshold([alarms, _level(0.1, [1.1] * 20, unstable=2)], 0.02) is None  # unstable trials never count
+    rows = table_rows(results, (0.02, 0.05))
+    assert rows[0]["slower @ min effect 2%"] == "1/20 (5%)" and rows[0]["slower @ min effect 5%"] == "0/20 (0%)"
+    assert rows[-1] == {"injected": "threshold (>= 95% detected, <= 5% false alarms)",
+                        "slower @ min effect 2%": "10%", "slower @ min effect 5%": "10%"}  # fmt: skip
 
 
 GATE_OPTIONS = ("--perf-compare", "--perf-min-effect", "--perf-max-cv", "--perf-max-drift", "--perf-max-remeasure",

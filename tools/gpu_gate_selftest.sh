@@ -35,9 +35,10 @@ for name in ("clock-truth.json", "gate-selftest.json"):
                   f"offset {r['offset_us']:+.1f} us)  host {r['host_ms']:8.4f} ms ({r['host_error']:+.2%})")
     else:
         print(f"self-test: {data['subject']}, median {data['median_ms']:.4f} ms, {data['rounds']} rounds x "
-              f"{data['iterations']} iterations, {data['trials']} trials, threshold {data['threshold']}")
+              f"{data['iterations']} iterations, {data['trials']} trials; thresholds per min effect {data['thresholds']}")
         for level in data["levels"]:
-            print(f"  injected {level['level']:5.0%}  measured ratio {level['measured_ratio']:.4f}  slower "
-                  f"{level['slower']}/{level['trials']} ({level['rate']:.1%})  unstable {level['unstable']}")
+            judged = "  ".join(f"@{e}: {n}/{level['trials']}" for e, n in level["slower"].items())
+            print(f"  injected {level['level']:5.0%}  measured ratio {level['measured_ratio']:.4f}  "
+                  f"unstable {level['unstable']}  slower {judged}")
 PY
 exit $status
