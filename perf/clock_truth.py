@@ -60,7 +60,9 @@ def _host_sleep_ms(cycles: int) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def calibrate(rough_cycles_per_ms: float, lengths_ms: Sequence[float] = CALIBRATION_MS, repeats: int = 3) -> Calibration:
+def calibrate(
+    rough_cycles_per_ms: float, lengths_ms: Sequence[float] = CALIBRATION_MS, repeats: int = 3
+) -> Calibration:
     """Fit host time = overhead + cycles / rate on sleeps of about ``lengths_ms`` (two lengths)."""
     short, long = (int(rough_cycles_per_ms * ms) for ms in lengths_ms)
     _host_sleep_ms(short // 10)  # warm-up

@@ -68,8 +68,7 @@ def _unstable_reason(bench: BenchmarkRecord, rule: StabilityRule) -> str:
     recorded = bench.stability
     if recorded is not None and recorded.get("verdict") == UNSTABLE:
         return str(recorded.get("reason") or "recorded unstable")
-    assert bench.data is not None
-    return rule.assess(bench.data).reason
+    return rule.assess(bench.data).reason if bench.data is not None else "no rounds"
 
 
 def compare_benchmark(baseline: BenchmarkRecord, current: BenchmarkRecord, settings: GateSettings) -> Row:
@@ -150,7 +149,8 @@ def format_lines(rows: list[Row]) -> list[str]:
 
 def to_markdown(rows: list[Row], header: str) -> str:
     """The verdict table as markdown, under ``header`` (a line naming the baseline and the settings)."""
-    lines = [header, "", "| benchmark | baseline | current | ratio [95% CI] | verdict | note |", "|---|---|---|---|---|---|"]
+    lines = [header, "", "| benchmark | baseline | current | ratio [95% CI] | verdict | note |",
+             "|---|---|---|---|---|---|"]
     lines += [f"| {r.name} | {_ms(r.baseline_median_s)} | {_ms(r.current_median_s)} | {_ratio(r)} | {r.verdict} | "
               f"{r.note} |" for r in rows]  # fmt: skip
     return "\n".join(lines) + "\n"

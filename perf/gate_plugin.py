@@ -102,12 +102,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )  # fmt: skip
     group.addoption(
         "--perf-selftest-trials", metavar="N", type=parse_positive_int, default=None,
-        help="Trials per slowdown level of --perf-selftest. Default: 24 on a GPU, 30 on a CPU.",
+        help="Trials per slowdown level of --perf-selftest. Default: 20 on a GPU, 30 on a CPU.",
     )  # fmt: skip
     group.addoption(
         "--perf-selftest-levels", metavar="PERCENTS", type=parse_levels, default=None,
         help="Slowdowns injected by --perf-selftest, in percent of the median. Default: 2,5,10 on a GPU, "
-        "5,10,20,40 on a CPU.",
+        "2,5,10,20 on a CPU.",
     )  # fmt: skip
 
 

@@ -146,13 +146,17 @@ def run_selftest(
 
 def threshold(results: Sequence[LevelResult], min_effect: float, detection: float = 0.95,
               false_alarm: float = 0.05) -> float | None:  # fmt: skip
-    """Smallest level detected in >= ``detection`` of trials with ``min_effect``, provided the false-alarm rate
-    (level 0) is <= ``false_alarm``; None if no level qualifies."""
+    """Smallest level from which every tested level (it and all larger) is detected in >= ``detection`` of
+    trials with ``min_effect``, provided the false-alarm rate (level 0) is <= ``false_alarm``; None if none."""
     alarms = next((r for r in results if r.level == 0), None)
     if alarms is None or alarms.rate(min_effect) > false_alarm:
         return None
-    ordered = sorted((r for r in results if r.level > 0), key=lambda r: r.level)
-    return next((r.level for r in ordered if r.rate(min_effect) >= detection), None)
+    found = None
+    for r in sorted((r for r in results if r.level > 0), key=lambda r: r.level, reverse=True):
+        if r.rate(min_effect) < detection:
+            break
+        found = r.level
+    return found
 
 
 def table_rows(results: Sequence[LevelResult], min_effects: Sequence[float]) -> list[dict[str, Any]]:

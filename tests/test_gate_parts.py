@@ -154,6 +154,8 @@ def test_threshold_needs_few_false_alarms_and_enough_detections_at_the_given_min
     assert threshold(results, 0.02) == 0.1 and threshold(results, 0.05) == 0.1 and threshold(results, 0.1) == 0.2
     assert threshold([_level(0, [1.03] * 2 + [1.0] * 18), _level(0.1, [1.1] * 20)], 0.02) is None  # 10% alarms
     assert threshold([alarms, _level(0.1, [1.1] * 20, unstable=2)], 0.02) is None  # unstable trials never count
+    dip = [alarms, _level(0.05, [1.05] * 20), _level(0.1, [1.1] * 18 + [1.0] * 2), _level(0.2, [1.2] * 20)]
+    assert threshold(dip, 0.02) == 0.2  # every larger slowdown must be caught too
     rows = table_rows(results, (0.02, 0.05))
     assert rows[0]["slower @ min effect 2%"] == "1/20 (5%)" and rows[0]["slower @ min effect 5%"] == "0/20 (0%)"
     assert rows[-1] == {"injected": "threshold (>= 95% detected, <= 5% false alarms)",
@@ -195,3 +197,11 @@ def test_plugin_points_the_suite_clock_at_the_resolved_device(pytester: pytest.P
     for device, kind in (("cuda", "cuda-events"), ("cpu", "perf_counter")):
         result = pytester.runpytest("-s", f"--perf-device={device}")
         result.stdout.fnmatch_lines([f"*clock kind {kind}*"])
+
+
+def test_clock_reading_errors_are_relative_to_the_known_duration() -> None:
+    from perf.clock_truth import reading
+
+    r = reading(cycles=2000, cycles_per_ms=1000.0, event_ms=2.02, host_ms=2.1)
+    assert r.known_ms == 2.0 and r.event_error == pytest.approx(0.01) and r.host_error == pytest.approx(0.05)
+    assert r.offset_us == pytest.approx(20.0)

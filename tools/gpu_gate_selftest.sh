@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call (< 4 min): the regression gate's self-checks on the GPU.
 #   1. clock truth: known GPU sleeps (0.1, 1, 10 ms) read by the suite's CUDA-event clock and by the host clock;
-#   2. gate self-test: torch-graph fp16 b1, 24 trials x (baseline, unmodified, slowed by 2/5/10%), each sample
+#   2. gate self-test: torch-graph fp16 b1, 20 trials x (baseline, unmodified, slowed by 2/5/10%), each sample
 #      as many rounds as the suite's benchmark takes; false-alarm and detection rates of --perf-compare's rule.
 # Prints both tables (the suite's "perf report"); writes $OUT/gate-selftest.log, $OUT/clock-truth.json and
 # $OUT/gate-selftest.json. Exit status: pytest's (1 if the 2% clock target or the 5%-slowdown targets are missed).
