@@ -1,7 +1,8 @@
 """The stability gate at measurement time: a benchmark whose rounds are too noisy or drift is measured again.
 
 `measure_stable` runs ``benchmark(fn, *args, **kwargs)`` as usual, then judges the rounds with
-`perf.stats.assess_stability`. While they are unstable it measures again, up to ``max_remeasure`` more times,
+`perf.stats.assess_stability`. While they are unstable (and not merely too few, which another measurement of
+as many rounds would not change) it measures again, up to ``max_remeasure`` more times,
 with the same timer, iterations and number of rounds as pytest-benchmark chose (`time_rounds` is
 pytest-benchmark's own round loop), and the new rounds replace the old ones in the benchmark's statistics (so
 the saved run, the table and ``--perf-compare`` see the last measurement). The outcome goes into
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from perf.stats import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT, Stability, assess_stability
+from perf.stats import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT, MIN_ROUNDS, Stability, assess_stability
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_REMEASURE = 2
@@ -89,7 +90,8 @@ def measure_stable(benchmark: Any, fn: Callable[..., Any], *args: Any, rule: Sta
     attempts = [_summary(stability)]
     options = metadata.options
     rounds, iterations = len(metadata.stats.data), metadata.iterations
-    while not stability.stable and len(attempts) <= rule.max_remeasure:
+    # Too few rounds (e.g. --benchmark-max-time=0.1 on a slow call) stay too few: measuring again cannot help.
+    while not stability.stable and len(attempts) <= rule.max_remeasure and rounds >= MIN_ROUNDS:
         log.info("%s unstable (%s): measuring again (%d/%d)", benchmark.name, stability.reason, len(attempts),
                  rule.max_remeasure)  # fmt: skip
         data = time_rounds(lambda: fn(*args, **kwargs), options["timer"], rounds, iterations,

@@ -140,3 +140,12 @@ def test_compare_with_benchmarks_disabled_is_a_usage_error_not_a_silent_pass(pro
     result = _pytest(project.path, "--perf-compare", "--benchmark-disable")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --perf-compare: benchmarks are disabled *nothing to compare*"])
+
+
+def test_too_few_rounds_are_unstable_without_measuring_again(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--benchmark-min-rounds=3", "--benchmark-max-time=0.000001",
+                     "--benchmark-autosave")  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK
+    stability = load_runs(project.path / "storage")[-1].benchmarks["test_tiny.py::test_busy"].stability
+    assert stability is not None and stability["verdict"] == "unstable" and stability["measurements"] == 1
+    assert stability["reason"] == "only 3 rounds (need >= 5)"
