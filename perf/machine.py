@@ -108,12 +108,14 @@ def fingerprint_differences(
 
 
 def mismatch_message(
-    differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, *, allowed: bool
+    differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, *, allowed: bool,
+    option: str = "--benchmark-compare",
 ) -> str:
-    """Explain `fingerprint_differences` between a saved pytest-benchmark run (its JSON) and this machine."""
+    """Explain `fingerprint_differences` between a saved pytest-benchmark run (its JSON) and this machine;
+    ``option`` is the comparing option the message names."""
     commit = str((saved_run.get("commit_info") or {}).get("id") or "unknown")[:12]
     when = saved_run.get("datetime", "at an unknown time")
-    lines = [f"--benchmark-compare: the saved run in '{location}' (recorded {when}, commit {commit}) comes from a "
+    lines = [f"{option}: the saved run in '{location}' (recorded {when}, commit {commit}) comes from a "
              "different machine:"]  # fmt: skip
     lines += [f"  {field}: saved {saved!r}, current {current!r}" for field, saved, current in differences]
     if allowed:

@@ -28,20 +28,11 @@ def parse_delay_ms(value: str) -> float:
     return delay
 
 
-@functools.lru_cache(maxsize=None)
 def gpu_cycles_per_ms(device_index: int) -> float:
-    """Clock cycles of ``torch.cuda._sleep`` per millisecond on this GPU, measured with CUDA events."""
-    import torch
+    """Clock cycles of ``torch.cuda._sleep`` per millisecond on this GPU (measured once, with CUDA events)."""
+    from detector.timing import sleep_cycles_per_ms
 
-    with torch.cuda.device(device_index):
-        cycles = 2_000_000
-        torch.cuda._sleep(cycles)  # warm-up
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        return cycles / start.elapsed_time(end)
+    return sleep_cycles_per_ms(device_index)
 
 
 def _busy_wait_ms(ms: float) -> None:
@@ -50,25 +41,27 @@ def _busy_wait_ms(ms: float) -> None:
         pass
 
 
+def delay_call(delay_ms: float, device_index: int | None) -> Callable[[], None]:
+    """A callable that adds ``delay_ms`` of work where it is called: a ``torch.cuda._sleep`` kernel on the
+    current stream of CUDA device ``device_index``, or a host busy-wait when ``device_index`` is None."""
+    if device_index is None:
+        return functools.partial(_busy_wait_ms, delay_ms)
+    import torch
+
+    cycles = int(gpu_cycles_per_ms(device_index) * delay_ms)
+    return functools.partial(torch.cuda._sleep, cycles)
+
+
 def slow_down(runner: Any, delay_ms: float) -> None:
     """Make every later ``runner.infer`` do ``delay_ms`` more work (on the runner's stream on a GPU)."""
     if delay_ms <= 0:
         return
     inner: Callable[[Any], Any] = runner._infer
-    if runner.stream is not None:
-        import torch
+    delay = delay_call(delay_ms, (runner.torch_device.index or 0) if runner.stream is not None else None)
 
-        cycles = int(gpu_cycles_per_ms(runner.torch_device.index or 0) * delay_ms)
-
-        def _infer(x: Any) -> Any:
-            out = inner(x)
-            torch.cuda._sleep(cycles)
-            return out
-    else:
-
-        def _infer(x: Any) -> Any:
-            out = inner(x)
-            _busy_wait_ms(delay_ms)
-            return out
+    def _infer(x: Any) -> Any:
+        out = inner(x)
+        delay()
+        return out
 
     runner._infer = _infer

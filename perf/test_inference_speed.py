@@ -49,7 +49,7 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_frames: Any, measured_region: Any,
-                         perf_report: Any) -> None:
+                         perf_report: Any, perf_measure: Any) -> None:
     for record in runner_pool.release_others(case.backend):  # one backend on the GPU at a time
         perf_report.add(MEMORY_TABLE, {**record, "why": f"next backend: {case.backend}"})
     reason = None
@@ -57,7 +57,7 @@ def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_fra
         runner = runner_pool.get(case.backend, case.precision, **case.options)
         if runner.max_batch_size is not None and case.batch > runner.max_batch_size:
             pytest.skip(f"batch {case.batch} exceeds the runner's maximum batch {runner.max_batch_size}")
-        _measure(benchmark, case, runner, input_frames, measured_region, perf_report)
+        _measure(benchmark, case, runner, input_frames, measured_region, perf_report, perf_measure)
     except Exception as exc:  # only out-of-memory becomes a skip; everything else fails the test as before
         from perf.gpu_memory import oom_skip_reason
 
@@ -80,7 +80,7 @@ def _device_name(device: str) -> str:
 
 
 def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measured_region: Any,
-             perf_report: Any) -> None:
+             perf_report: Any, perf_measure: Any) -> None:
     """Warm up, benchmark and measure ``runner`` on a batch of ``case.batch`` frames (tensors die with this frame)."""
     import torch
 
@@ -106,7 +106,7 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
     # The GPU clock records its events on the current stream: make it the runner's.
     on_stream = torch.cuda.stream(runner.stream) if on_gpu else contextlib.nullcontext()
     with measured_region(f"inference[{case.id}]", runner, benchmark.extra_info), on_stream:
-        benchmark(runner.infer, x, to_host=not on_gpu)
+        perf_measure(benchmark, runner.infer, x, to_host=not on_gpu)  # re-measured while unstable
 
     # Host wall time of the same call, synchronised, beside the GPU clock's reading.
     host_ms = []

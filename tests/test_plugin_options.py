@@ -25,7 +25,7 @@ pytest_plugins = ["pytester"]
 OPTIONS = (
     "--perf-backends", "--perf-device", "--perf-video", "--perf-batch-sizes", "--perf-precisions",
     "--perf-allow-machine-mismatch", "--perf-cache-dir", "--perf-frames", "--perf-nsys", "--perf-nsys-path",
-    "--nsys-path", "--perf-profile", "--perf-inject-delay", "--perf-streams",
+    "--nsys-path", "--perf-profile", "--perf-inject-delay", "--perf-streams", "--perf-clock-lead-in",
 )  # fmt: skip
 
 
