@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 REPORTS=/tmp/gate-selftest-reports
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 start=$SECONDS
-timeout 225 python3 -m pytest perf --perf-selftest --perf-device cuda -p no:cacheprovider -q -rA \
+timeout "${SELFTEST_TIMEOUT:-225}" python3 -m pytest perf --perf-selftest --perf-device cuda -p no:cacheprovider -q -rA \
   --perf-reports-dir "$REPORTS" ${PYTEST_EXTRA:-} > "$OUT/gate-selftest.log" 2>&1
 status=$?
 echo "pytest exit $status after $((SECONDS - start)) s"
