@@ -34,7 +34,9 @@ def _runner(runner_pool: Any, device: str, precisions: tuple[str, ...]) -> tuple
 def test_multi_gpu_throughput(request: pytest.FixtureRequest, runner_pool: Any, input_frames: Any,
                               perf_report: Any, perf_cache_dir: Any, perf_device: str) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is None or request.config.getoption("dist", None) != "each":
+    argv = getattr(request.config, "workerinput", {}).get("mainargv", [])  # a worker's own --dist reads "no"
+    each = "--dist=each" in argv or any(a == "--dist" and b == "each" for a, b in zip(argv, argv[1:]))
+    if worker is None or not each:
         pytest.skip("needs one pytest-xdist worker per GPU: pytest perf/test_multi_gpu.py -n <GPUs> --dist each")
     import torch
 
