@@ -84,7 +84,7 @@ def test_harness_overhead(benchmark: Any, batch: int, runner_pool: Any, input_fr
     if on_gpu:
         on_stream = torch.cuda.stream(runner.stream)
     with on_stream:
-        _bare_loop_ms(runner, x, calls // 10)  # warm-up (graph capture, clocks up)
+        _bare_loop_ms(runner, x, max(1, calls // 10))  # warm-up (graph capture, clocks up)
         bare_ms = _bare_loop_ms(runner, x, calls)
         events_ms = _per_call_events_ms(x, runner, calls)
         benchmark.pedantic(runner.infer, args=(x,), kwargs={"to_host": not on_gpu}, rounds=calls, iterations=1)

@@ -68,7 +68,7 @@ def test_gpu_workflow_compares_with_main_baseline_of_the_same_runner() -> None:
     save = _step("gpu.yml", "actions/cache/save@")
     assert "key: perf-baseline-main-${{ runner.name }}-" in save
     bench = _step("gpu.yml", "pytest perf --perf-device cuda --benchmark-autosave")
-    assert "--benchmark-compare-fail=" in bench and 'if [ -n "$BASELINE" ]' in bench
+    assert '--perf-compare="$BASELINE"' in bench and 'if [ -n "$BASELINE" ]' in bench
 
 
 def test_gpu_workflow_summarises_the_comparison() -> None:
