@@ -107,7 +107,6 @@ def run_pipelined(
     frames: Iterable[np.ndarray] | None = None,
     fps: float = 30.0,
     on_frame: Callable[[int, np.ndarray, Detections], None] | None = None,
-    switch_interval_s: float | None = 0.0005,
 ) -> PipelinedResult:
     """Run the pipelined loop over ``video`` with an activated ``runner``; see the module docstring.
 
@@ -125,10 +124,6 @@ def run_pipelined(
         frames: frames to process instead of decoding ``video`` (all one size, BGR uint8 ``H x W x 3``), e.g.
             a generator reading a camera; it is iterated on the reader thread and ``video`` only names the
             run. ``fps`` is then the output's frame rate.
-        switch_interval_s: the interpreter's thread switch interval (``sys.setswitchinterval``, seconds) during
-            the run, restored after. Python hands its lock between threads every 5 ms by default: the reader or
-            writer coming back from OpenCV can wait that long while the calling thread holds the lock to launch
-            eager kernels. 0.5 ms (default) keeps the three stages overlapped; None keeps the current setting.
         on_frame: called on the writer thread as ``on_frame(index, frame, detections)`` for every frame in
             order, after drawing (``frame`` is a pool buffer: copy it to keep it). An exception it raises
             stops the run like any other.
@@ -152,8 +147,6 @@ def run_pipelined(
     if gpu_preprocess is None:
         gpu_preprocess = device.type == "cuda"
     with contextlib.ExitStack() as stack:
-        if switch_interval_s is not None:
-            stack.enter_context(_switch_interval(switch_interval_s))
         if frames is None:
             reader = stack.enter_context(open_video(video))
             source: Iterator[np.ndarray] = iter(reader)
@@ -193,19 +186,6 @@ def run_pipelined(
         queue_peaks={"decoded": loop.decoded.peak, "detected": loop.detected.peak},
         gpu_preprocess=gpu_preprocess,
     )  # fmt: skip
-
-
-@contextlib.contextmanager
-def _switch_interval(seconds: float) -> Iterator[None]:
-    """``sys.setswitchinterval(seconds)`` for the block, the previous interval restored after."""
-    import sys
-
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 class _Loop:

@@ -219,17 +219,3 @@ def test_on_cuda_pinned_uploads_and_device_preprocess_match_the_sequential_loop(
         assert parity.reference_detections > FRAMES
         assert parity.match_rate == 1.0 and parity.mean_iou > 0.97 and parity.max_score_diff < 0.03, parity.summary()
     assert host_prep.peak_in_flight <= host_prep.pool_size
-
-
-def test_switch_interval_is_set_for_the_run_and_restored(tmp_path) -> None:
-    import sys
-
-    from detector.pipelined import _switch_interval
-
-    before = sys.getswitchinterval()
-    with _switch_interval(0.0005):
-        assert sys.getswitchinterval() == pytest.approx(0.0005)
-    assert sys.getswitchinterval() == before
-    with pytest.raises(RuntimeError), _switch_interval(0.001):
-        raise RuntimeError("stage failed")
-    assert sys.getswitchinterval() == before
