@@ -33,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--machine-id", default=None,
                         help="Machine folder of the storage to report. Default: the one with the newest run.")
     parser.add_argument("--verdicts", type=Path, default=None,
-                        help="JSON file of compare verdicts per benchmark. Default: compare-verdicts.json "
-                        "(or perf-compare.json, verdicts.json) in the reports folder, when there.")
+                        help="JSON file of compare verdicts per benchmark. Default: perf-compare.json (what "
+                        "--perf-compare writes) in the reports folder, when there.")
     parser.add_argument("--change-threshold", type=parse_threshold, default=DEFAULT_THRESHOLD, metavar="PCT",
                         help="Mark a run in the history when its median moved more than this vs the previous run. "
                         f"Default: {DEFAULT_THRESHOLD:.0%}.")

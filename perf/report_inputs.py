@@ -30,8 +30,6 @@ RUN_NAME = re.compile(r"^(\d{4})_.*\.json$")
 PERF_REPORT = "perf-report.json"
 PARITY_TABLE = "Parity vs torch fp32"
 STAGES_TABLE = "End-to-end stages (ms per frame)"
-#: Verdict files looked for in the reports folder when --verdicts is not given (first found wins).
-VERDICT_FILES = ("perf-compare.json", "compare-verdicts.json")
 
 
 class ReportInputError(DetectorError):
@@ -249,7 +247,10 @@ def load_inputs(storage: Path | None, reports: Path | None, *, machine_id: str |
         inputs.tables, warnings = load_tables(reports)
         inputs.warnings += warnings
         if verdicts is None:
-            verdicts = next((reports / n for n in VERDICT_FILES if (reports / n).is_file()), None)
+            from perf.compare import VERDICT_FILE  # what --perf-compare writes
+
+            found = reports / VERDICT_FILE
+            verdicts = found if found.is_file() else None
     if verdicts is not None:
         inputs.verdicts = load_verdicts(verdicts)
         inputs.verdict_file = verdicts

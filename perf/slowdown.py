@@ -28,13 +28,6 @@ def parse_delay_ms(value: str) -> float:
     return delay
 
 
-def gpu_cycles_per_ms(device_index: int) -> float:
-    """Clock cycles of ``torch.cuda._sleep`` per millisecond on this GPU (measured once, with CUDA events)."""
-    from detector.timing import sleep_cycles_per_ms
-
-    return sleep_cycles_per_ms(device_index)
-
-
 def _busy_wait_ms(ms: float) -> None:
     deadline = time.perf_counter() + ms / 1e3
     while time.perf_counter() < deadline:
@@ -48,7 +41,9 @@ def delay_call(delay_ms: float, device_index: int | None) -> Callable[[], None]:
         return functools.partial(_busy_wait_ms, delay_ms)
     import torch
 
-    cycles = int(gpu_cycles_per_ms(device_index) * delay_ms)
+    from detector.timing import sleep_cycles_per_ms
+
+    cycles = int(sleep_cycles_per_ms(device_index) * delay_ms)
     return functools.partial(torch.cuda._sleep, cycles)
 
 

@@ -31,12 +31,12 @@ def test_event_clock_reads_known_gpu_sleeps_within_two_percent(perf_device: str,
 
     from detector.fileio import atomic_write_text
     from perf.clock_truth import clock_truth
-    from perf.slowdown import gpu_cycles_per_ms
+    from detector.timing import sleep_cycles_per_ms
 
     assert SUITE_CLOCK.kind == "cuda-events", f"the suite's clock on {perf_device} is {SUITE_CLOCK.kind}"
     index = torch.device(perf_device).index or 0
     with torch.cuda.device(index):
-        result = clock_truth(SUITE_CLOCK, gpu_cycles_per_ms(index))
+        result = clock_truth(SUITE_CLOCK, sleep_cycles_per_ms(index))
     result["gpu"] = torch.cuda.get_device_name(index)
     atomic_write_text(perf_reports_dir / "clock-truth.json", json.dumps(result, indent=2) + "\n")
     for r in result["readings"]:

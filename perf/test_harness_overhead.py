@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from perf.cases import VARIANTS
 from perf.clock import SUITE_CLOCK
 
 pytestmark = pytest.mark.benchmark(group="harness", timer=SUITE_CLOCK, warmup=False)
@@ -75,7 +76,7 @@ def test_harness_overhead(benchmark: Any, batch: int, runner_pool: Any, input_fr
 
         precision = pytestconfig.stash[PERF_SESSION].options.precisions[0]
         label = f"torch-graph {precision}"
-        runner = runner_pool.get("torch", precision, fuse_bn=True, channels_last=True, cuda_graph=True)
+        runner = runner_pool.get("torch", precision, **VARIANTS["torch-graph"][1])
         x = torch.from_numpy(input_frames(batch)).to(runner.torch_device)
     else:
         label, runner, x = "torch fp32", runner_pool.get("torch", "fp32"), input_frames(batch)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from perf.cases import VARIANTS
 from perf.multigpu import barrier, throughput
 
 #: Batch and seconds per measurement, per device type: throughput-sized batches on a GPU.
@@ -26,8 +27,7 @@ TABLE = "Multi-GPU throughput"
 def _runner(runner_pool: Any, device: str, precisions: tuple[str, ...]) -> tuple[str, Any]:
     if device.startswith("cuda"):
         precision = "fp16" if "fp16" in precisions else precisions[0]
-        return f"torch-graph {precision}", runner_pool.get("torch", precision, fuse_bn=True, channels_last=True,
-                                                           cuda_graph=True)
+        return f"torch-graph {precision}", runner_pool.get("torch", precision, **VARIANTS["torch-graph"][1])
     return "torch fp32", runner_pool.get("torch", "fp32")
 
 
