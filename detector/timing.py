@@ -62,6 +62,10 @@ class CudaEventClock:
         self._start = None
         return self._total_s
 
+    def reset(self) -> None:
+        """Forget a start reading left without its end (the timed call raised): the next call is a start."""
+        self._start = None
+
     def __repr__(self) -> str:
         return f"CudaEventClock(lead_in_ms={self.lead_in_ms:g})"
 

@@ -57,6 +57,22 @@ def test_suite_clock_is_the_host_clock_on_a_cpu_run() -> None:
     assert clock() - first >= 0.009
 
 
+def test_cuda_clock_reset_drops_a_dangling_start() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the CUDA-event clock needs one")
+    from detector.timing import CudaEventClock, sleep_cycles_per_ms
+
+    clock = CudaEventClock(lead_in_ms=0.5)
+    clock()  # a start whose timed call "raised": no end reading follows
+    clock.reset()
+    cycles = int(5 * sleep_cycles_per_ms(torch.cuda.current_device()))
+    start = clock()
+    torch.cuda._sleep(cycles)
+    assert (clock() - start) * 1e3 == pytest.approx(5.0, rel=0.05)  # the pair times the 5 ms sleep alone
+
+
 @pytest.mark.parametrize(("text", "ms"), [("0.3", 0.3), ("0.5ms", 0.5), (" 2MS ", 2.0), ("0", 0.0)])
 def test_delay_option_parses_milliseconds(text: str, ms: float) -> None:
     assert parse_delay_ms(text) == ms
