@@ -26,20 +26,25 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,t
 python3 -c "import torch, cv2; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cv2', cv2.__version__)"
 COMMON=(-p no:cacheprovider -q -rs --perf-device cuda --perf-backends torch --perf-cache-dir "$DETECTOR_CACHE")
 
+pids=()
 stamp "1. parity + accuracy (torch variants), detector eval (seeds 0,7,8,9), out of memory -- in parallel"
 (timeout 110 python3 -m pytest perf/test_detection_parity.py "${COMMON[@]}" --perf-precisions fp32,fp16 \
     -k "not torch-compile" --perf-reports-dir "$WORK/parity" > "$OUT/parity.log" 2>&1
  echo "parity exit $?" >> "$OUT/parity.log") &
+pids+=($!)
 (timeout 110 python3 -m pytest perf/test_detection_parity.py "${COMMON[@]}" --perf-precisions fp32,fp16 \
     -k "torch-compile" --perf-reports-dir "$WORK/parity-compile" > "$WORK/parity-compile.log" 2>&1
  echo "parity (torch-compile) exit $?" >> "$WORK/parity-compile.log") &
+pids+=($!)
 for precision in fp32 fp16; do
     (timeout 110 python3 -m detector eval --device cuda --precision "$precision" --video-seed 0 --video-seed 7 \
         --video-seed 8 --video-seed 9 --frames 300 --json "$WORK/eval-$precision.json" > "$WORK/eval-$precision.log" 2>&1
      echo "eval $precision exit $?" >> "$WORK/eval-$precision.log") &
+    pids+=($!)
 done
 (mkdir -p "$WORK/oom"; OUT="$WORK/oom" timeout 110 bash tools/gpu_reliability.sh > "$OUT/oom.log" 2>&1) &
-wait
+pids+=($!)
+wait "${pids[@]}"  # the jobs by PID: a bare wait also waits for the tee behind exec, forever
 tail -n 4 "$OUT/parity.log" "$WORK/parity-compile.log"
 cat "$WORK/parity/perf-report.md" "$WORK/parity-compile/perf-report.md" 2>/dev/null | head -60
 cat "$WORK/eval-fp32.log" "$WORK/eval-fp16.log" > "$OUT/eval.log"; cat "$OUT/eval.log"
