@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One GPU call: the speed paths side by side (#7), the harness overhead, the torch.compile cache, and parity +
-# accuracy of every torch variant on the trained weights (#4). Run from the repository root on the GPU machine:
-#     OUT=<dir> bash tools/gpu_speed.sh          (about 7-8 minutes on an H100; carry .dev/wheels for pycocotools)
-# Prints every table; leaves speed.log, perf-report-{speed,parity}.md and the saved benchmark runs
+# One GPU call: the speed paths side by side (#7), the harness overhead, the torch.compile cache, a batch sweep
+# and kernel tables of the fastest paths. Run from the repository root on the GPU machine:
+#     OUT=<dir> bash tools/gpu_speed.sh          (about 8 minutes on an H100)
+# Prints every table; leaves speed.log, perf-report-speed.md and the saved benchmark runs
 # (benchmarks.tgz, with every round: --benchmark-save-data) under $OUT.
 set -uo pipefail
 : "${OUT:?set OUT to the folder that comes back}"
@@ -19,9 +19,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=cs
 CACHE=/tmp/perf-cache
 COMMON=(-p no:cacheprovider -q -rs --perf-device cuda --perf-backends torch --perf-cache-dir "$CACHE")
 
-stamp "inference: torch eager, torch-graph, torch-compile (fp16); fp16 and fp32; batch 1, 64, 256; harness overhead"
+stamp "inference: torch eager, torch-graph, torch-compile (fp16); fp16 and fp32; batch 1 and 256; harness overhead"
 timeout 330 python3 -m pytest perf/test_inference_speed.py perf/test_harness_overhead.py "${COMMON[@]}" \
-    --perf-precisions fp16,fp32 --perf-batch-sizes 1,64,256 -k "not (torch-compile and fp32)" \
+    --perf-precisions fp16,fp32 --perf-batch-sizes 1,256 -k "not (torch-compile and fp32)" \
     --perf-reports-dir /tmp/r-speed --benchmark-autosave --benchmark-save-data \
     --benchmark-columns=min,median,iqr,rounds
 echo "exit $?"
@@ -33,10 +33,9 @@ timeout 120 python3 -m pytest perf/test_inference_speed.py "${COMMON[@]}" --perf
 echo "exit $?"
 grep -E "^\| (case|torch-compile)" /tmp/r-cache/perf-report.md
 
-stamp "parity vs torch fp32 and accuracy (held-out seed 7), trained weights, every torch variant"
-timeout 150 python3 -m pytest perf/test_detection_parity.py "${COMMON[@]}" --perf-precisions fp32,fp16 \
-    -k "not (torch-compile and fp32)" --perf-reports-dir /tmp/r-parity
+stamp "where the time goes at batch 256: kernel tables (the batch sweep and the batch-1 table: tools/gpu_speed_sweep.py)"
+timeout 140 python3 tools/gpu_profile_batch.py --batch 256 --iters 10
 echo "exit $?"
-cat /tmp/r-parity/perf-report.md; cp /tmp/r-parity/perf-report.md "$OUT/perf-report-parity.md"
+
 tar czf "$OUT/benchmarks.tgz" .benchmarks 2>/dev/null
 stamp "done"

@@ -10,6 +10,10 @@ Options (all off by default):
     Let cuDNN run fp32 convolutions in TF32 (10-bit mantissa) on tensor cores. Off by default so that
     precision "fp32" means IEEE fp32 (outputs then match the CPU to ~1e-6; with TF32 scores differ by
     ~1e-3). The setting is applied around each call and restored afterwards (it is a process-wide flag).
+``cudnn_benchmark`` (CUDA only)
+    Let cuDNN time its candidate algorithms on the first call of each input shape and keep the fastest
+    (``torch.backends.cudnn.benchmark``) instead of choosing by heuristics. The search makes that first call
+    slow (it happens in warm-up, before a CUDA graph is captured); applied around each call and restored.
 ``cuda_graph`` (CUDA only)
     For each batch size, on its first use: run 3 warm-up iterations on a side stream (cuDNN picks its
     algorithms, the allocator settles), capture one forward pass into a ``torch.cuda.CUDAGraph`` with a
@@ -63,6 +67,7 @@ class TorchRunner(Runner):
         "compile": False,
         "compile_mode": "default",
         "tf32": False,
+        "cudnn_benchmark": False,
     }
 
     def __init__(self, spec: Any, *, device: str = "cpu", precision: str = "fp32", **options: Any) -> None:
@@ -119,7 +124,9 @@ class TorchRunner(Runner):
         import torch
 
         x = self._prepare(x)
-        with _conv_tf32(self.device_type == "cuda" and self.options["tf32"], self.device_type == "cuda"):
+        on_cuda = self.device_type == "cuda"
+        with _conv_tf32(on_cuda and self.options["tf32"], on_cuda), \
+                _cudnn_benchmark(on_cuda and self.options["cudnn_benchmark"], on_cuda):
             if self.options["cuda_graph"]:
                 return self._replay(x)
             with torch.no_grad():
@@ -189,3 +196,19 @@ def _conv_tf32(allowed: bool, on_cuda: bool) -> Iterator[None]:
         yield
     finally:
         cudnn.allow_tf32 = old_flag
+
+
+@contextlib.contextmanager
+def _cudnn_benchmark(enabled: bool, on_cuda: bool) -> Iterator[None]:
+    """Switch cuDNN's algorithm search on or off for the block, restoring the process-wide flag after."""
+    if not on_cuda:
+        yield
+        return
+    import torch
+
+    old = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = old
