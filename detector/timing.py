@@ -1,11 +1,11 @@
 """Clocks, stage timers and annotations (NVTX ranges, torch.profiler labels, the profiler capture range).
 
 The GPU clock is :class:`CudaEventClock`: a zero-argument callable returning seconds, so it can be passed as
-pytest-benchmark's ``timer``. Calls come in (start, end) pairs; each records a CUDA event on the *current*
-stream, and the end call waits for its event and adds the event-measured time of the pair to a running total.
-Differences between the two calls of a pair are therefore GPU time between the two records, with the float32
-resolution of ``cudaEventElapsedTime`` applied to short intervals only. An optional lead-in keeps the GPU busy
-while the host enqueues the timed work, so launch latency stays out of the reading.
+pytest-benchmark's ``timer``. Each call records CUDA events on the *current* stream, waits for them and adds
+the GPU time since the previous call to a running total, so the difference of two consecutive calls is the GPU
+time between them, with the float32 resolution of ``cudaEventElapsedTime`` applied to short intervals only.
+An optional lead-in keeps the GPU busy while the host enqueues the timed work, so launch latency stays out of
+the reading.
 """
 
 from __future__ import annotations
@@ -26,18 +26,25 @@ STAGES: tuple[str, ...] = ("read", "preprocess", "infer", "postprocess", "write"
 
 
 class CudaEventClock:
-    """A clock in seconds driven by CUDA events recorded on the current stream, read in (start, end) pairs.
+    """A clock in seconds driven by CUDA events recorded on the current stream.
 
     Call it before and after GPU work enqueued on the current stream (enter ``torch.cuda.stream(s)`` around
-    both calls to time stream ``s``): the difference of the two readings is the GPU time between the two
-    events. Readings alternate start, end, start, end... as pytest-benchmark takes them. The start reading does
-    not wait; the end reading synchronizes on its event, so the host waits for the work.
+    both calls to time stream ``s``): the difference of two consecutive readings is the GPU time between them.
+    Every reading plays both roles: it records an *end* event, waits for it and adds the GPU time since the
+    previous reading's *start* event to a running total (the value returned), then records this reading's
+    start event. So readings need not come in (start, end) pairs: pytest-benchmark's precision probe reads
+    the clock an odd number of times (paired readings were then shifted by one for good, calibration saw
+    rounds of zero length and grew them tenfold for minutes), and a timed call that raised leaves nothing
+    behind. Each
+    interval is short, so the float32 resolution of ``cudaEventElapsedTime`` applies to short intervals only.
 
-    ``lead_in_ms`` > 0: each start reading first enqueues a GPU busy-wait (``torch.cuda._sleep``) of that
-    length ahead of its event, so that the GPU is still busy while the host enqueues the timed work. The
+    ``lead_in_ms`` > 0: each reading enqueues a GPU busy-wait (``torch.cuda._sleep``) of that length between
+    its end and start events, so that the GPU is still busy while the host enqueues the timed work. The
     interval then holds the work's GPU execution alone instead of also the host's launch latency (a fixed
     ~0.1 ms, which is most of a CUDA-graph replay at batch 1): what trtexec reports as GPU compute time. Work
     whose enqueue takes longer than the lead-in (eager PyTorch at small batch) still shows its launch gaps.
+    The busy-wait lies outside every interval; it costs wall time only (a reading waits for the previous
+    reading's busy-wait, so a timed round takes up to two lead-ins longer on the host).
     """
 
     def __init__(self, lead_in_ms: float = 0.0) -> None:
@@ -49,22 +56,17 @@ class CudaEventClock:
     def __call__(self) -> float:
         import torch
 
-        event = torch.cuda.Event(enable_timing=True)
-        if self._start is None:  # a start reading: return the running total, time from this event on
-            if self.lead_in_ms > 0:
-                torch.cuda._sleep(int(self.lead_in_ms * sleep_cycles_per_ms(torch.cuda.current_device())))
-            event.record()
-            self._start = event
-            return self._total_s
-        event.record()
-        event.synchronize()
-        self._total_s += self._start.elapsed_time(event) / 1e3
-        self._start = None
+        if self._start is not None:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            end.synchronize()
+            self._total_s += self._start.elapsed_time(end) / 1e3
+        if self.lead_in_ms > 0:
+            torch.cuda._sleep(int(self.lead_in_ms * sleep_cycles_per_ms(torch.cuda.current_device())))
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        self._start = start
         return self._total_s
-
-    def reset(self) -> None:
-        """Forget a start reading left without its end (the timed call raised): the next call is a start."""
-        self._start = None
 
     def __repr__(self) -> str:
         return f"CudaEventClock(lead_in_ms={self.lead_in_ms:g})"

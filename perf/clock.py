@@ -52,13 +52,6 @@ class SuiteClock:
                 self._clock = time.perf_counter
         return self._clock()
 
-    def reset(self) -> None:
-        """Start a fresh (start, end) pairing of the CUDA-event clock (the plugin does it before every test, so
-        a timed call that raised in an earlier test cannot shift the pairs of later ones)."""
-        reset = getattr(self._clock, "reset", None)
-        if reset is not None:
-            reset()
-
     def __repr__(self) -> str:
         return "SuiteClock()"
 

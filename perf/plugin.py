@@ -142,12 +142,6 @@ def pytest_configure(config: pytest.Config) -> None:
     SUITE_CLOCK.configure(lambda: session.device, config.getoption("perf_clock_lead_in"))  # CUDA events on a GPU
 
 
-@pytest.fixture(autouse=True)
-def _suite_clock_paired() -> None:
-    """Every test starts the benchmark clock's (start, end) pairing afresh."""
-    SUITE_CLOCK.reset()
-
-
 def pytest_report_header(config: pytest.Config) -> str:
     options = config.stash[PERF_SESSION].options
     return (

@@ -57,20 +57,26 @@ def test_suite_clock_is_the_host_clock_on_a_cpu_run() -> None:
     assert clock() - first >= 0.009
 
 
-def test_cuda_clock_reset_drops_a_dangling_start() -> None:
+@pytest.mark.parametrize("lead_in_ms", [0.0, 0.5])
+def test_cuda_clock_times_the_work_between_any_two_readings_after_pytest_benchmarks_precision_probe(
+        lead_in_ms: float) -> None:
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the CUDA-event clock needs one")
+    from pytest_benchmark.timers import compute_timer_precision
+
     from detector.timing import CudaEventClock, sleep_cycles_per_ms
 
-    clock = CudaEventClock(lead_in_ms=0.5)
-    clock()  # a start whose timed call "raised": no end reading follows
-    clock.reset()
-    cycles = int(5 * sleep_cycles_per_ms(torch.cuda.current_device()))
-    start = clock()
-    torch.cuda._sleep(cycles)
-    assert (clock() - start) * 1e3 == pytest.approx(5.0, rel=0.05)  # the pair times the 5 ms sleep alone
+    clock = CudaEventClock(lead_in_ms=lead_in_ms)
+    assert 0 < compute_timer_precision(clock) < 1e-4  # an odd number of readings, none around GPU work
+    cycles_per_ms = sleep_cycles_per_ms(torch.cuda.current_device())
+    readings = [clock()]
+    for ms in (5.0, 2.0, 3.0):  # three consecutive intervals: start and end roles alternate across them
+        torch.cuda._sleep(int(ms * cycles_per_ms))
+        readings.append(clock())
+    intervals = [(b - a) * 1e3 for a, b in zip(readings, readings[1:])]
+    assert intervals == pytest.approx([5.0, 2.0, 3.0], rel=0.05)
 
 
 @pytest.mark.parametrize(("text", "ms"), [("0.3", 0.3), ("0.5ms", 0.5), (" 2MS ", 2.0), ("0", 0.0)])
