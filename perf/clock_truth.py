@@ -52,8 +52,11 @@ class ClockReading:
 
 
 def _host_sleep_ms(cycles: int) -> float:
+    """Host ms of a ``cycles`` sleep from an idle GPU (earlier work, e.g. the event clock's lead-in, is waited
+    for first, outside the reading)."""
     import torch
 
+    torch.cuda.synchronize()
     start = time.perf_counter()
     torch.cuda._sleep(cycles)
     torch.cuda.synchronize()

@@ -57,7 +57,7 @@ def test_gate_detects_injected_slowdowns_without_false_alarms(
     backend, options, _ = VARIANTS[variant]
     runner = runner_pool.get(backend, precision, **options)
     on_gpu = runner.stream is not None
-    x = torch.from_numpy(input_frames(1)).to(runner.torch_device) if on_gpu else input_frames(1)
+    x = runner.as_input(torch.from_numpy(input_frames(1)).to(runner.torch_device)) if on_gpu else input_frames(1)
     index = (runner.torch_device.index or 0) if on_gpu else None
     settings = pytestconfig.stash[GATE]["settings"]
     levels = pytestconfig.getoption("perf_selftest_levels") or LEVELS[device_type]

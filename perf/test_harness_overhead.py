@@ -24,7 +24,9 @@ from perf.cases import VARIANTS
 from perf.clock import SUITE_CLOCK
 
 pytestmark = pytest.mark.benchmark(group="harness", timer=SUITE_CLOCK, warmup=False)
+#: Calls per loop at batch 1, per device type; larger batches take CALLS // batch, at least MIN_CALLS.
 CALLS = {"cuda": 2000, "cpu": 5}
+MIN_CALLS = {"cuda": 100, "cpu": 5}
 TABLE = "Harness overhead"
 
 
@@ -77,10 +79,11 @@ def test_harness_overhead(benchmark: Any, batch: int, runner_pool: Any, input_fr
         precision = pytestconfig.stash[PERF_SESSION].options.precisions[0]
         label = f"torch-graph {precision}"
         runner = runner_pool.get("torch", precision, **VARIANTS["torch-graph"][1])
-        x = torch.from_numpy(input_frames(batch)).to(runner.torch_device)
+        x = runner.as_input(torch.from_numpy(input_frames(batch)).to(runner.torch_device))
     else:
         label, runner, x = "torch fp32", runner_pool.get("torch", "fp32"), input_frames(batch)
-    calls = CALLS["cuda" if on_gpu else "cpu"]
+    device_type = "cuda" if on_gpu else "cpu"
+    calls = max(MIN_CALLS[device_type], CALLS[device_type] // batch)
     on_stream = contextlib.nullcontext()
     if on_gpu:
         on_stream = torch.cuda.stream(runner.stream)

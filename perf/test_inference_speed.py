@@ -1,7 +1,9 @@
 """Inference benchmarks: every available backend x precision x batch size, timed on the GPU with CUDA events.
 
-The benchmarked call is the runner's ``infer`` on a batch that already sits on the device, with the output left
-there: GPU time of the model alone, as pytest-benchmark's statistics (so ``--benchmark-compare`` compares GPU
+The benchmarked call is the runner's ``infer`` on a batch that already sits on the device in the runner's
+``input_format`` (fp16 channels-last for torch-graph / torch-compile fp16: what a GPU preprocess writing the
+model's format hands over; trtexec likewise feeds an engine its own I/O formats), with the output left there:
+GPU time of the model alone, as pytest-benchmark's statistics (so ``--benchmark-compare`` compares GPU
 time). Beside it, in ``extra_info``: images/s, p50/p90/p95/p99, the host wall time of the same call with
 synchronisation, and -- from a separate loop with host input and output -- host-to-device, compute,
 device-to-host and enqueue (launch) times. On a CPU run the clock is ``time.perf_counter``.
@@ -89,6 +91,7 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
         tile = torch.from_numpy(input_frames(min(case.batch, 16))).to(runner.torch_device)
         x = tile.repeat(-(-case.batch // len(tile)), 1, 1, 1)[: case.batch].contiguous()
         del tile
+        x = runner.as_input(x)  # in the model's dtype and layout, as a GPU preprocess would write it
     else:
         x = input_frames(case.batch)
     device_type = "cuda" if on_gpu else "cpu"

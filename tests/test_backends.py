@@ -357,3 +357,17 @@ def test_cuda_fp32_is_ieee_unless_tf32_is_asked_for_and_the_global_flag_is_resto
         assert_decoded_close(ieee.infer(batch).numpy(), reference, "fp32")
         assert_decoded_close(tf32.infer(batch).numpy(), reference, "fp16")  # TF32: ~1e-3 on scores
     assert torch.backends.cudnn.allow_tf32 == before
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_a_batch_in_the_runners_input_format_is_used_without_a_copy(spec: ModelSpec, batch: np.ndarray,
+                                                                    reference: np.ndarray, channels_last: bool) -> None:
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    with create_runner("torch", spec, device="cpu", channels_last=channels_last) as runner:
+        assert runner.input_format == (torch.float32, layout)
+        given = torch.from_numpy(batch)
+        ready = runner.as_input(given)
+        assert ready.is_contiguous(memory_format=layout) and ready.dtype == torch.float32
+        assert runner.as_input(ready) is ready  # already in the format: no copy
+        assert (ready is given) == (not channels_last)
+        assert_decoded_close(runner.infer(ready).numpy(), reference, "fp32")

@@ -237,7 +237,8 @@ class Runner(abc.ABC):
 
         Args:
             batch: float [B, 3, H, W] RGB in [0, 1], (H, W) = ``spec.input_size``; a numpy array or a torch
-                tensor on the host or on this runner's device (any float dtype; converted to float32).
+                tensor on the host or on this runner's device (any float dtype). A device tensor in
+                :attr:`input_format` is used as it is; any other is converted (host batches via float32).
             to_host: return a host tensor (waits for the GPU); with False a CUDA runner returns a device
                 tensor that is ready to use on the caller's current stream, without waiting.
 
@@ -273,6 +274,22 @@ class Runner(abc.ABC):
         out = out.to(device="cpu", dtype=torch.float32)
         self._timing = InferTiming(None, compute_ms, None, compute_ms, (time.perf_counter() - start) * 1e3)
         return out
+
+    @property
+    def input_format(self) -> tuple[torch.dtype, torch.memory_format]:
+        """(dtype, memory format) of the batch the model consumes on the device: float32, contiguous NCHW here;
+        a runner that computes otherwise (fp16, channels-last) says so. A device batch already in this format
+        is used as given, any other costs one conversion copy per call (see :meth:`as_input`)."""
+        import torch
+
+        return torch.float32, torch.contiguous_format
+
+    def as_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ([B, 3, H, W], RGB in [0, 1]) in :attr:`input_format`: ``x`` itself when it already is, else one
+        converting copy. Convert a device batch once with this (as a GPU preprocess that writes the model's
+        format would) to keep the conversion out of every :meth:`infer` call."""
+        dtype, memory_format = self.input_format
+        return x.to(dtype=dtype, memory_format=memory_format)
 
     def warmup(self, batch_size: int = 1, iterations: int = 3) -> None:
         """Run ``iterations`` inferences on a zero batch of ``batch_size`` (CUDA graphs, autotuning, caches)."""
@@ -341,7 +358,7 @@ class Runner(abc.ABC):
                 # The caller produced x on its own stream: order our work after it, keep its memory alive.
                 stream.wait_stream(caller)
                 x.record_stream(stream)
-                x_dev = x.to(torch.float32).contiguous()
+                x_dev = self.as_input(x)
             events[1].record(stream)
             t0 = time.perf_counter()
             out = self._infer(x_dev)

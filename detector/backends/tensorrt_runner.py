@@ -281,6 +281,13 @@ class TensorRTRunner(Runner):
         return engine_layer_info(self._loaded.engine, self._trt)
 
     # -- inference ----------------------------------------------------------------------------------------
+    @property
+    def input_format(self) -> tuple[torch.dtype, torch.memory_format]:
+        """The engine's input dtype (float16 for a strongly typed fp16 engine), contiguous NCHW."""
+        import torch
+
+        return self._in_dtype or torch.float32, torch.contiguous_format
+
     def _infer(self, x: torch.Tensor) -> torch.Tensor:
         import torch
 

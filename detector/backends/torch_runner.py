@@ -123,7 +123,7 @@ class TorchRunner(Runner):
     def _infer(self, x: torch.Tensor) -> torch.Tensor:
         import torch
 
-        x = self._prepare(x)
+        x = self.as_input(x)  # one copy at most (dtype and layout together); none for a batch in the format
         on_cuda = self.device_type == "cuda"
         with _conv_tf32(on_cuda and self.options["tf32"], on_cuda), \
                 _cudnn_benchmark(on_cuda and self.options["cudnn_benchmark"], on_cuda):
@@ -132,13 +132,13 @@ class TorchRunner(Runner):
             with torch.no_grad():
                 return self._model(x).float()
 
-    def _prepare(self, x: torch.Tensor) -> torch.Tensor:
+    @property
+    def input_format(self) -> tuple[torch.dtype, torch.memory_format]:
+        """The model's dtype (float16 for fp16) and channels-last when that option is on."""
         import torch
 
-        x = x.to(self.dtype)
-        if self.options["channels_last"]:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x
+        layout = torch.channels_last if self.options["channels_last"] else torch.contiguous_format
+        return self.dtype, layout
 
     def _replay(self, x: torch.Tensor) -> torch.Tensor:
         """Copy ``x`` into the static input of the graph for its batch size (captured on first use), replay."""
