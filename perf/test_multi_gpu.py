@@ -47,6 +47,7 @@ def test_multi_gpu_throughput(request: pytest.FixtureRequest, runner_pool: Any, 
     device_type = perf_device.partition(":")[0]
     label, runner = _runner(runner_pool, perf_device, request.config.stash[PERF_SESSION].options.precisions)
     x = torch.from_numpy(input_frames(BATCH[device_type])).to(runner.torch_device)
+    x = runner.as_input(x) if device_type == "cuda" else x  # the model's dtype and layout, as the benchmarks feed it
     throughput(runner, x, 1.0)  # warm-up: graph capture, cuDNN algorithm choice, clocks up
     seconds = SECONDS[device_type]
 
