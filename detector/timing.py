@@ -35,8 +35,8 @@ class CudaEventClock:
     start event. So readings need not come in (start, end) pairs: pytest-benchmark's precision probe reads
     the clock an odd number of times (paired readings were then shifted by one for good, calibration saw
     rounds of zero length and grew them tenfold for minutes), and a timed call that raised leaves nothing
-    behind. Each
-    interval is short, so the float32 resolution of ``cudaEventElapsedTime`` applies to short intervals only.
+    behind. Each interval is short, so the float32 resolution of ``cudaEventElapsedTime`` applies to short
+    intervals only.
 
     ``lead_in_ms`` > 0: each reading enqueues a GPU busy-wait (``torch.cuda._sleep``) of that length between
     its end and start events, so that the GPU is still busy while the host enqueues the timed work. The
