@@ -13,7 +13,6 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -109,20 +108,13 @@ class Route(nn.Module):
     def __init__(self, spec: RouteSpec, channels: Sequence[int]) -> None:
         super().__init__()
         self.sources = spec.layers
-        self.group_id = spec.group_id
         self.slices = [(spec.group_id * c // spec.groups, (spec.group_id + 1) * c // spec.groups) for c in channels]
         self.whole = [hi - lo == c for (lo, hi), c in zip(self.slices, channels)]
 
-    def forward(self, outputs: list[Any]) -> torch.Tensor:  # type: ignore[override]
-        """``outputs[j]``: layer j's output [B, C_j, H, W], or a tuple of its channel groups (a conv split by
-        :func:`detector.fold.split_group_routes`) -> [B, sum of the slices, H, W]."""
-        parts: list[torch.Tensor] = []
-        for j, (lo, hi), whole in zip(self.sources, self.slices, self.whole):
-            out = outputs[j]
-            if isinstance(out, tuple):
-                parts.extend(out if whole else (out[self.group_id],))
-            else:
-                parts.append(out if whole else out[:, lo:hi])
+    def forward(self, outputs: list[torch.Tensor | None]) -> torch.Tensor:  # type: ignore[override]
+        """``outputs[j]``: layer j's output [B, C_j, H, W] -> [B, sum of the slices, H, W]."""
+        parts = [outputs[j] if whole else outputs[j][:, lo:hi]
+                 for j, (lo, hi), whole in zip(self.sources, self.slices, self.whole)]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 

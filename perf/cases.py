@@ -20,9 +20,8 @@ import pytest
 #: artefacts cached between runs under ``<perf cache>/inductor``. The last two only exist on a GPU.
 VARIANTS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     "torch": ("torch", {}, ("cpu", "cuda")),
-    "torch-graph": ("torch", {"fuse_bn": True, "split_routes": True, "channels_last": True, "cuda_graph": True},
-                    ("cuda",)),
-    "torch-compile": ("torch", {"fuse_bn": True, "split_routes": True, "channels_last": True, "compile": True,
+    "torch-graph": ("torch", {"fuse_bn": True, "channels_last": True, "cuda_graph": True}, ("cuda",)),
+    "torch-compile": ("torch", {"fuse_bn": True, "channels_last": True, "compile": True,
                                 "compile_mode": "reduce-overhead"}, ("cuda",)),
     "onnxruntime": ("onnxruntime", {}, ("cpu", "cuda")),
     "tensorrt": ("tensorrt", {}, ("cuda",)),

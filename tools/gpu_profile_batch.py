@@ -21,10 +21,8 @@ from detector.spec import ModelSpec
 
 GFLOPS_PER_IMAGE = 6.9  # YOLOv4-tiny at 416x416 (see ../shared/reference/yolov4-tiny.md)
 VARIANTS = {
-    "eager fp16 channels-last fused-BN (= torch-graph's kernels)": {"fuse_bn": True, "split_routes": True,
-                                                                    "channels_last": True},
-    "torch.compile default (= torch-compile's kernels)": {"fuse_bn": True, "split_routes": True,
-                                                         "channels_last": True, "compile": True,
+    "eager fp16 channels-last fused-BN (= torch-graph's kernels)": {"fuse_bn": True, "channels_last": True},
+    "torch.compile default (= torch-compile's kernels)": {"fuse_bn": True, "channels_last": True, "compile": True,
                                                          "compile_mode": "default"},
 }
 

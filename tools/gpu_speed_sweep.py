@@ -1,16 +1,12 @@
-"""Batch-size sweep of the fastest torch paths, A/B over one runner option (GPU only).
+"""Batch-size sweep of the fastest torch paths, with and without cuDNN's algorithm search (GPU only).
 
-    python3 tools/gpu_speed_sweep.py [--batches 1,32,64,128,256] [--calls 200] [--option split_routes]
-                                     [--compile] [--profile-batch 1]
+    python3 tools/gpu_speed_sweep.py [--batches 1,32,64,128,256] [--calls 200] [--profile-batch 1]
 
-For torch-graph fp16 (batch norm folded, channels-last, CUDA graph replay) -- and with ``--compile`` also
-torch-compile fp16 (the same through ``torch.compile(mode="reduce-overhead")``) -- with the boolean runner option
-``--option`` off and on (``cudnn_benchmark``: cuDNN's algorithm search; ``split_routes``: the convs that grouped
-routes slice split per channel group), times ``--calls`` back-to-back ``runner.infer(x, to_host=False)`` calls
-between two CUDA events per batch size, on a batch already in the runner's input format, and prints ms per
-call, images/s and achieved TFLOP/s (6.9 GFLOPs per 416x416 image). Then, at ``--profile-batch``, a
-torch.profiler kernel table of one torch-graph call: what stands between the batch-1 time and the hardware.
-Prints only what it measured.
+For torch-graph fp16 (batch norm folded, channels-last, CUDA graph replay) with ``cudnn_benchmark`` off and on,
+times ``--calls`` back-to-back ``runner.infer(x, to_host=False)`` calls between two CUDA events per batch size
+and prints ms per call, images/s and achieved TFLOP/s (6.9 GFLOPs per 416x416 image). Then, at
+``--profile-batch``, a torch.profiler kernel table of one graph replay: kernel count and the top kernels, which
+is what stands between the batch-1 time and the hardware. Prints only what it measured.
 """
 
 from __future__ import annotations
@@ -25,10 +21,7 @@ from detector.backends import create_runner
 from detector.spec import ModelSpec
 
 GFLOPS_PER_IMAGE = 6.9
-PATHS = {
-    "torch-graph": {"fuse_bn": True, "channels_last": True, "cuda_graph": True},
-    "torch-compile": {"fuse_bn": True, "channels_last": True, "compile": True, "compile_mode": "reduce-overhead"},
-}
+GRAPH = {"fuse_bn": True, "channels_last": True, "cuda_graph": True}
 
 
 def _time_calls(runner: object, x: torch.Tensor, calls: int) -> float:
@@ -62,38 +55,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", default="1,32,64,128,256")
     parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--option", default="cudnn_benchmark", help="boolean torch runner option to A/B")
-    parser.add_argument("--compile", action="store_true", help="also the torch-compile path")
-    parser.add_argument("--profile-batch", type=int, default=1, help="0: no kernel table")
+    parser.add_argument("--profile-batch", type=int, default=1)
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     print(torch.cuda.get_device_name(0), "torch", torch.__version__, "cudnn", torch.backends.cudnn.version())
     spec = ModelSpec.default()
-    print(f"{'path':>13s} {args.option:>15s} {'batch':>5s} {'ms/call':>8s} {'images/s':>9s} {'TFLOP/s':>7s} "
-          f"{'warm-up s':>9s}")
-    for path in ("torch-graph", "torch-compile") if args.compile else ("torch-graph",):
-        for value in (False, True):
-            options = {**PATHS[path], args.option: value}
-            runner = create_runner("torch", spec, device="cuda", precision="fp16", **options)
-            runner.activate()
-            for batch in batches:
-                x = runner.as_input(torch.rand(batch, 3, 416, 416, device="cuda"))
-                start = time.perf_counter()
-                for _ in range(3):
-                    runner.infer(x, to_host=False)
-                torch.cuda.synchronize()
-                warm = time.perf_counter() - start
-                _time_calls(runner, x, 10)
-                ms = _time_calls(runner, x, max(20, args.calls // max(1, batch // 32)))
-                ips = batch / ms * 1e3
-                print(f"{path:>13s} {value!s:>15s} {batch:5d} {ms:8.3f} {ips:9,.0f} "
-                      f"{ips * GFLOPS_PER_IMAGE / 1e3:7.0f} {warm:9.2f}", flush=True)
-            if args.profile_batch and path == "torch-graph":
-                print(f"\n== kernels of one torch-graph fp16 call, batch {args.profile_batch}, {args.option}={value}")
-                _kernel_table(runner, runner.as_input(torch.rand(args.profile_batch, 3, 416, 416, device="cuda")))
-                print()
-            runner.deactivate()
-            torch.cuda.empty_cache()
+    print(f"{'cudnn_benchmark':>15s} {'batch':>5s} {'ms/call':>8s} {'images/s':>9s} {'TFLOP/s':>7s} {'warm-up s':>9s}")
+    for search in (False, True):
+        runner = create_runner("torch", spec, device="cuda", precision="fp16", cudnn_benchmark=search, **GRAPH)
+        runner.activate()
+        for batch in batches:
+            x = torch.rand(batch, 3, 416, 416, device="cuda")
+            start = time.perf_counter()
+            runner.warmup(batch, iterations=3)
+            warm = time.perf_counter() - start
+            _time_calls(runner, x, 10)
+            ms = _time_calls(runner, x, max(20, args.calls // max(1, batch // 32)))
+            ips = batch / ms * 1e3
+            print(f"{search!s:>15s} {batch:5d} {ms:8.3f} {ips:9,.0f} {ips * GFLOPS_PER_IMAGE / 1e3:7.0f} {warm:9.2f}",
+                  flush=True)
+        if args.profile_batch:
+            print(f"\n== kernels of one torch-graph fp16 call, batch {args.profile_batch}, cudnn_benchmark={search}")
+            _kernel_table(runner, torch.rand(args.profile_batch, 3, 416, 416, device="cuda"))
+            print()
+        runner.deactivate()
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -6,10 +6,6 @@ Options (all off by default):
     Convert weights and inputs to NHWC memory format (faster convolutions with cuDNN on tensor cores).
 ``fuse_bn``
     Fold batch norm into the convolutions (``model.fuse_batchnorm()``) before anything else.
-``split_routes`` (needs ``fuse_bn``)
-    Compute each conv whose output a ``[route] groups=2`` slices as one conv per channel group
-    (:func:`detector.fold.split_group_routes`), so the route's slice is a dense tensor instead of a strided
-    copy on every call.
 ``tf32`` (CUDA only)
     Let cuDNN run fp32 convolutions in TF32 (10-bit mantissa) on tensor cores. Off by default so that
     precision "fp32" means IEEE fp32 (outputs then match the CPU to ~1e-6; with TF32 scores differ by
@@ -67,7 +63,6 @@ class TorchRunner(Runner):
     options: ClassVar[dict[str, Any]] = {
         "channels_last": False,
         "fuse_bn": False,
-        "split_routes": False,
         "cuda_graph": False,
         "compile": False,
         "compile_mode": "default",
@@ -82,8 +77,6 @@ class TorchRunner(Runner):
         if self.options["cuda_graph"] and self.options["compile"]:
             raise BackendError("runner 'torch': options cuda_graph and compile cannot be combined; for a compiled "
                                "model replayed as CUDA graphs use compile=True, compile_mode='reduce-overhead'")
-        if self.options["split_routes"] and not self.options["fuse_bn"]:
-            raise BackendError("runner 'torch': option split_routes needs fuse_bn=True (it splits fused convs)")
         if self.options["compile_mode"] not in _COMPILE_MODES:
             raise BackendError(f"runner 'torch': unknown compile_mode {self.options['compile_mode']!r}; allowed: "
                                f"{', '.join(_COMPILE_MODES)}")
@@ -112,10 +105,6 @@ class TorchRunner(Runner):
         model = self.spec.load_torch()
         if self.options["fuse_bn"]:
             model.fuse_batchnorm()
-        if self.options["split_routes"]:
-            from detector.fold import split_group_routes
-
-            split_group_routes(model)
         model = model.to(device=self.torch_device, dtype=self.dtype).eval().requires_grad_(False)
         if self.options["channels_last"]:
             model = model.to(memory_format=torch.channels_last)
