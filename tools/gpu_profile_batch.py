@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -25,6 +26,34 @@ VARIANTS = {
     "torch.compile default (= torch-compile's kernels)": {"fuse_bn": True, "channels_last": True, "compile": True,
                                                          "compile_mode": "default"},
 }
+
+
+def time_calls(runner: Any, x: torch.Tensor, calls: int) -> float:
+    """GPU ms per call of ``calls`` back-to-back ``runner.infer(x, to_host=False)`` (two events around the loop)."""
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(calls):
+        runner.infer(x, to_host=False)
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / calls
+
+
+def kernel_table(runner: Any, x: torch.Tensor, iters: int, top: int = 14) -> None:
+    """Print the GPU activities of ``iters`` calls (torch.profiler): count and kernel time per call, then the
+    ``top`` kernels by GPU time with calls per call, ms per call and share."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            runner.infer(x, to_host=False)
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_time_total > 0]
+    total = sum(e.self_device_time_total for e in events)
+    print(f"{sum(e.count for e in events) // iters} GPU activities per call, {total / 1e3 / iters:.3f} ms of kernel "
+          "time per call (sum, gaps excluded)")
+    print(f"{'kernel':90s} {'calls':>6s} {'ms/call':>8s} {'share':>6s}")
+    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
+        print(f"{e.key[:90]:90s} {e.count // iters:6d} {e.self_device_time_total / 1e3 / iters:8.3f} "
+              f"{e.self_device_time_total / total:6.1%}")
 
 
 def main() -> None:
@@ -44,26 +73,11 @@ def main() -> None:
             runner.infer(x, to_host=False)
         torch.cuda.synchronize()
         print(f"\n== {label}, batch {args.batch}: warm-up {time.perf_counter() - start:.1f} s")
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        for _ in range(args.iters):
-            runner.infer(x, to_host=False)
-        end.record()
-        end.synchronize()
-        ms = begin.elapsed_time(end) / args.iters
+        ms = time_calls(runner, x, args.iters)
         ips = args.batch / ms * 1e3
         print(f"{ms:.3f} ms per call, {ms / args.batch * 1e3:.1f} us per image, {ips:,.0f} images/s, "
               f"{ips * GFLOPS_PER_IMAGE / 1e3:.0f} TFLOP/s achieved")
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(args.iters):
-                runner.infer(x, to_host=False)
-            torch.cuda.synchronize()
-        events = [e for e in prof.key_averages() if e.device_time_total > 0]
-        total = sum(e.self_device_time_total for e in events)
-        print(f"{'kernel':90s} {'calls':>6s} {'ms/call':>8s} {'share':>6s}")
-        for e in sorted(events, key=lambda e: -e.self_device_time_total)[:14]:
-            print(f"{e.key[:90]:90s} {e.count // args.iters:6d} {e.self_device_time_total / 1e3 / args.iters:8.3f} "
-                  f"{e.self_device_time_total / total:6.1%}")
+        kernel_table(runner, x, args.iters)
         runner.deactivate()
         torch.cuda.empty_cache()
 
