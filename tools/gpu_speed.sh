@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call: the speed paths side by side (#7), the harness overhead, the torch.compile cache and batch-256
-# kernel tables of the fastest paths (the batch sweep: tools/gpu_speed_sweep.py). Run from the repository root on the GPU machine:
+# kernel tables of the fastest paths (the batch sweep: tools/gpu_speed_sweep.py). Run from the repository root
+# on the GPU machine:
 #     OUT=<dir> bash tools/gpu_speed.sh          (about 8 minutes on an H100)
 # Prints every table; leaves speed.log, perf-report-speed.md and the saved benchmark runs
 # (benchmarks.tgz, with every round: --benchmark-save-data) under $OUT.
