@@ -1,5 +1,5 @@
-"""--perf-compare end to end: real pytest runs of a tiny CPU benchmark, saved, then compared with and without an
-injected slowdown; plus the stability gate and the verdict files."""
+"""--perf-compare end to end: real pytest runs of a tiny benchmark on a virtual clock, saved, then compared with
+and without an injected slowdown; plus the stability gate and the verdict files."""
 
 from __future__ import annotations
 
@@ -23,22 +23,39 @@ pytest_plugins = ["perf.plugin", "perf.gate_plugin", "perf.fixtures.reporting"]
 def pytest_benchmark_generate_machine_info():
     return {"node": "test"}  # skip py-cpuinfo's one-second probe
 """
-# ~1 ms of fixed CPU work per call, timed in thread CPU time: unlike wall time it does not grow when other
-# processes take the CPU, so the verdicts below hold on a loaded 2-core machine. --perf-inject-delay adds a
-# host busy-wait of its milliseconds (CPU time too, as long as the thread runs).
+# The benchmark runs on a virtual clock: a call moves it by 1 ms times a log-normal factor (3% spread, seeded
+# per process, so two runs differ as real ones do) plus --perf-inject-delay's milliseconds, and each reading by
+# 1 ns (pytest-benchmark's precision probe needs a clock that moves). pytest, pytest-benchmark, the stability gate
+# and the compare all run for real; only the time source is fixed. A CPU clock on this 2-core machine read the
+# same work as 1.01 ms in the baseline and 1.77 ms a few seconds later, which no gate can call "no change".
 BENCH = """
-import time
+import os
 
+import numpy as np
 import pytest
 
-from perf.slowdown import delay_call
 
-@pytest.mark.benchmark(timer=time.thread_time)
+class VirtualClock:
+    def __init__(self):
+        self.now = 0.0
+        self.rng = np.random.default_rng(os.getpid())
+        self.__name__ = "VirtualClock"
+
+    def __call__(self):
+        self.now += 1e-9
+        return self.now
+
+
+CLOCK = VirtualClock()
+
+
+@pytest.mark.benchmark(timer=CLOCK)
 def test_busy(benchmark, perf_measure, pytestconfig):
-    extra = delay_call(pytestconfig.getoption("perf_inject_delay"), None)
+    delay_s = pytestconfig.getoption("perf_inject_delay") / 1e3
+
     def call():
-        sum(range(60000))
-        extra()
+        CLOCK.now += 1e-3 * CLOCK.rng.lognormal(0.0, 0.03) + delay_s
+
     perf_measure(benchmark, call)
 """
 RUN = (
