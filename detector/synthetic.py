@@ -16,10 +16,12 @@ through the frame edges. Heights range from 16 px to 40% of the frame height; ab
 are in view at a time.
 
 Ground truth (per frame, COCO ``bbox`` = ``[x, y, w, h]`` in frame pixels, floats): the object's full
-extent clipped to the frame, also when nearer objects hide part of it; a box with less than 4 px of width
-or height in the frame is dropped. ``iscrowd`` is always 0. Each annotation also carries ``track_id``
-(the object's id over time) and ``occlusion`` (0-1, the fraction of its clipped box covered by the boxes
-of nearer objects, box-based, so an approximation) so that training code may filter hidden objects.
+extent clipped to the frame, also when nearer objects hide part of it. An object is labelled only while it
+can be seen: its visible pixels (drawn, at least half covered, inside the frame and not hidden by nearer
+objects, distractors included) must span at least 4 px in width and in height, and so must its clipped box;
+objects wholly hidden behind nearer ones, or showing only a sliver, have no box. ``iscrowd`` is always 0.
+Each annotation also carries ``track_id`` (the object's id over time) and ``occlusion`` (0-1, the fraction
+of its in-frame pixels hidden by nearer objects).
 """
 
 from __future__ import annotations
@@ -44,11 +46,11 @@ from detector.video import VideoWriter
 
 log = logging.getLogger(__name__)
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: objects hidden behind nearer ones lose their box; pixel-based occlusion
 """Bumped whenever the frames or boxes for a given seed change; part of every cache key."""
 CATEGORIES = ({"id": 1, "name": "person"}, {"id": 2, "name": "vehicle"})
 PERSON, VEHICLE, CLUTTER = 1, 2, 0
-MIN_VISIBLE_PX = 4.0  # boxes with less visible width or height than this are dropped
+MIN_VISIBLE_PX = 4.0  # objects with less visible width or height than this (pixels) have no box
 MIN_HEIGHT_PX = 16.0
 MAX_HEIGHT_FRACTION = 0.4
 _S = 16  # sub-pixel precision of cv2 drawing (shift=4)
@@ -415,18 +417,47 @@ class _Scene:
         return frame, self._annotations(drawn)
 
     def _annotations(self, drawn: list[_Actor]) -> list[dict[str, Any]]:
-        clipped = [(max(0.0, x1), max(0.0, y1), min(float(self.width), x2), min(float(self.height), y2))
-                   for x1, y1, x2, y2 in (a.box() for a in drawn)]
+        """COCO annotations of the labelled objects in ``drawn`` (far to near) that can be seen in the frame."""
+        covered = np.zeros((self.height, self.width), dtype=bool)  # pixels of the objects nearer than this one
         annotations = []
-        for i, (a, (x1, y1, x2, y2)) in enumerate(zip(drawn, clipped)):
-            if a.kind == CLUTTER or x2 - x1 < MIN_VISIBLE_PX or y2 - y1 < MIN_VISIBLE_PX:
+        for a in reversed(drawn):
+            x0, y0, mask = _silhouette(a, self.width, self.height)
+            region = covered[y0 : y0 + mask.shape[0], x0 : x0 + mask.shape[1]]
+            visible = mask & ~region
+            region |= mask
+            x1, y1, x2, y2 = a.box()
+            x1, y1 = round(max(0.0, x1), 3), round(max(0.0, y1), 3)
+            x2, y2 = round(min(float(self.width), x2), 3), round(min(float(self.height), y2), 3)
+            if a.kind == CLUTTER or min(x2 - x1, y2 - y1, *_extent(visible)) < MIN_VISIBLE_PX:
                 continue
-            x1, y1, x2, y2 = (round(v, 3) for v in (x1, y1, x2, y2))
             w, h = round(x2 - x1, 3), round(y2 - y1, 3)
             annotations.append({"category_id": a.kind, "bbox": [x1, y1, w, h], "area": round(w * h, 3),
                                 "iscrowd": 0, "track_id": a.track,
-                                "occlusion": _covered((x1, y1, x2, y2), clipped[i + 1 :])})
-        return annotations
+                                "occlusion": round(1 - float(visible.sum()) / max(1, int(mask.sum())), 2)})
+        return annotations[::-1]
+
+
+def _silhouette(a: _Actor, width: int, height: int) -> tuple[int, int, np.ndarray]:
+    """The frame pixels that ``a`` covers at least half: ``(x0, y0, mask)``, ``mask`` bool (h, w) at (x0, y0).
+
+    The object is drawn twice, on black and on white, into its own patch of the frame (its box plus 2 px for
+    anti-aliasing, clipped to the frame); a pixel of coverage alpha reads ``(1 - alpha) * 255`` more on white.
+    The mask is empty (0 x 0) for an object outside the frame.
+    """
+    x1, y1, x2, y2 = a.box()
+    x0, y0 = min(width, max(0, math.floor(x1) - 2)), min(height, max(0, math.floor(y1) - 2))
+    xe, ye = max(x0, min(width, math.ceil(x2) + 2)), max(y0, min(height, math.ceil(y2) + 2))
+    black = np.zeros((ye - y0, xe - x0, 3), dtype=np.uint8)
+    white = np.full_like(black, 255)
+    for canvas in (black, white):
+        _DRAW[a.kind](canvas, a, (x1 - x0, y1 - y0, x2 - x1, y2 - y1))
+    return x0, y0, white[..., 0].astype(np.int16) - black[..., 0] <= 127
+
+
+def _extent(mask: np.ndarray) -> tuple[int, int]:
+    """Width and height (pixels) of the bounding box of the True pixels of a 2-D mask; (0, 0) when none."""
+    cols, rows = np.flatnonzero(mask.any(axis=0)), np.flatnonzero(mask.any(axis=1))
+    return (int(cols[-1] - cols[0] + 1), int(rows[-1] - rows[0] + 1)) if cols.size else (0, 0)
 
 
 def _shadow(img: np.ndarray, cx: float, cy: float, ax: float, ay: float, strength: float = 0.35) -> None:
@@ -440,18 +471,6 @@ def _shadow(img: np.ndarray, cx: float, cy: float, ax: float, ay: float, strengt
     cv2.ellipse(dark, (int((cx - x1) * _S), int((cy - y1) * _S)), (int(ax * _S), int(ay * _S)), 0, 0, 360,
                 (0, 0, 0), -1, cv2.LINE_AA, 4)
     roi[:] = cv2.addWeighted(roi, 1 - strength, dark, strength, 0)
-
-
-def _covered(box: tuple[float, ...], nearer: list[tuple[float, ...]], cells: int = 16) -> float:
-    """Fraction (0-1, 2 decimals) of ``box`` (x1, y1, x2, y2) covered by the union of ``nearer`` boxes."""
-    if not nearer:
-        return 0.0
-    xs = box[0] + (np.arange(cells) + 0.5) * (box[2] - box[0]) / cells
-    ys = box[1] + (np.arange(cells) + 0.5) * (box[3] - box[1]) / cells
-    hit = np.zeros((cells, cells), dtype=bool)
-    for x1, y1, x2, y2 in nearer:
-        hit |= ((ys >= y1) & (ys < y2))[:, None] & ((xs >= x1) & (xs < x2))[None, :]
-    return round(float(hit.mean()), 2)
 
 
 def render_frames(

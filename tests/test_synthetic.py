@@ -212,3 +212,40 @@ def test_two_processes_build_a_cache_entry_once(tmp_path: Path) -> None:
     builds = sum(log.read_text().count("building synthetic video cache entry") for log in logs if log.exists())
     assert builds == 1
     assert sorted(p.suffix for p in (tmp_path / "cache").iterdir()) == [".json", ".lock", ".mp4"]
+
+
+def _scene_with(actors: list[tuple[int, float, float, float, float]]) -> list[dict[str, Any]]:
+    """Annotations of one frame of a 320x180 scene holding only ``actors``: (kind, x, y, height, aspect) each,
+    x and y the bottom centre in pixels; a vehicle is a bus, drawn nearer than anything with a smaller y."""
+    from detector.synthetic import PERSON, _Actor, _Scene
+
+    scene = _Scene(np.random.default_rng(0), W, H)
+    person = dict(skin=(150, 180, 230), hair=(20, 20, 20), shirt=(40, 40, 200), pants=(60, 60, 60), dress=False,
+                  head=1.0)
+    bus = dict(type=2, paint=(40, 40, 190), glass=(90, 70, 50), hub=(160, 160, 160))
+    scene.actors = [_Actor(kind, track, x, y, h, aspect, 0.01, 0.0, 0.0, person if kind == PERSON else bus)
+                    for track, (kind, x, y, h, aspect) in enumerate(actors, start=1)]
+    return scene.render(0)[1]
+
+
+def test_an_object_hidden_behind_a_nearer_one_has_no_box() -> None:
+    from detector.synthetic import PERSON, VEHICLE
+
+    # the bus spans x 10-250, y 70-150 (its body down to y 136); the person's box x 92-108, y 80-120 lies inside
+    boxes = _scene_with([(PERSON, 100.0, 120.0, 40.0, 0.4), (VEHICLE, 130.0, 150.0, 80.0, 3.0)])
+    assert [(a["category_id"], a["track_id"]) for a in boxes] == [(VEHICLE, 2)]
+    alone = _scene_with([(PERSON, 100.0, 120.0, 40.0, 0.4)])
+    assert [(a["category_id"], a["occlusion"]) for a in alone] == [(PERSON, 0.0)]
+    assert alone[0]["bbox"] == pytest.approx([92.0, 80.0, 16.0, 40.0])
+
+
+def test_a_partly_hidden_object_keeps_its_whole_box_and_its_hidden_fraction() -> None:
+    from detector.synthetic import PERSON, VEHICLE
+
+    # the person stands astride the bus's right edge (x 250): its left half is behind the bus
+    boxes = _scene_with([(PERSON, 250.0, 120.0, 40.0, 0.4), (VEHICLE, 130.0, 150.0, 80.0, 3.0)])
+    person = next(a for a in boxes if a["category_id"] == PERSON)
+    assert person["bbox"] == pytest.approx([242.0, 80.0, 16.0, 40.0])
+    assert 0.3 < person["occlusion"] < 0.7
+    bus = next(a for a in boxes if a["category_id"] == VEHICLE)
+    assert bus["occlusion"] == 0.0

@@ -334,7 +334,7 @@ def test_parsers_register_train_and_eval_subcommands():
     add_train_parser(sub)
     add_eval_parser(sub)
     a = parser.parse_args(["train", "--out", "x.weights", "--time-budget-s", "30", "--batch", "8"])
-    assert (a.time_budget_s, a.batch, a.frames, a.device, a.seed) == (30.0, 8, 8000, "auto", 0)
+    assert (a.time_budget_s, a.batch, a.frames, a.device, a.seed) == (30.0, 8, 16000, "auto", 0)
     e = parser.parse_args(["eval", "--video-seed", "7", "--video-seed", "8", "--precision", "fp16"])
     assert e.video_seeds == [7, 8] and e.precision == "fp16" and e.frames == 300
     with pytest.raises(SystemExit):

@@ -18,8 +18,8 @@
 #     yolov4-tiny.weights.part00/01    the weights split in two (join: cat part00 part01 > yolov4-tiny.weights)
 #     yolov4-tiny.weights.sha256       sha256sum of the joined file (check: sha256sum -c)
 #     yolov4-tiny.weights.txt          provenance: command, seeds, data, steps, wall time, commit, torch, GPU
-#     eval-fp32.json, eval-fp16.json   `detector eval` on held-out seeds 7 and 8 (together and per seed)
-# Expected wall time: about TRAIN_BUDGET_S + 60 s (two evaluations of 2 x 300 frames, start-up).
+#     eval-fp32.json, eval-fp16.json   `detector eval` on held-out seeds 0, 7, 8 and 9 (together and per seed)
+# Expected wall time: about TRAIN_BUDGET_S + 80 s (two evaluations of 4 x 300 frames, start-up).
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 mkdir -p "$OUT"
@@ -60,7 +60,8 @@ if [ -f "$weights" ]; then
         && split -n 2 -d yolov4-tiny.weights yolov4-tiny.weights.part)
     for precision in fp32 fp16; do
         [ "$precision" = fp16 ] && [ "$device" = cpu ] && continue  # fp16 needs CUDA
-        timeout 90 python3 -m detector.train eval --weights "$weights" --video-seed 7 --video-seed 8 \
+        timeout 150 python3 -m detector.train eval --weights "$weights" --video-seed 0 --video-seed 7 --video-seed 8 \
+            --video-seed 9 \
             --frames "$eval_frames" --device "$device" --precision "$precision" --json "$OUT/eval-$precision.json"
         echo "eval $precision exit status $? after $(($(date +%s) - start)) s"
     done

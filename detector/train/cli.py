@@ -42,9 +42,9 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="wall-time budget of the whole run, data and final evaluation included (default: 480)")
     p.add_argument("--steps", type=_positive_int, help="optimizer steps (default: as many as the budget allows)")
     g = p.add_argument_group("data")
-    g.add_argument("--frames", type=_positive_int, default=8000, help="training frames in all (default: 8000)")
-    g.add_argument("--frames-per-seed", type=_positive_int, default=50,
-                   help="frames kept per generator seed / scene (default: 50)")
+    g.add_argument("--frames", type=_positive_int, default=16000, help="training frames in all (default: 16000)")
+    g.add_argument("--frames-per-seed", type=_positive_int, default=25,
+                   help="frames kept per generator seed / scene (default: 25, so 640 scenes)")
     g.add_argument("--frame-stride", type=_positive_int, default=2, help="keep every n-th rendered frame (default: 2)")
     g.add_argument("--seed-base", type=_positive_int, default=1000, help="first generator seed (default: 1000)")
     g.add_argument("--net-size", type=_net_size, help="train at this square input size (default: the cfg's)")

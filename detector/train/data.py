@@ -74,8 +74,8 @@ class DataParams:
         codec: fourcc of the video round trip (``"mp4v"``, as the evaluation video), or None to skip it.
     """
 
-    frames: int = 8000
-    frames_per_seed: int = 50
+    frames: int = 16000
+    frames_per_seed: int = 25
     stride: int = 2
     seed_base: int = TRAIN_SEED_BASE
     width: int = 960
