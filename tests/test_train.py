@@ -168,7 +168,7 @@ def test_training_seeds_never_include_held_out_seeds():
         check_training_seeds([1000, 7])
     with pytest.raises(DetectorError, match="held out"):
         DataParams(frames=10, frames_per_seed=1, seed_base=0)
-    assert DataParams().seeds[0] == 1000 and len(DataParams().seeds) == 160
+    assert DataParams().seeds[0] == 1000 and len(DataParams().seeds) == 640
 
 
 def test_unaugmented_batch_equals_the_pipeline_preprocess(rendered):
