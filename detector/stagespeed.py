@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StageSpeed", "decode_speed", "encode_speed", "infer_speed", "slowest"]
+__all__ = ["StageSpeed", "decode_speed", "encode_speed", "infer_ms_per_call", "infer_speed", "slowest"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,26 @@ def infer_speed(runner: Runner, batch: torch.Tensor | np.ndarray, frames: int, w
     _sync(runner, out)
     seconds = time.perf_counter() - start
     return StageSpeed(f"infer b{b}", calls * b, seconds)
+
+
+def infer_ms_per_call(runner: Runner, x: Any, calls: int) -> float:
+    """Milliseconds per call of ``calls`` back-to-back ``runner.infer(x)``: on a CUDA runner (its ``stream`` set)
+    GPU time between two CUDA events around the loop on the current stream, outputs left on the device; on a
+    CPU runner the host clock around the loop."""
+    if runner.stream is None:
+        start = time.perf_counter()
+        for _ in range(calls):
+            runner.infer(x)
+        return (time.perf_counter() - start) * 1e3 / calls
+    import torch
+
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(calls):
+        runner.infer(x, to_host=False)
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / calls
 
 
 def _sync(runner: Runner, out: Any) -> None:

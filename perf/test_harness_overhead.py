@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import time
 from typing import Any
 
 import pytest
 
+from detector.stagespeed import infer_ms_per_call
 from perf.cases import VARIANTS
 from perf.clock import SUITE_CLOCK
 
@@ -37,24 +37,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         session = metafunc.config.stash[PERF_SESSION]
         sizes = {1, max(session.options.batch_sizes)} if session.device.startswith("cuda") else {1}  # CPU: smoke
         metafunc.parametrize("batch", sorted(sizes), ids=lambda b: f"b{b}")
-
-
-def _bare_loop_ms(runner: Any, x: Any, calls: int) -> float:
-    """Back-to-back calls: elapsed GPU (or host) time over ``calls``, ms per call."""
-    if runner.stream is None:
-        start = time.perf_counter()
-        for _ in range(calls):
-            runner.infer(x)
-        return (time.perf_counter() - start) * 1e3 / calls
-    import torch
-
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(calls):
-        runner.infer(x, to_host=False)
-    end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) / calls
 
 
 def _per_call_events_ms(x: Any, runner: Any, calls: int) -> float:
@@ -88,11 +70,11 @@ def test_harness_overhead(benchmark: Any, batch: int, runner_pool: Any, input_fr
     if on_gpu:
         on_stream = torch.cuda.stream(runner.stream)
     with on_stream:
-        _bare_loop_ms(runner, x, max(1, calls // 10))  # warm-up (graph capture, clocks up)
-        bare_ms = _bare_loop_ms(runner, x, calls)
+        infer_ms_per_call(runner, x, max(1, calls // 10))  # warm-up (graph capture, clocks up)
+        bare_ms = infer_ms_per_call(runner, x, calls)
         events_ms = _per_call_events_ms(x, runner, calls)
         benchmark.pedantic(runner.infer, args=(x,), kwargs={"to_host": not on_gpu}, rounds=calls, iterations=1)
-        bare_after_ms = _bare_loop_ms(runner, x, calls)  # drift check: the bare loop again after the suite's
+        bare_after_ms = infer_ms_per_call(runner, x, calls)  # drift check: the bare loop again after the suite's
     suite_ms = benchmark.stats.stats.median * 1e3
     bare = statistics.mean([bare_ms, bare_after_ms])
     row = {"case": label, "batch": batch, "suite median ms": suite_ms, "bare loop ms/call": bare,

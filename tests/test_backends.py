@@ -359,6 +359,19 @@ def test_cuda_fp32_is_ieee_unless_tf32_is_asked_for_and_the_global_flag_is_resto
     assert torch.backends.cudnn.allow_tf32 == before
 
 
+def test_cudnn_flags_hold_for_the_block_and_are_restored_even_when_it_raises() -> None:
+    from detector.backends.torch_runner import _cudnn_flags
+
+    cudnn = torch.backends.cudnn
+    before = (cudnn.allow_tf32, cudnn.benchmark)
+    with pytest.raises(ValueError), _cudnn_flags(True, tf32=not before[0], benchmark=not before[1]):
+        assert (cudnn.allow_tf32, cudnn.benchmark) == (not before[0], not before[1])
+        raise ValueError("inside the block")
+    assert (cudnn.allow_tf32, cudnn.benchmark) == before
+    with _cudnn_flags(False, tf32=not before[0], benchmark=not before[1]):  # off CUDA nothing is touched
+        assert (cudnn.allow_tf32, cudnn.benchmark) == before
+
+
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_a_batch_in_the_runners_input_format_is_used_without_a_copy(spec: ModelSpec, batch: np.ndarray,
                                                                     reference: np.ndarray, channels_last: bool) -> None:

@@ -19,6 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from detector.backends import create_runner
 from detector.spec import ModelSpec
+from detector.stagespeed import infer_ms_per_call
 
 GFLOPS_PER_IMAGE = 6.9  # YOLOv4-tiny at 416x416 (see ../shared/reference/yolov4-tiny.md)
 VARIANTS = {
@@ -26,17 +27,6 @@ VARIANTS = {
     "torch.compile default (= torch-compile's kernels)": {"fuse_bn": True, "channels_last": True, "compile": True,
                                                          "compile_mode": "default"},
 }
-
-
-def time_calls(runner: Any, x: torch.Tensor, calls: int) -> float:
-    """GPU ms per call of ``calls`` back-to-back ``runner.infer(x, to_host=False)`` (two events around the loop)."""
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(calls):
-        runner.infer(x, to_host=False)
-    end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) / calls
 
 
 def kernel_table(runner: Any, x: torch.Tensor, iters: int, top: int = 14) -> None:
@@ -73,7 +63,7 @@ def main() -> None:
             runner.infer(x, to_host=False)
         torch.cuda.synchronize()
         print(f"\n== {label}, batch {args.batch}: warm-up {time.perf_counter() - start:.1f} s")
-        ms = time_calls(runner, x, args.iters)
+        ms = infer_ms_per_call(runner, x, args.iters)
         ips = args.batch / ms * 1e3
         print(f"{ms:.3f} ms per call, {ms / args.batch * 1e3:.1f} us per image, {ips:,.0f} images/s, "
               f"{ips * GFLOPS_PER_IMAGE / 1e3:.0f} TFLOP/s achieved")

@@ -18,7 +18,8 @@ import torch
 
 from detector.backends import create_runner
 from detector.spec import ModelSpec
-from gpu_profile_batch import GFLOPS_PER_IMAGE, kernel_table, time_calls  # tools/ is sys.path[0]
+from detector.stagespeed import infer_ms_per_call
+from gpu_profile_batch import GFLOPS_PER_IMAGE, kernel_table  # tools/ is sys.path[0]
 
 GRAPH = {"fuse_bn": True, "channels_last": True, "cuda_graph": True}
 
@@ -41,8 +42,8 @@ def main() -> None:
             start = time.perf_counter()
             runner.warmup(batch, iterations=3)
             warm = time.perf_counter() - start
-            time_calls(runner, x, 10)
-            ms = time_calls(runner, x, max(20, args.calls // max(1, batch // 32)))
+            infer_ms_per_call(runner, x, 10)
+            ms = infer_ms_per_call(runner, x, max(20, args.calls // max(1, batch // 32)))
             ips = batch / ms * 1e3
             print(f"{search!s:>15s} {batch:5d} {ms:8.3f} {ips:9,.0f} {ips * GFLOPS_PER_IMAGE / 1e3:7.0f} {warm:9.2f}",
                   flush=True)

@@ -125,8 +125,7 @@ class TorchRunner(Runner):
 
         x = self.as_input(x)  # one copy at most (dtype and layout together); none for a batch in the format
         on_cuda = self.device_type == "cuda"
-        with _conv_tf32(on_cuda and self.options["tf32"], on_cuda), \
-                _cudnn_benchmark(on_cuda and self.options["cudnn_benchmark"], on_cuda):
+        with _cudnn_flags(on_cuda, tf32=self.options["tf32"], benchmark=self.options["cudnn_benchmark"]):
             if self.options["cuda_graph"]:
                 return self._replay(x)
             with torch.no_grad():
@@ -172,43 +171,30 @@ class TorchRunner(Runner):
         return graph, static_in, static_out
 
 
-@contextlib.contextmanager
-def _conv_tf32(allowed: bool, on_cuda: bool) -> Iterator[None]:
-    """Allow or forbid TF32 in cuDNN convolutions for the block, restoring the process-wide setting after."""
+def _cudnn_flags(on_cuda: bool, *, tf32: bool, benchmark: bool) -> contextlib.AbstractContextManager[None]:
+    """For the block: allow or forbid TF32 in cuDNN convolutions, and switch cuDNN's algorithm search
+    (``benchmark``) on or off; the process-wide settings are restored after. Nothing is touched off CUDA."""
     if not on_cuda:
-        yield
-        return
+        return contextlib.nullcontext()
     import torch
 
     cudnn = torch.backends.cudnn
+    stack = contextlib.ExitStack()
     try:
-        old_flag = cudnn.allow_tf32
-    except RuntimeError:  # the caller set per-operator flags (torch >= 2.9 API): keep to that API
-        old = cudnn.conv.fp32_precision
-        cudnn.conv.fp32_precision = "tf32" if allowed else "ieee"
-        try:
-            yield
-        finally:
-            cudnn.conv.fp32_precision = old
-        return
-    cudnn.allow_tf32 = allowed
-    try:
-        yield
-    finally:
-        cudnn.allow_tf32 = old_flag
+        cudnn.allow_tf32  # noqa: B018 -- raises when the caller set per-operator flags (torch >= 2.9 API)
+        stack.enter_context(_swapped(cudnn, "allow_tf32", tf32))
+    except RuntimeError:  # keep to the per-operator API the caller chose
+        stack.enter_context(_swapped(cudnn.conv, "fp32_precision", "tf32" if tf32 else "ieee"))
+    stack.enter_context(_swapped(cudnn, "benchmark", benchmark))
+    return stack
 
 
 @contextlib.contextmanager
-def _cudnn_benchmark(enabled: bool, on_cuda: bool) -> Iterator[None]:
-    """Switch cuDNN's algorithm search on or off for the block, restoring the process-wide flag after."""
-    if not on_cuda:
-        yield
-        return
-    import torch
-
-    old = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = enabled
+def _swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """Set ``owner.name`` to ``value`` for the block, then put the old value back."""
+    old = getattr(owner, name)
+    setattr(owner, name, value)
     try:
         yield
     finally:
-        torch.backends.cudnn.benchmark = old
+        setattr(owner, name, old)
