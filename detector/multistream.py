@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,7 @@ class MultistreamResult:
     latencies_ms: list[float] = field(repr=False, default_factory=list)
     per_stream: list[list[StreamFrame]] = field(repr=False, default_factory=list)
     stage_ms: dict[str, float] = field(default_factory=dict)
+    tick_ms: list[float] = field(repr=False, default_factory=list)  # each measured tick, its queue wait included
 
     @property
     def frames(self) -> int:
@@ -111,6 +112,7 @@ def run_multistream(
     iou_threshold: float = 0.45,
     letterbox: bool = True,
     keep_detections: bool = True,
+    on_tick: Callable[[int], None] | None = None,
 ) -> MultistreamResult:
     """Run ``len(videos)`` streams batched into one inference per tick, for ``warmup_ticks + ticks`` ticks.
 
@@ -123,6 +125,8 @@ def run_multistream(
         warmup_ticks: ticks run first and not measured.
         queue_depth: frames each stream's reader may decode ahead (its bounded queue's capacity).
         keep_detections: keep each frame's :class:`Detections` in ``per_stream``.
+        on_tick: called on the calling thread after each measured tick with the measured ticks so far, outside
+            the tick's time (``tick_ms``) but inside ``wall_s`` (a progress display, a benchmark's probe).
 
     Raises:
         VideoError: a video cannot be opened or its frame size differs from the first stream's.
@@ -159,7 +163,7 @@ def run_multistream(
         ticker = _Ticker(runner, device, n, size, "letterbox" if letterbox else "resize", conf_threshold,
                          iou_threshold)
         try:
-            result = ticker.run(pools, queues, warmup_ticks, ticks, keep_detections)
+            result = ticker.run(pools, queues, warmup_ticks, ticks, keep_detections, on_tick)
         except BaseException as e:  # noqa: BLE001 -- re-raised below, after the threads have stopped
             control.fail(e)
         control.stop.set()  # readers may still be decoding ahead
@@ -209,7 +213,7 @@ class _Ticker:
         self.stage_ms = {"wait": 0.0, "preprocess": 0.0, "infer": 0.0, "postprocess": 0.0}
 
     def run(self, pools: list[BufferPool], queues: list[BoundedQueue[Any]], warmup_ticks: int, ticks: int,
-            keep: bool) -> MultistreamResult:
+            keep: bool, on_tick: Callable[[int], None] | None = None) -> MultistreamResult:
         from detector.postprocess import postprocess
         from detector.preprocess import preprocess_torch
 
@@ -241,6 +245,10 @@ class _Ticker:
                     result.latencies_ms.append(latency)
                     result.per_stream[k].append(StreamFrame(k, index - warmup_ticks, position, latency,
                                                             det if keep else None))
+            if tick >= warmup_ticks:
+                result.tick_ms.append((time.perf_counter() - t0) * 1e3)
+                if on_tick is not None:
+                    on_tick(tick - warmup_ticks + 1)
         result.wall_s = time.perf_counter() - start
         return result
 

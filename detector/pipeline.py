@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,9 @@ class PipelineResult:
     """What one pass over a video measured.
 
     ``stage_ms`` holds total milliseconds per stage (keys of :data:`detector.timing.STAGES`);
-    ``detections`` holds one :class:`~detector.postprocess.Detections` per frame, in frame pixels.
+    ``stage_samples_ms`` each stage's milliseconds per loop iteration; ``iteration_ms`` the wall time of each
+    loop iteration (``batch`` frames; in the pipelined loop, the time between one frame leaving the writer and
+    the next); ``detections`` holds one :class:`~detector.postprocess.Detections` per frame, in frame pixels.
     """
 
     video: Path
@@ -53,6 +55,7 @@ class PipelineResult:
     stage_ms: dict[str, float]
     stage_samples_ms: dict[str, list[float]] = field(repr=False, default_factory=dict)
     detections: list[Detections] = field(repr=False, default_factory=list)
+    iteration_ms: list[float] = field(repr=False, default_factory=list)
 
     @property
     def e2e_fps(self) -> float:
@@ -123,12 +126,18 @@ def run_pipeline(
     letterbox: bool = True,
     warmup: int = 2,
     keep_detections: bool = True,
+    preprocess_fn: Callable[..., tuple[Any, Any]] | None = None,
+    on_iteration: Callable[[int], None] | None = None,
 ) -> PipelineResult:
     """Run the sequential pipeline over ``video`` with an activated ``runner``.
 
     Writes the annotated video to ``output`` atomically (nothing is left behind if anything fails), or
     writes nothing when ``output`` is None. ``warmup`` inferences on a blank batch run before timing so
     that lazy initialisation (cuDNN autotune, graph capture) stays out of the stage times.
+    ``preprocess_fn(frames, (h, w), mode=...) -> (float32 [B, 3, h, w], transforms)`` replaces
+    :func:`detector.preprocess.preprocess` (same contract), e.g. for a custom preprocessing.
+    ``on_iteration(frames_done)`` is called after each loop iteration, outside the iteration's and the stages'
+    times (a progress display, or a benchmark's probe); its time counts in ``wall_s``.
     """
     import numpy as np
 
@@ -136,12 +145,14 @@ def run_pipeline(
     from detector.preprocess import preprocess
     from detector.video import VideoWriter, open_video
 
+    preprocess = preprocess_fn or preprocess
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     net_h, net_w = runner.spec.input_size
     mode = "letterbox" if letterbox else "resize"
     timer = StageTimer()
     detections: list[Detections] = []
+    iteration_ms: list[float] = []
     frames_done = 0
 
     with contextlib.ExitStack() as stack:
@@ -156,10 +167,12 @@ def run_pipeline(
         frames_iter = iter(reader)
         start = time.perf_counter()
         while max_frames is None or frames_done < max_frames:
+            began = time.perf_counter()
             want = batch if max_frames is None else min(batch, max_frames - frames_done)
             with timer.stage("read"):
                 frames = [f for _, f in zip(range(want), frames_iter)]
             if not frames:
+                timer.samples_ms["read"].pop()  # the read that found the end is no iteration
                 break
             with timer.stage("preprocess"):
                 tensor, transforms = preprocess(frames, (net_h, net_w), mode=mode)
@@ -174,6 +187,9 @@ def run_pipeline(
             if keep_detections:
                 detections.extend(dets)
             frames_done += len(frames)
+            iteration_ms.append((time.perf_counter() - began) * 1e3)
+            if on_iteration is not None:
+                on_iteration(frames_done)
         wall_s = time.perf_counter() - start
         if frames_done == 0:
             raise VideoError(f"{video}: no frames could be read")
@@ -195,4 +211,5 @@ def run_pipeline(
         stage_ms=stage_ms,
         stage_samples_ms=dict(timer.samples_ms),
         detections=detections,
+        iteration_ms=iteration_ms,
     )

@@ -112,6 +112,7 @@ def run_pipelined(
     frames: Iterable[np.ndarray] | None = None,
     fps: float = 30.0,
     on_frame: Callable[[int, np.ndarray, Detections], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> PipelinedResult:
     """Run the pipelined loop over ``video`` with an activated ``runner``; see the module docstring.
 
@@ -132,6 +133,8 @@ def run_pipelined(
         on_frame: called on the writer thread as ``on_frame(index, frame, detections)`` for every frame in
             order, after drawing (``frame`` is a pool buffer: copy it to keep it). An exception it raises
             stops the run like any other.
+        on_batch: called on the calling thread after each batch went to the writer, with the frames handed on
+            so far (a progress display, a benchmark's probe); the writer works on meanwhile.
 
     Returns:
         A :class:`PipelinedResult`; ``detections`` (when kept) in frame order, frame pixels.
@@ -175,7 +178,7 @@ def run_pipelined(
                      conf_threshold, iou_threshold)
         loop.warm_up(warmup)
         start = time.perf_counter()
-        written = loop.run(source, writer, names if writer is not None else None, on_frame, keep_detections)
+        written = loop.run(source, writer, names if writer is not None else None, on_frame, keep_detections, on_batch)
         wall_s = time.perf_counter() - start
     net_h, net_w = runner.spec.input_size
     log.info("pipelined %s/%s b%d: %d frames, e2e %.1f FPS", runner.name, runner.precision, batch, written,
@@ -185,7 +188,9 @@ def run_pipelined(
         precision=runner.precision, device=runner.device, batch=batch, frames=written, width=width,
         height=height, net_size=(net_h, net_w), wall_s=wall_s,
         stage_ms={name: loop.timer.total_ms(name) for name in STAGES},
-        stage_samples_ms=dict(loop.timer.samples_ms), detections=loop.detections, pool_size=loop.pool.size,
+        stage_samples_ms=dict(loop.timer.samples_ms), detections=loop.detections,
+        iteration_ms=[(b - a) * 1e3 for a, b in zip([start, *loop.written_at], loop.written_at)],
+        pool_size=loop.pool.size,
         peak_in_flight=loop.pool.peak_in_use,
         queue_sizes={"decoded": loop.decoded.maxsize, "detected": loop.detected.maxsize},
         queue_peaks={"decoded": loop.decoded.peak, "detected": loop.detected.peak},
@@ -214,6 +219,7 @@ class _Loop:
         self.write_timer = StageTimer()
         self.detections: list[Detections] = []
         self.written = 0
+        self.written_at: list[float] = []  # perf_counter when each frame left the writer
 
     def warm_up(self, iterations: int) -> None:
         """Run preprocess, infer and postprocess on the (blank) device batch: graph capture, autotuning."""
@@ -225,14 +231,14 @@ class _Loop:
         self.timer = StageTimer()
 
     def run(self, source: Iterator[np.ndarray], writer: Any, names: Sequence[str] | None,
-            on_frame: Callable[..., None] | None, keep: bool) -> int:
+            on_frame: Callable[..., None] | None, keep: bool, on_batch: Callable[[int], None] | None = None) -> int:
         """``names`` None: nothing is drawn (no output video)."""
         threads = [
             start_worker("pipelined-read", lambda: self._read(source), self.control),
             start_worker("pipelined-write", lambda: self._write(writer, on_frame), self.control),
         ]
         try:
-            self._process(keep, names)
+            self._process(keep, names, on_batch)
         except BaseException as e:  # noqa: BLE001 -- re-raised below, after the threads have stopped
             self.control.fail(e)
         for thread in threads:
@@ -267,7 +273,7 @@ class _Loop:
         self.decoded.put(_END)
 
     # -- calling thread -----------------------------------------------------------------------------
-    def _process(self, keep: bool, names: Sequence[str] | None) -> None:
+    def _process(self, keep: bool, names: Sequence[str] | None, on_batch: Callable[[int], None] | None = None) -> None:
         """Batch, infer, postprocess; then draw each frame's boxes into its pool buffer here, so the writer
         thread -- the slowest stage with an mp4v encoder -- only encodes (the draw time goes with the frame
         and is counted in its write stage)."""
@@ -297,7 +303,10 @@ class _Loop:
                         draw_detections(self.pool.arrays[slot], det, names)
                     items.append((index, slot, det, (time.perf_counter() - start) * 1e3))
                 self.detected.put(items)
+                handed = items[-1][0] + 1
                 pending = []
+                if on_batch is not None:
+                    on_batch(handed)
         self.detected.put(_END)
 
     def _infer_batch(self, slots: list[int], *, upload: bool) -> tuple[torch.Tensor, list[Any]]:
@@ -336,7 +345,9 @@ class _Loop:
                 frame = self.pool.arrays[slot]
                 if writer is not None:
                     writer.write(frame)
-                self.write_timer.add("write", draw_ms + (time.perf_counter() - start) * 1e3)
+                done = time.perf_counter()
+                self.write_timer.add("write", draw_ms + (done - start) * 1e3)
+                self.written_at.append(done)
                 if on_frame is not None:
                     on_frame(index, frame, det)
                 self.pool.release(slot)

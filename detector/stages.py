@@ -8,7 +8,9 @@ The pieces :mod:`detector.pipelined` and :mod:`detector.multistream` are built f
 * :class:`BufferPool` -- a fixed set of ``H x W x 3`` uint8 frame buffers (page-locked when the frames go to
   a GPU, so uploads are asynchronous DMA); a frame lives in one buffer from decode to encode, so the pool
   size bounds the frames in flight, and the memory, whatever the queues hold.
-* :func:`start_worker` -- a daemon thread that reports its exception to the control instead of losing it.
+* :func:`start_worker` -- a daemon thread that reports its exception to the control instead of losing it;
+  :func:`set_thread_placement` lets a caller pin each worker to CPUs by its name (a benchmark that wants the
+  same placement in every process, a deployment that keeps the encoder off the cores of other work).
 
 Waits poll the stop signal every :data:`POLL_S` seconds: a failure anywhere stops every thread within
 about that time.
@@ -17,6 +19,7 @@ about that time.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["POLL_S", "BoundedQueue", "BufferPool", "Cancelled", "Control", "start_worker"]
+__all__ = ["POLL_S", "BoundedQueue", "BufferPool", "Cancelled", "Control", "set_thread_placement", "start_worker"]
 
 #: Seconds between checks of the stop signal while a thread waits on a queue or the pool.
 POLL_S = 0.05
@@ -145,11 +148,28 @@ class BufferPool:
         self._free.put(index)
 
 
+#: Where new worker threads run: name -> CPU numbers, or None for wherever the OS puts them.
+_placement: Callable[[str], set[int] | None] | None = None
+
+
+def set_thread_placement(placement: Callable[[str], set[int] | None] | None) -> Callable[[str], set[int] | None] | None:
+    """Pin every worker started from now on to ``placement(thread name)`` CPUs (None: no pinning); returns the
+    previous placement so a caller can put it back. Linux only (``os.sched_setaffinity`` of the thread)."""
+    global _placement
+    previous, _placement = _placement, placement
+    return previous
+
+
 def start_worker(name: str, body: Callable[[], Any], control: Control) -> threading.Thread:
-    """Run ``body()`` on a new daemon thread; an exception it raises goes to ``control.fail`` (stopping all)."""
+    """Run ``body()`` on a new daemon thread; an exception it raises goes to ``control.fail`` (stopping all).
+    The thread first pins itself where :func:`set_thread_placement` says."""
+    placement = _placement
 
     def run() -> None:
         try:
+            cpus = placement(name) if placement is not None else None
+            if cpus:
+                os.sched_setaffinity(0, cpus)  # 0: the calling thread
             body()
         except BaseException as e:  # noqa: BLE001 -- every error must reach the caller's thread
             if not isinstance(e, Cancelled):

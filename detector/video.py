@@ -161,9 +161,24 @@ def _check_readable_file(path: Path) -> bytes:
     return head
 
 
+#: Decoder threads FFmpeg gets for new readers (None: OpenCV's default, one per CPU); see set_decode_threads.
+_decode_threads: int | None = None
+
+
+def set_decode_threads(threads: int | None) -> int | None:
+    """Decode videos opened from now on with ``threads`` FFmpeg threads (``cv2.CAP_PROP_N_THREADS``; None: OpenCV's
+    default, which is one per CPU); returns the previous setting so a caller can restore it."""
+    global _decode_threads
+    if threads is not None and threads < 1:
+        raise ValueError(f"decode threads must be >= 1 or None, got {threads}")
+    previous, _decode_threads = _decode_threads, threads
+    return previous
+
+
 def _open_capture(path: Path, head: bytes) -> Any:
     cv2 = _cv2()
-    cap = cv2.VideoCapture(os.fspath(path))
+    params = [] if _decode_threads is None else [cv2.CAP_PROP_N_THREADS, _decode_threads]
+    cap = cv2.VideoCapture(os.fspath(path), cv2.CAP_ANY, params)
     if cap.isOpened():
         return cap
     cap.release()

@@ -3,6 +3,9 @@
 Cases are parametrised at collection time from ``--perf-backends``, ``--perf-precisions`` and
 ``--perf-batch-sizes``; every combination is collected so that one that cannot run here shows up as a skip
 with its reason (``tensorrt not installed``, ``no CUDA device``) instead of silently vanishing.
+
+The ``ci`` marker picks the key benchmarks of every family (`KEY_CASES`): ``pytest perf -m ci`` is the
+selection a CI gate runs on every change (a few minutes on one H100); the full suite stays the default.
 """
 
 from __future__ import annotations
@@ -26,6 +29,32 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     "onnxruntime": ("onnxruntime", {}, ("cpu", "cuda")),
     "tensorrt": ("tensorrt", {}, ("cuda",)),
 }
+
+
+#: The key (variant, precision) pairs of each family per device type, which ``-m ci`` selects; inference also
+#: only at batch 1 and the largest selected batch size (batch 1 only on a CPU, where a large batch takes seconds).
+KEY_CASES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
+    "inference": {"cuda": (("torch", "fp32"), ("torch-graph", "fp16"), ("torch-compile", "fp16"),
+                           ("onnxruntime", "fp32"), ("tensorrt", "fp16")),
+                  "cpu": (("torch", "fp32"), ("onnxruntime", "fp32"))},
+    "end-to-end": {"cuda": (("torch-graph", "fp16"), ("tensorrt", "fp16")), "cpu": (("torch", "fp32"),)},
+    "pipelined": {"cuda": (("torch-graph", "fp16"), ("tensorrt", "fp16")), "cpu": (("torch", "fp32"),)},
+    "multistream": {"cuda": (("torch-graph", "fp16"), ("tensorrt", "fp16")), "cpu": (("torch", "fp32"),)},
+    "parity": {"cuda": (("torch-graph", "fp16"), ("torch-compile", "fp16"), ("tensorrt", "fp16")),
+               "cpu": (("onnxruntime", "fp32"),)},
+}  # fmt: skip
+
+
+def is_key(family: str, variant: str, precision: str, batch: int | None, batch_sizes: Iterable[int] | None,
+           device: str) -> bool:  # fmt: skip
+    """Whether a case is one of the CI selection's key benchmarks (see `KEY_CASES`)."""
+    device_type = device.partition(":")[0]
+    if (variant, precision) not in KEY_CASES.get(family, {}).get(device_type, ()):
+        return False
+    if batch is None or not batch_sizes:
+        return True
+    sizes = tuple(batch_sizes)
+    return batch == 1 or (device_type == "cuda" and batch == max(sizes))
 
 
 @dataclass(frozen=True)
@@ -66,13 +95,15 @@ def _marks(backend: str, device: str) -> list[pytest.MarkDecorator]:
 
 def make_cases(
     backends: Iterable[str], precisions: Iterable[str], batch_sizes: Iterable[int] | None, device: str,
-    *, nsys_first: bool = False, exclude: tuple[str, str] | None = None,
+    *, nsys_first: bool = False, exclude: tuple[str, str] | None = None, family: str | None = None,
 ) -> list[Any]:
     """pytest params for every variant x precision (x batch size, when ``batch_sizes`` is given).
 
     ``nsys_first`` adds the ``nsys`` marker to the first case of each variant (one profiled benchmark per
-    backend); ``exclude`` drops one (variant, precision) pair, e.g. the parity reference itself.
+    backend); ``exclude`` drops one (variant, precision) pair, e.g. the parity reference itself; ``family``
+    ("inference" by default with batch sizes, else none) adds the ``ci`` marker to its key cases.
     """
+    family = family or ("inference" if batch_sizes else None)
     params = []
     for variant in variants_for(backends, device):
         backend, options, _ = VARIANTS[variant]
@@ -85,6 +116,8 @@ def make_cases(
                 marks = _marks(backend, device)
                 if nsys_first and first:
                     marks.append(pytest.mark.nsys)
+                if family and is_key(family, variant, precision, batch if batch_sizes else None, batch_sizes, device):
+                    marks.append(pytest.mark.ci)
                 first = False
                 params.append(pytest.param(case, id=case.id if batch_sizes else case.label.replace(" ", "-"),
                                            marks=marks))

@@ -11,12 +11,18 @@
   warning line and a count.
 * ``perf_measure`` (fixture): ``perf_measure(benchmark, fn, *args, **kwargs)`` is ``benchmark(...)`` plus the
   stability gate (`perf.stability`).
-* ``--perf-selftest`` runs only the gate's self-checks: perf/test_gate_selftest.py and perf/test_clock_truth.py.
+* The noise profile: with ``--perf-compare`` the gate loads this runner's profile from the storage
+  (``<storage>/noise/<key>.json``, written by ``--perf-noise``; `perf.noise`), or the file
+  ``--perf-noise-profile`` names, and widens every interval by the benchmark's between-process noise. Without
+  one the header says the intervals are within-process only.
+* ``--perf-selftest`` runs only the gate's self-checks: perf/test_gate_selftest.py, perf/test_clock_truth.py and
+  perf/test_noise_sources.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any
@@ -28,7 +34,7 @@ from perf.stability import DEFAULT_MAX_REMEASURE, StabilityRule
 from perf.stats import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT, DEFAULT_MIN_EFFECT
 
 GATE = pytest.StashKey[dict[str, Any]]()
-SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py")
+SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
 
 
 def parse_fraction(value: str) -> float:
@@ -96,6 +102,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "counted). Default: False.",
     )  # fmt: skip
     group.addoption(
+        "--perf-noise-profile", metavar="PATH|none", default=None,
+        help="The noise profile --perf-compare uses: a file written by --perf-noise, or none for within-process "
+        "intervals only. Default: this runner's profile in the benchmark storage (<storage>/noise/), if any.",
+    )  # fmt: skip
+    group.addoption(
         "--perf-selftest", action="store_true", default=False,
         help="Run only the gate's self-checks: clock truth, and detection / false-alarm rates of injected "
         "slowdowns. Default: False.",
@@ -160,7 +171,26 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         if not allowed:
             raise pytest.UsageError(message)
         config.issue_config_time_warning(MachineMismatchWarning(message), stacklevel=2)
-    config.stash[GATE]["baseline"] = run_from_json(data, Path(str(storage)) / path)
+    state = config.stash[GATE]
+    state["baseline"] = run_from_json(data, Path(str(storage)) / path)
+    state["settings"] = dataclasses.replace(state["settings"], noise=_noise_profile(config, storage))
+
+
+def _noise_profile(config: pytest.Config, storage: Any) -> Any:
+    """The profile --perf-compare uses: --perf-noise-profile's file, none, or this runner's in the storage."""
+    from perf.noise import NoiseProfileError, find_profile, load_profile
+    from perf.plugin import PERF_SESSION
+
+    wanted = config.getoption("perf_noise_profile")
+    try:
+        if wanted is None:
+            folder = getattr(storage, "path", None)  # file storage only
+            return None if folder is None else find_profile(folder, config.stash[PERF_SESSION].fingerprint)
+        if wanted.strip().lower() == "none":
+            return None
+        return load_profile(config.invocation_params.dir / wanted)
+    except NoiseProfileError as e:
+        raise pytest.UsageError(f"--perf-noise-profile: {e}") from None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -188,9 +218,13 @@ def _reports_dir(config: pytest.Config) -> Path:
 
 def _header(state: dict[str, Any]) -> str:
     baseline, settings = state["baseline"], state["settings"]
+    noise = (f"intervals include this runner's between-process noise ({settings.noise.describe()})"
+             if settings.noise is not None else
+             "no noise profile for this runner: intervals are within one process only, so shifts between two "
+             "processes are not in them (measure one: pytest perf --perf-noise=10)")  # fmt: skip
     return (f"--perf-compare against {baseline.path} (saved {baseline.datetime}, commit "
             f"{str(baseline.commit or 'unknown')[:12]}): slower/faster = the whole {settings.confidence:.0%} interval "
-            f"beyond {settings.min_effect:.1%}")  # fmt: skip
+            f"beyond {settings.min_effect:.1%}; {noise}")  # fmt: skip
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -237,6 +271,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     verdict = "FAILED" if counts["failed"] else "passed"
     terminalreporter.write_line(f"perf-compare {verdict}: {text}; verdicts in {state['path']} (and .md)",
                                 red=counts["failed"], green=not counts["failed"])  # fmt: skip
+
+
+@pytest.fixture
+def perf_samples(pytestconfig: pytest.Config) -> Any:
+    """``perf_samples(benchmark, samples_s, label=, unit=, block=, metrics=)``: make per-block samples the
+    benchmark's rounds, judged by the stability rule (`perf.samples.record_samples`)."""
+    from perf.samples import record_samples
+
+    return functools.partial(record_samples, rule=pytestconfig.stash[GATE]["settings"].rule)
 
 
 @pytest.fixture

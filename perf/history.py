@@ -9,6 +9,13 @@ Other keys used here: ``benchmarks[i]["fullname"]`` (the pytest node id; the key
 ``clock``, images/s, percentiles, GPU telemetry), ``machine_info["perf"]`` (the fingerprint),
 ``commit_info``, ``datetime``.
 
+*Metrics.* ``stats.data`` is a benchmark's primary metric, "time" (GPU time per call for inference on a GPU;
+seconds per frame or per tick, in blocks of consecutive frames, for the video pipelines; see `perf.samples`).
+More series the gate compares sit in ``extra_info["metrics"][name] = {"label", "unit", "data": [seconds...],
+"judged": bool}``: ``host`` (host latency of a call with synchronisation; judged where the call is launch-bound,
+``extra_info["launch_bound"]``), ``stage:<name>`` (seconds per frame of one pipeline stage, in the same blocks).
+`BenchmarkRecord.metrics` returns them all by name.
+
 ``--perf-compare`` writes its verdicts to ``<reports>/perf-compare.json`` (and ``.md``), see
 `perf.compare.VERDICT_FILE`: ``{"format": 1, "baseline": {...}, "settings": {...}, "summary": {...},
 "rows": [{"fullname", "name", "group", "verdict", "note", "baseline_median_s", "current_median_s", "ratio", "lo",
@@ -36,6 +43,8 @@ from typing import Any
 import numpy as np
 
 _RUN_NUMBER = re.compile(r"^(\d{4})_")
+#: The name of a benchmark's primary metric: its rounds (``stats.data``).
+PRIMARY = "time"
 
 
 class HistoryError(ValueError):
@@ -60,6 +69,32 @@ class BenchmarkRecord:
             return float(np.median(self.data))
         value = self.stats.get("median")
         return None if value is None else float(value)
+
+    def metrics(self) -> dict[str, np.ndarray]:
+        """Every sample series by metric name: ``"time"`` (the rounds) and ``extra_info["metrics"]``' series;
+        series without data are left out."""
+        out: dict[str, np.ndarray] = {}
+        if self.data is not None and self.data.size:
+            out[PRIMARY] = self.data
+        extra = self.extra_info.get("metrics")
+        for name, metric in (extra.items() if isinstance(extra, Mapping) else ()):
+            data = metric.get("data") if isinstance(metric, Mapping) else None
+            if data:
+                out[str(name)] = np.asarray(data, dtype=np.float64)
+        return out
+
+    def metric_info(self, name: str) -> Mapping[str, Any]:
+        """``extra_info["metrics"][name]`` (label, unit, judged), or for ``"time"`` ``extra_info["samples"]``."""
+        extra = self.extra_info.get("samples" if name == PRIMARY else "metrics") or {}
+        info = extra if name == PRIMARY else extra.get(name, {})
+        return info if isinstance(info, Mapping) else {}
+
+    @property
+    def family(self) -> str:
+        """What kind of figure this is, for noise summaries: ``inference <variant>`` or the benchmark group."""
+        group = self.group or "ungrouped"
+        variant = self.extra_info.get("variant")
+        return f"{group} {variant}" if group == "inference" and variant else group
 
     @property
     def stability(self) -> Mapping[str, Any] | None:

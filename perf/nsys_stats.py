@@ -258,6 +258,42 @@ def parse_nvtx_trace(path: str | os.PathLike[str] | None) -> list[NvtxInterval]:
                          _int(t.number(r, "Lvl"))) for r in t.rows]  # fmt: skip
 
 
+# --- the suite's own activity ---------------------------------------------------------------------------------------
+
+#: Kernels that the perf suite itself launches and the model never does, found by name. ``torch.cuda._sleep`` runs
+#: ATen's ``spin_kernel`` (aten/src/ATen/cuda/Sleep.cu), a GPU busy-wait that `detector.timing.CudaEventClock`
+#: enqueues before each start event (its ``lead_in_ms``) and that `perf.slowdown` injects as a slowdown; counted as
+#: model work it topped the kernel table and made an idle GPU look busy. nsys prints the name demangled with or
+#: without arguments and with either spelling of the anonymous namespace ("at::cuda::(anonymous
+#: namespace)::spin_kernel(long)", "void at::cuda::<unnamed>::spin_kernel(long)"), bare ("spin_kernel") or mangled
+#: ("_ZN2at4cuda12_GLOBAL__N_111spin_kernelEl": the second alternative). A whole identifier is required, so
+#: "spin_kernels" or "my_spin_kernel" are model kernels.
+SUITE_KERNEL_NAME = re.compile(r"(?<!\w)spin_kernel(?!\w)|11spin_kernelE")
+
+#: CUDA event API calls (runtime ``cudaEvent*`` and driver ``cuEvent*``, ``...WithFlags`` variants and nsys's
+#: ``_v<version>`` suffixes such as "cudaEventRecordWithFlags_v11010"): timing machinery, not the model's work. The
+#: suite clock creates, records, waits for and reads events at every reading, and runners time calls with events.
+TIMING_EVENT_API_NAME = re.compile(r"^cu(?:da)?Event(?:Record|Synchronize|ElapsedTime|Create|Destroy|Query)")
+
+#: How the summary names the event API calls it leaves out of its CUDA API table.
+TIMING_EVENT_LABEL = "timing events (suite clock and runner timers)"
+
+
+def is_suite_kernel(name: str) -> bool:
+    """True for a kernel name (any nsys spelling) that the perf suite launches itself: see `SUITE_KERNEL_NAME`."""
+    return SUITE_KERNEL_NAME.search(name) is not None
+
+
+def is_timing_event_api(name: str) -> bool:
+    """True for a CUDA API function name of the event family (see `TIMING_EVENT_API_NAME`)."""
+    return TIMING_EVENT_API_NAME.match(name) is not None
+
+
+def is_suite_activity(activity: GpuActivity) -> bool:
+    """True for a ``cuda_gpu_trace`` row that is one of the suite's own kernels (never a copy or memset)."""
+    return activity.kind == "kernel" and is_suite_kernel(activity.name)
+
+
 # --- idle time and the summary --------------------------------------------------------------------------------------
 
 
@@ -278,8 +314,17 @@ def gpu_idle_fraction(gpu_trace_rows: Sequence[GpuActivity | tuple[int, int]], r
     stream (the union of their intervals). Raises ValueError for an empty region."""
     if region_end_ns <= region_start_ns:
         raise ValueError(f"empty measured region [{region_start_ns}, {region_end_ns}) ns")
+    return 1.0 - busy_fraction(gpu_trace_rows, region_start_ns, region_end_ns)
+
+
+def busy_fraction(gpu_trace_rows: Sequence[GpuActivity | tuple[int, int]], region_start_ns: int,
+                  region_end_ns: int) -> float:  # fmt: skip
+    """Fraction (0..1) of ``[region_start_ns, region_end_ns)`` covered by the rows (ns intervals, overlaps count
+    once); 0.0 for an empty region."""
+    if region_end_ns <= region_start_ns:
+        return 0.0
     spans = [(r.start_ns, r.end_ns) if isinstance(r, GpuActivity) else (int(r[0]), int(r[1])) for r in gpu_trace_rows]
-    return 1.0 - busy_ns(spans, region_start_ns, region_end_ns) / (region_end_ns - region_start_ns)
+    return busy_ns(spans, region_start_ns, region_end_ns) / (region_end_ns - region_start_ns)
 
 
 def measured_region(activities: Sequence[GpuActivity], nvtx: Sequence[NvtxInterval] = (),
@@ -300,6 +345,15 @@ class NsysSummary:
 
     Times are ns. ``stages`` holds the pipeline stages found among the NVTX ranges (host time); ``nvtx_ranges`` the
     largest other ranges (per-call ranges, TensorRT layer names). ``missing`` lists reports that had no data.
+
+    The model's figures leave the suite's own activity out: ``kernel_total_ns``, ``kernel_instances`` and
+    ``top_kernels`` (and their ``percent``, of the model's kernel time) count no suite kernel (`is_suite_kernel`:
+    the clock's busy-wait and injected slowdowns), ``idle_fraction`` (0..1 of the region) counts a span in which
+    only a suite kernel ran as idle, and ``top_api`` holds no CUDA event call (`is_timing_event_api`). That
+    activity is reported apart: ``suite_kernel_ns`` / ``suite_kernel_instances`` (ns and launches of suite kernels,
+    whole capture), ``suite_busy_fraction`` (0..1 of the region covered by suite kernels; None without a region
+    or GPU trace) and ``timing_event_api_ns`` / ``timing_event_api_calls`` (host ns and calls of event API
+    functions).
     """
 
     report: str | None
@@ -314,6 +368,11 @@ class NsysSummary:
     idle_fraction: float | None
     top_api: list[dict]
     missing: list[str]
+    suite_kernel_ns: int = 0
+    suite_kernel_instances: int = 0
+    suite_busy_fraction: float | None = None
+    timing_event_api_ns: int = 0
+    timing_event_api_calls: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -332,6 +391,9 @@ class NsysSummary:
             idle = f"{100 * self.idle_fraction:.1f} %" if self.idle_fraction is not None else "n/a"
             lines.append(f"- Measured region: {length:.3f} ms ({self.region['source']}); GPU idle {idle} of it")
         lines.append(f"- Kernels: {self.kernel_total_ns / 1e6:.3f} ms in {self.kernel_instances} launches")
+        suite = self.suite_line()
+        if suite:
+            lines.append(suite)
         for label, copies in (("Host-to-device", self.h2d), ("Device-to-host", self.d2h)):
             lines.append(f"- {label}: {copies['bytes'] / 1e6:.3f} MB in {copies['count']} copies, "
                          f"{copies['ns'] / 1e6:.3f} ms")  # fmt: skip
@@ -352,6 +414,75 @@ class NsysSummary:
             lines += [f"| {cell(a['name'])} | {a['total_ns'] / 1e6:.3f} | {a['calls']} |" for a in self.top_api]
         return "\n".join(lines) + "\n"
 
+    def suite_line(self) -> str | None:
+        """The markdown line on the suite's own activity (busy-wait kernels, event API calls); None without any."""
+        parts = []
+        if self.suite_kernel_instances:
+            part = f"{self.suite_kernel_ns / 1e6:.3f} ms busy-wait in {self.suite_kernel_instances:,} launches"
+            if self.suite_busy_fraction is not None:
+                part += f" ({100 * self.suite_busy_fraction:.1f} % of the region)"
+            parts.append(part)
+        if self.timing_event_api_calls:
+            parts.append(f"{TIMING_EVENT_LABEL} {self.timing_event_api_ns / 1e6:.3f} ms in "
+                         f"{self.timing_event_api_calls:,} API calls")  # fmt: skip
+        return f"- Suite clock (left out of the figures and tables): {'; '.join(parts)}" if parts else None
+
+
+def _kernel_entry(kernel: KernelRow, total_ns: int) -> dict:
+    """One row of ``top_kernels``: ns, launches, mean ns per launch and ``percent`` of ``total_ns``."""
+    return {"name": kernel.name, "total_ns": kernel.total_ns, "instances": kernel.instances,
+            "avg_ns": kernel.total_ns / max(kernel.instances, 1),
+            "percent": 100.0 * kernel.total_ns / total_ns if total_ns else 0.0}  # fmt: skip
+
+
+def _kernel_figures(kernels: Sequence[KernelRow], top_n: int) -> dict:
+    """``kernel_total_ns``, ``kernel_instances``, ``top_kernels`` (of the model's kernels; ``percent`` of their
+    total time) and ``suite_kernel_ns`` / ``suite_kernel_instances`` (of the suite's kernels), as NsysSummary fields."""
+    model = [k for k in kernels if not is_suite_kernel(k.name)]
+    suite = [k for k in kernels if is_suite_kernel(k.name)]
+    total = sum(k.total_ns for k in model)
+    top = sorted(model, key=lambda k: -k.total_ns)[:top_n]
+    return {
+        "kernel_total_ns": total,
+        "kernel_instances": sum(k.instances for k in model),
+        "top_kernels": [_kernel_entry(k, total) for k in top],
+        "suite_kernel_ns": sum(k.total_ns for k in suite),
+        "suite_kernel_instances": sum(k.instances for k in suite),
+    }
+
+
+def _region_figures(csvs: Mapping[str, str | os.PathLike[str]], range_name: str) -> dict:
+    """``region``, ``idle_fraction`` (model work only) and ``suite_busy_fraction`` as NsysSummary fields.
+
+    Without the NVTX range, the region runs from the model's first GPU activity to its last (all activities when
+    the trace holds suite kernels only), so a leading or trailing busy-wait does not stretch it.
+    """
+    activities = parse_gpu_trace(csvs.get("cuda_gpu_trace"))
+    model = [a for a in activities if not is_suite_activity(a)]
+    suite = [a for a in activities if is_suite_activity(a)]
+    region = measured_region(model or activities, parse_nvtx_trace(csvs.get("nvtx_pushpop_trace")), range_name)
+    idle = suite_busy = None
+    if region and region[1] > region[0] and "cuda_gpu_trace" in csvs:
+        idle = gpu_idle_fraction(model, region[0], region[1])
+        suite_busy = busy_fraction(suite, region[0], region[1])
+    return {
+        "region": None if region is None else {"start_ns": region[0], "end_ns": region[1], "source": region[2]},
+        "idle_fraction": idle,
+        "suite_busy_fraction": suite_busy,
+    }
+
+
+def _api_figures(api: Sequence[ApiRow], top_n: int = 5) -> dict:
+    """``top_api`` (the ``top_n`` largest CUDA API functions by host time, event calls left out) and
+    ``timing_event_api_ns`` / ``timing_event_api_calls`` (the event calls' host ns and count) as NsysSummary fields."""
+    events = [a for a in api if is_timing_event_api(a.name)]
+    top = sorted((a for a in api if not is_timing_event_api(a.name)), key=lambda a: -a.total_ns)[:top_n]
+    return {
+        "top_api": [{"name": a.name, "total_ns": a.total_ns, "calls": a.calls} for a in top],
+        "timing_event_api_ns": sum(a.total_ns for a in events),
+        "timing_event_api_calls": sum(a.calls for a in events),
+    }
+
 
 def summarize(
     csvs: Mapping[str, str | os.PathLike[str]],
@@ -361,13 +492,11 @@ def summarize(
     top_n: int = 10,
     range_name: str = MEASURED_RANGE,
 ) -> NsysSummary:
-    """Summarize the stats CSVs ``{report name: path}`` (as `export_stats` returns; absent reports count as empty)."""
-    kernels = parse_kernel_summary(csvs.get("cuda_gpu_kern_sum"))
-    kernel_total = sum(k.total_ns for k in kernels)
-    top = sorted(kernels, key=lambda k: -k.total_ns)[:top_n]
-    top_kernels = [{"name": k.name, "total_ns": k.total_ns, "instances": k.instances,
-                    "avg_ns": k.total_ns / max(k.instances, 1),
-                    "percent": 100.0 * k.total_ns / kernel_total if kernel_total else 0.0} for k in top]  # fmt: skip
+    """Summarize the stats CSVs ``{report name: path}`` (as `export_stats` returns; absent reports count as empty).
+
+    The suite's own kernels and event API calls are kept out of the model's figures and counted apart (see
+    `NsysSummary`).
+    """
     by_name: dict[str, dict] = {}
     for row in parse_nvtx_summary(csvs.get("nvtx_sum")):
         entry = by_name.setdefault(row.name, {"name": row.name, "total_ns": 0, "instances": 0})
@@ -376,25 +505,16 @@ def summarize(
     stage_rows = {name: {k: v for k, v in by_name[name].items() if k != "name"} for name in stages if name in by_name}
     others = sorted((r for n, r in by_name.items() if n not in stage_rows), key=lambda r: -r["total_ns"])[:top_n]
     copies = parse_memcpy_summary(csvs.get("cuda_gpu_mem_time_sum"), csvs.get("cuda_gpu_mem_size_sum"))
-    activities = parse_gpu_trace(csvs.get("cuda_gpu_trace"))
-    region = measured_region(activities, parse_nvtx_trace(csvs.get("nvtx_pushpop_trace")), range_name)
-    idle = None
-    if region and region[1] > region[0] and "cuda_gpu_trace" in csvs:
-        idle = gpu_idle_fraction(activities, region[0], region[1])
-    api = sorted(parse_api_summary(csvs.get("cuda_api_sum")), key=lambda a: -a.total_ns)[:5]
     return NsysSummary(
         report=os.fspath(report_path) if report_path is not None else None,
-        kernel_total_ns=kernel_total,
-        kernel_instances=sum(k.instances for k in kernels),
-        top_kernels=top_kernels,
         stages=stage_rows,
         nvtx_ranges=others,
         h2d={"bytes": copies.h2d_bytes, "ns": copies.h2d_ns, "count": copies.h2d_count},
         d2h={"bytes": copies.d2h_bytes, "ns": copies.d2h_ns, "count": copies.d2h_count},
-        region=None if region is None else {"start_ns": region[0], "end_ns": region[1], "source": region[2]},
-        idle_fraction=idle,
-        top_api=[{"name": a.name, "total_ns": a.total_ns, "calls": a.calls} for a in api],
         missing=[name for name in STATS_REPORTS if name not in csvs],
+        **_kernel_figures(parse_kernel_summary(csvs.get("cuda_gpu_kern_sum")), top_n),
+        **_region_figures(csvs, range_name),
+        **_api_figures(parse_api_summary(csvs.get("cuda_api_sum"))),
     )
 
 

@@ -14,7 +14,10 @@ from typing import Any
 import pytest
 
 from perf.clock import DEFAULT_LEAD_IN_MS, SUITE_CLOCK
+from perf.controls import NAMES as CONTROL_NAMES
+from perf.controls import Controls, parse_controls
 from perf.machine import fingerprint_differences, mismatch_message
+from perf.regressions import parse_regression
 from perf.slowdown import parse_delay_ms
 from perf.options import (
     DEFAULT_BATCH_SIZES,
@@ -48,6 +51,7 @@ MARKERS = {
     "slow": "takes more than a few seconds; deselect with -m 'not slow'.",
     "e2e": "end-to-end video pipeline: read -> preprocess -> infer -> postprocess -> write.",
     "parity": "compares detections of a backend/precision with the torch fp32 reference.",
+    "ci": "a key benchmark of its family: pytest perf -m ci is the selection a CI gate runs on every change.",
 }
 
 
@@ -114,6 +118,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "that --benchmark-compare-fail catches a regression. Default: 0 (off).",
     )  # fmt: skip
     group.addoption(
+        "--perf-regression", metavar="KIND:PERCENT", type=deferred(parse_regression), default=None,
+        help="Test only: inject a real code change that makes the suite slower, calibrated by a bare loop: "
+        "layer:5%% (an extra layer in the model, +5%% per inference call at batch 32) or preprocess:5%% (the "
+        "pipeline's preprocess does extra work, +5%% per frame end to end); runs made with it are marked "
+        "injected. Default: none.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-controls", metavar="NAMES", type=deferred(parse_controls), default=Controls(),
+        help=f"Noise sources controlled while measuring: all, none, or names from {', '.join(CONTROL_NAMES)} (a "
+        "leading - leaves one out, e.g. -pin). See perf/controls.py. Default: all.",
+    )  # fmt: skip
+    group.addoption(
         "--perf-clock-lead-in", metavar="MS", type=deferred(parse_delay_ms), default=DEFAULT_LEAD_IN_MS,
         help="GPU busy-wait enqueued ahead of each timed call's start event, so that the host's launch latency "
         f"stays out of the CUDA-event reading; 0 = off (time from an idle GPU). Default: {DEFAULT_LEAD_IN_MS:g}ms.",
@@ -149,6 +165,30 @@ def pytest_report_header(config: pytest.Config) -> str:
         f"batch-sizes={_join(options.batch_sizes)} precisions={_join(options.precisions)} "
         f"cache-dir={options.cache_dir}"
     )
+
+
+def injected(config: pytest.Config) -> dict[str, Any]:
+    """The test-only changes this run was made with ({} for a normal run): marked in every benchmark."""
+    out: dict[str, Any] = {}
+    if config.getoption("perf_inject_delay"):
+        out["inject_delay_ms"] = config.getoption("perf_inject_delay")
+    if config.getoption("perf_regression") is not None:
+        out["regression"] = str(config.getoption("perf_regression"))
+    return out
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Mark benchmarks of a run with injected slowdowns, so no one mistakes them for the real thing."""
+    marks = injected(item.config)
+    funcargs = getattr(item, "funcargs", {})
+    bench = funcargs.get("benchmark")
+    if marks and bench is not None:
+        bench.extra_info["injected"] = marks
+    yield
+    calibration = getattr(funcargs.get("runner_pool"), "calibration", None)
+    if marks and bench is not None and calibration:
+        bench.extra_info.setdefault("regression_calibration", calibration)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -192,6 +232,12 @@ def perf_device(pytestconfig: pytest.Config) -> str:
     if session.device_unavailable is not None:
         pytest.skip(session.device_unavailable)
     return session.device
+
+
+@pytest.fixture(scope="session")
+def perf_controls(pytestconfig: pytest.Config) -> Controls:
+    """The noise controls in force while measuring (``--perf-controls``, see perf/controls.py)."""
+    return pytestconfig.getoption("perf_controls")
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "End-to-end stages (ms per frame)": (
         "Model Type", "frames", "read", "preprocess", "infer", "postprocess", "write", "e2e FPS",
     ),
+    "End-to-end stage spread (IQR of the blocks, ms per frame)": (
+        "Model Type", "blocks", "frames per block", "read", "preprocess", "infer", "postprocess", "write",
+    ),
     "Inference": (
         "case", "batch", "median ms", "p99 ms", "images/s", "h2d ms", "compute ms", "d2h ms", "enqueue ms",
         "host ms (sync)", "warm-up s",

@@ -66,7 +66,7 @@ def _summary(stability: Stability) -> dict[str, Any]:
             "reason": stability.reason}  # fmt: skip
 
 
-def _replace_rounds(metadata: Any, data: list[float]) -> None:
+def replace_rounds(metadata: Any, data: list[float]) -> None:
     """Put ``data`` (seconds per call) in place of a pytest-benchmark ``Metadata``'s rounds."""
     from pytest_benchmark.stats import Stats
 
@@ -96,7 +96,7 @@ def measure_stable(benchmark: Any, fn: Callable[..., Any], *args: Any, rule: Sta
                  rule.max_remeasure)  # fmt: skip
         data = time_rounds(lambda: fn(*args, **kwargs), options["timer"], rounds, iterations,
                            disable_gc=bool(options.get("disable_gc")))  # fmt: skip
-        _replace_rounds(metadata, data)
+        replace_rounds(metadata, data)
         stability = rule.assess(data)
         attempts.append(_summary(stability))
     benchmark.extra_info["stability"] = {

@@ -11,8 +11,16 @@ larger of ``ceil(n ** (1/3))`` and twice the sample's autocorrelation time estim
 autocorrelation ``r`` as ``(1 + r) / (1 - r)`` (AR(1)), at most ``n / 4``; with independent rounds it costs only
 a slightly wider interval. The verdict needs the *whole* interval past a
 minimum effect: "slower" when ``lo > 1 + min_effect``, "faster" when ``hi < 1 / (1 + min_effect)``, else "no
-change" -- a one-sided test, at level ``(1 - confidence) / 2``, of "slower by more than ``min_effect``". The
-minimum effect also absorbs what no within-run interval can see: run-to-run shifts between two processes.
+change" -- a one-sided test, at level ``(1 - confidence) / 2``, of "slower by more than ``min_effect``".
+
+*Between processes.* CI compares two separate processes, and identical code moves between processes by more
+than any within-process interval shows (another CUDA graph instantiation, memory layout, CPU placement, GPU
+clock). `BetweenNoise` is that part, measured on this runner by ``--perf-noise`` (`perf.noise`): the standard
+deviation of the log per-process median beyond its within-process sampling error, from K processes. Given
+one, the interval is widened in log space: each side's half-width becomes
+``sqrt(within ** 2 + (t * sqrt(2) * sd) ** 2)``, with ``t`` Student's quantile on K - 1 degrees of freedom (the
+sd is estimated) and ``sqrt(2)`` because both runs carry their own process offset. The verdict rule is the same
+`decide`: the change must exceed the minimum effect *and* what identical code does between processes.
 
 *Stability.* A sample is unstable when it has fewer than ``min_rounds`` rounds, when its robust coefficient of
 variation (``1.4826 * MAD / median``, blind to a few outliers such as a garbage collection, which the median
@@ -47,8 +55,32 @@ _CHUNK = 250
 
 
 @dataclass(frozen=True)
+class BetweenNoise:
+    """Between-process noise of one benchmark metric on one runner: ``sd`` is the standard deviation of the
+    natural log of the per-process median beyond within-process sampling (0.01 ~ 1%), estimated from
+    ``processes`` separate processes of identical code."""
+
+    sd: float
+    processes: int
+
+    def __post_init__(self) -> None:
+        if not (self.sd >= 0 and math.isfinite(self.sd)) or self.processes < 2:
+            raise ValueError(f"between-process noise needs sd >= 0 and >= 2 processes, got {self.sd!r}, "
+                             f"{self.processes!r}")
+
+    def half_width(self, confidence: float = DEFAULT_CONFIDENCE) -> float:
+        """Half-width (log scale) the two runs' process offsets add to a two-sided ``confidence`` interval of a
+        ratio: ``t(confidence, processes - 1) * sqrt(2) * sd``."""
+        from scipy.stats import t
+
+        return float(t.ppf(0.5 + confidence / 2, df=self.processes - 1)) * math.sqrt(2) * self.sd
+
+
+@dataclass(frozen=True)
 class Comparison:
-    """``ratio`` = median(candidate) / median(baseline), its ``[lo, hi]`` interval, and the verdict."""
+    """``ratio`` = median(candidate) / median(baseline), its ``[lo, hi]`` interval, and the verdict.
+
+    ``between`` is the log half-width the between-process noise added (None: within-process interval only)."""
 
     ratio: float
     lo: float
@@ -58,6 +90,7 @@ class Comparison:
     n_candidate: int
     min_effect: float
     confidence: float
+    between: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,6 +185,23 @@ def ratio_interval(
     return float(np.median(cand)) / base_median, float(lo), float(hi)
 
 
+def widen(ratio: float, lo: float, hi: float, half_width: float) -> tuple[float, float]:
+    """``[lo, hi]`` around ``ratio`` with ``half_width`` (log scale) added in quadrature to each side."""
+    if half_width <= 0:
+        return lo, hi
+    below = math.log(ratio) - math.log(lo) if lo > 0 else math.inf
+    above = math.log(hi) - math.log(ratio)
+    return (ratio * math.exp(-math.hypot(below, half_width)) if math.isfinite(below) else 0.0,
+            ratio * math.exp(math.hypot(above, half_width)))
+
+
+def log_median_se(x: np.ndarray, resamples: int = 400, seed: int = 0) -> float:
+    """Standard error of ``log(median(x))`` from a circular block bootstrap (0 for a constant sample)."""
+    boot = bootstrap_medians(x, resamples, np.random.default_rng(seed))
+    boot = boot[boot > 0]
+    return float(np.std(np.log(boot), ddof=1)) if boot.size > 1 else 0.0
+
+
 def decide(lo: float, hi: float, min_effect: float = DEFAULT_MIN_EFFECT) -> str:
     """"slower" if the interval lies above ``1 + min_effect``, "faster" if below ``1 / (1 + min_effect)``,
     else "no change"."""
@@ -171,14 +221,22 @@ def compare_samples(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
     block: int | None = None,
+    between: BetweenNoise | None = None,
 ) -> Comparison:
-    """The verdict on ``candidate`` against ``baseline`` (per-round timings, any one unit)."""
+    """The verdict on ``candidate`` against ``baseline`` (per-round timings, any one unit): the gate's one
+    decision rule. With ``between`` (this runner's between-process noise of the metric) the interval includes it.
+    """
     if not min_effect >= 0:
         raise ValueError(f"min_effect {min_effect!r}: expected a fraction >= 0, e.g. 0.02")
     ratio, lo, hi = ratio_interval(
         baseline, candidate, confidence=confidence, resamples=resamples, seed=seed, block=block
     )
-    return Comparison(ratio, lo, hi, decide(lo, hi, min_effect), len(baseline), len(candidate), min_effect, confidence)
+    added = None
+    if between is not None and ratio > 0:
+        added = between.half_width(confidence)
+        lo, hi = widen(ratio, lo, hi, added)
+    return Comparison(ratio, lo, hi, decide(lo, hi, min_effect), len(baseline), len(candidate), min_effect,
+                      confidence, added)
 
 
 def robust_cv(values: Sequence[float] | np.ndarray) -> float:

@@ -41,7 +41,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         session = metafunc.config.stash[PERF_SESSION]
         o = session.options
         metafunc.parametrize("candidate", make_cases(o.backends, o.precisions, None, session.device,
-                                                     exclude=REFERENCE))
+                                                     exclude=REFERENCE, family="parity"))
 
 
 def _run(runner: Any, batches: list[Any]) -> tuple[Any, list[Any]]:

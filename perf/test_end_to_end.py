@@ -1,13 +1,21 @@
 """End-to-end benchmark: read -> preprocess -> infer -> postprocess -> write on a video, per backend.
 
-The benchmark's time is one pass of the sequential pipeline over the video (host wall clock: end to end is
-what the user waits for), repeated ``E2E_ROUNDS`` times; ``extra_info`` carries end-to-end FPS, inference-only
-FPS and milliseconds per frame of each stage, and the suite's report prints the lab's table. The detected
-video is read back and checked (frame count, frame size).
+End to end is what the user waits for: the host wall clock of the sequential pipeline. One untimed warm-up
+pass (engine and encoder set-up, the video into the page cache) comes first; then ``PASSES`` timed passes, each
+cut into blocks of consecutive frames (`perf.samples`). With the ``cpu-reference`` control (the default on a
+GPU) a fixed CPU workload is read after every block (`perf.speedref`) and the benchmark's samples are each
+block's seconds per frame at the reference's nominal speed, so a host whose CPU slows down for everyone does not
+pass for a slower pipeline; the wall-clock blocks are kept as the ``wall`` metric and give the FPS. Each
+stage's time per frame in the same blocks (normalised alike) goes into ``extra_info["metrics"]`` so that a
+verdict names the stage that moved. Outputs of timed passes go to a RAM-backed scratch folder
+(`perf.controls`); the last one is kept under the reports folder, read back and checked (frame count, size).
+``extra_info`` also carries end-to-end FPS (from the median frame time), inference-only FPS and milliseconds
+per frame of each stage with their spread (IQR over the blocks); the report prints the lab's table.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import pytest
@@ -16,8 +24,10 @@ from perf.cases import Case, make_cases
 
 pytestmark = [pytest.mark.e2e, pytest.mark.benchmark(group="end-to-end", warmup=False)]
 
-#: Passes over the video per case, per device type (the CPU pass must stay short).
-E2E_ROUNDS = {"cuda": 3, "cpu": 1}
+#: Timed passes over the video per case, per device type.
+PASSES = {"cuda": 2, "cpu": 1}
+#: Frames of the untimed warm-up pass.
+WARMUP_FRAMES = 30
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -27,47 +37,131 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         session = metafunc.config.stash[PERF_SESSION]
         o = session.options
         metafunc.parametrize("e2e_case", make_cases(o.backends, o.precisions, None, session.device,
-                                                    nsys_first=True))
+                                                    nsys_first=True, family="end-to-end"))
+
+
+def _quartiles_ms(samples_s: list[float]) -> dict[str, float]:
+    q1, median, q3 = statistics.quantiles(samples_s, n=4) if len(samples_s) > 1 else [samples_s[0]] * 3
+    return {"median": median * 1e3, "iqr": (q3 - q1) * 1e3}
 
 
 def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, perf_video: Any, perf_reports_dir: Any,
-                    measured_region: Any, perf_report: Any) -> None:
+                    measured_region: Any, perf_report: Any, perf_controls: Any, perf_samples: Any,
+                    pytestconfig: pytest.Config) -> None:  # fmt: skip
     from detector.cli import MODEL_TYPES
     from detector.pipeline import default_output_path, run_pipeline
     from detector.video import open_video
+    from perf.controls import keep_output, scratch_dir, warm_page_cache
+    from perf.samples import block_samples, block_size, stage_metrics
+    from perf.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
+    from perf.speedref import summary as reference_summary
 
     runner = runner_pool.get(e2e_case.backend, e2e_case.precision, **e2e_case.options)
-    output = default_output_path(perf_video.path, e2e_case.id, perf_reports_dir / "e2e")
-    results = []
+    kind = "cuda" if runner.device.startswith("cuda") else "cpu"
+    final = default_output_path(perf_video.path, e2e_case.id, perf_reports_dir / "e2e")
+    if "page-cache" in perf_controls:
+        warm_page_cache(perf_video.path)
+    results, probes = [], []
+    block = block_size(perf_video.frames or _frame_count(perf_video.path))
+    reference = CpuReference() if "cpu-reference" in perf_controls and kind == "cuda" else None
+    with scratch_dir(perf_controls, final.parent) as scratch:
+        output = scratch / final.name
 
-    def one_pass() -> None:
-        results.append(run_pipeline(runner, perf_video.path, output, batch=1, names=runner.spec.names,
-                                    max_frames=perf_video.frames, keep_detections=False))
+        def one_pass(preprocess_fn: Any = None, frames: int | None = perf_video.frames) -> Any:
+            probe = ReferenceProbe(reference, block) if reference is not None else None
+            result = run_pipeline(runner, perf_video.path, output, batch=1, names=runner.spec.names,
+                                  max_frames=frames, keep_detections=False, preprocess_fn=preprocess_fn,
+                                  on_iteration=probe)  # fmt: skip
+            return result, probe
 
-    rounds = E2E_ROUNDS["cuda" if runner.device.startswith("cuda") else "cpu"]
-    with measured_region(f"end-to-end[{e2e_case.id}]", runner, benchmark.extra_info):
-        benchmark.pedantic(one_pass, rounds=rounds, iterations=1, warmup_rounds=0)
+        warm, _ = one_pass(frames=WARMUP_FRAMES)
+        slowed = _regressed_preprocess(pytestconfig, perf_video, runner, warm, benchmark.extra_info, perf_controls)
 
-    if not results:  # --benchmark-disable still runs the function once; --benchmark-skip never reaches here
-        one_pass()
-    result = min(results, key=lambda r: r.wall_s)
-    with open_video(output) as written:
+        def timed() -> None:
+            result, probe = one_pass(slowed)
+            results.append(result)
+            probes.append(probe)
+
+        with measured_region(f"end-to-end[{e2e_case.id}]", runner, benchmark.extra_info):
+            benchmark.pedantic(timed, rounds=PASSES[kind], iterations=1, warmup_rounds=0)
+        if not results:  # --benchmark-disable still runs the function once; --benchmark-skip never reaches here
+            timed()
+        keep_output(output, final)
+
+    wall = [block_samples([r.iteration_ms], block) for r in results]
+    stage_passes = [{k: v[: len(r.iteration_ms)] for k, v in r.stage_samples_ms.items()} for r in results]
+    stages = stage_metrics(stage_passes, block)
+    if reference is not None:
+        readings = [p.readings_s for p in probes]
+        samples = normalize(wall, readings, NOMINAL_S)
+        for name, metric in stages.items():
+            per_pass = [block_samples([p[name.removeprefix("stage:")]], block) for p in stage_passes]
+            metric["data"] = normalize(per_pass, readings, NOMINAL_S)
+            metric["unit"] = "s per frame at reference speed"
+        label, unit = "frame time (CPU-reference units)", "s per frame at reference speed"
+        benchmark.extra_info["cpu_reference"] = {**reference_summary(readings), "nominal_ms": NOMINAL_S * 1e3}
+    else:
+        samples, label, unit = [x for pass_ in wall for x in pass_], "frame time", "s per frame"
+    wall_flat = [x for pass_ in wall for x in pass_]
+    metrics = {**stages, "wall": {"label": "frame time (wall clock)", "unit": "s per frame", "data": wall_flat}}
+    perf_samples(benchmark, samples, label=label, unit=unit, block=block, metrics=metrics)
+    samples = wall_flat  # FPS and the tables below are wall clock
+
+    result = results[-1]
+    with open_video(final) as written:
         frames_written = sum(1 for _ in written)
         assert (written.width, written.height) == (result.width, result.height), (
-            f"{output}: frame size {written.width}x{written.height}, expected {result.width}x{result.height}")
-    assert frames_written == result.frames, f"{output}: {frames_written} frames read back, {result.frames} written"
+            f"{final}: frame size {written.width}x{written.height}, expected {result.width}x{result.height}")
+    assert frames_written == result.frames, f"{final}: {frames_written} frames read back, {result.frames} written"
 
-    per_frame = {k: v / result.frames for k, v in result.stage_ms.items()}
+    spread = {name: _quartiles_ms(block_samples([p[name] for p in stage_passes], block))
+              for name in (n.removeprefix("stage:") for n in stages)}  # fmt: skip
+    per_frame = {name: s["median"] for name, s in spread.items()}
+    e2e_fps = 1.0 / statistics.median(samples) if samples else result.e2e_fps
+    infer = spread.get("infer", {}).get("median")
     benchmark.extra_info.update({
         "backend": e2e_case.backend, "variant": e2e_case.variant, "precision": e2e_case.precision,
-        "frames": result.frames, "e2e_fps": result.e2e_fps, "infer_fps": result.infer_fps,
-        "stage_ms_per_frame": per_frame, "stage_fps": result.stage_fps(), "video": str(perf_video.path),
+        "frames": result.frames, "passes": len(results), "e2e_fps": e2e_fps,
+        "infer_fps": 1e3 / infer if infer else result.infer_fps, "stage_ms_per_frame": per_frame,
+        "stage_spread_ms": spread, "stage_fps": result.stage_fps(), "video": str(perf_video.path),
     })  # fmt: skip
     h, w = result.net_size
     model_type = f"{MODEL_TYPES.get(e2e_case.backend, e2e_case.backend)} ({e2e_case.label}, {runner.device})"
     perf_report.add("End-to-end (the lab's table)", {
         "Model Type": model_type, "Model Input Size": f"{w}x{h}",
-        "Inference Speed (FPS)": result.infer_fps, "End-to-end speed (FPS)": result.e2e_fps,
+        "Inference Speed (FPS)": benchmark.extra_info["infer_fps"], "End-to-end speed (FPS)": e2e_fps,
     })  # fmt: skip
     perf_report.add("End-to-end stages (ms per frame)",
-                    {"Model Type": model_type, "frames": result.frames, **per_frame, "e2e FPS": result.e2e_fps})
+                    {"Model Type": model_type, "frames": result.frames, **per_frame, "e2e FPS": e2e_fps})
+    perf_report.add("End-to-end stage spread (IQR of the blocks, ms per frame)", {
+        "Model Type": model_type, "blocks": len(samples), "frames per block": block,
+        **{name: s["iqr"] for name, s in spread.items()},
+    })  # fmt: skip
+
+
+def _frame_count(path: Any) -> int:
+    from detector.video import open_video
+
+    with open_video(path) as reader:
+        return reader.frame_count or WARMUP_FRAMES
+
+
+def _regressed_preprocess(config: pytest.Config, video: Any, runner: Any, warm: Any, extra_info: dict[str, Any],
+                          controls: Any) -> Any:  # fmt: skip
+    """With ``--perf-regression=preprocess:P``: the slowed preprocess, calibrated on the warm-up pass's frame
+    time and a bare loop of the preprocess (`perf.regressions`); else None."""
+    regression = config.getoption("perf_regression")
+    if regression is None or regression.kind != "preprocess":
+        return None
+    from detector.preprocess import preprocess
+    from detector.video import read_frames
+    from perf.controls import controlled
+    from perf.regressions import SlowedStage, calibrate_stage
+
+    frame_ms = statistics.median(warm.iteration_ms[len(warm.iteration_ms) // 3 :])
+    frames = read_frames(video.path, limit=20)
+    extra, bare_ms = calibrate_stage(preprocess, frames, (runner.spec.input_size,), frame_ms, regression.fraction,
+                                     {"mode": "letterbox"}, lambda: controlled(controls, on_gpu=False))  # fmt: skip
+    extra_info["regression_calibration"] = {"frame_ms": frame_ms, "preprocess_bare_ms": bare_ms,
+                                            "extra_calls_per_frame": extra}  # fmt: skip
+    return SlowedStage(preprocess, extra)

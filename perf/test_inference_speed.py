@@ -4,9 +4,17 @@ The benchmarked call is the runner's ``infer`` on a batch that already sits on t
 ``input_format`` (fp16 channels-last for torch-graph / torch-compile fp16: what a GPU preprocess writing the
 model's format hands over; trtexec likewise feeds an engine its own I/O formats), with the output left there:
 GPU time of the model alone, as pytest-benchmark's statistics (so ``--benchmark-compare`` compares GPU
-time). Beside it, in ``extra_info``: images/s, p50/p90/p95/p99, the host wall time of the same call with
-synchronisation, and -- from a separate loop with host input and output -- host-to-device, compute,
-device-to-host and enqueue (launch) times. On a CPU run the clock is ``time.perf_counter``.
+time). The clock's lead-in covers the call's enqueue (`perf.clock.SuiteClock.covering`), so even eager
+PyTorch at batch 1, which enqueues for longer than it computes, reads its GPU execution and not the host's
+launch gaps. Beside it, in ``extra_info``: images/s, p50/p90/p95/p99, the enqueue time, whether the call is
+*launch-bound* (its enqueue takes longer than its GPU time), and the host latency of the same call with
+synchronisation as a second metric (``extra_info["metrics"]["host"]``, every call's time): for a launch-bound
+call that is the figure users see, and the gate judges it beside the GPU time and says which moved. On a GPU
+the host loop reads the CPU reference (`perf.speedref`) after every `HOST_BLOCK` calls and ``host`` is in its
+units (the host's latency tracks the CPU's speed: r = 0.99 between pass medians and the reference on the H100
+machine); the wall-clock latencies are ``host_wall``. A separate
+loop with host input and output gives host-to-device, compute, device-to-host and enqueue times. On a CPU run
+the clock is ``time.perf_counter``.
 A batch size that does not fit on the GPU skips with the reason (:mod:`perf.gpu_memory`) and the run goes on;
 each backend's runners are released before the next backend runs, with the memory before and after in the
 report.
@@ -31,8 +39,14 @@ pytestmark = pytest.mark.benchmark(group="inference", timer=SUITE_CLOCK, warmup=
 WARMUP_CALLS = {"cuda": 20, "cpu": 1}
 #: The perf report's table of GPU memory (MiB) before and after each release of a backend's runners.
 MEMORY_TABLE = "GPU memory at backend release (MiB)"
-#: Calls of the side loops that measure per-stage times and synchronised host time, per device type.
+#: Calls of the side loop that measures per-stage times with host input and output, per device type.
 SIDE_LOOP_CALLS = {"cuda": 100, "cpu": 2}
+#: The host-latency loop: seconds it aims at, and the fewest and most calls.
+HOST_LOOP_S, HOST_LOOP_CALLS = 0.5, (50, 2000)
+#: Calls whose enqueue time is measured (each from an idle GPU).
+ENQUEUE_CALLS = 10
+#: Host-latency calls between two readings of the CPU reference.
+HOST_BLOCK = 25
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -51,7 +65,7 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_frames: Any, measured_region: Any,
-                         perf_report: Any, perf_measure: Any) -> None:
+                         perf_report: Any, perf_measure: Any, perf_controls: Any) -> None:
     for record in runner_pool.release_others(case.backend):  # one backend on the GPU at a time
         perf_report.add(MEMORY_TABLE, {**record, "why": f"next backend: {case.backend}"})
     reason = None
@@ -59,7 +73,7 @@ def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_fra
         runner = runner_pool.get(case.backend, case.precision, **case.options)
         if runner.max_batch_size is not None and case.batch > runner.max_batch_size:
             pytest.skip(f"batch {case.batch} exceeds the runner's maximum batch {runner.max_batch_size}")
-        _measure(benchmark, case, runner, input_frames, measured_region, perf_report, perf_measure)
+        _measure(benchmark, case, runner, input_frames, measured_region, perf_report, perf_measure, perf_controls)
     except Exception as exc:  # only out-of-memory becomes a skip; everything else fails the test as before
         from perf.gpu_memory import oom_skip_reason
 
@@ -72,6 +86,47 @@ def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_fra
         pytest.skip(reason)
 
 
+def _enqueue_ms(runner: Any, x: Any) -> float:
+    """Median host time to enqueue one call (device input and output, from an idle GPU), ms."""
+    times = []
+    for _ in range(ENQUEUE_CALLS):
+        runner.stream.synchronize()
+        start = time.perf_counter()
+        runner.infer(x, to_host=False)
+        times.append((time.perf_counter() - start) * 1e3)
+    runner.stream.synchronize()
+    return statistics.median(times)
+
+
+def _host_latency_s(runner: Any, x: Any, probe: Any = None) -> list[float]:
+    """Host wall time of each call, synchronised (s): for about `HOST_LOOP_S`, within `HOST_LOOP_CALLS`; ``probe``
+    (a `perf.speedref.ReferenceProbe`) reads the CPU reference between calls, outside their times."""
+    fewest, most = HOST_LOOP_CALLS
+    out: list[float] = []
+    deadline = time.perf_counter() + HOST_LOOP_S
+    while len(out) < most and (len(out) < fewest or time.perf_counter() < deadline):
+        start = time.perf_counter()
+        runner.infer(x, to_host=False)
+        runner.stream.synchronize()
+        out.append(time.perf_counter() - start)
+        if probe is not None:
+            probe(len(out))
+    return out
+
+
+def _host_metrics(host_s: list[float], probe: Any) -> dict[str, dict[str, Any]]:
+    """``host`` (in CPU-reference units when ``probe`` read the reference) and, then, ``host_wall``."""
+    wall = {"label": "host latency (sync)", "unit": "s per call", "data": host_s}
+    if probe is None or not probe.readings_s:
+        return {"host": wall}
+    from perf.speedref import NOMINAL_S, smoothed
+
+    readings, block = probe.readings_s, probe.block  # reading k follows calls k * block .. (k + 1) * block - 1
+    normalised = [t * NOMINAL_S / smoothed(readings, i // block) for i, t in enumerate(host_s[: len(readings) * block])]
+    return {"host": {"label": "host latency (sync, CPU-reference units)", "unit": "s per call at reference speed",
+                     "data": normalised}, "host_wall": {**wall, "label": "host latency (sync, wall clock)"}}
+
+
 def _device_name(device: str) -> str:
     """The GPU's name for a CUDA device ("NVIDIA H100 80GB HBM3"), else the device as given."""
     if not device.startswith("cuda"):
@@ -82,7 +137,7 @@ def _device_name(device: str) -> str:
 
 
 def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measured_region: Any,
-             perf_report: Any, perf_measure: Any) -> None:
+             perf_report: Any, perf_measure: Any, perf_controls: Any) -> None:
     """Warm up, benchmark and measure ``runner`` on a batch of ``case.batch`` frames (tensors die with this frame)."""
     import torch
 
@@ -102,23 +157,30 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
     if on_gpu:
         runner.stream.synchronize()
     warmup_s = time.perf_counter() - warmup_start
+    enqueue_ms = _enqueue_ms(runner, x) if on_gpu else None
 
     benchmark.extra_info.update({"backend": case.backend, "variant": case.variant, "precision": case.precision,
                                  "batch": case.batch, "device": runner.device, "clock": SUITE_CLOCK.kind,
-                                 "warmup_s": warmup_s})
+                                 "warmup_s": warmup_s, "device_enqueue_ms": enqueue_ms,
+                                 "samples": {"metric": "time", "label": "GPU time" if on_gpu else "host time",
+                                             "unit": "s per call"}})  # fmt: skip
     # The GPU clock records its events on the current stream: make it the runner's.
     on_stream = torch.cuda.stream(runner.stream) if on_gpu else contextlib.nullcontext()
-    with measured_region(f"inference[{case.id}]", runner, benchmark.extra_info), on_stream:
+    with measured_region(f"inference[{case.id}]", runner, benchmark.extra_info), on_stream, \
+            SUITE_CLOCK.covering(enqueue_ms or 0.0) as lead_in_ms:
         perf_measure(benchmark, runner.infer, x, to_host=not on_gpu)  # re-measured while unstable
+    benchmark.extra_info["lead_in_ms"] = lead_in_ms if on_gpu else None
 
-    # Host wall time of the same call, synchronised, beside the GPU clock's reading.
-    host_ms = []
-    for _ in range(SIDE_LOOP_CALLS[device_type]):
-        start = time.perf_counter()
-        runner.infer(x, to_host=not on_gpu)
-        if on_gpu:
-            runner.stream.synchronize()
-        host_ms.append((time.perf_counter() - start) * 1e3)
+    host_s: list[float] = []
+    if on_gpu:  # host latency with synchronisation, every call: the second metric
+        from perf.speedref import CpuReference, ReferenceProbe
+
+        probe = ReferenceProbe(CpuReference(), HOST_BLOCK) if "cpu-reference" in perf_controls else None
+        with measured_region(f"host-latency[{case.id}]", runner):
+            host_s = _host_latency_s(runner, x, probe)
+        gpu_ms = benchmark.stats.stats.median * 1e3 if benchmark.stats is not None and benchmark.stats.stats.data else None
+        benchmark.extra_info["launch_bound"] = bool(gpu_ms is not None and enqueue_ms is not None and enqueue_ms > gpu_ms)
+        benchmark.extra_info.setdefault("metrics", {}).update(_host_metrics(host_s, probe))
     # Per-stage times with the input and output on the host (what a pipeline pays).
     host_batch = input_frames(case.batch)
     timings = []
@@ -128,7 +190,8 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
     stages = {f"{name}_ms": _median([getattr(t, name + "_ms") for t in timings])
               for name in ("h2d", "compute", "d2h", "enqueue", "total")}
 
-    info: dict[str, Any] = {"host_sync_median_ms": statistics.median(host_ms), **stages}
+    info: dict[str, Any] = {"host_sync_median_ms": 1e3 * statistics.median(host_s) if host_s else stages["total_ms"],
+                            **stages}  # fmt: skip
     stats = benchmark.stats.stats if benchmark.stats is not None else None
     if stats is not None and stats.data:
         from detector.timing import summarize_ms

@@ -13,51 +13,11 @@ from pathlib import Path
 import pytest
 
 from perf.history import load_runs, load_verdicts
+from tiny_bench import write_project
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFTEST = """
-pytest_plugins = ["perf.plugin", "perf.gate_plugin", "perf.fixtures.reporting"]
-
-def pytest_benchmark_generate_machine_info():
-    return {"node": "test"}  # skip py-cpuinfo's one-second probe
-"""
-# The benchmark runs on a virtual clock: a call moves it by 1 ms times a log-normal factor (3% spread, seeded
-# per process, so two runs differ as real ones do) plus --perf-inject-delay's milliseconds, and each reading by
-# 1 ns (pytest-benchmark's precision probe needs a clock that moves). pytest, pytest-benchmark, the stability gate
-# and the compare all run for real; only the time source is fixed. A CPU clock on this 2-core machine read the
-# same work as 1.01 ms in the baseline and 1.77 ms a few seconds later, which no gate can call "no change".
-BENCH = """
-import os
-
-import numpy as np
-import pytest
-
-
-class VirtualClock:
-    def __init__(self):
-        self.now = 0.0
-        self.rng = np.random.default_rng(os.getpid())
-        self.__name__ = "VirtualClock"
-
-    def __call__(self):
-        self.now += 1e-9
-        return self.now
-
-
-CLOCK = VirtualClock()
-
-
-@pytest.mark.benchmark(timer=CLOCK)
-def test_busy(benchmark, perf_measure, pytestconfig):
-    delay_s = pytestconfig.getoption("perf_inject_delay") / 1e3
-
-    def call():
-        CLOCK.now += 1e-3 * CLOCK.rng.lognormal(0.0, 0.03) + delay_s
-
-    perf_measure(benchmark, call)
-"""
 RUN = (
     "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", "--perf-device=cpu",
     "--benchmark-storage=storage", "--benchmark-max-time=0.1", "--benchmark-min-rounds=30", "--benchmark-warmup=off",
@@ -68,9 +28,8 @@ RUN = (
 @pytest.fixture(scope="module")
 def _saved_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny benchmark and one saved baseline run (storage/<machine>/0001_*.json), made once per module."""
-    folder = tmp_path_factory.mktemp("gate")
-    (folder / "conftest.py").write_text(CONFTEST)
-    (folder / "test_tiny.py").write_text(BENCH)
+    folder = write_project(tmp_path_factory.mktemp("gate"), ["perf.plugin", "perf.gate_plugin",
+                                                             "perf.fixtures.reporting"])
     result = _pytest(folder, "--benchmark-autosave")
     assert result.ret == 0, result.stdout.str()
     return folder

@@ -63,13 +63,15 @@ def test_rows_cover_both_runs_and_say_why_a_benchmark_is_missing_or_unstable() -
     assert summary([rows["shaky"]], GateSettings(fail_unstable=True))["failed"]
 
 
-def test_lines_show_medians_ratio_interval_verdict_and_note() -> None:
-    rows = [Row("t::a", "a", None, "slower", "", 1e-3, 1.1e-3, 1.1, 1.05, 1.15, 40, 40),
+def test_lines_show_medians_ratio_interval_between_process_part_verdict_and_note() -> None:
+    rows = [Row("t::a", "a", None, "slower", "", 1e-3, 1.1e-3, 1.1, 1.05, 1.15, 40, 40, noise="±1.2%"),
+            Row("t::b", "b", None, "no change", "", 1e-3, 1e-3, 1.0, 0.99, 1.01, 40, 40),
             Row("t::long_name", "long_name", None, "missing", "not in the baseline", None, 2e-3)]  # fmt: skip
-    header, first, second = format_lines(rows)
-    assert header.split() == ["benchmark", "baseline", "current", "ratio", "[95%", "CI]", "verdict"]
-    assert first.split() == ["a", "1", "ms", "1.1", "ms", "1.100", "[1.050,", "1.150]", "slower"]
-    assert second.endswith("missing  (not in the baseline)") and " - " in second
+    header, first, second, third = format_lines(rows)
+    assert header.split() == ["benchmark", "baseline", "current", "ratio", "[95%", "CI]", "between", "verdict"]
+    assert first.split() == ["a", "1", "ms", "1.1", "ms", "1.100", "[1.050,", "1.150]", "±1.2%", "slower"]
+    assert second.split()[-3:] == ["n/a", "no", "change"]
+    assert third.endswith("missing  (not in the baseline)") and " - " in third
 
 
 def test_verdict_files_are_written_and_read_back(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ process boundary (discovery, error reporting, which files we pick up); the parse
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -45,6 +46,12 @@ from perf.nsys import (
     split_range_name,
     summarize,
     write_summary,
+)
+from perf.nsys_stats import (
+    TIMING_EVENT_LABEL,
+    is_suite_activity,
+    is_suite_kernel,
+    is_timing_event_api,
 )
 
 DATA = Path(__file__).parent / "data" / "nsys"
@@ -480,6 +487,122 @@ def test_summary_of_nothing_is_empty_but_valid() -> None:
     assert summary.top_kernels == [] and summary.region is None and summary.idle_fraction is None
     assert json.loads(summary.to_json())["missing"] == list(STATS_REPORTS)
     assert "Kernels: 0.000 ms in 0 launches" in summary.to_markdown()
+
+
+# --- the suite's own activity (clock busy-wait, event API calls) ----------------------------------------------------
+
+CLOCK = "handmade_infer_clock_b1"  # 3 timed calls between 4 clock readings, each with a 0.5 ms busy-wait
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["at::cuda::(anonymous namespace)::spin_kernel(long)", "void at::cuda::<unnamed>::spin_kernel(long)",
+     "at::cuda::spin_kernel(int64_t)", "spin_kernel", "at::cuda::<unnamed>::spin_kernel",
+     "_ZN2at4cuda12_GLOBAL__N_111spin_kernelEl"],
+)  # fmt: skip
+def test_every_spelling_of_the_torch_sleep_kernel_is_a_suite_kernel(name: str) -> None:
+    assert is_suite_kernel(name)
+    assert is_suite_activity(GpuActivity(0, 1, name, "kernel"))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["spin_kernels", "my_spin_kernel", "void at::native::spin_kernel_v2(long)", "sleep_kernel",
+     "void at::native::vectorized_elementwise_kernel<4, at::native::leaky_relu_kernel(at::TensorIteratorBase&)>"],
+)  # fmt: skip
+def test_other_kernels_are_the_models(name: str) -> None:
+    assert not is_suite_kernel(name)
+
+
+@pytest.mark.parametrize(
+    ("name", "timing"),
+    [("cudaEventRecord", True), ("cudaEventRecordWithFlags_v11010", True), ("cudaEventSynchronize", True),
+     ("cudaEventElapsedTime", True), ("cudaEventElapsedTime_v2", True), ("cudaEventCreate", True),
+     ("cudaEventCreateWithFlags", True), ("cudaEventDestroy", True), ("cudaEventQuery", True),
+     ("cuEventRecord", True), ("cudaStreamWaitEvent", False), ("cudaLaunchKernel", False),
+     ("cudaStreamSynchronize", False), ("cudaDeviceSynchronize", False)],
+)  # fmt: skip
+def test_event_api_calls_are_timing_machinery(name: str, timing: bool) -> None:
+    assert is_timing_event_api(name) is timing
+
+
+def test_suite_clock_kernels_are_left_out_of_top_kernels_and_idle_time() -> None:
+    csvs = csvs_in(DATA, CLOCK)
+    summary = summarize(csvs)
+    # the model: 3 x (conv 120 us + leaky ReLU 30 us); the kernel summary's 81.6 % spin_kernel row is not among them
+    assert (summary.kernel_total_ns, summary.kernel_instances) == (450_000, 6)
+    assert [(k["total_ns"], k["instances"]) for k in summary.top_kernels] == [(360_000, 3), (90_000, 3)]
+    assert [k["percent"] for k in summary.top_kernels] == pytest.approx([80.0, 20.0])
+    assert not any("spin_kernel" in k["name"] for k in summary.top_kernels)
+    # the suite: 4 busy-waits of 0.5 ms, the last one running 60 us past the end of the 2.5 ms region
+    assert (summary.suite_kernel_ns, summary.suite_kernel_instances) == (2_000_000, 4)
+    assert summary.region == {"start_ns": 10_000_000, "end_ns": 12_500_000, "source": "NVTX range 'measured'"}
+    assert summary.idle_fraction == pytest.approx(1 - 450_000 / 2_500_000)  # 0.82: busy-wait spans count as idle
+    assert summary.suite_busy_fraction == pytest.approx(1_940_000 / 2_500_000)  # 0.776 of the region
+    everything = gpu_idle_fraction(parse_gpu_trace(csvs["cuda_gpu_trace"]), 10_000_000, 12_500_000)
+    assert everything == pytest.approx(1 - 2_390_000 / 2_500_000)  # 0.044 had the busy-wait counted as GPU work
+    assert summary.idle_fraction == pytest.approx(everything + summary.suite_busy_fraction)  # they never overlap
+
+
+def test_event_api_calls_leave_the_api_table_for_the_suite_line() -> None:
+    summary = summarize(csvs_in(DATA, CLOCK))
+    assert [(a["name"], a["calls"]) for a in summary.top_api] == [("cudaLaunchKernel", 10), ("cudaProfilerStop", 1)]
+    # cudaEventSynchronize 1,560,000 + Record 21,000 + CreateWithFlags 8,400 + ElapsedTime 4,500 + Destroy 2,700
+    assert (summary.timing_event_api_ns, summary.timing_event_api_calls) == (1_596_600, 3 + 7 + 7 + 3 + 3)
+
+
+def test_without_the_nvtx_range_the_region_spans_the_model_work_not_the_busy_wait() -> None:
+    csvs = {k: v for k, v in csvs_in(DATA, CLOCK).items() if k != "nvtx_pushpop_trace"}
+    summary = summarize(csvs)
+    assert summary.region == {"start_ns": 10_525_000, "end_ns": 12_036_000, "source": "first to last GPU activity"}
+    assert summary.idle_fraction == pytest.approx(1 - 450_000 / 1_511_000)
+    assert summary.suite_busy_fraction == pytest.approx(1_000_000 / 1_511_000)  # the 2nd and 3rd busy-waits
+
+
+def test_suite_clock_line_in_markdown_and_json(tmp_path: Path) -> None:
+    summary = summarize(csvs_in(DATA, CLOCK))
+    md = summary.to_markdown()
+    assert ("- Suite clock (left out of the figures and tables): 2.000 ms busy-wait in 4 launches (77.6 % of the "
+            f"region); {TIMING_EVENT_LABEL} 1.597 ms in 23 API calls") in md.splitlines()  # fmt: skip
+    assert "GPU idle 82.0 % of it" in md and "Kernels: 0.450 ms in 6 launches" in md
+    assert "spin_kernel" not in md and "cudaEvent" not in md
+    data = json.loads(write_summary(summary, tmp_path)[0].read_text())
+    assert {k: data[k] for k in ("suite_kernel_ns", "suite_kernel_instances", "suite_busy_fraction",
+                                 "timing_event_api_ns", "timing_event_api_calls")} == {
+        "suite_kernel_ns": 2_000_000, "suite_kernel_instances": 4, "suite_busy_fraction": pytest.approx(0.776),
+        "timing_event_api_ns": 1_596_600, "timing_event_api_calls": 23}  # fmt: skip
+    many = dataclasses.replace(summary, suite_kernel_instances=1_000, timing_event_api_calls=2_000, region=None,
+                               suite_busy_fraction=None)  # fmt: skip
+    assert ": 2.000 ms busy-wait in 1,000 launches; timing events" in many.to_markdown()  # no region, no share
+    assert "in 2,000 API calls" in many.to_markdown()
+
+
+def test_no_suite_line_without_suite_activity() -> None:
+    summary = summarize(csvs_in(DATA, "handmade"))  # no spin_kernel, no event calls
+    assert (summary.suite_kernel_ns, summary.suite_kernel_instances, summary.timing_event_api_calls) == (0, 0, 0)
+    assert summary.suite_busy_fraction == 0.0 and "Suite clock" not in summary.to_markdown()
+    events_only = dataclasses.replace(summary, timing_event_api_ns=3_200_000, timing_event_api_calls=2_000)
+    assert f"- Suite clock (left out of the figures and tables): {TIMING_EVENT_LABEL} 3.200 ms in 2,000 API calls" \
+        in events_only.to_markdown().splitlines()
+
+
+@pytest.mark.parametrize("base", _bases())
+def test_every_capture_summarises_with_the_suite_activity_apart(base: str) -> None:
+    """Captured (H100) and hand-made sets alike: the model's and the suite's figures add up to the reports' totals."""
+    csvs = csvs_in(DATA, base)
+    summary = summarize(csvs, top_n=100)
+    kernels = parse_kernel_summary(csvs["cuda_gpu_kern_sum"])
+    assert summary.kernel_total_ns + summary.suite_kernel_ns == sum(k.total_ns for k in kernels)
+    assert summary.kernel_instances + summary.suite_kernel_instances == sum(k.instances for k in kernels)
+    assert not any(is_suite_kernel(k["name"]) for k in summary.top_kernels)
+    if summary.top_kernels:
+        assert sum(k["percent"] for k in summary.top_kernels) == pytest.approx(100.0)
+    api = parse_api_summary(csvs.get("cuda_api_sum"))
+    assert not any(is_timing_event_api(a["name"]) for a in summary.top_api)
+    assert summary.timing_event_api_calls == sum(a.calls for a in api if a.name.startswith("cudaEvent"))
+    if base.startswith("h100_"):  # these captures hold no spin_kernel; their event API calls move to the suite line
+        assert summary.suite_kernel_instances == 0 and summary.timing_event_api_calls > 0
+    assert summary.to_markdown().startswith("### Nsight Systems")
 
 
 def test_child_runs_under_this_python_without_xdist_worker_env(child_project: Path, tmp_path: Path) -> None:

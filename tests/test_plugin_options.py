@@ -26,6 +26,7 @@ OPTIONS = (
     "--perf-backends", "--perf-device", "--perf-video", "--perf-batch-sizes", "--perf-precisions",
     "--perf-allow-machine-mismatch", "--perf-cache-dir", "--perf-frames", "--perf-nsys", "--perf-nsys-path",
     "--nsys-path", "--perf-profile", "--perf-inject-delay", "--perf-streams", "--perf-clock-lead-in",
+    "--perf-regression", "--perf-controls",
 )  # fmt: skip
 
 
@@ -163,7 +164,7 @@ def test_nsys_with_torch_profiler_is_a_usage_error(perf_pytester: pytest.Pyteste
 def test_markers_are_registered_with_descriptions(perf_pytester: pytest.Pytester) -> None:
     result = perf_pytester.runpytest("--markers")
     result.stdout.fnmatch_lines_random([f"@pytest.mark.{name}: {text}" for name, text in MARKERS.items()])
-    assert set(MARKERS) == {"gpu", "trt", "nsys", "slow", "e2e", "parity"}
+    assert set(MARKERS) == {"gpu", "trt", "nsys", "slow", "e2e", "parity", "ci"}
 
 
 def test_strict_markers_accepts_perf_markers_and_rejects_unknown_ones(perf_pytester: pytest.Pytester) -> None:

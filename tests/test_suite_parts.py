@@ -35,6 +35,41 @@ def test_gpu_cases_mark_gpu_and_trt_and_can_exclude_the_reference() -> None:
     assert {m.name for m in trt.marks} == {"gpu", "trt"}
 
 
+def test_ci_marker_picks_the_key_variant_at_batch_one_and_the_largest_batch_in_every_family() -> None:
+    def ci(params: list) -> list[str]:
+        return [p.id for p in params if "ci" in {m.name for m in p.marks}]
+
+    cuda = make_cases(("torch", "onnxruntime"), ("fp32", "fp16"), (1, 8, 32), "cuda")
+    assert ci(cuda) == ["torch-fp32-b1", "torch-fp32-b32", "torch-graph-fp16-b1", "torch-graph-fp16-b32",
+                        "torch-compile-fp16-b1", "torch-compile-fp16-b32", "onnxruntime-fp32-b1",
+                        "onnxruntime-fp32-b32"]  # fmt: skip
+    assert ci(make_cases(("torch",), ("fp32",), (1, 8, 32), "cpu")) == ["torch-fp32-b1"]
+    assert ci(make_cases(("torch",), ("fp32", "fp16"), None, "cuda", family="end-to-end")) == ["torch-graph-fp16"]
+    parity = make_cases(("torch",), ("fp32", "fp16"), None, "cuda", exclude=("torch", "fp32"), family="parity")
+    assert ci(parity) == ["torch-graph-fp16", "torch-compile-fp16"]
+
+
+def test_clock_lead_in_covers_a_long_enqueue_for_the_block_and_is_put_back() -> None:
+    class EventClock:  # stands in for the CUDA-event clock the suite clock would build on a GPU
+        lead_in_ms = 1.0
+
+        def __call__(self) -> float:
+            return 0.0
+
+    clock = SuiteClock()
+    clock.configure(lambda: "cuda", lead_in_ms=1.0)
+    clock._clock = events = EventClock()
+    with clock.covering(3.0) as lead_in:
+        assert lead_in == events.lead_in_ms == 4.5  # 1.5 x the enqueue: the GPU is busy until it is done
+    assert events.lead_in_ms == 1.0
+    with clock.covering(0.2) as lead_in:
+        assert lead_in == 1.0  # a short enqueue keeps the default
+    host = SuiteClock()
+    host.configure(lambda: "cpu")
+    with host.covering(3.0) as lead_in:
+        assert lead_in == host.lead_in_ms  # the host clock has no lead-in to stretch
+
+
 def test_report_renders_known_tables_in_their_column_order_and_writes_both_files(tmp_path) -> None:
     report = PerfReport()
     report.add("End-to-end (the lab's table)", {"End-to-end speed (FPS)": 71.43, "Model Type": "PyTorch",

@@ -1,0 +1,182 @@
+"""Run the selected benchmarks in fresh pytest processes, one after another, each saving its run.
+
+The unit of truth is an A/A comparison between separate processes, so ``--perf-noise`` and
+``--perf-selftest-processes`` do not measure in the process the user started: that process collects the tests,
+then runs each planned child (`Child`) as ``python -m pytest <the user's options> <node ids>``, with its own
+benchmark storage (``<runs dir>/storage``, ``--benchmark-save=<label>``) and reports folder, and reads the saved
+runs back. The user's options reach every child unchanged, except those that would save, compare or report in
+the user's places (`DROPPED`); nothing is kept in a hand-written list of options to forward.
+
+A plan (``plan.json``) is written first; with an explicit ``--perf-runs-dir`` a later call with the same plan
+resumes it (children whose run is saved are not run again), so a long experiment survives a time limit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from detector.fileio import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+#: Options of the parent that children must not get: name -> how many values follow it (None: an optional one).
+DROPPED: dict[str, int | None] = {
+    "--perf-noise": 1, "--perf-selftest-processes": 1, "--perf-selftest-regressions": 1, "--perf-runs-dir": 1,
+    "--perf-processes-budget": 1,
+    "--perf-compare": None, "--perf-html": 1, "--perf-reports-dir": 1, "--perf-regression": 1,
+    "--benchmark-autosave": 0, "--benchmark-save": 1, "--benchmark-json": 1, "--benchmark-compare": None,
+    "--benchmark-compare-fail": 1, "--benchmark-storage": 1, "--junitxml": 1, "--junit-xml": 1,
+}  # fmt: skip
+#: What pytest-benchmark prints when --benchmark-compare-fail finds a regression.
+REGRESSED = "Performance has regressed"
+PLAN = "plan.json"
+
+
+@dataclass(frozen=True)
+class Child:
+    """One planned process: ``label`` (its saved run's name), ``kind`` ("identical" or a regression such as
+    "layer:5%"), the node ids it runs and extra options (the regression, a compare)."""
+
+    label: str
+    kind: str
+    nodeids: tuple[str, ...]
+    options: tuple[str, ...] = ()
+
+
+@dataclass
+class ChildResult:
+    """What a child did: exit status, seconds, its saved run (None if it saved none), its log, and the outcome
+    of pytest-benchmark's ``--benchmark-compare-fail`` when it was asked ("passed" / "failed")."""
+
+    label: str
+    kind: str
+    returncode: int
+    seconds: float
+    run: Path | None
+    log: Path
+    compare_fail: str | None = None
+    compared_with: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def forwarded_options(args: Sequence[str], positional: Sequence[str], values: dict[str, str | None]) -> list[str]:
+    """The parent's command-line ``args`` without its positional arguments (``positional``: the paths and node
+    ids pytest parsed) and without the `DROPPED` options and their values. ``values``: option name -> the value
+    pytest parsed for an optional-value option (so that its separate value token is recognised)."""
+    out: list[str] = []
+    skip = 0
+    places = set(positional)
+    tokens = list(args)
+    for i, token in enumerate(tokens):
+        if skip:
+            skip -= 1
+            continue
+        name, has_value, _ = token.partition("=")
+        if name in DROPPED:
+            arity = DROPPED[name]
+            if not has_value:
+                if arity is None:
+                    following = tokens[i + 1] if i + 1 < len(tokens) else None
+                    skip = int(following is not None and following == values.get(name))
+                else:
+                    skip = arity
+            continue
+        if token in places:
+            continue
+        out.append(token)
+    return out
+
+
+def _failed_tests(log_text: str, returncode: int) -> int:
+    """Tests that failed or errored in a child, from pytest's last summary line; a non-zero exit without one
+    (a crash, a usage error) counts as one. A compare-fail regression alone exits 1 with no failed test."""
+    matches = re.findall(r"(\d+) (?:failed|errors?)\b", log_text.rsplit("\n= ", 1)[-1])
+    if matches:
+        return sum(int(m) for m in matches)
+    return 0 if returncode == 0 or REGRESSED in log_text else 1
+
+
+def _saved_run(storage: Path, label: str) -> Path | None:
+    found = sorted(storage.glob(f"*/[0-9][0-9][0-9][0-9]_{label}.json"))
+    return found[-1] if found else None
+
+
+def load_plan(folder: Path) -> list[Child] | None:
+    """The plan saved in ``folder``, or None."""
+    path = folder / PLAN
+    if not path.is_file():
+        return None
+    return [Child(c["label"], c["kind"], tuple(c["nodeids"]), tuple(c["options"]))
+            for c in json.loads(path.read_text(encoding="utf-8"))["children"]]  # fmt: skip
+
+
+def save_plan(folder: Path, children: Sequence[Child]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / PLAN, json.dumps({"children": [asdict(c) for c in children]}, indent=2) + "\n")
+
+
+def run_children(
+    children: Sequence[Child], options: Sequence[str], folder: Path, cwd: Path, *,
+    compare_fail: str | None = None, on_done: Callable[[ChildResult, int, int], None] | None = None,
+    deadline: float | None = None,
+) -> list[ChildResult]:  # fmt: skip
+    """Run each child not yet saved in ``folder`` (see the module docstring) and return every child's result.
+
+    ``compare_fail`` (e.g. "median:5%"): each "identical" child after the first is also run with
+    pytest-benchmark's ``--benchmark-compare=<the previous identical run> --benchmark-compare-fail=...``, and its
+    result records whether that check passed. ``deadline`` (``time.monotonic()`` seconds): no child starts that
+    would likely end after it (judged by the longest child so far); the plan can be resumed later.
+    """
+    storage = folder / "storage"
+    results: list[ChildResult] = []
+    previous_identical: Path | None = None
+    longest = 0.0
+    for index, child in enumerate(children):
+        log_path = folder / f"{child.label}.log"
+        run = _saved_run(storage, child.label)
+        if run is None and deadline is not None and time.monotonic() + longest > deadline:
+            log.warning("stopping before %s: the time budget would be exceeded; resume with the same --perf-runs-dir",
+                        child.label)  # fmt: skip
+            break
+        compare: list[str] = []
+        if compare_fail and child.kind == "identical" and previous_identical is not None:
+            compare = [f"--benchmark-compare={previous_identical.name[:4]}", f"--benchmark-compare-fail={compare_fail}"]
+        if run is None:
+            command = [sys.executable, "-m", "pytest", *options, "-p", "no:cacheprovider",
+                       f"--benchmark-storage=file://{storage}", f"--benchmark-save={child.label}",
+                       f"--perf-reports-dir={folder / ('reports-' + child.label)}", *compare, *child.options,
+                       *child.nodeids]  # fmt: skip
+            start = time.perf_counter()
+            with open(log_path, "w", encoding="utf-8") as out:
+                out.write("$ " + " ".join(command) + "\n")
+                out.flush()
+                env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+                code = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                      check=False).returncode  # fmt: skip
+            seconds = time.perf_counter() - start
+            longest = max(longest, seconds)
+            run = _saved_run(storage, child.label)
+        else:
+            code, seconds = 0, 0.0
+            log.info("%s: already saved (%s), not run again", child.label, run.name)
+        text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
+        result = ChildResult(child.label, child.kind, code, seconds, run, log_path,
+                             extra={"failed_tests": _failed_tests(text, code)})
+        if compare:
+            result.compare_fail = "failed" if REGRESSED in text else "passed"
+            result.compared_with = previous_identical.name if previous_identical else None
+        results.append(result)
+        if child.kind == "identical" and run is not None:
+            previous_identical = run
+        if on_done is not None:
+            on_done(result, index + 1, len(children))
+    return results

@@ -1,0 +1,227 @@
+"""Real code changes injected as regressions, so the gate's detection rates are measured on what CI will see.
+
+``--perf-regression=KIND:PERCENT`` is a test-only option (like ``--perf-inject-delay``; a run made with it is
+marked in every benchmark's ``extra_info["injected"]``). Unlike a GPU sleep, each kind changes real code, and
+PERCENT is calibrated with a bare loop of the code it slows:
+
+``layer``
+    The model gets one more block: a residual 1x1 bottleneck (conv C -> m, leaky ReLU, conv m -> C, added to its
+    input) after convolution `LAYER_AFTER` (13x13x512 in YOLOv4-tiny), in the PyTorch model that every torch
+    runner and the ONNX export build (`LayerRegressedSpec`; the export's cache key includes it). Its weights
+    are small and seeded, so detections barely move. The width m is calibrated on the bare inference loop
+    (`detector.stagespeed.infer_ms_per_call`) of the suite's fastest torch path -- torch-graph on a GPU, eager
+    torch on a CPU -- at `CALIBRATION_BATCH`, so that a call there costs PERCENT more.
+``preprocess``
+    The sequential pipeline's preprocess stage letterboxes and normalises each frame r more times on average
+    (the extra calls spread evenly over the frames), r calibrated from the bare loop of the preprocess on the
+    video's frames and the pipeline's frame time, so that the time per frame grows by PERCENT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from detector.spec import ModelSpec
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+KINDS = ("layer", "preprocess")
+#: Index (in the cfg's layer list) of the convolution the extra block follows: the first 13x13x512 conv.
+LAYER_AFTER = 26
+#: Batch the layer's cost is calibrated at (the largest selected batch size up to this).
+CALIBRATION_BATCH = 32
+#: Width the calibration starts from (a multiple of 8 keeps tensor cores busy), and how often it may grow
+#: fourfold until the block's cost stands clear of the noise (at least half the target).
+TRIAL_WIDTH = 256
+TRIAL_GROWTHS = 4
+#: Calls of the bare loop per calibration reading, per device type.
+CALIBRATION_CALLS = {"cuda": 200, "cpu": 3}
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A requested regression: ``kind`` (one of `KINDS`) and ``fraction`` (0.05 = 5% slower)."""
+
+    kind: str
+    fraction: float
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{100 * self.fraction:g}%"
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The benchmark groups it slows (the others measure unchanged code)."""
+        return ("inference",) if self.kind == "layer" else ("end-to-end",)
+
+    @property
+    def min_batch(self) -> int:
+        """The smallest batch its detection is judged at (the layer is calibrated at batch 32; batch 1 is
+        launch-bound, where an extra layer costs what its launches cost)."""
+        return 8 if self.kind == "layer" else 1
+
+
+def parse_regression(value: str) -> Regression:
+    """``"layer:5%"`` -> Regression("layer", 0.05); PERCENT in (0, 100]."""
+    kind, _, amount = value.strip().lower().partition(":")
+    try:
+        fraction = float(amount.strip().removesuffix("%")) / 100
+    except ValueError:
+        fraction = math.nan
+    if kind not in KINDS or not 0 < fraction <= 1:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected KIND:PERCENT with KIND one of "
+                                         f"{', '.join(KINDS)}, e.g. layer:5%.")
+    return Regression(kind, fraction)
+
+
+# -- layer ------------------------------------------------------------------------------------------------
+
+
+def _bottleneck(channels: int, width: int, seed: int = 0) -> torch.nn.Module:
+    import torch
+    from torch import nn
+
+    class Bottleneck(nn.Module):
+        """x + expand(leaky(reduce(x))): the injected layer."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.reduce = nn.Conv2d(channels, width, 1, bias=False)
+            self.expand = nn.Conv2d(width, channels, 1, bias=False)
+            self.act = nn.LeakyReLU(0.1)
+            generator = torch.Generator().manual_seed(seed)
+            with torch.no_grad():  # small, not zero: zeros can run faster than real data
+                for conv in (self.reduce, self.expand):
+                    conv.weight.copy_(1e-3 * torch.randn(conv.weight.shape, generator=generator))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.expand(self.act(self.reduce(x)))
+
+    return Bottleneck()
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerRegressedSpec(ModelSpec):
+    """The model plus the injected bottleneck of ``width`` channels after layer `LAYER_AFTER` (0: unchanged)."""
+
+    width: int = 0
+
+    def load_torch(self) -> Any:
+        from torch import nn
+
+        model = super().load_torch()
+        if self.width > 0:
+            block = model.layers[LAYER_AFTER]
+            block.act = nn.Sequential(block.act, _bottleneck(block.spec.filters, self.width))
+        return model
+
+    def cache_key(self, *parts: object) -> str:
+        return super().cache_key(*parts, "regression-layer", self.width)
+
+
+def _bare_ms(spec: ModelSpec, device: str, precision: str, options: dict[str, Any], batch: Any, calls: int) -> float:
+    from detector.backends import create_runner
+    from detector.stagespeed import infer_ms_per_call
+
+    with create_runner("torch", spec, device=device, precision=precision, **options) as runner:
+        x = runner.as_input(batch.to(runner.torch_device)) if runner.stream is not None else batch
+        context = _on_stream(runner)
+        with context:
+            infer_ms_per_call(runner, x, max(1, calls // 10))  # warm-up, graph capture
+            return min(infer_ms_per_call(runner, x, calls) for _ in range(3))
+
+
+def _on_stream(runner: Any) -> Any:
+    import contextlib
+
+    import torch
+
+    return torch.cuda.stream(runner.stream) if runner.stream is not None else contextlib.nullcontext()
+
+
+def calibrate_layer(spec: ModelSpec, device: str, fraction: float, batch: Any) -> tuple[int, dict[str, float]]:
+    """The bottleneck width that makes a bare-loop call on ``batch`` (float32 [B, 3, H, W], host) ``fraction``
+    slower, and the readings (ms per call) it was chosen from: a trial width (`TRIAL_WIDTH`, grown fourfold
+    while its cost is under half the target, so noise cannot pass for cost), a linear step to the target, then
+    the chosen width is measured."""
+    on_gpu = device.startswith("cuda")
+    precision, options = ("fp16", {"fuse_bn": True, "channels_last": True, "cuda_graph": True}) if on_gpu else (
+        "fp32", {})  # fmt: skip
+    calls = CALIBRATION_CALLS["cuda" if on_gpu else "cpu"]
+
+    def ms(width: int) -> float:
+        return _bare_ms(LayerRegressedSpec(**_fields(spec), width=width), device, precision, options, batch, calls)
+
+    base = ms(0)
+    trial_width = TRIAL_WIDTH
+    trial = ms(trial_width)
+    for _ in range(TRIAL_GROWTHS):
+        if trial - base >= fraction * base / 2:
+            break
+        trial_width *= 4
+        trial = ms(trial_width)
+    per_channel = max((trial - base) / trial_width, 1e-12)
+    width = min(max(8, 8 * round(fraction * base / per_channel / 8)), trial_width * 4)
+    chosen = ms(width)
+    readings = {"base_ms": base, "trial_width": trial_width, "trial_ms": trial, "chosen_ms": chosen,
+                "measured_fraction": chosen / base - 1}  # fmt: skip
+    log.info("layer regression: width %d adds %.1f%% at batch %d (target %.1f%%)", width,
+             100 * readings["measured_fraction"], batch.shape[0], 100 * fraction)  # fmt: skip
+    return width, readings
+
+
+def _fields(spec: ModelSpec) -> dict[str, Any]:
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(ModelSpec)}
+
+
+def regressed_spec(spec: ModelSpec, width: int) -> LayerRegressedSpec:
+    """``spec`` with the injected layer of ``width`` channels."""
+    return LayerRegressedSpec(**_fields(spec), width=width)
+
+
+# -- preprocess -------------------------------------------------------------------------------------------
+
+
+class SlowedStage:
+    """A stage function that also runs itself ``extra`` more times per call on average, on the same input
+    (the extra calls spread evenly: call i adds ``floor((i + 1) * extra) - floor(i * extra)``)."""
+
+    def __init__(self, fn: Callable[..., Any], extra: float) -> None:
+        self.fn, self.extra, self.calls = fn, extra, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        i = self.calls
+        self.calls += 1
+        for _ in range(math.floor((i + 1) * self.extra) - math.floor(i * self.extra)):
+            self.fn(*args, **kwargs)
+        return self.fn(*args, **kwargs)
+
+
+def calibrate_stage(fn: Callable[..., Any], frames: Sequence[Any], args: tuple[Any, ...], frame_ms: float,
+                    fraction: float, kwargs: dict[str, Any] | None = None,
+                    conditions: Callable[[], Any] | None = None) -> tuple[float, float]:  # fmt: skip
+    """(extra calls per frame, bare ms per call): ``fn([frame], *args)`` timed alone on ``frames`` (median of 5
+    passes) under ``conditions()`` (a context manager: the measured region's noise controls, which change a
+    stage's cost -- one OpenCV thread instead of many), and the extra calls that add ``fraction`` of
+    ``frame_ms``."""
+    import contextlib
+
+    kwargs = kwargs or {}
+    per_pass = []
+    with conditions() if conditions is not None else contextlib.nullcontext():
+        for _ in range(5):
+            start = time.perf_counter()
+            for frame in frames:
+                fn([frame], *args, **kwargs)
+            per_pass.append((time.perf_counter() - start) * 1e3 / max(len(frames), 1))
+    bare = sorted(per_pass)[len(per_pass) // 2]
+    return fraction * frame_ms / bare, bare

@@ -1,0 +1,103 @@
+"""A fixed CPU workload timed in-band: how fast the CPU under the pipeline is at this moment.
+
+On a shared host the CPU's speed moves under a benchmark: a VM's cores slow down when other tenants load the
+socket (turbo frequency, shared caches). Measured on the project's H100 machine (docs/results.md), every CPU
+stage of the video pipeline -- decode, letterbox, postprocess, encode -- moved together by 10-25% between two
+processes of identical code and within one: no statistic of wall-clock times can see a 5% change through that.
+
+`CpuReference` is a small workload of the same kinds of work as the pipeline's CPU stages (an OpenCV resize and
+colour conversion, numpy arithmetic, a JPEG encode -- library code only, none of the code under test, so a
+regression in the detector cannot hide in it), 0.6-2 ms on a server core. The video benchmarks run it on the
+calling thread after every block of frames or ticks (`ReferenceProbe`, through the loops' ``on_iteration`` /
+``on_batch`` / ``on_tick`` hooks, outside the timed spans) and divide each block's time by it: their primary
+figure is then *time in reference units*, which a common slowdown of the CPU cancels out of while a slower
+stage of the pipeline does not. The wall-clock figures stay beside it (``wall`` metric, FPS).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+#: The reference frame: 960x540 BGR, seeded noise over gradients (compresses like a video frame, not like zeros).
+FRAME_HW = (540, 960)
+#: Calls of the workload per reading (their best is kept: a reading measures speed, not interruptions).
+CALLS = 3
+#: The workload's nominal time (s): normalised samples are seconds per frame (or tick) had a reading taken this.
+NOMINAL_S = 1e-3
+
+
+class CpuReference:
+    """The reference workload; calling it returns the best of `CALLS` runs, in seconds."""
+
+    def __init__(self, seed: int = 0) -> None:
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        h, w = FRAME_HW
+        ramp = np.add.outer(np.arange(h), np.arange(w)).astype(np.float32) / (h + w) * 200
+        noise = rng.normal(0, 12, (h, w, 3)).astype(np.float32)
+        self.frame = np.clip(ramp[..., None] + noise, 0, 255).astype(np.uint8)
+
+    def run_once(self) -> None:
+        import cv2
+        import numpy as np
+
+        small = cv2.resize(self.frame, (416, 234), interpolation=cv2.INTER_LINEAR)
+        rgb = cv2.cvtColor(small, cv2.COLOR_BGR2RGB)
+        chw = np.ascontiguousarray(rgb.transpose(2, 0, 1), dtype=np.float32) / np.float32(255)
+        float(chw.sum())
+        cv2.imencode(".jpg", self.frame[:270, :480])
+
+    def __call__(self) -> float:
+        best = float("inf")
+        for _ in range(CALLS):
+            start = time.perf_counter()
+            self.run_once()
+            best = min(best, time.perf_counter() - start)
+        return best
+
+
+class ReferenceProbe:
+    """A loop hook (``on_iteration`` / ``on_batch`` / ``on_tick``) taking a reference reading each time the count
+    it is given (frames or ticks done) passes another multiple of ``block``; readings in ``readings_s``."""
+
+    def __init__(self, reference: CpuReference, block: int) -> None:
+        self.reference, self.block = reference, block
+        self.readings_s: list[float] = []
+
+    def __call__(self, done: int) -> None:
+        if done // self.block > len(self.readings_s):
+            self.readings_s.append(self.reference())
+
+
+def smoothed(readings: Sequence[float], index: int) -> float:
+    """The median of the readings at ``index - 1``, ``index`` and ``index + 1`` (one hiccup does not count)."""
+    window = readings[max(0, index - 1) : index + 2]
+    return statistics.median(window)
+
+
+def normalize(blocks_s: Sequence[Sequence[float]], readings_s: Sequence[Sequence[float]], nominal_s: float,
+              offset: int = 0) -> list[float]:  # fmt: skip
+    """Each block's seconds per frame times ``nominal_s / reference reading`` -- the reading ``offset + k`` for
+    block k (taken just after it; ``offset`` skips readings of frames left out of the blocks), smoothed over its
+    neighbours -- pass after pass: the block's time had the CPU run at the reference's nominal speed. Blocks
+    without a reading are left out."""
+    out: list[float] = []
+    for blocks, readings in zip(blocks_s, readings_s):
+        for index, value in enumerate(blocks):
+            if offset + index < len(readings):
+                out.append(value * nominal_s / smoothed(readings, offset + index))
+    return out
+
+
+def summary(readings_s: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Median and spread of the reference readings (ms), for ``extra_info``."""
+    flat = [r for pass_ in readings_s for r in pass_]
+    if not flat:
+        return {}
+    q = statistics.quantiles(flat, n=10) if len(flat) > 1 else [flat[0]] * 9
+    return {"median_ms": 1e3 * statistics.median(flat), "p10_ms": 1e3 * q[0], "p90_ms": 1e3 * q[-1],
+            "readings": len(flat)}  # fmt: skip
