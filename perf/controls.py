@@ -82,9 +82,6 @@ class Controls:
     def without(self, name: str) -> Controls:
         return Controls(self.active - {name})
 
-    def with_(self, name: str) -> Controls:
-        return Controls(self.active | {name})
-
     def describe(self) -> list[str]:
         return sorted(self.active)
 

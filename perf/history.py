@@ -32,6 +32,7 @@ API::
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -72,7 +73,11 @@ class BenchmarkRecord:
 
     def metrics(self) -> dict[str, np.ndarray]:
         """Every sample series by metric name: ``"time"`` (the rounds) and ``extra_info["metrics"]``' series;
-        series without data are left out."""
+        series without data are left out. Built once per record (a verdict reads them many times)."""
+        return self._series
+
+    @functools.cached_property
+    def _series(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         if self.data is not None and self.data.size:
             out[PRIMARY] = self.data

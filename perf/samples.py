@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perf.history import PRIMARY
-from perf.stability import StabilityRule, replace_rounds
+from perf.stability import StabilityRule, replace_rounds, stability_record, summary
 
 #: Blocks per pass the block size aims at.
 TARGET_BLOCKS = 30
@@ -61,10 +61,7 @@ def record_samples(benchmark: Any, samples_s: Sequence[float], *, rule: Stabilit
     if not samples_s:
         return
     stability = rule.assess(samples_s)
-    benchmark.extra_info["stability"] = {
-        "verdict": "stable" if stability.stable else "unstable", "reason": stability.reason, "cv": stability.cv,
-        "drift": stability.drift, "rounds": stability.n, "measurements": 1,
-    }  # fmt: skip
+    benchmark.extra_info["stability"] = stability_record(stability, [summary(stability)])
     if benchmark.stats is not None:
         replace_rounds(benchmark.stats, list(samples_s))
 

@@ -61,7 +61,7 @@ def time_rounds(
     return out
 
 
-def _summary(stability: Stability) -> dict[str, Any]:
+def summary(stability: Stability) -> dict[str, Any]:
     return {"cv": stability.cv, "drift": stability.drift, "median_s": stability.median, "rounds": stability.n,
             "reason": stability.reason}  # fmt: skip
 
@@ -87,7 +87,7 @@ def measure_stable(benchmark: Any, fn: Callable[..., Any], *args: Any, rule: Sta
     if metadata is None or not metadata.stats.data:
         return result
     stability = rule.assess(metadata.stats.data)
-    attempts = [_summary(stability)]
+    attempts = [summary(stability)]
     options = metadata.options
     rounds, iterations = len(metadata.stats.data), metadata.iterations
     # Too few rounds (e.g. --benchmark-max-time=0.1 on a slow call) stay too few: measuring again cannot help.
@@ -98,9 +98,14 @@ def measure_stable(benchmark: Any, fn: Callable[..., Any], *args: Any, rule: Sta
                            disable_gc=bool(options.get("disable_gc")))  # fmt: skip
         replace_rounds(metadata, data)
         stability = rule.assess(data)
-        attempts.append(_summary(stability))
-    benchmark.extra_info["stability"] = {
-        "verdict": "stable" if stability.stable else "unstable", "reason": stability.reason, "cv": stability.cv,
-        "drift": stability.drift, "rounds": stability.n, "measurements": len(attempts), "attempts": attempts,
-    }  # fmt: skip
+        attempts.append(summary(stability))
+    benchmark.extra_info["stability"] = stability_record(stability, attempts)
     return result
+
+
+def stability_record(stability: Stability, attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """``extra_info["stability"]`` for the last measurement's ``stability`` after ``attempts`` (one per
+    measurement, `summary` of each; see the module docstring)."""
+    return {"verdict": "stable" if stability.stable else "unstable", "reason": stability.reason,
+            "cv": stability.cv, "drift": stability.drift, "rounds": stability.n, "measurements": len(attempts),
+            "attempts": attempts}  # fmt: skip
