@@ -39,6 +39,8 @@ DROPPED: dict[str, int | None] = {
 #: What pytest-benchmark prints when --benchmark-compare-fail finds a regression.
 REGRESSED = "Performance has regressed"
 PLAN = "plan.json"
+#: The last line of a child's log: how it ended, read again when a later call resumes the plan.
+FOOTER = "# perf child: exit {code} after {seconds:.1f} s"
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,12 @@ def _failed_tests(log_text: str, returncode: int) -> int:
     return 0 if returncode == 0 or REGRESSED in log_text else 1
 
 
+def _ended(log_text: str) -> tuple[int, float]:
+    """Exit status and seconds of an earlier child, from its log's footer; (0, 0.0) for a log without one."""
+    found = re.findall(r"^# perf child: exit (-?\d+) after ([\d.]+) s$", log_text, flags=re.MULTILINE)
+    return (int(found[-1][0]), float(found[-1][1])) if found else (0, 0.0)
+
+
 def _saved_run(storage: Path, label: str) -> Path | None:
     found = sorted(storage.glob(f"*/[0-9][0-9][0-9][0-9]_{label}.json"))
     return found[-1] if found else None
@@ -163,12 +171,15 @@ def run_children(
                 code = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                       check=False).returncode  # fmt: skip
             seconds = time.perf_counter() - start
-            longest = max(longest, seconds)
+            with open(log_path, "a", encoding="utf-8") as out:
+                out.write("\n" + FOOTER.format(code=code, seconds=seconds) + "\n")
             run = _saved_run(storage, child.label)
+            text = log_path.read_text(encoding="utf-8", errors="replace")
         else:
-            code, seconds = 0, 0.0
+            text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
+            code, seconds = _ended(text)
             log.info("%s: already saved (%s), not run again", child.label, run.name)
-        text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
+        longest = max(longest, seconds)
         result = ChildResult(child.label, child.kind, code, seconds, run, log_path,
                              extra={"failed_tests": _failed_tests(text, code)})
         if compare:
