@@ -1,5 +1,6 @@
 """argparse ``type=`` parsers shared by the command lines; a bad value reads
-``Could not parse value: 'x' (expected ...).`` and argparse turns it into a usage error (exit 2)."""
+``Could not parse value: 'x' (expected ...).`` and argparse turns it into a usage error (exit 2). Also the
+options shared by ``detect`` and ``eval`` that override the cfg's preprocessing and NMS."""
 
 from __future__ import annotations
 
@@ -28,3 +29,26 @@ positive_int = _parser(int, lambda v: v >= 1, "a positive integer")
 non_negative_int = _parser(int, lambda v: v >= 0, "an integer >= 0")
 positive_float = _parser(float, lambda v: v > 0, "a number > 0")
 fraction = _parser(float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
+
+
+RESIZE_CHOICES = ("cfg", "letterbox", "plain")
+NMS_CHOICES = ("cfg", "default", "greedynms", "diounms")
+
+
+def add_processing_args(p: argparse.ArgumentParser) -> None:
+    """``--resize`` (with ``--plain-resize``, its older spelling) and ``--nms``: overrides of what the cfg says."""
+    p.add_argument("--resize", choices=RESIZE_CHOICES, default="cfg",
+                   help="how frames fit the network: the cfg's [net] letter_box (Darknet's default: plain), "
+                   "letterbox, or plain (stretch) (default: cfg)")
+    p.add_argument("--plain-resize", dest="resize", action="store_const", const="plain",
+                   help="the same as --resize plain")
+    p.add_argument("--nms", choices=NMS_CHOICES, default="cfg",
+                   help="NMS: the cfg's last [yolo] nms_kind; default (per-class IoU, Darknet's default), greedynms "
+                   "(DIoU) or diounms (DIoU with the cfg's beta_nms) (default: cfg)")
+
+
+def processing_overrides(args: argparse.Namespace) -> dict[str, bool | str | None]:
+    """``letterbox`` and ``nms`` keyword arguments of the pipelines from :func:`add_processing_args`' options:
+    None where the option says ``cfg`` (the pipelines then follow the model's cfg)."""
+    letterbox = {"cfg": None, "letterbox": True, "plain": False}[args.resize]
+    return {"letterbox": letterbox, "nms": None if args.nms == "cfg" else args.nms}

@@ -1,4 +1,4 @@
-"""Box arithmetic: area, IoU, non-maximum suppression, letterbox mapping and detection matching.
+"""Box arithmetic: area, IoU and DIoU, non-maximum suppression, letterbox mapping and detection matching.
 
 Pure, typed functions in the manner of ``torchvision.ops.boxes`` (which this package does not depend on).
 Boxes are ``(x1, y1, x2, y2)`` corner coordinates in pixels with ``0 <= x1 < x2`` and ``0 <= y1 < y2``; there
@@ -83,6 +83,37 @@ def _pairwise_iou(a: ArrayT, b: ArrayT) -> ArrayT:
     return inter
 
 
+def _diou_penalty(a: ArrayT, b: ArrayT, beta: float) -> ArrayT:
+    """DIoU's distance term (d / c) ** beta of boxes ``a[..., 4]`` and ``b[..., 4]`` (broadcast), float32: ``d`` the
+    squared distance of the centres, ``c`` the squared diagonal of the enclosing box; 0 where ``c`` is 0."""
+    lib = np if isinstance(a, np.ndarray) else torch
+    cw = lib.maximum(a[..., 2], b[..., 2]) - lib.minimum(a[..., 0], b[..., 0])
+    ch = lib.maximum(a[..., 3], b[..., 3]) - lib.minimum(a[..., 1], b[..., 1])
+    c = cw * cw + ch * ch
+    dx = (a[..., 0] + a[..., 2] - b[..., 0] - b[..., 2]) * 0.5
+    dy = (a[..., 1] + a[..., 3] - b[..., 1] - b[..., 3]) * 0.5
+    ratio = (dx * dx + dy * dy) / (lib.maximum(c, _TINY) if lib is np else c.clamp(min=_TINY))
+    return lib.where(c > 0, ratio ** (np.float32(beta) if lib is np else float(beta)), 0)
+
+
+def _pairwise_diou(a: ArrayT, b: ArrayT, beta: float) -> ArrayT:
+    """Darknet's DIoU of float32 boxes ``a[N, 4]`` against ``b[M, 4]`` -> ``[N, M]``: IoU - (d / c) ** beta, IoU
+    alone where ``c`` is 0 (box.c box_diounms; box_diou is beta 0.6). numpy or torch, the same float32 operations."""
+    return _pairwise_iou(a, b) - _diou_penalty(a[:, None, :], b[None, :, :], beta)
+
+
+def _diou_above(a: ArrayT, b: ArrayT, thr: float, beta: float) -> ArrayT:
+    """``_pairwise_diou(a, b, beta) > thr``. DIoU <= IoU, so on the host only the pairs with IoU > ``thr`` (few,
+    in NMS) get the costly distance term."""
+    over = _pairwise_iou(a, b)
+    if not isinstance(a, np.ndarray):
+        return (over - _diou_penalty(a[:, None, :], b[None, :, :], beta)) > thr
+    rows, cols = np.nonzero(over > thr)
+    result = np.zeros(over.shape, dtype=bool)
+    result[rows, cols] = (over[rows, cols] - _diou_penalty(a[rows], b[cols], beta)) > thr
+    return result
+
+
 def box_area(boxes: ArrayT) -> ArrayT:
     """Area of each box.
 
@@ -122,9 +153,11 @@ def box_iou(boxes1: ArrayT, boxes2: ArrayT) -> ArrayT:
     return iou.numpy() if isinstance(boxes1, np.ndarray) else iou
 
 
-def _suppressed_by(kept: ArrayT, kept_cls: ArrayT | None, cand: ArrayT, cand_cls: ArrayT | None, thr: float) -> ArrayT:
-    """``[K, M]`` bool: candidate ``m`` overlaps kept box ``k`` by IoU > ``thr`` (and shares its class)."""
-    over = _pairwise_iou(kept, cand) > thr
+def _suppressed_by(kept: ArrayT, kept_cls: ArrayT | None, cand: ArrayT, cand_cls: ArrayT | None, thr: float,
+                   beta: float | None = None) -> ArrayT:
+    """``[K, M]`` bool: candidate ``m`` overlaps kept box ``k`` by IoU (DIoU with ``beta``) > ``thr`` (and shares
+    its class)."""
+    over = _pairwise_iou(kept, cand) > thr if beta is None else _diou_above(kept, cand, thr, beta)
     if kept_cls is not None and cand_cls is not None:
         over &= kept_cls[:, None] == cand_cls[None, :]
     return over
@@ -145,7 +178,7 @@ def _resolve_block_on_device(under: torch.Tensor) -> torch.Tensor:
     """The greedy pass as a fixed point, with no per-box host loop: ``keep[j] = not any(under[j, i] & keep[i])``.
 
     ``under`` is the strictly lower-triangular overlap matrix: ``under[j, i]`` (``i < j``) says that box ``i``
-    would suppress box ``j``. (IoU is symmetric, so it is the transpose of the upper-triangular one.)
+    would suppress box ``j``. (IoU and DIoU are symmetric, so it is the transpose of the upper-triangular one.)
 
     Starting from "keep all", each iteration settles at least one more link of every suppression chain, and
     the greedy result is the only fixed point, so stopping at the first iteration that changes nothing is
@@ -162,7 +195,7 @@ def _resolve_block_on_device(under: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(_resolve_block_on_host(under.T.cpu().numpy())).to(under.device)
 
 
-def _greedy_sorted(boxes: ArrayT, classes: ArrayT | None, thr: float) -> ArrayT:
+def _greedy_sorted(boxes: ArrayT, classes: ArrayT | None, thr: float, beta: float | None = None) -> ArrayT:
     """Greedy NMS of float32 boxes already sorted by descending score; returns kept positions (ascending).
 
     numpy arrays (the CPU path) or tensors (the CUDA path). Blocked so that almost all arithmetic is
@@ -180,10 +213,11 @@ def _greedy_sorted(boxes: ArrayT, classes: ArrayT | None, thr: float) -> ArrayT:
         kept = cat(parts)
         if len(kept):
             # [candidates, kept] so that the reduction runs along contiguous rows
-            pos = pos[~_suppressed_by(boxes[pos], _take(classes, pos), boxes[kept], _take(classes, kept), thr).any(1)]
+            pos = pos[~_suppressed_by(boxes[pos], _take(classes, pos), boxes[kept], _take(classes, kept), thr,
+                                      beta).any(1)]
         if len(pos) == 0:
             continue
-        over = _suppressed_by(boxes[pos], _take(classes, pos), boxes[pos], _take(classes, pos), thr)
+        over = _suppressed_by(boxes[pos], _take(classes, pos), boxes[pos], _take(classes, pos), thr, beta)
         if on_host:
             parts.append(pos[_resolve_block_on_host(np.triu(over, 1))])
         else:
@@ -195,7 +229,8 @@ def _take(values: ArrayT | None, index: ArrayT) -> ArrayT | None:
     return None if values is None else values[index]
 
 
-def _nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor | None, thr: float) -> torch.Tensor:
+def _nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor | None, thr: float,
+         beta: float | None = None) -> torch.Tensor:
     _check_boxes(boxes, "boxes")
     if scores.ndim != 1 or scores.shape[0] != boxes.shape[0]:
         raise DetectorError(f"scores must have shape [{boxes.shape[0]}] to match boxes, got {list(scores.shape)}")
@@ -207,16 +242,16 @@ def _nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor | None, t
     sorted_boxes = boxes[order].float()
     cls = None if idxs is None else idxs[order]
     if boxes.is_cuda and boxes.shape[0] > _DEVICE_MIN_BOXES:
-        return order[_greedy_sorted(sorted_boxes, cls, float(thr))]
+        return order[_greedy_sorted(sorted_boxes, cls, float(thr), beta)]
     host_boxes = sorted_boxes.numpy(force=True)
     host_cls = None if cls is None else cls.numpy(force=True)
     if host_cls is None or len(host_cls) <= _PER_CLASS_MIN_BOXES:
-        pos = _greedy_sorted(host_boxes, host_cls, float(thr))
+        pos = _greedy_sorted(host_boxes, host_cls, float(thr), beta)
     else:  # one NMS per class: no cross-class pairs to test at all
         parts = []
         for c in np.unique(host_cls):
             sel = np.flatnonzero(host_cls == c)
-            parts.append(sel[_greedy_sorted(host_boxes[sel], None, float(thr))])
+            parts.append(sel[_greedy_sorted(host_boxes[sel], None, float(thr), beta)])
         pos = np.sort(np.concatenate(parts))
     return order[torch.from_numpy(pos).to(order.device)]
 
@@ -258,6 +293,67 @@ def batched_nms(boxes: ArrayT, scores: ArrayT, idxs: ArrayT, iou_threshold: floa
         _as_tensor(boxes, "boxes"), _as_tensor(scores, "scores"), _as_tensor(idxs, "idxs"), iou_threshold
     )
     return keep.numpy() if isinstance(boxes, np.ndarray) else keep
+
+
+def box_diou(boxes1: ArrayT, boxes2: ArrayT, beta: float = 0.6) -> ArrayT:
+    """Darknet's distance-IoU of every pair of boxes: IoU - (d / c) ** ``beta``.
+
+    ``d`` is the squared distance between the two centres, ``c`` the squared diagonal of the smallest box enclosing
+    both; where ``c`` is 0 (two equal points) the DIoU is the IoU. Darknet's box.c: box_diou (``beta`` 0.6, its
+    ``nms_kind=greedynms``) and box_diounms (``beta_nms``, its ``nms_kind=diounms``). DIoU is not invariant to
+    stretching one axis: Darknet compares boxes in coordinates relative to the image (x / width, y / height).
+
+    Args:
+        boxes1: ``[N, 4]`` boxes ``(x1, y1, x2, y2)``, any float dtype, any device (tensor) or a numpy array.
+        boxes2: ``[M, 4]`` boxes, same format, kind and device.
+        beta: exponent of the distance term, > 0.
+
+    Returns:
+        ``[N, M]`` float32 DIoU in ``[-1, 1]``, same kind and device as ``boxes1``.
+    """
+    a = _as_tensor(boxes1, "boxes1")
+    b = _as_tensor(boxes2, "boxes2")
+    _check_boxes(a, "boxes1")
+    _check_boxes(b, "boxes2")
+    _check_beta(beta)
+    a, b = a.float(), b.float()
+    if not a.is_cuda:
+        diou = torch.from_numpy(_pairwise_diou(a.numpy(force=True), b.numpy(force=True), beta))
+    else:
+        diou = _pairwise_diou(a, b, beta)
+    return diou.numpy() if isinstance(boxes1, np.ndarray) else diou
+
+
+def batched_diou_nms(boxes: ArrayT, scores: ArrayT, idxs: ArrayT, iou_threshold: float, beta: float = 0.6) -> ArrayT:
+    """Class-aware greedy NMS on Darknet's DIoU (:func:`box_diou`): Darknet's ``diounms_sort`` (box.c).
+
+    Like :func:`batched_nms`, but a box is dropped when its DIoU -- not its IoU -- with an already kept box of the
+    same ``idxs`` value is strictly greater than ``iou_threshold``. Darknet runs it one class at a time on the
+    detections sorted by that class's probability (``nms_kind=greedynms``: ``beta`` 0.6; ``nms_kind=diounms``:
+    ``beta_nms``); equal scores keep their input order here (Darknet's qsort leaves their order unspecified).
+    DIoU <= IoU, so every pair IoU-NMS would keep, DIoU-NMS keeps too; boxes with one centre compare by IoU alone.
+
+    Args:
+        boxes: ``[N, 4]`` boxes ``(x1, y1, x2, y2)``; for Darknet's results, in coordinates relative to the image
+            (x / image width, y / image height), since DIoU changes when one axis is stretched.
+        scores: ``[N]`` scores.
+        idxs: ``[N]`` integer class (or image * classes + class) of each box.
+        iou_threshold: suppress when DIoU > this value.
+        beta: exponent of DIoU's distance term, > 0.
+
+    Returns:
+        int64 ``[K]`` indices of the kept boxes by descending score (ties in input order); same kind and device.
+    """
+    _check_beta(beta)
+    keep = _nms(
+        _as_tensor(boxes, "boxes"), _as_tensor(scores, "scores"), _as_tensor(idxs, "idxs"), iou_threshold, float(beta)
+    )
+    return keep.numpy() if isinstance(boxes, np.ndarray) else keep
+
+
+def _check_beta(beta: float) -> None:
+    if not (isinstance(beta, (int, float, np.floating)) and beta > 0):
+        raise DetectorError(f"DIoU beta must be a number > 0, got {beta!r}")
 
 
 def clip_boxes(boxes: ArrayT, width: float, height: float) -> ArrayT:

@@ -15,8 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from detector.argtypes import add_processing_args as _add_processing_args
 from detector.argtypes import fraction as _fraction
 from detector.argtypes import positive_int as _positive_int
+from detector.argtypes import processing_overrides as _processing_overrides
 from detector.errors import DetectorError
 
 log = logging.getLogger("detector")
@@ -26,7 +28,14 @@ MODEL_TYPES = {"torch": "PyTorch", "onnxruntime": "ONNX Runtime", "tensorrt": "T
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose usage errors are one line on stderr (exit status 2), without the usage block."""
+    """An ``ArgumentParser`` whose usage errors are one line on stderr (exit status 2), without the usage block.
+
+    Abbreviated options are refused (``allow_abbrev=False``): ``eval --video`` once parsed as ``--video-seed``.
+    Subparsers are made with the parent's class, so they refuse them too.
+    """
+
+    def __init__(self, *args: Any, allow_abbrev: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -111,7 +120,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
                 conf_threshold=args.conf,
                 iou_threshold=args.iou,
                 max_frames=args.frames if args.video else None,
-                letterbox=not args.plain_resize,
+                **_processing_overrides(args),
             )
         h, w = spec.input_size
         model_type = f"{MODEL_TYPES.get(backend, backend)} {args.precision} ({device}, batch {args.batch})"
@@ -195,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_positive_int, default=1, help="frames per inference (default: 1)")
     p.add_argument("--conf", type=_fraction, default=0.25, help="confidence threshold (default: 0.25)")
     p.add_argument("--iou", type=_fraction, default=0.45, help="NMS IoU threshold (default: 0.45)")
-    p.add_argument("--plain-resize", action="store_true", help="stretch frames instead of letterboxing (default: letterbox)")
+    _add_processing_args(p)
     p.set_defaults(func=cmd_detect)
 
     p = sub.add_parser("export-onnx", help="export the model to ONNX (decode included)")

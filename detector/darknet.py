@@ -17,38 +17,27 @@ from typing import Union
 
 import numpy as np
 
-from detector.errors import CfgError, WeightsError
+from detector.darknet_keys import (
+    ACTIVATIONS,
+    DARKNET_ACTIVATIONS,
+    HONOURED,
+    IGNORED,
+    NMS_ALIASES,
+    NMS_KINDS,
+    SECTION_ALIASES,
+    SECTION_KEYS,
+    UNSUPPORTED,
+    UNSUPPORTED_LAYERS,
+)
+from detector.errors import CfgError, DetectorError, WeightsError
 from detector.fileio import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
-# Allowed keys per section and how their values parse. Training-only keys Darknet accepts are allowed
-# (and ignored); anything else is refused so that a typo cannot silently change the network.
-_NET_KEYS = {
-    "width": "int", "height": "int", "channels": "int", "batch": "int", "subdivisions": "int",
-    "momentum": "float", "decay": "float", "angle": "float", "saturation": "float", "exposure": "float",
-    "hue": "float", "learning_rate": "float", "burn_in": "int", "max_batches": "int", "policy": "str",
-    "steps": "ints", "scales": "floats", "power": "float", "mosaic": "int", "letter_box": "int", "flip": "int",
-    "blur": "int", "mixup": "int", "cutmix": "int", "aspect": "float", "min_crop": "int", "max_crop": "int",
-    "gaussian_noise": "int", "adam": "int", "B1": "float", "B2": "float", "eps": "float",
-    "max_chart_loss": "float", "ema_alpha": "float", "weights_reject_freq": "int", "equidistant_point": "int",
-    "num_sigmas_reject_badlabels": "float", "badlabels_rejection_percentage": "float",
-}
-_KEYS: dict[str, dict[str, str]] = {
-    "net": _NET_KEYS,
-    "network": _NET_KEYS,
-    "convolutional": {"batch_normalize": "int", "filters": "int", "size": "int", "stride": "int", "pad": "int",
-                      "padding": "int", "groups": "int", "activation": "str"},
-    "route": {"layers": "ints", "groups": "int", "group_id": "int"},
-    "maxpool": {"size": "int", "stride": "int", "padding": "int"},
-    "upsample": {"stride": "int"},
-    "yolo": {"mask": "ints", "anchors": "floats", "classes": "int", "num": "int", "scale_x_y": "float",
-             "jitter": "float", "cls_normalizer": "float", "iou_normalizer": "float", "obj_normalizer": "float",
-             "iou_loss": "str", "iou_thresh": "float", "ignore_thresh": "float", "truth_thresh": "float",
-             "random": "float", "resize": "float", "nms_kind": "str", "beta_nms": "float", "max_delta": "float",
-             "label_smooth_eps": "float", "counters_per_class": "ints", "objectness_smooth": "int"},
-}
-ACTIVATIONS = ("leaky", "linear", "relu", "mish", "logistic")
+# Every key Darknet's parser reads for these sections is allowed (detector/darknet_keys.py says which ones are
+# honoured, ignored or not supported); anything else is refused so that a typo cannot silently change the network.
+_KEYS: dict[str, dict[str, str]] = {kind: {k: key.type for k, key in keys.items()}
+                                    for kind, keys in SECTION_KEYS.items()}
 _MAX_VERSION = 1000  # a header field above this is not a Darknet version: wrong file
 
 
@@ -150,8 +139,43 @@ LayerSpec = Union[ConvSpec, RouteSpec, MaxPoolSpec, UpsampleSpec, YoloSpec]
 
 
 @dataclass(frozen=True)
+class NmsConfig:
+    """The non-maximum suppression Darknet runs on a cfg's detections: its last ``[yolo]``'s ``nms_kind`` and
+    ``beta_nms`` (detector.c test_detector / validate_detector_map), always per class.
+
+    Attributes:
+        kind: ``"default"``: greedy NMS on IoU (box.c do_nms_sort), Darknet's default and this package's;
+            ``"greedynms"``: greedy NMS on DIoU = IoU - (d / c) ** 0.6 (box.c diounms_sort with box_diou, whose
+            exponent is fixed); ``"diounms"``: the same with exponent ``beta`` (box_diounms). ``d`` is the squared
+            distance of the two centres and ``c`` the squared diagonal of their enclosing box.
+        beta: ``beta_nms`` (Darknet's default 0.6), > 0; only ``"diounms"`` uses it.
+    """
+
+    kind: str = "default"
+    beta: float = 0.6
+
+    def __post_init__(self) -> None:
+        if self.kind not in NMS_KINDS:
+            raise DetectorError(f"unknown NMS kind {self.kind!r}; allowed: {', '.join(NMS_KINDS)}")
+        if not self.beta > 0:
+            raise DetectorError(f"NMS beta {self.beta!r} must be > 0")
+
+    @property
+    def diou_exponent(self) -> float | None:
+        """Exponent of DIoU's centre-distance term (0.6 for greedynms, ``beta`` for diounms); None: plain IoU."""
+        return None if self.kind == "default" else 0.6 if self.kind == "greedynms" else self.beta
+
+    def __str__(self) -> str:
+        return self.kind if self.kind != "diounms" else f"diounms (beta {self.beta:g})"
+
+
+@dataclass(frozen=True)
 class NetConfig:
-    """A parsed, validated network. ``shapes[i]`` is layer i's output (C, H, W) at ``height`` x ``width``."""
+    """A parsed, validated network. ``shapes[i]`` is layer i's output (C, H, W) at ``height`` x ``width``.
+
+    ``letterbox`` is ``[net] letter_box`` (Darknet's default False: a plain resize to the input size) and ``nms``
+    the NMS of the last ``[yolo]``: how Darknet itself pre- and post-processes for this cfg.
+    """
 
     path: Path
     width: int
@@ -162,6 +186,8 @@ class NetConfig:
     sections: tuple[Section, ...]
     layers: tuple[LayerSpec, ...]
     shapes: tuple[tuple[int, int, int], ...]
+    letterbox: bool = False
+    nms: NmsConfig = field(default_factory=NmsConfig)
 
     @property
     def input_size(self) -> tuple[int, int]:
@@ -216,6 +242,10 @@ def _read_sections(path: Path) -> tuple[Section, list[Section]]:
             if not line.endswith("]"):
                 raise _fail(path, lineno, f"malformed section header {line!r}: expected '[name]'")
             kind = line[1:-1].strip()
+            kind = SECTION_ALIASES.get(kind, kind)
+            if kind in UNSUPPORTED_LAYERS:
+                raise _fail(path, lineno, f"[{kind}] is a Darknet layer this package does not support "
+                            f"({UNSUPPORTED_LAYERS[kind]}); supported: {_SUPPORTED_SECTIONS}")
             if kind not in _KEYS:
                 raise _fail(path, lineno, f"unknown section [{kind}]; allowed: {', '.join(sorted(_KEYS))}")
             sections.append((kind, lineno, {}, {}))
@@ -228,16 +258,22 @@ def _read_sections(path: Path) -> tuple[Section, list[Section]]:
             raise _fail(path, lineno, f"'{key}' appears before the first section; start the file with [net]")
         kind, _, options, lines = sections[-1]
         if key not in _KEYS[kind]:
-            raise _fail(path, lineno, f"unknown key '{key}' in [{kind}]; allowed: {', '.join(sorted(_KEYS[kind]))}")
-        if key in options:
+            raise _fail(path, lineno, _unknown_key(kind, key))
+        if key in options and SECTION_KEYS[kind][key].use != IGNORED:
             raise _fail(path, lineno, f"[{kind}] repeats '{key}' (first set on line {lines[key]})")
         if not value:
             raise _fail(path, lineno, f"[{kind}] {key} has no value")
         _check_value(path, lineno, kind, key, value)
+        if key in options:  # a repeated training key (batch=1 ... batch=64): Darknet's option_find reads the first
+            log.debug("%s:%d: [%s] repeats '%s' (first set on line %d); ignored", path, lineno, kind, key, lines[key])
+            continue
         options[key], lines[key] = value, lineno
     if not sections:
         raise CfgError(f"{path}:1: empty cfg: no sections (expected [net] then layers)")
     parsed = [Section(k, o, n, ln) for k, n, o, ln in sections]
+    for s in parsed:
+        for key, value in s.options.items():
+            _check_supported(path, s.line_of(key), s.type, key, value, s.options)
     if parsed[0].type not in ("net", "network"):
         raise _fail(path, parsed[0].line, f"first section is [{parsed[0].type}]; a cfg must start with [net]")
     for s in parsed[1:]:
@@ -246,6 +282,34 @@ def _read_sections(path: Path) -> tuple[Section, list[Section]]:
     if len(parsed) == 1:
         raise _fail(path, parsed[0].line, "[net] is followed by no layers")
     return parsed[0], parsed[1:]
+
+
+_SUPPORTED_SECTIONS = ", ".join(f"[{k}]" for k in _KEYS if k != "network")
+
+
+def _unknown_key(kind: str, key: str) -> str:
+    """The message for a key Darknet does not read in ``[kind]``: a close match, and the keys that matter."""
+    import difflib
+
+    close = difflib.get_close_matches(key, _KEYS[kind], n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    honoured = sorted(k for k, v in SECTION_KEYS[kind].items() if v.use == HONOURED)
+    return (f"unknown key '{key}' in [{kind}]; allowed: {', '.join(honoured)} and the other keys Darknet reads "
+            f"there (docs/darknet.md){hint}")
+
+
+def _check_supported(path: Path, line: int, kind: str, key: str, value: str, options: dict[str, str]) -> None:
+    """CfgError for a Darknet key this package does not implement, unless set to its no-op default."""
+    spec = SECTION_KEYS[kind][key]
+    if spec.use != UNSUPPORTED:
+        return
+    if spec.noop is not None and float(value) == float(spec.noop):
+        return
+    if key == "dilation" and int(options.get("size", "1")) == 1:  # parse_convolutional: size 1 -> dilation 1
+        return
+    fix = f"; remove it or set {key}={spec.noop}" if spec.noop is not None else "; remove it"
+    raise _fail(path, line, f"[{kind}] {key}={value} is a Darknet key this package does not support "
+                f"({spec.note}){fix}")
 
 
 def _check_value(path: Path, line: int, kind: str, key: str, value: str) -> None:
@@ -270,46 +334,46 @@ def _positive(path: Path, s: Section, key: str, default: int | None = None, mini
 
 
 def parse_cfg(path: str | os.PathLike[str]) -> NetConfig:
-    """Parse and validate a Darknet ``.cfg`` file (sections listed in the module's allow-list).
+    """Parse and validate a Darknet ``.cfg`` file as Darknet's parser reads it (its defaults included).
 
-    Checks keys, value types and ranges, route indices, spatial/channel consistency at the cfg input
-    size, and that each ``[yolo]`` input has ``len(mask) * (classes + 5)`` channels. Raises CfgError
-    ``"<file>:<line>: <problem>"``.
+    Every key Darknet reads for these sections is accepted (:mod:`detector.darknet_keys`): honoured where it
+    changes inference, ignored where it does not, refused by name where this package does not implement it; a
+    Darknet layer type this package does not build is refused by name too. Checks value types and ranges, route
+    indices, spatial/channel consistency at the cfg input size, and that each ``[yolo]`` input has
+    ``len(mask) * (classes + 5)`` channels. Raises CfgError ``"<file>:<line>: <problem>"``.
     """
     path = Path(path)
     net, sections = _read_sections(path)
     width, height = _positive(path, net, "width"), _positive(path, net, "height")
     channels = _positive(path, net, "channels", 3)
+    letterbox = _flag(path, net, "letter_box")
     layers: list[LayerSpec] = []
     shapes: list[tuple[int, int, int]] = []
     classes: int | None = None
+    nms: list[tuple[Section, NmsConfig]] = []
     for i, s in enumerate(sections):
         c, h, w = shapes[-1] if shapes else (channels, height, width)
         spec: LayerSpec
         if s.type == "convolutional":
-            size, stride = _positive(path, s, "size", 1), _positive(path, s, "stride", 1)
-            filters, groups = _positive(path, s, "filters", 1), _positive(path, s, "groups", 1)
-            pad = size // 2 if s.get_int("pad", 0) else _positive(path, s, "padding", 0, minimum=0)
-            act = s.options.get("activation", "logistic")
-            bn = s.get_int("batch_normalize", 0)
-            for key, bad, allowed in (("activation", act not in ACTIVATIONS, ", ".join(ACTIVATIONS)),
-                                      ("groups", c % groups or filters % groups, f"a divisor of {c} and {filters}"),
-                                      ("batch_normalize", bn not in (0, 1), "0 or 1")):
-                if bad:
-                    raise _fail(path, s.line_of(key), f"[convolutional] {key}={s.options[key]}: allowed {allowed}")
-            spec = ConvSpec(c, filters, size, stride, pad, groups, bool(bn), act)
-            shape = (filters, (h + 2 * pad - size) // stride + 1, (w + 2 * pad - size) // stride + 1)
+            spec = _conv(path, s, c)
+            size, stride, pad = spec.size, spec.stride, spec.padding
+            shape = (spec.filters, (h + 2 * pad - size) // stride + 1, (w + 2 * pad - size) // stride + 1)
         elif s.type == "route":
             spec, shape = _route(path, s, i, layers, shapes)
-        elif s.type == "maxpool":
-            size = _positive(path, s, "size", 1)
-            stride = _positive(path, s, "stride", size)
+        elif s.type == "maxpool":  # parse_maxpool's defaults: stride 1, size = stride, padding = size - 1
+            stride = _positive(path, s, "stride", 1)
+            size = _positive(path, s, "size", stride)  # the stride key's, not stride_x's
+            stride = _stride(path, s, stride, conv=False)
             padding = _positive(path, s, "padding", size - 1, minimum=0)
             if padding >= size:
-                raise _fail(path, s.line_of("padding"), f"[maxpool] padding={padding}: supported up to size-1")
+                raise _fail(path, s.line_of("padding"), f"[maxpool] padding={padding} with size={size} is a Darknet "
+                            "setting this package does not support (padding up to size-1)")
             spec = MaxPoolSpec(size, stride, padding)
             shape = (c, (h + padding - size) // stride + 1, (w + padding - size) // stride + 1)
         elif s.type == "upsample":
+            if s.get_int("stride", 2) < 0:
+                raise _fail(path, s.line_of("stride"), f"[upsample] stride={s.options['stride']} is a Darknet setting "
+                            "this package does not support (a negative stride downsamples)")
             spec = UpsampleSpec(_positive(path, s, "stride", 2))
             shape = (c, h * spec.stride, w * spec.stride)
         else:  # yolo
@@ -317,13 +381,77 @@ def parse_cfg(path: str | os.PathLike[str]) -> NetConfig:
             if classes is not None and spec.classes != classes:
                 raise _fail(path, s.line_of("classes"), f"[yolo] classes={spec.classes}; an earlier has {classes}")
             classes, shape = spec.classes, (c, h, w)
+            nms.append((s, _nms(path, s)))
         if shape[1] < 1 or shape[2] < 1:
             raise _fail(path, s.line, f"[{s.type}] (layer {i}) has no output pixels at {width}x{height}")
         layers.append(spec)
         shapes.append(shape)
     if classes is None:
         raise _fail(path, net.line, "no [yolo] section: the network has no detection head")
-    return NetConfig(path, width, height, channels, classes, net, tuple(sections), tuple(layers), tuple(shapes))
+    last_section, last = nms[-1]
+    for s, other in nms[:-1]:
+        if other != last:
+            log.warning("%s:%d: [yolo] NMS %s differs from the last [yolo]'s (line %d: %s); Darknet uses the last",
+                        path, s.line, other, last_section.line, last)
+    return NetConfig(path, width, height, channels, classes, net, tuple(sections), tuple(layers), tuple(shapes),
+                     letterbox, last)
+
+
+def _flag(path: Path, s: Section, key: str) -> bool:
+    value = s.get_int(key, 0)
+    if value not in (0, 1):
+        raise _fail(path, s.line_of(key), f"[{s.type}] {key}={value}: allowed 0 or 1")
+    return bool(value)
+
+
+def _stride(path: Path, s: Section, stride: int, *, conv: bool) -> int:
+    """The stride of a conv or maxpool: ``stride``, unless stride_x / stride_y override it (equal, here).
+
+    parse_convolutional reads a stride_x or stride_y below 1 as unset; parse_maxpool divides by it.
+    """
+    strides = []
+    for key in ("stride_x", "stride_y"):
+        value = s.get_int(key, stride)
+        strides.append(stride if conv and value < 1 else _positive(path, s, key, stride))
+    if strides[0] != strides[1]:
+        raise _fail(path, s.line_of("stride_x" if "stride_x" in s.options else "stride_y"),
+                    f"[{s.type}] stride_x={strides[0]}, stride_y={strides[1]} is a Darknet setting this package does "
+                    "not support (different strides along x and y)")
+    return strides[0]
+
+
+def _conv(path: Path, s: Section, c: int) -> ConvSpec:
+    """``[convolutional]`` with ``c`` input channels, as parse_convolutional reads it."""
+    size = _positive(path, s, "size", 1)
+    stride = _stride(path, s, _positive(path, s, "stride", 1), conv=True)
+    filters, groups = _positive(path, s, "filters", 1), _positive(path, s, "groups", 1)
+    pad = size // 2 if s.get_int("pad", 0) else _positive(path, s, "padding", 0, minimum=0)
+    act = s.options.get("activation", "logistic")
+    if act in DARKNET_ACTIVATIONS and act not in ACTIVATIONS:
+        raise _fail(path, s.line_of("activation"), f"[convolutional] activation={act} is a Darknet activation this "
+                    f"package does not support; supported: {', '.join(ACTIVATIONS)}")
+    bn = s.get_int("batch_normalize", 0)
+    for key, bad, allowed in (("activation", act not in ACTIVATIONS, ", ".join(ACTIVATIONS)),
+                              ("groups", c % groups or filters % groups, f"a divisor of {c} and {filters}"),
+                              ("batch_normalize", bn not in (0, 1), "0 or 1")):
+        if bad:
+            raise _fail(path, s.line_of(key), f"[convolutional] {key}={s.options[key]}: allowed {allowed}")
+    if s.get_int("cbn", 0):  # parse_convolutional: cbn=1 is batch_normalize=2, batch norm at inference and in files
+        bn = 1
+    return ConvSpec(c, filters, size, stride, pad, groups, bool(bn), act)
+
+
+def _nms(path: Path, s: Section) -> NmsConfig:
+    """A ``[yolo]``'s ``nms_kind`` / ``beta_nms`` (parse_yolo's defaults: default, 0.6)."""
+    raw = s.options.get("nms_kind", "default")
+    kind = NMS_ALIASES.get(raw, raw)
+    if kind not in NMS_KINDS:
+        raise _fail(path, s.line_of("nms_kind"), f"[yolo] nms_kind={raw}: allowed {', '.join(NMS_KINDS)} "
+                    f"(or {', '.join(NMS_ALIASES)}, which Darknet's [yolo] reads as default)")
+    beta = s.get_float("beta_nms", 0.6)
+    if not beta > 0:
+        raise _fail(path, s.line_of("beta_nms"), f"[yolo] beta_nms={beta}: must be > 0")
+    return NmsConfig(kind, beta)
 
 
 def _route(path: Path, s: Section, i: int, layers: list[LayerSpec],

@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from detector.errors import VideoError
+from detector.pipeline import cfg_processing
 from detector.pipelined import frame_device
 from detector.stages import BoundedQueue, BufferPool, Control, start_worker
 from detector.timing import percentile
 
 if TYPE_CHECKING:
     from detector.backends.base import Runner
+    from detector.darknet import NmsConfig
     from detector.postprocess import Detections
     from detector.video import VideoReader
 
@@ -110,7 +112,8 @@ def run_multistream(
     queue_depth: int = 2,
     conf_threshold: float = 0.25,
     iou_threshold: float = 0.45,
-    letterbox: bool = True,
+    letterbox: bool | None = None,
+    nms: NmsConfig | str | None = None,
     keep_detections: bool = True,
     on_tick: Callable[[int], None] | None = None,
 ) -> MultistreamResult:
@@ -124,6 +127,8 @@ def run_multistream(
         offsets: frames each stream skips before its first frame (default 0 for every stream).
         warmup_ticks: ticks run first and not measured.
         queue_depth: frames each stream's reader may decode ahead (its bounded queue's capacity).
+        letterbox, nms: preprocessing (True: letterbox, False: plain resize) and NMS; None (default): the
+            runner's cfg's (:func:`detector.pipeline.cfg_processing`).
         keep_detections: keep each frame's :class:`Detections` in ``per_stream``.
         on_tick: called on the calling thread after each measured tick with the measured ticks so far, outside
             the tick's time (``tick_ms``) but inside ``wall_s`` (a progress display, a benchmark's probe).
@@ -160,7 +165,7 @@ def run_multistream(
         queues: list[BoundedQueue[Any]] = [BoundedQueue(queue_depth, control, f"stream{k}") for k in range(n)]
         threads = [start_worker(f"stream{k}-read", _reader_body(readers[k], offsets[k], total, pools[k], queues[k]),
                                 control) for k in range(n)]
-        ticker = _Ticker(runner, device, n, size, "letterbox" if letterbox else "resize", conf_threshold,
+        ticker = _Ticker(runner, device, n, size, *cfg_processing(runner.spec, letterbox, nms), conf_threshold,
                          iou_threshold)
         try:
             result = ticker.run(pools, queues, warmup_ticks, ticks, keep_detections, on_tick)
@@ -204,11 +209,11 @@ def _reader_body(reader: VideoReader, offset: int, frames: int, pool: BufferPool
 class _Ticker:
     """The calling thread's loop: gather one frame per stream, infer at batch N, scatter the detections."""
 
-    def __init__(self, runner: Runner, device: Any, n: int, size: tuple[int, int], mode: str, conf: float,
-                 iou: float) -> None:
+    def __init__(self, runner: Runner, device: Any, n: int, size: tuple[int, int], mode: str, nms: NmsConfig,
+                 conf: float, iou: float) -> None:
         import torch
 
-        self.runner, self.n, self.mode, self.conf, self.iou = runner, n, mode, conf, iou
+        self.runner, self.n, self.mode, self.nms, self.conf, self.iou = runner, n, mode, nms, conf, iou
         self.frames_dev = torch.zeros((n, *size, 3), dtype=torch.uint8, device=device)
         self.stage_ms = {"wait": 0.0, "preprocess": 0.0, "infer": 0.0, "postprocess": 0.0}
 
@@ -234,7 +239,7 @@ class _Ticker:
             t2 = time.perf_counter()
             decoded = runner.infer(x, to_host=False)
             t3 = time.perf_counter()
-            dets = postprocess(decoded, transforms, conf_threshold=self.conf, iou_threshold=self.iou)
+            dets = postprocess(decoded, transforms, conf_threshold=self.conf, iou_threshold=self.iou, nms=self.nms)
             done = time.perf_counter()  # postprocess waited for the stream: the uploads are complete too
             for ms, key in zip((t1 - t0, t2 - t1, t3 - t2, done - t3), self.stage_ms):
                 self.stage_ms[key] += ms * 1e3

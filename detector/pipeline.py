@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     import numpy as np
 
     from detector.backends.base import Runner
+    from detector.darknet import NmsConfig
     from detector.postprocess import Detections
+    from detector.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ class PipelineResult:
     ``stage_samples_ms`` each stage's milliseconds per loop iteration; ``iteration_ms`` the wall time of each
     loop iteration (``batch`` frames; in the pipelined loop, the time between one frame leaving the writer and
     the next); ``detections`` holds one :class:`~detector.postprocess.Detections` per frame, in frame pixels.
+    ``preprocess`` is ``"letterbox"`` or ``"resize"`` and ``nms`` the NMS kind, as the run used them.
     """
 
     video: Path
@@ -56,6 +59,8 @@ class PipelineResult:
     stage_samples_ms: dict[str, list[float]] = field(repr=False, default_factory=dict)
     detections: list[Detections] = field(repr=False, default_factory=list)
     iteration_ms: list[float] = field(repr=False, default_factory=list)
+    preprocess: str = "letterbox"
+    nms: str = "default"
 
     @property
     def e2e_fps(self) -> float:
@@ -84,6 +89,8 @@ class PipelineResult:
             "frames": self.frames,
             "frame_size": [self.width, self.height],
             "net_size": list(self.net_size),
+            "preprocess": self.preprocess,
+            "nms": self.nms,
             "wall_s": self.wall_s,
             "e2e_fps": self.e2e_fps,
             "infer_fps": self.infer_fps,
@@ -98,6 +105,19 @@ def default_output_path(video: str | os.PathLike[str], backend: str, out_dir: st
     video = Path(video)
     folder = Path(out_dir) if out_dir is not None else video.parent
     return folder / f"{video.stem}-{backend}-detected.mp4"
+
+
+def cfg_processing(spec: ModelSpec, letterbox: bool | None = None,
+                   nms: NmsConfig | str | None = None) -> tuple[str, NmsConfig]:
+    """The preprocess mode (``"letterbox"`` or ``"resize"``) and NMS of a run: ``letterbox`` / ``nms`` where given,
+    else what the model's cfg says, as Darknet follows it (``spec.letterbox``, ``spec.nms``). ``nms`` may be an
+    NMS kind alone (``"default"``, ``"greedynms"``, ``"diounms"``), which takes the cfg's ``beta_nms``."""
+    from detector.darknet import NmsConfig
+
+    letterbox = spec.letterbox if letterbox is None else letterbox
+    if isinstance(nms, str):
+        nms = NmsConfig(nms, spec.nms.beta)
+    return ("letterbox" if letterbox else "resize"), (spec.nms if nms is None else nms)
 
 
 def draw_detections(frame: np.ndarray, detections: Detections, names: Sequence[str]) -> np.ndarray:
@@ -123,7 +143,8 @@ def run_pipeline(
     conf_threshold: float = 0.25,
     iou_threshold: float = 0.45,
     max_frames: int | None = None,
-    letterbox: bool = True,
+    letterbox: bool | None = None,
+    nms: NmsConfig | str | None = None,
     warmup: int = 2,
     keep_detections: bool = True,
     preprocess_fn: Callable[..., tuple[Any, Any]] | None = None,
@@ -134,6 +155,8 @@ def run_pipeline(
     Writes the annotated video to ``output`` atomically (nothing is left behind if anything fails), or
     writes nothing when ``output`` is None. ``warmup`` inferences on a blank batch run before timing so
     that lazy initialisation (cuDNN autotune, graph capture) stays out of the stage times.
+    ``letterbox`` (True: letterbox, False: plain resize) and ``nms`` (:class:`~detector.darknet.NmsConfig` or a
+    kind) default to what the runner's cfg says (:func:`cfg_processing`).
     ``preprocess_fn(frames, (h, w), mode=...) -> (float32 [B, 3, h, w], transforms)`` replaces
     :func:`detector.preprocess.preprocess` (same contract), e.g. for a custom preprocessing.
     ``on_iteration(frames_done)`` is called after each loop iteration, outside the iteration's and the stages'
@@ -149,7 +172,7 @@ def run_pipeline(
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     net_h, net_w = runner.spec.input_size
-    mode = "letterbox" if letterbox else "resize"
+    mode, nms = cfg_processing(runner.spec, letterbox, nms)
     timer = StageTimer()
     detections: list[Detections] = []
     iteration_ms: list[float] = []
@@ -179,7 +202,8 @@ def run_pipeline(
             with timer.stage("infer"):
                 decoded = runner.infer(tensor)
             with timer.stage("postprocess"):
-                dets = postprocess(decoded, transforms, conf_threshold=conf_threshold, iou_threshold=iou_threshold)
+                dets = postprocess(decoded, transforms, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
+                                   nms=nms)
             with timer.stage("write"):
                 if writer is not None:
                     for frame, det in zip(frames, dets):
@@ -212,4 +236,6 @@ def run_pipeline(
         stage_samples_ms=dict(timer.samples_ms),
         detections=detections,
         iteration_ms=iteration_ms,
+        preprocess=mode,
+        nms=str(nms),
     )

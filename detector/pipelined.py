@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detector.errors import VideoError
-from detector.pipeline import PipelineResult, draw_detections
+from detector.pipeline import PipelineResult, cfg_processing, draw_detections
 from detector.stages import BoundedQueue, BufferPool, Control, start_worker
 from detector.timing import STAGES, StageTimer
 
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     import torch
 
     from detector.backends.base import Runner
+    from detector.darknet import NmsConfig
     from detector.postprocess import Detections
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,8 @@ def run_pipelined(
     conf_threshold: float = 0.25,
     iou_threshold: float = 0.45,
     max_frames: int | None = None,
-    letterbox: bool = True,
+    letterbox: bool | None = None,
+    nms: NmsConfig | str | None = None,
     warmup: int = 2,
     keep_detections: bool = True,
     queue_depth: int = 8,
@@ -174,8 +176,9 @@ def run_pipelined(
         if device.type == "cuda":
             stack.enter_context(torch.cuda.device(device))
             stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device)))
-        loop = _Loop(runner, device, batch, queue_depth, (height, width), letterbox, gpu_preprocess,
-                     conf_threshold, iou_threshold)
+        mode, nms = cfg_processing(runner.spec, letterbox, nms)
+        loop = _Loop(runner, device, batch, queue_depth, (height, width), mode, nms, gpu_preprocess, conf_threshold,
+                     iou_threshold)
         loop.warm_up(warmup)
         start = time.perf_counter()
         written = loop.run(source, writer, names if writer is not None else None, on_frame, keep_detections, on_batch)
@@ -194,7 +197,7 @@ def run_pipelined(
         peak_in_flight=loop.pool.peak_in_use,
         queue_sizes={"decoded": loop.decoded.maxsize, "detected": loop.detected.maxsize},
         queue_peaks={"decoded": loop.decoded.peak, "detected": loop.detected.peak},
-        gpu_preprocess=gpu_preprocess,
+        gpu_preprocess=gpu_preprocess, preprocess=loop.mode, nms=str(loop.nms),
     )  # fmt: skip
 
 
@@ -202,11 +205,12 @@ class _Loop:
     """State of one pipelined run: the control, queues, pool, device frame batch and timers."""
 
     def __init__(self, runner: Runner, device: torch.device, batch: int, queue_depth: int,
-                 frame_hw: tuple[int, int], letterbox: bool, gpu_preprocess: bool, conf: float, iou: float) -> None:
+                 frame_hw: tuple[int, int], mode: str, nms: NmsConfig, gpu_preprocess: bool, conf: float,
+                 iou: float) -> None:
         import torch
 
         self.runner, self.device, self.batch = runner, device, batch
-        self.mode = "letterbox" if letterbox else "resize"
+        self.mode, self.nms = mode, nms
         self.gpu_preprocess, self.conf, self.iou = gpu_preprocess, conf, iou
         self.control = Control()
         self.pool = BufferPool(pool_size_for(batch, queue_depth), (*frame_hw, 3), self.control,
@@ -227,7 +231,7 @@ class _Loop:
 
         for _ in range(iterations):
             decoded, transforms = self._infer_batch([0] * self.batch, upload=False)
-            postprocess(decoded, transforms, conf_threshold=self.conf, iou_threshold=self.iou)
+            postprocess(decoded, transforms, conf_threshold=self.conf, iou_threshold=self.iou, nms=self.nms)
         self.timer = StageTimer()
 
     def run(self, source: Iterator[np.ndarray], writer: Any, names: Sequence[str] | None,
@@ -292,7 +296,7 @@ class _Loop:
                 with self.timer.stage("postprocess"):
                     n = len(pending)
                     dets = postprocess(decoded[:n], transforms[:n], conf_threshold=self.conf,
-                                       iou_threshold=self.iou)
+                                       iou_threshold=self.iou, nms=self.nms)
                 if keep:
                     self.detections.extend(dets)
                 # postprocess waited for the stream, so the uploads out of the buffers are complete: draw in place

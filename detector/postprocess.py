@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detector.boxes import Letterbox, batched_nms, clip_boxes
+from detector.boxes import Letterbox, batched_diou_nms, batched_nms, clip_boxes
 from detector.errors import DetectorError
 
 if TYPE_CHECKING:
     import torch
+
+    from detector.darknet import NmsConfig
 
 
 @dataclasses.dataclass
@@ -78,12 +80,15 @@ def postprocess(
     conf_threshold: float = 0.25,
     iou_threshold: float = 0.45,
     max_detections: int | None = 100,
+    nms: NmsConfig | None = None,
 ) -> list[Detections]:
     """Turn decoded network output into detections in frame pixels, one :class:`Detections` per frame.
 
     Per frame: every (candidate, class) pair whose score is strictly greater than ``conf_threshold`` becomes a
     detection (multi-label, as Darknet: one candidate can yield one detection per class), then class-aware NMS
-    (:func:`~detector.boxes.batched_nms`, suppress on IoU > ``iou_threshold``), then the ``max_detections``
+    (:func:`~detector.boxes.batched_nms`, suppress on IoU > ``iou_threshold``: Darknet's default do_nms_sort; or
+    with a DIoU ``nms``, :func:`~detector.boxes.batched_diou_nms` on DIoU > ``iou_threshold``, computed as Darknet
+    does on boxes relative to the frame, x / frame width and y / frame height), then the ``max_detections``
     highest scores, then boxes are mapped to frame pixels (``Letterbox.to_frame``) and clipped to the frame.
     Thresholding runs first, on the input's device, so NMS only sees survivors; all frames share one NMS call.
     Equal scores keep candidate order (then class order).
@@ -96,6 +101,7 @@ def postprocess(
         conf_threshold: keep scores ``> conf_threshold`` (strict, like Darknet).
         iou_threshold: NMS IoU threshold.
         max_detections: at most this many detections per frame; ``None`` for no limit.
+        nms: which NMS (:class:`detector.darknet.NmsConfig`, e.g. a cfg's ``ModelSpec.nms``); None: IoU NMS.
 
     Returns:
         ``B`` :class:`Detections` (numpy, host), each sorted by descending score.
@@ -116,7 +122,13 @@ def postprocess(
     image, cand, cls = torch.nonzero(scores > conf_threshold, as_tuple=True)
     boxes = x[image, cand, :4].float()
     score = scores[image, cand, cls]
-    keep = batched_nms(boxes, score, image * num_classes + cls, iou_threshold)
+    if nms is None or nms.diou_exponent is None:
+        keep = batched_nms(boxes, score, image * num_classes + cls, iou_threshold)
+    else:  # DIoU is not invariant to stretching an axis: compare in Darknet's frame-relative coordinates
+        per_px = torch.tensor([[1 / (lb.scale_x * lb.frame_w), 1 / (lb.scale_y * lb.frame_h)] for lb in transforms],
+                              dtype=torch.float32, device=boxes.device).reshape(-1, 2).repeat(1, 2)
+        keep = batched_diou_nms(boxes * per_px[image], score, image * num_classes + cls, iou_threshold,
+                                nms.diou_exponent)
     # one device-to-host copy; frame and class indices are small integers, exact in float32
     host = torch.cat([boxes[keep], score[keep, None], cls[keep, None].float(), image[keep, None].float()], 1)
     host = host.cpu().numpy()

@@ -207,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from perf.regressions import parse_regression
     from perf.report import PerfReport
 
-    parser = argparse.ArgumentParser(prog="python -m perf.crossprocess", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m perf.crossprocess", description=main.__doc__, allow_abbrev=False)
     parser.add_argument("folders", nargs="+", metavar="DIR")
     parser.add_argument("--min-effect", type=float, default=GateSettings().min_effect)
     parser.add_argument("--compare-fail", default="median:5%")

@@ -152,7 +152,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     from perf.history import run_from_json
     from perf.machine import fingerprint_differences, mismatch_message
-    from perf.plugin import PERF_SESSION, MachineMismatchWarning
+    from perf.plugin import PERF_SESSION, MachineMismatchWarning, check_subject
 
     benchmarks = _benchmark_session(config)
     if benchmarks.disabled:
@@ -164,6 +164,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         which = "no saved run" if wanted is True else f"no saved run matching {wanted!r}"
         raise pytest.UsageError(f"--perf-compare: {which} in '{storage}'; record one with --benchmark-autosave")
     path, data = found[-1]
+    check_subject(config, data, str(storage), "--perf-compare")
     differences = fingerprint_differences(data["machine_info"].get("perf"), config.stash[PERF_SESSION].fingerprint)
     if differences:
         allowed = config.stash[PERF_SESSION].options.allow_machine_mismatch

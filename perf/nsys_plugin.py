@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from perf.nsys import NSYS_CHILD_FLAG
+from perf.subject import SETTINGS as SUBJECT_SETTINGS
 
 NSYS_CHILD_FLAG_DEST = "perf_nsys_child"
 SUMMARIES = pytest.StashKey[list[tuple[str, Any]]]()
@@ -25,7 +26,7 @@ SUMMARIES = pytest.StashKey[list[tuple[str, Any]]]()
 _FORWARDED = {
     "perf_device": "--perf-device", "perf_backends": "--perf-backends", "perf_batch_sizes": "--perf-batch-sizes",
     "perf_precisions": "--perf-precisions", "perf_cache_dir": "--perf-cache-dir", "perf_frames": "--perf-frames",
-    "perf_video": "--perf-video", "perf_reports_dir": "--perf-reports-dir",
+    "perf_reports_dir": "--perf-reports-dir",
 }  # fmt: skip
 
 
@@ -55,6 +56,12 @@ def _forwarded_args(config: pytest.Config) -> list[str]:
         if isinstance(value, tuple):
             value = ",".join(str(v) for v in value)
         args.append(f"{flag}={value}")
+    from perf.plugin import PERF_SESSION
+
+    subject = config.stash[PERF_SESSION].subject  # the model and video as resolved (absolute paths)
+    for name, _, _ in SUBJECT_SETTINGS:
+        if getattr(subject, name) is not None:
+            args.append(f"--perf-{name.replace('_', '-')}={getattr(subject, name)}")
     # the child saves nothing and compares nothing: the parent's run is the one of record
     return args + ["--benchmark-disable-gc", "-p", "no:randomly"]
 

@@ -13,7 +13,10 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perf.subject import Subject
 
 #: Backends assumed while detector/backends (the registry) cannot be imported.
 FALLBACK_BACKENDS = ("torch", "onnxruntime", "tensorrt")
@@ -145,7 +148,6 @@ class PerfOptions:
 
     backends: tuple[str, ...]
     device: str
-    video: Path | None
     batch_sizes: tuple[int, ...]
     precisions: tuple[str, ...]
     allow_machine_mismatch: bool
@@ -155,6 +157,7 @@ class PerfOptions:
     nsys_path: str
     profile: str
     streams: tuple[int, ...] | None = None
+    allow_model_mismatch: bool = False
 
     def streams_for(self, device: str) -> tuple[int, ...]:
         """Stream counts of the multi-stream test on `device`: --perf-streams, else `DEFAULT_STREAMS`."""
@@ -166,21 +169,28 @@ class PerfOptions:
 
 
 class PerfSession:
-    """Per-run state of the perf plugin: options, the resolved device and the machine fingerprint (both lazy)."""
+    """Per-run state of the perf plugin: options, what is measured (`perf.subject.Subject`), the resolved device
+    and the machine fingerprint (both lazy)."""
 
-    def __init__(self, options: PerfOptions) -> None:
+    def __init__(self, options: PerfOptions, subject: Subject | None = None) -> None:
+        from perf.subject import Subject
+
         self.options = options
+        self.subject = subject if subject is not None else Subject()
 
     @classmethod
-    def from_config(cls, getoption: Any, rootdir: Path, invocation_dir: Path) -> PerfSession:
-        """Build from ``config.getoption``; relative paths are taken from the directory pytest was started in."""
-        video = getoption("perf_video")
+    def from_config(cls, getoption: Any, rootdir: Path, invocation_dir: Path, getini: Any = None,
+                    ini_dir: Path | None = None) -> PerfSession:  # fmt: skip
+        """Build from ``config.getoption`` (and ``config.getini`` for the subject's settings); relative paths of
+        options are taken from the directory pytest was started in, of ini values from the ini file's folder."""
+        from perf.subject import Subject
+
         cache_dir = getoption("perf_cache_dir")
+        subject = Subject.from_config(getoption, getini or (lambda name: None), invocation_dir, ini_dir or rootdir)
         return cls(
             PerfOptions(
                 backends=getoption("perf_backends") or backend_names(),
                 device=getoption("perf_device"),
-                video=(invocation_dir / video).resolve() if video else None,
                 batch_sizes=getoption("perf_batch_sizes"),
                 precisions=getoption("perf_precisions"),
                 allow_machine_mismatch=getoption("perf_allow_machine_mismatch"),
@@ -190,15 +200,14 @@ class PerfSession:
                 nsys_path=getoption("perf_nsys_path"),
                 profile=getoption("perf_profile"),
                 streams=getoption("perf_streams"),
-            )
+                allow_model_mismatch=bool(getoption("perf_allow_model_mismatch")),
+            ),
+            subject,
         )
 
     def usage_errors(self) -> Iterable[str]:
         """Messages for option values that cannot work together or point at nothing."""
-        video = self.options.video
-        if video is not None and not video.is_file():
-            problem = "is a directory" if video.is_dir() else "no such file"
-            yield f"--perf-video: cannot open '{video}': {problem}"
+        yield from self.subject.problems()
         if self.options.nsys and self.options.profile != "none":
             yield (
                 f"--perf-nsys and --perf-profile={self.options.profile} cannot be combined: both profilers use "
@@ -234,6 +243,13 @@ class PerfSession:
 
             return availability("tensorrt", self.device)  # "tensorrt not installed (...)", an RTX refusal, or None
         return None
+
+    @functools.cached_property
+    def identity(self) -> dict[str, Any]:
+        """``machine_info["perf_subject"]``: what this run measures (`perf.subject.Subject.identity`)."""
+        spec = self.subject.model_spec(self.options.cache_dir)
+        return self.subject.identity(spec, synthetic_frames=self.options.frames_for(self.device),
+                                     precisions=self.options.precisions)  # fmt: skip
 
     @functools.cached_property
     def fingerprint(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from perf.controls import Controls, parse_controls
 from perf.machine import fingerprint_differences, mismatch_message
 from perf.regressions import parse_regression
 from perf.slowdown import parse_delay_ms
+from perf.subject import add_options as add_subject_options
 from perf.options import (
     DEFAULT_BATCH_SIZES,
     DEFAULT_FRAMES,
@@ -71,11 +72,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "Default: auto (cuda if available, else cpu).",
     )  # fmt: skip
     group.addoption(
-        "--perf-video", metavar="PATH", default=None,
-        help="Video for the end-to-end and parity tests instead of the synthetic one; must exist. "
-        "Default: the synthetic video.",
-    )  # fmt: skip
-    group.addoption(
         "--perf-batch-sizes", metavar="SIZES", type=deferred(parse_batch_sizes), default=DEFAULT_BATCH_SIZES,
         help=f"Comma-separated batch sizes for the inference benchmarks. Default: {_join(DEFAULT_BATCH_SIZES)}.",
     )  # fmt: skip
@@ -89,6 +85,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="With --benchmark-compare, accept a saved run recorded on another GPU, driver, CUDA version or "
         "device (warn instead of failing). Default: False.",
     )  # fmt: skip
+    group.addoption(
+        "--perf-allow-model-mismatch", action="store_true", default=False,
+        help="With --perf-compare or --benchmark-compare, accept a saved run of another model or video (warn "
+        "instead of failing). Default: False.",
+    )  # fmt: skip
+    add_subject_options(group, parser)
     group.addoption(
         "--perf-cache-dir", metavar="DIR", default=None,
         help="Directory for generated videos, exported models and engines (relative to the current directory). "
@@ -150,7 +152,9 @@ def pytest_configure(config: pytest.Config) -> None:
     errors = bad_values(config.option)  # one line each, not pytest's usage block
     if errors:
         raise pytest.UsageError("\n".join(errors))
-    session = PerfSession.from_config(config.getoption, config.rootpath, config.invocation_params.dir)
+    ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
+    session = PerfSession.from_config(config.getoption, config.rootpath, config.invocation_params.dir,
+                                      config.getini, ini_dir)  # fmt: skip
     errors = list(session.usage_errors())
     if errors:
         raise pytest.UsageError("\n".join(errors))
@@ -202,13 +206,38 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
     machine_info["perf"] = config.stash[PERF_SESSION].fingerprint
+    machine_info["perf_subject"] = config.stash[PERF_SESSION].identity
+
+
+def check_subject(config: pytest.Config, saved_run: dict[str, Any], location: str, option: str) -> None:
+    """Refuse (pytest.UsageError) a saved run of another model or video, unless --perf-allow-model-mismatch; a
+    saved run that recorded no identity (made before identities were saved) is compared with a warning."""
+    from perf.subject import subject_differences, subject_mismatch_message
+
+    session = config.stash[PERF_SESSION]
+    saved = (saved_run.get("machine_info") or {}).get("perf_subject")
+    if not saved:
+        config.issue_config_time_warning(MachineMismatchWarning(
+            f"{option}: the saved run in '{location}' records no model or video identity (saved before they were "
+            "recorded); it is compared as if it measured this model and video"), stacklevel=2)
+        return
+    differences = subject_differences(saved, session.identity)
+    if not differences:
+        return
+    allowed = session.options.allow_model_mismatch
+    message = subject_mismatch_message(differences, saved_run, location, allowed=allowed, option=option)
+    if not allowed:
+        raise pytest.UsageError(message)
+    config.issue_config_time_warning(MachineMismatchWarning(message), stacklevel=2)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_compare_machine_info(
     config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any], compared_benchmark: dict[str, Any]
 ) -> None:
-    """Refuse (pytest.UsageError) to compare with a run from another GPU/driver/CUDA/device, unless allowed."""
+    """Refuse (pytest.UsageError) to compare with a run from another GPU/driver/CUDA/device, unless allowed, or of
+    another model or video (`check_subject`)."""
+    check_subject(config, compared_benchmark, str(benchmarksession.storage), "--benchmark-compare")
     differences = fingerprint_differences(compared_benchmark["machine_info"].get("perf"), machine_info["perf"])
     if not differences:
         return

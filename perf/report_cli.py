@@ -22,7 +22,8 @@ PROG = "perf-report"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Markdown summary and HTML report of the perf suite.")
+    parser = argparse.ArgumentParser(prog=PROG, description="Markdown summary and HTML report of the perf suite.",
+                                     allow_abbrev=False)
     parser.add_argument("--storage", type=Path, default=Path(".benchmarks"),
                         help="pytest-benchmark storage folder (or one machine's folder in it). Default: .benchmarks.")
     parser.add_argument("--reports", type=Path, default=None,

@@ -1,4 +1,5 @@
-"""Parity: every candidate backend and precision against the reference, torch fp32 on the same device.
+"""Parity: every candidate backend and precision against the reference, torch fp32 on the same device (ONNX Runtime
+fp32 when the model under test is an ONNX file without a Darknet cfg).
 
 Two levels, with the pass criteria in :data:`perf.parity.TOLERANCES` (per candidate precision):
 
@@ -9,8 +10,9 @@ Two levels, with the pass criteria in :data:`perf.parity.TOLERANCES` (per candid
   count as borderline, not as misses), mean IoU of the matches, largest score difference of a match, class
   agreement among the matches. A failure lists the worst frames.
 
-mAP@0.5 and mAP@0.5:0.95 against the synthetic video's ground truth are reported for the reference and for
-every candidate.
+mAP@0.5 and mAP@0.5:0.95 against the video's ground truth (the synthetic video's, or ``--perf-ground-truth``) are
+reported for the reference and for every candidate; the reference must reach ``--perf-min-map`` (by default 0.5
+for the shipped model, no floor for another).
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ pytestmark = pytest.mark.parity
 
 #: Frames per inference call in the parity runs.
 PARITY_BATCH = 8
-#: The reference: (variant, precision).
+#: The reference, (variant, precision): torch fp32, or ONNX Runtime fp32 for a model given as an ONNX file only.
 REFERENCE = ("torch", "fp32")
-#: mAP@0.5 the reference must reach on the held-out synthetic video when trained weights are shipped: a floor
-#: that catches broken pre/post-processing or weights (random weights score ~0), not the model's quality target
-#: (the shipped model's own held-out figures are in detector/data/yolov4-tiny.weights.txt).
-MIN_REFERENCE_MAP50 = 0.50
+ONNX_REFERENCE = ("onnxruntime", "fp32")
+
+
+def _reference(config: pytest.Config) -> tuple[str, str]:
+    from perf.plugin import PERF_SESSION
+
+    return ONNX_REFERENCE if config.stash[PERF_SESSION].subject.onnx_only else REFERENCE
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -41,7 +46,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         session = metafunc.config.stash[PERF_SESSION]
         o = session.options
         metafunc.parametrize("candidate", make_cases(o.backends, o.precisions, None, session.device,
-                                                     exclude=REFERENCE, family="parity"))
+                                                     exclude=_reference(metafunc.config), family="parity"))
 
 
 def _run(runner: Any, batches: list[Any]) -> tuple[Any, list[Any]]:
@@ -53,7 +58,7 @@ def _run(runner: Any, batches: list[Any]) -> tuple[Any, list[Any]]:
     for tensor, transforms in batches:
         out = runner.infer(tensor)
         decoded.append(out.numpy())
-        detections.extend(postprocess(out, transforms))
+        detections.extend(postprocess(out, transforms, nms=runner.spec.nms))  # the NMS the cfg asks for
     return np.concatenate(decoded), detections
 
 
@@ -64,14 +69,14 @@ def parity_batches(perf_video: Any, runner_pool: Any) -> list[Any]:
     from detector.video import read_frames
 
     frames = read_frames(perf_video.path, limit=perf_video.frames)
-    size = runner_pool.spec.input_size
-    return [preprocess(frames[i:i + PARITY_BATCH], size) for i in range(0, len(frames), PARITY_BATCH)]
+    size, mode = runner_pool.spec.input_size, "letterbox" if runner_pool.spec.letterbox else "resize"
+    return [preprocess(frames[i:i + PARITY_BATCH], size, mode) for i in range(0, len(frames), PARITY_BATCH)]
 
 
 @pytest.fixture(scope="module")
-def reference(parity_batches: list[Any], runner_pool: Any) -> tuple[Any, list[Any]]:
+def reference(pytestconfig: pytest.Config, parity_batches: list[Any], runner_pool: Any) -> tuple[Any, list[Any]]:
     """Decoded outputs [F, N, 4+C] and per-frame detections of the reference runner."""
-    runner = runner_pool.get(REFERENCE[0], REFERENCE[1])
+    runner = runner_pool.get(*_reference(pytestconfig))
     return _run(runner, parity_batches)
 
 
@@ -86,15 +91,24 @@ def _accuracy_row(label: str, result: Any) -> dict[str, Any]:
             "per class AP@0.5": ", ".join(f"{k} {v.ap50:.3f}" for k, v in result.per_class.items())}
 
 
-def test_reference_accuracy(reference: Any, perf_video: Any, runner_pool: Any, perf_report: Any) -> None:
+def test_reference_accuracy(pytestconfig: pytest.Config, reference: Any, perf_video: Any, runner_pool: Any,
+                            perf_report: Any) -> None:  # fmt: skip
+    from perf.plugin import PERF_SESSION
+
     if perf_video.ground_truth is None:
-        pytest.skip("--perf-video has no ground truth")
+        pytest.skip(f"no ground truth for {perf_video.path}: give --perf-ground-truth (or put "
+                    f"{perf_video.path.with_suffix('.json').name} beside it) to score it")
+    backend, precision = _reference(pytestconfig)
     result = _accuracy(perf_video, reference[1], runner_pool.spec.names)
-    perf_report.add("Accuracy vs ground truth", _accuracy_row("torch fp32 (reference)", result))
-    if runner_pool.spec.weights is None:
+    perf_report.add("Accuracy vs ground truth", _accuracy_row(f"{backend} {precision} (reference)", result))
+    subject = pytestconfig.stash[PERF_SESSION].subject
+    floor = subject.min_map50()
+    if floor is None:
+        pytest.skip(f"mAP@0.5 {result.map50:.3f} reported, not checked: no --perf-min-map for this model")
+    if runner_pool.spec.weights is None and runner_pool.spec.cfg is not None and subject.min_map is None:
         pytest.skip(f"seeded random weights: mAP@0.5 {result.map50:.3f} reported, not checked")
-    assert result.map50 >= MIN_REFERENCE_MAP50, (
-        f"reference mAP@0.5 {result.map50:.3f} < {MIN_REFERENCE_MAP50} on {perf_video.path}\n{result.table()}")
+    assert result.map50 >= floor, (
+        f"reference mAP@0.5 {result.map50:.3f} < {floor} on {perf_video.path}\n{result.table()}")
 
 
 def test_detection_parity(candidate: Case, reference: Any, parity_batches: list[Any], runner_pool: Any,
@@ -107,7 +121,7 @@ def test_detection_parity(candidate: Case, reference: Any, parity_batches: list[
     parity = compare_detections(reference[1], detections, score_tolerance=tol.score_abs)
     failures = tensors.failures(tol) + parity.failures(tol)
 
-    perf_report.add("Parity vs torch fp32",
+    perf_report.add("Parity vs torch fp32",  # the report's table title (ONNX Runtime fp32 for an ONNX-only model)
                     report_row(candidate.label, candidate.backend, candidate.precision, failures, tensors, parity))
     if perf_video.ground_truth is not None:
         perf_report.add("Accuracy vs ground truth",

@@ -1,4 +1,4 @@
-"""detector.boxes: IoU, NMS, letterbox mapping and matching against slow references."""
+"""detector.boxes: IoU, DIoU, NMS, letterbox mapping and matching against slow references."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 
 from detector.boxes import (
     Letterbox,
+    batched_diou_nms,
     batched_nms,
     box_area,
+    box_diou,
     box_iou,
     clip_boxes,
     match_detections,
@@ -360,3 +362,139 @@ def test_match_detections_recovers_a_permutation(boxes: list[list[float]], rnd) 
     a = torch.tensor(boxes)
     pairs = match_detections(a, torch.zeros(len(boxes)), a[perm], torch.zeros(len(boxes)), iou_threshold=0.999)
     assert [(i, perm[j]) for i, j, _ in pairs] == [(i, i) for i in range(len(boxes))]
+
+
+# ----------------------------------------------------------------------------------------------- DIoU, DIoU-NMS
+def ref_darknet_diou(a: list[float], b: list[float], beta: float) -> float:
+    """box.c box_diounms transliterated: boxes as Darknet's (x, y, w, h) centres, double precision."""
+    (ax, ay, aw, ah), (bx, by, bw, bh) = (((p[0] + p[2]) / 2, (p[1] + p[3]) / 2, p[2] - p[0], p[3] - p[1])
+                                          for p in (a, b))
+    top, bot = min(ay - ah / 2, by - bh / 2), max(ay + ah / 2, by + bh / 2)
+    left, right = min(ax - aw / 2, bx - bw / 2), max(ax + aw / 2, bx + bw / 2)
+    c = (right - left) ** 2 + (bot - top) ** 2
+    iou = ref_iou(a, b)
+    if c == 0:
+        return iou
+    return iou - (((ax - bx) ** 2 + (ay - by) ** 2) / c) ** beta
+
+
+def ref_diounms_sort(diou: np.ndarray, probs: np.ndarray, thr: float) -> set[tuple[int, int]]:
+    """box.c diounms_sort, loop for loop, on a precomputed pairwise DIoU: per class k, detections by descending
+    prob[k] (stable); a detection still > 0 zeroes every later one with DIoU > thr. Returns the surviving
+    (detection, class) pairs."""
+    probs = probs.copy()
+    for k in range(probs.shape[1]):
+        order = sorted(range(len(probs)), key=lambda i: -float(probs[i, k]))
+        for n, i in enumerate(order):
+            if probs[i, k] == 0:
+                continue
+            for j in order[n + 1:]:
+                if diou[i, j] > np.float32(thr):
+                    probs[j, k] = 0
+    return {(int(i), int(k)) for i, k in zip(*np.nonzero(probs))}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(box_st(), min_size=1, max_size=6), st.lists(box_st(), min_size=1, max_size=6),
+       st.sampled_from([0.3, 0.6, 1.0, 2.5]))
+def test_box_diou_matches_darknet_box_diounms(a: list[list[float]], b: list[list[float]], beta: float) -> None:
+    diou = box_diou(torch.tensor(a), torch.tensor(b), beta)
+    expected = torch.tensor([[ref_darknet_diou(x, y, beta) for y in b] for x in a], dtype=torch.float32)
+    torch.testing.assert_close(diou, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(box_diou(torch.tensor(b), torch.tensor(a), beta), diou.T, rtol=0, atol=0)
+    assert bool((diou <= box_iou(torch.tensor(a), torch.tensor(b)) + 1e-7).all())
+    np.testing.assert_array_equal(box_diou(np.array(a, np.float32), np.array(b, np.float32), beta), diou.numpy())
+
+
+def test_box_diou_of_equal_points_is_their_iou_not_nan() -> None:
+    points = torch.tensor([[5.0, 5.0, 5.0, 5.0], [5.0, 5.0, 5.0, 5.0]])
+    assert box_diou(points, points).tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    with pytest.raises(DetectorError, match="beta must be a number > 0"):
+        box_diou(points, points, beta=0.0)
+
+
+@pytest.mark.parametrize("beta", [0.6, 1.0, 3.0])
+@pytest.mark.parametrize(("n", "classes", "seed"), [(40, 1, 0), (300, 3, 1), (1200, 4, 2)])
+def test_batched_diou_nms_equals_darknet_diounms_sort(n: int, classes: int, seed: int, beta: float) -> None:
+    boxes, _ = clustered_boxes(n, seed)
+    rng = np.random.default_rng(seed + 100)
+    probs = np.where(rng.uniform(0, 1, (n, classes)) < 0.5, rng.uniform(0, 1, (n, classes)), 0).astype(np.float32)
+    expected = ref_diounms_sort(box_diou(boxes, boxes, beta), probs, 0.45)
+    det, cls = np.nonzero(probs)
+    keep = batched_diou_nms(boxes[det], probs[det, cls], cls, 0.45, beta)
+    assert {(int(det[k]), int(cls[k])) for k in keep} == expected
+    assert list(probs[det, cls][keep]) == sorted(probs[det, cls][keep], reverse=True)
+
+
+@st.composite
+def concentric_case(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Boxes of random sizes around one centre per class: their centre distance is 0, so DIoU = IoU."""
+    n, classes = draw(st.integers(1, 40)), draw(st.integers(1, 3))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    centres = rng.uniform(50, 350, (classes, 2)).round()
+    cls = rng.integers(0, classes, n)
+    half = rng.integers(1, 60, (n, 2)).astype(np.float64) / 2
+    boxes = np.concatenate([centres[cls] - half, centres[cls] + half], 1).astype(np.float32)
+    scores = rng.choice([0.2, 0.5, 0.5, 0.9], n).astype(np.float32) if draw(st.booleans()) else rng.uniform(0, 1, n)
+    return boxes, scores.astype(np.float32), cls, draw(st.sampled_from([0.3, 0.45, 0.6]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(concentric_case(), st.sampled_from([0.6, 2.0]))
+def test_diou_nms_of_boxes_sharing_a_centre_equals_iou_nms(case: tuple, beta: float) -> None:
+    boxes, scores, cls, thr = case
+    np.testing.assert_array_equal(batched_diou_nms(boxes, scores, cls, thr, beta), batched_nms(boxes, scores, cls, thr))
+
+
+@settings(max_examples=80, deadline=None)
+@given(nms_case(), st.data())
+def test_diou_nms_with_a_huge_beta_equals_iou_nms(case: tuple[np.ndarray, np.ndarray, float],
+                                                  data: st.DataObject) -> None:
+    boxes, scores, thr = case  # (d / c) ** 1e9 underflows to 0 for every pair that overlaps
+    cls = np.array(data.draw(st.lists(st.integers(0, 2), min_size=len(boxes), max_size=len(boxes))))
+    np.testing.assert_array_equal(batched_diou_nms(boxes, scores, cls, thr, 1e9), batched_nms(boxes, scores, cls, thr))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 400), st.integers(0, 2**31 - 1), st.sampled_from([0.3, 0.45, 0.6]), st.sampled_from([0.6, 1.5]))
+def test_diou_nms_keeps_no_pair_above_threshold_and_drops_only_what_a_kept_box_suppresses(
+    n: int, seed: int, thr: float, beta: float
+) -> None:
+    boxes, scores = clustered_boxes(n, seed)
+    cls = np.random.default_rng(seed).integers(0, 3, n)
+    keep = batched_diou_nms(boxes, scores, cls, thr, beta)
+    diou = box_diou(boxes, boxes, beta)
+    same = cls[:, None] == cls[None, :]
+    kept = np.zeros(n, bool)
+    kept[keep] = True
+    assert not (diou[np.ix_(keep, keep)] > thr)[same[np.ix_(keep, keep)] & ~np.eye(len(keep), dtype=bool)].any()
+    for j in np.flatnonzero(~kept):  # each dropped box: a kept box of its class, scored at least as high, suppresses it
+        assert ((diou[keep, j] > thr) & same[keep, j] & (scores[keep] >= scores[j])).any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 300), st.integers(0, 2**31 - 1), st.randoms(use_true_random=False))
+def test_diou_nms_is_invariant_to_the_input_order(n: int, seed: int, rnd: object) -> None:
+    boxes, _ = clustered_boxes(n, seed)
+    scores = np.random.default_rng(seed).permutation(n).astype(np.float32) / n  # distinct scores
+    cls = np.random.default_rng(seed + 1).integers(0, 2, n)
+    perm = list(range(n))
+    rnd.shuffle(perm)  # type: ignore[attr-defined]
+    perm_arr = np.array(perm)
+    keep = batched_diou_nms(boxes, scores, cls, 0.45)
+    keep_permuted = batched_diou_nms(boxes[perm_arr], scores[perm_arr], cls[perm_arr], 0.45)
+    np.testing.assert_array_equal(perm_arr[keep_permuted], keep)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("n", "seed"), [(600, 3), (3000, 4)])
+def test_diou_device_algorithm_agrees_with_host_loop(device: str, n: int, seed: int) -> None:
+    boxes, scores = clustered_boxes(n, seed)
+    order = np.argsort(-scores, kind="stable")
+    cls = np.random.default_rng(seed).integers(0, 3, n)
+    host = _greedy_sorted(boxes[order], cls[order], 0.45, 0.6)
+    dev = _greedy_sorted(torch.from_numpy(boxes[order]).to(device), torch.from_numpy(cls[order]).to(device), 0.45, 0.6)
+    np.testing.assert_array_equal(dev.cpu().numpy(), host)
+    t = batched_diou_nms(torch.from_numpy(boxes).to(device), torch.from_numpy(scores).to(device),
+                         torch.from_numpy(cls).to(device), 0.45)
+    np.testing.assert_array_equal(t.cpu().numpy(), order[host])

@@ -149,7 +149,7 @@ def test_error_when_classes_change_without_filters(tmp_path: Path) -> None:
         ("layers = -6,-1", "layers = -60,-1", "layers = -60", r"layers=-60 refers to layer -52; allowed: earlier"),
         ("layers = -1, 23", "layers = -1, 34", "layers = -1, 34", r"refers to layer 34; allowed: earlier"),
         ("size=2\nstride=2", "size=2\nstride=0", "stride=0", r"\[maxpool\] stride=0: must be >= 1"),
-        ("activation=leaky", "activation=swish", "activation=swish", r"activation=swish: allowed leaky"),
+        ("activation=leaky", "activation=leakyy", "activation=leakyy", r"activation=leakyy: allowed leaky"),
         ("mask = 3,4,5", "mask = 3,4,9", "mask = 3,4,9", r"mask=\[3, 4, 9\]: indices must be in 0..5"),
         ("groups=2", "groups=3", "groups=3", r"groups=3 must divide"),
         ("stride=2\npad=1", "stride=2\nstride=1\npad=1", "stride=1", r"repeats 'stride' \(first set on line \d+\)"),

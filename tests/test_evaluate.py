@@ -136,3 +136,25 @@ def test_evaluation_prints_nothing(tmp_path: Path, capsys: pytest.CaptureFixture
     gt = make_gt()
     evaluate_coco(write_gt(tmp_path, gt), detections_from_gt(gt))
     assert capsys.readouterr().out == ""
+
+
+def test_eval_of_a_user_video_equals_eval_of_the_same_synthetic_seed(tmp_path: Path) -> None:
+    """`detector eval --video` (a file from make-video, its ground truth found beside it, categories checked,
+    frames mapped to image ids) scores exactly what `--video-seed` (the cached synthetic video, merged ground
+    truth) scores for the same seed and frames."""
+    from detector.cli import main
+
+    seed, frames = 7, 6
+    video = tmp_path / "mine" / "held-out.mp4"
+    video.parent.mkdir()
+    assert main(["make-video", "--out", str(video), "--seed", str(seed), "--frames", str(frames)]) == 0
+    common = ["--device", "cpu", "--cache-dir", str(tmp_path / "cache"), "--frames", str(frames)]
+    assert main(["eval", "--video-seed", str(seed), *common, "--json", str(tmp_path / "seed.json")]) == 0
+    assert main(["eval", "--video", str(video), *common, "--json", str(tmp_path / "video.json")]) == 0
+    by_seed = json.loads((tmp_path / "seed.json").read_text())
+    by_video = json.loads((tmp_path / "video.json").read_text())
+    assert [p.parent for p in (tmp_path / "cache").rglob("*.mp4")] == [tmp_path / "cache" / "videos"]  # two files
+    assert by_video["frames"] == by_video["num_images"] == by_seed["num_images"] == frames
+    assert by_seed["mAP@0.5"] > 0.3  # the shipped model finds things: equal scores are not two zeros
+    for key in ("mAP@0.5", "mAP@0.5:0.95", "per_class", "num_detections"):
+        assert by_video[key] == by_seed[key], key

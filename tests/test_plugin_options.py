@@ -26,7 +26,8 @@ OPTIONS = (
     "--perf-backends", "--perf-device", "--perf-video", "--perf-batch-sizes", "--perf-precisions",
     "--perf-allow-machine-mismatch", "--perf-cache-dir", "--perf-frames", "--perf-nsys", "--perf-nsys-path",
     "--nsys-path", "--perf-profile", "--perf-inject-delay", "--perf-streams", "--perf-clock-lead-in",
-    "--perf-regression", "--perf-controls",
+    "--perf-regression", "--perf-controls", "--perf-allow-model-mismatch", "--perf-cfg", "--perf-weights",
+    "--perf-names", "--perf-onnx", "--perf-engine", "--perf-engine-precision", "--perf-ground-truth", "--perf-min-map",
 )  # fmt: skip
 
 

@@ -133,3 +133,39 @@ def test_classes_names_with_the_wrong_count_falls_back_to_generic_names(tmp_path
     cfg = _small_cfg(tmp_path)
     (tmp_path / "classes.names").write_text("cat\ndog\nbird\n", encoding="utf-8")
     assert ModelSpec(cfg, cache_dir=tmp_path).names == ["class0", "class1"]
+
+
+def test_an_onnx_file_alone_gives_input_size_and_classes_and_no_torch_model(tmp_path: Path) -> None:
+    from detector.errors import BackendUnavailable
+    from detector.export import export_onnx
+
+    cfg = _small_cfg(tmp_path, 96)
+    export_onnx(ModelSpec(cfg, cache_dir=tmp_path).load_torch(), tmp_path / "m.onnx")
+    spec = ModelSpec(None, onnx=tmp_path / "m.onnx", cache_dir=tmp_path)
+    assert (spec.input_size, spec.num_classes, spec.model_file) == ((96, 96), 2, tmp_path / "m.onnx")
+    assert spec.onnx_path() == tmp_path / "m.onnx"  # run as given, never exported
+    assert spec.cache_key("x") != ModelSpec(cfg, cache_dir=tmp_path).cache_key("x")
+    with pytest.raises(BackendUnavailable, match="the torch backends run a Darknet cfg and weights"):
+        spec.load_torch()
+    with pytest.raises(CfgError, match="is an ONNX file: it has no Darknet cfg"):
+        spec.net  # noqa: B018
+
+
+def test_a_given_onnx_file_must_match_the_cfg(tmp_path: Path) -> None:
+    from detector.errors import ModelFileError
+    from detector.export import export_onnx
+
+    export_onnx(ModelSpec(_small_cfg(tmp_path, 96), cache_dir=tmp_path).load_torch(), tmp_path / "m96.onnx")
+    spec = ModelSpec(_small_cfg(tmp_path, 128), onnx=tmp_path / "m96.onnx", cache_dir=tmp_path)
+    with pytest.raises(ModelFileError, match="takes 3x96x96 .* needs 3x128x128"):
+        spec.onnx_path()
+
+
+def test_a_names_file_must_name_every_class(tmp_path: Path) -> None:
+    (tmp_path / "two.names").write_text("cat\ndog\n")
+    (tmp_path / "three.names").write_text("cat\ndog\nbird\n")
+    assert ModelSpec(default_cfg_path(), names_file=tmp_path / "two.names").names == ["cat", "dog"]
+    with pytest.raises(CfgError, match="three.names: 3 names for the 2 classes"):
+        ModelSpec(default_cfg_path(), names_file=tmp_path / "three.names").names  # noqa: B018
+    with pytest.raises(CfgError, match="need the Darknet cfg they were trained with"):
+        ModelSpec(None, weights=tmp_path / "w.weights", onnx=tmp_path / "m.onnx")

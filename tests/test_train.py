@@ -336,6 +336,6 @@ def test_parsers_register_train_and_eval_subcommands():
     a = parser.parse_args(["train", "--out", "x.weights", "--time-budget-s", "30", "--batch", "8"])
     assert (a.time_budget_s, a.batch, a.frames, a.device, a.seed) == (30.0, 8, 16000, "auto", 0)
     e = parser.parse_args(["eval", "--video-seed", "7", "--video-seed", "8", "--precision", "fp16"])
-    assert e.video_seeds == [7, 8] and e.precision == "fp16" and e.frames == 300
+    assert e.video_seeds == [7, 8] and e.precision == "fp16" and e.frames is None  # 300 per seed, all of a --video
     with pytest.raises(SystemExit):
         parser.parse_args(["train", "--out", "x", "--net-size", "100"])

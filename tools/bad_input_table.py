@@ -18,7 +18,7 @@ from bad_inputs import ROWS, make_shared, run_row, summary, table  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--only", help="comma-separated row ids (default: all)")
     args = parser.parse_args()
     wanted = set(args.only.split(",")) if args.only else None

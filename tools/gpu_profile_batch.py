@@ -47,7 +47,7 @@ def kernel_table(runner: Any, x: torch.Tensor, iters: int, top: int = 14) -> Non
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--iters", type=int, default=20)
     args = parser.parse_args()

@@ -25,7 +25,7 @@ GRAPH = {"fuse_bn": True, "channels_last": True, "cuda_graph": True}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--batches", default="1,32,64,128,256")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--profile-batch", type=int, default=1)

@@ -236,7 +236,7 @@ def run_tests(check: Check, args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--cache-dir", type=Path, required=True, help="ModelSpec cache folder (ONNX, engines).")
     parser.add_argument("--out", type=Path, required=True, help="where to write the JSON summary.")
     parser.add_argument("--precisions", type=parse_precisions, default=("fp32", "fp16", "int8"),

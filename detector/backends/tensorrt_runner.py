@@ -40,6 +40,11 @@ Options:
 ``opset`` (17)
     ONNX opset of the export.
 
+A prebuilt engine (``spec.engine``, e.g. the suite's ``--perf-engine``) is loaded instead of built: deserialized
+as is, its optimization profile read from the engine (``get_tensor_profile_shape``), its input checked against
+the spec's [B, 3, H, W] and its output's last dimension against 4 + C. It runs only as ``spec.engine_precision``
+(TensorRT keeps no readable record of the precision an engine was built for); other precisions are unavailable.
+
 Measurements the suite reads: :attr:`cold_start` (:class:`detector.trt.ColdStart`: build or cache,
 deserialization, context creation, first inference), :attr:`memory` (engine device memory from
 ``device_memory_size_v2``, device memory taken by activation, peak torch-allocated bytes during inference)
@@ -55,7 +60,7 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from detector.backends.base import Runner
-from detector.errors import BackendError
+from detector.errors import BackendError, BackendUnavailable
 from detector.trt import (
     DEFAULT_BATCH_SIZES,
     ColdStart,
@@ -152,6 +157,7 @@ class TensorRTRunner(Runner):
         """Package first (``"tensorrt not installed (tried ...)"``), then CUDA, the precision, and for
         TensorRT-RTX the GPU's compute capability (:func:`detector.trt.rtx_refusal_message`)."""
         base_reason = super().unavailable_reason(device, precision)  # also validates the names
+        # (a prebuilt engine's own precision is checked in _activate: it belongs to the spec, not the class)
         try:
             trt, flavor = import_tensorrt()
         except BackendError as e:  # BackendUnavailable included
@@ -170,14 +176,65 @@ class TensorRTRunner(Runner):
     def _activate(self) -> None:
         import torch
 
+        if self.spec.engine is not None and self.precision != self.spec.engine_precision:
+            raise BackendUnavailable(f"the prebuilt engine '{self.spec.engine}' runs as "
+                                     f"{self.spec.engine_precision} only (not {self.precision})")
         trt, flavor = import_tensorrt()
         self._trt, self._flavor = trt, flavor
         dev = self.torch_device
         gpu = cuda_device_info(dev.index)
         free_before = torch.cuda.mem_get_info(dev)[0]
         height, width = self.spec.input_size
+        if self.spec.engine is not None:
+            loaded, entry, cold = self._prebuilt(gpu)
+            onnx_path = None
+        else:
+            loaded, entry, cold, onnx_path = self._built(trt, flavor, gpu, dev)
+        self._loaded = loaded
+        engine = loaded.engine
+        self._bind_io(engine, (3, height, width))
+        if self.spec.engine is not None:
+            low, _, high = (tuple(int(v) for v in s) for s in engine.get_tensor_profile_shape(self._input, 0))
+            self._profile = profile_shapes(sorted({low[0], high[0]}), (1,))
+        start = time.perf_counter()
+        self._context = self._new_context(native_graphs=True)
+        cold.context_s = time.perf_counter() - start
+        self.max_batch_size = self._profile.max[0]
+        self.engine_info = {"flavor": flavor, "tensorrt": tensorrt_version(trt), "module": trt.__name__,
+                            "engine": str(entry.path), "gpu": gpu[0], "compute_capability": list(gpu[1]),
+                            "profile_batches": [shape[0] for shape in self._profile.as_tuple()],
+                            "onnx": str(onnx_path) if onnx_path is not None else None,
+                            "prebuilt": self.spec.engine is not None}
+        self._finish_activation(engine, entry, cold, dev, free_before)
+
+    def _prebuilt(self, gpu: Any) -> tuple[Any, Any, ColdStart]:
+        """The spec's prebuilt engine, deserialized as is (ModelFileError for an unreadable file)."""
+        from pathlib import Path
+
+        from detector.errors import ModelFileError
+        from detector.trt import CachedEngine, deserialize_engine
+
+        path = Path(self.spec.engine)
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise ModelFileError(f"cannot read TensorRT engine '{path}': {e.strerror or e}") from e
+        if not data:
+            raise ModelFileError(f"cannot read TensorRT engine '{path}': the file is empty (0 bytes)")
+        loaded = deserialize_engine(data, tensorrt=(self._trt, self._flavor), source=path, gpu=gpu)
+        entry = CachedEngine(path, data, "prebuilt", True, None, {})
+        cold = ColdStart(from_cache=True, deserialize_s=loaded.deserialize_s, engine_path=str(path),
+                         engine_bytes=len(data))
+        return loaded, entry, cold
+
+    def _built(self, trt: Any, flavor: str, gpu: Any, dev: Any) -> tuple[Any, Any, ColdStart, Any]:
+        """An engine of the spec's ONNX model, built or read from the cache (:func:`detector.trt.load_engine`)."""
+        height, width = self.spec.input_size
         opts = self.options
         if self.precision == "fp16" and strongly_typed(trt, flavor):
+            if self.spec.cfg is None:
+                raise BackendUnavailable(f"{flavor} fp16 needs an fp16 export of a Darknet model; the model is the "
+                                         f"ONNX file '{self.spec.onnx}'")
             onnx_path = fp16_onnx_path(self.spec, opts["opset"])
         else:
             onnx_path = self.spec.onnx_path(opts["opset"])
@@ -193,17 +250,14 @@ class TensorRTRunner(Runner):
         loaded, entry, cold = load_engine(
             onnx_path, cache_dir=cache_dir, precision=self.precision, profile_batches=tuple(opts["batch_sizes"]),
             tensorrt=(trt, flavor), gpu=gpu, calibrator_factory=calibrator_factory, key_extra=key_extra, **build)
-        self._loaded = loaded
-        engine = loaded.engine
-        self._bind_io(engine, (3, height, width))
-        start = time.perf_counter()
-        self._context = self._new_context(native_graphs=True)
-        cold.context_s = time.perf_counter() - start
-        self.max_batch_size = self._profile.max[0]
-        self.engine_info = {"flavor": flavor, "tensorrt": tensorrt_version(trt), "module": trt.__name__,
-                            "engine": str(entry.path), "gpu": gpu[0], "compute_capability": list(gpu[1]),
-                            "profile_batches": [shape[0] for shape in self._profile.as_tuple()],
-                            "onnx": str(onnx_path)}
+        return loaded, entry, cold, onnx_path
+
+    def _finish_activation(self, engine: Any, entry: Any, cold: ColdStart, dev: Any, free_before: int) -> None:
+        """First inference (timed) and the memory readings, for a built or a prebuilt engine."""
+        import torch
+
+        height, width = self.spec.input_size
+        flavor = self._flavor
         engine_memory = getattr(engine, "device_memory_size_v2", None)
         if engine_memory is None:
             engine_memory = getattr(engine, "device_memory_size", None)
@@ -332,6 +386,11 @@ class TensorRTRunner(Runner):
         if shape[1:] != sample_shape:
             raise BackendError(f"runner 'tensorrt': engine input '{self._input}' has shape {list(shape)}; the spec "
                                f"expects [B, {', '.join(map(str, sample_shape))}]")
+        out_shape = tuple(int(v) for v in engine.get_tensor_shape(self._output))
+        columns = 4 + self.spec.num_classes
+        if len(out_shape) != 3 or out_shape[2] != columns:
+            raise BackendError(f"runner 'tensorrt': engine output '{self._output}' has shape {list(out_shape)}; the "
+                               f"model's {self.spec.num_classes} classes need [B, N, {columns}]")
         self._in_dtype = torch_dtype(engine.get_tensor_dtype(self._input))
         self._out_dtype = torch_dtype(engine.get_tensor_dtype(self._output))
 

@@ -2,7 +2,7 @@
 
 Modules: :mod:`~detector.train.data` (rendered frames, seed split), :mod:`~detector.train.augment` (device
 augmentation), :mod:`~detector.train.loss` (YOLOv4 loss), :mod:`~detector.train.loop` (the run),
-:mod:`~detector.train.evalrun` (mAP on held-out videos), :mod:`~detector.train.provenance` (the text file
+:mod:`~detector.train.evalrun` (mAP on held-out or labelled videos), :mod:`~detector.train.provenance` (the text file
 beside the weights), :mod:`~detector.train.cli` (``detector train`` / ``detector eval``).
 
 Importing this package imports no torch: the names below load their module on first access.
@@ -15,10 +15,11 @@ import importlib
 from typing import Any
 
 __all__ = ["TrainConfig", "TrainResult", "add_eval_parser", "add_train_parser", "evaluate_model",
-           "evaluate_weights", "train"]
+           "evaluate_video", "evaluate_weights", "train"]
 
 _WHERE = {"TrainConfig": "loop", "TrainResult": "loop", "train": "loop", "evaluate_model": "evalrun",
-          "evaluate_weights": "evalrun", "add_train_parser": "cli", "add_eval_parser": "cli"}
+          "evaluate_video": "evalrun", "evaluate_weights": "evalrun", "add_train_parser": "cli",
+          "add_eval_parser": "cli"}
 
 
 def __getattr__(name: str) -> Any:

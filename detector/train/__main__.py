@@ -11,16 +11,22 @@ from detector.errors import DetectorError
 from detector.train.cli import add_anchors_parser, add_eval_parser, add_train_parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv``, run the subcommand, return the exit status (2 with one line on a user error)."""
-    parser = argparse.ArgumentParser(prog="python3 -m detector.train", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python3 -m detector.train`` (abbreviated options refused)."""
+    parser = argparse.ArgumentParser(prog="python3 -m detector.train", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("-v", "--verbose", action="store_true", help="log every module's progress (default: "
                         "training and evaluation only)")
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_parser(sub)
     add_eval_parser(sub)
     add_anchors_parser(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, run the subcommand, return the exit status (2 with one line on a user error)."""
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

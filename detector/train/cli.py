@@ -14,10 +14,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from detector.argtypes import add_processing_args as _add_processing_args
 from detector.argtypes import fraction as _fraction
 from detector.argtypes import non_negative_int as _non_negative_int
 from detector.argtypes import positive_float as _positive_float
 from detector.argtypes import positive_int as _positive_int
+from detector.argtypes import processing_overrides as _processing_overrides
 
 __all__ = ["add_anchors_parser", "add_eval_parser", "add_train_parser", "cmd_anchors", "cmd_eval", "cmd_train"]
 
@@ -31,7 +33,7 @@ def _net_size(text: str) -> int:
 
 def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``train`` on ``subparsers`` (from ``ArgumentParser.add_subparsers``); returns its parser."""
-    p = subparsers.add_parser("train", help="train YOLOv4-tiny from scratch on synthetic frames",
+    p = subparsers.add_parser("train", allow_abbrev=False, help="train YOLOv4-tiny from scratch on synthetic frames",
                               description="Train YOLOv4-tiny from scratch on frames of the synthetic video "
                               "generator (training seeds 1000 and up; 0, 7, 8, 9 are held out) and write Darknet "
                               "weights plus <out>.txt saying how they were made.")
@@ -73,23 +75,32 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``eval`` on ``subparsers``; returns its parser."""
-    p = subparsers.add_parser("eval", help="mAP per class on held-out synthetic videos (pycocotools)",
+    p = subparsers.add_parser("eval", allow_abbrev=False,
+                              help="mAP per class on held-out synthetic videos or a labelled video (pycocotools)",
                               description="Score a model on held-out synthetic videos (seeds 7, 8, 9 are never "
-                              "trained on): COCO mAP@0.5 and mAP@0.5:0.95 per class, through the real pipeline.")
+                              "trained on) or on a labelled video (--video): COCO mAP@0.5 and mAP@0.5:0.95 per "
+                              "class, through the real pipeline.")
     p.add_argument("--cfg", help="Darknet .cfg (default: the shipped two-class yolov4-tiny.cfg)")
     p.add_argument("--weights", help="Darknet .weights (default: the shipped weights)")
-    p.add_argument("--video-seed", type=int, action="append", dest="video_seeds",
-                   help="held-out video seed, repeatable; several are scored together (default: 7)")
-    p.add_argument("--frames", type=_positive_int, default=300, help="frames of each video (default: 300)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--video-seed", type=int, action="append", dest="video_seeds",
+                        help="held-out video seed, repeatable; several are scored together (default: 7, unless "
+                        "--video)")
+    source.add_argument("--video", help="score this labelled video instead of synthetic seeds (default: none)")
+    p.add_argument("--ground-truth", metavar="JSON",
+                   help="COCO json of --video: image id = frame index + 1, category id = class index + 1 named as "
+                   "the model's classes (default: <video stem>.json beside the video, as make-video writes it)")
+    p.add_argument("--frames", type=_positive_int, metavar="N", help="score the first N frames of each video "
+                   "(default: 300 of a synthetic video, all of a --video)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--precision", default="fp32", help="fp32 or fp16, as the backend supports (default: fp32)")
     p.add_argument("--backend", default="torch", help="torch, onnxruntime or tensorrt (default: torch)")
     p.add_argument("--batch", type=_positive_int, default=16, help="frames per inference (default: 16)")
     p.add_argument("--conf", type=_fraction, default=0.001, help="confidence threshold (default: 0.001)")
     p.add_argument("--iou", type=_fraction, default=0.45, help="NMS IoU threshold (default: 0.45)")
-    p.add_argument("--plain-resize", action="store_true", help="stretch frames instead of letterboxing")
-    p.add_argument("--cache-dir", help="detector cache; videos go to <cache>/videos (default: $DETECTOR_CACHE or "
-                   "~/.cache/detector)")
+    _add_processing_args(p)
+    p.add_argument("--cache-dir", help="detector cache: synthetic videos go to <cache>/videos, ONNX files and "
+                   "engines beside them (default: $DETECTOR_CACHE or ~/.cache/detector)")
     p.add_argument("--json", help="also write the results as JSON to this path")
     p.set_defaults(func=cmd_eval)
     return p
@@ -97,7 +108,8 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def add_anchors_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``anchors`` on ``subparsers``; returns its parser."""
-    p = subparsers.add_parser("anchors", help="fit anchor boxes to the training boxes (k-means, 1 - IoU)",
+    p = subparsers.add_parser("anchors", allow_abbrev=False,
+                              help="fit anchor boxes to the training boxes (k-means, 1 - IoU)",
                               description="Render training frames, collect their boxes in network pixels and "
                               "print k-means anchors for the cfg's [yolo] sections, with the mean best-anchor IoU "
                               "of the fitted and of the cfg's anchors.")
@@ -177,25 +189,53 @@ def _cfg_size(cfg: str | None) -> tuple[int, int]:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Handler of ``detector eval``: prints the per-class AP table, optionally writes JSON."""
+    from detector.errors import DetectorError
     from detector.fileio import atomic_write_text
     from detector.train.evalrun import evaluate_seeds
 
+    if args.ground_truth and not args.video:
+        raise DetectorError(f"--ground-truth '{args.ground_truth}' needs --video (synthetic seeds bring their own)")
     _verbose()
+    if args.video:
+        return _eval_video(args)
     seeds = tuple(args.video_seeds or (7,))
-    results = evaluate_seeds(args.cfg, args.weights, video_seeds=seeds, frames=args.frames, device=args.device,
+    frames = args.frames or 300
+    results = evaluate_seeds(args.cfg, args.weights, video_seeds=seeds, frames=frames, device=args.device,
                               precision=args.precision, backend=args.backend, batch=args.batch,
                               cache_dir=args.cache_dir, conf_threshold=args.conf, iou_threshold=args.iou,
-                              letterbox=not args.plain_resize)
+                              **_processing_overrides(args))
     for name, result in results.items():
         which = f"held-out seeds {','.join(map(str, seeds))}" if name == "all" else f"held-out {name}"
-        print(f"{args.backend} {args.precision} on {args.device}, {which}, {args.frames} frames each, "
+        print(f"{args.backend} {args.precision} on {args.device}, {which}, {frames} frames each, "
               f"weights {args.weights or 'shipped'}:")
         print(result.table())
     if args.json:
         payload = {"backend": args.backend, "precision": args.precision, "device": args.device,
-                   "video_seeds": list(seeds), "frames": args.frames, "weights": args.weights,
+                   "video_seeds": list(seeds), "frames": frames, "weights": args.weights,
                    "conf_threshold": args.conf, "iou_threshold": args.iou, **results["all"].to_dict(),
                    "per_seed": {name: r.to_dict() for name, r in results.items() if name != "all"}}
+        atomic_write_text(Path(args.json), json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _eval_video(args: argparse.Namespace) -> int:
+    """``detector eval --video``: the AP table of one labelled video, optionally written as JSON."""
+    from detector.fileio import atomic_write_text
+    from detector.train.evalrun import evaluate_video
+
+    score = evaluate_video(args.video, args.ground_truth, cfg=args.cfg, weights=args.weights, frames=args.frames,
+                           device=args.device, precision=args.precision, backend=args.backend, batch=args.batch,
+                           cache_dir=args.cache_dir, conf_threshold=args.conf, iou_threshold=args.iou,
+                           **_processing_overrides(args))
+    print(f"{args.backend} {args.precision} on {args.device}, {score.video}, {score.frames} frames, ground truth "
+          f"{score.ground_truth}, weights {args.weights or 'shipped'}:")
+    print(score.result.table())
+    if args.json:
+        payload = {"backend": args.backend, "precision": args.precision, "device": args.device,
+                   "video": str(score.video), "ground_truth": str(score.ground_truth), "frames": score.frames,
+                   "weights": args.weights, "conf_threshold": args.conf, "iou_threshold": args.iou,
+                   **score.result.to_dict()}
         atomic_write_text(Path(args.json), json.dumps(payload, indent=2) + "\n")
         print(f"wrote {args.json}")
     return 0

@@ -5,11 +5,14 @@ held-out seed, decoded with :func:`detector.video.open_video`, letterboxed by
 :func:`detector.preprocess.preprocess`, run by a runner (``evaluate_weights``) or an in-memory model
 (``evaluate_model``, used during training), turned into detections by :func:`detector.postprocess.postprocess`
 and scored by :func:`detector.evaluate.evaluate_coco` (pycocotools). Several seeds are scored as one data set
-(their ground truths merged, image ids offset per seed).
+(their ground truths merged, image ids offset per seed). :func:`evaluate_video` scores a user's labelled video
+the same way against its COCO ground truth (image id = frame index + 1, category id = class + 1, as
+:func:`detector.synthetic.make_synthetic_video` writes them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -25,13 +28,15 @@ from detector.errors import DetectorError
 if TYPE_CHECKING:
     import torch
 
+    from detector.darknet import NmsConfig
     from detector.evaluate import EvalResult
     from detector.postprocess import Detections
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_EVAL_SEEDS", "detect_video", "evaluate_model", "evaluate_seeds", "evaluate_weights",
-           "require_pycocotools", "video_cache"]
+__all__ = ["DEFAULT_EVAL_SEEDS", "VideoScore", "check_categories", "default_ground_truth", "detect_video",
+           "evaluate_model", "evaluate_seeds", "evaluate_video", "evaluate_weights", "require_pycocotools",
+           "video_cache"]
 
 DEFAULT_EVAL_SEEDS = (7,)
 """Held-out generator seeds scored by default (7, 8 and 9 are held out; see detector.train.data)."""
@@ -53,9 +58,10 @@ def require_pycocotools() -> None:
 
 def detect_video(infer: Infer, video: str | os.PathLike[str], *, net_size: tuple[int, int], frames: int | None = None,
                  batch: int = 16, conf_threshold: float = EVAL_CONF_THRESHOLD,
-                 iou_threshold: float = EVAL_IOU_THRESHOLD, letterbox: bool = True) -> dict[int, Detections]:
+                 iou_threshold: float = EVAL_IOU_THRESHOLD, letterbox: bool = True,
+                 nms: NmsConfig | None = None) -> dict[int, Detections]:
     """Detections (frame pixels) of the first ``frames`` frames of ``video``, keyed by COCO image id
-    (frame index + 1, the synthetic ground truth's convention)."""
+    (frame index + 1, the synthetic ground truth's convention); ``nms`` as :func:`detector.postprocess.postprocess`."""
     import itertools
 
     from detector.postprocess import postprocess
@@ -69,7 +75,7 @@ def detect_video(infer: Infer, video: str | os.PathLike[str], *, net_size: tuple
         index = 0
         while chunk := list(itertools.islice(it, batch)):
             x, transforms = preprocess(chunk, net_size, mode=mode)
-            for det in postprocess(infer(x), transforms, conf_threshold, iou_threshold):
+            for det in postprocess(infer(x), transforms, conf_threshold, iou_threshold, nms=nms):
                 index += 1
                 out[index] = det
     return out
@@ -97,7 +103,7 @@ def _merged_ground_truth(gt_paths: Sequence[Path], frames: int, folder: Path) ->
 
 def _evaluate(infer: Infer, *, net_size: tuple[int, int], names: Sequence[str] | None, video_seeds: Sequence[int],
               frames: int, cache_dir: Path, batch: int, conf_threshold: float, iou_threshold: float,
-              letterbox: bool, per_seed: bool = False) -> dict[str, EvalResult]:
+              letterbox: bool, per_seed: bool = False, nms: NmsConfig | None = None) -> dict[str, EvalResult]:
     """``{"all": result}`` over all seeds together, plus ``{"seed N": result}`` each when ``per_seed``."""
     from detector.evaluate import evaluate_coco
     from detector.video import synthetic_video
@@ -112,7 +118,7 @@ def _evaluate(infer: Infer, *, net_size: tuple[int, int], names: Sequence[str] |
         gts.append(video.gt_json)
         detections.append(detect_video(infer, video.video, net_size=net_size, frames=frames, batch=batch,
                                        conf_threshold=conf_threshold, iou_threshold=iou_threshold,
-                                       letterbox=letterbox))
+                                       letterbox=letterbox, nms=nms))
     results = {}
     with tempfile.TemporaryDirectory(prefix="detector-eval-") as tmp:
         merged = {k * _IMAGE_ID_STRIDE + i: d for k, dets in enumerate(detections) for i, d in dets.items()}
@@ -162,29 +168,10 @@ def evaluate_model(model: torch.nn.Module, *, video_seeds: Sequence[int] = DEFAU
         model.train(was_training)
 
 
-def evaluate_seeds(cfg: str | os.PathLike[str] | None = None, weights: str | os.PathLike[str] | None = None, *,
-                     video_seeds: Sequence[int] = DEFAULT_EVAL_SEEDS, frames: int = 300, device: str = "auto",
-                     precision: str = "fp32", backend: str = "torch", batch: int = 16,
-                     cache_dir: str | os.PathLike[str] | None = None, conf_threshold: float = EVAL_CONF_THRESHOLD,
-                     iou_threshold: float = EVAL_IOU_THRESHOLD, letterbox: bool = True,
-                     runner_options: dict[str, Any] | None = None) -> dict[str, EvalResult]:
-    """mAP@0.5 and mAP@0.5:0.95 (overall and per class) of a Darknet model on held-out synthetic videos:
-    ``{"all": all seeds scored together, "seed 7": ..., "seed 8": ...}`` (per-seed entries only for several
-    seeds). The detections are computed once per video.
-
-    Args:
-        cfg, weights: Darknet files (defaults: the shipped cfg and weights; no weights -> seeded random ones).
-        video_seeds: generator seeds of the videos (held out from training: 7, 8, 9), scored together.
-        frames: frames per video (its first ``frames``). device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
-        precision, backend, runner_options: what runs the model (:func:`detector.backends.create_runner`).
-        batch: frames per inference. cache_dir: detector cache (videos under ``videos/``).
-        conf_threshold, iou_threshold: postprocess thresholds (COCO-mAP practice: 0.001 and 0.45).
-        letterbox: letterbox (default) or plain resize, as the pipeline's option.
-
-    Returns:
-        name -> :class:`detector.evaluate.EvalResult` (``.table()`` prints the per-class AP table).
-    """
-    from detector.backends import create_runner
+def _spec_and_device(cfg: str | os.PathLike[str] | None, weights: str | os.PathLike[str] | None,
+                     cache_dir: str | os.PathLike[str] | None, device: str) -> tuple[Any, str]:
+    """The :class:`~detector.spec.ModelSpec` of ``cfg`` / ``weights`` (defaults: the shipped ones) and the device,
+    ``auto`` resolved."""
     from detector.spec import ModelSpec
 
     if device == "auto":
@@ -197,12 +184,44 @@ def evaluate_seeds(cfg: str | os.PathLike[str] | None = None, weights: str | os.
                      cache_dir=base.cache_dir)
     if spec.weights is None:
         log.warning("evaluating seeded random weights: no --weights given and none shipped")
+    return spec, device
+
+
+def evaluate_seeds(cfg: str | os.PathLike[str] | None = None, weights: str | os.PathLike[str] | None = None, *,
+                     video_seeds: Sequence[int] = DEFAULT_EVAL_SEEDS, frames: int = 300, device: str = "auto",
+                     precision: str = "fp32", backend: str = "torch", batch: int = 16,
+                     cache_dir: str | os.PathLike[str] | None = None, conf_threshold: float = EVAL_CONF_THRESHOLD,
+                     iou_threshold: float = EVAL_IOU_THRESHOLD, letterbox: bool | None = None,
+                     nms: NmsConfig | str | None = None,
+                     runner_options: dict[str, Any] | None = None) -> dict[str, EvalResult]:
+    """mAP@0.5 and mAP@0.5:0.95 (overall and per class) of a Darknet model on held-out synthetic videos:
+    ``{"all": all seeds scored together, "seed 7": ..., "seed 8": ...}`` (per-seed entries only for several
+    seeds). The detections are computed once per video.
+
+    Args:
+        cfg, weights: Darknet files (defaults: the shipped cfg and weights; no weights -> seeded random ones).
+        video_seeds: generator seeds of the videos (held out from training: 7, 8, 9), scored together.
+        frames: frames per video (its first ``frames``). device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
+        precision, backend, runner_options: what runs the model (:func:`detector.backends.create_runner`).
+        batch: frames per inference. cache_dir: detector cache (videos under ``videos/``).
+        conf_threshold, iou_threshold: postprocess thresholds (COCO-mAP practice: 0.001 and 0.45).
+        letterbox, nms: letterbox (True) or plain resize (False), and the NMS; None (default): what the cfg says,
+            as the pipeline's options (:func:`detector.pipeline.cfg_processing`).
+
+    Returns:
+        name -> :class:`detector.evaluate.EvalResult` (``.table()`` prints the per-class AP table).
+    """
+    from detector.backends import create_runner
+    from detector.pipeline import cfg_processing
+
+    spec, device = _spec_and_device(cfg, weights, cache_dir, device)
     require_pycocotools()
+    mode, nms = cfg_processing(spec, letterbox, nms)
     with create_runner(backend, spec, device=device, precision=precision, **(runner_options or {})) as runner:
         return _evaluate(lambda x: runner.infer(x), net_size=spec.input_size, names=spec.names,
                          video_seeds=video_seeds, frames=frames, cache_dir=video_cache(spec.cache_dir), batch=batch,
-                         conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=letterbox,
-                         per_seed=True)
+                         conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=mode == "letterbox",
+                         per_seed=True, nms=nms)
 
 
 def evaluate_weights(cfg: str | os.PathLike[str] | None = None, weights: str | os.PathLike[str] | None = None, *,
@@ -212,3 +231,101 @@ def evaluate_weights(cfg: str | os.PathLike[str] | None = None, weights: str | o
     :class:`detector.evaluate.EvalResult` with per-class AP@0.5 and AP@0.5:0.95."""
     return evaluate_seeds(cfg, weights, video_seeds=video_seeds, frames=frames, device=device, precision=precision,
                           **options)["all"]
+
+
+def default_ground_truth(video: str | os.PathLike[str]) -> Path:
+    """The ground truth of ``video`` when none is named: ``<video stem>.json`` beside it, where
+    :func:`detector.synthetic.make_synthetic_video` writes it."""
+    return Path(video).with_suffix(".json")
+
+
+def check_categories(data: dict[str, Any], names: Sequence[str], path: str | os.PathLike[str]) -> None:
+    """DetectorError (naming ``path``) unless the COCO ``categories`` of ``data`` are the model's classes: ids
+    ``1..C`` for the ``C`` ``names``, category id ``k + 1`` named ``names[k]`` (the synthetic ground truth's
+    convention, which :func:`detector.evaluate.evaluate_coco` scores by)."""
+    found = sorted((int(c["id"]), str(c.get("name", ""))) for c in data["categories"])
+    wanted = [(k + 1, str(name)) for k, name in enumerate(names)]
+    if found != wanted:
+        raise DetectorError(f"ground truth '{path}': its {len(found)} categories ({_id_names(found)}) do not match the "
+                            f"model's {len(wanted)} classes ({_id_names(wanted)}; category id = class index + 1); "
+                            "relabel the file or give the --cfg whose classes.names lists its categories")
+
+
+def _id_names(pairs: Sequence[tuple[int, str]], most: int = 6) -> str:
+    text = ", ".join(f"{i}={n!r}" for i, n in pairs[:most])
+    return text + (f", ... {len(pairs) - most} more" if len(pairs) > most else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoScore:
+    """The score of a labelled video: ``result`` over its first ``frames`` frames against ``ground_truth``."""
+
+    video: Path
+    ground_truth: Path
+    frames: int
+    result: EvalResult
+
+
+def evaluate_video(video: str | os.PathLike[str], ground_truth: str | os.PathLike[str] | None = None, *,
+                   cfg: str | os.PathLike[str] | None = None, weights: str | os.PathLike[str] | None = None,
+                   frames: int | None = None, device: str = "auto", precision: str = "fp32", backend: str = "torch",
+                   batch: int = 16, cache_dir: str | os.PathLike[str] | None = None,
+                   conf_threshold: float = EVAL_CONF_THRESHOLD, iou_threshold: float = EVAL_IOU_THRESHOLD,
+                   letterbox: bool | None = None, nms: NmsConfig | str | None = None,
+                   runner_options: dict[str, Any] | None = None) -> VideoScore:
+    """mAP@0.5 and mAP@0.5:0.95 (overall and per class) of a Darknet model on a user's labelled video.
+
+    Args:
+        video: the video file. ground_truth: its COCO json (default: :func:`default_ground_truth`); image id
+            ``i`` labels frame ``i - 1``, category id ``k + 1`` is class ``k`` named ``names[k]``
+            (:func:`check_categories`). Frames without an image in it are not scored.
+        frames: score the first ``frames`` frames (default: all). The other arguments: as :func:`evaluate_seeds`.
+
+    Raises:
+        DetectorError: (one line naming the file) the video or ground truth is missing, unreadable or malformed,
+            its categories are not the model's classes, it labels none of the frames to score, or it labels
+            frames the video does not have; raised before the model is loaded, except the last (known once the
+            video is decoded).
+    """
+    from detector.backends import create_runner
+    from detector.evaluate import _load_ground_truth, evaluate_coco
+    from detector.video import open_video
+
+    require_pycocotools()
+    video = Path(video)
+    gt_path = Path(ground_truth) if ground_truth is not None else default_ground_truth(video)
+    open_video(video).close()
+    data = _load_ground_truth(gt_path)
+    spec, device = _spec_and_device(cfg, weights, cache_dir, device)
+    check_categories(data, spec.names, gt_path)
+    image_ids = {int(img["id"]) for img in data["images"]}
+    if image_ids and min(image_ids) < 1:
+        raise DetectorError(f"ground truth '{gt_path}': image id {min(image_ids)} is not a frame; image id = frame "
+                            "index + 1, so ids start at 1")
+    scored = {i for i in image_ids if frames is None or i <= frames}
+    if not scored:
+        which = "no image" if not image_ids else f"no image of the first {frames} frames"
+        raise DetectorError(f"ground truth '{gt_path}' lists {which}, so there is nothing to score (image id = "
+                            "frame index + 1)")
+    from detector.pipeline import cfg_processing
+
+    mode, nms = cfg_processing(spec, letterbox, nms)
+    with create_runner(backend, spec, device=device, precision=precision, **(runner_options or {})) as runner:
+        detections = detect_video(lambda x: runner.infer(x), video, net_size=spec.input_size, frames=frames,
+                                  batch=batch, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
+                                  letterbox=mode == "letterbox", nms=nms)
+    decoded = len(detections)
+    if max(scored) > decoded:
+        raise DetectorError(f"ground truth '{gt_path}' labels image id {max(scored)} (frame {max(scored) - 1}) but "
+                            f"'{video}' has only {decoded} frames; image id = frame index + 1")
+    if len(scored) < decoded:
+        log.info("%s labels %d of the %d frames scored; the others are left out", gt_path, len(scored), decoded)
+    subset = {"images": [{**img, "id": int(img["id"])} for img in data["images"] if int(img["id"]) in scored],
+              "annotations": [{**ann, "image_id": int(ann["image_id"])} for ann in data["annotations"]
+                              if int(ann["image_id"]) in scored],
+              "categories": data["categories"]}
+    with tempfile.TemporaryDirectory(prefix="detector-eval-") as tmp:
+        path = Path(tmp) / "ground-truth.json"
+        path.write_text(json.dumps(subset), encoding="utf-8")
+        result = evaluate_coco(path, {i: d for i, d in detections.items() if i in scored}, names=spec.names)
+    return VideoScore(video, gt_path, decoded, result)

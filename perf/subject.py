@@ -1,0 +1,256 @@
+"""What the suite measures -- the model and the video -- from its options or ini settings, and their identity.
+
+A repository pins its own model and video in its pytest ini file (``pytest.ini``, ``[tool.pytest.ini_options]``
+in ``pyproject.toml`` ...); the command-line options override it for one run:
+
+============================  ===================  =================================================================
+option                        ini setting          what
+============================  ===================  =================================================================
+``--perf-cfg``                ``perf_cfg``         Darknet ``.cfg``: input size and classes come from it
+``--perf-weights``            ``perf_weights``     its ``.weights`` (default: seeded random weights)
+``--perf-names``              ``perf_names``       class names, one a line (default: ``classes.names`` beside the model)
+``--perf-onnx``               ``perf_onnx``        an ONNX file: run by ONNX Runtime and TensorRT instead of the cfg's
+                                                   export; alone, it is the model (torch backends skip)
+``--perf-engine``             ``perf_engine``      a prebuilt TensorRT engine, loaded (never built); needs the cfg or
+                                                   the ONNX file it was built from
+``--perf-engine-precision``   ``perf_engine_precision``  what that engine was built as (default fp16)
+``--perf-video``              ``perf_video``       the video of the end-to-end and parity tests
+``--perf-ground-truth``       ``perf_ground_truth``  its COCO JSON (default: ``<video stem>.json`` beside it, if any)
+``--perf-min-map``            ``perf_min_map``     mAP@0.5 floor of the reference (default: 0.5 for the shipped model,
+                                                   none for another: reported, not checked)
+============================  ===================  =================================================================
+
+Relative paths are taken from the directory pytest was started in (options) or from the ini file's folder (ini
+settings). With none of them the suite measures the shipped model on the synthetic video with its ground truth.
+
+Every saved run records :meth:`Subject.identity` -- digests of the model files, the input size and classes, the
+video's digest and the frames measured, and the precisions asked for -- under ``machine_info["perf_subject"]``;
+`subject_differences` is what ``--perf-compare`` and ``--benchmark-compare`` refuse to compare across.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from detector.spec import ModelSpec
+
+#: (name, what it is, its default) of each setting: option ``--perf-<name with dashes>``, ini ``perf_<name>``.
+SETTINGS = (
+    ("cfg", "Darknet .cfg of the model under test (input size and classes are read from it).",
+     "the shipped yolov4-tiny.cfg"),
+    ("weights", "Darknet .weights of --perf-cfg.", "the shipped weights with the shipped cfg, else seeded random "
+     "weights"),
+    ("names", "Class names, one per line.", "classes.names beside the cfg or ONNX file"),
+    ("onnx", "ONNX file ([B,3,H,W] -> [B,N,4+C]) run by ONNX Runtime and TensorRT instead of the cfg's export; "
+     "without --perf-cfg it is the model itself (the torch backends then skip).", "none"),
+    ("engine", "Prebuilt TensorRT engine of the model, loaded instead of built (checked against the model's input "
+     "and classes; skipped where TensorRT is missing).", "none (engines are built from the ONNX model)"),
+    ("engine_precision", "Precision --perf-engine was built as: fp32, fp16 or int8.", "fp16"),
+    ("video", "Video for the end-to-end and parity tests instead of the synthetic one.", "the synthetic video"),
+    ("ground_truth", "COCO JSON ground truth of the video, for mAP and the reference-accuracy floor.",
+     "<video stem>.json beside the video, if present"),
+    ("min_map", "mAP@0.5 the reference backend must reach on the ground truth.", "0.5 for the shipped model; "
+     "for another model the mAP is reported, not checked"),
+)
+PATHS = ("cfg", "weights", "names", "onnx", "engine", "video", "ground_truth")
+ENGINE_PRECISIONS = ("fp32", "fp16", "int8")
+#: The shipped model's floor: catches broken pre/post-processing or weights (random weights score ~0).
+SHIPPED_MIN_MAP50 = 0.50
+#: Identity fields that make two runs incomparable (the rest is recorded only).
+COMPARED = ("model", "cfg_sha256", "weights", "onnx_sha256", "engine_sha256", "input_size", "classes", "video",
+            "video_sha256", "frames")  # fmt: skip
+NOT_RECORDED = "<not recorded>"
+#: The synthetic video the suite makes when no --perf-video is given (frames: --perf-frames).
+SYNTHETIC_SEED = 7
+
+
+def add_options(group: Any, parser: Any) -> None:
+    """Register every setting as a ``--perf-*`` option of ``group`` and a ``perf_*`` ini value of ``parser``."""
+    for name, what, default in SETTINGS:
+        flag = "--perf-" + name.replace("_", "-")
+        group.addoption(flag, dest="perf_" + name, metavar="PATH" if name in PATHS else "VALUE", default=None,
+                        help=f"{what} Ini setting: perf_{name}. Default: {default}.")  # fmt: skip
+        parser.addini("perf_" + name, f"{what} Default: {default}.", default=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoCase:
+    """A video under test: ``ground_truth`` a COCO JSON or None; ``frames`` to process (None: all)."""
+
+    path: Path
+    ground_truth: Path | None
+    frames: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Subject:
+    """The model and video settings as given (absolute paths; None where not given)."""
+
+    cfg: Path | None = None
+    weights: Path | None = None
+    names: Path | None = None
+    onnx: Path | None = None
+    engine: Path | None = None
+    engine_precision: str | None = None
+    video: Path | None = None
+    ground_truth: Path | None = None
+    min_map: str | None = None
+    #: Where each setting came from ("--perf-cfg" or "perf_cfg (ini)"), for messages.
+    origin: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_config(cls, getoption: Callable[[str], Any], getini: Callable[[str], Any], invocation_dir: Path,
+                    ini_dir: Path) -> Subject:  # fmt: skip
+        """Each setting from its option, else its ini value; relative paths resolved as the module says."""
+        values: dict[str, Any] = {}
+        origin: dict[str, str] = {}
+        for name, _, _ in SETTINGS:
+            value, base = getoption("perf_" + name), invocation_dir
+            where = "--perf-" + name.replace("_", "-")
+            if value in (None, ""):
+                value, base, where = getini("perf_" + name), ini_dir, f"perf_{name} (ini)"
+            if value in (None, "", []):
+                continue
+            value = str(value).strip()
+            values[name] = (base / Path(value).expanduser()).resolve() if name in PATHS else value
+            origin[name] = where
+        return cls(**values, origin=origin)
+
+    # -- checks before anything heavy -------------------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """One line per setting that cannot work: a missing file, weights without a cfg, an engine without the
+        model it was built from, a bad precision or floor, a cfg that does not parse. Empty when all is well."""
+        out = []
+        for name in PATHS:
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                problem = "is a directory" if path.is_dir() else "no such file"
+                out.append(f"{self.origin[name]}: cannot open '{path}': {problem}")
+        if self.weights is not None and self.cfg is None:
+            out.append(f"{self.origin['weights']}: weights need the Darknet cfg they belong to: give --perf-cfg")
+        if self.engine is not None and self.cfg is None and self.onnx is None:
+            out.append(f"{self.origin['engine']}: a prebuilt engine needs the model it was built from (its input "
+                       "size and classes, and the reference): give --perf-cfg or --perf-onnx")
+        if self.engine_precision is not None and self.engine_precision not in ENGINE_PRECISIONS:
+            out.append(f"{self.origin['engine_precision']}: {self.engine_precision!r}; expected one of "
+                       f"{', '.join(ENGINE_PRECISIONS)}")
+        if self.min_map is not None and not _fraction(self.min_map):
+            out.append(f"{self.origin['min_map']}: {self.min_map!r}; expected a number from 0 to 1")
+        if not out and not self.shipped_model:
+            from detector.errors import DetectorError
+
+            key = "cfg" if self.cfg is not None else "onnx"
+            try:  # the cfg parses (CfgError names file:line), an ONNX model alone has static input and classes
+                self.model_spec(Path(".")).input_size  # noqa: B018
+            except DetectorError as e:
+                out.append(f"{self.origin[key]}: {e}")
+        return out
+
+    # -- what the fixtures use --------------------------------------------------------------------------------
+    @property
+    def shipped_model(self) -> bool:
+        """True when no model setting was given: the shipped cfg and weights are measured."""
+        return self.cfg is None and self.onnx is None
+
+    @property
+    def onnx_only(self) -> bool:
+        """True when the model is an ONNX file without a Darknet cfg (the torch backends cannot run it)."""
+        return self.cfg is None and self.onnx is not None
+
+    def model_spec(self, cache_dir: Path) -> ModelSpec:
+        """The model under test, with derived files cached in ``cache_dir``."""
+        from detector.spec import ModelSpec
+
+        extra = {"onnx": self.onnx, "engine": self.engine, "engine_precision": self.engine_precision or "fp16",
+                 "names_file": self.names, "cache_dir": cache_dir}  # fmt: skip
+        if self.shipped_model:
+            return dataclasses.replace(ModelSpec.default(), **extra)
+        return ModelSpec(cfg=self.cfg, weights=self.weights, **extra)
+
+    def video_case(self, synthetic: Callable[[], VideoCase]) -> VideoCase:
+        """The user's video with its ground truth (given, else ``<stem>.json`` beside it), else ``synthetic()``."""
+        if self.video is None:
+            return synthetic()
+        beside = self.video.with_suffix(".json")
+        return VideoCase(self.video, self.ground_truth or (beside if beside.is_file() else None), None)
+
+    def min_map50(self) -> float | None:
+        """The reference's mAP@0.5 floor: ``min_map`` if given, else the shipped model's, else None (no check)."""
+        if self.min_map is not None:
+            return float(self.min_map)
+        return SHIPPED_MIN_MAP50 if self.shipped_model else None
+
+    # -- identity ---------------------------------------------------------------------------------------------
+    def identity(self, spec: ModelSpec, *, synthetic_frames: int, precisions: Iterable[str]) -> dict[str, Any]:
+        """What a saved run measured: the model files by digest, input size and classes, the video by digest
+        (the synthetic one by its parameters) and the frames measured (``"all"`` for a whole user video), the
+        ground truth by digest and the precisions asked for."""
+        model = spec.model_file
+        video = self.video_case(lambda: VideoCase(Path(f"synthetic seed {SYNTHETIC_SEED}"), None, synthetic_frames))
+        out: dict[str, Any] = {
+            "model": model.name,
+            "cfg_sha256": _digest(spec.cfg) if spec.cfg is not None else None,
+            "weights": (f"sha256:{_digest(spec.weights)}" if spec.weights is not None else f"seed:{spec.seed}")
+            if spec.cfg is not None else None,
+            "onnx_sha256": _digest(spec.onnx) if spec.onnx is not None else None,
+            "engine_sha256": _digest(spec.engine) if spec.engine is not None else None,
+            "input_size": "x".join(str(v) for v in reversed(spec.input_size)),
+            "classes": spec.num_classes,
+            "video": video.path.name,
+            "video_sha256": _digest(video.path) if self.video is not None else "synthetic",
+            "frames": video.frames if video.frames is not None else "all",
+            "ground_truth_sha256": _digest(video.ground_truth) if video.ground_truth is not None else None,
+            "precisions": list(precisions),
+        }
+        if spec.engine is not None:
+            out["engine_precision"] = spec.engine_precision
+        return out
+
+
+def subject_differences(saved: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(field, saved, current) for each `COMPARED` field on which two identities disagree; [] when the saved run
+    recorded none (runs saved before identities existed are compared, with a warning by the caller)."""
+    if not saved:
+        return []
+    return [(f, saved.get(f, NOT_RECORDED), current.get(f)) for f in COMPARED if saved.get(f) != current.get(f)]
+
+
+def subject_mismatch_message(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str,
+                             *, allowed: bool, option: str) -> str:  # fmt: skip
+    """Explain `subject_differences` between a saved run (its JSON) and this run, one field a line."""
+    commit = str((saved_run.get("commit_info") or {}).get("id") or "unknown")[:12]
+    when = saved_run.get("datetime", "at an unknown time")
+    lines = [f"{option}: the saved run in '{location}' (recorded {when}, commit {commit}) measured another model "
+             "or video:"]  # fmt: skip
+    lines += [f"  {field}: saved {saved!r}, current {current!r}" for field, saved, current in differences]
+    if allowed:
+        lines.append("Comparing anyway (--perf-allow-model-mismatch); the figures measure different things.")
+    else:
+        lines.append("Figures of another model or video are not a regression signal: record a baseline of this "
+                     "one, or pass --perf-allow-model-mismatch to compare anyway.")
+    return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=32)
+def _digest_of(path: Path, size: int, mtime_ns: int) -> str:
+    from detector.fileio import file_digest
+
+    return file_digest(path)[:16]
+
+
+def _digest(path: Path) -> str:
+    """The first 16 hex digits of the file's sha256 (computed once per file version in a process)."""
+    stat = path.stat()
+    return _digest_of(path, stat.st_size, stat.st_mtime_ns)
+
+
+def _fraction(text: str) -> bool:
+    try:
+        return 0.0 <= float(text) <= 1.0
+    except ValueError:
+        return False
