@@ -4,6 +4,7 @@ pytest_plugins = [
     "perf.plugin",
     "perf.nsys_plugin",
     "perf.gate_plugin",
+    "perf.preflight",
     "perf.noise_plugin",
     "perf.fixtures.reporting",
     "perf.fixtures.models",

@@ -1,8 +1,9 @@
 """The ``detector`` command line: ``detect``, ``export-onnx``, ``make-video``, ``check-cache``, ``train``, ``eval``.
 
-User errors (bad files, unknown names, unwritable outputs) print one line, ``detector: error: ...``, and
-exit with status 2; nothing partial is left behind because every output is written under a temporary name
-and renamed on success.
+User errors (bad files, unknown names, unwritable outputs, a full disk) print one line, ``detector: error: ...``,
+and exit with status 2; nothing partial is left behind because every output is written under a temporary name
+and renamed on success. Ctrl-C (SIGINT) exits with 130 and SIGTERM with 143 (128 + the signal), each after
+removing its temporary files and printing one line.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -19,7 +22,7 @@ from detector.argtypes import add_processing_args as _add_processing_args
 from detector.argtypes import fraction as _fraction
 from detector.argtypes import positive_int as _positive_int
 from detector.argtypes import processing_overrides as _processing_overrides
-from detector.errors import DetectorError
+from detector.errors import DetectorError, VideoError, one_line
 
 log = logging.getLogger("detector")
 
@@ -93,10 +96,18 @@ def cmd_detect(args: argparse.Namespace) -> int:
     spec = _model_spec(args)
     device = resolve_device(args.device)
     if args.video:  # fail on a bad video or cfg in a fraction of a second, before a model is loaded
-        from detector.video import open_video
+        from detector.video import MIN_FRAME_SIDE, open_video
 
-        open_video(args.video).close()
+        with open_video(args.video) as reader:
+            if min(reader.width, reader.height) < MIN_FRAME_SIDE:
+                raise VideoError(f"cannot detect on '{args.video}': its frames are {reader.width}x{reader.height} "
+                                 f"pixels; the detected video needs at least {MIN_FRAME_SIDE}x{MIN_FRAME_SIDE} (the "
+                                 "video encoders refuse a side of 1 pixel)")
     spec.net  # noqa: B018 - parses the cfg (CfgError)
+    if spec.weights is not None:  # header and size against the cfg, reading 20 bytes
+        from detector.darknet import check_weights_size
+
+        check_weights_size(spec.weights, spec.net)
     video = Path(args.video) if args.video else _default_video(args, spec)
     out_dir = Path(args.out)
     if args.onnx and "onnxruntime" not in args.backend:
@@ -235,22 +246,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``timeout``, a CI cancel and ``docker stop`` send), raised where the program is, like Ctrl-C:
+    every ``with`` block and ``finally`` on the way out runs, so temporary files are removed."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+    raise Terminated
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Log records as one line each: control characters in the message (a file name's newline) are escaped."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return one_line(super().format(record))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``detector`` console script; returns the exit status."""
+    """Entry point of the ``detector`` console script; returns the exit status: 0, 2 for a user error, 130 when
+    interrupted (Ctrl-C, SIGINT), 143 when terminated (SIGTERM). An interrupted or terminated run removes its
+    temporary files and prints one line."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return int(args.func(args) or 0)
     except DetectorError as exc:
         print(f"detector: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # an output folder that cannot be created or written, a full disk
-        print(f"detector: error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": "), file=sys.stderr)
+        message = f"{exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": ").removeprefix(": ")
+        print(f"detector: error: {one_line(message)}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("detector: terminated (SIGTERM); nothing partial was saved", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("detector: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

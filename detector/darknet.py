@@ -30,7 +30,7 @@ from detector.darknet_keys import (
     UNSUPPORTED_LAYERS,
 )
 from detector.errors import CfgError, DetectorError, WeightsError
-from detector.fileio import atomic_write_bytes
+from detector.fileio import atomic_write_bytes, file_kind
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,14 @@ log = logging.getLogger(__name__)
 _KEYS: dict[str, dict[str, str]] = {kind: {k: key.type for k, key in keys.items()}
                                     for kind, keys in SECTION_KEYS.items()}
 _MAX_VERSION = 1000  # a header field above this is not a Darknet version: wrong file
+
+# Bounds checked while the cfg is parsed, before anything is allocated: a typo such as width=100000 or
+# filters=10000000 must be one CfgError line, not a MemoryError traceback or the kernel's OOM killer.
+MAX_CFG_BYTES = 16 << 20  # the largest published Darknet cfgs are tens of KiB
+MAX_INPUT_SIDE = 8192  # [net] width / height, pixels
+MAX_FILTERS = 65536  # [convolutional] filters (YOLO9000's head, the largest published, has 28269)
+MAX_PARAMETERS = 1 << 28  # float32 values in all convs together (1 GiB of .weights; YOLOv4 has 64 M)
+MAX_LAYER_VALUES = 1 << 28  # values one layer outputs per image (1 GiB of float32 at batch 1)
 
 
 @dataclass(frozen=True)
@@ -226,6 +234,13 @@ def _fail(path: Path, line: int, problem: str) -> CfgError:
 
 def _read_sections(path: Path) -> tuple[Section, list[Section]]:
     try:
+        st = path.stat()
+        kind = file_kind(st)
+        if kind is not None:
+            raise CfgError(f"cannot read cfg '{path}': it is {kind}, not a regular file")
+        if st.st_size > MAX_CFG_BYTES:
+            raise CfgError(f"cannot read cfg '{path}': {st.st_size} bytes is too large for a Darknet cfg (at most "
+                           f"{MAX_CFG_BYTES >> 20} MiB); is this the right file?")
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError as e:
         raise CfgError(f"cannot open cfg '{path}': no such file") from e
@@ -326,10 +341,14 @@ def _check_value(path: Path, line: int, kind: str, key: str, value: str) -> None
             raise _fail(path, line, f"[{kind}] {key}={value!r}: {item!r} is not {what}") from e
 
 
-def _positive(path: Path, s: Section, key: str, default: int | None = None, minimum: int = 1) -> int:
+def _positive(path: Path, s: Section, key: str, default: int | None = None, minimum: int = 1,
+              maximum: int | None = None) -> int:
     value = s.get_int(key, default)
     if value < minimum:
         raise _fail(path, s.line_of(key), f"[{s.type}] {key}={value}: must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise _fail(path, s.line_of(key), f"[{s.type}] {key}={value}: allowed {minimum}..{maximum} (this package's "
+                    "limit)")
     return value
 
 
@@ -344,8 +363,13 @@ def parse_cfg(path: str | os.PathLike[str]) -> NetConfig:
     """
     path = Path(path)
     net, sections = _read_sections(path)
-    width, height = _positive(path, net, "width"), _positive(path, net, "height")
+    width = _positive(path, net, "width", maximum=MAX_INPUT_SIDE)
+    height = _positive(path, net, "height", maximum=MAX_INPUT_SIDE)
     channels = _positive(path, net, "channels", 3)
+    if channels * height * width > MAX_LAYER_VALUES:
+        raise _fail(path, net.line_of("channels"), f"[net] channels={channels} at {width}x{height} is "
+                    f"{channels * height * width:,} values per image; allowed up to {MAX_LAYER_VALUES:,}")
+    parameters = 0
     letterbox = _flag(path, net, "letter_box")
     layers: list[LayerSpec] = []
     shapes: list[tuple[int, int, int]] = []
@@ -384,6 +408,16 @@ def parse_cfg(path: str | os.PathLike[str]) -> NetConfig:
             nms.append((s, _nms(path, s)))
         if shape[1] < 1 or shape[2] < 1:
             raise _fail(path, s.line, f"[{s.type}] (layer {i}) has no output pixels at {width}x{height}")
+        if isinstance(spec, ConvSpec):
+            parameters += spec.num_values
+            if parameters > MAX_PARAMETERS:
+                raise _fail(path, s.line_of("filters"), f"[convolutional] (layer {i}) filters={spec.filters} brings the "
+                            f"network to {parameters:,} "
+                            f"parameters; this package builds networks of up to {MAX_PARAMETERS:,}")
+        if shape[0] * shape[1] * shape[2] > MAX_LAYER_VALUES:
+            raise _fail(path, s.line, f"[{s.type}] (layer {i}) outputs {shape[0]}x{shape[1]}x{shape[2]} = "
+                        f"{shape[0] * shape[1] * shape[2]:,} values per image at {width}x{height}; allowed up to "
+                        f"{MAX_LAYER_VALUES:,} (fewer filters or a smaller [net] width/height)")
         layers.append(spec)
         shapes.append(shape)
     if classes is None:
@@ -424,7 +458,7 @@ def _conv(path: Path, s: Section, c: int) -> ConvSpec:
     """``[convolutional]`` with ``c`` input channels, as parse_convolutional reads it."""
     size = _positive(path, s, "size", 1)
     stride = _stride(path, s, _positive(path, s, "stride", 1), conv=True)
-    filters, groups = _positive(path, s, "filters", 1), _positive(path, s, "groups", 1)
+    filters, groups = _positive(path, s, "filters", 1, maximum=MAX_FILTERS), _positive(path, s, "groups", 1)
     pad = size // 2 if s.get_int("pad", 0) else _positive(path, s, "padding", 0, minimum=0)
     act = s.options.get("activation", "logistic")
     if act in DARKNET_ACTIVATIONS and act not in ACTIVATIONS:
@@ -555,25 +589,16 @@ def read_weights(path: str | os.PathLike[str], cfg: NetConfig) -> DarknetWeights
     a truncated file or trailing bytes.
     """
     path = Path(path)
+    size, total = _sized(path, cfg)
+    if size > total:  # refused before reading: the file may be far larger than memory
+        raise _trailing(path, size, total, cfg)
     try:
         data = path.read_bytes()
-    except FileNotFoundError as e:
-        raise WeightsError(f"cannot open weights '{path}': no such file") from e
     except OSError as e:
         raise WeightsError(f"cannot read weights '{path}': {e.strerror}") from e
-    if not data:
-        raise WeightsError(f"{path}: empty file (0 bytes); expected a Darknet .weights file")
-    major, minor, revision = struct.unpack_from("<iii", data.ljust(12, b"\0"), 0)
-    if not all(0 <= v <= _MAX_VERSION for v in (major, minor, revision)):
-        raise WeightsError(f"{path}: bad header: version {major}.{minor}.{revision} is not a Darknet weights "
-                           f"version (each part 0..{_MAX_VERSION}); is this a .weights file?")
-    fmt = "<Q" if major * 10 + minor >= 2 else "<I"  # Darknet's rule for a 64-bit seen
-    offset = 12 + struct.calcsize(fmt)
-    if len(data) < offset:
-        raise WeightsError(f"{path}: bad header: version {major}.{minor}.{revision} needs {offset} header "
-                           f"bytes, file has {len(data)}")
-    (seen,) = struct.unpack_from(fmt, data, 12)
-    total = offset + 4 * cfg.num_weights
+    major, minor, revision = struct.unpack_from("<iii", data, 0)
+    offset = total - 4 * cfg.num_weights
+    (seen,) = struct.unpack_from("<Q" if offset == 20 else "<I", data, 12)
     convs = []
     for n, (layer, spec) in enumerate(cfg.convs):
         need = 4 * spec.num_values
@@ -582,15 +607,73 @@ def read_weights(path: str | os.PathLike[str], cfg: NetConfig) -> DarknetWeights
                                f"offset {offset}, found {len(data) - offset}; file has {len(data)} bytes, "
                                f"cfg '{cfg.path.name}' needs {total}")
         flat = np.frombuffer(data, dtype="<f4", count=spec.num_values, offset=offset).astype(np.float32)
+        finite = np.isfinite(flat)
+        if not finite.all():
+            first = int(np.argmin(finite))
+            what = "NaN" if np.isnan(flat[first]) else "Inf"
+            bad = int(flat.size - finite.sum())
+            raise WeightsError(f"{path}: conv #{n} (layer {layer}) holds {what} at byte offset {offset + 4 * first} "
+                               f"({bad} of its {flat.size} values are not finite); weights must be finite numbers "
+                               "(a diverged training run?)")
         offset += need
         k = spec.filters
         parts = [flat[j * k:(j + 1) * k] for j in range(4 if spec.batch_normalize else 1)]
         convs.append(ConvWeights(parts[0], flat[len(parts) * k:].reshape(spec.weight_shape), *parts[1:]))
     if offset != len(data):
-        raise WeightsError(f"{path}: {len(data) - offset} trailing bytes after the last layer at offset {offset}; "
-                           f"cfg '{cfg.path.name}' needs exactly {total} bytes: wrong cfg for these weights?")
+        raise _trailing(path, len(data), offset, cfg)
     log.debug("read %s: version %d.%d.%d, seen %d, %d convs", path, major, minor, revision, seen, len(convs))
     return DarknetWeights(tuple(convs), major, minor, revision, seen)
+
+
+_HEADER_BYTES = 20  # the longest header: major, minor, revision (int32 each), seen (uint64)
+
+
+def _sized(path: Path, cfg: NetConfig) -> tuple[int, int]:
+    """(the file's size, the size ``cfg`` needs) from its header alone; WeightsError for a missing or non-regular
+    file or a bad header."""
+    try:
+        st = path.stat()
+        kind = file_kind(st)
+        if kind is not None:
+            raise WeightsError(f"cannot read weights '{path}': it is {kind}, not a regular file")
+        with open(path, "rb") as fh:
+            head = fh.read(_HEADER_BYTES)
+    except FileNotFoundError as e:
+        raise WeightsError(f"cannot open weights '{path}': no such file") from e
+    except OSError as e:
+        raise WeightsError(f"cannot read weights '{path}': {e.strerror}") from e
+    return st.st_size, _expected_size(path, head, cfg)
+
+
+def _expected_size(path: Path, head: bytes, cfg: NetConfig) -> int:
+    """Bytes a ``.weights`` file starting with ``head`` must have for ``cfg`` (WeightsError for a bad header)."""
+    if not head:
+        raise WeightsError(f"{path}: empty file (0 bytes); expected a Darknet .weights file")
+    major, minor, revision = struct.unpack_from("<iii", head.ljust(12, b"\0"), 0)
+    if not all(0 <= v <= _MAX_VERSION for v in (major, minor, revision)):
+        raise WeightsError(f"{path}: bad header: version {major}.{minor}.{revision} is not a Darknet weights "
+                           f"version (each part 0..{_MAX_VERSION}); is this a .weights file?")
+    offset = 12 + (8 if major * 10 + minor >= 2 else 4)  # Darknet's rule for a 64-bit seen
+    if len(head) < offset:
+        raise WeightsError(f"{path}: bad header: version {major}.{minor}.{revision} needs {offset} header "
+                           f"bytes, file has {len(head)}")
+    return offset + 4 * cfg.num_weights
+
+
+def _trailing(path: Path, size: int, total: int, cfg: NetConfig) -> WeightsError:
+    return WeightsError(f"{path}: {size - total} trailing bytes after the last layer at offset {total}; "
+                        f"cfg '{cfg.path.name}' needs exactly {total} bytes: wrong cfg for these weights?")
+
+
+def check_weights_size(path: str | os.PathLike[str], cfg: NetConfig) -> None:
+    """Raise the :func:`read_weights` WeightsError for a file whose header or size does not fit ``cfg``, reading
+    only its header: run before a model is built, so a wrong file costs no memory."""
+    path = Path(path)
+    size, total = _sized(path, cfg)
+    if size > total:
+        raise _trailing(path, size, total, cfg)
+    if size < total:
+        raise WeightsError(f"{path}: truncated: file has {size} bytes, cfg '{cfg.path.name}' needs {total}")
 
 
 def weights_to_bytes(weights: DarknetWeights) -> bytes:

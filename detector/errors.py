@@ -7,9 +7,24 @@ the CLI prints it and exits with status 2, without a traceback.
 
 from __future__ import annotations
 
+import re
+
+# Characters that break a line or a terminal (C0, DEL, C1 and the Unicode line/paragraph separators, every one
+# str.splitlines splits on): a file name may hold any of them.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character escaped as Python writes it (``\\n``, ``\\x1b``): one printable line."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
 
 class DetectorError(Exception):
-    """Base class of every user-facing error; ``str(err)`` is one actionable line."""
+    """Base class of every user-facing error; ``str(err)`` is one actionable line (control characters in the
+    names it quotes are escaped, so a file name holding a newline cannot split it)."""
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
 
 
 class CfgError(DetectorError):

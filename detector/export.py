@@ -114,6 +114,8 @@ def export_onnx(
         root = e
         while root.__cause__ is not None:
             root = root.__cause__
+        if isinstance(root, OSError) and root.strerror:  # a full disk: its strerror, not the temporary file's name
+            raise BackendError(f"cannot write ONNX model '{path}': {root.strerror}") from e
         detail = _first_line(e) if root is e else f"{type(root).__name__}: {_first_line(root)}"
         raise BackendError(f"cannot export {type(model).__name__} to ONNX '{path}': {detail}") from e
     finally:
@@ -144,6 +146,9 @@ def load_onnx(path: str | os.PathLike[str], *, check: bool = True) -> onnx.Model
         raise ModelFileError(f"cannot load ONNX model '{path}': {e.strerror or e}") from e
     if path.is_dir():
         raise ModelFileError(f"cannot load ONNX model '{path}': it is a folder, not a file")
+    kind = fileio.file_kind(path.stat())
+    if kind is not None:
+        raise ModelFileError(f"cannot load ONNX model '{path}': it is {kind}, not a regular file")
     if size == 0:
         raise ModelFileError(f"cannot load ONNX model '{path}': the file is empty (0 bytes)")
     try:

@@ -9,11 +9,13 @@ makes them safe for several pytest-xdist workers asking for the same entry at on
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import logging
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,24 +24,70 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+def _umask() -> int:
+    """The process umask (read from /proc where it can be, so that it is never changed, even for an instant)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_kind(st: os.stat_result) -> str | None:
+    """What a non-regular file is ("a directory", "a FIFO (named pipe)", "a character device", ...); None for a
+    regular file. Readers refuse the others before opening them: opening a FIFO blocks until someone writes to it,
+    and a device such as /dev/zero never ends."""
+    for test, kind in ((stat.S_ISREG, None), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(st.st_mode):
+            return kind
+    return "not a regular file"
+
+
+def _named(error: OSError, tmp: Path, final: Path) -> OSError:
+    """``error`` re-aimed at ``final`` when it concerns the temporary file (or names no file): a user never sees
+    the temporary name, which is gone by the time the message is read."""
+    if error.filename not in (None, str(tmp), tmp) or error.errno is None:
+        return error
+    return OSError(error.errno, error.strerror or os.strerror(error.errno), str(final))
+
+
 @contextlib.contextmanager
 def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; rename it to ``final`` if the block succeeds.
 
     The temporary name keeps ``final``'s suffix (so tools that pick a format by extension, such as
-    ``cv2.VideoWriter``, behave the same). On any exception the temporary file is removed and ``final``
-    is left as it was.
+    ``cv2.VideoWriter``, behave the same); the file gets the mode ``open()`` would give ``final`` (0o666 less the
+    umask). Before the rename the file is flushed to disk (``fsync``), so a late write error (a full disk) is seen
+    here and not after the rename. On any exception the temporary file is removed and ``final`` is left as it was;
+    an :class:`OSError` about the temporary file is raised naming ``final``.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=f".tmp{final.suffix}", dir=final.parent)
-    os.close(fd)
     tmp = Path(tmp_name)
     try:
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+        finally:
+            os.close(fd)
         yield tmp
         if not tmp.exists():
-            raise FileNotFoundError(f"{tmp}: the writer produced no file")
+            raise FileNotFoundError(errno.ENOENT, "the writer produced no file", str(final))
+        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, final)
+    except OSError as e:
+        named = _named(e, tmp, final)
+        if named is e:
+            raise
+        raise named from e
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -63,15 +111,34 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 @contextlib.contextmanager
 def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``<path>.lock`` (blocks until free; released on exit or death)."""
+    """Hold an exclusive advisory lock on ``<path>.lock`` (blocks until free; released on exit or death).
+
+    The lock file is never followed through a symbolic link (``O_NOFOLLOW``): a link planted in a cache would
+    otherwise make this create or truncate a file anywhere the user can write. Such a lock, or one that is not a
+    regular file, raises :class:`~detector.errors.DetectorError` naming it.
+    """
+    from detector.errors import DetectorError
+
     lock_path = Path(f"{os.fspath(path)}.lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise DetectorError(f"refusing the lock file '{lock_path}': it is a symbolic link (to "
+                            f"'{os.readlink(lock_path)}'); locks are never followed; delete the link") from e
+    try:
+        kind = file_kind(os.fstat(fd))
+        if kind is not None:
+            raise DetectorError(f"refusing the lock file '{lock_path}': it is {kind}, not a regular file; delete it")
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def content_key(*parts: Any) -> str:
@@ -118,5 +185,18 @@ def cached_file(
                 return final
             log.warning("cache entry %s is unusable; rebuilding it", final)
         with atomic_path(final) as tmp:
-            build(tmp)
+            _build_named(build, tmp, final)
     return final
+
+
+def _build_named(build: Callable[[Path], None], tmp: Path, final: Path) -> None:
+    """``build(tmp)``, its user-facing errors naming ``final``: the temporary name is gone when the user reads it."""
+    from detector.errors import DetectorError
+
+    try:
+        build(tmp)
+    except DetectorError as e:
+        message = e.args[0] if len(e.args) == 1 and isinstance(e.args[0], str) else None
+        if message is None or str(tmp) not in message:
+            raise
+        raise type(e)(message.replace(str(tmp), str(final))) from e

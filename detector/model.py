@@ -384,12 +384,13 @@ def load_model(cfg_path: str | os.PathLike[str], weights_path: str | os.PathLike
     ``classes.names`` beside the cfg when it has one line per class, else stays None.
     """
     cfg = parse_cfg(cfg_path)
-    model = DarknetModel(cfg)
     if weights_path is None:
         log.info("%s: no weights given; using seeded random weights (seed %d)", cfg.path.name, seed)
-        model.load_weights(random_weights(cfg, seed))
-    else:
-        model.load_darknet_weights(weights_path)
+        weights = random_weights(cfg, seed)
+    else:  # read (size, header, finite values checked) before the model is built: a wrong file costs nothing
+        weights = read_weights(weights_path, cfg)
+    model = DarknetModel(cfg)
+    model.load_weights(weights)
     names_path = cfg.path.parent / "classes.names"
     if names_path.is_file():
         names = _read_names(names_path)

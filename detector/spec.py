@@ -184,6 +184,9 @@ class ModelSpec:
         if self.weights is None:
             return f"seed:{self.seed}"
         try:
+            kind = fileio.file_kind(self.weights.stat())
+            if kind is not None:
+                raise WeightsError(f"cannot read weights '{self.weights}': it is {kind}, not a regular file")
             return f"sha256:{fileio.file_digest(self.weights)}"
         except FileNotFoundError as e:
             raise WeightsError(f"cannot read weights '{self.weights}': no such file") from e

@@ -536,6 +536,14 @@ def _complete(entry: SyntheticVideo) -> bool:
     return info.get("generator_version") == GENERATOR_VERSION and info.get("params") == entry.params.as_dict()
 
 
+def synthetic_video_path(cache_dir: str | os.PathLike[str], params: SyntheticParams) -> Path:
+    """Where :func:`synthetic_video` keeps the video for ``params`` in ``cache_dir`` (keyed by the parameters and
+    ``GENERATOR_VERSION``)."""
+    key = content_key("synthetic-video", GENERATOR_VERSION, params.as_dict())
+    suffix = ".avi" if params.codec.upper() in ("MJPG", "XVID", "DIVX") else ".mp4"
+    return Path(cache_dir) / f"synthetic-s{params.seed}-{params.width}x{params.height}-{params.frames}f-{key}{suffix}"
+
+
 def synthetic_video(
     cache_dir: str | os.PathLike[str], *, seed: int = 0, width: int = 960, height: int = 540, fps: float = 30,
     frames: int = 300, codec: str = "mp4v",
@@ -547,9 +555,7 @@ def synthetic_video(
     empty or foreign file is rebuilt.
     """
     params = SyntheticParams(seed=seed, width=width, height=height, fps=fps, frames=frames, codec=codec)
-    key = content_key("synthetic-video", GENERATOR_VERSION, params.as_dict())
-    suffix = ".avi" if codec.upper() in ("MJPG", "XVID", "DIVX") else ".mp4"
-    video = Path(cache_dir) / f"synthetic-s{seed}-{width}x{height}-{frames}f-{key}{suffix}"
+    video = synthetic_video_path(cache_dir, params)
     entry = SyntheticVideo(video, video.with_suffix(".json"), params)
     if _complete(entry):
         return entry

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detector.errors import VideoError
-from detector.fileio import atomic_path
+from detector.fileio import atomic_path, file_kind
 
 if TYPE_CHECKING:  # re-exported lazily through __getattr__ below
     from detector.synthetic import (  # noqa: F401
@@ -122,6 +122,20 @@ def as_bgr(frame: np.ndarray, *, source: str = "frame") -> np.ndarray:
     return cv2.cvtColor(np.ascontiguousarray(frame.reshape(frame.shape[:2])), cv2.COLOR_GRAY2BGR)
 
 
+#: Smallest width and height, in pixels, the video encoders write (mp4v refuses a side of 1).
+MIN_FRAME_SIDE = 2
+_FULL_BYTES = 256 << 10  # a folder with less free space than this is "full" when an encoder's write went missing
+
+
+def _disk_full(folder: Path) -> bool:
+    """Whether ``folder``'s file system has (nearly) no space left for this user."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < _FULL_BYTES
+
+
 def _looks_like_text(head: bytes) -> bool:
     """True for bytes that are UTF-8 text (no NUL; a multi-byte character cut at the end is allowed)."""
     if not head or b"\x00" in head:
@@ -145,9 +159,13 @@ def _container(head: bytes) -> str | None:
 def _check_readable_file(path: Path) -> bytes:
     """Raise VideoError unless ``path`` is a non-empty readable regular file that is not text; return its head."""
     try:
-        if path.is_dir():
+        st = path.stat()
+        kind = file_kind(st)
+        if kind == "a directory":
             raise VideoError(f"cannot open '{path}': it is a directory, not a video file")
-        size = path.stat().st_size
+        if kind is not None:
+            raise VideoError(f"cannot open '{path}': it is {kind}, not a regular file")
+        size = st.st_size
         with open(path, "rb") as fh:
             head = fh.read(_SNIFF_BYTES)
     except FileNotFoundError as e:
@@ -321,12 +339,16 @@ class VideoWriter:
             raise VideoError(f"cannot write '{self.path}': size must be (width, height) in pixels > 0, got {size!r}")
         if not isinstance(codec, str) or len(codec) != 4:
             raise VideoError(f"cannot write '{self.path}': codec must be a four-character code, got {codec!r}")
+        if min(size) < MIN_FRAME_SIDE:
+            raise VideoError(f"cannot write '{self.path}': {size[0]}x{size[1]} frames are below the smallest the video "
+                             f"encoders write ({MIN_FRAME_SIDE}x{MIN_FRAME_SIDE} pixels)")
         self.fps = float(fps)
         self.size = (int(size[0]), int(size[1]))
         self.codec = codec
         self.frames_written = 0
         self._atomic: Any = None
         self._writer: Any = None
+        self._tmp = self.path
 
     def __enter__(self) -> VideoWriter:
         if self._writer is not None:
@@ -344,13 +366,12 @@ class VideoWriter:
         writer = cv2.VideoWriter(os.fspath(tmp), cv2.VideoWriter_fourcc(*self.codec), self.fps, self.size)
         if not writer.isOpened():
             writer.release()
-            self._abort(
-                VideoError(
-                    f"cannot write '{self.path}': OpenCV cannot open codec '{self.codec}' for a "
-                    f"'{self.path.suffix or '(no suffix)'}' file"
-                )
-            )
-        self._writer = writer
+            self._abort(VideoError(
+                f"cannot write '{self.path}': No space left on device" if _disk_full(tmp.parent) else
+                f"cannot write '{self.path}': OpenCV cannot open codec '{self.codec}' for a "
+                f"'{self.path.suffix or '(no suffix)'}' file"
+            ))
+        self._writer, self._tmp = writer, tmp
         self.frames_written = 0
         return self
 
@@ -387,6 +408,10 @@ class VideoWriter:
             writer.release()
         if exc_type is None and self.frames_written == 0:
             self._abort(VideoError(f"cannot write '{self.path}': no frames were written; nothing saved"))
+        if exc_type is None and self._atomic is not None:
+            problem = self._check_written()
+            if problem:
+                self._abort(VideoError(f"cannot write '{self.path}': {problem}; nothing saved"))
         atomic, self._atomic = self._atomic, None
         if atomic is None:
             return
@@ -398,6 +423,27 @@ class VideoWriter:
             raise VideoError(f"cannot write '{self.path}': {e.strerror or e}") from e
         if exc_type is None:
             log.debug("wrote %s (%d frames, %dx%d, %s)", self.path, self.frames_written, *self.size, self.codec)
+
+    def _check_written(self) -> str | None:
+        """Why the finished temporary file is not the video that was written (None: it is). OpenCV's writer
+        drops the encoder's write errors (a full disk leaves a file without its index), so the file is read back:
+        it must open and its container must count every frame written."""
+        cv2 = _cv2()
+        cap = cv2.VideoCapture(os.fspath(self._tmp), cv2.CAP_ANY)
+        try:
+            count = float(cap.get(cv2.CAP_PROP_FRAME_COUNT)) if cap.isOpened() else 0.0
+            readable = int(count) if math.isfinite(count) and count > 0 else 0
+            if cap.isOpened() and readable != self.frames_written:  # a container without a count: decode them
+                readable = 0
+                while readable <= self.frames_written and cap.grab():
+                    readable += 1
+        finally:
+            cap.release()
+        if readable == self.frames_written:
+            return None
+        if _disk_full(self._tmp.parent):
+            return "No space left on device"
+        return f"the encoder's file holds {readable} of the {self.frames_written} frames written"
 
     def __repr__(self) -> str:
         state = "open" if self._writer is not None else "closed"

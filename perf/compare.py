@@ -299,8 +299,11 @@ def to_markdown(rows: list[Row], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_verdicts(folder: Path, rows: list[Row], baseline: SavedRun, settings: GateSettings, header: str) -> Path:
-    """Write ``perf-compare.json`` and ``perf-compare.md`` into ``folder`` atomically; return the JSON path."""
+def write_verdicts(folder: Path, rows: list[Row], baseline: SavedRun, settings: GateSettings, header: str,
+                   run: str | None = None) -> Path:  # fmt: skip
+    """Write ``perf-compare.json`` and ``perf-compare.md`` into ``folder`` atomically; return the JSON path. With
+    ``run`` (this run's name, as its report's) they are first written as ``perf-compare-<run>.json`` / ``.md``, the
+    run's own, so runs sharing the folder never overwrite each other's verdicts; the plain names are the latest."""
     document = {
         "format": FORMAT,
         "baseline": {"path": str(baseline.path), "number": baseline.number, "datetime": baseline.datetime,
@@ -309,6 +312,10 @@ def write_verdicts(folder: Path, rows: list[Row], baseline: SavedRun, settings: 
         "summary": summary(rows, settings),
         "rows": [asdict(row) for row in rows],
     }  # fmt: skip
-    path = atomic_write_text(folder / VERDICT_FILE, json.dumps(document, indent=2) + "\n")
-    atomic_write_text(folder / "perf-compare.md", to_markdown(rows, header))
+    text, markdown = json.dumps(document, indent=2) + "\n", to_markdown(rows, header)
+    if run is not None:
+        atomic_write_text(folder / VERDICT_FILE.replace(".json", f"-{run}.json"), text)
+        atomic_write_text(folder / f"perf-compare-{run}.md", markdown)
+    path = atomic_write_text(folder / VERDICT_FILE, text)
+    atomic_write_text(folder / "perf-compare.md", markdown)
     return path

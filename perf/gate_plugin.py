@@ -45,13 +45,14 @@ def parse_fraction(value: str) -> float:
     except ValueError:
         number = float("nan")
     if not 0 <= number < 1:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected a fraction, e.g. 2% or 0.02.")
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected a fraction >= 0 and < 1 "
+                                         "(100%), e.g. 2% or 0.02.")  # fmt: skip
     return number
 
 
 def parse_count(value: str) -> int:
     """``"2"`` -> 2; an integer >= 0."""
-    if not value.strip().isdigit():
+    if not value.strip().isdecimal():
         raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected an integer >= 0.")
     return int(value)
 
@@ -68,7 +69,7 @@ def parse_levels(value: str) -> tuple[float, ...]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from perf.options import parse_positive_int
+    from perf.options import deferred, parse_positive_int
 
     group = parser.getgroup("perf")
     group.addoption(
@@ -78,21 +79,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "missing; any slower fails the run. Default: off.",
     )  # fmt: skip
     group.addoption(
-        "--perf-min-effect", metavar="FRACTION", type=parse_fraction, default=DEFAULT_MIN_EFFECT,
+        "--perf-min-effect", metavar="FRACTION", type=deferred(parse_fraction), default=DEFAULT_MIN_EFFECT,
         help="Smallest change --perf-compare calls slower or faster: the whole interval must lie beyond it. "
         f"Default: {DEFAULT_MIN_EFFECT:.0%}%.",
     )  # fmt: skip
     group.addoption(
-        "--perf-max-cv", metavar="FRACTION", type=parse_fraction, default=DEFAULT_MAX_CV,
+        "--perf-max-cv", metavar="FRACTION", type=deferred(parse_fraction), default=DEFAULT_MAX_CV,
         help=f"Robust coefficient of variation above which a benchmark is unstable. Default: {DEFAULT_MAX_CV:.0%}%.",
     )  # fmt: skip
     group.addoption(
-        "--perf-max-drift", metavar="FRACTION", type=parse_fraction, default=DEFAULT_MAX_DRIFT,
+        "--perf-max-drift", metavar="FRACTION", type=deferred(parse_fraction), default=DEFAULT_MAX_DRIFT,
         help="Spread of the medians of 4 consecutive windows above which (and above their noise) a benchmark "
         f"drifts, so is unstable. Default: {DEFAULT_MAX_DRIFT:.0%}%.",
     )  # fmt: skip
     group.addoption(
-        "--perf-max-remeasure", metavar="N", type=parse_count, default=DEFAULT_MAX_REMEASURE,
+        "--perf-max-remeasure", metavar="N", type=deferred(parse_count), default=DEFAULT_MAX_REMEASURE,
         help=f"Extra measurements of an unstable benchmark before it is reported unstable. "
         f"Default: {DEFAULT_MAX_REMEASURE}.",
     )  # fmt: skip
@@ -112,11 +113,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "slowdowns. Default: False.",
     )  # fmt: skip
     group.addoption(
-        "--perf-selftest-trials", metavar="N", type=parse_positive_int, default=None,
+        "--perf-selftest-trials", metavar="N", type=deferred(parse_positive_int), default=None,
         help="Trials per slowdown level of --perf-selftest. Default: 20 on a GPU, 30 on a CPU.",
     )  # fmt: skip
     group.addoption(
-        "--perf-selftest-levels", metavar="PERCENTS", type=parse_levels, default=None,
+        "--perf-selftest-levels", metavar="PERCENTS", type=deferred(parse_levels), default=None,
         help="Slowdowns injected by --perf-selftest, in percent of the median. Default: 2,5,10 on a GPU, "
         "2,5,10,20 on a CPU.",
     )  # fmt: skip
@@ -150,7 +151,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     wanted = config.getoption("perf_compare")
     if wanted is None or hasattr(config, "workerinput"):
         return
-    from perf.history import run_from_json
+    from perf.history import HistoryError, run_from_json
     from perf.machine import fingerprint_differences, mismatch_message
     from perf.plugin import PERF_SESSION, MachineMismatchWarning, check_subject
 
@@ -165,7 +166,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError(f"--perf-compare: {which} in '{storage}'; record one with --benchmark-autosave")
     path, data = found[-1]
     check_subject(config, data, str(storage), "--perf-compare")
-    differences = fingerprint_differences(data["machine_info"].get("perf"), config.stash[PERF_SESSION].fingerprint)
+    try:
+        baseline = run_from_json(data, Path(str(storage)) / path)
+    except HistoryError as e:  # the start-up check (perf.preflight) refuses these first
+        raise pytest.UsageError(f"--perf-compare: {e}") from None
+    differences = fingerprint_differences(baseline.fingerprint, config.stash[PERF_SESSION].fingerprint)
     if differences:
         allowed = config.stash[PERF_SESSION].options.allow_machine_mismatch
         message = mismatch_message(differences, data, str(storage), allowed=allowed, option="--perf-compare")
@@ -173,7 +178,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             raise pytest.UsageError(message)
         config.issue_config_time_warning(MachineMismatchWarning(message), stacklevel=2)
     state = config.stash[GATE]
-    state["baseline"] = run_from_json(data, Path(str(storage)) / path)
+    state["baseline"] = baseline
     state["settings"] = dataclasses.replace(state["settings"], noise=_noise_profile(config, storage))
 
 
@@ -232,8 +237,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Compare, write the verdicts, and fail the session on a slowdown."""
     config = session.config
     state = config.stash.get(GATE, None)
-    if state is None or state["baseline"] is None:
-        return
+    if state is None or state["baseline"] is None or session.exitstatus == pytest.ExitCode.USAGE_ERROR:
+        return  # refused before measuring (perf.preflight): nothing to compare
     import numpy as np
 
     from perf.compare import compare_runs, summary, write_verdicts
@@ -246,7 +251,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     }  # fmt: skip
     rows = compare_runs(state["baseline"], current, state["settings"], state["expected"])
     state["rows"] = rows
-    state["path"] = write_verdicts(_reports_dir(config), rows, state["baseline"], state["settings"], _header(state))
+    from perf.fixtures.reporting import RUN_KEY
+
+    state["path"] = write_verdicts(_reports_dir(config), rows, state["baseline"], state["settings"], _header(state),
+                                   run=config.stash.get(RUN_KEY, None))  # fmt: skip
     state["summary"] = summary(rows, state["settings"])
     if state["summary"]["failed"] and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

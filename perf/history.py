@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from perf.validate import run_problem
+
 _RUN_NUMBER = re.compile(r"^(\d{4})_")
 #: The name of a benchmark's primary metric: its rounds (``stats.data``).
 PRIMARY = "time"
@@ -140,12 +142,13 @@ class SavedRun:
 
 
 def run_from_json(data: Mapping[str, Any], path: str | os.PathLike[str] = "<memory>") -> SavedRun:
-    """A `SavedRun` from a pytest-benchmark JSON document (``--benchmark-json`` files work too)."""
+    """A `SavedRun` from a pytest-benchmark JSON document (``--benchmark-json`` files work too); `HistoryError`
+    names the file and the problem when the document is not a usable run (`perf.validate.run_problem`)."""
     path = Path(path)
-    try:
-        benchmarks = {b.fullname: b for b in map(BenchmarkRecord.from_json, data["benchmarks"])}
-    except (KeyError, TypeError) as e:
-        raise HistoryError(f"'{path}': not a pytest-benchmark run (missing {e})") from e
+    problem = run_problem(data)
+    if problem is not None:
+        raise HistoryError(f"'{path}': not a usable saved run: {problem}")
+    benchmarks = {b.fullname: b for b in map(BenchmarkRecord.from_json, data["benchmarks"])}
     match = _RUN_NUMBER.match(path.name)
     return SavedRun(
         path=path,
@@ -167,8 +170,6 @@ def load_run(path: str | os.PathLike[str]) -> SavedRun:
         raise HistoryError(f"'{path}': no such file") from e
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise HistoryError(f"'{path}': cannot read a saved run: {e}") from e
-    if not isinstance(data, dict):
-        raise HistoryError(f"'{path}': not a pytest-benchmark run (top level is not an object)")
     return run_from_json(data, path)
 
 

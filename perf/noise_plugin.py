@@ -42,7 +42,7 @@ TABLES = {
 
 
 def _processes(value: str) -> int:
-    if not value.strip().isdigit() or int(value) < 2:
+    if not value.strip().isdecimal() or int(value) < 2:
         raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected a number of processes >= 2.")
     return int(value)
 
@@ -83,7 +83,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--perf-selftest-regressions", metavar="LIST", type=deferred(_regressions), default=None,
         help=f"Regressions --perf-selftest-processes injects (KIND:PERCENT, see --perf-regression). "
-        f"Default: {DEFAULT_REGRESSIONS}.",
+        f"Default: {DEFAULT_REGRESSIONS.replace('%', '%%')}.",  # argparse's help expands %
     )  # fmt: skip
     group.addoption(
         "--perf-processes-budget", metavar="SECONDS", type=deferred(_seconds), default=None,

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from detector.errors import DetectorError
+from detector.errors import DetectorError, one_line
 
 from perf.nsys_stats import (  # noqa: F401 - re-exported: the CSV half of this module lives there
     STATS_REPORTS,
@@ -92,7 +92,11 @@ _TAIL_LINES = 30
 
 
 class NsysError(DetectorError):
-    """nsys itself failed (not the profiled test); the message ends with the last lines nsys printed."""
+    """nsys itself failed (not the profiled test); the message's first line says what failed, the lines after it
+    quote the last lines nsys printed (so, unlike other DetectorErrors, it keeps its line breaks)."""
+
+    def __str__(self) -> str:
+        return "\n".join(one_line(line) for line in Exception.__str__(self).split("\n"))
 
 
 def _tail(text: str, lines: int = _TAIL_LINES) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ def _split(value: str) -> list[str]:
 def parse_batch_sizes(value: str) -> tuple[int, ...]:
     """``"1,8,32"`` -> ``(1, 8, 32)``; every item a positive integer, duplicates dropped."""
     items = _split(value)
-    if not items or not all(item.isdigit() and int(item) > 0 for item in items):
+    if not items or not all(item.isdecimal() and int(item) > 0 for item in items):
         raise _fail(value, "Expected comma-separated positive integers, e.g. '1,8,32'.")
     return tuple(int(item) for item in items)
 
@@ -115,27 +116,67 @@ def parse_device(value: str) -> str:
 
 def parse_positive_int(value: str) -> int:
     """``"60"`` -> ``60``; a positive integer."""
-    if not value.strip().isdigit() or int(value) <= 0:
+    if not value.strip().isdecimal() or int(value) <= 0:
         raise _fail(value, "Expected a positive integer.")
     return int(value)
 
 
+def parse_profiler(value: str) -> str:
+    """``"torch"`` -> ``"torch"``; one of `PROFILERS` (case-insensitive)."""
+    name = value.strip().lower()
+    if name not in PROFILERS:
+        raise _fail(value, f"Expected one of: {', '.join(PROFILERS)}.")
+    return name
+
+
 def resolve_device(requested: str, cuda_device_count: int) -> tuple[str, str | None]:
-    """Turn a --perf-device value into the device tests run on, and why they cannot (or None).
+    """Turn a --perf-device value into the device tests run on, and why it does not exist (or None).
 
     "auto" is "cuda" when a CUDA device is visible, else "cpu". "cuda" / "cuda:N" stay as asked; without that
-    device the reason is "no CUDA device" (or "no CUDA device N (found K)"): GPU tests then skip, they do not fail.
+    device the reason is "no CUDA device (found 0)" or "no CUDA device N (found K)", which
+    `PerfSession.usage_errors` reports: a device asked for by name must exist, only "auto" falls back to the CPU.
     """
     if requested == "auto":
         return ("cuda" if cuda_device_count > 0 else "cpu"), None
     if requested == "cpu":
         return "cpu", None
-    index = int(requested.partition(":")[2] or 0)
-    if cuda_device_count == 0:
-        return requested, "no CUDA device"
-    if index >= cuda_device_count:
+    _, colon, index = requested.partition(":")
+    if colon and int(index) >= cuda_device_count:
         return requested, f"no CUDA device {index} (found {cuda_device_count})"
+    if cuda_device_count == 0:
+        return requested, "no CUDA device (found 0)"
     return requested, None
+
+
+#: pytest-benchmark's options whose values its own parsers accept although they cannot work:
+#: dest -> (flag, the test a good value passes, what is allowed).
+_BENCHMARK_LIMITS: dict[str, tuple[str, Callable[[float], bool], str]] = {
+    "benchmark_max_time": ("--benchmark-max-time", lambda v: 0 < v < math.inf, "Expected seconds > 0, e.g. 1.0."),
+    "benchmark_min_time": ("--benchmark-min-time", lambda v: 0 <= v < math.inf,
+                           "Expected seconds >= 0, e.g. 0.000005."),
+    "benchmark_min_rounds": ("--benchmark-min-rounds", lambda v: v >= 1, "Expected an integer >= 1."),
+    "benchmark_calibration_precision": ("--benchmark-calibration-precision", lambda v: v >= 1,
+                                        "Expected an integer >= 1."),
+    "benchmark_warmup_iterations": ("--benchmark-warmup-iterations", lambda v: v >= 0, "Expected an integer >= 0."),
+}  # fmt: skip
+
+
+def benchmark_option_errors(getoption: Callable[..., Any]) -> list[str]:
+    """``argument --benchmark-x: Could not parse value: ...`` for each pytest-benchmark option (read with
+    ``config.getoption``) that its parser accepted but that cannot work: zero or negative times, fewer than one
+    round, a negative warmup. Empty where pytest-benchmark is not loaded."""
+    out = []
+    for dest, (flag, good, expected) in _BENCHMARK_LIMITS.items():
+        value = getoption(dest, None)
+        if value is None:
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not good(number):
+            out.append(f"argument {flag}: {_fail(str(value), expected)}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -206,7 +247,10 @@ class PerfSession:
         )
 
     def usage_errors(self) -> Iterable[str]:
-        """Messages for option values that cannot work together or point at nothing."""
+        """Messages for option values that cannot work together or point at nothing, such as a CUDA device asked
+        for by name (``--perf-device cuda`` / ``cuda:N``) that does not exist; checking that one imports torch."""
+        if self.options.device.startswith("cuda") and self.device_unavailable is not None:
+            yield f"--perf-device {self.options.device}: {self.device_unavailable}"
         yield from self.subject.problems()
         if self.options.nsys and self.options.profile != "none":
             yield (
@@ -228,7 +272,8 @@ class PerfSession:
 
     @property
     def device_unavailable(self) -> str | None:
-        """Why `device` cannot be used ("no CUDA device"), or None."""
+        """Why the requested CUDA device does not exist ("no CUDA device 1 (found 1)"), or None; a usage error
+        (`usage_errors`), so tests never see it."""
         return self._device[1]
 
     def skip_reason(self, markers: set[str]) -> str | None:
@@ -236,8 +281,6 @@ class PerfSession:
         if self.device == "cpu":
             found = "is cpu" if self.options.device == "cpu" else "auto found no CUDA device"
             return f"needs a CUDA device; --perf-device {found}"
-        if self.device_unavailable is not None:
-            return self.device_unavailable
         if "trt" in markers:
             from detector.backends import availability  # noqa: PLC0415
 

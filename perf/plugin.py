@@ -30,12 +30,14 @@ from perf.options import (
     PerfSession,
     backend_names,
     bad_values,
+    benchmark_option_errors,
     deferred,
     parse_backends,
     parse_batch_sizes,
     parse_device,
     parse_positive_int,
     parse_precisions,
+    parse_profiler,
 )
 
 PERF_SESSION = pytest.StashKey[PerfSession]()
@@ -46,7 +48,7 @@ class MachineMismatchWarning(pytest.PytestWarning):
 
 
 MARKERS = {
-    "gpu": "needs a CUDA device; skipped when --perf-device resolves to cpu or the CUDA device is missing.",
+    "gpu": "needs a CUDA device; skipped when --perf-device is cpu, or auto and no CUDA device is visible.",
     "trt": "needs TensorRT (tensorrt or tensorrt_rtx) and a CUDA device; skipped otherwise.",
     "nsys": "profiles under Nsight Systems; select with -m nsys (see --perf-nsys).",
     "slow": "takes more than a few seconds; deselect with -m 'not slow'.",
@@ -68,8 +70,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )  # fmt: skip
     group.addoption(
         "--perf-device", metavar="DEVICE", type=deferred(parse_device), default="auto",
-        help="Device to run on: auto, cpu, cuda or cuda:N; GPU tests skip when the CUDA device is missing. "
-        "Default: auto (cuda if available, else cpu).",
+        help="Device to run on: auto, cpu, cuda or cuda:N; a CUDA device named here must exist (else a usage "
+        "error), auto falls back to cpu where none is visible and GPU tests skip. Default: auto (cuda if available, "
+        "else cpu).",
     )  # fmt: skip
     group.addoption(
         "--perf-batch-sizes", metavar="SIZES", type=deferred(parse_batch_sizes), default=DEFAULT_BATCH_SIZES,
@@ -102,7 +105,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"Default: {DEFAULT_FRAMES['cuda']} on CUDA, {DEFAULT_FRAMES['cpu']} on CPU.",
     )  # fmt: skip
     group.addoption(
-        "--perf-streams", metavar="COUNTS", type=parse_batch_sizes, default=None,
+        "--perf-streams", metavar="COUNTS", type=deferred(parse_batch_sizes), default=None,
         help="Comma-separated stream counts for the multi-stream test (one inference at batch N per tick). "
         f"Default: {_join(DEFAULT_STREAMS['cuda'])} on CUDA, {_join(DEFAULT_STREAMS['cpu'])} on CPU.",
     )  # fmt: skip
@@ -137,7 +140,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"stays out of the CUDA-event reading; 0 = off (time from an idle GPU). Default: {DEFAULT_LEAD_IN_MS:g}ms.",
     )  # fmt: skip
     group.addoption(
-        "--perf-profile", choices=PROFILERS, default="none",
+        "--perf-profile", metavar="NAME", type=deferred(parse_profiler), default="none",
         help=f"Profiler around the benchmarks: {' or '.join(PROFILERS)}. Default: none.",
     )  # fmt: skip
 
@@ -149,7 +152,7 @@ def pytest_configure(config: pytest.Config) -> None:
     bind_worker_gpu()  # an xdist worker gets its own GPU, before anything initialises CUDA
     for name, description in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
-    errors = bad_values(config.option)  # one line each, not pytest's usage block
+    errors = bad_values(config.option) + benchmark_option_errors(config.getoption)  # one line each, not a block
     if errors:
         raise pytest.UsageError("\n".join(errors))
     ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
@@ -256,11 +259,9 @@ def perf_options(pytestconfig: pytest.Config) -> PerfOptions:
 
 @pytest.fixture(scope="session")
 def perf_device(pytestconfig: pytest.Config) -> str:
-    """Resolved device ("cpu", "cuda", "cuda:N"); skips the test when the requested CUDA device is missing."""
-    session = pytestconfig.stash[PERF_SESSION]
-    if session.device_unavailable is not None:
-        pytest.skip(session.device_unavailable)
-    return session.device
+    """Resolved device ("cpu", "cuda", "cuda:N"); a requested CUDA device that is missing never gets here (it is a
+    usage error at start-up)."""
+    return pytestconfig.stash[PERF_SESSION].device
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from detector.errors import DetectorError
+from perf.validate import report_problem, run_problem
 
 #: Saved-run file names pytest-benchmark writes: ``0001_<commit>_<date>.json`` (any ``NNNN_*.json``).
 RUN_NAME = re.compile(r"^(\d{4})_.*\.json$")
@@ -123,17 +124,13 @@ def _parse_time(value: Any) -> datetime | None:
 def parse_run(path: Path) -> SavedRun:
     """Read one saved run; :class:`ReportInputError` naming ``path`` when it is not a pytest-benchmark run."""
     doc = _read_json(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
-        raise ReportInputError(f"'{path}' is not a pytest-benchmark saved run: no 'benchmarks' list")
-    benches = []
-    for i, b in enumerate(doc["benchmarks"]):
-        stats = b.get("stats") if isinstance(b, dict) else None
-        if not isinstance(stats, dict) or not isinstance(stats.get("median"), (int, float)) or "name" not in b:
-            raise ReportInputError(f"'{path}': benchmark #{i} has no name or no stats.median")
-        benches.append(Bench(name=str(b["name"]), fullname=str(b.get("fullname", b["name"])),
-                             group=str(b.get("group") or "ungrouped"), params=dict(b.get("params") or {}),
-                             stats=stats, extra_info=dict(b.get("extra_info") or {})))
-    commit = doc.get("commit_info") if isinstance(doc.get("commit_info"), dict) else {}
+    problem = run_problem(doc)
+    if problem is not None:
+        raise ReportInputError(f"'{path}' is not a pytest-benchmark saved run: {problem}")
+    benches = [Bench(name=b["name"], fullname=b["fullname"], group=b.get("group") or "ungrouped",
+                     params=dict(b.get("params") or {}), stats=b["stats"], extra_info=dict(b.get("extra_info") or {}))
+               for b in doc["benchmarks"]]
+    commit = doc.get("commit_info") or {}
     match = RUN_NAME.match(path.name)
     return SavedRun(path=path, number=int(match.group(1)) if match else 0, machine_id=path.parent.name,
                     when=_parse_time(doc.get("datetime")), commit=str(commit.get("id") or ""),
@@ -192,10 +189,10 @@ def load_tables(reports: Path) -> tuple[dict[str, list[dict[str, Any]]], list[st
     if not path.exists():
         return {}, [f"no {PERF_REPORT} in '{reports}': no end-to-end stage table from the report, no parity"]
     doc = _read_json(path)
-    tables = doc.get("tables") if isinstance(doc, dict) else None
-    if not isinstance(tables, dict) or not all(isinstance(v, list) for v in tables.values()):
-        raise ReportInputError(f"'{path}' is not a perf report: expected {{\"tables\": {{name: [rows]}}}}")
-    return {name: [r for r in rows if isinstance(r, dict)] for name, rows in tables.items()}, []
+    problem = report_problem(doc)
+    if problem is not None:
+        raise ReportInputError(f"'{path}' is not a usable perf report: {problem}")
+    return doc["tables"], []
 
 
 def _verdict_entries(doc: Any) -> Iterable[dict[str, Any]]:

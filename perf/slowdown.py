@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,8 +24,9 @@ def parse_delay_ms(value: str) -> float:
         delay = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected milliseconds, e.g. 0.2ms.") from None
-    if not delay >= 0:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected milliseconds >= 0.")
+    if not 0 <= delay < math.inf:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected a finite number of "
+                                         "milliseconds >= 0, e.g. 0.2ms.")  # fmt: skip
     return delay
 
 

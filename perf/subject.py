@@ -223,11 +223,9 @@ def subject_differences(saved: Mapping[str, Any] | None, current: Mapping[str, A
 def subject_mismatch_message(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str,
                              *, allowed: bool, option: str) -> str:  # fmt: skip
     """Explain `subject_differences` between a saved run (its JSON) and this run, one field a line."""
-    commit = str((saved_run.get("commit_info") or {}).get("id") or "unknown")[:12]
-    when = saved_run.get("datetime", "at an unknown time")
-    lines = [f"{option}: the saved run in '{location}' (recorded {when}, commit {commit}) measured another model "
-             "or video:"]  # fmt: skip
-    lines += [f"  {field}: saved {saved!r}, current {current!r}" for field, saved, current in differences]
+    from perf.machine import mismatch_lines
+
+    lines = mismatch_lines(differences, saved_run, location, option, "measured another model or video")
     if allowed:
         lines.append("Comparing anyway (--perf-allow-model-mismatch); the figures measure different things.")
     else:

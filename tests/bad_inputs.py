@@ -4,6 +4,12 @@ One :class:`Row` per kind of bad input. Shared by ``tests/test_bad_inputs.py`` (
 ``tools/bad_input_table.py`` (prints the rows as a markdown table). A row builds its files in a fresh folder and
 returns the command (after ``python``) and the pieces its error line must contain (the file, the problem).
 
+A row that needs more than "run a command" says so with hooks: ``setup(folder)`` (a context manager around the
+whole run, e.g. a 1 MiB tmpfs mounted and unmounted), ``during(process, folder)`` (e.g. SIGTERM once a temporary
+file appears), ``check(folder)`` (more problems, e.g. a file created outside the cache), ``exit_code`` (the exact
+status), ``needs_root`` (skipped, with the reason, when not root). Rows of other modules join :data:`ROWS`: every
+``tests/reliability_*.py`` exporting ``ROWS`` (see :func:`all_rows`).
+
 What a row must do (see :meth:`Outcome.problems`):
 
 * a bad input: non-zero exit, stderr exactly one non-empty line containing every expected piece and no
@@ -14,6 +20,8 @@ What a row must do (see :meth:`Outcome.problems`):
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import pickle
@@ -21,6 +29,7 @@ import subprocess
 import sys
 import types
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +75,13 @@ class Row:
     make: Callable[[Path, Shared], Made]
     handled: bool = False
     in_repo: bool = False
+    setup: Callable[[Path], AbstractContextManager[object]] | None = None  # entered around make, run and listing
+    during: Callable[[subprocess.Popen[str], Path], None] | None = None  # called once the process has started
+    check: Callable[[Path], list[str]] | None = None  # more problems, found in the row's folder after the run
+    exit_code: int | None = None  # the exact exit status a bad input must give (default: any non-zero)
+    needs_root: bool = False  # mounts or other root-only set-up: skipped with the reason where not root
+    out: str = "out"  # the output folder, relative to the row's folder, that must be left empty
+    timeout_s: float = 300  # a process still running then is killed, and the row fails ("hangs")
 
 
 @dataclass
@@ -79,6 +95,8 @@ class Outcome:
     expected: list[str]
     folder: Path
     output_files: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)  # problems the row's own check or the runner found
+    skipped: str = ""  # why the row did not run here (then it has no problems)
 
     @property
     def lines(self) -> list[str]:
@@ -87,6 +105,8 @@ class Outcome:
     @property
     def message(self) -> str:
         """The one error line, or for a handled row the last line it printed about its output."""
+        if self.skipped:
+            return f"(skipped: {self.skipped})"
         if self.row.handled:
             wrote = [line for line in self.stdout.splitlines() if line.startswith("wrote ")]
             return wrote[0] if wrote else "(nothing written)"
@@ -94,7 +114,9 @@ class Outcome:
 
     def problems(self) -> list[str]:
         """Every way this outcome breaks the row's contract (empty: the row passes)."""
-        found = []
+        if self.skipped:
+            return []
+        found = list(self.extra)
         if "Traceback" in self.stderr:
             found.append("traceback on stderr")
         if self.row.handled:
@@ -110,6 +132,8 @@ class Outcome:
             return found
         if self.returncode == 0:
             found.append("exit 0, expected non-zero")
+        elif self.row.exit_code is not None and self.returncode != self.row.exit_code:
+            found.append(f"exit {self.returncode}, expected {self.row.exit_code}")
         if len(self.lines) != 1:
             found.append(f"{len(self.lines)} stderr lines, expected 1")
         missing = [piece for piece in self.expected if piece not in self.stderr]
@@ -120,23 +144,45 @@ class Outcome:
         return found
 
 
-def run_row(row: Row, folder: Path, shared: Shared, timeout_s: float = 300) -> Outcome:
-    """Build ``row``'s files in ``folder`` and run its command there with this interpreter."""
+def run_row(row: Row, folder: Path, shared: Shared, timeout_s: float | None = None) -> Outcome:
+    """Build ``row``'s files in ``folder`` and run its command there with this interpreter (within the row's
+    ``setup``, calling its ``during`` while the process runs); a process past ``timeout_s`` (default: the row's)
+    is killed and the row fails."""
     folder.mkdir(parents=True, exist_ok=True)
-    args, expected = row.make(folder, shared)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    env.pop("DETECTOR_CACHE", None)
-    proc = subprocess.run([sys.executable, *args], cwd=REPO if row.in_repo else folder, env=env, text=True,
-                          capture_output=True, timeout=timeout_s, check=False)
-    out = folder / "out"
-    files = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    if row.handled:  # the detected video must hold every processed frame
-        from detector.video import read_frames
+    if row.needs_root and os.geteuid() != 0:
+        return Outcome(row, 0, "", "", [], folder, skipped="needs root (it mounts a file system)")
+    with contextlib.ExitStack() as stack:
+        if row.setup is not None:
+            stack.enter_context(row.setup(folder))
+        args, expected = row.make(folder, shared)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        env.pop("DETECTOR_CACHE", None)
+        proc = subprocess.Popen([sys.executable, *args], cwd=REPO if row.in_repo else folder, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        extra = []
+        try:
+            if row.during is not None:
+                row.during(proc, folder)
+            stdout, stderr = proc.communicate(timeout=timeout_s or row.timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            extra.append(f"still running after {timeout_s or row.timeout_s:g} s (hangs); killed")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        out = folder / row.out
+        files = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        if row.handled:  # the detected video must hold every processed frame
+            from detector.video import read_frames
 
-        detected = [out / name for name in files if name.endswith("-detected.mp4")]
-        if detected and len(read_frames(detected[0])) != FRAMES:
-            files.append("(detected video with the wrong number of frames)")
-    return Outcome(row, proc.returncode, proc.stderr, proc.stdout, expected, folder, files)
+            detected = [out / name for name in files if name.endswith("-detected.mp4")]
+            if detected and len(read_frames(detected[0])) != FRAMES:
+                files.append("(detected video with the wrong number of frames)")
+        if row.check is not None:
+            extra += row.check(folder)
+    return Outcome(row, proc.returncode, stderr, stdout, expected, folder, files, extra)
 
 
 # -- builders of bad files ----------------------------------------------------------------------------------------
@@ -363,7 +409,7 @@ def _missing_perf_video(folder: Path, shared: Shared) -> Made:
 _CORRUPT = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
 _SHIPPED_H, _SHIPPED_C = 416, 2  # the shipped cfg's input size and classes
 
-ROWS: tuple[Row, ...] = (
+BASE_ROWS: tuple[Row, ...] = (
     # videos
     Row("video-missing", lambda f, s: (detect(f, s, "--video", str(f / "nope.mp4")), [str(f / "nope.mp4"),
                                                                                         "no such file"])),
@@ -436,6 +482,24 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+def all_rows() -> tuple[Row, ...]:
+    """:data:`BASE_ROWS`, then the ``ROWS`` of every ``tests/reliability_*.py`` module, by module name: a module
+    adds its rows without editing this file."""
+    rows = list(BASE_ROWS)
+    for module in sorted(Path(__file__).parent.glob("reliability_*.py")):
+        rows += importlib.import_module(module.stem).ROWS
+    return tuple(rows)
+
+
+def __getattr__(name: str) -> tuple[Row, ...]:
+    """``ROWS``, every row (:func:`all_rows`), gathered on first use: a reliability module imports this one, so
+    gathering at import time would be circular."""
+    if name == "ROWS":
+        rows = globals()["ROWS"] = all_rows()
+        return rows
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def table(outcomes: list[Outcome]) -> str:
     """Markdown: row | exit | message (the one stderr line; for a handled input, what was written)."""
     lines = ["| row | exit | message |", "|---|---|---|"]
@@ -449,4 +513,6 @@ def table(outcomes: list[Outcome]) -> str:
 def summary(outcomes: list[Outcome]) -> str:
     """One line: rows run, rows passing."""
     bad = [o.row.id for o in outcomes if o.problems()]
-    return json.dumps({"rows": len(outcomes), "passing": len(outcomes) - len(bad), "failing": bad})
+    skipped = [o.row.id for o in outcomes if o.skipped]
+    return json.dumps({"rows": len(outcomes), "passing": len(outcomes) - len(bad) - len(skipped), "failing": bad,
+                       "skipped": skipped})

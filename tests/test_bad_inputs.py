@@ -46,6 +46,8 @@ class Outcomes:
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
 def test_bad_input_gives_one_line_and_leaves_nothing_behind(row: Row, outcomes: Outcomes) -> None:
     outcome = outcomes[row]
+    if outcome.skipped:
+        pytest.skip(outcome.skipped)
     assert not outcome.problems(), (outcome.problems(), outcome.stderr[-2000:])
     assert outcome.returncode == 0 if row.handled else outcome.returncode != 0
     assert not (outcome.folder / MARKER).exists(), "a loader executed the pickle payload in the file"

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 import pytest
 
 from perf.options import (
     FALLBACK_BACKENDS,
     backend_names,
+    benchmark_option_errors,
     parse_backends,
     parse_batch_sizes,
     parse_device,
     parse_positive_int,
     parse_precisions,
+    parse_profiler,
     resolve_device,
 )
-from perf.machine import machine_fingerprint
+from perf.machine import cuda_device_count, machine_fingerprint
 from perf.plugin import MARKERS
 
 pytest_plugins = ["pytester"]
@@ -38,11 +41,65 @@ def _lazy_imports_done_outside_pytester() -> None:
     machine_fingerprint()
 
 
+#: A bad value of every perf option parsed by a ``type=`` and the one line it must give (after "argument <option>:
+#: Could not parse value: '<value>'."). The options' own parsers are unit-tested above and in test_gate_parts.py.
+BAD_VALUES = (
+    ("--perf-backends", "trt", "Expected comma-separated backends from:"),
+    ("--perf-device", "gpu", "Expected auto, cpu, cuda or cuda:N."),
+    ("--perf-batch-sizes", "0", "Expected comma-separated positive integers"),
+    ("--perf-precisions", "fp8", "Expected comma-separated precisions from: fp32, fp16, int8."),
+    ("--perf-frames", "0", "Expected a positive integer."),
+    ("--perf-frames", "\u00b2", "Expected a positive integer."),  # isdigit() but not int()
+    ("--perf-streams", "1,x", "Expected comma-separated positive integers"),
+    ("--perf-inject-delay", "-1", "Expected a finite number of milliseconds >= 0"),
+    ("--perf-clock-lead-in", "-0.5", "Expected a finite number of milliseconds >= 0"),
+    ("--perf-clock-lead-in", "inf", "Expected a finite number of milliseconds >= 0"),
+    ("--perf-regression", "layer", "Expected KIND:PERCENT"),
+    ("--perf-controls", "pins", "Expected all, none, or names from"),
+    ("--perf-profile", "perf", "Expected one of: none, torch."),
+    ("--perf-min-effect", "lots", "Expected a fraction >= 0 and < 1"),
+    ("--perf-max-cv", "150%", "Expected a fraction >= 0 and < 1"),
+    ("--perf-max-drift", "-0.1", "Expected a fraction >= 0 and < 1"),
+    ("--perf-max-remeasure", "-1", "Expected an integer >= 0."),
+    ("--perf-selftest-trials", "0", "Expected a positive integer."),
+    ("--perf-selftest-levels", "0", "Expected percentages > 0"),
+    ("--perf-noise", "1", "Expected a number of processes >= 2."),
+    ("--perf-selftest-processes", "x", "Expected a number of processes >= 2."),
+    ("--perf-selftest-regressions", "layer:0%", "Expected KIND:PERCENT"),
+    ("--perf-processes-budget", "0", "Expected seconds > 0"),
+    ("--benchmark-max-time", "-1", "Expected seconds > 0"),
+    ("--benchmark-max-time", "0", "Expected seconds > 0"),
+    ("--benchmark-min-time", "-0.001", "Expected seconds >= 0"),
+    ("--benchmark-calibration-precision", "0", "Expected an integer >= 1."),
+    ("--benchmark-warmup-iterations", "-1", "Expected an integer >= 0."),
+)  # fmt: skip
+#: Options that take a value without a parser of their own (paths, names, checked where they are used).
+UNPARSED = (
+    "--perf-cache-dir", "--perf-nsys-path", "--nsys-path", "--perf-compare", "--perf-noise-profile", "--perf-runs-dir",
+    "--perf-reports-dir", "--perf-html", "--perf-cfg", "--perf-weights", "--perf-names", "--perf-onnx",
+    "--perf-engine", "--perf-engine-precision", "--perf-video", "--perf-ground-truth", "--perf-min-map",
+)  # fmt: skip
+#: The repository's root conftest (every plugin of the suite), as a pytester conftest.
+SUITE_PLUGINS = next(block for block in (Path(__file__).parents[1] / "conftest.py").read_text().split("\n\n")
+                     if block.startswith("pytest_plugins = ["))
+
+
 @pytest.fixture
 def perf_pytester(pytester: pytest.Pytester) -> pytest.Pytester:
     """A pytester directory whose conftest loads the perf plugin, as the repository's root conftest does."""
     pytester.makeconftest('pytest_plugins = ["perf.plugin"]')
     return pytester
+
+
+@pytest.fixture
+def suite_pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A pytester directory whose conftest loads every plugin of the suite that adds options."""
+    pytester.makeconftest(SUITE_PLUGINS)
+    return pytester
+
+
+def _usage_lines(result: pytest.RunResult) -> list[str]:
+    return [line for line in result.stderr.lines if line.strip()]
 
 
 @pytest.mark.parametrize(
@@ -100,10 +157,22 @@ def test_precisions_reject_unknown_names(value: str) -> None:
         parse_precisions(value)
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "2.5", "many"])
+@pytest.mark.parametrize("value", ["0", "-3", "2.5", "many", "\u00b2", "+4"])
 def test_frames_reject_non_positive_integers(value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"Could not parse value: {value!r}.")):
         parse_positive_int(value)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("none", "none"), (" Torch ", "torch")])
+def test_profiler_parses_known_names(value: str, expected: str) -> None:
+    assert parse_profiler(value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "nsys", "torch,none"])
+def test_profiler_rejects_other_names_listing_known_ones(value: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"Could not parse value: {value!r}. Expected "
+                                                                   "one of: none, torch.")):  # fmt: skip
+        parse_profiler(value)
 
 
 @pytest.mark.parametrize(
@@ -112,16 +181,47 @@ def test_frames_reject_non_positive_integers(value: str) -> None:
         ("auto", 0, ("cpu", None)),
         ("auto", 2, ("cuda", None)),
         ("cpu", 2, ("cpu", None)),
+        ("cpu", 0, ("cpu", None)),
         ("cuda", 1, ("cuda", None)),
-        ("cuda", 0, ("cuda", "no CUDA device")),
+        ("cuda", 0, ("cuda", "no CUDA device (found 0)")),
+        ("cuda:0", 0, ("cuda:0", "no CUDA device 0 (found 0)")),
+        ("cuda:7", 0, ("cuda:7", "no CUDA device 7 (found 0)")),
         ("cuda:1", 2, ("cuda:1", None)),
         ("cuda:2", 2, ("cuda:2", "no CUDA device 2 (found 2)")),
     ],
 )
-def test_resolve_device_skips_rather_than_fails_without_cuda(
+def test_resolve_device_names_a_missing_cuda_device_and_auto_falls_back_to_cpu(
     requested: str, count: int, expected: tuple[str, str | None]
 ) -> None:
     assert resolve_device(requested, count) == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "errors"),
+    [
+        ({"benchmark_max_time": "1.0", "benchmark_min_time": "0.000005", "benchmark_min_rounds": 5,
+          "benchmark_calibration_precision": 10, "benchmark_warmup_iterations": 0}, []),
+        ({}, []),  # pytest-benchmark not loaded
+        ({"benchmark_max_time": "-1"},
+         ["argument --benchmark-max-time: Could not parse value: '-1'. Expected seconds > 0, e.g. 1.0."]),
+        ({"benchmark_max_time": "0", "benchmark_min_time": "-1E-3"},
+         ["argument --benchmark-max-time: Could not parse value: '0'. Expected seconds > 0, e.g. 1.0.",
+          "argument --benchmark-min-time: Could not parse value: '-1E-3'. Expected seconds >= 0, e.g. 0.000005."]),
+        ({"benchmark_max_time": "Infinity"},
+         ["argument --benchmark-max-time: Could not parse value: 'Infinity'. Expected seconds > 0, e.g. 1.0."]),
+        ({"benchmark_max_time": "NaN"},
+         ["argument --benchmark-max-time: Could not parse value: 'NaN'. Expected seconds > 0, e.g. 1.0."]),
+        ({"benchmark_min_rounds": 0},
+         ["argument --benchmark-min-rounds: Could not parse value: '0'. Expected an integer >= 1."]),
+        ({"benchmark_calibration_precision": 0, "benchmark_warmup_iterations": -1},
+         ["argument --benchmark-calibration-precision: Could not parse value: '0'. Expected an integer >= 1.",
+          "argument --benchmark-warmup-iterations: Could not parse value: '-1'. Expected an integer >= 0."]),
+    ],
+)  # fmt: skip
+def test_benchmark_options_that_cannot_work_are_named_one_line_each(
+    values: dict[str, object], errors: list[str]
+) -> None:
+    assert benchmark_option_errors(lambda dest, default=None: values.get(dest, default)) == errors
 
 
 def test_every_option_is_listed_with_help_ending_in_its_default(perf_pytester: pytest.Pytester) -> None:
@@ -214,13 +314,51 @@ def test_cache_dir_defaults_to_perf_cache_in_rootdir(perf_pytester: pytest.Pytes
     perf_pytester.runpytest("--perf-device=cpu", "--perf-frames=7").assert_outcomes(passed=1)
 
 
-def test_requested_cuda_without_a_device_skips_tests_using_perf_device(perf_pytester: pytest.Pytester) -> None:
-    pytest.importorskip("torch")
-    from perf.machine import cuda_device_count  # noqa: PLC0415
+def test_requested_cuda_device_that_does_not_exist_is_a_one_line_usage_error(perf_pytester: pytest.Pytester) -> None:
+    """cuda:<count> never exists: a typo in CI fails at start-up instead of skipping everything and passing."""
+    count = cuda_device_count()
+    perf_pytester.makepyfile("def test_gpu(perf_device):\n    pass\n")
+    result = perf_pytester.runpytest(f"--perf-device=cuda:{count}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert _usage_lines(result) == [f"ERROR: --perf-device cuda:{count}: no CUDA device {count} (found {count})"]
+    result.stdout.no_fnmatch_line("*skipped*")
 
+
+def test_requested_cuda_without_any_device_is_a_usage_error(perf_pytester: pytest.Pytester) -> None:
     if cuda_device_count() > 0:
         pytest.skip("this machine has a CUDA device")
-    perf_pytester.makepyfile("def test_gpu(perf_device):\n    pass\n")
-    result = perf_pytester.runpytest("--perf-device=cuda", "-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*no CUDA device*"])
+    result = perf_pytester.runpytest("--perf-device=cuda")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert _usage_lines(result) == ["ERROR: --perf-device cuda: no CUDA device (found 0)"]
+
+
+def test_auto_device_without_cuda_runs_on_cpu_and_skips_gpu_tests(perf_pytester: pytest.Pytester) -> None:
+    if cuda_device_count() > 0:
+        pytest.skip("this machine has a CUDA device")
+    perf_pytester.makepyfile("import pytest\n\n@pytest.mark.gpu\ndef test_gpu():\n    pass\n\n"
+                             "def test_cpu(perf_device):\n    assert perf_device == 'cpu'\n")  # fmt: skip
+    result = perf_pytester.runpytest("-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*needs a CUDA device; --perf-device auto found no CUDA device*"])
+
+
+@pytest.mark.parametrize(("option", "value", "expected"), BAD_VALUES)
+def test_every_bad_option_value_is_one_usage_line(
+    suite_pytester: pytest.Pytester, option: str, value: str, expected: str
+) -> None:
+    value = value.encode().decode("unicode_escape")
+    result = suite_pytester.runpytest(f"{option}={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    lines = _usage_lines(result)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"ERROR: argument {option}: Could not parse value: {value!r}. {expected}"), lines
+
+
+def test_every_option_with_a_value_has_a_bad_value_case(suite_pytester: pytest.Pytester) -> None:
+    """A new option with a parser gets a row in BAD_VALUES (or, without a parser, a place in UNPARSED)."""
+    result = suite_pytester.runpytest("--help")
+    assert result.ret == 0
+    text = result.stdout.str()
+    section = text[text.index("perf suite (perf/):") :].split("\n\n")[0]
+    taking_values = set(re.findall(r"(--perf-[\w-]+|--nsys-path)=", section))
+    assert taking_values == {option for option, _, _ in BAD_VALUES if option.startswith("--perf")} | set(UNPARSED)

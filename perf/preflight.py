@@ -1,0 +1,156 @@
+"""pytest plugin: refuse at start-up, in one usage line (exit 4), a run that would lose its results or crash after
+measuring.
+
+* Saving or comparing under pytest-xdist: pytest-benchmark switches itself off when ``-n`` is given (a warning,
+  exit 0, nothing saved), so ``--benchmark-autosave``, ``--benchmark-save``, ``--benchmark-json``,
+  ``--benchmark-compare`` and ``--perf-compare`` are refused with ``-n``.
+* The saved run(s) ``--perf-compare`` or ``--benchmark-compare`` will load (the newest ``NNNN_*.json`` of this
+  machine, or every file matching NUM|ID) must pass `perf.validate.run_problem`; ``--benchmark-compare`` also needs
+  what pytest-benchmark's own table reads (``complete``). Checked before pytest-benchmark loads them, which would
+  crash on a wrong shape, or skip a corrupt newest run and silently compare with an older one.
+* Folders the run must write: the reports folder (``--perf-reports-dir``) when a selected test writes to the
+  report or ``--perf-compare`` writes its verdicts; the perf cache (``--perf-cache-dir``) when a selected test
+  uses it and it is empty or missing (a populated read-only cache is only read, and works); the benchmark storage
+  when the run is saved. Without xdist the selection is known after collection, so these are checked then,
+  before any test runs; an xdist controller does not collect, so it checks at configure as if every test ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perf.validate import run_problem
+
+SAVING = ("benchmark_autosave", "benchmark_save", "benchmark_json", "benchmark_compare", "perf_compare")
+RUN_FILES = "[0-9][0-9][0-9][0-9]_"  # pytest-benchmark's glob of saved runs
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _option(config: pytest.Config, name: str) -> Any:
+    return config.getoption(name, None)
+
+
+def _xdist(config: pytest.Config) -> bool:
+    """A pytest-xdist controller (the test pytest-benchmark uses to switch itself off)."""
+    return _option(config, "dist") not in (None, "no")
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why no file can be created in ``folder`` (a missing one: in its nearest existing parent), or None."""
+    probe = folder
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"'{probe}' is not a folder"
+    try:
+        fd, name = tempfile.mkstemp(prefix=".perf-probe-", dir=probe)
+    except OSError as e:
+        return e.strerror or str(e)
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
+def _storage_path(config: pytest.Config) -> Path | None:
+    """The file storage of pytest-benchmark (relative to the current directory, as it reads it), or None."""
+    value = _option(config, "benchmark_storage")
+    if not value or ("://" in value and not value.startswith("file://")):
+        return None
+    return Path(value.removeprefix("file://")).expanduser().absolute()
+
+
+def _compared_files(config: pytest.Config, wanted: Any) -> list[Path]:
+    """The files pytest-benchmark's storage will load for a compare with ``wanted`` (True: the newest run)."""
+    from pytest_benchmark.storage.file import FileStorage
+    from pytest_benchmark.utils import get_machine_id
+
+    path = _storage_path(config)
+    if path is None or not path.is_dir():
+        return []  # nothing to load: pytest-benchmark and the gate say so themselves
+    storage = FileStorage(path, logger=None, default_machine_id=get_machine_id())
+    return storage.query(RUN_FILES)[-1:] if wanted is True else storage.query(str(wanted))
+
+
+def saved_run_problem(path: Path, *, complete: bool = False) -> str | None:
+    """What makes the saved run at ``path`` unusable (unreadable, not JSON, `run_problem`), or None."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return f"cannot read it as JSON: {e}"
+    return run_problem(doc, complete=complete)
+
+
+def _check_compared_runs(config: pytest.Config) -> None:
+    for name, complete in (("benchmark_compare", True), ("perf_compare", False)):
+        wanted = _option(config, name)
+        if wanted is None or wanted is False:
+            continue
+        for path in _compared_files(config, wanted):
+            problem = saved_run_problem(path, complete=complete)
+            if problem is not None:
+                raise pytest.UsageError(f"{_flag(name)}: '{path}' is not a usable saved run: {problem}; repair or "
+                                        "remove it, or compare with another run (NUM|ID)")  # fmt: skip
+
+
+def _check_folders(config: pytest.Config, *, reports: bool, cache: bool, storage: bool) -> None:
+    from perf.fixtures.reporting import reports_dir
+    from perf.plugin import PERF_SESSION
+
+    if reports:
+        folder = reports_dir(config)
+        why = unwritable(folder)
+        if why:
+            raise pytest.UsageError(f"--perf-reports-dir: cannot write the reports to '{folder}': {why}; make it "
+                                    "writable or choose another folder with --perf-reports-dir")  # fmt: skip
+    if cache and PERF_SESSION in config.stash:
+        folder = config.stash[PERF_SESSION].options.cache_dir
+        empty = not folder.is_dir() or not any(folder.iterdir())
+        why = unwritable(folder) if empty else None
+        if why:
+            raise pytest.UsageError(f"--perf-cache-dir: cannot create the perf cache in '{folder}': {why}; make it "
+                                    "writable or choose another folder with --perf-cache-dir")  # fmt: skip
+    folder = _storage_path(config) if storage else None
+    why = unwritable(folder) if folder is not None else None
+    if why:
+        raise pytest.UsageError(f"--benchmark-storage: cannot save the run in '{folder}': {why}; make it writable or "
+                                "choose another folder with --benchmark-storage")  # fmt: skip
+
+
+def _saving(config: pytest.Config) -> bool:
+    return bool(_option(config, "benchmark_save") or _option(config, "benchmark_autosave"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before pytest-benchmark (trylast) loads a compared run or xdist starts workers."""
+    if hasattr(config, "workerinput") or _option(config, "help") or _option(config, "version"):
+        return
+    if _xdist(config):
+        given = [_flag(name) for name in SAVING if _option(config, name) not in (None, False, [])]
+        if given:
+            raise pytest.UsageError(f"{', '.join(given)} cannot be used with pytest-xdist (-n): pytest-benchmark "
+                                    "switches itself off under xdist, so nothing would be saved or compared; run "
+                                    "the benchmarks without -n")  # fmt: skip
+        if not _option(config, "collectonly"):
+            _check_folders(config, reports=True, cache=True, storage=False)
+        return
+    _check_compared_runs(config)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Check the folders the selected tests will write, before any of them runs."""
+    config = session.config
+    if hasattr(config, "workerinput") or _option(config, "collectonly"):
+        return
+    used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    _check_folders(config, reports=bool(used & {"perf_report", "perf_reports_dir"}) or
+                   _option(config, "perf_compare") is not None,
+                   cache="perf_cache_dir" in used, storage=_saving(config) and "benchmark" in used)  # fmt: skip

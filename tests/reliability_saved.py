@@ -1,0 +1,81 @@
+"""Rows of the bad-input matrix (tests/bad_inputs.py) for saved data and the folders a perf run writes: each one
+is refused at start-up by `perf.preflight` with one usage line (exit 4) naming the file or folder."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bad_inputs import Made, Row, Shared
+
+FAST = ("-q", "-p", "no:cacheprovider", "--perf-device=cpu", "-k", "harness")  # one tiny test selected
+
+
+def _pytest(folder: Path, *options: str) -> list[str]:
+    return ["-m", "pytest", "perf", *FAST, f"--benchmark-storage={folder / 'storage'}", *options]
+
+
+def _read_only_folder(prefix: str) -> Path:
+    """An empty folder no one can write, root included (a read-only bind mount; chmod 555 when not root),
+    outside the row's folder and undone when this process exits."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        atexit.register(lambda: (folder.chmod(0o755), folder.rmdir()))
+        return folder
+    subprocess.run(["mount", "--bind", "-o", "ro", str(folder), str(folder)], check=True)
+    subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], check=True)
+    atexit.register(lambda: (subprocess.run(["umount", str(folder)], check=False), folder.rmdir()))
+    return folder
+
+
+def _saved_run(folder: Path, doc: Any) -> Path:
+    """``doc`` saved as run 0001 of this machine in ``folder/storage`` (where pytest-benchmark looks)."""
+    from pytest_benchmark.utils import get_machine_id
+
+    path = folder / "storage" / get_machine_id() / "0001_bad.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _compare(option: str, doc: Any, *problem: str) -> Callable[[Path, Shared], Made]:
+    def make(folder: Path, shared: Shared) -> Made:
+        path = _saved_run(folder, doc)
+        return _pytest(folder, option), [option, str(path), *problem]
+    return make
+
+
+def _xdist_autosave(folder: Path, shared: Shared) -> Made:
+    return _pytest(folder, "-n", "2", "--benchmark-autosave"), ["--benchmark-autosave", "pytest-xdist (-n)"]
+
+
+def _read_only_reports(folder: Path, shared: Shared) -> Made:
+    reports = _read_only_folder("ro-reports-")
+    return _pytest(folder, f"--perf-reports-dir={reports}"), ["--perf-reports-dir", str(reports)]
+
+
+def _read_only_empty_cache(folder: Path, shared: Shared) -> Made:
+    cache = _read_only_folder("ro-cache-")
+    return _pytest(folder, f"--perf-cache-dir={cache}"), ["--perf-cache-dir", str(cache)]
+
+
+_ROUNDS = {"benchmarks": [{"name": "test_x", "fullname": "perf/t.py::test_x", "group": "inference",
+                           "stats": {"median": 0.001, "data": [0.001, "fast", 0.002]}}],
+           "machine_info": {"node": "x"}, "datetime": "2026-01-01T00:00:00"}  # fmt: skip
+
+ROWS: tuple[Row, ...] = (
+    Row("pytest-xdist-autosave", _xdist_autosave, in_repo=True),
+    Row("pytest-perf-compare-non-numeric-rounds", _compare("--perf-compare", _ROUNDS, "stats.data[1]", "'fast'"),
+        in_repo=True),
+    Row("pytest-benchmark-compare-wrong-shape", _compare("--benchmark-compare", {"benchmarks": {"test_x": 1}},
+                                                         "'benchmarks' is an object"), in_repo=True),
+    Row("pytest-reports-dir-read-only", _read_only_reports, in_repo=True),
+    Row("pytest-cache-dir-read-only-empty", _read_only_empty_cache, in_repo=True),
+)
