@@ -4,7 +4,8 @@ export ``nsys stats`` reports as CSV and boil them down to a short summary (JSON
 The parent pytest process never loads CUDA for a profiled test: it runs
 
     nsys profile --trace=cuda,nvtx,osrt --capture-range=cudaProfilerApi --capture-range-end=stop ...
-        python -m pytest <nodeid> -p no:cacheprovider --perf-nsys-child --junitxml=<dir>/child-junit.xml
+        python -m pytest <rootdir>/<nodeid> --rootdir=<rootdir> -p no:cacheprovider --perf-nsys-child
+            --junitxml=<dir>/child-junit.xml <the parent's options>
 
 and the child (which sees `NSYS_CHILD_FLAG`) runs the test with NVTX ranges on, bracketing only the measured region
 with cudaProfilerStart/Stop (`detector.timing.profiler_capture`), so engine builds and warm-up stay out of the report.
@@ -252,32 +253,39 @@ def run_child_under_nsys(
     report_root: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     *,
+    cwd: str | os.PathLike[str] | None = None,
     timeout_s: float = 1800.0,
 ) -> NsysResult:
     """Run test ``nodeid`` in a child ``python -m pytest`` under ``nsys profile``; report into `report_dir_for`.
 
-    ``extra_pytest_args`` are appended to the child's pytest arguments (forward the ``--perf-*`` options there).
-    ``report_root`` defaults to ``rootdir/reports/nsys``. The combined output is saved as ``nsys-run.log`` in the
-    report folder. A failing or skipped *test* is returned (``outcome``; its own messages are never taken for nsys
-    errors); `NsysError` is raised when *nsys* failed: the child never finished (no JUnit XML), or after a passing
-    test nsys printed an importer/loader error, exited non-zero, or left no ``.nsys-rep``.
+    The child starts in ``cwd`` (default ``rootdir``) with ``--rootdir=<rootdir>`` and the test's file given by its
+    absolute path, so it runs the same node id wherever it starts; ``extra_pytest_args`` (the parent's options,
+    see perf.processes.forwarded_options) are appended and read their relative paths from ``cwd``: give the
+    directory the parent was started in. ``report_root`` defaults to ``rootdir/reports/nsys``. The combined output
+    is saved as ``nsys-run.log`` in the report folder. A failing or skipped *test* is returned (``outcome``; its own
+    messages are never taken for nsys errors); `NsysError` is raised when *nsys* failed: the child never finished
+    (no JUnit XML), or after a passing test nsys printed an importer/loader error, exited non-zero, or left no
+    ``.nsys-rep``.
     """
-    rootdir = Path(rootdir)
+    rootdir = Path(rootdir).resolve()
     report_dir = report_dir_for(nodeid, Path(report_root) if report_root is not None else rootdir / DEFAULT_REPORT_ROOT)
     report_dir.mkdir(parents=True, exist_ok=True)
     for stale in (*report_dir.glob("*.nsys-rep"), report_dir / "child-junit.xml"):
         stale.unlink(missing_ok=True)
     junit = report_dir / "child-junit.xml"
-    child = [sys.executable, "-m", "pytest", nodeid, "-p", "no:cacheprovider", NSYS_CHILD_FLAG, f"--junitxml={junit}",
-             "-q", "-rfEs", *extra_pytest_args]  # fmt: skip
+    path, sep, rest = nodeid.partition("::")
+    child = [sys.executable, "-m", "pytest", f"{rootdir / path}{sep}{rest}", f"--rootdir={rootdir}",
+             "-p", "no:cacheprovider", NSYS_CHILD_FLAG, f"--junitxml={junit}", "-q", "-rfEs",
+             *extra_pytest_args]  # fmt: skip
     command = nsys_profile_command(nsys, report_dir / "capture", child)
     child_env = {key: value for key, value in (os.environ if env is None else env).items()
                  if not key.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}  # the child is a plain session
     child_env["PYTHONUNBUFFERED"] = "1"
     log.info("profiling %s: %s", nodeid, " ".join(command))
     try:
-        proc = subprocess.run(command, cwd=rootdir, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, errors="replace", timeout=timeout_s, check=False)  # fmt: skip
+        proc = subprocess.run(command, cwd=rootdir if cwd is None else cwd, env=child_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout_s,
+                              check=False)  # fmt: skip
         output, returncode = proc.stdout or "", proc.returncode
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")

@@ -6,28 +6,25 @@ measured calls with ``cudaProfilerStart``/``Stop`` and switches NVTX ranges on. 
 or skips with the child; after a passing child, ``nsys stats`` is exported and summarised (top kernels, time
 per NVTX stage, host<->device copies, GPU idle fraction in the measured region), saved as ``summary.json`` /
 ``summary.md`` beside the ``.nsys-rep`` and printed in the terminal summary. Without the marker selection,
-marked tests run as usual.
+marked tests run as usual. The child gets the parent's own options (`child_options`), not a list kept here.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from perf.nsys import NSYS_CHILD_FLAG
-from perf.subject import SETTINGS as SUBJECT_SETTINGS
 
 NSYS_CHILD_FLAG_DEST = "perf_nsys_child"
 SUMMARIES = pytest.StashKey[list[tuple[str, Any]]]()
-#: Options forwarded from the parent to each child run (dest -> flag).
-_FORWARDED = {
-    "perf_device": "--perf-device", "perf_backends": "--perf-backends", "perf_batch_sizes": "--perf-batch-sizes",
-    "perf_precisions": "--perf-precisions", "perf_cache_dir": "--perf-cache-dir", "perf_frames": "--perf-frames",
-    "perf_reports_dir": "--perf-reports-dir",
-}  # fmt: skip
+#: Options of the child's own: pytest-benchmark's collector off, test order as collected.
+_CHILD_OWN = ("--benchmark-disable-gc", "-p", "no:randomly")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -47,23 +44,28 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SUMMARIES] = []
 
 
-def _forwarded_args(config: pytest.Config) -> list[str]:
-    args = []
-    for dest, flag in _FORWARDED.items():
-        value = config.getoption(dest, None)
-        if value in (None, "", False):
-            continue
-        if isinstance(value, tuple):
-            value = ",".join(str(v) for v in value)
-        args.append(f"{flag}={value}")
-    from perf.plugin import PERF_SESSION
+def child_options(config: pytest.Config, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The child's pytest options and environment: the parent's own, less `perf.processes.NSYS_DROPPED`.
 
-    subject = config.stash[PERF_SESSION].subject  # the model and video as resolved (absolute paths)
-    for name, _, _ in SUBJECT_SETTINGS:
-        if getattr(subject, name) is not None:
-            args.append(f"--perf-{name.replace('_', '-')}={getattr(subject, name)}")
-    # the child saves nothing and compares nothing: the parent's run is the one of record
-    return args + ["--benchmark-disable-gc", "-p", "no:randomly"]
+    The parent's command line, its ``PYTEST_ADDOPTS`` and its ini ``addopts`` all reach the child without what
+    saves, compares or selects (the child saves nothing, compares nothing and runs one node id); settings read from
+    the ini file reach it through the same ini file (``-c``), and relative paths keep their meaning because the
+    child starts in the directory the parent was started in (see `_profile`).
+    """
+    from perf.processes import NSYS_DROPPED, forwarded_options
+
+    options = forwarded_options(config.invocation_params.args, config.args, dropped=NSYS_DROPPED)
+    ini = [str(arg) for arg in config.getini("addopts")]
+    kept = forwarded_options(ini, (), dropped=NSYS_DROPPED)
+    if kept != ini:
+        options += ["-o", "addopts=" + shlex.join(kept)]
+    if config.inipath is not None:
+        options += ["-c", str(config.inipath)]
+    child_env = dict(env)
+    if child_env.get("PYTEST_ADDOPTS"):
+        child_env["PYTEST_ADDOPTS"] = shlex.join(
+            forwarded_options(shlex.split(child_env["PYTEST_ADDOPTS"]), (), dropped=NSYS_DROPPED))
+    return [*options, *_CHILD_OWN], child_env
 
 
 def _profile(item: pytest.Item) -> None:
@@ -76,8 +78,9 @@ def _profile(item: pytest.Item) -> None:
     if nsys is None:
         pytest.skip(nsys_not_found_reason(explicit if explicit != "nsys" else None, os.environ))
     try:
-        result = run_child_under_nsys(nsys, item.nodeid, config.rootpath, _forwarded_args(config),
-                                      report_root=reports_dir(config) / "nsys")
+        options, env = child_options(config, os.environ)
+        result = run_child_under_nsys(nsys, item.nodeid, config.rootpath, options, reports_dir(config) / "nsys",
+                                      env, cwd=config.invocation_params.dir)  # fmt: skip
         if result.outcome == "skipped":
             pytest.skip(result.skip_reason or "skipped in the nsys child")
         if result.outcome == "failed":

@@ -5,7 +5,9 @@ The unit of truth is an A/A comparison between separate processes, so ``--perf-n
 then runs each planned child (`Child`) as ``python -m pytest <the user's options> <node ids>``, with its own
 benchmark storage (``<runs dir>/storage``, ``--benchmark-save=<label>``) and reports folder, and reads the saved
 runs back. The user's options reach every child unchanged, except those that would save, compare or report in
-the user's places (`DROPPED`); nothing is kept in a hand-written list of options to forward.
+the user's places (`DROPPED`); nothing is kept in a hand-written list of options to forward. `forwarded_options`
+is the one place that decides what a child repeats: the Nsight Systems child of perf.nsys_plugin uses it too, with
+`NSYS_DROPPED`.
 
 A plan (``plan.json``) is written first; with an explicit ``--perf-runs-dir`` a later call with the same plan
 resumes it (children whose run is saved are not run again), so a long experiment survives a time limit.
@@ -20,7 +22,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -28,14 +30,43 @@ from detector.fileio import atomic_write_text
 
 log = logging.getLogger(__name__)
 
-#: Options of the parent that children must not get: name -> how many values follow it (None: an optional one).
-DROPPED: dict[str, int | None] = {
+#: How many values follow an option: a count, "?" (an optional one) or "+" (one or more), as argparse's nargs.
+Arity = int | str
+#: Options that save a run, compare with one, or write into the parent's own places (its reports, its JUnit XML,
+#: its temporary folder, which a pytest session empties when it starts): the parent's job, no child repeats them.
+PARENT_OUTPUTS: dict[str, Arity] = {
+    "--perf-compare": "?", "--perf-html": 1,
+    "--benchmark-autosave": 0, "--benchmark-save": 1, "--benchmark-save-data": 0, "--benchmark-json": 1,
+    "--benchmark-compare": "?", "--benchmark-compare-fail": "+", "--benchmark-storage": 1,
+    "--benchmark-histogram": "?", "--benchmark-cprofile-dump": "?", "--junitxml": 1, "--junit-xml": 1,
+    "--basetemp": 1,
+}  # fmt: skip
+#: Options a child cannot take: it runs without pytest's cache plugin (``-p no:cacheprovider``) and without a
+#: terminal (its output goes to a log), so no last-failed selection, no stepwise, no debugger.
+NO_CACHE_NO_TERMINAL: dict[str, Arity] = {
+    "--lf": 0, "--last-failed": 0, "--ff": 0, "--failed-first": 0, "--nf": 0, "--new-first": 0,
+    "--lfnf": 1, "--last-failed-no-failures": 1, "--cache-clear": 0, "--cache-show": "?",
+    "--sw": 0, "--stepwise": 0, "--sw-skip": 0, "--stepwise-skip": 0, "--sw-reset": 0, "--stepwise-reset": 0,
+    "--pdb": 0, "--pdbcls": 1, "--trace": 0,
+}  # fmt: skip
+#: Options that plan processes: the parent's alone (a child would start children of its own).
+PLANNING: dict[str, Arity] = {
     "--perf-noise": 1, "--perf-selftest-processes": 1, "--perf-selftest-regressions": 1, "--perf-runs-dir": 1,
     "--perf-processes-budget": 1,
-    "--perf-compare": None, "--perf-html": 1, "--perf-reports-dir": 1, "--perf-regression": 1,
-    "--benchmark-autosave": 0, "--benchmark-save": 1, "--benchmark-json": 1, "--benchmark-compare": None,
-    "--benchmark-compare-fail": 1, "--benchmark-storage": 1, "--junitxml": 1, "--junit-xml": 1,
 }  # fmt: skip
+#: What the cross-process children (`run_children`) do not get: the above, and the reports folder and injected
+#: regression, which each child is given in its own form.
+DROPPED: dict[str, Arity] = {**PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING,
+                             "--perf-reports-dir": 1, "--perf-regression": 1}  # fmt: skip
+#: What a Nsight Systems child of one test (perf.nsys_plugin) does not get: the above but its reports folder and
+#: regression (it measures what the parent would have), and the parent's selection (the child is given the one
+#: node id), xdist workers and the switch that profiles (the child would profile again).
+NSYS_DROPPED: dict[str, Arity] = {
+    **PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING,
+    "-m": 1, "-k": 1, "--deselect": 1, "-n": 1, "--numprocesses": 1, "--maxprocesses": 1, "--dist": 1, "-d": 0,
+    "--tx": 1, "--perf-nsys": 0,
+}  # fmt: skip
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 #: What pytest-benchmark prints when --benchmark-compare-fail finds a regression.
 REGRESSED = "Performance has regressed"
 PLAN = "plan.json"
@@ -70,29 +101,55 @@ class ChildResult:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def forwarded_options(args: Sequence[str], positional: Sequence[str], values: dict[str, str | None]) -> list[str]:
+def _is_value(token: str) -> bool:
+    """Whether argparse takes ``token`` for a value rather than an option (its ``_parse_optional`` rule)."""
+    return not token.startswith("-") or token == "-" or " " in token or bool(_NEGATIVE_NUMBER.match(token))
+
+
+def _dropped_name(token: str, dropped: Mapping[str, Arity]) -> tuple[str | None, bool]:
+    """The `dropped` option ``token`` names (None if none) and whether its value is in the token itself
+    (``--name=value``, ``-n4``, ``-kgraph``)."""
+    name, has_value, _ = token.partition("=")
+    if name in dropped:
+        return name, bool(has_value)
+    short = token[:2]
+    if len(token) > 2 and not token.startswith("--") and dropped.get(short, 0) != 0:
+        return short, True
+    return None, False
+
+
+def forwarded_options(
+    args: Sequence[str], positional: Sequence[str], values: Mapping[str, str | None] | None = None,
+    dropped: Mapping[str, Arity] = DROPPED,
+) -> list[str]:  # fmt: skip
     """The parent's command-line ``args`` without its positional arguments (``positional``: the paths and node
-    ids pytest parsed) and without the `DROPPED` options and their values. ``values``: option name -> the value
-    pytest parsed for an optional-value option (so that its separate value token is recognised)."""
+    ids pytest parsed) and without the ``dropped`` options (default `DROPPED`) and their values.
+
+    A value may be in the option's token (``--name=value``, ``-n4``: then it is the only one) or follow it. After
+    an option with an optional value, the next token is its value when ``values`` (option name -> the value pytest parsed) says so,
+    or, for an option not in ``values``, when argparse would take it for one (it does not look like an option);
+    an option with one or more values takes every value-like token that follows, as argparse does.
+    """
     out: list[str] = []
-    skip = 0
     places = set(positional)
     tokens = list(args)
-    for i, token in enumerate(tokens):
-        if skip:
-            skip -= 1
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        name, has_value = _dropped_name(token, dropped)
+        if name is not None:
+            arity = 0 if has_value else dropped[name]
+            if isinstance(arity, int):
+                i += arity
+            elif arity == "?" and i < len(tokens):
+                known = values is not None and name in values
+                i += int(tokens[i] == values[name] if known else _is_value(tokens[i]))  # type: ignore[index]
+            elif arity == "+":
+                while i < len(tokens) and _is_value(tokens[i]) and tokens[i] not in places:
+                    i += 1
             continue
-        name, has_value, _ = token.partition("=")
-        if name in DROPPED:
-            arity = DROPPED[name]
-            if not has_value:
-                if arity is None:
-                    following = tokens[i + 1] if i + 1 < len(tokens) else None
-                    skip = int(following is not None and following == values.get(name))
-                else:
-                    skip = arity
-            continue
-        if token in places:
+        if token == "--" or token in places:
             continue
         out.append(token)
     return out

@@ -22,7 +22,6 @@ from detector.backends import (
 )
 from detector.backends.base import InferTiming, Runner
 from detector.errors import BackendError, BackendUnavailable, ModelFileError
-from detector.model import default_cfg_path
 from detector.spec import ModelSpec
 
 SIZE = 128  # the packaged cfg at 128x128: same layers, ~10x less compute than 416
@@ -40,17 +39,6 @@ CONFIGS = [
     pytest.param(("onnxruntime", "cuda", "fp32", {}), id="onnxruntime-cuda", marks=no_cuda),
 ]
 
-
-@pytest.fixture(scope="module")
-def spec(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
-    """A spec whose ONNX export is shared by every test module of the session (same cfg bytes, same cache)."""
-    base = tmp_path_factory.getbasetemp()
-    cfg = base / f"tiny{SIZE}.cfg"
-    if not cfg.exists():
-        text = default_cfg_path().read_text(encoding="utf-8")
-        cfg.write_text(text.replace("width=416", f"width={SIZE}").replace("height=416", f"height={SIZE}"),
-                       encoding="utf-8")
-    return ModelSpec(cfg, seed=0, cache_dir=base / "detector-cache")
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +255,8 @@ def test_onnxruntime_rejects_a_negative_thread_count(spec: ModelSpec) -> None:
 
 # -- registry -----------------------------------------------------------------------------------------
 def test_registry_names_the_three_backends() -> None:
-    assert backend_names()[:3] == ["torch", "onnxruntime", "tensorrt"]
+    names = backend_names()[:3]
+    assert [runner_class(name).name for name in names] == names == ["torch", "onnxruntime", "tensorrt"]
 
 
 def test_backend_whose_module_is_missing_is_unavailable_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from detector.engine import (
-    FLAVORS,
     RTX_COMPUTE_CAPABILITIES,
     BuildProgress,
     CalibrationCache,
@@ -401,10 +400,6 @@ def test_cold_start_is_json_ready() -> None:
     cold = ColdStart(build_s=12.5, deserialize_s=0.04, context_s=0.2, first_inference_ms=3.1, engine_bytes=10)
     assert json.loads(json.dumps(cold.as_dict()))["build_s"] == 12.5
     assert set(cold.as_dict()) >= {"build_s", "from_cache", "deserialize_s", "first_inference_ms"}
-
-
-def test_flavors_are_the_two_packages() -> None:
-    assert FLAVORS == ("tensorrt", "tensorrt_rtx")
 
 
 # -- fp16 ONNX for strongly typed builds --------------------------------------------------------------------

@@ -14,22 +14,10 @@ import torch
 from detector import export
 from detector.errors import BackendError, ModelFileError
 from detector.export import export_onnx, load_onnx
-from detector.model import default_cfg_path
 from detector.spec import ModelSpec
 
 SIZE = 128  # the packaged cfg at 128x128: same layers, ~10x less compute than 416
 
-
-@pytest.fixture(scope="module")
-def spec(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
-    """A spec whose ONNX export is shared by every test module of the session (same cfg bytes, same cache)."""
-    base = tmp_path_factory.getbasetemp()
-    cfg = base / f"tiny{SIZE}.cfg"
-    if not cfg.exists():
-        text = default_cfg_path().read_text(encoding="utf-8")
-        cfg.write_text(text.replace("width=416", f"width={SIZE}").replace("height=416", f"height={SIZE}"),
-                       encoding="utf-8")
-    return ModelSpec(cfg, seed=0, cache_dir=base / "detector-cache")
 
 
 @pytest.fixture(scope="module")

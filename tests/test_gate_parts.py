@@ -18,15 +18,7 @@ from perf.selftest import LevelResult, Trial, run_selftest, suite_rounds, table_
 from perf.stability import StabilityRule, time_rounds
 
 pytest_plugins = ["pytester"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _lazy_imports_done_outside_pytester() -> None:
-    """Import what the plugin imports lazily (torch, pynvml) before pytester's in-process runs: pytester drops
-    the modules first imported during a run, and torch cannot be imported twice in one process."""
-    from perf.machine import machine_fingerprint
-
-    machine_fingerprint()
+pytestmark = pytest.mark.usefixtures("lazy_imports_done_outside_pytester")
 
 
 def _bench(fullname: str, data: list[float] | None, **extra: object) -> dict:
@@ -214,7 +206,7 @@ def test_bad_gate_option_is_a_usage_error_naming_the_option(pytester: pytest.Pyt
     result.stderr.fnmatch_lines(["*argument --perf-min-effect*: Could not parse value: 'lots'.*"])
 
 
-def test_plugin_points_the_suite_clock_at_the_resolved_device(pytester: pytest.Pytester,
+def test_plugin_points_the_suite_clock_at_the_resolved_device(perf_pytester: pytest.Pytester,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """--perf-device cuda makes the benchmarks' clock the CUDA-event clock (checked where a CUDA device exists: a
     missing one is a usage error), cpu the host clock."""
@@ -223,13 +215,12 @@ def test_plugin_points_the_suite_clock_at_the_resolved_device(pytester: pytest.P
 
     monkeypatch.setattr(SUITE_CLOCK, "_device", SUITE_CLOCK._device)  # restored after the inner runs
     monkeypatch.setattr(SUITE_CLOCK, "_clock", None)
-    pytester.makeconftest('pytest_plugins = ["perf.plugin"]')
-    pytester.makepyfile(test_kind="from perf.clock import SUITE_CLOCK\n\n"
-                                  "def test_kind(request):\n"
-                                  "    print('clock kind', SUITE_CLOCK.kind)\n")  # fmt: skip
+    perf_pytester.makepyfile(test_kind="from perf.clock import SUITE_CLOCK\n\n"
+                                       "def test_kind(request):\n"
+                                       "    print('clock kind', SUITE_CLOCK.kind)\n")  # fmt: skip
     cases = (("cuda", "cuda-events"), ("cpu", "perf_counter")) if cuda_device_count() else (("cpu", "perf_counter"),)
     for device, kind in cases:
-        result = pytester.runpytest("-s", f"--perf-device={device}")
+        result = perf_pytester.runpytest("-s", f"--perf-device={device}")
         result.stdout.fnmatch_lines([f"*clock kind {kind}*"])
 
 

@@ -48,6 +48,9 @@ def test_other_errors_are_not_skip_reasons(error: Exception) -> None:
 
 
 def test_cpu_has_no_cuda_memory_figures_and_release_is_harmless() -> None:
+    if torch.cuda.is_available():
+        torch.ones(1, device="cuda")  # CUDA started and in use: the device name alone must keep "cpu" empty
+        assert set(cuda_memory("cuda")) == {"allocated_mib", "reserved_mib", "device_used_mib"}
     release_cuda_memory()
     assert cuda_memory("cpu") == {}
 

@@ -13,7 +13,8 @@ from perf.machine import COMPARED_FIELDS, cuda_device_count, fingerprint_differe
 
 pytest_plugins = ["pytester"]
 # pytest-benchmark's own "machine_info is different" warning, raised by the in-process runs' configure.
-pytestmark = pytest.mark.filterwarnings("ignore:Benchmark machine_info is different")
+pytestmark = [pytest.mark.filterwarnings("ignore:Benchmark machine_info is different"),
+              pytest.mark.usefixtures("lazy_imports_done_outside_pytester")]
 
 # The inner runs' conftest: the perf plugin, and pytest-benchmark's own machine_info without py-cpuinfo's
 # one-second probe (machine_info["perf"] is what these tests are about).
@@ -34,13 +35,6 @@ OTHER_FIELDS = (
 )  # fmt: skip
 # Benchmarks as short as pytest-benchmark allows: the tests check records, not timings.
 QUICK = ("--benchmark-min-rounds=1", "--benchmark-max-time=0.000001", "--benchmark-warmup=off", "--perf-device=cpu")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _lazy_imports_done_outside_pytester() -> None:
-    """Import what the plugin imports lazily (torch, pynvml) before pytester's in-process runs: pytester drops
-    the modules first imported during a run, and torch cannot be imported twice in one process."""
-    machine_fingerprint()
 
 
 def _has_gpu() -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,24 +31,34 @@ def test_empty_visible_set_means_no_gpu() -> None:
     assert gpu_indices(env) == [] and bind_worker_gpu(env) is None
 
 
-def _arrive(folder: str, rank: int, delay: float, stamps: multiprocessing.Queue) -> None:
-    time.sleep(delay)
-    barrier(Path(folder), "go", rank, 3, timeout_s=30)
-    stamps.put(time.monotonic())
+def _arrive(folder: str, rank: int, last_let_in: Any, released: Any) -> None:
+    """Rank 2 reaches the barrier only once the test lets it in; every rank reports whether it had been let in
+    when the barrier released it."""
+    if rank == 2:
+        last_let_in.wait(60)
+    barrier(Path(folder), "go", rank, 3, timeout_s=60)
+    released.put((rank, last_let_in.is_set()))
 
 
 def test_barrier_releases_every_process_only_after_the_last_arrives(tmp_path: Path) -> None:
+    # Ordering by an event, not by wall-clock windows: ranks 0 and 1 are waiting at the barrier (their files
+    # exist) before rank 2 is let in, so a rank released without rank 2 reports False however slow the machine.
     ctx = multiprocessing.get_context("spawn")
-    stamps = ctx.Queue()
-    start = time.monotonic()
-    procs = [ctx.Process(target=_arrive, args=(str(tmp_path), r, d, stamps)) for r, d in enumerate((0.0, 0.1, 1.5))]
+    last_let_in, released = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_arrive, args=(str(tmp_path), r, last_let_in, released)) for r in range(3)]
     for p in procs:
         p.start()
-    released = [stamps.get(timeout=60) for _ in procs]
+    deadline = time.monotonic() + 60
+    while not ((tmp_path / "go.0").exists() and (tmp_path / "go.1").exists()):
+        assert time.monotonic() < deadline, "ranks 0 and 1 did not reach the barrier within 60 s"
+        time.sleep(0.01)
+    assert not (tmp_path / "go.2").exists()
+    last_let_in.set()
+    reports = sorted(released.get(timeout=60) for _ in procs)
     for p in procs:
         p.join(30)
-    assert all(t - start >= 1.5 for t in released)
-    assert max(released) - min(released) < 0.5
+    assert reports == [(0, True), (1, True), (2, True)]
+    assert [p.exitcode for p in procs] == [0, 0, 0]
 
 
 def test_barrier_names_the_missing_ranks_on_timeout(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -53,8 +55,10 @@ from perf.nsys_stats import (
     is_suite_kernel,
     is_timing_event_api,
 )
+from perf.processes import NSYS_DROPPED, forwarded_options
 
 DATA = Path(__file__).parent / "data" / "nsys"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _files(report: str) -> list[Path]:
@@ -611,3 +615,93 @@ def test_child_runs_under_this_python_without_xdist_worker_env(child_project: Pa
                                   env={**os.environ, "PYTEST_XDIST_WORKER": "gw3"})  # fmt: skip
     assert result.command[result.command.index(f"--output={result.report_dir / 'capture'}") + 1] == sys.executable
     assert result.outcome == "passed"
+
+
+# --- what the child is told: the parent's own options --------------------------------------------------------------
+
+
+def test_nsys_child_options_are_the_parents_less_saving_comparing_and_selection() -> None:
+    args = ["perf", "-m", "nsys", "-kgraph", "--perf-frames=7", "--benchmark-autosave", "--perf-compare", "0003",
+            "-n", "4", "--perf-cfg", "models/m.cfg", "--benchmark-compare-fail", "min:5%", "mean:0.001",
+            "--perf-nsys", "--benchmark-json=out.json", "-x", "--perf-compare", "--perf-future-knob=on", "-nauto",
+            "--perf-reports-dir", "out", "-p", "no:randomly", "-k", "not slow", "--basetemp=/tmp/b"]  # fmt: skip
+    kept = forwarded_options(args, ["perf"], dropped=NSYS_DROPPED)
+    assert kept == ["--perf-frames=7", "--perf-cfg", "models/m.cfg", "-x", "--perf-future-knob=on",
+                    "--perf-reports-dir", "out", "-p", "no:randomly"]  # fmt: skip
+
+
+def test_an_optional_value_is_taken_only_where_argparse_takes_it() -> None:
+    assert forwarded_options(["--perf-compare", "-x"], [], dropped=NSYS_DROPPED) == ["-x"]
+    assert forwarded_options(["--perf-compare", "0003", "-x"], [], dropped=NSYS_DROPPED) == ["-x"]
+    assert forwarded_options(["--perf-compare", "0003"], [], {"--perf-compare": None}, NSYS_DROPPED) == ["0003"]
+
+
+def _recording_nsys(folder: Path) -> Path:
+    """An nsys that writes its argv (one a line) and its working directory beside itself, runs the application of
+    ``nsys profile``, touches the report, and answers ``nsys stats`` with no reports."""
+    return _script(folder / "nsys", (
+        f'if [ "$1" = stats ]; then exit 0; fi\nprintf "%s\\n" "$@" > "{folder}/argv.txt"\npwd > "{folder}/cwd.txt"\n'
+        'shift\nout=""\n'
+        'while [ $# -gt 0 ]; do case "$1" in --output=*) out="${1#--output=}"; shift;; --*) shift;; *) break;; esac; done\n'
+        '"$@"\nrc=$?\ntouch "$out.nsys-rep"\nexit $rc\n'
+    ))  # fmt: skip
+
+
+@pytest.fixture
+def parent_project(tmp_path: Path) -> Path:
+    """A project using the perf plugins, with a pytest.ini setting ``perf_names`` (relative to the ini), a plugin of
+    its own adding a future option, a copy of the shipped cfg, and one nsys-marked test that writes what its
+    process saw (options, model settings, where it started) to ``$SEEN``."""
+    root = tmp_path / "proj"
+    (root / "work").mkdir(parents=True)
+    shutil.copy(REPO / "detector" / "data" / "yolov4-tiny.cfg", root / "m.cfg")
+    (root / "names.txt").write_text("\n".join(f"class{i}" for i in range(80)) + "\n")
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:randomly --benchmark-autosave\nperf_names = names.txt\n")
+    (root / "conftest.py").write_text(
+        "import pytest\n"
+        "pytest_plugins = ['perf.plugin', 'perf.nsys_plugin', 'perf.gate_plugin', 'perf.preflight',\n"
+        "                  'perf.noise_plugin', 'perf.fixtures.reporting']\n"
+        "def pytest_addoption(parser):\n    parser.addoption('--perf-future-knob', default=None)\n"
+    )  # fmt: skip
+    (root / "test_marked.py").write_text(
+        "import json, os, pytest\n"
+        "from perf.plugin import PERF_SESSION\n"
+        "@pytest.mark.nsys\n"
+        "def test_marked(request):\n"
+        "    config = request.config\n"
+        "    subject = config.stash[PERF_SESSION].subject\n"
+        "    seen = {'child': config.getoption('perf_nsys_child'), 'frames': config.getoption('perf_frames'),\n"
+        "            'knob': config.getoption('perf_future_knob'), 'cfg': str(subject.cfg),\n"
+        "            'names': str(subject.names), 'autosave': config.getoption('benchmark_autosave'),\n"
+        "            'json': config.getoption('benchmark_json'),\n"
+        "            'keyword': config.getoption('keyword'), 'cwd': os.getcwd(), 'rootdir': str(config.rootpath)}\n"
+        "    with open(os.environ['SEEN'], 'w') as f:\n        json.dump(seen, f)\n"
+    )  # fmt: skip
+    return root
+
+
+def test_the_nsys_child_gets_every_option_of_the_parent_but_saving_and_selection(
+    parent_project: Path, tmp_path: Path
+) -> None:
+    fake = _recording_nsys(tmp_path / "fake")
+    seen = tmp_path / "seen.json"
+    env = {**os.environ, "SEEN": str(seen), "PYTEST_ADDOPTS": "--benchmark-json=../out.json --perf-frames=5"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    parent = [sys.executable, "-m", "pytest", "../test_marked.py", "-m", "nsys", "-k", "marked",
+              f"--perf-nsys-path={fake}", "--perf-frames=7", "--perf-cfg=../m.cfg", "--perf-future-knob=on",
+              "--benchmark-storage=../bench", "-p", "no:cacheprovider"]  # fmt: skip
+    result = subprocess.run(parent, cwd=parent_project / "work", env=env, capture_output=True, text=True,
+                            timeout=300, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "nsys summaries" in result.stdout
+    argv = (tmp_path / "fake" / "argv.txt").read_text().splitlines()
+    child = argv[argv.index(sys.executable) + 3 :]  # after "python -m pytest"
+    assert "--perf-frames=7" in child and "--perf-cfg=../m.cfg" in child and "--perf-future-knob=on" in child
+    for token in ("--benchmark-autosave", "-k", "marked", "-m", "nsys", "--benchmark-storage=../bench", "-n"):
+        assert token not in child, token
+    assert (tmp_path / "fake" / "cwd.txt").read_text().strip() == str(parent_project / "work")
+    assert json.loads(seen.read_text()) == {
+        "child": True, "frames": 7, "knob": "on", "cfg": str(parent_project / "m.cfg"),
+        "names": str(parent_project / "names.txt"), "autosave": None, "json": None, "keyword": "",
+        "cwd": str(parent_project / "work"), "rootdir": str(parent_project),
+    }  # fmt: skip

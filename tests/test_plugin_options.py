@@ -20,10 +20,11 @@ from perf.options import (
     parse_profiler,
     resolve_device,
 )
-from perf.machine import cuda_device_count, machine_fingerprint
+from perf.machine import cuda_device_count
 from perf.plugin import MARKERS
 
 pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.usefixtures("lazy_imports_done_outside_pytester")
 
 OPTIONS = (
     "--perf-backends", "--perf-device", "--perf-video", "--perf-batch-sizes", "--perf-precisions",
@@ -32,13 +33,6 @@ OPTIONS = (
     "--perf-regression", "--perf-controls", "--perf-allow-model-mismatch", "--perf-cfg", "--perf-weights",
     "--perf-names", "--perf-onnx", "--perf-engine", "--perf-engine-precision", "--perf-ground-truth", "--perf-min-map",
 )  # fmt: skip
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _lazy_imports_done_outside_pytester() -> None:
-    """Import what the plugin imports lazily (torch, pynvml) before pytester's in-process runs: pytester drops
-    the modules first imported during a run, and torch cannot be imported twice in one process."""
-    machine_fingerprint()
 
 
 #: A bad value of every perf option parsed by a ``type=`` and the one line it must give (after "argument <option>:
@@ -82,13 +76,6 @@ UNPARSED = (
 #: The repository's root conftest (every plugin of the suite), as a pytester conftest.
 SUITE_PLUGINS = next(block for block in (Path(__file__).parents[1] / "conftest.py").read_text().split("\n\n")
                      if block.startswith("pytest_plugins = ["))
-
-
-@pytest.fixture
-def perf_pytester(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A pytester directory whose conftest loads the perf plugin, as the repository's root conftest does."""
-    pytester.makeconftest('pytest_plugins = ["perf.plugin"]')
-    return pytester
 
 
 @pytest.fixture

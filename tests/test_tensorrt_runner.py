@@ -25,7 +25,6 @@ from detector.engine import (
     rtx_compute_capabilities,
 )
 from detector.errors import BackendError, BackendUnavailable, ModelFileError
-from detector.model import default_cfg_path
 from detector.spec import ModelSpec
 
 SIZE = 128  # the packaged cfg at 128x128: same layers, ~10x less compute than 416
@@ -56,16 +55,6 @@ def run_skip_reason(precision: str = "fp32") -> str | None:
     return availability("tensorrt", "cuda", precision)
 
 
-@pytest.fixture(scope="module")
-def spec(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
-    base = tmp_path_factory.getbasetemp()
-    cfg = base / f"tiny{SIZE}.cfg"
-    if not cfg.exists():
-        text = default_cfg_path().read_text(encoding="utf-8")
-        cfg.write_text(text.replace("width=416", f"width={SIZE}").replace("height=416", f"height={SIZE}"),
-                       encoding="utf-8")
-    return ModelSpec(cfg, seed=0, cache_dir=base / "detector-cache")
-
 
 # -- registry and construction (run everywhere) -----------------------------------------------------------
 
@@ -79,14 +68,24 @@ def test_registry_says_tensorrt_is_not_installed() -> None:
 
 
 def test_unavailable_reason_agrees_with_package_selection() -> None:
-    reason = runner_class("tensorrt").unavailable_reason("cuda", "fp16")
+    """The package is checked first, then the GPU; with both, full TensorRT runs fp32 anywhere and TensorRT-RTX
+    exactly on the compute capabilities it lists."""
+    reason = runner_class("tensorrt").unavailable_reason("cuda", "fp32")
     try:
-        import_tensorrt()
+        trt, flavor = import_tensorrt()
     except BackendError as e:
         assert reason == str(e)
+        return
+    if not torch.cuda.is_available():
+        assert reason == "no CUDA device"
+    elif not is_rtx(flavor):
+        assert reason is None
     else:
-        if not torch.cuda.is_available():
-            assert reason == "no CUDA device"
+        name, cc = cuda_device_info()
+        if cc in rtx_compute_capabilities(trt):
+            assert reason is None
+        else:
+            assert reason is not None and name in reason
 
 
 def test_tensorrt_runs_on_cuda_only(spec: ModelSpec) -> None:

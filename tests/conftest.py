@@ -1,0 +1,48 @@
+"""Fixtures shared by the test modules: the session's model spec (the packaged cfg at 128x128), and the
+set-up that in-process pytest runs (pytester) of the perf plugin need."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from detector.model import default_cfg_path
+from detector.spec import ModelSpec
+
+SPEC_SIZE = 128  # the packaged cfg at 128x128: same layers, ~10x less compute than 416
+
+
+def _write_packaged_cfg(path: Path, size: int) -> Path:
+    text = default_cfg_path().read_text(encoding="utf-8")
+    path.write_text(text.replace("width=416", f"width={size}").replace("height=416", f"height={size}"),
+                    encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
+    """A spec whose ONNX export is shared by every test module of the session (same cfg bytes, same cache)."""
+    base = tmp_path_factory.getbasetemp()
+    cfg = base / f"tiny{SPEC_SIZE}.cfg"
+    if not cfg.exists():
+        _write_packaged_cfg(cfg, SPEC_SIZE)
+    return ModelSpec(cfg, seed=0, cache_dir=base / "detector-cache")
+
+
+@pytest.fixture(scope="session")
+def lazy_imports_done_outside_pytester() -> None:
+    """Import what the plugin imports lazily (torch, pynvml) before pytester's in-process runs: pytester drops
+    the modules first imported during a run, and torch cannot be imported twice in one process. Modules that run
+    pytester use it with ``pytestmark = pytest.mark.usefixtures("lazy_imports_done_outside_pytester")``."""
+    from perf.machine import machine_fingerprint
+
+    machine_fingerprint()
+
+
+@pytest.fixture
+def perf_pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A pytester directory whose conftest loads the perf plugin, as the repository's root conftest does (the
+    module must load pytester: ``pytest_plugins = ["pytester"]``)."""
+    pytester.makeconftest('pytest_plugins = ["perf.plugin"]')
+    return pytester
