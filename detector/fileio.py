@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -154,7 +155,14 @@ def content_key(*parts: Any) -> str:
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
-    """sha256 hex digest of a file's bytes, read in 1 MiB chunks."""
+    """sha256 hex digest of a file's bytes, read in 1 MiB chunks; computed once per version of the file in a process
+    (a version: its size, modification time and inode, which an atomic replacement changes)."""
+    st = os.stat(path)
+    return _digest(os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(path: str, size: int, mtime_ns: int, inode: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):

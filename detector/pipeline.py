@@ -114,10 +114,10 @@ def cfg_processing(spec: ModelSpec, letterbox: bool | None = None,
     NMS kind alone (``"default"``, ``"greedynms"``, ``"diounms"``), which takes the cfg's ``beta_nms``."""
     from detector.darknet import NmsConfig
 
-    letterbox = spec.letterbox if letterbox is None else letterbox
     if isinstance(nms, str):
         nms = NmsConfig(nms, spec.nms.beta)
-    return ("letterbox" if letterbox else "resize"), (spec.nms if nms is None else nms)
+    mode = spec.preprocess_mode if letterbox is None else ("letterbox" if letterbox else "resize")
+    return mode, (spec.nms if nms is None else nms)
 
 
 def draw_detections(frame: np.ndarray, detections: Detections, names: Sequence[str]) -> np.ndarray:

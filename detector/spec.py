@@ -124,6 +124,11 @@ class ModelSpec:
         return True if self.cfg is None else self.net.letterbox
 
     @property
+    def preprocess_mode(self) -> str:
+        """:func:`detector.preprocess.preprocess`'s ``mode`` for this model: ``"letterbox"`` or ``"resize"``."""
+        return "letterbox" if self.letterbox else "resize"
+
+    @property
     def nms(self) -> NmsConfig:
         """The NMS Darknet runs for this model (:class:`detector.darknet.NmsConfig`, the last ``[yolo]``'s
         ``nms_kind`` / ``beta_nms``); an ONNX file without a cfg: Darknet's default per-class IoU NMS."""

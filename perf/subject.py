@@ -31,7 +31,6 @@ video's digest and the frames measured, and the precisions asked for -- under ``
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -234,17 +233,11 @@ def subject_mismatch_message(differences: list[tuple[str, Any, Any]], saved_run:
     return "\n".join(lines)
 
 
-@functools.lru_cache(maxsize=32)
-def _digest_of(path: Path, size: int, mtime_ns: int) -> str:
+def _digest(path: Path) -> str:
+    """The first 16 hex digits of the file's sha256 (`detector.fileio.file_digest`: once per file version)."""
     from detector.fileio import file_digest
 
     return file_digest(path)[:16]
-
-
-def _digest(path: Path) -> str:
-    """The first 16 hex digits of the file's sha256 (computed once per file version in a process)."""
-    stat = path.stat()
-    return _digest_of(path, stat.st_size, stat.st_mtime_ns)
 
 
 def _fraction(text: str) -> bool:

@@ -69,7 +69,7 @@ def parity_batches(perf_video: Any, runner_pool: Any) -> list[Any]:
     from detector.video import read_frames
 
     frames = read_frames(perf_video.path, limit=perf_video.frames)
-    size, mode = runner_pool.spec.input_size, "letterbox" if runner_pool.spec.letterbox else "resize"
+    size, mode = runner_pool.spec.input_size, runner_pool.spec.preprocess_mode
     return [preprocess(frames[i:i + PARITY_BATCH], size, mode) for i in range(0, len(frames), PARITY_BATCH)]
 
 
@@ -111,8 +111,8 @@ def test_reference_accuracy(pytestconfig: pytest.Config, reference: Any, perf_vi
         f"reference mAP@0.5 {result.map50:.3f} < {floor} on {perf_video.path}\n{result.table()}")
 
 
-def test_detection_parity(candidate: Case, reference: Any, parity_batches: list[Any], runner_pool: Any,
-                          perf_video: Any, perf_report: Any) -> None:
+def test_detection_parity(pytestconfig: pytest.Config, candidate: Case, reference: Any, parity_batches: list[Any],
+                          runner_pool: Any, perf_video: Any, perf_report: Any) -> None:
     runner = runner_pool.get(candidate.backend, candidate.precision, **candidate.options)
     decoded, detections = _run(runner, parity_batches)
     tol = TOLERANCES[candidate.precision]
@@ -128,5 +128,6 @@ def test_detection_parity(candidate: Case, reference: Any, parity_batches: list[
                         _accuracy_row(candidate.label, _accuracy(perf_video, detections, runner_pool.spec.names)))
 
     assert not failures, (
-        f"{candidate.label} on {runner.device} disagrees with torch fp32 over {len(detections)} frames: "
+        f"{candidate.label} on {runner.device} disagrees with {' '.join(_reference(pytestconfig))} over "
+        f"{len(detections)} frames: "
         + "; ".join(failures) + f"\ntensor stats: {tensors}\n" + format_worst_frames(parity))

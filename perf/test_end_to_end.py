@@ -161,7 +161,7 @@ def _regressed_preprocess(config: pytest.Config, video: Any, runner: Any, warm: 
     frame_ms = statistics.median(warm.iteration_ms[len(warm.iteration_ms) // 3 :])
     frames = read_frames(video.path, limit=20)
     extra, bare_ms = calibrate_stage(preprocess, frames, (runner.spec.input_size,), frame_ms, regression.fraction,
-                                     {"mode": "letterbox" if runner.spec.letterbox else "resize"},
+                                     {"mode": runner.spec.preprocess_mode},
                                      lambda: controlled(controls, on_gpu=False))  # fmt: skip
     extra_info["regression_calibration"] = {"frame_ms": frame_ms, "preprocess_bare_ms": bare_ms,
                                             "extra_calls_per_frame": extra}  # fmt: skip

@@ -94,7 +94,7 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     infer = {}
     for b in batches:
         x, _ = preprocess_torch(device_frames[torch.arange(b) % len(kept)], runner.spec.input_size,
-                                "letterbox" if runner.spec.letterbox else "resize")
+                                runner.spec.preprocess_mode)
         infer[b] = infer_speed(runner, x, frames, warmup=3 if kind == "cuda" else 1)
     sequential_out = default_output_path(perf_video.path, f"{pipe_case.id}-sequential", out_dir)
     sequential = run_pipeline(runner, perf_video.path, sequential_out, batch=1, names=names, max_frames=frames,
