@@ -2,10 +2,10 @@
 
 pytest_plugins = [
     "perf.plugin",
-    "perf.nsys_plugin",
-    "perf.gate_plugin",
+    "perf.profile.plugin",
+    "perf.gate.plugin",
     "perf.preflight",
-    "perf.noise_plugin",
+    "perf.gate.crossprocess_plugin",
     "perf.fixtures.reporting",
     "perf.fixtures.models",
     "perf.fixtures.videos",

@@ -111,7 +111,7 @@ def preprocess_torch(
     result is rounded to whole 0..255 levels as OpenCV does for uint8 images. OpenCV interpolates in 11-bit
     fixed point, so the two differ by rounding only: a value differs by at most one level (1/255), and on
     noisy images about one value in ten does (mean absolute difference < 0.15/255); copies without resizing
-    and the padding are identical (``tests/test_preprocess.py`` checks these bounds).
+    and the padding are identical (``tests/detector/test_preprocess.py`` checks these bounds).
 
     Args:
         frames: ``[B, H, W, 3]`` uint8 BGR tensor on any device (all frames one size).

@@ -1,8 +1,8 @@
 """The gate judged as CI uses it: verdicts on pairs of separate processes, identical and regressed.
 
-``pytest perf --perf-selftest-processes=K`` (`perf.noise_plugin`) runs K processes of identical code and K / 5 of
-each injected regression (`perf.regressions`: a real extra layer, a slower pipeline stage), interleaved, then
-judges pairs of them with `perf.compare.compare_benchmark` -- the one decision rule ``--perf-compare`` uses:
+``pytest perf --perf-selftest-processes=K`` (`perf.gate.crossprocess_plugin`) runs K processes of identical code and K / 5 of
+each injected regression (`perf.gate.regressions`: a real extra layer, a slower pipeline stage), interleaved, then
+judges pairs of them with `perf.gate.compare.compare_benchmark` -- the one decision rule ``--perf-compare`` uses:
 
 * every pair of identical processes (A/A): "slower" or "faster" is a false verdict, "unstable" a benchmark the
   gate could not judge;
@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perf.compare import UNSTABLE, GateSettings, compare_benchmark
-from perf.history import SavedRun
-from perf.noise import NoiseProfile, RunSummaries, compute_profile, summarize_run
-from perf.stats import FASTER, SLOWER
+from perf.gate.compare import UNSTABLE, GateSettings, compare_benchmark
+from perf.runs import SavedRun
+from perf.gate.noise import NoiseProfile, RunSummaries, compute_profile, summarize_run
+from perf.gate.stats import FASTER, SLOWER
 
 IDENTICAL = "identical"
 #: What the issue asks of the gate across processes (fractions of comparisons).
@@ -179,7 +179,7 @@ def load_runs_dirs(folders: Sequence[str]) -> tuple[dict[str, SavedRun], dict[st
     Labels are prefixed with their folder's name when several folders are given."""
     from pathlib import Path
 
-    from perf.history import load_run
+    from perf.runs import load_run
 
     identical: dict[str, SavedRun] = {}
     regressed: dict[str, dict[str, SavedRun]] = {}
@@ -203,9 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import json
 
-    from perf.noise import compute_profile, family_rows
-    from perf.regressions import parse_regression
-    from perf.report import PerfReport
+    from perf.gate.noise import compute_profile, family_rows
+    from perf.gate.regressions import parse_regression
+    from perf.report.suite import PerfReport
 
     parser = argparse.ArgumentParser(prog="python -m perf.crossprocess", description=main.__doc__, allow_abbrev=False)
     parser.add_argument("folders", nargs="+", metavar="DIR")

@@ -260,7 +260,7 @@ class PerfSession:
 
     @functools.cached_property
     def _device(self) -> tuple[str, str | None]:
-        from perf.machine import cuda_device_count  # noqa: PLC0415
+        from perf.measure.machine import cuda_device_count  # noqa: PLC0415
 
         requested = self.options.device
         return resolve_device(requested, 0 if requested == "cpu" else cuda_device_count())
@@ -296,9 +296,9 @@ class PerfSession:
 
     @functools.cached_property
     def fingerprint(self) -> dict[str, Any]:
-        """``machine_info["perf"]``: `perf.machine.machine_fingerprint` of the GPU in use, plus ``device``: the
+        """``machine_info["perf"]``: `perf.measure.machine.machine_fingerprint` of the GPU in use, plus ``device``: the
         device type the run used ("cpu" or "cuda"; the index is ``gpu_index``)."""
-        from perf.machine import machine_fingerprint  # noqa: PLC0415
+        from perf.measure.machine import machine_fingerprint  # noqa: PLC0415
 
         device_type, _, index = self.device.partition(":")
         return {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}

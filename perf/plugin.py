@@ -2,7 +2,7 @@
 
 Registered by the root conftest.py (``pytest_plugins = ["perf.plugin"]``); state lives in a
 `perf.options.PerfSession` kept in ``config.stash``. Saved benchmark runs carry ``machine_info["perf"]``
-(`perf.machine.machine_fingerprint`), and ``--benchmark-compare`` refuses a saved run from another GPU, driver,
+(`perf.measure.machine.machine_fingerprint`), and ``--benchmark-compare`` refuses a saved run from another GPU, driver,
 CUDA or device unless ``--perf-allow-machine-mismatch`` is given.
 """
 
@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from perf.clock import DEFAULT_LEAD_IN_MS, SUITE_CLOCK
-from perf.controls import NAMES as CONTROL_NAMES
-from perf.controls import Controls, parse_controls
-from perf.machine import fingerprint_differences, mismatch_message
-from perf.regressions import parse_regression
-from perf.slowdown import parse_delay_ms
+from perf.measure.clock import DEFAULT_LEAD_IN_MS, SUITE_CLOCK
+from perf.measure.controls import NAMES as CONTROL_NAMES
+from perf.measure.controls import Controls, parse_controls
+from perf.measure.machine import fingerprint_differences, mismatch_message
+from perf.gate.regressions import parse_regression
+from perf.measure.slowdown import parse_delay_ms
 from perf.subject import add_options as add_subject_options
 from perf.options import (
     DEFAULT_BATCH_SIZES,
@@ -132,7 +132,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--perf-controls", metavar="NAMES", type=deferred(parse_controls), default=Controls(),
         help=f"Noise sources controlled while measuring: all, none, or names from {', '.join(CONTROL_NAMES)} (a "
-        "leading - leaves one out, e.g. -pin). See perf/controls.py. Default: all.",
+        "leading - leaves one out, e.g. -pin). See perf/measure/controls.py. Default: all.",
     )  # fmt: skip
     group.addoption(
         "--perf-clock-lead-in", metavar="MS", type=deferred(parse_delay_ms), default=DEFAULT_LEAD_IN_MS,
@@ -147,7 +147,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    from perf.multigpu import bind_worker_gpu
+    from perf.measure.multigpu import bind_worker_gpu
 
     bind_worker_gpu()  # an xdist worker gets its own GPU, before anything initialises CUDA
     for name, description in MARKERS.items():
@@ -266,7 +266,7 @@ def perf_device(pytestconfig: pytest.Config) -> str:
 
 @pytest.fixture(scope="session")
 def perf_controls(pytestconfig: pytest.Config) -> Controls:
-    """The noise controls in force while measuring (``--perf-controls``, see perf/controls.py)."""
+    """The noise controls in force while measuring (``--perf-controls``, see perf/measure/controls.py)."""
     return pytestconfig.getoption("perf_controls")
 
 

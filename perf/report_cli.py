@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from perf.report_changes import DEFAULT_THRESHOLD, parse_threshold
+from perf.report.changes import DEFAULT_THRESHOLD, parse_threshold
 from perf.report_inputs import ReportInputError
 
 PROG = "perf-report"
@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reports = args.reports
     if reports is None and Path("reports").is_dir():
         reports = Path("reports")
-    from perf.html_report import build_report  # noqa: PLC0415
+    from perf.report.html import build_report  # noqa: PLC0415
 
     try:
         written, warnings = build_report(args.storage, reports, args.out, machine_id=args.machine_id,

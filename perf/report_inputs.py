@@ -3,8 +3,8 @@
 * Saved runs: pytest-benchmark's storage, ``<storage>/<machine_id>/NNNN_*.json`` (``--benchmark-autosave``;
   with ``--benchmark-save-data`` each benchmark's ``stats["data"]`` holds the time of every round, seconds).
   A corrupt or unreadable run among good ones is skipped with a warning naming the file.
-* The suite's report: ``<reports>/perf-report.json`` (:mod:`perf.report`): end-to-end stage times and parity
-  rows (with the IoU of every matched pair, see :func:`perf.parity.report_row`).
+* The suite's report: ``<reports>/perf-report.json`` (:mod:`perf.report.suite`): end-to-end stage times and parity
+  rows (with the IoU of every matched pair, see :func:`perf.measure.parity.report_row`).
 * Compare verdicts: an optional JSON file of per-benchmark verdicts (``slower`` / ``faster`` / ...), e.g. the
   one the statistical compare gate writes; read tolerantly (see :func:`load_verdicts`).
 
@@ -244,7 +244,7 @@ def load_inputs(storage: Path | None, reports: Path | None, *, machine_id: str |
         inputs.tables, warnings = load_tables(reports)
         inputs.warnings += warnings
         if verdicts is None:
-            from perf.compare import VERDICT_FILE  # what --perf-compare writes
+            from perf.gate.compare import VERDICT_FILE  # what --perf-compare writes
 
             found = reports / VERDICT_FILE
             verdicts = found if found.is_file() else None

@@ -1,6 +1,6 @@
 """Clock truth: the suite's CUDA-event clock and the host clock against GPU work of known duration.
 
-A self-check of the measuring instrument, not a benchmark (see `perf.clock_truth` for the method). It asserts
+A self-check of the measuring instrument, not a benchmark (see `perf.measure.clock_truth` for the method). It asserts
 that the suite's clock is the CUDA-event clock and reads sleeps of 1 ms and more within 2% (the target); at
 0.1 ms both errors are reported only, because there the event clock's fixed launch gap (``offset us``, a few
 microseconds that every benchmark round contains as well) is a large fraction. The readings go to the report
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from perf.clock import SUITE_CLOCK
+from perf.measure.clock import SUITE_CLOCK
 
 pytestmark = pytest.mark.gpu
 #: The event clock must read durations of at least ASSERTED_FROM_MS within TARGET_ERROR.
@@ -30,7 +30,7 @@ def test_event_clock_reads_known_gpu_sleeps_within_two_percent(perf_device: str,
     import torch
 
     from detector.fileio import atomic_write_text
-    from perf.clock_truth import clock_truth
+    from perf.measure.clock_truth import clock_truth
     from detector.timing import sleep_cycles_per_ms
 
     assert SUITE_CLOCK.kind == "cuda-events", f"the suite's clock on {perf_device} is {SUITE_CLOCK.kind}"

@@ -1,7 +1,7 @@
 """Parity: every candidate backend and precision against the reference, torch fp32 on the same device (ONNX Runtime
 fp32 when the model under test is an ONNX file without a Darknet cfg).
 
-Two levels, with the pass criteria in :data:`perf.parity.TOLERANCES` (per candidate precision):
+Two levels, with the pass criteria in :data:`perf.measure.parity.TOLERANCES` (per candidate precision):
 
 * tensor level -- the decoded outputs before NMS: max / mean / p99 absolute error of boxes (network pixels,
   over candidates the reference scores >= 0.05) and of the per-class scores;
@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from perf.cases import Case, make_cases
-from perf.parity import TOLERANCES, compare_detections, compare_tensors, format_worst_frames, report_row
+from perf.measure.cases import Case, make_cases
+from perf.measure.parity import TOLERANCES, compare_detections, compare_tensors, format_worst_frames, report_row
 
 pytestmark = pytest.mark.parity
 

@@ -2,13 +2,13 @@
 
 End to end is what the user waits for: the host wall clock of the sequential pipeline. One untimed warm-up
 pass (engine and encoder set-up, the video into the page cache) comes first; then ``PASSES`` timed passes, each
-cut into blocks of consecutive frames (`perf.samples`). With the ``cpu-reference`` control (the default on a
-GPU) a fixed CPU workload is read after every block (`perf.speedref`) and the benchmark's samples are each
+cut into blocks of consecutive frames (`perf.measure.samples`). With the ``cpu-reference`` control (the default on a
+GPU) a fixed CPU workload is read after every block (`perf.measure.speedref`) and the benchmark's samples are each
 block's seconds per frame at the reference's nominal speed, so a host whose CPU slows down for everyone does not
 pass for a slower pipeline; the wall-clock blocks are kept as the ``wall`` metric and give the FPS. Each
 stage's time per frame in the same blocks (normalised alike) goes into ``extra_info["metrics"]`` so that a
 verdict names the stage that moved. Outputs of timed passes go to a RAM-backed scratch folder
-(`perf.controls`); the last one is kept under the reports folder, read back and checked (frame count, size).
+(`perf.measure.controls`); the last one is kept under the reports folder, read back and checked (frame count, size).
 ``extra_info`` also carries end-to-end FPS (from the median frame time), inference-only FPS and milliseconds
 per frame of each stage with their spread (IQR over the blocks); the report prints the lab's table.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from perf.cases import Case, make_cases
+from perf.measure.cases import Case, make_cases
 
 pytestmark = [pytest.mark.e2e, pytest.mark.benchmark(group="end-to-end", warmup=False)]
 
@@ -51,10 +51,10 @@ def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, perf_video
     from detector.cli import MODEL_TYPES
     from detector.pipeline import default_output_path, run_pipeline
     from detector.video import open_video
-    from perf.controls import keep_output, scratch_dir, warm_page_cache
-    from perf.samples import block_samples, block_size, stage_metrics
-    from perf.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
-    from perf.speedref import summary as reference_summary
+    from perf.measure.controls import keep_output, scratch_dir, warm_page_cache
+    from perf.measure.samples import block_samples, block_size, stage_metrics
+    from perf.measure.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
+    from perf.measure.speedref import summary as reference_summary
 
     runner = runner_pool.get(e2e_case.backend, e2e_case.precision, **e2e_case.options)
     kind = "cuda" if runner.device.startswith("cuda") else "cpu"
@@ -149,14 +149,14 @@ def _frame_count(path: Any) -> int:
 def _regressed_preprocess(config: pytest.Config, video: Any, runner: Any, warm: Any, extra_info: dict[str, Any],
                           controls: Any) -> Any:  # fmt: skip
     """With ``--perf-regression=preprocess:P``: the slowed preprocess, calibrated on the warm-up pass's frame
-    time and a bare loop of the preprocess (`perf.regressions`); else None."""
+    time and a bare loop of the preprocess (`perf.gate.regressions`); else None."""
     regression = config.getoption("perf_regression")
     if regression is None or regression.kind != "preprocess":
         return None
     from detector.preprocess import preprocess
     from detector.video import read_frames
-    from perf.controls import controlled
-    from perf.regressions import SlowedStage, calibrate_stage
+    from perf.measure.controls import controlled
+    from perf.gate.regressions import SlowedStage, calibrate_stage
 
     frame_ms = statistics.median(warm.iteration_ms[len(warm.iteration_ms) // 3 :])
     frames = read_frames(video.path, limit=20)

@@ -1,6 +1,6 @@
 """The gate's self-test (``pytest perf --perf-selftest``): detection and false-alarm rates on this machine.
 
-Runs `perf.selftest` on the runner the gate watches most closely: torch-graph fp16 batch 1 on a GPU, torch fp32
+Runs `perf.gate.selftest` on the runner the gate watches most closely: torch-graph fp16 batch 1 on a GPU, torch fp32
 batch 1 on a CPU, with the suite's clock and pytest-benchmark's round count for that call. Prints (in the
 report, table "Gate self-test") the false-alarm rate on identical code and the detection rate per injected
 slowdown, and the smallest slowdown from which every tested one is detected in >= 95% of trials with <= 5%
@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from perf.cases import VARIANTS
-from perf.clock import SUITE_CLOCK
+from perf.measure.cases import VARIANTS
+from perf.measure.clock import SUITE_CLOCK
 
 #: (variant, precision) under test, per device type.
 SUBJECT = {"cuda": ("torch-graph", "fp16"), "cpu": ("torch", "fp32")}
@@ -47,10 +47,10 @@ def test_gate_detects_injected_slowdowns_without_false_alarms(
     from pytest_benchmark.timers import compute_timer_precision
 
     from detector.fileio import atomic_write_text
-    from perf.gate_plugin import GATE
-    from perf.selftest import run_selftest, suite_rounds, table_rows, threshold
-    from perf.slowdown import delay_call
-    from perf.stability import time_rounds
+    from perf.gate.plugin import GATE
+    from perf.gate.selftest import run_selftest, suite_rounds, table_rows, threshold
+    from perf.measure.slowdown import delay_call
+    from perf.measure.stability import time_rounds
 
     device_type = "cuda" if perf_device.startswith("cuda") else "cpu"
     variant, precision = SUBJECT[device_type]

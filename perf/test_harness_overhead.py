@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from detector.stagespeed import infer_ms_per_call
-from perf.cases import VARIANTS
-from perf.clock import SUITE_CLOCK
+from perf.measure.cases import VARIANTS
+from perf.measure.clock import SUITE_CLOCK
 
 pytestmark = pytest.mark.benchmark(group="harness", timer=SUITE_CLOCK, warmup=False)
 #: Calls per loop at batch 1, per device type; larger batches take CALLS // batch, at least MIN_CALLS.

@@ -4,18 +4,18 @@ The benchmarked call is the runner's ``infer`` on a batch that already sits on t
 ``input_format`` (fp16 channels-last for torch-graph / torch-compile fp16: what a GPU preprocess writing the
 model's format hands over; trtexec likewise feeds an engine its own I/O formats), with the output left there:
 GPU time of the model alone, as pytest-benchmark's statistics (so ``--benchmark-compare`` compares GPU
-time). The clock's lead-in covers the call's enqueue (`perf.clock.SuiteClock.covering`), so even eager
+time). The clock's lead-in covers the call's enqueue (`perf.measure.clock.SuiteClock.covering`), so even eager
 PyTorch at batch 1, which enqueues for longer than it computes, reads its GPU execution and not the host's
 launch gaps. Beside it, in ``extra_info``: images/s, p50/p90/p95/p99, the enqueue time, whether the call is
 *launch-bound* (its enqueue takes longer than its GPU time), and the host latency of the same call with
 synchronisation as a second metric (``extra_info["metrics"]["host"]``, every call's time): for a launch-bound
 call that is the figure users see, and the gate judges it beside the GPU time and says which moved. On a GPU
-the host loop reads the CPU reference (`perf.speedref`) after every `HOST_BLOCK` calls and ``host`` is in its
+the host loop reads the CPU reference (`perf.measure.speedref`) after every `HOST_BLOCK` calls and ``host`` is in its
 units (the host's latency tracks the CPU's speed: r = 0.99 between pass medians and the reference on the H100
 machine); the wall-clock latencies are ``host_wall``. A separate
 loop with host input and output gives host-to-device, compute, device-to-host and enqueue times. On a CPU run
 the clock is ``time.perf_counter``.
-A batch size that does not fit on the GPU skips with the reason (:mod:`perf.gpu_memory`) and the run goes on;
+A batch size that does not fit on the GPU skips with the reason (:mod:`perf.measure.gpu_memory`) and the run goes on;
 each backend's runners are released before the next backend runs, with the memory before and after in the
 report.
 Benchmarks record; they never assert a time.
@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from perf.cases import Case, make_cases
-from perf.clock import SUITE_CLOCK
+from perf.measure.cases import Case, make_cases
+from perf.measure.clock import SUITE_CLOCK
 
 pytestmark = pytest.mark.benchmark(group="inference", timer=SUITE_CLOCK, warmup=False)
 
@@ -75,7 +75,7 @@ def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_fra
             pytest.skip(f"batch {case.batch} exceeds the runner's maximum batch {runner.max_batch_size}")
         _measure(benchmark, case, runner, input_frames, measured_region, perf_report, perf_measure, perf_controls)
     except Exception as exc:  # only out-of-memory becomes a skip; everything else fails the test as before
-        from perf.gpu_memory import oom_skip_reason
+        from perf.measure.gpu_memory import oom_skip_reason
 
         reason = oom_skip_reason(exc, case.batch, _device_name(runner_pool.device))
         if reason is None:
@@ -100,7 +100,7 @@ def _enqueue_ms(runner: Any, x: Any) -> float:
 
 def _host_latency_s(runner: Any, x: Any, probe: Any = None) -> list[float]:
     """Host wall time of each call, synchronised (s): for about `HOST_LOOP_S`, within `HOST_LOOP_CALLS`; ``probe``
-    (a `perf.speedref.ReferenceProbe`) reads the CPU reference between calls, outside their times."""
+    (a `perf.measure.speedref.ReferenceProbe`) reads the CPU reference between calls, outside their times."""
     fewest, most = HOST_LOOP_CALLS
     out: list[float] = []
     deadline = time.perf_counter() + HOST_LOOP_S
@@ -119,7 +119,7 @@ def _host_metrics(host_s: list[float], probe: Any) -> dict[str, dict[str, Any]]:
     wall = {"label": "host latency (sync)", "unit": "s per call", "data": host_s}
     if probe is None or not probe.readings_s:
         return {"host": wall}
-    from perf.speedref import NOMINAL_S, smoothed
+    from perf.measure.speedref import NOMINAL_S, smoothed
 
     readings, block = probe.readings_s, probe.block  # reading k follows calls k * block .. (k + 1) * block - 1
     normalised = [t * NOMINAL_S / smoothed(readings, i // block) for i, t in enumerate(host_s[: len(readings) * block])]
@@ -173,7 +173,7 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
 
     host_s: list[float] = []
     if on_gpu:  # host latency with synchronisation, every call: the second metric
-        from perf.speedref import CpuReference, ReferenceProbe
+        from perf.measure.speedref import CpuReference, ReferenceProbe
 
         probe = ReferenceProbe(CpuReference(), HOST_BLOCK) if "cpu-reference" in perf_controls else None
         with measured_region(f"host-latency[{case.id}]", runner):

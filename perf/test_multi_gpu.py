@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from perf.cases import VARIANTS
-from perf.multigpu import barrier, throughput
+from perf.measure.cases import VARIANTS
+from perf.measure.multigpu import barrier, throughput
 
 #: Batch and seconds per measurement, per device type: throughput-sized batches on a GPU.
 BATCH = {"cuda": 32, "cpu": 1}

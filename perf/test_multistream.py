@@ -4,8 +4,8 @@ Each N of ``--perf-streams`` is one test: N reader threads decode the perf video
 frames after the previous one (so a batch holds different frames) and looping at its end. An untimed run of
 ``WARMUP_TICKS`` ticks through the very same code comes first, so CUDA graph capture or torch.compile of batch
 N (and of the exact input layout the ticks hand over) happens there, not in the measured region. The
-benchmark's samples are seconds per tick in blocks of ticks (`perf.samples`); on a GPU in CPU-reference units
-(`perf.speedref`: a reference reading on the calling thread, which does the ticks' work, after every block of
+benchmark's samples are seconds per tick in blocks of ticks (`perf.measure.samples`); on a GPU in CPU-reference units
+(`perf.measure.speedref`: a reference reading on the calling thread, which does the ticks' work, after every block of
 ticks through ``on_tick``; over 8 processes on the H100 machine the normalised figure's CV was 3.6% against
 9.4% for the wall clock, which is kept as the ``wall`` metric and gives the FPS); the report's table gives
 aggregate FPS (N over the median tick time), FPS per stream and per-frame latency (decoded -> detections on the
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from perf.cases import make_cases
+from perf.measure.cases import make_cases
 
 pytestmark = [pytest.mark.benchmark(group="multistream", warmup=False)]
 
@@ -58,10 +58,10 @@ def test_multistream(benchmark: Any, ms_case: Any, streams: int, runner_pool: An
     import statistics
 
     from detector.multistream import run_multistream
-    from perf.controls import warm_page_cache
-    from perf.samples import block_samples, block_size
-    from perf.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
-    from perf.speedref import summary as reference_summary
+    from perf.measure.controls import warm_page_cache
+    from perf.measure.samples import block_samples, block_size
+    from perf.measure.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
+    from perf.measure.speedref import summary as reference_summary
 
     runner = runner_pool.get(ms_case.backend, ms_case.precision, **ms_case.options)
     kind = "cuda" if runner.device.startswith("cuda") else "cpu"

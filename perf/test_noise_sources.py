@@ -1,6 +1,6 @@
 """Which noise sources matter on this machine (``pytest perf --perf-selftest``): each control, off and on.
 
-For every control of `perf.controls` the same measurement runs alternately with all controls on and with all
+For every control of `perf.measure.controls` the same measurement runs alternately with all controls on and with all
 but that one (off, on, off, on, ... in one process, so slow drift hits both alike), on two subjects:
 
 * ``end-to-end``: a pass of the sequential pipeline (torch-graph fp16 on a GPU, torch fp32 on a CPU) over the
@@ -13,7 +13,7 @@ The table gives, per control and subject, the spread of the per-pass medians (ma
 within-pass CV and p99 with the control off and on, and the ratio of the medians (on / off). "Page cache off"
 drops the video from the page cache before each pass (``posix_fadvise(DONTNEED)``); "scratch off" writes the
 output into the reports folder. A last row relates the clocks: the range of the GPU's SM clock and of the CPU
-reference workload's time (`perf.speedref`, the CPU's speed at that moment) over the passes, and the
+reference workload's time (`perf.measure.speedref`, the CPU's speed at that moment) over the passes, and the
 correlation of each pass's median with them. ``cpu-reference`` is no setting but a second reading; its effect
 is in the noise profile (``wall`` against ``time`` of the video benchmarks). Results are recorded, never
 asserted (the study informs which controls are worth their keep; ``--perf-controls`` switches them).
@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from perf.cases import VARIANTS
+from perf.measure.cases import VARIANTS
 
 TABLE = "Noise sources: each control off and on, alternating in one process"
 CLOCKS = "Noise sources: clocks over the study's passes"
@@ -71,11 +71,11 @@ def test_noise_sources(pytestconfig: pytest.Config, perf_device: str, runner_poo
     import torch
 
     from detector.pipeline import run_pipeline
-    from perf.controls import NAMES, Controls, controlled, scratch_dir, warm_page_cache
-    from perf.speedref import CpuReference
-    from perf.samples import block_samples, block_size
-    from perf.stats import robust_cv
-    from perf.telemetry import NvmlSampler
+    from perf.measure.controls import NAMES, Controls, controlled, scratch_dir, warm_page_cache
+    from perf.measure.speedref import CpuReference
+    from perf.measure.samples import block_samples, block_size
+    from perf.gate.stats import robust_cv
+    from perf.measure.telemetry import NvmlSampler
 
     kind = "cuda" if perf_device.startswith("cuda") else "cpu"
     on_gpu = kind == "cuda"

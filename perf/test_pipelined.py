@@ -7,9 +7,9 @@ scene cut every few frames, which cost the mp4v encoder more than the real seque
 ``ENCODE_KEEP`` frames is cycled in runs of that many), inference only (the runner on a preprocessed device
 batch, per pipeline batch size), the sequential loop (:func:`detector.pipeline.run_pipeline`, batch 1) and the
 pipelined loop (:func:`detector.pipelined.run_pipelined`) at each of ``PIPELINE_BATCHES``. The benchmark's
-samples are the pipelined passes at batch 1, cut into blocks (`perf.samples`): seconds per frame between
+samples are the pipelined passes at batch 1, cut into blocks (`perf.measure.samples`): seconds per frame between
 frames leaving the writer, after the first ``FILL`` frames of each pass (the pipeline filling up), so the
-figure is the pipeline's steady throughput, wall clock. On a GPU a CPU reference reading (`perf.speedref`) is
+figure is the pipeline's steady throughput, wall clock. On a GPU a CPU reference reading (`perf.measure.speedref`) is
 taken on the calling thread after every block, through ``on_batch``, and the normalised blocks are kept as the
 ``normalised`` metric: the writer thread bounds this loop, not the calling thread the reference runs on, and on
 the H100 machine the normalised figure moved more between processes than the wall clock (CV 13.7% against 5.0%
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from perf.cases import Case, make_cases
+from perf.measure.cases import Case, make_cases
 
 pytestmark = [pytest.mark.e2e, pytest.mark.benchmark(group="pipelined", warmup=False)]
 
@@ -72,10 +72,10 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     from detector.preprocess import preprocess_torch
     from detector.stagespeed import decode_speed, encode_speed, infer_speed, slowest
     from detector.video import open_video, read_frames
-    from perf.controls import keep_output, scratch_dir, warm_page_cache
-    from perf.samples import block_samples, block_size, stage_metrics
-    from perf.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
-    from perf.speedref import summary as reference_summary
+    from perf.measure.controls import keep_output, scratch_dir, warm_page_cache
+    from perf.measure.samples import block_samples, block_size, stage_metrics
+    from perf.measure.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
+    from perf.measure.speedref import summary as reference_summary
 
     runner = runner_pool.get(pipe_case.backend, pipe_case.precision, **pipe_case.options)
     kind = "cuda" if runner.device.startswith("cuda") else "cpu"

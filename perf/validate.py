@@ -1,6 +1,6 @@
 """The one check of saved data every reader runs first: saved benchmark runs and the suite's ``perf-report.json``.
 
-Readers (`perf.history`, `perf.report_inputs`, the ``--perf-compare`` / ``--benchmark-compare`` start-up check in
+Readers (`perf.runs`, `perf.report_inputs`, the ``--perf-compare`` / ``--benchmark-compare`` start-up check in
 `perf.preflight`) call `run_problem` / `report_problem` on the parsed JSON and turn a problem into their own
 one-line error naming the file: a file that passes has every key a reader indexes with the type it expects, so
 no reader crashes on a saved file of valid JSON but the wrong shape.

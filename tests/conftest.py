@@ -35,7 +35,7 @@ def lazy_imports_done_outside_pytester() -> None:
     """Import what the plugin imports lazily (torch, pynvml) before pytester's in-process runs: pytester drops
     the modules first imported during a run, and torch cannot be imported twice in one process. Modules that run
     pytester use it with ``pytestmark = pytest.mark.usefixtures("lazy_imports_done_outside_pytester")``."""
-    from perf.machine import machine_fingerprint
+    from perf.measure.machine import machine_fingerprint
 
     machine_fingerprint()
 

@@ -10,6 +10,6 @@ python3 -m pytest $A --benchmark-compare --benchmark-compare-fail=median:10% --p
 grep -E "regressed|Comparing|passed|failed" $OUT/slowed.log | head -20
 python3 -m pytest $A --benchmark-compare --benchmark-compare-fail=median:10% > $OUT/clean.log 2>&1; echo "unmodified compare exit $?"
 grep -E "regressed|Comparing|passed|failed" $OUT/clean.log | head -20
-python3 -c "from perf.profiling import measure_annotation_overhead as m; print('annotation overhead', m(20000))"
+python3 -c "from perf.profile.torch_profiler import measure_annotation_overhead as m; print('annotation overhead', m(20000))"
 PYTHON=python3 PYTEST_EXTRA="-k b1" bash tools/gpu_nsys_check.sh > $OUT/nsys.log 2>&1; echo "nsys exit $?"
 grep -E "passed|failed|Kernels:|GPU idle" $OUT/nsys.log | head

@@ -1,0 +1,313 @@
+"""pytest hooks of the cross-process measurements: ``--perf-noise=K`` and ``--perf-selftest-processes=K``.
+
+* ``pytest perf -m ci --perf-noise=10`` runs the selected benchmarks in 10 fresh processes of this code
+  (`perf.gate.processes`), prints per benchmark and per family the spread of the per-process medians (CV, largest
+  |ratio - 1|, the between-process standard deviation), and saves this runner's noise profile beside the runs
+  (``<storage>/noise/<key>.json``, `perf.gate.noise`), which ``--perf-compare`` then uses.
+* ``pytest perf -m ci --perf-selftest-processes=10`` measures what CI sees: 10 processes of identical code and
+  10 per injected regression (``--perf-selftest-regressions``, default ``layer:5%,preprocess:5%``: a real extra
+  layer in the model, a slower preprocess stage; `perf.gate.regressions`), interleaved; then false verdicts and
+  "unstable" on every pair of identical processes, detections on every identical/regressed pair, and
+  pytest-benchmark's ``--benchmark-compare-fail`` (``median:5%`` unless given) between identical processes
+  (`perf.crossprocess`). It saves the noise profile of its identical processes too.
+
+The process the user starts only collects and orchestrates: no test runs in it. Tables go to the terminal and
+the suite's report; the children's runs and logs stay in ``--perf-runs-dir`` (default: a new folder under
+``<reports>/processes/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+STATE = pytest.StashKey[dict[str, Any]]()
+DEFAULT_REGRESSIONS = "layer:5%,preprocess:5%"
+DEFAULT_COMPARE_FAIL = "median:5%"
+TABLES = {
+    "family": "Noise between processes, per family (per-process median of each benchmark)",
+    "benchmark": "Noise between processes, per benchmark and metric",
+    "identical": "Cross-process self-test: identical code (every pair of processes)",
+    "regressed": "Cross-process self-test: injected regressions (identical x regressed processes)",
+    "compare_fail": "Cross-process self-test: pytest-benchmark --benchmark-compare-fail on identical code",
+    "children": "Cross-process runs",
+}
+
+
+def _processes(value: str) -> int:
+    if not value.strip().isdecimal() or int(value) < 2:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected a number of processes >= 2.")
+    return int(value)
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value.strip().lower().removesuffix("s"))
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected seconds > 0, e.g. 540.")
+    return seconds
+
+
+def _regressions(value: str) -> tuple[Any, ...]:
+    from perf.gate.regressions import parse_regression
+
+    items = [item for item in value.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected e.g. {DEFAULT_REGRESSIONS}.")
+    return tuple(parse_regression(item) for item in items)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from perf.options import deferred
+
+    group = parser.getgroup("perf")
+    group.addoption(
+        "--perf-noise", metavar="K", type=deferred(_processes), default=None,
+        help="Run the selected benchmarks in K fresh processes of this code and save this runner's noise profile "
+        "(the spread of per-process medians), which --perf-compare uses. Default: off.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-selftest-processes", metavar="K", type=deferred(_processes), default=None,
+        help="The gate's self-test across processes: K identical processes and K/5 (>= 2) per injected regression, then "
+        "false verdicts, unstable and detection rates over every pair; saves the noise profile too. Default: off.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-selftest-regressions", metavar="LIST", type=deferred(_regressions), default=None,
+        help=f"Regressions --perf-selftest-processes injects (KIND:PERCENT, see --perf-regression). "
+        f"Default: {DEFAULT_REGRESSIONS.replace('%', '%%')}.",  # argparse's help expands %
+    )  # fmt: skip
+    group.addoption(
+        "--perf-processes-budget", metavar="SECONDS", type=deferred(_seconds), default=None,
+        help="Start no child process that would likely end after this many seconds; the plan can be resumed "
+        "with the same --perf-runs-dir. Default: no limit.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-runs-dir", metavar="DIR", default=None,
+        help="Folder for the child processes' runs and logs; a plan already there is resumed. Default: a new "
+        "folder under <reports>/processes/.",
+    )  # fmt: skip
+
+
+def _mode(config: pytest.Config) -> tuple[str, int] | None:
+    if config.getoption("perf_nsys_child", False):
+        return None
+    for dest, mode in (("perf_selftest_processes", "selftest"), ("perf_noise", "noise")):
+        value = config.getoption(dest, None)
+        if isinstance(value, int):
+            return mode, value
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    mode = _mode(config)
+    if mode is None:
+        return
+    if hasattr(config, "workerinput") or config.getoption("numprocesses", None):
+        raise pytest.UsageError(f"--perf-{'noise' if mode[0] == 'noise' else 'selftest-processes'} runs its own "
+                                "processes one at a time: drop -n (pytest-xdist)")  # fmt: skip
+    if config.getoption("perf_compare", None) is not None:
+        raise pytest.UsageError("--perf-noise / --perf-selftest-processes measure, they do not compare: drop "
+                                "--perf-compare")  # fmt: skip
+    config.stash[STATE] = {"mode": mode[0], "k": mode[1], "started": time.monotonic()}
+
+
+def _group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("benchmark")
+    return None if mark is None else mark.kwargs.get("group")
+
+
+def _plan(config: pytest.Config, items: list[pytest.Item], mode: str, k: int) -> list[Any]:
+    from perf.gate.processes import Child
+
+    nodeids = tuple(item.nodeid for item in items)
+    if mode == "noise":
+        return [Child(f"a{i:02d}", "identical", nodeids) for i in range(k)]
+    regressions = config.getoption("perf_selftest_regressions") or _regressions(DEFAULT_REGRESSIONS)
+    plan = []
+    every = max(1, k // regressed_per_kind(k))
+    for i in range(k):
+        plan.append(Child(f"a{i:02d}", "identical", nodeids))
+        if i % every:
+            continue  # fewer processes per regression, spread over the run: each is judged against all K identical
+        for regression in regressions:
+            grouped = [item for item in items if _group(item) in regression.groups]
+            chosen = tuple(item.nodeid for item in grouped if _batch(item) >= regression.min_batch) or tuple(
+                item.nodeid for item in grouped)  # e.g. a CPU selection of batch 1 only
+            if chosen:
+                label = f"{regression.kind}{100 * regression.fraction:g}-{i // every:02d}"
+                plan.append(Child(label, str(regression), chosen, (f"--perf-regression={regression}",)))
+    return plan
+
+
+def regressed_per_kind(k: int) -> int:
+    """Processes per injected regression for K identical ones: K / 5, at least 2 (each is compared with all K)."""
+    return max(2, k // 5)
+
+
+def _batch(item: pytest.Item) -> int:
+    case = getattr(item, "callspec", None)
+    value = case.params.get("case") if case is not None else None
+    return int(getattr(value, "batch", 1))
+
+
+def _runs_dir(config: pytest.Config) -> tuple[Path, bool]:
+    from perf.fixtures.reporting import reports_dir
+
+    given = config.getoption("perf_runs_dir")
+    if given:
+        return (config.invocation_params.dir / given).resolve(), True
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return reports_dir(config) / "processes" / stamp, False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """Orchestrate instead of running the tests here."""
+    state = session.config.stash.get(STATE, None)
+    if state is None or session.config.option.collectonly:
+        return None
+    if not session.items:
+        state["error"] = "no tests selected: nothing to run in the child processes"
+        return True
+    from perf.gate.processes import forwarded_options, load_plan, run_children, save_plan
+
+    config = session.config
+    folder, resumable = _runs_dir(config)
+    plan = _plan(config, session.items, state["mode"], state["k"])
+    existing = load_plan(folder) if resumable else None
+    if existing is not None and existing != plan:
+        raise pytest.UsageError(f"--perf-runs-dir: '{folder}' holds another plan (other tests, K or regressions); "
+                                "give a new folder or delete it")  # fmt: skip
+    save_plan(folder, plan)
+    values = {"--perf-compare": None, "--benchmark-compare": _str(config.getoption("benchmark_compare", None))}
+    options = forwarded_options(config.invocation_params.args, config.args, values)
+    compare_fail = None
+    if state["mode"] == "selftest":
+        given = config.getoption("benchmark_compare_fail", None)
+        compare_fail = _check_text(given) or DEFAULT_COMPARE_FAIL
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def progress(result: Any, done: int, total: int) -> None:
+        if reporter is not None:
+            status = "saved" if result.run is not None else f"NO RUN SAVED (exit {result.returncode}; {result.log})"
+            reporter.write_line(f"perf processes: {done}/{total} {result.label} ({result.kind}) "
+                                f"{result.seconds:.0f} s, exit {result.returncode}, {status}")  # fmt: skip
+
+    budget = config.getoption("perf_processes_budget")
+    deadline = None if budget is None else state["started"] + budget
+    results = run_children(plan, options, folder, config.invocation_params.dir, compare_fail=compare_fail,
+                           on_done=progress, deadline=deadline)  # fmt: skip
+    state.update(folder=folder, results=results, compare_fail=compare_fail)
+    if len(results) < len(plan):
+        state["incomplete"] = (f"{len(results)} of {len(plan)} planned processes ran within --perf-processes-budget; "
+                               f"resume with --perf-runs-dir={folder}")  # fmt: skip
+    _analyse(config, state)
+    return True
+
+
+def _str(value: Any) -> str | None:
+    return None if value in (None, True, False) else str(value)
+
+
+def _check_text(checks: Any) -> str | None:
+    """The text of the first --benchmark-compare-fail check the parent was given (e.g. "median:5%")."""
+    if not checks:
+        return None
+    check = checks[0]
+    unit = "%" if type(check).__name__.startswith("Percentage") else ""
+    return f"{check.field}:{check.threshold}{unit}"
+
+
+def _analyse(config: pytest.Config, state: dict[str, Any]) -> None:
+    from perf.crossprocess import IDENTICAL, compare_fail_rows, identical_rows, judge_pairs, regression_rows
+    from perf.fixtures.reporting import REPORT_KEY, reports_dir
+    from perf.gate.plugin import GATE
+    from perf.runs import load_run
+    from perf.gate.noise import benchmark_rows, compute_profile, family_rows, save_profile
+    from perf.plugin import PERF_SESSION
+
+    report = config.stash[REPORT_KEY]
+    results = state["results"]
+    for r in results:
+        report.add(TABLES["children"], {"run": r.label, "kind": r.kind, "exit": r.returncode,
+                                        "seconds": round(r.seconds, 1), "saved": r.run.name if r.run else "-",
+                                        "compare-fail": r.compare_fail or "-"})  # fmt: skip
+    failed = [r for r in results if r.run is None or r.extra.get("failed_tests")]
+    state["failed"] = failed
+    identical = {r.label: load_run(r.run) for r in results if r.kind == IDENTICAL and r.run is not None}
+    regressed: dict[str, dict[str, Any]] = {}
+    for r in results:
+        if r.kind != IDENTICAL and r.run is not None:
+            regressed.setdefault(r.kind, {})[r.label] = load_run(r.run)
+    if len(identical) < 2:
+        state["error"] = f"only {len(identical)} identical process(es) saved a run: no noise profile"
+        return
+    fingerprint = config.stash[PERF_SESSION].fingerprint
+    profile = compute_profile(list(identical.values()), fingerprint)
+    bench = getattr(config, "_benchmarksession", None)
+    storage = getattr(getattr(bench, "storage", None), "path", None)
+    if storage is not None:
+        state["profile_path"] = save_profile(storage, profile)
+    for row in family_rows(profile):
+        report.add(TABLES["family"], row)
+    for row in benchmark_rows(profile):
+        report.add(TABLES["benchmark"], row)
+    summary: dict[str, Any] = {"runs_dir": str(state["folder"]), "profile": str(state.get("profile_path")),
+                               "family": family_rows(profile)}  # fmt: skip
+    if state["mode"] == "selftest":
+        from perf.gate.regressions import parse_regression
+
+        settings = config.stash[GATE]["settings"]
+        groups = {kind: parse_regression(kind).groups for kind in regressed}
+        verdicts = judge_pairs(identical, regressed, settings, fingerprint, groups)
+        summary["identical"] = identical_rows(verdicts)
+        summary["regressed"] = regression_rows(verdicts)
+        summary["compare_fail"] = compare_fail_rows(identical, state["compare_fail"])
+        real = [r for r in results if r.compare_fail is not None]
+        summary["compare_fail"]["consecutive processes run with it"] = (
+            f"{sum(r.compare_fail == 'passed' for r in real)}/{len(real)} passed")
+        summary["verdicts"] = [dataclasses.asdict(v) for v in verdicts]
+        for key in ("identical", "regressed"):
+            for row in summary[key]:
+                report.add(TABLES[key], row)
+        report.add(TABLES["compare_fail"], summary["compare_fail"])
+    folder = reports_dir(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    from detector.fileio import atomic_write_text
+
+    name = "selftest-processes.json" if state["mode"] == "selftest" else "noise-profile.json"
+    state["summary_path"] = atomic_write_text(folder / name, json.dumps(summary, indent=2, default=str) + "\n")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(STATE, None)
+    if state is None:
+        return
+    if (state.get("error") or state.get("failed")) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or "folder" not in state and "error" not in state:
+        return
+    terminalreporter.write_sep("=", f"perf {'noise' if state['mode'] == 'noise' else 'self-test'} across processes")
+    if state.get("error"):
+        terminalreporter.write_line(f"perf processes: {state['error']}", red=True)
+    if state.get("incomplete"):
+        terminalreporter.write_line(f"perf processes: {state['incomplete']}", yellow=True)
+    for r in state.get("failed", []):
+        terminalreporter.write_line(f"perf processes: {r.label} exited {r.returncode}; log: {r.log}", red=True)
+    if state.get("profile_path"):
+        terminalreporter.write_line(f"noise profile saved: {state['profile_path']}")
+    if state.get("summary_path"):
+        terminalreporter.write_line(f"summary: {state['summary_path']}; runs and logs: {state['folder']}")

@@ -1,0 +1,287 @@
+"""This runner's noise profile: what identical code does between separate pytest processes.
+
+CI compares two processes, so a figure's truth is its spread *between* processes (pyperf's lesson), not the
+spread of its rounds inside one. ``pytest perf --perf-noise=K`` (`perf.gate.processes`) runs the selected benchmarks
+in K fresh processes of unchanged code; `compute_profile` turns those K saved runs into one `NoiseEntry` per
+benchmark and metric (the per-process medians, their CV, the largest ratio between two of them, and the
+between-process standard deviation of the log median beyond what the within-process bootstrap explains).
+
+The profile is saved beside the runs, ``<storage>/noise/<key>.json``, ``key`` a digest of the machine fingerprint
+fields that make timings comparable plus the CPU (`profile_key`): one profile per runner. ``--perf-compare``
+loads it and widens each interval by the benchmark's between-process part (`perf.gate.stats.BetweenNoise`); a
+benchmark without an entry is judged within-process only, and the verdict table says so.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from detector.fileio import atomic_write_text
+from perf.runs import SavedRun
+from perf.measure.machine import COMPARED_FIELDS
+from perf.gate.stats import BetweenNoise, assess_stability, log_median_se
+
+FORMAT = 1
+NOISE_DIR = "noise"
+#: Fingerprint fields a profile is keyed on: those that make timings comparable, and the host's CPU.
+KEY_FIELDS = (*COMPARED_FIELDS, "cpu_model", "cpu_count")
+#: The per-process median CV each family should stay under (fractions), for the printed summary.
+CV_TARGETS = {"inference torch-graph": 0.005, "inference torch-compile": 0.005, "inference torch": 0.03,
+              "end-to-end": 0.02, "pipelined": 0.02, "multistream": 0.03}  # fmt: skip
+
+
+class NoiseProfileError(ValueError):
+    """A noise profile file that cannot be used; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class NoiseEntry:
+    """Between-process noise of one benchmark metric, from ``processes`` processes.
+
+    ``medians_s``: each process's median (seconds per call, frame or tick); ``cv``: their sample standard
+    deviation over their mean; ``max_ratio``: max / min - 1, the largest |ratio - 1| two of the processes gave;
+    ``total_sd``: sample standard deviation of the log medians; ``within_se``: root mean square of each
+    process's bootstrap standard error of its log median; ``between_sd``: ``sqrt(max(0, total_sd ** 2 -
+    within_se ** 2))``, the part no within-process interval sees; ``max_cv`` / ``max_drift``: the largest robust
+    CV and window drift (`perf.gate.stats.assess_stability`) any of the processes' samples had -- this runner's normal
+    within-run noise, which the gate's stability rule then allows (`stability_limits`).
+    """
+
+    processes: int
+    medians_s: tuple[float, ...]
+    cv: float
+    max_ratio: float
+    total_sd: float
+    within_se: float
+    between_sd: float
+    max_cv: float = 0.0
+    max_drift: float = 0.0
+
+    def between(self) -> BetweenNoise:
+        return BetweenNoise(self.between_sd, self.processes)
+
+
+Summary = tuple[float, float, float, float]
+
+
+def summarize_sample(x: np.ndarray) -> Summary:
+    """(median, bootstrap standard error of the log median, robust CV, window drift or 0) of one process's sample."""
+    stability = assess_stability(np.asarray(x))
+    return float(np.median(x)), log_median_se(np.asarray(x)), stability.cv, stability.drift or 0.0
+
+
+def entry_from_summaries(summaries: Sequence[Summary]) -> NoiseEntry:
+    """The `NoiseEntry` of one metric from each of >= 2 processes' `summarize_sample`."""
+    if len(summaries) < 2:
+        raise ValueError(f"a noise entry needs >= 2 processes, got {len(summaries)}")
+    medians = np.array([s[0] for s in summaries])
+    if np.any(medians <= 0):
+        raise ValueError("a per-process median is 0: cannot take ratios")
+    logs = np.log(medians)
+    total = float(np.std(logs, ddof=1))
+    within = math.sqrt(statistics.fmean(s[1] ** 2 for s in summaries))
+    return NoiseEntry(
+        processes=len(summaries), medians_s=tuple(float(m) for m in medians),
+        cv=float(np.std(medians, ddof=1) / np.mean(medians)), max_ratio=float(medians.max() / medians.min() - 1),
+        total_sd=total, within_se=within, between_sd=math.sqrt(max(0.0, total**2 - within**2)),
+        max_cv=upper_limit([s[2] for s in summaries]), max_drift=upper_limit([s[3] for s in summaries]),
+    )  # fmt: skip
+
+
+#: The share of processes whose within-run noise a profile's limit covers (`upper_limit`).
+LIMIT_QUANTILE = 0.99
+
+
+def upper_limit(values: Sequence[float]) -> float:
+    """The `LIMIT_QUANTILE` quantile of a log-normal fitted to ``values`` (>= 0; noise measures of K processes),
+    and at least their largest: the largest of K draws is a poor estimate of how noisy a run may still be (with
+    K = 8 a new process exceeds it one time in 9)."""
+    from scipy.stats import norm
+
+    positive = np.log(np.maximum(np.asarray(values, dtype=float), 1e-6))
+    if positive.size < 2:
+        return float(max(values))
+    fitted = math.exp(float(positive.mean()) + float(norm.ppf(LIMIT_QUANTILE)) * float(positive.std(ddof=1)))
+    return max(fitted, float(max(values)))
+
+
+def entry_from_samples(samples: Sequence[np.ndarray]) -> NoiseEntry:
+    """The `NoiseEntry` of one metric from its sample in each of >= 2 processes (seconds, any one unit)."""
+    return entry_from_summaries([summarize_sample(x) for x in samples])
+
+
+@dataclass
+class NoiseProfile:
+    """Noise entries by benchmark full name and metric, with where and when they were measured."""
+
+    key: str
+    fingerprint: Mapping[str, Any]
+    created: str
+    commit: str | None
+    runs: list[str]
+    entries: dict[str, dict[str, NoiseEntry]] = field(default_factory=dict)
+    families: dict[str, str] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def processes(self) -> int:
+        return len(self.runs)
+
+    def entry(self, fullname: str, metric: str) -> NoiseEntry | None:
+        return self.entries.get(fullname, {}).get(metric)
+
+    def between(self, fullname: str, metric: str) -> BetweenNoise | None:
+        """The between-process noise of ``metric`` of benchmark ``fullname``, or None when not profiled."""
+        entry = self.entries.get(fullname, {}).get(metric)
+        return entry.between() if entry is not None else None
+
+    def describe(self) -> str:
+        """One line: where the profile is, how many processes, when."""
+        where = f"{self.path}" if self.path else "in memory"
+        return f"noise profile {where} ({self.processes} processes, measured {self.created[:19]})"
+
+    def to_json(self) -> str:
+        document = {"format": FORMAT, "key": self.key, "fingerprint": dict(self.fingerprint),
+                    "created": self.created, "commit": self.commit, "runs": self.runs, "families": self.families,
+                    "entries": {name: {metric: asdict(e) for metric, e in metrics.items()}
+                                for name, metrics in self.entries.items()}}  # fmt: skip
+        return json.dumps(document, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, path: Path | None = None) -> NoiseProfile:
+        where = f"'{path}'" if path else "noise profile"
+        try:
+            data = json.loads(text)
+            if data.get("format") != FORMAT:
+                raise NoiseProfileError(f"{where}: format {data.get('format')!r}, expected {FORMAT}")
+            entries = {str(name): {str(m): NoiseEntry(**{**e, "medians_s": tuple(e["medians_s"])})
+                                   for m, e in metrics.items()} for name, metrics in data["entries"].items()}
+            return cls(str(data["key"]), dict(data["fingerprint"]), str(data["created"]), data.get("commit"),
+                       [str(r) for r in data["runs"]], entries, dict(data.get("families") or {}), path)
+        except NoiseProfileError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise NoiseProfileError(f"{where}: not a noise profile ({type(e).__name__}: {e})") from e
+
+
+def profile_key(fingerprint: Mapping[str, Any]) -> str:
+    """16 hex digits over the `KEY_FIELDS` of a machine fingerprint: one key per runner and software stack."""
+    text = json.dumps({name: fingerprint.get(name) for name in KEY_FIELDS}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+RunSummaries = dict[str, dict[str, Summary]]
+
+
+def summarize_run(run: SavedRun) -> RunSummaries:
+    """Every benchmark's and metric's (median, log-median standard error) in one run (the costly part of a
+    profile: a bootstrap per series; `compute_profile` takes these so that many profiles reuse them)."""
+    return {name: {metric: summarize_sample(data) for metric, data in bench.metrics().items()}
+            for name, bench in run.benchmarks.items()}  # fmt: skip
+
+
+def compute_profile(runs: Sequence[SavedRun], fingerprint: Mapping[str, Any],
+                    summaries: Sequence[RunSummaries] | None = None) -> NoiseProfile:  # fmt: skip
+    """The profile of ``runs`` (separate processes of identical code): one entry per benchmark and metric that
+    at least two of the runs measured (all of them, normally). ``summaries``: `summarize_run` of each run, if
+    already computed."""
+    if len(runs) < 2:
+        raise ValueError(f"a noise profile needs >= 2 runs of separate processes, got {len(runs)}")
+    summaries = summaries if summaries is not None else [summarize_run(run) for run in runs]
+    collected: dict[str, dict[str, list[Summary]]] = {}
+    families: dict[str, str] = {}
+    for run, summary in zip(runs, summaries):
+        for fullname, bench in run.benchmarks.items():
+            families[fullname] = bench.family
+            for metric, value in summary.get(fullname, {}).items():
+                collected.setdefault(fullname, {}).setdefault(metric, []).append(value)
+    entries = {name: {metric: entry_from_summaries(values) for metric, values in metrics.items() if len(values) >= 2}
+               for name, metrics in collected.items()}  # fmt: skip
+    commits = {run.commit for run in runs}
+    return NoiseProfile(
+        key=profile_key(fingerprint), fingerprint=dict(fingerprint),
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(), commit=commits.pop() if len(commits) == 1 else None,
+        runs=[run.path.name for run in runs], entries={k: v for k, v in entries.items() if v}, families=families,
+    )  # fmt: skip
+
+
+def profile_path(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]) -> Path:
+    """Where this runner's profile lives under a pytest-benchmark storage folder."""
+    return Path(storage) / NOISE_DIR / f"{profile_key(fingerprint)}.json"
+
+
+def save_profile(storage: str | os.PathLike[str], profile: NoiseProfile) -> Path:
+    """Write ``profile`` atomically to ``<storage>/noise/<key>.json``; return the path."""
+    path = Path(storage) / NOISE_DIR / f"{profile.key}.json"
+    profile.path = atomic_write_text(path, profile.to_json())
+    return profile.path
+
+
+def load_profile(path: str | os.PathLike[str]) -> NoiseProfile:
+    """Read a profile file; `NoiseProfileError` names the file when it is missing or not a profile."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise NoiseProfileError(f"'{path}': no such file") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise NoiseProfileError(f"'{path}': cannot read: {e}") from e
+    return NoiseProfile.from_json(text, path)
+
+
+def find_profile(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]) -> NoiseProfile | None:
+    """This runner's profile in ``storage``, or None when none was measured here."""
+    path = profile_path(storage, fingerprint)
+    return load_profile(path) if path.is_file() else None
+
+
+def family_rows(profile: NoiseProfile, metric: str = "time") -> list[dict[str, Any]]:
+    """Per family: benchmarks, the median and largest per-process median CV, the largest A/A ratio seen, and
+    the family's CV target (`CV_TARGETS`) with whether every benchmark meets it."""
+    by_family: dict[str, list[NoiseEntry]] = {}
+    for name, metrics in profile.entries.items():
+        if metric in metrics:
+            by_family.setdefault(profile.families.get(name, "?"), []).append(metrics[metric])
+    rows = []
+    for family, entries in sorted(by_family.items()):
+        cvs = [e.cv for e in entries]
+        target = CV_TARGETS.get(family)
+        rows.append({"family": family, "benchmarks": len(entries), "processes": max(e.processes for e in entries),
+                     "median CV %": 100 * statistics.median(cvs), "max CV %": 100 * max(cvs),
+                     "max |ratio-1| %": 100 * max(e.max_ratio for e in entries),
+                     "CV target %": None if target is None else 100 * target,
+                     "meets target": "-" if target is None else ("yes" if max(cvs) <= target else "no")})  # fmt: skip
+    return rows
+
+
+def benchmark_rows(profile: NoiseProfile) -> list[dict[str, Any]]:
+    """One row per benchmark and metric: per-process median CV, largest A/A ratio, between-process sd."""
+    rows = []
+    for name, metrics in sorted(profile.entries.items()):
+        for metric, e in metrics.items():
+            rows.append({"benchmark": name.rpartition("::")[2], "metric": metric,
+                         "family": profile.families.get(name, "?"), "processes": e.processes,
+                         "median of medians ms": 1e3 * statistics.median(e.medians_s), "CV %": 100 * e.cv,
+                         "max |ratio-1| %": 100 * e.max_ratio, "between sd %": 100 * e.between_sd,
+                         "within se %": 100 * e.within_se})  # fmt: skip
+    return rows
+
+
+def stability_limits(entry: NoiseEntry | None, max_cv: float, max_drift: float) -> tuple[float, float]:
+    """(max CV, max drift) for a sample of a profiled metric: the fixed limits, or this runner's normal (the
+    entry's limits, `upper_limit`) when that is larger. A sample as noisy as the samples that defined the profile
+    is judged with the profile's between-process spread, which covers that noise."""
+    if entry is None:
+        return max_cv, max_drift
+    return max(max_cv, entry.max_cv), max(max_drift, entry.max_drift)

@@ -1,0 +1,299 @@
+"""pytest plugin of the regression gate: raw rounds in saved runs, ``--perf-compare``, the stability gate and
+``--perf-selftest``.
+
+* Every run saves its raw rounds: ``--benchmark-save-data`` is switched on, so ``--benchmark-autosave`` files
+  hold ``stats.data`` (read them with `perf.runs`).
+* ``--perf-compare[=NUM|ID]`` loads a saved run (the latest, or the one matching NUM/ID, as
+  ``--benchmark-compare`` does) before the tests run, refuses one from another machine exactly as
+  ``--benchmark-compare`` does (unless ``--perf-allow-machine-mismatch``), and at the end prints one verdict per
+  benchmark (`perf.gate.compare`), writes ``<reports>/perf-compare.json`` / ``.md``, and fails the session (exit 1)
+  on any "slower" -- and on any "unstable" with ``--perf-fail-unstable``; otherwise unstable benchmarks are a
+  warning line and a count.
+* ``perf_measure`` (fixture): ``perf_measure(benchmark, fn, *args, **kwargs)`` is ``benchmark(...)`` plus the
+  stability gate (`perf.measure.stability`).
+* The noise profile: with ``--perf-compare`` the gate loads this runner's profile from the storage
+  (``<storage>/noise/<key>.json``, written by ``--perf-noise``; `perf.gate.noise`), or the file
+  ``--perf-noise-profile`` names, and widens every interval by the benchmark's between-process noise. Without
+  one the header says the intervals are within-process only.
+* ``--perf-selftest`` runs only the gate's self-checks: perf/test_gate_selftest.py, perf/test_clock_truth.py and
+  perf/test_noise_sources.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perf.gate.compare import GateSettings
+from perf.measure.stability import DEFAULT_MAX_REMEASURE, StabilityRule
+from perf.gate.stats import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT, DEFAULT_MIN_EFFECT
+
+GATE = pytest.StashKey[dict[str, Any]]()
+SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
+
+
+def parse_fraction(value: str) -> float:
+    """``"2%"`` or ``"0.02"`` -> 0.02; a fraction in [0, 1)."""
+    text = value.strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        number = float("nan")
+    if not 0 <= number < 1:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected a fraction >= 0 and < 1 "
+                                         "(100%), e.g. 2% or 0.02.")  # fmt: skip
+    return number
+
+
+def parse_count(value: str) -> int:
+    """``"2"`` -> 2; an integer >= 0."""
+    if not value.strip().isdecimal():
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected an integer >= 0.")
+    return int(value)
+
+
+def parse_levels(value: str) -> tuple[float, ...]:
+    """``"2,5,10"`` -> (0.02, 0.05, 0.1): slowdowns in percent, each > 0, sorted, duplicates dropped."""
+    try:
+        levels = sorted({float(item.strip().removesuffix("%")) / 100 for item in value.split(",") if item.strip()})
+    except ValueError:
+        levels = []
+    if not levels or not all(0 < level < 10 for level in levels):
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected percentages > 0, e.g. 2,5,10.")
+    return tuple(levels)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from perf.options import deferred, parse_positive_int
+
+    group = parser.getgroup("perf")
+    group.addoption(
+        "--perf-compare", metavar="NUM|ID", nargs="?", const=True, default=None,
+        help="Compare with a saved run (the latest, or run NUM / matching ID) from the raw rounds: one line per "
+        "benchmark with the ratio of medians and its 95%% interval, verdict slower / faster / no change / unstable / "
+        "missing; any slower fails the run. Default: off.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-min-effect", metavar="FRACTION", type=deferred(parse_fraction), default=DEFAULT_MIN_EFFECT,
+        help="Smallest change --perf-compare calls slower or faster: the whole interval must lie beyond it. "
+        f"Default: {DEFAULT_MIN_EFFECT:.0%}%.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-max-cv", metavar="FRACTION", type=deferred(parse_fraction), default=DEFAULT_MAX_CV,
+        help=f"Robust coefficient of variation above which a benchmark is unstable. Default: {DEFAULT_MAX_CV:.0%}%.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-max-drift", metavar="FRACTION", type=deferred(parse_fraction), default=DEFAULT_MAX_DRIFT,
+        help="Spread of the medians of 4 consecutive windows above which (and above their noise) a benchmark "
+        f"drifts, so is unstable. Default: {DEFAULT_MAX_DRIFT:.0%}%.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-max-remeasure", metavar="N", type=deferred(parse_count), default=DEFAULT_MAX_REMEASURE,
+        help=f"Extra measurements of an unstable benchmark before it is reported unstable. "
+        f"Default: {DEFAULT_MAX_REMEASURE}.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-fail-unstable", action="store_true", default=False,
+        help="With --perf-compare, fail the run on unstable benchmarks too (else they are reported and "
+        "counted). Default: False.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-noise-profile", metavar="PATH|none", default=None,
+        help="The noise profile --perf-compare uses: a file written by --perf-noise, or none for within-process "
+        "intervals only. Default: this runner's profile in the benchmark storage (<storage>/noise/), if any.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-selftest", action="store_true", default=False,
+        help="Run only the gate's self-checks: clock truth, and detection / false-alarm rates of injected "
+        "slowdowns. Default: False.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-selftest-trials", metavar="N", type=deferred(parse_positive_int), default=None,
+        help="Trials per slowdown level of --perf-selftest. Default: 20 on a GPU, 30 on a CPU.",
+    )  # fmt: skip
+    group.addoption(
+        "--perf-selftest-levels", metavar="PERCENTS", type=deferred(parse_levels), default=None,
+        help="Slowdowns injected by --perf-selftest, in percent of the median. Default: 2,5,10 on a GPU, "
+        "2,5,10,20 on a CPU.",
+    )  # fmt: skip
+
+
+def gate_settings(config: pytest.Config) -> GateSettings:
+    """The gate's settings from the options."""
+    rule = StabilityRule(config.getoption("perf_max_cv"), config.getoption("perf_max_drift"),
+                         config.getoption("perf_max_remeasure"))  # fmt: skip
+    return GateSettings(config.getoption("perf_min_effect"), rule=rule,
+                        fail_unstable=config.getoption("perf_fail_unstable"))  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "benchmark_save_data"):
+        config.option.benchmark_save_data = True  # raw rounds in every saved run (read before pytest-benchmark's)
+    config.stash[GATE] = {"settings": gate_settings(config), "baseline": None, "rows": None, "expected": None}
+
+
+def _benchmark_session(config: pytest.Config) -> Any:
+    session = getattr(config, "_benchmarksession", None)
+    if session is None:
+        raise pytest.UsageError("--perf-compare needs pytest-benchmark (it is disabled: drop -p no:benchmark)")
+    return session
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Load the --perf-compare baseline before measuring; a missing or foreign run is a usage error."""
+    config = session.config
+    wanted = config.getoption("perf_compare")
+    if wanted is None or hasattr(config, "workerinput"):
+        return
+    from perf.runs import HistoryError, run_from_json
+    from perf.measure.machine import fingerprint_differences, mismatch_message
+    from perf.plugin import PERF_SESSION, MachineMismatchWarning, check_subject
+
+    benchmarks = _benchmark_session(config)
+    if benchmarks.disabled:
+        raise pytest.UsageError("--perf-compare: benchmarks are disabled (--benchmark-disable, or pytest-xdist's -n "
+                                "turns them off): there would be nothing to compare; run without them")
+    storage = benchmarks.storage
+    found = list(storage.load() if wanted is True else storage.load(wanted))
+    if not found:
+        which = "no saved run" if wanted is True else f"no saved run matching {wanted!r}"
+        raise pytest.UsageError(f"--perf-compare: {which} in '{storage}'; record one with --benchmark-autosave")
+    path, data = found[-1]
+    check_subject(config, data, str(storage), "--perf-compare")
+    try:
+        baseline = run_from_json(data, Path(str(storage)) / path)
+    except HistoryError as e:  # the start-up check (perf.preflight) refuses these first
+        raise pytest.UsageError(f"--perf-compare: {e}") from None
+    differences = fingerprint_differences(baseline.fingerprint, config.stash[PERF_SESSION].fingerprint)
+    if differences:
+        allowed = config.stash[PERF_SESSION].options.allow_machine_mismatch
+        message = mismatch_message(differences, data, str(storage), allowed=allowed, option="--perf-compare")
+        if not allowed:
+            raise pytest.UsageError(message)
+        config.issue_config_time_warning(MachineMismatchWarning(message), stacklevel=2)
+    state = config.stash[GATE]
+    state["baseline"] = baseline
+    state["settings"] = dataclasses.replace(state["settings"], noise=_noise_profile(config, storage))
+
+
+def _noise_profile(config: pytest.Config, storage: Any) -> Any:
+    """The profile --perf-compare uses: --perf-noise-profile's file, none, or this runner's in the storage."""
+    from perf.gate.noise import NoiseProfileError, find_profile, load_profile
+    from perf.plugin import PERF_SESSION
+
+    wanted = config.getoption("perf_noise_profile")
+    try:
+        if wanted is None:
+            folder = getattr(storage, "path", None)  # file storage only
+            return None if folder is None else find_profile(folder, config.stash[PERF_SESSION].fingerprint)
+        if wanted.strip().lower() == "none":
+            return None
+        return load_profile(config.invocation_params.dir / wanted)
+    except NoiseProfileError as e:
+        raise pytest.UsageError(f"--perf-noise-profile: {e}") from None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("perf_selftest"):
+        return
+    kept = [item for item in items if item.path.name in SELFTEST_FILES]
+    dropped = [item for item in items if item.path.name not in SELFTEST_FILES]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[GATE]["expected"] = [item.nodeid for item in session.items]
+
+
+def _reports_dir(config: pytest.Config) -> Path:
+    try:
+        from perf.fixtures.reporting import reports_dir
+
+        return reports_dir(config)
+    except ValueError:  # the reporting plugin is not loaded
+        return config.rootpath / "reports"
+
+
+def _header(state: dict[str, Any]) -> str:
+    baseline, settings = state["baseline"], state["settings"]
+    noise = (f"intervals include this runner's between-process noise ({settings.noise.describe()})"
+             if settings.noise is not None else
+             "no noise profile for this runner: intervals are within one process only, so shifts between two "
+             "processes are not in them (measure one: pytest perf --perf-noise=10)")  # fmt: skip
+    return (f"--perf-compare against {baseline.path} (saved {baseline.datetime}, commit "
+            f"{str(baseline.commit or 'unknown')[:12]}): slower/faster = the whole {settings.confidence:.0%} interval "
+            f"beyond {settings.min_effect:.1%}; {noise}")  # fmt: skip
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Compare, write the verdicts, and fail the session on a slowdown."""
+    config = session.config
+    state = config.stash.get(GATE, None)
+    if state is None or state["baseline"] is None or session.exitstatus == pytest.ExitCode.USAGE_ERROR:
+        return  # refused before measuring (perf.preflight): nothing to compare
+    import numpy as np
+
+    from perf.gate.compare import compare_runs, summary, write_verdicts
+    from perf.runs import BenchmarkRecord
+
+    current = {
+        m.fullname: BenchmarkRecord(m.fullname, m.name, m.group, np.asarray(m.stats.data, dtype=np.float64), {},
+                                    m.extra_info)
+        for m in _benchmark_session(config).benchmarks if m and not m.has_error
+    }  # fmt: skip
+    rows = compare_runs(state["baseline"], current, state["settings"], state["expected"])
+    state["rows"] = rows
+    from perf.fixtures.reporting import RUN_KEY
+
+    state["path"] = write_verdicts(_reports_dir(config), rows, state["baseline"], state["settings"], _header(state),
+                                   run=config.stash.get(RUN_KEY, None))  # fmt: skip
+    state["summary"] = summary(rows, state["settings"])
+    if state["summary"]["failed"] and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    state = config.stash.get(GATE, None)
+    if state is None or state.get("rows") is None:
+        return
+    from perf.gate.compare import format_lines
+
+    counts = state["summary"]
+    terminalreporter.write_sep("=", "perf-compare")
+    terminalreporter.write_line(_header(state))
+    for line in format_lines(state["rows"]):
+        terminalreporter.write_line(line)
+    if counts["unstable"]:
+        consequence = "fails the run (--perf-fail-unstable)" if state["settings"].fail_unstable else (
+            "not compared; --perf-fail-unstable makes this fail")  # fmt: skip
+        terminalreporter.write_line(f"WARNING: {counts['unstable']} benchmark(s) unstable: {consequence}",
+                                    yellow=True)  # fmt: skip
+    text = ", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "unstable", "missing"))
+    verdict = "FAILED" if counts["failed"] else "passed"
+    terminalreporter.write_line(f"perf-compare {verdict}: {text}; verdicts in {state['path']} (and .md)",
+                                red=counts["failed"], green=not counts["failed"])  # fmt: skip
+
+
+@pytest.fixture
+def perf_samples(pytestconfig: pytest.Config) -> Any:
+    """``perf_samples(benchmark, samples_s, label=, unit=, block=, metrics=)``: make per-block samples the
+    benchmark's rounds, judged by the stability rule (`perf.measure.samples.record_samples`)."""
+    from perf.measure.samples import record_samples
+
+    return functools.partial(record_samples, rule=pytestconfig.stash[GATE]["settings"].rule)
+
+
+@pytest.fixture
+def perf_measure(pytestconfig: pytest.Config) -> Any:
+    """``perf_measure(benchmark, fn, *args, **kwargs)``: ``benchmark(fn, ...)`` re-measured while unstable."""
+    from perf.measure.stability import measure_stable
+
+    return functools.partial(measure_stable, rule=pytestconfig.stash[GATE]["settings"].rule)

@@ -1,0 +1,250 @@
+"""Run the selected benchmarks in fresh pytest processes, one after another, each saving its run.
+
+The unit of truth is an A/A comparison between separate processes, so ``--perf-noise`` and
+``--perf-selftest-processes`` do not measure in the process the user started: that process collects the tests,
+then runs each planned child (`Child`) as ``python -m pytest <the user's options> <node ids>``, with its own
+benchmark storage (``<runs dir>/storage``, ``--benchmark-save=<label>``) and reports folder, and reads the saved
+runs back. The user's options reach every child unchanged, except those that would save, compare or report in
+the user's places (`DROPPED`); nothing is kept in a hand-written list of options to forward. `forwarded_options`
+is the one place that decides what a child repeats: the Nsight Systems child of perf.profile.plugin uses it too, with
+`NSYS_DROPPED`.
+
+A plan (``plan.json``) is written first; with an explicit ``--perf-runs-dir`` a later call with the same plan
+resumes it (children whose run is saved are not run again), so a long experiment survives a time limit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from detector.fileio import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+#: How many values follow an option: a count, "?" (an optional one) or "+" (one or more), as argparse's nargs.
+Arity = int | str
+#: Options that save a run, compare with one, or write into the parent's own places (its reports, its JUnit XML,
+#: its temporary folder, which a pytest session empties when it starts): the parent's job, no child repeats them.
+PARENT_OUTPUTS: dict[str, Arity] = {
+    "--perf-compare": "?", "--perf-html": 1,
+    "--benchmark-autosave": 0, "--benchmark-save": 1, "--benchmark-save-data": 0, "--benchmark-json": 1,
+    "--benchmark-compare": "?", "--benchmark-compare-fail": "+", "--benchmark-storage": 1,
+    "--benchmark-histogram": "?", "--benchmark-cprofile-dump": "?", "--junitxml": 1, "--junit-xml": 1,
+    "--basetemp": 1,
+}  # fmt: skip
+#: Options a child cannot take: it runs without pytest's cache plugin (``-p no:cacheprovider``) and without a
+#: terminal (its output goes to a log), so no last-failed selection, no stepwise, no debugger.
+NO_CACHE_NO_TERMINAL: dict[str, Arity] = {
+    "--lf": 0, "--last-failed": 0, "--ff": 0, "--failed-first": 0, "--nf": 0, "--new-first": 0,
+    "--lfnf": 1, "--last-failed-no-failures": 1, "--cache-clear": 0, "--cache-show": "?",
+    "--sw": 0, "--stepwise": 0, "--sw-skip": 0, "--stepwise-skip": 0, "--sw-reset": 0, "--stepwise-reset": 0,
+    "--pdb": 0, "--pdbcls": 1, "--trace": 0,
+}  # fmt: skip
+#: Options that plan processes: the parent's alone (a child would start children of its own).
+PLANNING: dict[str, Arity] = {
+    "--perf-noise": 1, "--perf-selftest-processes": 1, "--perf-selftest-regressions": 1, "--perf-runs-dir": 1,
+    "--perf-processes-budget": 1,
+}  # fmt: skip
+#: What the cross-process children (`run_children`) do not get: the above, and the reports folder and injected
+#: regression, which each child is given in its own form.
+DROPPED: dict[str, Arity] = {**PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING,
+                             "--perf-reports-dir": 1, "--perf-regression": 1}  # fmt: skip
+#: What a Nsight Systems child of one test (perf.profile.plugin) does not get: the above but its reports folder and
+#: regression (it measures what the parent would have), and the parent's selection (the child is given the one
+#: node id), xdist workers and the switch that profiles (the child would profile again).
+NSYS_DROPPED: dict[str, Arity] = {
+    **PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING,
+    "-m": 1, "-k": 1, "--deselect": 1, "-n": 1, "--numprocesses": 1, "--maxprocesses": 1, "--dist": 1, "-d": 0,
+    "--tx": 1, "--perf-nsys": 0,
+}  # fmt: skip
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+#: What pytest-benchmark prints when --benchmark-compare-fail finds a regression.
+REGRESSED = "Performance has regressed"
+PLAN = "plan.json"
+#: The last line of a child's log: how it ended, read again when a later call resumes the plan.
+FOOTER = "# perf child: exit {code} after {seconds:.1f} s"
+
+
+@dataclass(frozen=True)
+class Child:
+    """One planned process: ``label`` (its saved run's name), ``kind`` ("identical" or a regression such as
+    "layer:5%"), the node ids it runs and extra options (the regression, a compare)."""
+
+    label: str
+    kind: str
+    nodeids: tuple[str, ...]
+    options: tuple[str, ...] = ()
+
+
+@dataclass
+class ChildResult:
+    """What a child did: exit status, seconds, its saved run (None if it saved none), its log, and the outcome
+    of pytest-benchmark's ``--benchmark-compare-fail`` when it was asked ("passed" / "failed")."""
+
+    label: str
+    kind: str
+    returncode: int
+    seconds: float
+    run: Path | None
+    log: Path
+    compare_fail: str | None = None
+    compared_with: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def _is_value(token: str) -> bool:
+    """Whether argparse takes ``token`` for a value rather than an option (its ``_parse_optional`` rule)."""
+    return not token.startswith("-") or token == "-" or " " in token or bool(_NEGATIVE_NUMBER.match(token))
+
+
+def _dropped_name(token: str, dropped: Mapping[str, Arity]) -> tuple[str | None, bool]:
+    """The `dropped` option ``token`` names (None if none) and whether its value is in the token itself
+    (``--name=value``, ``-n4``, ``-kgraph``)."""
+    name, has_value, _ = token.partition("=")
+    if name in dropped:
+        return name, bool(has_value)
+    short = token[:2]
+    if len(token) > 2 and not token.startswith("--") and dropped.get(short, 0) != 0:
+        return short, True
+    return None, False
+
+
+def forwarded_options(
+    args: Sequence[str], positional: Sequence[str], values: Mapping[str, str | None] | None = None,
+    dropped: Mapping[str, Arity] = DROPPED,
+) -> list[str]:  # fmt: skip
+    """The parent's command-line ``args`` without its positional arguments (``positional``: the paths and node
+    ids pytest parsed) and without the ``dropped`` options (default `DROPPED`) and their values.
+
+    A value may be in the option's token (``--name=value``, ``-n4``: then it is the only one) or follow it. After
+    an option with an optional value, the next token is its value when ``values`` (option name -> the value pytest parsed) says so,
+    or, for an option not in ``values``, when argparse would take it for one (it does not look like an option);
+    an option with one or more values takes every value-like token that follows, as argparse does.
+    """
+    out: list[str] = []
+    places = set(positional)
+    tokens = list(args)
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        name, has_value = _dropped_name(token, dropped)
+        if name is not None:
+            arity = 0 if has_value else dropped[name]
+            if isinstance(arity, int):
+                i += arity
+            elif arity == "?" and i < len(tokens):
+                known = values is not None and name in values
+                i += int(tokens[i] == values[name] if known else _is_value(tokens[i]))  # type: ignore[index]
+            elif arity == "+":
+                while i < len(tokens) and _is_value(tokens[i]) and tokens[i] not in places:
+                    i += 1
+            continue
+        if token == "--" or token in places:
+            continue
+        out.append(token)
+    return out
+
+
+def _failed_tests(log_text: str, returncode: int) -> int:
+    """Tests that failed or errored in a child, from pytest's last summary line; a non-zero exit without one
+    (a crash, a usage error) counts as one. A compare-fail regression alone exits 1 with no failed test."""
+    matches = re.findall(r"(\d+) (?:failed|errors?)\b", log_text.rsplit("\n= ", 1)[-1])
+    if matches:
+        return sum(int(m) for m in matches)
+    return 0 if returncode == 0 or REGRESSED in log_text else 1
+
+
+def _ended(log_text: str) -> tuple[int, float]:
+    """Exit status and seconds of an earlier child, from its log's footer; (0, 0.0) for a log without one."""
+    found = re.findall(r"^# perf child: exit (-?\d+) after ([\d.]+) s$", log_text, flags=re.MULTILINE)
+    return (int(found[-1][0]), float(found[-1][1])) if found else (0, 0.0)
+
+
+def _saved_run(storage: Path, label: str) -> Path | None:
+    found = sorted(storage.glob(f"*/[0-9][0-9][0-9][0-9]_{label}.json"))
+    return found[-1] if found else None
+
+
+def load_plan(folder: Path) -> list[Child] | None:
+    """The plan saved in ``folder``, or None."""
+    path = folder / PLAN
+    if not path.is_file():
+        return None
+    return [Child(c["label"], c["kind"], tuple(c["nodeids"]), tuple(c["options"]))
+            for c in json.loads(path.read_text(encoding="utf-8"))["children"]]  # fmt: skip
+
+
+def save_plan(folder: Path, children: Sequence[Child]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / PLAN, json.dumps({"children": [asdict(c) for c in children]}, indent=2) + "\n")
+
+
+def run_children(
+    children: Sequence[Child], options: Sequence[str], folder: Path, cwd: Path, *,
+    compare_fail: str | None = None, on_done: Callable[[ChildResult, int, int], None] | None = None,
+    deadline: float | None = None,
+) -> list[ChildResult]:  # fmt: skip
+    """Run each child not yet saved in ``folder`` (see the module docstring) and return every child's result.
+
+    ``compare_fail`` (e.g. "median:5%"): each "identical" child after the first is also run with
+    pytest-benchmark's ``--benchmark-compare=<the previous identical run> --benchmark-compare-fail=...``, and its
+    result records whether that check passed. ``deadline`` (``time.monotonic()`` seconds): no child starts that
+    would likely end after it (judged by the longest child so far); the plan can be resumed later.
+    """
+    storage = folder / "storage"
+    results: list[ChildResult] = []
+    previous_identical: Path | None = None
+    longest = 0.0
+    for index, child in enumerate(children):
+        log_path = folder / f"{child.label}.log"
+        run = _saved_run(storage, child.label)
+        if run is None and deadline is not None and time.monotonic() + longest > deadline:
+            log.warning("stopping before %s: the time budget would be exceeded; resume with the same --perf-runs-dir",
+                        child.label)  # fmt: skip
+            break
+        compare: list[str] = []
+        if compare_fail and child.kind == "identical" and previous_identical is not None:
+            compare = [f"--benchmark-compare={previous_identical.name[:4]}", f"--benchmark-compare-fail={compare_fail}"]
+        if run is None:
+            command = [sys.executable, "-m", "pytest", *options, "-p", "no:cacheprovider",
+                       f"--benchmark-storage=file://{storage}", f"--benchmark-save={child.label}",
+                       f"--perf-reports-dir={folder / ('reports-' + child.label)}", *compare, *child.options,
+                       *child.nodeids]  # fmt: skip
+            start = time.perf_counter()
+            with open(log_path, "w", encoding="utf-8") as out:
+                out.write("$ " + " ".join(command) + "\n")
+                out.flush()
+                env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+                code = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                      check=False).returncode  # fmt: skip
+            seconds = time.perf_counter() - start
+            with open(log_path, "a", encoding="utf-8") as out:
+                out.write("\n" + FOOTER.format(code=code, seconds=seconds) + "\n")
+            run = _saved_run(storage, child.label)
+            text = log_path.read_text(encoding="utf-8", errors="replace")
+        else:
+            text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
+            code, seconds = _ended(text)
+            log.info("%s: already saved (%s), not run again", child.label, run.name)
+        longest = max(longest, seconds)
+        result = ChildResult(child.label, child.kind, code, seconds, run, log_path,
+                             extra={"failed_tests": _failed_tests(text, code)})
+        if compare:
+            result.compare_fail = "failed" if REGRESSED in text else "passed"
+            result.compared_with = previous_identical.name if previous_identical else None
+        results.append(result)
+        if child.kind == "identical" and run is not None:
+            previous_identical = run
+        if on_done is not None:
+            on_done(result, index + 1, len(children))
+    return results

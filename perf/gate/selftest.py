@@ -1,0 +1,177 @@
+"""The gate's self-test: how often does ``--perf-compare`` catch a known slowdown, and how often does it cry wolf?
+
+One trial measures, in a fresh random order (so that drift during the trial hits every comparison alike):
+a *baseline* sample, an *unmodified* sample, and one *slowed* sample per level X, where the call is followed
+by a calibrated delay of X times the call's median (a ``torch.cuda._sleep`` on the runner's stream on a GPU, a
+host busy-wait on a CPU; `perf.measure.slowdown.delay_call`). Each sample is what the gate sees for one benchmark:
+the suite's clock, pytest-benchmark's number of rounds for this call (`suite_rounds`), re-measured while
+unstable as `perf.measure.stability` does. The gate's rule (`perf.gate.stats.ratio_interval` and `perf.gate.stats.decide`) then
+judges unmodified vs baseline (a "slower" is a false alarm) and each slowed sample vs baseline (a "slower" is a
+detection). A sample still unstable after re-measuring counts as neither, as in the real gate. Each trial's
+ratio and interval are kept, so the rates can be given for several minimum effects from the same samples.
+
+All samples of a trial come from one process and one runner: run-to-run differences between two pytest
+processes (another CUDA graph instantiation, another memory layout) are not in these rates; the gate's
+minimum effect is there for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from perf.gate.compare import GateSettings
+from perf.measure.stability import time_rounds
+from perf.gate.stats import SLOWER, decide, ratio_interval
+
+log = logging.getLogger(__name__)
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One comparison: ratio of medians, its interval, and whether both samples were stable."""
+
+    ratio: float
+    lo: float
+    hi: float
+    stable: bool
+
+
+@dataclass
+class LevelResult:
+    """The trials at one injected slowdown ``level`` (fraction of the median; 0 = unmodified code).
+
+    Verdicts are derived per minimum effect (`slower`), so that one set of samples answers for several
+    settings of ``--perf-min-effect``; an unstable trial is never "slower", as in the gate.
+    """
+
+    level: float
+    trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def unstable(self) -> int:
+        return sum(not t.stable for t in self.trials)
+
+    def slower(self, min_effect: float) -> int:
+        """Trials judged "slower" with ``min_effect``."""
+        return sum(t.stable and decide(t.lo, t.hi, min_effect) == SLOWER for t in self.trials)
+
+    def rate(self, min_effect: float) -> float:
+        """Fraction of trials judged "slower": the false-alarm rate at level 0, else the detection rate."""
+        return self.slower(min_effect) / len(self.trials) if self.trials else math.nan
+
+    @property
+    def measured(self) -> float:
+        """Median observed ratio over the stable trials (all trials if none): the slowdown injected, + 1."""
+        ratios = [t.ratio for t in self.trials if t.stable] or [t.ratio for t in self.trials]
+        return statistics.median(ratios) if ratios else math.nan
+
+    def to_dict(self, min_effects: Sequence[float]) -> dict[str, Any]:
+        return {"level": self.level, "trials": len(self.trials), "unstable": self.unstable,
+                "measured_ratio": self.measured,
+                "slower": {f"{e:g}": self.slower(e) for e in min_effects},
+                "rate": {f"{e:g}": self.rate(e) for e in min_effects},
+                "per_trial": [asdict(t) for t in self.trials]}  # fmt: skip
+
+
+def suite_rounds(call_s: float, min_rounds: int, max_time_s: float) -> int:
+    """Rounds pytest-benchmark runs for a call of ``call_s`` seconds: ``max(min_rounds, ceil(max_time / call))``."""
+    return max(min_rounds, math.ceil(max_time_s / call_s))
+
+
+def _measure(fn: Callable[[], Any], timer: Callable[[], float], rounds: int, iterations: int,
+             settings: GateSettings) -> tuple[np.ndarray, bool]:  # fmt: skip
+    """A sample as the gate would keep it: re-measured while unstable; (rounds in s, stable?)."""
+    for _ in range(settings.rule.max_remeasure + 1):
+        data = np.asarray(time_rounds(fn, timer, rounds, iterations))
+        if settings.rule.assess(data).stable:
+            return data, True
+    return data, False
+
+
+def run_selftest(
+    call: Callable[[], Any],
+    make_delay: Callable[[float], Callable[[], None]],
+    timer: Callable[[], float],
+    *,
+    median_s: float,
+    rounds: int,
+    levels: Sequence[float],
+    trials: int,
+    settings: GateSettings,
+    iterations: int = 1,
+    seed: int = 0,
+) -> list[LevelResult]:
+    """Detection and false-alarm counts: level 0 (unmodified) first, then each of ``levels``.
+
+    ``make_delay(ms)`` returns a callable adding ``ms`` milliseconds of work; the delay at level X is
+    ``X * median_s``.
+    """
+    delays = {level: make_delay(level * median_s * 1e3) for level in levels}
+
+    def slowed(delay: Callable[[], None]) -> Callable[[], None]:
+        def fn() -> None:
+            call()
+            delay()
+
+        return fn
+
+    functions: dict[Any, Callable[[], Any]] = {BASELINE: call, 0.0: call}
+    functions.update({level: slowed(delay) for level, delay in delays.items()})
+    results = {level: LevelResult(level) for level in (0.0, *levels)}
+    effect = settings.min_effect
+    rng = np.random.default_rng(seed)
+    names = list(functions)
+    for trial in range(trials):
+        samples = {}
+        for index in rng.permutation(len(names)):
+            name = names[index]
+            samples[name] = _measure(functions[name], timer, rounds, iterations, settings)
+        base, base_stable = samples[BASELINE]
+        for level, result in results.items():
+            data, stable = samples[level]
+            ratio_lo_hi = ratio_interval(base, data, confidence=settings.confidence, seed=seed * 100003 + trial)
+            result.trials.append(Trial(*ratio_lo_hi, stable=stable and base_stable))
+        log.info("self-test trial %d/%d: judged slower at min effect %.1f%%: %s", trial + 1, trials, 100 * effect,
+                 ", ".join(f"{r.level:.0%}: {r.slower(effect)}/{len(r.trials)}" for r in results.values()))  # fmt: skip
+    return list(results.values())
+
+
+def threshold(results: Sequence[LevelResult], min_effect: float, detection: float = 0.95,
+              false_alarm: float = 0.05) -> float | None:  # fmt: skip
+    """Smallest level from which every tested level (it and all larger) is detected in >= ``detection`` of
+    trials with ``min_effect``, provided the false-alarm rate (level 0) is <= ``false_alarm``; None if none."""
+    alarms = next((r for r in results if r.level == 0), None)
+    if alarms is None or alarms.rate(min_effect) > false_alarm:
+        return None
+    found = None
+    for r in sorted((r for r in results if r.level > 0), key=lambda r: r.level, reverse=True):
+        if r.rate(min_effect) < detection:
+            break
+        found = r.level
+    return found
+
+
+def table_rows(results: Sequence[LevelResult], min_effects: Sequence[float]) -> list[dict[str, Any]]:
+    """Report rows: injected slowdown, measured ratio, unstable trials, and per minimum effect the trials
+    judged slower (false alarms at "none", detections elsewhere), then a "threshold" row."""
+    rows = []
+    for r in results:
+        row: dict[str, Any] = {"injected": "none (identical code)" if r.level == 0 else f"{r.level:.0%}",
+                               "measured ratio": r.measured, "unstable": r.unstable}  # fmt: skip
+        for e in min_effects:
+            row[f"slower @ min effect {e:.0%}"] = f"{r.slower(e)}/{len(r.trials)} ({r.rate(e):.0%})"
+        rows.append(row)
+    last: dict[str, Any] = {"injected": "threshold (>= 95% detected, <= 5% false alarms)"}
+    for e in min_effects:
+        found = threshold(results, e)
+        last[f"slower @ min effect {e:.0%}"] = "none" if found is None else f"{found:.0%}"
+    rows.append(last)
+    return rows

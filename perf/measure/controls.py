@@ -1,0 +1,268 @@
+"""Noise sources the suite controls while it measures, each switchable (``--perf-controls``).
+
+Every control exists because a measurement showed that it moves the figures of identical code between runs
+(``pytest perf --perf-selftest`` measures each one again on the machine at hand, `perf/test_noise_sources.py`;
+the figures are in docs/results.md):
+
+``gc``
+    A garbage collection in the middle of a timed loop (Python's cyclic collector runs after enough
+    allocations, at moments no two processes share). The region starts with a full collection, freezes what
+    survives and disables the collector; both are undone afterwards.
+``torch-threads``
+    PyTorch's intra-op (OpenMP) pool: after each small CPU op its threads spin, waiting for the next. Measured on
+    the H100 machine: the pipeline's process burnt 115-130 ms of CPU per 10 ms frame, 12 of 16 cores spinning
+    next to the three that do the work (fewer turbo bins, shared caches), against 9-11 ms with one thread. One
+    thread for the whole of a GPU run, set before any model is built (`session_controls`): torch.compile guards on
+    the thread count, and switching it around a timed region re-traced the compiled model inside the region (5
+    rounds of 0.2-8 ms instead of thousands of 0.2 ms). A CPU run keeps the pool: inference needs it.
+``cv2-threads``
+    OpenCV's parallel_for pool (resize, colour conversion) competes with the pipeline's own threads for cores
+    and wakes up on whichever core is free. One thread inside the region; restored afterwards.
+``decode-threads``
+    OpenCV opens FFmpeg's decoder with one thread per CPU (16 frame threads for a 960x540 mp4v clip). Videos opened
+    inside the region decode with `DECODE_THREADS` (`detector.video.set_decode_threads`); on the H100 machine
+    2 threads decoded as fast as 16 (0.43-0.46 ms a frame against 0.39-0.82) and 1 took 1.2-1.4 ms.
+``pin``
+    Thread placement (GPU runs only; on a CPU run torch's own threads need the cores): the calling thread runs on
+    a fixed set of `CALLER_CPUS` CPUs (the threads it starts natively, FFmpeg's decoder and encoder threads,
+    inherit them and need more than one: pinned to one CPU, decoding took 1.4-1.9 ms a frame instead of 0.5-0.8)
+    and each pipeline worker (writer, stream readers) on a CPU of its own outside that set, the same ones in every
+    process, so a GIL hand-over or a cache miss costs the same every time.
+``telemetry``
+    The NVML sampler thread wakes up every 50 ms and calls the driver; inside a timed region it samples once a
+    second instead (`TELEMETRY_INTERVAL_S`), which still flags throttling.
+``page-cache``
+    The first pass over a video reads it from disk, later ones from the page cache: the video is read once,
+    untimed, before any pass is measured (`warm_page_cache`).
+``scratch``
+    Output videos of timed passes go to a RAM-backed folder (`scratch_dir`: ``/dev/shm``) instead of the reports
+    folder's disk, whose write-back stalls come at random; the last output is then moved to the reports folder.
+``cpu-reference``
+    The CPU's own speed moves on a shared host (`perf.measure.speedref`): the sequential end-to-end benchmark reads a fixed
+    reference workload after every block of frames and reports frame time in reference units.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+NAMES = ("gc", "torch-threads", "cv2-threads", "decode-threads", "pin", "telemetry", "page-cache", "scratch",
+         "cpu-reference")
+#: FFmpeg decoder threads inside a controlled region.
+DECODE_THREADS = 2
+#: NVML sampling period inside a controlled region (s); 0.05 s without the control.
+TELEMETRY_INTERVAL_S = 1.0
+DEFAULT_TELEMETRY_INTERVAL_S = 0.05
+#: CPUs of the calling thread (and of the native threads it starts), and the fewest CPUs worth pinning on.
+CALLER_CPUS = 4
+MIN_CPUS_TO_PIN = 8
+_SHM = Path("/dev/shm")
+
+
+@dataclass(frozen=True)
+class Controls:
+    """Which controls are on (see the module docstring)."""
+
+    active: frozenset[str] = frozenset(NAMES)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.active
+
+    def without(self, name: str) -> Controls:
+        return Controls(self.active - {name})
+
+    def describe(self) -> list[str]:
+        return sorted(self.active)
+
+    @property
+    def telemetry_interval_s(self) -> float:
+        return TELEMETRY_INTERVAL_S if "telemetry" in self else DEFAULT_TELEMETRY_INTERVAL_S
+
+
+def parse_controls(value: str) -> Controls:
+    """``"all"``, ``"none"``, or a comma list of `NAMES`, each optionally prefixed ``-`` to leave it out of all
+    (``"-pin"``)."""
+    items = [item.strip().lower() for item in value.split(",") if item.strip()]
+    if items in (["all"], []):
+        return Controls()
+    if items == ["none"]:
+        return Controls(frozenset())
+    unknown = [i for i in items if i.lstrip("-") not in NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected all, none, or names from "
+                                         f"{', '.join(NAMES)} (a leading - leaves one out).")  # fmt: skip
+    if all(i.startswith("-") for i in items):
+        return Controls(frozenset(NAMES) - {i[1:] for i in items})
+    return Controls(frozenset(i for i in items if not i.startswith("-")))
+
+
+class _Placement:
+    """Caller on the last `CALLER_CPUS` allowed CPUs; each new worker name on the next CPU down (round robin)."""
+
+    def __init__(self, cpus: list[int]) -> None:
+        self.caller = set(cpus[-CALLER_CPUS:])
+        self.pool = list(reversed(cpus[:-CALLER_CPUS]))
+        self.assigned: dict[str, int] = {}
+
+    def __call__(self, name: str) -> set[int]:
+        if name not in self.assigned:
+            self.assigned[name] = self.pool[len(self.assigned) % len(self.pool)]
+        return {self.assigned[name]}
+
+
+@contextlib.contextmanager
+def _pinned(info: dict[str, object]) -> Iterator[None]:
+    """Pin the caller and (through `detector.stages.set_thread_placement`) new workers; ``info["pin"]`` says
+    where they ran, or why nothing was pinned."""
+    from detector.stages import set_thread_placement
+
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(allowed) < MIN_CPUS_TO_PIN:
+        info["pin"] = f"off: {len(allowed)} CPUs (needs {MIN_CPUS_TO_PIN})"
+        yield
+        return
+    placement = _Placement(allowed)
+    previous = set_thread_placement(placement)
+    os.sched_setaffinity(0, placement.caller)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, set(allowed))
+        set_thread_placement(previous)
+        info["pin"] = {"caller": sorted(placement.caller), **placement.assigned}
+
+
+@contextlib.contextmanager
+def _one_cv2_thread() -> Iterator[None]:
+    import cv2
+
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(before)
+
+
+#: torch's intra-op threads before `session_controls` changed them (None: untouched).
+_torch_threads_before: int | None = None
+
+
+def session_controls(controls: Controls, *, on_gpu: bool) -> None:
+    """Controls that hold for the whole session, set before any model is built: one torch thread on a GPU run."""
+    global _torch_threads_before
+    if "torch-threads" in controls and on_gpu and _torch_threads_before is None:
+        import torch
+
+        _torch_threads_before = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+
+@contextlib.contextmanager
+def _torch_threads(on: bool) -> Iterator[None]:
+    """One torch thread (``on``) or the count the session started with, for the block; a no-op when that is
+    already the count (so a compiled model is never re-traced)."""
+    import torch
+
+    before = torch.get_num_threads()
+    wanted = 1 if on else (_torch_threads_before or before)
+    if wanted != before:
+        torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def _decode_threads(threads: int) -> Iterator[None]:
+    from detector.video import set_decode_threads
+
+    before = set_decode_threads(threads)
+    try:
+        yield
+    finally:
+        set_decode_threads(before)
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.unfreeze()
+
+
+@contextlib.contextmanager
+def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object]]:
+    """Apply the in-region controls (gc, torch-threads, cv2-threads, decode-threads, pin) for the block; yields
+    what was applied (for ``extra_info["controls"]``)."""
+    info: dict[str, object] = {"active": controls.describe()}
+    with contextlib.ExitStack() as stack:
+        if on_gpu:
+            stack.enter_context(_torch_threads("torch-threads" in controls))
+        elif "torch-threads" in controls:
+            info["torch-threads"] = "off: CPU run (inference needs the pool)"
+        if "cv2-threads" in controls:
+            stack.enter_context(_one_cv2_thread())
+        if "decode-threads" in controls:
+            stack.enter_context(_decode_threads(DECODE_THREADS))
+        if "pin" in controls:
+            if on_gpu:
+                stack.enter_context(_pinned(info))
+            else:
+                info["pin"] = "off: CPU run (torch's threads need the cores)"
+        if "gc" in controls:
+            stack.enter_context(_no_gc())
+        yield info
+
+
+def warm_page_cache(path: str | os.PathLike[str], chunk: int = 1 << 20) -> int:
+    """Read ``path`` once so later reads come from the page cache; returns the bytes read."""
+    total = 0
+    with open(path, "rb") as f:
+        while data := f.read(chunk):
+            total += len(data)
+    return total
+
+
+@contextlib.contextmanager
+def scratch_dir(controls: Controls, fallback: Path) -> Iterator[Path]:
+    """A folder for the outputs of timed passes: a fresh one under ``/dev/shm`` with the ``scratch`` control
+    (when it exists and is writable), else ``fallback`` (created). The ``/dev/shm`` folder is removed after."""
+    if "scratch" in controls and _SHM.is_dir() and os.access(_SHM, os.W_OK):
+        folder = Path(tempfile.mkdtemp(prefix="perf-scratch-", dir=_SHM))
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    fallback.mkdir(parents=True, exist_ok=True)
+    yield fallback
+
+
+def keep_output(produced: Path, final: Path) -> Path:
+    """Move a timed pass's output from the scratch folder to where the reports keep it (no-op if it is there)."""
+    if produced.resolve() == final.resolve():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(produced), str(final))
+    return final

@@ -1,0 +1,288 @@
+"""Parity of a candidate backend against the reference, at tensor level and at detection level.
+
+Two comparisons, both pure functions so they are unit-tested on their own:
+
+* :func:`compare_tensors` -- the decoded outputs before NMS ([B, N, 4 + C]: boxes in network pixels,
+  per-class scores), as absolute / relative error statistics for boxes and scores separately.
+* :func:`compare_detections` -- the detections after NMS, frame by frame: one-to-one matching by IoU
+  (Hungarian assignment, class-agnostic so that a class flip is visible as a disagreement rather than as two
+  misses), then match rate, mean IoU, score differences and class agreement among the matches.
+
+A detection whose score lies within ``score_tolerance`` of the confidence threshold can legitimately appear in
+one output and not in the other; such unmatched detections are counted as *borderline* and kept out of the
+match rate (they are reported, never hidden).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from detector.postprocess import Detections
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Pass criteria for one precision (see :data:`TOLERANCES`)."""
+
+    score_abs: float  # max |score_ref - score_cand| over all decoded candidates
+    box_abs_px: float  # max |box_ref - box_cand| (network pixels) over candidates scoring >= 0.05 in the reference
+    match_rate: float  # matched / (detections - borderline), over all frames, at least
+    mean_iou: float  # mean IoU of the matched pairs, at least
+    match_score_abs: float  # max |score difference| of a matched pair
+    class_agreement: float  # fraction of matched pairs with the same class, at least
+
+
+#: Criteria per candidate precision. fp32 allows for TF32 convolutions and different kernel orderings; fp16
+#: and int8 for their rounding.
+TOLERANCES: dict[str, Tolerance] = {
+    "fp32": Tolerance(score_abs=2e-3, box_abs_px=0.5, match_rate=0.99, mean_iou=0.99, match_score_abs=2e-3,
+                      class_agreement=1.0),
+    "fp16": Tolerance(score_abs=3e-2, box_abs_px=3.0, match_rate=0.95, mean_iou=0.95, match_score_abs=3e-2,
+                      class_agreement=0.99),
+    "int8": Tolerance(score_abs=0.15, box_abs_px=10.0, match_rate=0.85, mean_iou=0.85, match_score_abs=0.15,
+                      class_agreement=0.95),
+}
+
+
+@dataclass
+class TensorStats:
+    """Error statistics of decoded outputs (boxes in network pixels, scores in [0, 1])."""
+
+    box_max_abs: float
+    box_mean_abs: float
+    box_p99_abs: float
+    score_max_abs: float
+    score_mean_abs: float
+    score_p99_abs: float
+    score_max_rel: float  # over reference scores >= 0.05
+    candidates: int
+
+    def failures(self, tol: Tolerance) -> list[str]:
+        """Human-readable violations of ``tol`` (empty when the tensors agree)."""
+        out = []
+        if not self.score_max_abs <= tol.score_abs:
+            out.append(f"score max abs error {self.score_max_abs:.3g} > {tol.score_abs:g}")
+        if not self.box_max_abs <= tol.box_abs_px:
+            out.append(f"box max abs error {self.box_max_abs:.3g} px > {tol.box_abs_px:g} px")
+        return out
+
+
+def compare_tensors(reference: np.ndarray, candidate: np.ndarray, *, min_score: float = 0.05) -> TensorStats:
+    """Error statistics between two decoded outputs of shape [B, N, 4 + C] (any float dtype).
+
+    Box errors are taken over candidates whose best reference score is >= ``min_score``: the boxes of
+    candidates nobody will ever keep are numerically irrelevant (and, through ``exp``, the noisiest).
+    """
+    import numpy as np
+
+    ref = np.asarray(reference, dtype=np.float64)
+    cand = np.asarray(candidate, dtype=np.float64)
+    if ref.shape != cand.shape:
+        raise ValueError(f"decoded shapes differ: reference {ref.shape}, candidate {cand.shape}")
+    score_err = np.abs(ref[..., 4:] - cand[..., 4:])
+    keep = ref[..., 4:].max(axis=-1) >= min_score
+    box_err = np.abs(ref[..., :4] - cand[..., :4])[keep]
+    rel_mask = ref[..., 4:] >= min_score
+    rel = score_err[rel_mask] / ref[..., 4:][rel_mask] if rel_mask.any() else np.zeros(1)
+    if not np.isfinite(cand).all():
+        nan = math.nan
+        return TensorStats(nan, nan, nan, nan, nan, nan, nan, int(ref.shape[0] * ref.shape[1]))
+    box_flat = box_err.ravel() if box_err.size else np.zeros(1)
+    return TensorStats(
+        box_max_abs=float(box_flat.max()),
+        box_mean_abs=float(box_flat.mean()),
+        box_p99_abs=float(np.percentile(box_flat, 99)),
+        score_max_abs=float(score_err.max()),
+        score_mean_abs=float(score_err.mean()),
+        score_p99_abs=float(np.percentile(score_err, 99)),
+        score_max_rel=float(rel.max()),
+        candidates=int(ref.shape[0] * ref.shape[1]),
+    )
+
+
+@dataclass
+class FrameParity:
+    """Detection-level comparison of one frame."""
+
+    frame: int
+    reference: int
+    candidate: int
+    matched: int
+    borderline: int
+    mean_iou: float
+    max_score_diff: float
+    class_disagreements: int
+    ious: tuple[float, ...] = ()  # IoU of each matched pair
+
+    @property
+    def missed(self) -> int:
+        """Unmatched, non-borderline detections on either side."""
+        return self.reference + self.candidate - 2 * self.matched - self.borderline
+
+
+@dataclass
+class DetectionParity:
+    """Detection-level comparison over all frames, with the per-frame detail for failure messages."""
+
+    frames: list[FrameParity] = field(default_factory=list)
+
+    @property
+    def matched(self) -> int:
+        return sum(f.matched for f in self.frames)
+
+    @property
+    def borderline(self) -> int:
+        return sum(f.borderline for f in self.frames)
+
+    @property
+    def reference_detections(self) -> int:
+        return sum(f.reference for f in self.frames)
+
+    @property
+    def candidate_detections(self) -> int:
+        return sum(f.candidate for f in self.frames)
+
+    @property
+    def match_rate(self) -> float:
+        """Matched pairs over the larger side's detections, borderline ones excluded (1.0 when none)."""
+        total = sum(max(f.reference, f.candidate) - f.borderline for f in self.frames)
+        return self.matched / total if total > 0 else 1.0
+
+    @property
+    def mean_iou(self) -> float:
+        pairs = self.matched
+        return sum(f.mean_iou * f.matched for f in self.frames) / pairs if pairs else 1.0
+
+    @property
+    def max_score_diff(self) -> float:
+        return max((f.max_score_diff for f in self.frames), default=0.0)
+
+    def ious(self, digits: int = 4) -> list[float]:
+        """IoU of every matched pair, frame by frame, rounded to ``digits`` decimals (the report's histogram)."""
+        return [round(iou, digits) for f in self.frames for iou in f.ious]
+
+    @property
+    def class_agreement(self) -> float:
+        pairs = self.matched
+        return 1.0 - sum(f.class_disagreements for f in self.frames) / pairs if pairs else 1.0
+
+    def failures(self, tol: Tolerance) -> list[str]:
+        """Human-readable violations of ``tol`` (empty when the detections agree)."""
+        out = []
+        if self.match_rate < tol.match_rate:
+            out.append(f"match rate {self.match_rate:.4f} < {tol.match_rate}")
+        if self.mean_iou < tol.mean_iou:
+            out.append(f"mean IoU {self.mean_iou:.4f} < {tol.mean_iou}")
+        if self.max_score_diff > tol.match_score_abs:
+            out.append(f"matched score difference {self.max_score_diff:.3g} > {tol.match_score_abs:g}")
+        if self.class_agreement < tol.class_agreement:
+            out.append(f"class agreement {self.class_agreement:.4f} < {tol.class_agreement}")
+        return out
+
+    def worst_frames(self, n: int = 5) -> list[FrameParity]:
+        """The ``n`` frames with the most unmatched detections, then the lowest mean IoU."""
+        return sorted(self.frames, key=lambda f: (-f.missed, -f.class_disagreements, f.mean_iou))[:n]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "reference_detections": self.reference_detections,
+            "candidate_detections": self.candidate_detections,
+            "matched": self.matched,
+            "borderline": self.borderline,
+            "match_rate": self.match_rate,
+            "mean_iou": self.mean_iou,
+            "max_score_diff": self.max_score_diff,
+            "class_agreement": self.class_agreement,
+        }
+
+
+def compare_frame(
+    frame: int,
+    reference: Detections,
+    candidate: Detections,
+    *,
+    iou_threshold: float = 0.5,
+    conf_threshold: float = 0.25,
+    score_tolerance: float = 0.0,
+) -> FrameParity:
+    """Match one frame's detections one-to-one by IoU (class-agnostic) and measure the agreement."""
+    from detector.boxes import match_detections
+
+    pairs = match_detections(
+        reference.boxes, reference.classes, candidate.boxes, candidate.classes,
+        iou_threshold=iou_threshold, class_aware=False,
+    )  # fmt: skip
+    matched_ref = {i for i, _, _ in pairs}
+    matched_cand = {j for _, j, _ in pairs}
+    border = conf_threshold + score_tolerance
+    borderline = sum(
+        1 for i, s in enumerate(reference.scores) if i not in matched_ref and float(s) <= border
+    ) + sum(1 for j, s in enumerate(candidate.scores) if j not in matched_cand and float(s) <= border)
+    ious = [iou for _, _, iou in pairs]
+    score_diffs = [abs(float(reference.scores[i]) - float(candidate.scores[j])) for i, j, _ in pairs]
+    disagreements = sum(int(reference.classes[i] != candidate.classes[j]) for i, j, _ in pairs)
+    return FrameParity(
+        frame=frame,
+        reference=len(reference),
+        candidate=len(candidate),
+        matched=len(pairs),
+        borderline=borderline,
+        mean_iou=float(sum(ious) / len(ious)) if ious else 1.0,
+        max_score_diff=max(score_diffs, default=0.0),
+        class_disagreements=disagreements,
+        ious=tuple(float(iou) for iou in ious),
+    )
+
+
+def compare_detections(
+    reference: Sequence[Detections],
+    candidate: Sequence[Detections],
+    *,
+    iou_threshold: float = 0.5,
+    conf_threshold: float = 0.25,
+    score_tolerance: float = 0.0,
+) -> DetectionParity:
+    """Frame-by-frame :func:`compare_frame` over two equally long sequences of detections."""
+    if len(reference) != len(candidate):
+        raise ValueError(f"frame counts differ: reference {len(reference)}, candidate {len(candidate)}")
+    return DetectionParity(
+        [
+            compare_frame(i, r, c, iou_threshold=iou_threshold, conf_threshold=conf_threshold,
+                          score_tolerance=score_tolerance)
+            for i, (r, c) in enumerate(zip(reference, candidate))
+        ]
+    )  # fmt: skip
+
+
+def report_row(label: str, backend: str, precision: str, failures: Sequence[str], tensors: TensorStats,
+               parity: DetectionParity) -> dict[str, Any]:
+    """The "Parity vs torch fp32" row of the suite's report for one candidate.
+
+    The markdown table shows the columns of ``perf.report.suite.COLUMNS``; the JSON also keeps ``backend``,
+    ``precision``, ``failures`` and ``ious`` (IoU of every matched pair, 4 decimals) for the HTML report's
+    IoU histograms (``perf.report.html``).
+    """
+    return {
+        "candidate": label, "verdict": "FAIL" if failures else "pass", "match rate": parity.match_rate,
+        "mean IoU": parity.mean_iou, "max score diff": parity.max_score_diff,
+        "class agreement": parity.class_agreement, "borderline": parity.borderline,
+        "score max abs": tensors.score_max_abs, "box max abs px": tensors.box_max_abs,
+        "backend": backend, "precision": precision, "failures": list(failures), "ious": parity.ious(),
+    }  # fmt: skip
+
+
+def format_worst_frames(parity: DetectionParity, n: int = 5) -> str:
+    """A few lines describing the worst frames, for assertion messages."""
+    lines = ["worst frames (frame: ref/cand detections, matched, borderline, mean IoU, max score diff, class flips):"]
+    for f in parity.worst_frames(n):
+        lines.append(
+            f"  frame {f.frame}: {f.reference}/{f.candidate}, matched {f.matched}, borderline {f.borderline}, "
+            f"IoU {f.mean_iou:.3f}, score diff {f.max_score_diff:.3g}, class flips {f.class_disagreements}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""Samples for the video pipelines: seconds per frame (or per tick) in blocks of consecutive iterations.
+
+A pass over a video is one long measurement; three of them are three numbers, too few to judge (pytest-benchmark
+would call them rounds). A pass is instead cut into blocks of ``block`` consecutive loop iterations, and each block
+gives one sample: its wall time over its frames. Blocks keep every frame's cost in (an encoder's key frames, a
+stage that is slow now and then) while giving dozens of samples per pass, and the gate's block bootstrap handles
+what autocorrelation is left. The benchmark's rounds (``stats.data``, which pytest-benchmark's own statistics
+and ``--benchmark-compare-fail`` read) are replaced by these samples, so the saved figure is the stable one:
+the median seconds per frame. The same blocks of each stage's time go into ``extra_info["metrics"]`` as
+``stage:<name>``, so a verdict can name the stage that moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from perf.runs import PRIMARY
+from perf.measure.stability import StabilityRule, replace_rounds, stability_record, summary
+
+#: Blocks per pass the block size aims at.
+TARGET_BLOCKS = 30
+
+
+def block_size(iterations: int, target_blocks: int = TARGET_BLOCKS) -> int:
+    """Iterations per block so that a pass of ``iterations`` gives about ``target_blocks`` blocks (>= 1)."""
+    return max(1, iterations // target_blocks)
+
+
+def block_samples(passes: Sequence[Sequence[float]], block: int, frames_per_iteration: int = 1,
+                  skip: int = 0) -> list[float]:  # fmt: skip
+    """Seconds per frame of each whole block of ``block`` iterations, pass after pass.
+
+    ``passes``: per pass, the milliseconds of each iteration (each handles ``frames_per_iteration`` frames). The
+    first ``skip`` iterations of each pass (pipeline fill) and an incomplete last block are left out.
+    """
+    if block < 1 or frames_per_iteration < 1 or skip < 0:
+        raise ValueError(f"block and frames per iteration must be >= 1 and skip >= 0, got {block}, "
+                         f"{frames_per_iteration}, {skip}")
+    out = []
+    for iterations in passes:
+        usable = list(iterations)[skip:]
+        for start in range(0, len(usable) - block + 1, block):
+            out.append(sum(usable[start : start + block]) / 1e3 / (block * frames_per_iteration))
+    return out
+
+
+def record_samples(benchmark: Any, samples_s: Sequence[float], *, rule: StabilityRule, label: str, unit: str,
+                   block: int, metrics: Mapping[str, Mapping[str, Any]] | None = None) -> None:  # fmt: skip
+    """Make ``samples_s`` the benchmark's rounds (see the module docstring) and record how they were made.
+
+    ``extra_info["samples"]`` gets the primary metric's ``label`` ("frame time"), ``unit`` ("s per frame") and
+    ``block``; ``metrics`` (name -> {"label", "unit", "data", ...}) are added to ``extra_info["metrics"]``;
+    ``extra_info["stability"]`` gets the stability rule's verdict on the samples. With benchmarks disabled
+    (``--benchmark-disable``) only ``extra_info`` is written.
+    """
+    benchmark.extra_info["samples"] = {"metric": PRIMARY, "label": label, "unit": unit, "block": block,
+                                       "count": len(samples_s)}  # fmt: skip
+    if metrics:
+        benchmark.extra_info.setdefault("metrics", {}).update({name: dict(m) for name, m in metrics.items()})
+    if not samples_s:
+        return
+    stability = rule.assess(samples_s)
+    benchmark.extra_info["stability"] = stability_record(stability, [summary(stability)])
+    if benchmark.stats is not None:
+        replace_rounds(benchmark.stats, list(samples_s))
+
+
+def stage_metrics(passes: Sequence[Mapping[str, Sequence[float]]], block: int, frames_per_iteration: int = 1,
+                  skip: int = 0, *, judged: bool = True) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """``stage:<name>`` metrics (seconds per frame of each stage, same blocks as the frame time) from each
+    pass's per-iteration stage samples (ms). A stage missing from a pass is left out. ``judged``: the gate
+    judges each stage's contribution to the frame time (true of the sequential loop, whose stages add up to
+    the frame; not of a pipelined loop, whose stages overlap)."""
+    names = [name for name in (passes[0] if passes else {}) if all(name in p for p in passes)]
+    out = {}
+    for name in names:
+        data = block_samples([p[name] for p in passes], block, frames_per_iteration, skip)
+        if data:
+            out[f"stage:{name}"] = {"label": f"stage {name}", "unit": "s per frame", "data": data, "judged": judged}
+    return out

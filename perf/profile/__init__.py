@@ -1,0 +1,1 @@
+"""Profiling: torch.profiler traces and Nsight Systems captures of single benchmarks."""

@@ -1,0 +1,376 @@
+"""Nsight Systems captures of single tests: find nsys, run a test in a child pytest under ``nsys profile``,
+export ``nsys stats`` reports as CSV and boil them down to a short summary (JSON + markdown beside the report).
+
+The parent pytest process never loads CUDA for a profiled test: it runs
+
+    nsys profile --trace=cuda,nvtx,osrt --capture-range=cudaProfilerApi --capture-range-end=stop ...
+        python -m pytest <rootdir>/<nodeid> --rootdir=<rootdir> -p no:cacheprovider --perf-nsys-child
+            --junitxml=<dir>/child-junit.xml <the parent's options>
+
+and the child (which sees `NSYS_CHILD_FLAG`) runs the test with NVTX ranges on, bracketing only the measured region
+with cudaProfilerStart/Stop (`detector.timing.profiler_capture`), so engine builds and warm-up stay out of the report.
+The child's JUnit XML says whether the *test* passed, failed or skipped; a missing report or an nsys error message
+means *nsys* failed, which raises `NsysError` quoting the end of nsys's output.
+
+CSV facts (Nsight Systems stats reports, ``--format csv --output <base>`` writes ``<base>_<report>.csv``): times are
+in ns ("Total Time (ns)", "Start (ns)"), sizes in decimal MB with 3 decimals ("Total (MB)", "Bytes (MB)"), NVTX
+ranges are named ``<domain>:<name>`` (``:infer`` in the default domain) and are host (CPU) time. A report with no
+data prints "SKIPPED: ... does not contain ..." and writes no file; `export_stats` leaves it out and the summary
+treats it as an empty table. The ``parse_*`` functions (through `read_table`) skip anything nsys printed before
+the header row and read units from the headers.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from detector.errors import DetectorError, one_line
+
+from perf.profile.nsys_stats import (  # noqa: F401 - re-exported: the CSV half of this module lives there
+    STATS_REPORTS,
+    NsysParseError,
+    Table,
+    read_table,
+    split_range_name,
+    KernelRow,
+    ApiRow,
+    NvtxRow,
+    MemcpyTotals,
+    GpuActivity,
+    NvtxInterval,
+    parse_kernel_summary,
+    parse_api_summary,
+    parse_nvtx_summary,
+    copy_direction,
+    parse_memcpy_summary,
+    parse_gpu_trace,
+    parse_nvtx_trace,
+    busy_ns,
+    gpu_idle_fraction,
+    measured_region,
+    NsysSummary,
+    summarize,
+    write_summary,
+)
+
+log = logging.getLogger(__name__)
+
+#: The flag the parent passes to the child pytest; the plugin registers it (store_true, hidden from --help is fine).
+NSYS_CHILD_FLAG = "--perf-nsys-child"
+#: Where captures go, relative to the rootdir, unless the caller chooses otherwise (reports/ is git-ignored).
+DEFAULT_REPORT_ROOT = Path("reports") / "nsys"
+#: Install locations searched after --nsys-path, $NSYS and PATH, in this order; newest version first within each.
+NSYS_GLOBS = (
+    "opt/nvidia/nsight-systems/*/bin/nsys",
+    "opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
+    "usr/local/cuda*/bin/nsys",
+    "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+)
+NSYS_NOT_FOUND_REASON = (
+    "nsys (Nsight Systems) not found: looked at --nsys-path, $NSYS, PATH, /opt/nvidia/nsight-systems/*/, "
+    "/usr/local/cuda*/bin and /opt/nvidia/nsight-compute/*/host/target-linux-x64; "
+    "point at it with --nsys-path=/path/to/nsys or NSYS=/path/to/nsys"
+)
+#: nsys output that means its importer or exporter broke (the report is missing or incomplete).
+_NSYS_FAILURE = re.compile(
+    r"error while loading shared libraries|cannot open shared object file|Importer error|Importation failed"
+    r"|QdstrmImporter.*(?:error|fail)|Failed to create .*\.nsys-rep|Report file .* could not be generated",
+    re.IGNORECASE,
+)
+_TAIL_LINES = 30
+#: The ``nsys stats`` reports `export_stats` asks for (Nsight Systems 2023.2+ names).
+
+
+class NsysError(DetectorError):
+    """nsys itself failed (not the profiled test); the message's first line says what failed, the lines after it
+    quote the last lines nsys printed (so, unlike other DetectorErrors, it keeps its line breaks)."""
+
+    def __str__(self) -> str:
+        return "\n".join(one_line(line) for line in Exception.__str__(self).split("\n"))
+
+
+def _tail(text: str, lines: int = _TAIL_LINES) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _quoted(text: str, lines: int = _TAIL_LINES) -> str:
+    tail = _tail(text, lines)
+    return "\n".join(f"    > {line}" for line in tail.splitlines()) if tail else "    > (no output)"
+
+
+def nsys_error(headline: str, output: str) -> NsysError:
+    """An `NsysError`: ``headline`` (one line), then the last lines of ``output`` quoted with ``> ``."""
+    return NsysError(f"{headline}\n  last lines of nsys output:\n{_quoted(output)}")
+
+
+# --- finding nsys ---------------------------------------------------------------------------------------------------
+
+
+def _executable(path: Path) -> Path | None:
+    if path.is_dir():
+        path = path / "nsys"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _version_key(path: str) -> tuple[tuple[int, int | str], ...]:
+    """Natural sort key: ``2025.3.1`` > ``2024.10.2`` > ``2024.4.2`` (numbers compared as numbers)."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", path) if p)
+
+
+def _given(value: str, env: Mapping[str, str]) -> Path | None:
+    """A --nsys-path / $NSYS value: a path (file or folder holding nsys), or a bare name looked up on PATH."""
+    if os.sep not in value and not Path(value).exists():
+        found = shutil.which(value, path=env.get("PATH", ""))
+        return Path(found) if found else None
+    return _executable(Path(value).expanduser())
+
+
+def find_nsys(explicit: str | None, env: Mapping[str, str] = os.environ, *, root: Path = Path("/")) -> Path | None:
+    """The nsys executable: ``explicit`` (--nsys-path), then ``$NSYS``, then ``PATH``, then `NSYS_GLOBS` under ``root``.
+
+    A given path (or folder holding ``nsys``) that is not an executable yields None rather than falling through:
+    the user asked for that one (`nsys_not_found_reason` says so). The bare name ``nsys`` (the plugin's default)
+    is a PATH lookup that does fall through to the install folders. Globs list the newest version first.
+    """
+    for value in (explicit, env.get("NSYS")):
+        if value and value != "nsys":
+            return _given(value, env)
+    found = shutil.which("nsys", path=env.get("PATH", ""))
+    if found:
+        return Path(found)
+    for pattern in NSYS_GLOBS:
+        for match in sorted(glob.glob(str(root / pattern)), key=_version_key, reverse=True):
+            if _executable(Path(match)):
+                return Path(match)
+    return None
+
+
+def nsys_not_found_reason(explicit: str | None, env: Mapping[str, str] = os.environ) -> str:
+    """Why `find_nsys` returned None, naming a bad --nsys-path / $NSYS value when there was one."""
+    if explicit and explicit != "nsys":
+        return f"--nsys-path {explicit!r} is not an nsys executable (nor a folder holding one); {NSYS_NOT_FOUND_REASON}"
+    if env.get("NSYS") and env["NSYS"] != "nsys":
+        return f"NSYS={env['NSYS']!r} is not an nsys executable (nor a folder holding one); {NSYS_NOT_FOUND_REASON}"
+    return NSYS_NOT_FOUND_REASON
+
+
+# --- profiling a test in a child process ----------------------------------------------------------------------------
+
+
+def nsys_profile_command(
+    nsys: str | os.PathLike[str], output_base: str | os.PathLike[str], child_argv: Sequence[str]
+) -> list[str]:
+    """``nsys profile`` argv that records ``child_argv`` between cudaProfilerStart and the first cudaProfilerStop.
+
+    The report is ``<output_base>.nsys-rep`` (overwritten). CPU sampling and context-switch tracing are off to keep
+    the capture light; CUDA, NVTX and OS-runtime calls are traced, and the kernels inside CUDA graphs one by one
+    (``--cuda-graph-trace=node``; the default traces each graph launch as a whole and hides its kernels).
+    """
+    return [
+        os.fspath(nsys), "profile",
+        "--trace=cuda,nvtx,osrt",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+        "--cuda-graph-trace=node",
+        "--force-overwrite=true",
+        "--sample=none",
+        "--cpuctxsw=none",
+        f"--output={os.fspath(output_base)}",
+        *child_argv,
+    ]  # fmt: skip
+
+
+def report_dir_for(nodeid: str, root: str | os.PathLike[str]) -> Path:
+    """``root/<safe name>``: the test id with anything but ``[A-Za-z0-9._-]`` replaced, plus a short hash of the id.
+
+    ``perf/test_x.py::test_infer[torch-cuda-fp16-8]`` -> ``root/test_x.py-test_infer-torch-cuda-fp16-8-<8 hex>``.
+    The hash keeps ids that differ only in replaced characters apart; the name stays under 120 characters.
+    """
+    module, _, rest = nodeid.partition("::")
+    readable = f"{Path(module).name}-{rest}" if rest else Path(module).name
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", readable).strip("-.") or "test"
+    digest = hashlib.sha256(nodeid.encode("utf-8")).hexdigest()[:8]
+    return Path(root) / f"{safe[:110]}-{digest}"
+
+
+@dataclass
+class NsysResult:
+    """What one ``nsys profile`` child run produced.
+
+    ``outcome`` is the child test's: "passed", "failed" (also: errored, or no test collected) or "skipped"
+    (``skip_reason`` says why). ``reports`` are the ``.nsys-rep`` files written (one with --capture-range-end=stop).
+    """
+
+    nodeid: str
+    command: list[str]
+    returncode: int
+    outcome: str
+    report_dir: Path
+    reports: list[Path] = field(default_factory=list)
+    output_tail: str = ""
+    skip_reason: str | None = None
+    log_path: Path | None = None
+
+    @property
+    def report(self) -> Path | None:
+        """The first ``.nsys-rep`` (None if the child never reached cudaProfilerStart)."""
+        return self.reports[0] if self.reports else None
+
+
+def _junit_outcome(path: Path) -> tuple[str, str | None] | None:
+    """("passed"|"failed"|"skipped", skip reason) from the child's JUnit XML; None if it is missing or unreadable."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    cases = list(root.iter("testcase"))
+    if not cases or any(case.find("failure") is not None or case.find("error") is not None for case in cases):
+        return "failed", None
+    if any(node.tag == "error" for node in root.iter()):
+        return "failed", None
+    skipped = [case.find("skipped") for case in cases]
+    if all(node is not None for node in skipped):
+        return "skipped", "; ".join(sorted({node.get("message", "") for node in skipped if node is not None}))
+    return "passed", None
+
+
+def run_child_under_nsys(
+    nsys: str | os.PathLike[str],
+    nodeid: str,
+    rootdir: str | os.PathLike[str],
+    extra_pytest_args: Sequence[str] = (),
+    report_root: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout_s: float = 1800.0,
+) -> NsysResult:
+    """Run test ``nodeid`` in a child ``python -m pytest`` under ``nsys profile``; report into `report_dir_for`.
+
+    The child starts in ``cwd`` (default ``rootdir``) with ``--rootdir=<rootdir>`` and the test's file given by its
+    absolute path, so it runs the same node id wherever it starts; ``extra_pytest_args`` (the parent's options,
+    see perf.gate.processes.forwarded_options) are appended and read their relative paths from ``cwd``: give the
+    directory the parent was started in. ``report_root`` defaults to ``rootdir/reports/nsys``. The combined output
+    is saved as ``nsys-run.log`` in the report folder. A failing or skipped *test* is returned (``outcome``; its own
+    messages are never taken for nsys errors); `NsysError` is raised when *nsys* failed: the child never finished
+    (no JUnit XML), or after a passing test nsys printed an importer/loader error, exited non-zero, or left no
+    ``.nsys-rep``.
+    """
+    rootdir = Path(rootdir).resolve()
+    report_dir = report_dir_for(nodeid, Path(report_root) if report_root is not None else rootdir / DEFAULT_REPORT_ROOT)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (*report_dir.glob("*.nsys-rep"), report_dir / "child-junit.xml"):
+        stale.unlink(missing_ok=True)
+    junit = report_dir / "child-junit.xml"
+    path, sep, rest = nodeid.partition("::")
+    child = [sys.executable, "-m", "pytest", f"{rootdir / path}{sep}{rest}", f"--rootdir={rootdir}",
+             "-p", "no:cacheprovider", NSYS_CHILD_FLAG, f"--junitxml={junit}", "-q", "-rfEs",
+             *extra_pytest_args]  # fmt: skip
+    command = nsys_profile_command(nsys, report_dir / "capture", child)
+    child_env = {key: value for key, value in (os.environ if env is None else env).items()
+                 if not key.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}  # the child is a plain session
+    child_env["PYTHONUNBUFFERED"] = "1"
+    log.info("profiling %s: %s", nodeid, " ".join(command))
+    try:
+        proc = subprocess.run(command, cwd=rootdir if cwd is None else cwd, env=child_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout_s,
+                              check=False)  # fmt: skip
+        output, returncode = proc.stdout or "", proc.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        raise nsys_error(f"nsys profile of {nodeid} did not finish within {timeout_s:.0f} s", out) from e
+    except OSError as e:
+        raise NsysError(f"cannot run nsys at {os.fspath(nsys)!r} for {nodeid}: {e}") from e
+    log_path = report_dir / "nsys-run.log"
+    log_path.write_text(output, encoding="utf-8")
+    reports = sorted(report_dir.glob("*.nsys-rep"))
+    result = NsysResult(nodeid, command, returncode, "passed", report_dir, reports, _tail(output), None, log_path)
+    verdict = _junit_outcome(junit)
+    if verdict is None:
+        raise nsys_error(f"nsys profile of {nodeid} failed (exit {returncode}) before the child test finished "
+                         f"(no {junit.name}); full output in {log_path}", output)  # fmt: skip
+    result.outcome, result.skip_reason = verdict
+    broken = _NSYS_FAILURE.search(output) if result.outcome == "passed" else None  # a failed test's own errors
+    if broken:
+        raise nsys_error(f"nsys failed while profiling {nodeid}: {broken.group(0)!r} (exit {returncode}); "
+                         f"full output in {log_path}", output)  # fmt: skip
+    if result.outcome == "passed" and returncode != 0:
+        raise nsys_error(f"nsys exited {returncode} although {nodeid} passed; full output in {log_path}", output)
+    if result.outcome == "passed" and not reports:
+        raise nsys_error(f"nsys wrote no .nsys-rep for {nodeid} in {report_dir} (did the test reach "
+                         f"cudaProfilerStart?); full output in {log_path}", output)  # fmt: skip
+    return result
+
+
+# --- nsys stats -----------------------------------------------------------------------------------------------------
+
+
+def stats_command(nsys: str | os.PathLike[str], rep_path: Path, output_base: Path, reports: Sequence[str]) -> list[str]:
+    """``nsys stats`` argv writing one CSV per report, named ``<output_base>_<report>.csv``."""
+    return [os.fspath(nsys), "stats", "--report", ",".join(reports), "--format", "csv",
+            "--output", os.fspath(output_base), "--force-export=true", os.fspath(rep_path)]  # fmt: skip
+
+
+def export_stats(
+    nsys: str | os.PathLike[str],
+    rep_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    reports: Sequence[str] = STATS_REPORTS,
+    *,
+    timeout_s: float = 600.0,
+) -> dict[str, Path]:
+    """Run ``nsys stats`` on ``rep_path``; return ``{report name: csv path}`` for the CSVs it wrote.
+
+    Reports without data ("SKIPPED: ... does not contain ...") write no file and are left out of the result, so
+    the summary treats them as empty. Raises `NsysError` (quoting nsys's output) when nsys fails and wrote nothing.
+    """
+    rep_path, out_dir = Path(rep_path), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = out_dir / rep_path.name.removesuffix(".nsys-rep")
+    for name in reports:
+        Path(f"{base}_{name}.csv").unlink(missing_ok=True)
+    command = stats_command(nsys, rep_path, base, reports)
+    try:
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", timeout=timeout_s, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise NsysError(f"cannot run nsys stats on {rep_path}: {e}") from e
+    written = {name: Path(f"{base}_{name}.csv") for name in reports if Path(f"{base}_{name}.csv").is_file()}
+    (out_dir / "nsys-stats.log").write_text(proc.stdout or "", encoding="utf-8")
+    if not written and (proc.returncode != 0 or _NSYS_FAILURE.search(proc.stdout or "")):
+        raise nsys_error(f"nsys stats failed on {rep_path} (exit {proc.returncode})", proc.stdout or "")
+    for name in sorted(set(reports) - set(written)):
+        log.info("nsys stats wrote no %s for %s (no such data in the capture)", name, rep_path)
+    return written
+
+
+def csvs_in(folder: str | os.PathLike[str], base: str | None = None) -> dict[str, Path]:
+    """``{report: path}`` for the ``<base>_<report>.csv`` files in ``folder`` (any base if None; first one wins)."""
+    found: dict[str, Path] = {}
+    for report in STATS_REPORTS:
+        pattern = f"{base}_{report}.csv" if base else f"*_{report}.csv"
+        matches = sorted(Path(folder).glob(pattern))
+        if matches:
+            found[report] = matches[0]
+    return found
+
+
+def summarize_report(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], **summary_options) -> NsysSummary:
+    """Export the stats of ``rep_path`` (into ``<its folder>/stats``), summarize them and write ``summary.json`` and
+    ``summary.md`` beside the report; return the summary."""
+    rep_path = Path(rep_path)
+    csvs = export_stats(nsys, rep_path, rep_path.parent / "stats")
+    summary = summarize(csvs, report_path=rep_path, **summary_options)
+    write_summary(summary, rep_path.parent)
+    return summary

@@ -1,0 +1,1 @@
+"""Reports: the suite's tables, their schema, the markdown summary, the HTML page and its figures."""

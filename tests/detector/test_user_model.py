@@ -1,0 +1,146 @@
+"""The suite on a user's own model and video (perf.subject): a 320-pixel, 3-class Darknet cfg with weights written
+here, a video with its COCO ground truth beside it, the same model as an ONNX file; the identity every saved run
+records and the comparisons it refuses. Real pytest processes on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perf.subject import Subject, subject_differences
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", "--rootdir", str(ROOT), "--perf-device=cpu",
+        "--perf-batch-sizes=1", "--perf-precisions=fp32", "--benchmark-max-time=0.02", "--benchmark-min-rounds=3",
+        "-k", "not multistream and not pipelined and not harness", "-rs")  # fmt: skip
+
+
+def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    return subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "perf"), *FAST, "--perf-cache-dir=cache",
+                           "--perf-reports-dir=reports", "--benchmark-storage=file://storage", *args], cwd=folder,
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def write_model(folder: Path, *, size: int = 320, classes: int = 3) -> tuple[Path, Path]:
+    """The shipped cfg at ``size`` x ``size`` pixels with ``classes`` classes (head convs resized), its seeded
+    random weights and a classes.names beside them; returns (cfg, weights)."""
+    from detector.darknet import parse_cfg
+    from detector.model import default_cfg_path, random_weights_file
+
+    text = default_cfg_path().read_text(encoding="utf-8")
+    text = re.sub(r"^(width|height)=\d+", rf"\g<1>={size}", text, flags=re.MULTILINE)
+    text = re.sub(r"^classes=\d+", f"classes={classes}", text, flags=re.MULTILINE)
+    heads = text.split("[yolo]")
+    heads[:-1] = [re.sub(r"filters=\d+(?![\s\S]*filters=)", f"filters={3 * (classes + 5)}", h) for h in heads[:-1]]
+    cfg = folder / f"model{size}.cfg"
+    cfg.write_text("[yolo]".join(heads), encoding="utf-8")
+    assert parse_cfg(cfg).input_size == (size, size) and parse_cfg(cfg).classes == classes
+    (folder / "classes.names").write_text("".join(f"kind{i}\n" for i in range(classes)), encoding="utf-8")
+    return cfg, random_weights_file(cfg, folder / f"model{size}.weights", seed=3)
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the user's model (cfg, weights, names, ONNX export) and a video with its ground truth."""
+    from detector.cli import main
+
+    folder = tmp_path_factory.mktemp("user")
+    cfg, weights = write_model(folder)
+    assert main(["make-video", "--out", str(folder / "clip.mp4"), "--frames", "8", "--width", "320", "--height",
+                 "180"]) == 0  # fmt: skip
+    assert main(["export-onnx", "--cfg", str(cfg), "--weights", str(weights), "--out", str(folder / "model.onnx")]) == 0
+    return folder
+
+
+def _saved_identity(folder: Path) -> dict:
+    (run,) = sorted((folder / "storage").glob("*/*.json"))[-1:]
+    return json.loads(run.read_text())["machine_info"]["perf_subject"]
+
+
+def test_a_darknet_model_and_labelled_video_given_as_options_are_what_the_suite_measures(user: Path) -> None:
+    result = _pytest(user, "--perf-cfg=model320.cfg", "--perf-weights=model320.weights", "--perf-video=clip.mp4",
+                     "--benchmark-autosave")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    for test in ("test_inference_speed[torch-fp32-b1]", "test_inference_speed[onnxruntime-fp32-b1]",
+                 "test_end_to_end[torch-fp32]", "test_end_to_end[onnxruntime-fp32]"):  # fmt: skip
+        assert test in result.stdout
+    assert "mAP@0.5 0.000 reported, not checked: no --perf-min-map for this model" in result.stdout
+    report = (user / "reports" / "perf-report.md").read_text()
+    assert "| torch fp32 (reference) |" in report and "| onnxruntime fp32 | pass |" in report
+    identity = _saved_identity(user)
+    assert identity["input_size"] == "320x320" and identity["classes"] == 3 and identity["model"] == "model320.cfg"
+    assert identity["video"] == "clip.mp4" and identity["frames"] == "all" and identity["ground_truth_sha256"]
+
+
+def test_ini_settings_pin_the_model_relative_to_the_ini_file(user: Path) -> None:
+    (user / "sub").mkdir(exist_ok=True)
+    # -o sets ini values: relative paths are read from the ini file's folder (here the rootdir), not the cwd
+    result = _pytest(user / "sub", f"-o=perf_cfg={user / 'model320.cfg'}", f"-o=perf_video={user / 'clip.mp4'}",
+                     "-o=perf_min_map=0.9", "-k", "reference_accuracy")  # fmt: skip
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "reference mAP@0.5 0.000 < 0.9" in result.stdout  # the floor from the ini, on the user's ground truth
+    missing = _pytest(user, "-o=perf_cfg=nowhere.cfg")
+    assert missing.returncode == pytest.ExitCode.USAGE_ERROR
+    assert f"perf_cfg (ini): cannot open '{ROOT / 'nowhere.cfg'}': no such file" in missing.stderr
+
+
+def test_an_onnx_file_alone_is_the_model_and_onnxruntime_its_reference(user: Path) -> None:
+    result = _pytest(user, "--perf-onnx=model.onnx", "--perf-video=clip.mp4")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert "the model is the ONNX file" in result.stdout and "the torch backends run a Darknet cfg" in result.stdout
+    report = (user / "reports" / "perf-report.md").read_text()
+    assert "| onnxruntime fp32 (reference) |" in report
+    assert re.search(r"test_end_to_end\[onnxruntime-fp32\]\s", result.stdout)
+
+
+def test_a_compare_across_models_is_refused_naming_what_differs(user: Path) -> None:
+    other = user / "other"
+    other.mkdir(exist_ok=True)
+    write_model(other, size=416, classes=2)
+    args = ("--perf-cfg=other/model416.cfg", "--perf-video=clip.mp4", "-k", "inference_speed and torch")
+    baseline = _pytest(user, "--perf-cfg=model320.cfg", "--perf-video=clip.mp4", "-k", "inference_speed and torch",
+                       "--benchmark-save=m320")  # fmt: skip
+    assert baseline.returncode == 0, baseline.stdout[-2000:]
+    for option in ("--perf-compare", "--benchmark-compare"):  # the latest saved run: the 320-pixel model
+        refused = _pytest(user, *args, option)
+        assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout[-2000:]
+        assert "measured another model or video" in refused.stderr
+        assert "input_size: saved '320x320', current '416x416'" in refused.stderr
+        assert "classes: saved 3, current 2" in refused.stderr and "model: saved 'model320.cfg'" in refused.stderr
+    allowed = _pytest(user, *args, "--perf-compare", "--perf-allow-model-mismatch")
+    assert allowed.returncode == 0, allowed.stdout[-2000:]
+    assert "Comparing anyway (--perf-allow-model-mismatch)" in allowed.stdout + allowed.stderr
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [({"weights": "w.weights"}, "weights need the Darknet cfg they belong to"),
+     ({"engine": "e.engine"}, "a prebuilt engine needs the model it was built from"),
+     ({"engine_precision": "fp8"}, "'fp8'; expected one of fp32, fp16, int8"),
+     ({"min_map": "1.5"}, "'1.5'; expected a number from 0 to 1"),
+     ({"cfg": "bad.cfg"}, "bad.cfg:2: unknown key 'widht' in [net]"),
+     ({"onnx": "e.engine"}, "--perf-onnx: cannot load ONNX model"),
+     ({"video": "nowhere.mp4"}, "--perf-video: cannot open")],
+)
+def test_settings_that_cannot_work_are_one_line_each(tmp_path: Path, settings: dict, message: str) -> None:
+    for name in ("w.weights", "e.engine"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "bad.cfg").write_text("[net]\nwidht=416\n")
+    subject = Subject.from_config(lambda name: settings.get(name[len("perf_"):]), lambda name: None, tmp_path,
+                                  tmp_path)  # fmt: skip
+    problems = subject.problems()
+    assert len(problems) == 1 and message in problems[0] and "\n" not in problems[0]
+
+
+def test_identities_differ_only_on_what_makes_figures_incomparable() -> None:
+    saved = {"model": "a.cfg", "input_size": "416x416", "classes": 2, "frames": 300, "precisions": ["fp32"]}
+    assert subject_differences(saved, {**saved, "precisions": ["fp16"]}) == []
+    assert subject_differences(saved, {**saved, "frames": 60}) == [("frames", 300, 60)]
+    assert subject_differences(None, saved) == []  # a run saved before identities: compared, with a warning

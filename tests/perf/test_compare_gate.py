@@ -1,0 +1,127 @@
+"""--perf-compare end to end: real pytest runs of a tiny benchmark on a virtual clock, saved, then compared with
+and without an injected slowdown; plus the stability gate and the verdict files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perf.runs import load_runs, load_verdicts
+from tiny_bench import write_project
+
+pytest_plugins = ["pytester"]
+ROOT = Path(__file__).resolve().parents[2]
+
+RUN = (
+    "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", "--perf-device=cpu",
+    "--benchmark-storage=storage", "--benchmark-max-time=0.1", "--benchmark-min-rounds=30", "--benchmark-warmup=off",
+    "--perf-reports-dir=reports", "--perf-min-effect=10%",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def _saved_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny benchmark and one saved baseline run (storage/<machine>/0001_*.json), made once per module."""
+    folder = write_project(tmp_path_factory.mktemp("gate"), ["perf.plugin", "perf.gate.plugin",
+                                                             "perf.fixtures.reporting"])
+    result = _pytest(folder, "--benchmark-autosave")
+    assert result.ret == 0, result.stdout.str()
+    return folder
+
+
+@pytest.fixture
+def project(_saved_project: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A fresh copy of the saved project, as the pytester directory."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # pytest-benchmark would disable itself
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    shutil.copytree(_saved_project, pytester.path, dirs_exist_ok=True)
+    return pytester
+
+
+def _pytest(folder: Path, *args: str) -> pytest.RunResult:
+    """pytest in a subprocess (torch cannot be imported twice in one process), in ``folder``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"} | {"PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", *RUN, *args], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    return pytest.RunResult(proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(), 0.0)
+
+
+def test_saved_run_keeps_raw_rounds_and_stability(project: pytest.Pytester) -> None:
+    (run,) = load_runs(project.path / "storage")
+    (bench,) = run.benchmarks.values()
+    assert bench.data is not None and bench.data.size >= 30
+    assert 0.0001 < bench.median_s < 0.02
+    assert bench.stability is not None and bench.stability["verdict"] == "stable"
+    assert run.fingerprint is not None and run.fingerprint["device"] == "cpu"
+
+
+def test_injected_slowdown_fails_the_compare_and_says_slower(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--perf-compare", "--perf-inject-delay=2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*= perf-compare =*", "test_busy *ms *ms *[[]*, *[]] *slower",
+                                 "perf-compare FAILED: 1 slower, 0 faster, 0 no change, 0 unstable, 0 missing;*"])
+    verdicts = load_verdicts(project.path / "reports")
+    assert verdicts is not None and verdicts["summary"]["failed"] is True
+    (row,) = verdicts["rows"]
+    assert row["verdict"] == "slower" and row["lo"] > 1.3 and row["lo"] <= row["ratio"] <= row["hi"]
+    assert "| test_busy |" in (project.path / "reports" / "perf-compare.md").read_text()
+
+
+def test_unmodified_code_passes_the_compare_with_no_change(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--perf-compare=0001")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["test_busy *ms *ms *[[]*, *[]] *no change",
+                                 "perf-compare passed: 0 slower, 0 faster, 1 no change, 0 unstable, 0 missing;*"])
+
+
+def test_unstable_benchmark_is_reported_not_compared_and_fails_only_when_asked(project: pytest.Pytester) -> None:
+    # A CV limit of 0 that no real rounds meet: unstable after measuring twice (one re-measurement).
+    unstable = ("--perf-compare", "--perf-max-cv=0", "--perf-max-remeasure=1")
+    result = _pytest(project.path, *unstable, "--benchmark-autosave")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["test_busy *unstable  (*robust CV*)", "WARNING: 1 benchmark(s) unstable:*"])
+    verdicts = load_verdicts(project.path / "reports")
+    assert verdicts is not None and verdicts["summary"]["unstable"] == 1
+    result = _pytest(project.path, *unstable, "--perf-fail-unstable")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    stability = load_runs(project.path / "storage")[1].benchmarks["test_tiny.py::test_busy"].stability
+    assert stability is not None and stability["verdict"] == "unstable" and stability["measurements"] == 2
+    assert len(stability["attempts"]) == 2
+
+
+def test_compare_refuses_a_baseline_from_another_machine(project: pytest.Pytester) -> None:
+    path = next((project.path / "storage").glob("*/0001_*.json"))
+    run = json.loads(path.read_text())
+    run["machine_info"]["perf"]["gpu_name"] = "NVIDIA Imaginary GPU"
+    path.write_text(json.dumps(run))
+    result = _pytest(project.path, "--perf-compare")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --perf-compare: the saved run in * comes from a different machine:",
+                                 "  gpu_name: saved 'NVIDIA Imaginary GPU', current *"])
+
+
+def test_compare_without_a_saved_run_is_a_usage_error(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--perf-compare=0042")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --perf-compare: no saved run matching '0042' in *"])
+
+
+def test_compare_with_benchmarks_disabled_is_a_usage_error_not_a_silent_pass(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--perf-compare", "--benchmark-disable")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --perf-compare: benchmarks are disabled *nothing to compare*"])
+
+
+def test_too_few_rounds_are_unstable_without_measuring_again(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--benchmark-min-rounds=3", "--benchmark-max-time=0.000001",
+                     "--benchmark-autosave")  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK
+    stability = load_runs(project.path / "storage")[-1].benchmarks["test_tiny.py::test_busy"].stability
+    assert stability is not None and stability["verdict"] == "unstable" and stability["measurements"] == 1
+    assert stability["reason"] == "only 3 rounds (need >= 5)"

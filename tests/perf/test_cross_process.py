@@ -1,0 +1,108 @@
+"""--perf-noise and --perf-selftest-processes for real: child pytest processes of a tiny benchmark on a virtual
+clock (each process draws its own noise, as real processes do), the profile they leave, and --perf-compare
+using it; plus how the parent's options reach the children."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perf.gate.noise import load_profile
+from perf.gate.processes import forwarded_options
+from tiny_bench import write_project
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", "-p", "no:randomly",
+       "--perf-device=cpu", "--benchmark-storage=storage", "--benchmark-max-time=0.05",
+       "--benchmark-min-rounds=30", "--benchmark-warmup=off", "--perf-reports-dir=reports")  # fmt: skip
+
+
+def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"} | {"PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "pytest", *RUN, *args], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    # Each process's clock runs up to 3% off and calls vary by 1%: a spread only a cross-process view sees.
+    return write_project(tmp_path, ["perf.plugin", "perf.gate.plugin", "perf.gate.crossprocess_plugin", "perf.fixtures.reporting"],
+                         offset=0.03, spread=0.01)
+
+
+def test_noise_runs_fresh_processes_and_saves_the_profile_the_compare_then_uses(project: Path) -> None:
+    noise = _pytest(project, "--perf-noise=4", "--perf-runs-dir=runs")
+    assert noise.returncode == 0, noise.stdout + noise.stderr
+    for k in range(4):
+        assert f"perf processes: {k + 1}/4 a0{k} (identical)" in noise.stdout
+    assert "Noise between processes, per family" in noise.stdout and "noise profile saved:" in noise.stdout
+    (profile_file,) = (project / "storage" / "noise").glob("*.json")
+    profile = load_profile(profile_file)
+    entry = profile.entries["test_tiny.py::test_busy"]["time"]
+    assert entry.processes == 4 and 0.001 < entry.cv < 0.06  # the per-process offsets, seen
+    assert not list((project / "storage").glob("*/0*.json"))  # the children saved into the runs folder only
+    assert len(list((project / "runs" / "storage").glob("*/0*_a0*.json"))) == 4
+
+    assert _pytest(project, "--benchmark-autosave").returncode == 0
+    compare = _pytest(project, "--perf-compare")
+    assert compare.returncode == 0, compare.stdout
+    assert "intervals include this runner's between-process noise (noise profile" in compare.stdout
+    row = next(line for line in compare.stdout.splitlines() if line.startswith("test_busy"))
+    assert "±" in row and "no change" in row
+
+    plain = _pytest(project, "--perf-compare", "--perf-noise-profile=none")
+    assert "no noise profile for this runner" in plain.stdout
+
+
+def test_a_saved_plan_resumes_and_a_different_one_is_refused(project: Path) -> None:
+    first = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
+    assert first.returncode == 0, first.stdout
+    log_file = project / "runs" / "a01.log"
+    log_file.write_text(re.sub(r"after [\d.]+ s$", "after 42.0 s", log_file.read_text(), flags=re.MULTILINE))
+    again = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
+    assert again.returncode == 0
+    # Resumed, not run again: how each child ended comes from its log.
+    assert "perf processes: 2/2 a01 (identical) 42 s, exit 0, saved" in again.stdout
+    other = _pytest(project, "--perf-noise=3", "--perf-runs-dir=runs")
+    assert other.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "holds another plan" in other.stderr
+
+
+def test_a_time_budget_stops_starting_children_and_says_how_to_go_on(project: Path) -> None:
+    result = _pytest(project, "--perf-noise=6", "--perf-runs-dir=runs", "--perf-processes-budget=0.001")
+    assert result.returncode == pytest.ExitCode.TESTS_FAILED  # fewer than 2 runs: no profile
+    assert "of 6 planned processes ran within --perf-processes-budget; resume with --perf-runs-dir=" in result.stdout
+
+
+def test_selftest_across_processes_judges_every_pair_and_runs_pytest_benchmarks_own_compare(project: Path) -> None:
+    result = _pytest(project, "--perf-selftest-processes=3", "--perf-runs-dir=runs")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Cross-process self-test: identical code (every pair of processes)" in result.stdout
+    summary = json.loads((project / "reports" / "selftest-processes.json").read_text())
+    (everything,) = [row for row in summary["identical"] if row["family"] == "all"]
+    assert everything["comparisons"] == 3
+    assert summary["compare_fail"]["check"] == "median:5%"
+    assert summary["compare_fail"]["consecutive processes run with it"].endswith("/2 passed")
+    log = (project / "runs" / "a01.log").read_text()
+    assert "--benchmark-compare=0001" in log.splitlines()[0] and "--benchmark-compare-fail=median:5%" in log
+
+
+def test_cross_process_options_refuse_xdist_and_compare(project: Path) -> None:
+    result = _pytest(project, "--perf-noise=2", "--perf-compare")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR and "drop --perf-compare" in result.stderr
+    bad = _pytest(project, "--perf-noise=1")
+    assert bad.returncode == pytest.ExitCode.USAGE_ERROR and "number of processes >= 2" in bad.stderr
+
+
+def test_children_get_the_parents_options_but_not_its_paths_saving_or_comparing() -> None:
+    args = ["perf", "-m", "ci", "--perf-noise=10", "--benchmark-autosave", "--perf-compare", "0003",
+            "--benchmark-storage", "s", "--perf-device=cuda", "-k", "graph", "--perf-runs-dir", "r",
+            "--benchmark-compare-fail=median:5%", "--perf-min-effect=5%"]  # fmt: skip
+    kept = forwarded_options(args, ["perf"], {"--perf-compare": "0003"})
+    assert kept == ["-m", "ci", "--perf-device=cuda", "-k", "graph", "--perf-min-effect=5%"]

@@ -1,0 +1,258 @@
+"""How the suite measures the video pipelines: block samples, the CPU reference, the noise controls, the loops'
+hooks, and the real code changes the self-test injects."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perf.measure.controls import NAMES, Controls, controlled, keep_output, parse_controls, scratch_dir, warm_page_cache
+from perf.gate.regressions import LayerRegressedSpec, SlowedStage, calibrate_stage, parse_regression, regressed_spec
+from perf.measure.samples import block_samples, block_size, stage_metrics
+from perf.measure.speedref import CpuReference, ReferenceProbe, normalize, smoothed
+
+# -- block samples -------------------------------------------------------------------------------------------------
+
+
+def test_blocks_give_seconds_per_frame_per_whole_block_pass_after_pass() -> None:
+    passes = [[10.0, 10.0, 20.0, 20.0, 99.0], [30.0, 30.0, 30.0, 30.0]]
+    assert block_samples(passes, 2) == pytest.approx([0.010, 0.020, 0.030, 0.030])
+    assert block_samples(passes, 2, skip=1) == pytest.approx([0.015, 0.0595, 0.030])
+    assert block_samples([[8.0, 8.0]], 1, frames_per_iteration=4) == pytest.approx([0.002, 0.002])
+    with pytest.raises(ValueError, match="block"):
+        block_samples(passes, 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.1, 50.0), min_size=1, max_size=200), st.integers(1, 20))
+def test_blocks_of_a_steady_pass_average_to_its_mean_frame_time(iterations: list[float], block: int) -> None:
+    out = block_samples([iterations], block)
+    whole = len(iterations) // block * block
+    assert len(out) == len(iterations) // block
+    if out:
+        assert np.mean(out) == pytest.approx(np.sum(iterations[:whole]) / whole / 1e3)
+
+
+def test_block_size_aims_at_thirty_blocks_a_pass() -> None:
+    assert block_size(300) == 10 and block_size(60) == 2 and block_size(7) == 1
+
+
+def test_stage_metrics_use_the_same_blocks_and_say_whether_they_are_judged() -> None:
+    metrics = stage_metrics([{"read": [1.0, 3.0], "write": [2.0, 2.0]}], 2, judged=False)
+    assert metrics["stage:read"] == {"label": "stage read", "unit": "s per frame", "data": [0.002], "judged": False}
+
+
+# -- the CPU reference ---------------------------------------------------------------------------------------------
+
+
+def test_normalising_cancels_a_slowdown_the_reference_shares() -> None:
+    readings = [[1e-3, 1e-3, 1e-3], [2e-3, 2e-3, 2e-3]]  # the CPU ran at half speed in the second pass
+    blocks = [[5e-3, 5e-3, 5e-3], [10e-3, 10e-3, 10e-3]]
+    assert normalize(blocks, readings, 1e-3) == pytest.approx([5e-3] * 6)
+    assert normalize([[5e-3, 6e-3]], [[1e-3]], 1e-3) == pytest.approx([5e-3])  # a block without a reading goes
+    assert normalize([[5e-3, 6e-3]], [[9.0, 1e-3, 1e-3]], 1e-3, offset=1) == pytest.approx([5e-3, 6e-3])
+    assert smoothed([1.0, 50.0, 1.0, 1.0], 1) == 1.0  # one hiccup does not count
+
+
+def test_reference_probe_reads_once_per_block_whatever_steps_the_count_takes() -> None:
+    class Counting:
+        calls = 0
+
+        def __call__(self) -> float:
+            Counting.calls += 1
+            return 1e-3
+
+    probe = ReferenceProbe(Counting(), 3)  # type: ignore[arg-type]
+    for done in (1, 2, 3, 4, 8, 9, 12):
+        probe(done)
+    assert probe.readings_s == [1e-3] * 4 and Counting.calls == 4
+
+
+def test_reference_workload_takes_a_positive_time_and_touches_no_detector_code() -> None:
+    reference = CpuReference()
+    assert 0 < reference() < 1.0
+    import perf.measure.speedref as module
+
+    assert "detector" not in Path(module.__file__).read_text().split('"""', 2)[2]
+
+
+# -- the controls --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "active"), [
+    ("all", set(NAMES)), ("none", set()), ("gc,pin", {"gc", "pin"}), ("-pin,-gc", set(NAMES) - {"pin", "gc"}),
+])  # fmt: skip
+def test_controls_parse_as_all_none_a_list_or_all_but(text: str, active: set[str]) -> None:
+    assert parse_controls(text).active == frozenset(active)
+
+
+def test_an_unknown_control_names_the_value_and_the_choices() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="Could not parse value: 'gc,turbo'.*cv2-threads"):
+        parse_controls("gc,turbo")
+
+
+def test_controlled_region_turns_gc_and_opencv_threads_off_and_puts_them_back() -> None:
+    import cv2
+
+    threads = cv2.getNumThreads()
+    assert gc.isenabled()
+    with controlled(Controls(), on_gpu=False) as info:
+        assert not gc.isenabled() and cv2.getNumThreads() == 1
+        assert info["pin"] == "off: CPU run (torch's threads need the cores)"
+    assert gc.isenabled() and cv2.getNumThreads() == threads
+    with controlled(Controls(frozenset()), on_gpu=False):
+        assert gc.isenabled()
+
+
+def test_controlled_region_restores_even_when_the_block_raises() -> None:
+    from detector import video
+
+    with pytest.raises(RuntimeError), controlled(Controls(), on_gpu=False):
+        assert video._decode_threads == 2
+        raise RuntimeError("boom")
+    assert gc.isenabled() and video._decode_threads is None
+
+
+def test_scratch_outputs_move_to_the_reports_folder(tmp_path: Path) -> None:
+    final = tmp_path / "reports" / "out.mp4"
+    with scratch_dir(Controls(), tmp_path / "reports") as scratch:
+        (scratch / "out.mp4").write_bytes(b"video")
+        assert keep_output(scratch / "out.mp4", final) == final
+    assert final.read_bytes() == b"video"
+    assert scratch == final.parent or (str(scratch).startswith("/dev/shm/") and not scratch.exists())
+    with scratch_dir(Controls(frozenset()), tmp_path / "disk") as folder:
+        assert folder == tmp_path / "disk" and folder.is_dir()
+
+
+def test_warm_page_cache_reads_the_whole_file(tmp_path: Path) -> None:
+    path = tmp_path / "v.bin"
+    path.write_bytes(b"x" * 3_000_000)
+    assert warm_page_cache(path) == 3_000_000
+
+
+# -- the loops' hooks ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_runner() -> Any:
+    from detector.backends import create_runner
+    from detector.spec import ModelSpec
+
+    with create_runner("torch", ModelSpec.default(), device="cpu") as runner:
+        yield runner
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from detector.video import synthetic_video
+
+    return synthetic_video(tmp_path_factory.mktemp("clip"), seed=3, width=320, height=192, frames=6).video
+
+
+def test_each_loop_calls_its_hook_outside_its_timed_spans(cpu_runner: Any, clip: Path) -> None:
+    from detector.multistream import run_multistream
+    from detector.pipeline import run_pipeline
+    from detector.pipelined import run_pipelined
+
+    seen: list[int] = []
+    result = run_pipeline(cpu_runner, clip, None, on_iteration=seen.append, keep_detections=False)
+    assert seen == [1, 2, 3, 4, 5, 6] and len(result.iteration_ms) == 6
+    assert sum(result.iteration_ms) <= result.wall_s * 1e3
+    assert all(len(v) == 6 for v in result.stage_samples_ms.values())  # the read that met the end is no sample
+    seen.clear()
+    piped = run_pipelined(cpu_runner, clip, None, batch=2, on_batch=seen.append, keep_detections=False)
+    assert seen == [2, 4, 6] and len(piped.iteration_ms) == 6
+    seen.clear()
+    streams = run_multistream(cpu_runner, [clip, clip], ticks=4, warmup_ticks=1, on_tick=seen.append)
+    assert seen == [1, 2, 3, 4] and len(streams.tick_ms) == 4
+
+
+def test_decode_threads_setting_is_used_by_new_readers_and_rejects_nonsense(clip: Path) -> None:
+    from detector.video import open_video, set_decode_threads
+
+    assert set_decode_threads(1) is None
+    try:
+        with open_video(clip) as reader:
+            assert sum(1 for _ in reader) == 6
+    finally:
+        assert set_decode_threads(None) == 1
+    with pytest.raises(ValueError, match="decode threads"):
+        set_decode_threads(0)
+
+
+def test_pinned_workers_get_the_cpus_the_placement_names() -> None:
+    import os
+    import threading
+
+    from detector.stages import Control, set_thread_placement, start_worker
+
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    seen: dict[str, set[int]] = {}
+    previous = set_thread_placement(lambda name: {cpu} if name == "pinned" else None)
+    try:
+        for name in ("pinned", "free"):
+            thread = start_worker(name, lambda n=name: seen.__setitem__(n, os.sched_getaffinity(0)), Control())
+            thread.join()
+    finally:
+        set_thread_placement(previous)
+    assert seen["pinned"] == {cpu} and seen["free"] == os.sched_getaffinity(0)
+    assert threading.current_thread().is_alive()
+
+
+# -- injected regressions ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "kind", "fraction"), [("layer:5%", "layer", 0.05), ("PREPROCESS:20", "preprocess", 0.2)])
+def test_regressions_parse_kind_and_percent(text: str, kind: str, fraction: float) -> None:
+    regression = parse_regression(text)
+    assert (regression.kind, regression.fraction) == (kind, pytest.approx(fraction))
+
+
+@pytest.mark.parametrize("text", ["layer", "sleep:5%", "layer:0%", "layer:lots"])
+def test_bad_regressions_name_the_value(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=f"Could not parse value: '{text}'"):
+        parse_regression(text)
+
+
+def test_the_injected_layer_is_real_work_in_the_model_and_changes_the_export_key() -> None:
+    import torch
+
+    from detector.spec import ModelSpec
+
+    spec = ModelSpec.default()
+    slowed = regressed_spec(spec, 64)
+    assert isinstance(slowed, LayerRegressedSpec) and slowed.cache_key("onnx") != spec.cache_key("onnx")
+    assert regressed_spec(spec, 0).load_torch().layers[26].act.__class__.__name__ != "Sequential"
+    model, base = slowed.load_torch().eval(), spec.load_torch().eval()
+    extra = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in base.parameters())
+    assert extra == 2 * 512 * 64  # two 1x1 convolutions 512 -> 64 -> 512
+    x = torch.rand(1, 3, *spec.input_size)
+    with torch.no_grad():
+        assert torch.allclose(model(x), base(x), atol=0.05)  # small weights: the detections barely move
+    model.fuse_batchnorm()  # the runners fold batch norm: the injected block must survive it
+
+
+def test_a_slowed_stage_does_its_work_again_as_often_as_asked_on_average() -> None:
+    calls: list[int] = []
+    slowed = SlowedStage(lambda x: calls.append(x) or x, 0.35)
+    for i in range(100):
+        assert slowed(i) == i
+    assert len(calls) == 135 and math.isclose(slowed.extra * 100, 35)
+
+
+def test_stage_calibration_asks_for_the_work_that_adds_the_fraction() -> None:
+    import time
+
+    def work(frames: list[int]) -> None:
+        time.sleep(0.002)
+
+    extra, bare = calibrate_stage(work, [0, 1, 2], (), frame_ms=20.0, fraction=0.05)
+    assert 2.0 <= bare < 4.0 and extra == pytest.approx(0.05 * 20.0 / bare)

@@ -1,0 +1,115 @@
+"""perf/measure/parity.py: tensor statistics and one-to-one detection matching, with inputs built around the criteria."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from detector.postprocess import Detections
+from perf.measure.parity import (
+    TOLERANCES,
+    compare_detections,
+    compare_frame,
+    compare_tensors,
+    format_worst_frames,
+    report_row,
+)
+
+
+def _dets(boxes: list[list[float]], scores: list[float], classes: list[int]) -> Detections:
+    return Detections(np.array(boxes, np.float32).reshape(-1, 4), np.array(scores, np.float32),
+                      np.array(classes, np.int64))
+
+
+def _decoded(seed: int, batch: int = 2, n: int = 50, classes: int = 2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 300, (batch, n, 2))
+    wh = rng.uniform(5, 100, (batch, n, 2))
+    scores = rng.uniform(0, 1, (batch, n, classes))
+    return np.concatenate([xy, xy + wh, scores], axis=-1).astype(np.float32)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), score_err=st.floats(0, 0.05), box_err=st.floats(0, 5))
+def test_tensor_stats_report_the_largest_injected_error(seed: int, score_err: float, box_err: float) -> None:
+    ref = _decoded(seed)
+    ref[0, 3, 4:] = np.maximum(ref[0, 3, 4:], 0.5)  # a candidate the reference scores highly
+    cand = ref.copy()
+    cand[0, 3, 4] = ref[0, 3, 4] + score_err  # one score and one box coordinate off
+    cand[0, 3, 0] = ref[0, 3, 0] + box_err
+    stats = compare_tensors(ref, cand)
+    assert stats.score_max_abs == pytest.approx(score_err, abs=1e-5)
+    assert stats.box_max_abs == pytest.approx(box_err, abs=1e-4)
+
+
+def test_tensor_tolerance_is_checked_just_past_its_threshold() -> None:
+    tol = TOLERANCES["fp32"]
+    ref = _decoded(1)
+    ref[..., 4:] = np.maximum(ref[..., 4:], 0.1)
+    inside, outside = ref.copy(), ref.copy()
+    inside[0, 0, 4] += tol.score_abs * 0.9
+    outside[0, 0, 4] += tol.score_abs * 1.1
+    assert compare_tensors(ref, inside).failures(tol) == []
+    assert any("score max abs" in f for f in compare_tensors(ref, outside).failures(tol))
+
+
+def test_nan_in_the_candidate_fails_every_tensor_criterion() -> None:
+    ref = _decoded(2)
+    cand = ref.copy()
+    cand[1, 7, 2] = np.nan
+    assert len(compare_tensors(ref, cand).failures(TOLERANCES["int8"])) == 2
+
+
+def test_identical_detections_match_fully() -> None:
+    d = _dets([[0, 0, 10, 10], [50, 50, 80, 90]], [0.9, 0.6], [0, 1])
+    frame = compare_frame(0, d, d)
+    assert (frame.matched, frame.borderline, frame.missed, frame.class_disagreements) == (2, 0, 0, 0)
+    assert frame.mean_iou == pytest.approx(1.0)
+
+
+def test_a_class_flip_is_a_disagreement_not_two_misses() -> None:
+    ref = _dets([[0, 0, 10, 10]], [0.9], [0])
+    cand = _dets([[0, 0, 10, 10]], [0.9], [1])
+    frame = compare_frame(0, ref, cand)
+    assert frame.matched == 1 and frame.class_disagreements == 1 and frame.missed == 0
+
+
+def test_unmatched_detection_near_the_threshold_is_borderline_and_far_above_it_is_a_miss() -> None:
+    ref = _dets([[0, 0, 10, 10], [100, 100, 120, 120]], [0.9, 0.26], [0, 0])
+    cand = _dets([[0, 0, 10, 10]], [0.9], [0])
+    near = compare_detections([ref], [cand], conf_threshold=0.25, score_tolerance=0.02)
+    assert near.borderline == 1 and near.match_rate == 1.0
+    far = compare_detections([ref], [cand], conf_threshold=0.25, score_tolerance=0.001)
+    assert far.borderline == 0 and far.match_rate == pytest.approx(0.5)
+    assert any("match rate" in f for f in far.failures(TOLERANCES["fp32"]))
+
+
+def test_boxes_overlapping_below_the_iou_threshold_do_not_match() -> None:
+    ref = _dets([[0, 0, 10, 10]], [0.9], [0])
+    cand = _dets([[6, 0, 16, 10]], [0.9], [0])  # IoU 4/16 = 0.25
+    assert compare_frame(0, ref, cand, iou_threshold=0.5).matched == 0
+    assert compare_frame(0, ref, cand, iou_threshold=0.2).matched == 1
+
+
+def test_worst_frames_come_first_in_the_failure_message() -> None:
+    good = _dets([[0, 0, 10, 10]], [0.9], [0])
+    parity = compare_detections([good, good, good], [good, Detections.empty(), good])
+    assert parity.worst_frames(1)[0].frame == 1
+    assert "frame 1: 1/0" in format_worst_frames(parity, 2)
+
+
+def test_frame_counts_must_agree() -> None:
+    with pytest.raises(ValueError, match="frame counts differ"):
+        compare_detections([Detections.empty()], [])
+
+
+def test_report_row_keeps_the_iou_of_every_matched_pair() -> None:
+    ref = [_dets([[0, 0, 10, 10], [50, 50, 70, 70]], [0.9, 0.8], [0, 1]), _dets([[0, 0, 10, 10]], [0.9], [0])]
+    cand = [_dets([[0, 0, 10, 10], [50, 50, 70, 72]], [0.9, 0.8], [0, 1]), _dets([[1, 0, 11, 10]], [0.9], [0])]
+    parity = compare_detections(ref, cand)
+    row = report_row("onnxruntime fp16", "onnxruntime", "fp16", [], compare_tensors(_decoded(0), _decoded(0)), parity)
+    assert row["ious"] == [1.0, round(400 / 440, 4), round(90 / 110, 4)]  # 20x20 in 20x22; 9x10 in 11x10
+    assert row["verdict"] == "pass" and row["mean IoU"] == pytest.approx(sum(row["ious"]) / 3, abs=1e-4)
+    assert (row["backend"], row["precision"]) == ("onnxruntime", "fp16")

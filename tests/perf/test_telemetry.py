@@ -1,0 +1,107 @@
+"""GPU telemetry: the summary and throttle rules on given samples, the sampler thread with an injected reader, and
+the no-NVML path (this machine has no GPU)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from perf.measure.telemetry import METRICS, NvmlSampler, Sample, detect_throttle, reason_names, summarize_samples
+
+
+def _samples(clocks: list[float], reasons: list[int] | None = None) -> list[Sample]:
+    reasons = reasons or [0] * len(clocks)
+    return [Sample(t_s=i * 0.05, gpu_util_pct=90.0, sm_clock_mhz=c, mem_used_mib=2048.0, temperature_c=60.0 + i,
+                   power_w=300.0, reasons=r) for i, (c, r) in enumerate(zip(clocks, reasons))]  # fmt: skip
+
+
+_values = st.lists(st.floats(0, 5000, allow_nan=False), min_size=1, max_size=30)
+
+
+@given(_values)
+def test_summary_min_mean_max_bracket_each_other(values: list[float]) -> None:
+    samples = [Sample(t_s=i, sm_clock_mhz=v, power_w=None) for i, v in enumerate(values)]
+    out = summarize_samples(samples)
+    assert out["samples"] == len(values)
+    assert out["sm_clock_mhz_min"] == min(values) and out["sm_clock_mhz_max"] == max(values)
+    slack = 1e-9 * max(values)  # float summation
+    assert min(values) - slack <= out["sm_clock_mhz_mean"] <= max(values) + slack
+    assert "power_w_mean" not in out  # a metric never reported is left out, not zero
+
+
+def test_summary_keys_cover_every_metric() -> None:
+    out = summarize_samples(_samples([1980, 1980, 1965]))
+    assert out["temperature_c_mean"] == pytest.approx(61.0)
+    assert {f"{m}_{s}" for m in METRICS for s in ("min", "mean", "max")} <= set(out)
+    assert summarize_samples([]) == {"samples": 0}
+
+
+def test_steady_clocks_are_not_throttling() -> None:
+    assert detect_throttle(_samples([1980, 1965, 1980, 1950])) == (False, [])
+
+
+def test_clock_drop_beyond_ten_percent_is_throttling() -> None:
+    throttled, reasons = detect_throttle(_samples([1980, 1980, 1700, 1750]))
+    assert throttled and reasons == ["sm_clock_dropped 1980->1700 MHz (14 %)"]
+
+
+def test_idle_samples_do_not_count_as_a_clock_drop() -> None:
+    assert detect_throttle(_samples([1980, 345, 1980], [0, 0x1, 0])) == (False, [])
+
+
+def test_nvml_throttle_reasons_are_reported_except_benign_ones() -> None:
+    throttled, reasons = detect_throttle(_samples([1980, 1980, 1980], [0x2, 0x4, 0x20 | 0x1]))
+    assert throttled and reasons == ["sw_power_cap", "sw_thermal_slowdown"]
+    assert reason_names(0x40 | 0x1000) == ["hw_thermal_slowdown", "0x1000"]
+
+
+def test_sampler_thread_samples_until_exit_with_an_injected_reader() -> None:
+    calls = []
+    lock = threading.Lock()
+
+    def read() -> Sample:
+        with lock:
+            calls.append(threading.current_thread().name)
+        return Sample(t_s=time.monotonic(), gpu_util_pct=50.0, sm_clock_mhz=1500.0)
+
+    sampler = NvmlSampler(interval_s=0.01, read=read)
+    with sampler:
+        time.sleep(0.15)
+    count = len(sampler.samples)
+    assert count >= 5  # entry + thread samples + exit
+    assert "nvml-sampler" in calls and calls[0] == threading.current_thread().name and calls[-1] == calls[0]
+    time.sleep(0.05)
+    assert len(sampler.samples) == count  # the thread stopped
+    assert not any(t.name == "nvml-sampler" for t in threading.enumerate())
+    summary = sampler.summary()
+    assert summary["available"] and summary["samples"] == count and summary["throttled"] is False
+    assert summary["gpu_util_pct_mean"] == 50.0 and not sampler.throttled and sampler.reasons == []
+
+
+def test_a_failing_reader_does_not_break_the_block() -> None:
+    def read() -> Sample:
+        raise RuntimeError("NVML went away")
+
+    with NvmlSampler(interval_s=0.01, read=read) as sampler:
+        time.sleep(0.03)
+    assert sampler.samples == [] and sampler.summary()["read_errors"] >= 2
+
+
+def test_without_nvml_the_sampler_is_a_no_op_that_says_why() -> None:
+    ok, reason = NvmlSampler.available()
+    if ok:
+        pytest.skip("NVML and a GPU are present here")
+    assert reason
+    with NvmlSampler() as sampler:
+        pass
+    assert sampler.samples == []
+    assert sampler.summary() == {"available": False, "reason": reason}
+
+
+def test_interval_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="interval_s must be > 0"):
+        NvmlSampler(interval_s=0)
