@@ -1,6 +1,7 @@
 """argparse ``type=`` parsers shared by the command lines; a bad value reads
 ``Could not parse value: 'x' (expected ...).`` and argparse turns it into a usage error (exit 2). Also the
-options shared by ``detect`` and ``eval`` that override the cfg's preprocessing and NMS."""
+options ``detect`` and ``eval`` share: how they run the model (device, precision, batch, thresholds) and the
+overrides of the cfg's preprocessing and NMS."""
 
 from __future__ import annotations
 
@@ -45,6 +46,17 @@ def add_processing_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nms", choices=NMS_CHOICES, default="cfg",
                    help="NMS: the cfg's last [yolo] nms_kind; default (per-class IoU, Darknet's default), greedynms "
                    "(DIoU) or diounms (DIoU with the cfg's beta_nms) (default: cfg)")
+
+
+def add_inference_args(p: argparse.ArgumentParser, *, precisions: str, batch: int, conf: float) -> None:
+    """``--device``, ``--precision`` (``precisions``: what the command's help lists), ``--batch`` (frames per
+    inference), ``--conf`` and ``--iou`` (NMS), then :func:`add_processing_args`: how a command runs the model."""
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--precision", default="fp32", help=f"{precisions}, as the backend supports (default: fp32)")
+    p.add_argument("--batch", type=positive_int, default=batch, help=f"frames per inference (default: {batch})")
+    p.add_argument("--conf", type=fraction, default=conf, help=f"confidence threshold (default: {conf:g})")
+    p.add_argument("--iou", type=fraction, default=0.45, help="NMS IoU threshold (default: 0.45)")
+    add_processing_args(p)
 
 
 def processing_overrides(args: argparse.Namespace) -> dict[str, bool | str | None]:

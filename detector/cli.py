@@ -18,16 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from detector.argtypes import add_processing_args as _add_processing_args
-from detector.argtypes import fraction as _fraction
+from detector.argtypes import add_inference_args as _add_inference_args
 from detector.argtypes import positive_int as _positive_int
 from detector.argtypes import processing_overrides as _processing_overrides
 from detector.errors import DetectorError, VideoError, one_line
 
 log = logging.getLogger("detector")
-
-#: Display names for the lab's table.
-MODEL_TYPES = {"torch": "PyTorch", "onnxruntime": "ONNX Runtime", "tensorrt": "TensorRT"}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -71,7 +67,7 @@ def _model_spec(args: argparse.Namespace) -> Any:
 
 
 def _default_video(args: argparse.Namespace, spec: Any) -> Path:
-    from detector.video import synthetic_video
+    from detector.synthetic import synthetic_video
 
     frames = args.frames if args.frames else 300
     log.info("no --video given: using the synthetic video (seed %d, %d frames)", args.video_seed, frames)
@@ -89,7 +85,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    from detector.backends import create_runner
+    from detector.backends import create_runner, display_name
     from detector.fileio import atomic_write_text
     from detector.pipeline import default_output_path, run_pipeline
 
@@ -134,7 +130,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
                 **_processing_overrides(args),
             )
         h, w = spec.input_size
-        model_type = f"{MODEL_TYPES.get(backend, backend)} {args.precision} ({device}, batch {args.batch})"
+        model_type = f"{display_name(backend)} {args.precision} ({device}, batch {args.batch})"
         rows.append(
             {"model_type": model_type, "input_size": f"{w}x{h}", "infer_fps": result.infer_fps, "e2e_fps": result.e2e_fps}
         )
@@ -158,7 +154,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
 
 
 def cmd_make_video(args: argparse.Namespace) -> int:
-    from detector.video import make_synthetic_video
+    from detector.synthetic import make_synthetic_video
 
     made = make_synthetic_video(
         Path(args.out), seed=args.seed, width=args.width, height=args.height, fps=args.fps, frames=args.frames
@@ -195,13 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (default: warnings only)")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    from detector.backends import backend_names
+
     p = sub.add_parser("detect", help="run the video pipeline and print the lab's FPS table")
     _add_model_args(p)
     p.add_argument(
         "--backend",
         type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
         default=["torch"],
-        help="backend name(s), comma-separated: torch, onnxruntime, tensorrt (default: torch)",
+        help=f"backend name(s), comma-separated: {', '.join(backend_names())} (default: torch)",
     )
     p.add_argument("--onnx", help="ONNX file for the onnxruntime backend instead of the model's own export; its input "
                    "size and classes must match the cfg (default: export the model)")
@@ -210,12 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=_positive_int, help="frames to process (default: all; 300 for the synthetic video)")
     p.add_argument("--out", default="detector-out", help="folder for the detected videos and JSON (default: detector-out)")
     p.add_argument("--json", help="path of the results JSON (default: <out>/detect-results.json)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--precision", default="fp32", help="fp32, fp16 or int8, as the backend supports (default: fp32)")
-    p.add_argument("--batch", type=_positive_int, default=1, help="frames per inference (default: 1)")
-    p.add_argument("--conf", type=_fraction, default=0.25, help="confidence threshold (default: 0.25)")
-    p.add_argument("--iou", type=_fraction, default=0.45, help="NMS IoU threshold (default: 0.45)")
-    _add_processing_args(p)
+    _add_inference_args(p, precisions="fp32, fp16 or int8", batch=1, conf=0.25)
     p.set_defaults(func=cmd_detect)
 
     p = sub.add_parser("export-onnx", help="export the model to ONNX (decode included)")

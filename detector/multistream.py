@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from detector.errors import VideoError
+from detector.handoff import BoundedQueue, BufferPool, Control, start_worker
 from detector.pipeline import cfg_processing
 from detector.pipelined import frame_device
-from detector.stages import BoundedQueue, BufferPool, Control, start_worker
 from detector.timing import percentile
 
 if TYPE_CHECKING:

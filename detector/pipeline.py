@@ -8,13 +8,14 @@ frames over the infer stage alone. Drawing boxes is counted in the ``write`` sta
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from detector.errors import VideoError
 from detector.timing import STAGES, StageTimer
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 #: BGR colours per class index for drawn boxes.
 _COLOURS = ((0, 200, 255), (255, 120, 0), (80, 220, 80), (200, 80, 220))
+
+_Result = TypeVar("_Result", bound="PipelineResult")
 
 
 @dataclass
@@ -61,6 +64,37 @@ class PipelineResult:
     iteration_ms: list[float] = field(repr=False, default_factory=list)
     preprocess: str = "letterbox"
     nms: str = "default"
+
+    @classmethod
+    def of_pass(cls: type[_Result], runner: Runner, video: str | os.PathLike[str],
+                output: str | os.PathLike[str] | None, *, batch: int, frames: int, frame_size: tuple[int, int],
+                wall_s: float, timer: StageTimer, detections: list[Detections], iteration_ms: list[float],
+                preprocess: str, nms: NmsConfig, **fields: Any) -> _Result:
+        """The result of one pass of ``runner`` over ``video``: ``frame_size`` is the video's ``(width, height)``
+        in pixels, ``timer`` holds the pass's stage times (ms, keys of :data:`~detector.timing.STAGES`),
+        ``fields`` are the fields a subclass adds."""
+        width, height = frame_size
+        net_h, net_w = runner.spec.input_size
+        return cls(
+            video=Path(video),
+            output=Path(output) if output is not None else None,
+            backend=runner.name,
+            precision=runner.precision,
+            device=runner.device,
+            batch=batch,
+            frames=frames,
+            width=width,
+            height=height,
+            net_size=(net_h, net_w),
+            wall_s=wall_s,
+            stage_ms={name: timer.total_ms(name) for name in STAGES},
+            stage_samples_ms=dict(timer.samples_ms),
+            detections=detections,
+            iteration_ms=iteration_ms,
+            preprocess=preprocess,
+            nms=str(nms),
+            **fields,
+        )
 
     @property
     def e2e_fps(self) -> float:
@@ -120,6 +154,53 @@ def cfg_processing(spec: ModelSpec, letterbox: bool | None = None,
     return mode, (spec.nms if nms is None else nms)
 
 
+@dataclass(frozen=True)
+class LoopSettings:
+    """What a pass over a video does with its frames; the same for the sequential loop (:func:`run_pipeline`) and
+    the pipelined one (:func:`detector.pipelined.run_pipelined`), which take these fields as keywords.
+
+    Attributes:
+        batch: frames per inference (>= 1; the pipelined loop pads the last batch).
+        names: class names for the labels drawn on the output video.
+        conf_threshold: smallest score kept (objectness x class probability).
+        iou_threshold: IoU above which NMS drops the lower-scored of two boxes.
+        max_frames: stop after this many frames (None: the whole video).
+        letterbox: True: letterbox, False: plain resize; None: what the runner's cfg says (:func:`cfg_processing`).
+        nms: an :class:`~detector.darknet.NmsConfig` or an NMS kind; None: the cfg's.
+        warmup: untimed inferences on a blank batch before timing starts, so that lazy initialisation (cuDNN
+            autotune, graph capture) stays out of the stage times.
+        keep_detections: keep one :class:`~detector.postprocess.Detections` per frame in the result.
+
+    Raises:
+        ValueError: ``batch < 1``.
+    """
+
+    batch: int = 1
+    names: Sequence[str] = ()
+    conf_threshold: float = 0.25
+    iou_threshold: float = 0.45
+    max_frames: int | None = None
+    letterbox: bool | None = None
+    nms: NmsConfig | str | None = None
+    warmup: int = 2
+    keep_detections: bool = True
+
+    def __post_init__(self) -> None:
+        if self.batch < 1:
+            raise ValueError(f"batch must be >= 1, got {self.batch}")
+
+    @classmethod
+    def of(cls, settings: LoopSettings | None, keywords: Mapping[str, Any]) -> LoopSettings:
+        """``settings`` (None: the defaults) with the fields named in ``keywords`` replaced; a ``TypeError``
+        names a keyword that is no field."""
+        base = settings if settings is not None else cls()
+        return dataclasses.replace(base, **keywords) if keywords else base
+
+    def processing(self, spec: ModelSpec) -> tuple[str, NmsConfig]:
+        """The preprocess mode and NMS this pass uses for a model of ``spec`` (:func:`cfg_processing`)."""
+        return cfg_processing(spec, self.letterbox, self.nms)
+
+
 def draw_detections(frame: np.ndarray, detections: Detections, names: Sequence[str]) -> np.ndarray:
     """Draw boxes with ``name score`` labels on a BGR uint8 frame in place; returns the frame."""
     import cv2
@@ -138,25 +219,17 @@ def run_pipeline(
     video: str | os.PathLike[str],
     output: str | os.PathLike[str] | None,
     *,
-    batch: int = 1,
-    names: Sequence[str] = (),
-    conf_threshold: float = 0.25,
-    iou_threshold: float = 0.45,
-    max_frames: int | None = None,
-    letterbox: bool | None = None,
-    nms: NmsConfig | str | None = None,
-    warmup: int = 2,
-    keep_detections: bool = True,
+    settings: LoopSettings | None = None,
     preprocess_fn: Callable[..., tuple[Any, Any]] | None = None,
     on_iteration: Callable[[int], None] | None = None,
+    **keywords: Any,
 ) -> PipelineResult:
     """Run the sequential pipeline over ``video`` with an activated ``runner``.
 
     Writes the annotated video to ``output`` atomically (nothing is left behind if anything fails), or
-    writes nothing when ``output`` is None. ``warmup`` inferences on a blank batch run before timing so
-    that lazy initialisation (cuDNN autotune, graph capture) stays out of the stage times.
-    ``letterbox`` (True: letterbox, False: plain resize) and ``nms`` (:class:`~detector.darknet.NmsConfig` or a
-    kind) default to what the runner's cfg says (:func:`cfg_processing`).
+    writes nothing when ``output`` is None. ``settings`` and ``keywords`` (``batch``, ``names``,
+    ``conf_threshold``, ``iou_threshold``, ``max_frames``, ``letterbox``, ``nms``, ``warmup``,
+    ``keep_detections``; each replaces that field of ``settings``) are the pass's :class:`LoopSettings`.
     ``preprocess_fn(frames, (h, w), mode=...) -> (float32 [B, 3, h, w], transforms)`` replaces
     :func:`detector.preprocess.preprocess` (same contract), e.g. for a custom preprocessing.
     ``on_iteration(frames_done)`` is called after each loop iteration, outside the iteration's and the stages'
@@ -168,11 +241,11 @@ def run_pipeline(
     from detector.preprocess import preprocess
     from detector.video import VideoWriter, open_video
 
+    loop = LoopSettings.of(settings, keywords)
+    batch, max_frames = loop.batch, loop.max_frames
     preprocess = preprocess_fn or preprocess
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
     net_h, net_w = runner.spec.input_size
-    mode, nms = cfg_processing(runner.spec, letterbox, nms)
+    mode, nms = loop.processing(runner.spec)
     timer = StageTimer()
     detections: list[Detections] = []
     iteration_ms: list[float] = []
@@ -185,7 +258,7 @@ def run_pipeline(
         if output is not None:
             writer = stack.enter_context(VideoWriter(output, fps=fps, size=(width, height)))
         blank = np.zeros((batch, 3, net_h, net_w), dtype=np.float32)
-        for _ in range(warmup):
+        for _ in range(loop.warmup):
             runner.infer(blank)
         frames_iter = iter(reader)
         start = time.perf_counter()
@@ -202,13 +275,13 @@ def run_pipeline(
             with timer.stage("infer"):
                 decoded = runner.infer(tensor)
             with timer.stage("postprocess"):
-                dets = postprocess(decoded, transforms, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
-                                   nms=nms)
+                dets = postprocess(decoded, transforms, conf_threshold=loop.conf_threshold,
+                                   iou_threshold=loop.iou_threshold, nms=nms)
             with timer.stage("write"):
                 if writer is not None:
                     for frame, det in zip(frames, dets):
-                        writer.write(draw_detections(frame, det, names))
-            if keep_detections:
+                        writer.write(draw_detections(frame, det, loop.names))
+            if loop.keep_detections:
                 detections.extend(dets)
             frames_done += len(frames)
             iteration_ms.append((time.perf_counter() - began) * 1e3)
@@ -218,24 +291,7 @@ def run_pipeline(
         if frames_done == 0:
             raise VideoError(f"{video}: no frames could be read")
 
-    stage_ms = {name: timer.total_ms(name) for name in STAGES}
     log.info("pipeline %s/%s: %d frames, e2e %.1f FPS", runner.name, runner.precision, frames_done, frames_done / wall_s)
-    return PipelineResult(
-        video=Path(video),
-        output=Path(output) if output is not None else None,
-        backend=runner.name,
-        precision=runner.precision,
-        device=runner.device,
-        batch=batch,
-        frames=frames_done,
-        width=width,
-        height=height,
-        net_size=(net_h, net_w),
-        wall_s=wall_s,
-        stage_ms=stage_ms,
-        stage_samples_ms=dict(timer.samples_ms),
-        detections=detections,
-        iteration_ms=iteration_ms,
-        preprocess=mode,
-        nms=str(nms),
-    )
+    return PipelineResult.of_pass(runner, video, output, batch=batch, frames=frames_done, frame_size=(width, height),
+                                  wall_s=wall_s, timer=timer, detections=detections, iteration_ms=iteration_ms,
+                                  preprocess=mode, nms=nms)

@@ -18,7 +18,7 @@ copies of its last frame, so a CUDA-graph runner only ever sees one batch size).
 and every frame occupies one pool buffer from decode until it is written, so at most ``pool_size`` frames
 are in flight: a slow encoder throttles the decoder instead of filling memory.
 
-An exception on any thread stops the other two (within :data:`detector.stages.POLL_S`) and is re-raised in
+An exception on any thread stops the other two (within :data:`detector.handoff.POLL_S`) and is re-raised in
 the caller; the output video is written atomically (see :class:`detector.video.VideoWriter`), so a failed run
 leaves no partial file. On the CPU (``runner.device == "cpu"``) the same code runs with ordinary buffers.
 
@@ -38,20 +38,18 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detector.errors import VideoError
-from detector.pipeline import PipelineResult, cfg_processing, draw_detections
-from detector.stages import BoundedQueue, BufferPool, Control, start_worker
-from detector.timing import STAGES, StageTimer
+from detector.handoff import BoundedQueue, BufferPool, Control, start_worker
+from detector.pipeline import LoopSettings, PipelineResult, draw_detections
+from detector.timing import StageTimer
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
     from detector.backends.base import Runner
-    from detector.darknet import NmsConfig
     from detector.postprocess import Detections
 
 log = logging.getLogger(__name__)
@@ -100,26 +98,21 @@ def run_pipelined(
     video: str | os.PathLike[str],
     output: str | os.PathLike[str] | None,
     *,
-    batch: int = 1,
-    names: Sequence[str] = (),
-    conf_threshold: float = 0.25,
-    iou_threshold: float = 0.45,
-    max_frames: int | None = None,
-    letterbox: bool | None = None,
-    nms: NmsConfig | str | None = None,
-    warmup: int = 2,
-    keep_detections: bool = True,
+    settings: LoopSettings | None = None,
     queue_depth: int = 8,
     gpu_preprocess: bool | None = None,
     frames: Iterable[np.ndarray] | None = None,
     fps: float = 30.0,
     on_frame: Callable[[int, np.ndarray, Detections], None] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    **keywords: Any,
 ) -> PipelinedResult:
     """Run the pipelined loop over ``video`` with an activated ``runner``; see the module docstring.
 
-    Arguments shared with :func:`~detector.pipeline.run_pipeline` mean the same; the detections are the
-    same as its detections up to the preprocessing: with ``gpu_preprocess=False`` the frames are prepared
+    ``settings`` and ``keywords`` (``batch``, ``names``, ``conf_threshold``, ``iou_threshold``, ``max_frames``,
+    ``letterbox``, ``nms``, ``warmup``, ``keep_detections``) are the pass's
+    :class:`~detector.pipeline.LoopSettings`, as for :func:`~detector.pipeline.run_pipeline`; the detections are
+    the same as its detections up to the preprocessing: with ``gpu_preprocess=False`` the frames are prepared
     by the same OpenCV code (identical input tensors), with ``True`` by
     :func:`~detector.preprocess.preprocess_torch` (each input value within one level of OpenCV's).
 
@@ -149,8 +142,7 @@ def run_pipelined(
 
     from detector.video import VideoWriter, open_video
 
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
+    settings = LoopSettings.of(settings, keywords)
     if queue_depth < 1:
         raise ValueError(f"queue_depth must be >= 1, got {queue_depth}")
     device = frame_device(runner)
@@ -168,50 +160,44 @@ def run_pipelined(
             raise VideoError(f"{video}: no frames could be read")
         height, width = first.shape[:2]
         source = itertools.chain([first], source)
-        if max_frames is not None:
-            source = itertools.islice(source, max_frames)
+        if settings.max_frames is not None:
+            source = itertools.islice(source, settings.max_frames)
         writer = None
         if output is not None:
             writer = stack.enter_context(VideoWriter(output, fps=fps, size=(width, height)))
         if device.type == "cuda":
             stack.enter_context(torch.cuda.device(device))
             stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device)))
-        mode, nms = cfg_processing(runner.spec, letterbox, nms)
-        loop = _Loop(runner, device, batch, queue_depth, (height, width), mode, nms, gpu_preprocess, conf_threshold,
-                     iou_threshold)
-        loop.warm_up(warmup)
+        loop = _Loop(runner, device, settings, queue_depth, (height, width), gpu_preprocess)
+        loop.warm_up(settings.warmup)
         start = time.perf_counter()
-        written = loop.run(source, writer, names if writer is not None else None, on_frame, keep_detections, on_batch)
+        written = loop.run(source, writer, settings.names if writer is not None else None, on_frame, on_batch)
         wall_s = time.perf_counter() - start
-    net_h, net_w = runner.spec.input_size
-    log.info("pipelined %s/%s b%d: %d frames, e2e %.1f FPS", runner.name, runner.precision, batch, written,
+    log.info("pipelined %s/%s b%d: %d frames, e2e %.1f FPS", runner.name, runner.precision, settings.batch, written,
              written / wall_s if wall_s > 0 else 0.0)
-    return PipelinedResult(
-        video=Path(video), output=Path(output) if output is not None else None, backend=runner.name,
-        precision=runner.precision, device=runner.device, batch=batch, frames=written, width=width,
-        height=height, net_size=(net_h, net_w), wall_s=wall_s,
-        stage_ms={name: loop.timer.total_ms(name) for name in STAGES},
-        stage_samples_ms=dict(loop.timer.samples_ms), detections=loop.detections,
+    return PipelinedResult.of_pass(
+        runner, video, output, batch=settings.batch, frames=written, frame_size=(width, height), wall_s=wall_s,
+        timer=loop.timer, detections=loop.detections,
         iteration_ms=[(b - a) * 1e3 for a, b in zip([start, *loop.written_at], loop.written_at)],
-        pool_size=loop.pool.size,
+        preprocess=loop.mode, nms=loop.nms, pool_size=loop.pool.size,
         peak_in_flight=loop.pool.peak_in_use,
         queue_sizes={"decoded": loop.decoded.maxsize, "detected": loop.detected.maxsize},
         queue_peaks={"decoded": loop.decoded.peak, "detected": loop.detected.peak},
-        gpu_preprocess=gpu_preprocess, preprocess=loop.mode, nms=str(loop.nms),
+        gpu_preprocess=gpu_preprocess,
     )  # fmt: skip
 
 
 class _Loop:
     """State of one pipelined run: the control, queues, pool, device frame batch and timers."""
 
-    def __init__(self, runner: Runner, device: torch.device, batch: int, queue_depth: int,
-                 frame_hw: tuple[int, int], mode: str, nms: NmsConfig, gpu_preprocess: bool, conf: float,
-                 iou: float) -> None:
+    def __init__(self, runner: Runner, device: torch.device, settings: LoopSettings, queue_depth: int,
+                 frame_hw: tuple[int, int], gpu_preprocess: bool) -> None:
         import torch
 
-        self.runner, self.device, self.batch = runner, device, batch
-        self.mode, self.nms = mode, nms
-        self.gpu_preprocess, self.conf, self.iou = gpu_preprocess, conf, iou
+        batch = settings.batch
+        self.runner, self.device, self.batch, self.keep = runner, device, batch, settings.keep_detections
+        self.mode, self.nms = settings.processing(runner.spec)
+        self.gpu_preprocess, self.conf, self.iou = gpu_preprocess, settings.conf_threshold, settings.iou_threshold
         self.control = Control()
         self.pool = BufferPool(pool_size_for(batch, queue_depth), (*frame_hw, 3), self.control,
                                pinned=device.type == "cuda")
@@ -235,14 +221,14 @@ class _Loop:
         self.timer = StageTimer()
 
     def run(self, source: Iterator[np.ndarray], writer: Any, names: Sequence[str] | None,
-            on_frame: Callable[..., None] | None, keep: bool, on_batch: Callable[[int], None] | None = None) -> int:
+            on_frame: Callable[..., None] | None, on_batch: Callable[[int], None] | None = None) -> int:
         """``names`` None: nothing is drawn (no output video)."""
         threads = [
             start_worker("pipelined-read", lambda: self._read(source), self.control),
             start_worker("pipelined-write", lambda: self._write(writer, on_frame), self.control),
         ]
         try:
-            self._process(keep, names, on_batch)
+            self._process(names, on_batch)
         except BaseException as e:  # noqa: BLE001 -- re-raised below, after the threads have stopped
             self.control.fail(e)
         for thread in threads:
@@ -277,7 +263,7 @@ class _Loop:
         self.decoded.put(_END)
 
     # -- calling thread -----------------------------------------------------------------------------
-    def _process(self, keep: bool, names: Sequence[str] | None, on_batch: Callable[[int], None] | None = None) -> None:
+    def _process(self, names: Sequence[str] | None, on_batch: Callable[[int], None] | None = None) -> None:
         """Batch, infer, postprocess; then draw each frame's boxes into its pool buffer here, so the writer
         thread -- the slowest stage with an mp4v encoder -- only encodes (the draw time goes with the frame
         and is counted in its write stage)."""
@@ -297,7 +283,7 @@ class _Loop:
                     n = len(pending)
                     dets = postprocess(decoded[:n], transforms[:n], conf_threshold=self.conf,
                                        iou_threshold=self.iou, nms=self.nms)
-                if keep:
+                if self.keep:
                     self.detections.extend(dets)
                 # postprocess waited for the stream, so the uploads out of the buffers are complete: draw in place
                 items = []

@@ -1,4 +1,4 @@
-"""Video files in and out: a frame reader, an atomic writer, and (re-exported) the synthetic test video.
+"""Video files in and out: a frame reader and an atomic writer.
 
 Frames are ``numpy.ndarray`` of shape ``(height, width, 3)``, dtype ``uint8``, BGR channel order (OpenCV's
 convention). OpenCV is imported when a function first needs it, so importing this module is cheap.
@@ -6,8 +6,6 @@ convention). OpenCV is imported when a function first needs it, so importing thi
 * :func:`open_video` / :class:`VideoReader` read a video file frame by frame; :func:`read_frames` reads a list.
 * :class:`VideoWriter` writes frames under a temporary name beside the target and renames it over the target
   only when its ``with`` block ends without an error, so a failed run never leaves a half-written video.
-* :func:`make_synthetic_video`, :func:`synthetic_video`, :func:`render_frames`, :class:`SyntheticVideo` and
-  ``GENERATOR_VERSION`` live in :mod:`detector.synthetic` and are re-exported here (imported on first use).
 
 Every failure is a :class:`~detector.errors.VideoError` whose one-line message names the file.
 """
@@ -21,43 +19,16 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from detector.errors import VideoError
 from detector.fileio import atomic_path, file_kind
 
-if TYPE_CHECKING:  # re-exported lazily through __getattr__ below
-    from detector.synthetic import (  # noqa: F401
-        GENERATOR_VERSION,
-        SyntheticParams,
-        SyntheticVideo,
-        make_synthetic_video,
-        render_frames,
-        synthetic_video,
-    )
-
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "GENERATOR_VERSION",
-    "SyntheticParams",
-    "SyntheticVideo",
-    "VideoReader",
-    "VideoWriter",
-    "as_bgr",
-    "make_synthetic_video",
-    "open_video",
-    "read_frames",
-    "render_frames",
-    "synthetic_video",
-]
-
-_SYNTHETIC_NAMES = frozenset(
-    {"GENERATOR_VERSION", "SyntheticParams", "SyntheticVideo", "make_synthetic_video", "render_frames",
-     "synthetic_video"}
-)
+__all__ = ["VideoReader", "VideoWriter", "as_bgr", "open_video", "read_frames"]
 
 # (byte offset, magic bytes, container name): only used to word the error for a file OpenCV cannot open.
 _SIGNATURES = (
@@ -75,15 +46,6 @@ _SIGNATURES = (
     (0, b"GIF8", "GIF"),
 )
 _SNIFF_BYTES = 4096
-
-
-def __getattr__(name: str) -> Any:
-    """Import the synthetic-video names from :mod:`detector.synthetic` on first access (PEP 562)."""
-    if name in _SYNTHETIC_NAMES:
-        from detector import synthetic
-
-        return getattr(synthetic, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _cv2() -> Any:

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from perf.gate.compare import UNSTABLE, GateSettings, compare_benchmark
-from perf.runs import SavedRun
 from perf.gate.noise import NoiseProfile, RunSummaries, compute_profile, summarize_run
 from perf.gate.stats import FASTER, SLOWER
+from perf.runs import SavedRun
 
 IDENTICAL = "identical"
 #: What the issue asks of the gate across processes (fractions of comparisons).
@@ -176,16 +176,21 @@ def compare_fail_rows(identical: Mapping[str, SavedRun], check: str) -> dict[str
 def load_runs_dirs(folders: Sequence[str]) -> tuple[dict[str, SavedRun], dict[str, dict[str, SavedRun]]]:
     """The saved runs of one or more ``--perf-runs-dir`` folders: identical ones by label, regressed ones by
     regression and label (told apart by ``extra_info["injected"]``, which every benchmark of such a run has).
-    Labels are prefixed with their folder's name when several folders are given."""
+    Labels are prefixed with their folder's name when several folders are given. `perf.runs.HistoryError` when
+    a folder has no ``storage`` folder or a run cannot be read."""
     from pathlib import Path
 
-    from perf.runs import load_run
+    from perf.runs import HistoryError, load_run, run_files
 
     identical: dict[str, SavedRun] = {}
     regressed: dict[str, dict[str, SavedRun]] = {}
     for folder in folders:
         prefix = f"{Path(folder).name}/" if len(folders) > 1 else ""
-        for path in sorted(Path(folder).glob("storage/*/[0-9][0-9][0-9][0-9]_*.json")):
+        storage = Path(folder) / "storage"
+        if not storage.is_dir():
+            raise HistoryError(f"'{folder}' has no storage folder: give a --perf-runs-dir folder of --perf-noise or "
+                               "--perf-selftest-processes")
+        for path in run_files(storage):
             run = load_run(path)
             label = prefix + path.stem.split("_", 1)[1]
             marks = {str((b.extra_info.get("injected") or {}).get("regression") or "") for b in run.benchmarks.values()}
@@ -204,8 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     import json
 
     from perf.gate.noise import compute_profile, family_rows
-    from perf.gate.regressions import parse_regression
+    from perf.options import parse_regression
+    from perf.report import schema
     from perf.report.suite import PerfReport
+    from perf.runs import HistoryError
 
     parser = argparse.ArgumentParser(prog="python -m perf.crossprocess", description=main.__doc__, allow_abbrev=False)
     parser.add_argument("folders", nargs="+", metavar="DIR")
@@ -213,7 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--compare-fail", default="median:5%")
     parser.add_argument("--json", metavar="FILE", help="also write every verdict here")
     args = parser.parse_args(argv)
-    identical, regressed = load_runs_dirs(args.folders)
+    try:
+        identical, regressed = load_runs_dirs(args.folders)
+    except HistoryError as e:
+        parser.error(str(e))
     if len(identical) < 3:
         parser.error(f"{', '.join(args.folders)}: {len(identical)} identical run(s); need >= 3 for leave-pair-out profiles")
     fingerprint = next(iter(identical.values())).fingerprint or {}
@@ -222,11 +232,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdicts = judge_pairs(identical, regressed, settings, fingerprint, groups)
     report = PerfReport()
     for row in family_rows(compute_profile(list(identical.values()), fingerprint)):
-        report.add("Noise between processes, per family", row)
-    for title, rows in (("Identical code", identical_rows(verdicts)), ("Injected regressions", regression_rows(verdicts))):
+        report.add(schema.RERUN_FAMILY, row)
+    for table, rows in ((schema.RERUN_IDENTICAL, identical_rows(verdicts)),
+                        (schema.RERUN_REGRESSED, regression_rows(verdicts))):
         for row in rows:
-            report.add(title, row)
-    report.add("pytest-benchmark compare-fail on identical code", compare_fail_rows(identical, args.compare_fail))
+            report.add(table, row)
+    report.add(schema.RERUN_COMPARE_FAIL, compare_fail_rows(identical, args.compare_fail))
     print(f"{len(identical)} identical runs, {sum(len(r) for r in regressed.values())} regressed runs")
     print(report.to_markdown())
     if args.json:

@@ -1,26 +1,27 @@
-"""Parsers and state for the perf suite's command-line options (the hooks that use them live in perf/plugin.py).
+"""Every option of the perf suite -- ``--perf-*`` and the ``perf_*`` ini settings -- with its parser, default and
+help, registered from one table (`all_options`, `add_options`); the hooks that read them live in perf/plugin.py
+and the role plugins, the state built from them in perf/session.py.
 
 Parsers are argparse ``type=`` callables: they return the parsed value or raise
-``argparse.ArgumentTypeError("Could not parse value: 'x'. <what is allowed>")``, which pytest reports as a usage
-error naming the option.
+``argparse.ArgumentTypeError("Could not parse value: 'x'. <what is allowed>")``; registered through `deferred`,
+pytest_configure reports a bad value as one usage line naming the option (`bad_values`).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from perf.subject import Subject
+    import pytest
 
-#: Backends assumed while detector/backends (the registry) cannot be imported.
-FALLBACK_BACKENDS = ("torch", "onnxruntime", "tensorrt")
+    from perf.gate.regressions import Regression
+    from perf.measure.controls import Controls
+
 PRECISIONS = ("fp32", "fp16", "int8")
 PROFILERS = ("none", "torch")
 DEFAULT_BATCH_SIZES = (1, 8, 32)
@@ -30,6 +31,8 @@ DEFAULT_PRECISIONS = ("fp32", "fp16")
 DEFAULT_FRAMES = {"cuda": 300, "cpu": 60}
 #: Stream counts of the multi-stream test when --perf-streams is not given (the CPU run is a smoke test).
 DEFAULT_STREAMS = {"cuda": (1, 2, 4, 8, 16), "cpu": (1, 2)}
+#: Regressions --perf-selftest-processes injects when --perf-selftest-regressions is not given.
+DEFAULT_REGRESSIONS = "layer:5%,preprocess:5%"
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -81,11 +84,11 @@ def parse_batch_sizes(value: str) -> tuple[int, ...]:
 
 
 def backend_names() -> tuple[str, ...]:
-    """Registered backend names from detector.backends, or `FALLBACK_BACKENDS` until the registry exists."""
-    try:
-        from detector.backends import backend_names as registered  # noqa: PLC0415
-    except ImportError:
-        return FALLBACK_BACKENDS
+    """Backend names from the registry (:func:`detector.backends.backend_names`), in registration order: the
+    choices of ``--perf-backends`` and its default."""
+    # imported when the option is parsed, not with this module
+    from detector.backends import backend_names as registered
+
     return tuple(registered())
 
 
@@ -129,23 +132,105 @@ def parse_profiler(value: str) -> str:
     return name
 
 
-def resolve_device(requested: str, cuda_device_count: int) -> tuple[str, str | None]:
-    """Turn a --perf-device value into the device tests run on, and why it does not exist (or None).
+def parse_delay_ms(value: str) -> float:
+    """``"0.2"`` or ``"0.2ms"`` -> 0.2 (milliseconds, >= 0)."""
+    try:
+        delay = float(value.strip().lower().removesuffix("ms"))
+    except ValueError:
+        raise _fail(value, "Expected milliseconds, e.g. 0.2ms.") from None
+    if not 0 <= delay < math.inf:
+        raise _fail(value, "Expected a finite number of milliseconds >= 0, e.g. 0.2ms.")
+    return delay
 
-    "auto" is "cuda" when a CUDA device is visible, else "cpu". "cuda" / "cuda:N" stay as asked; without that
-    device the reason is "no CUDA device (found 0)" or "no CUDA device N (found K)", which
-    `PerfSession.usage_errors` reports: a device asked for by name must exist, only "auto" falls back to the CPU.
-    """
-    if requested == "auto":
-        return ("cuda" if cuda_device_count > 0 else "cpu"), None
-    if requested == "cpu":
-        return "cpu", None
-    _, colon, index = requested.partition(":")
-    if colon and int(index) >= cuda_device_count:
-        return requested, f"no CUDA device {index} (found {cuda_device_count})"
-    if cuda_device_count == 0:
-        return requested, "no CUDA device (found 0)"
-    return requested, None
+
+def parse_fraction(value: str) -> float:
+    """``"2%"`` or ``"0.02"`` -> 0.02; a fraction in [0, 1)."""
+    text = value.strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        number = math.nan
+    if not 0 <= number < 1:
+        raise _fail(value, "Expected a fraction >= 0 and < 1 (100%), e.g. 2% or 0.02.")
+    return number
+
+
+def parse_count(value: str) -> int:
+    """``"2"`` -> 2; an integer >= 0."""
+    if not value.strip().isdecimal():
+        raise _fail(value, "Expected an integer >= 0.")
+    return int(value)
+
+
+def parse_levels(value: str) -> tuple[float, ...]:
+    """``"2,5,10"`` -> (0.02, 0.05, 0.1): slowdowns in percent, each > 0, sorted, duplicates dropped."""
+    try:
+        levels = sorted({float(item.removesuffix("%")) / 100 for item in _split(value)})
+    except ValueError:
+        levels = []
+    if not levels or not all(0 < level < 10 for level in levels):
+        raise _fail(value, "Expected percentages > 0, e.g. 2,5,10.")
+    return tuple(levels)
+
+
+def parse_processes(value: str) -> int:
+    """``"10"`` -> 10; a number of processes >= 2."""
+    if not value.strip().isdecimal() or int(value) < 2:
+        raise _fail(value, "Expected a number of processes >= 2.")
+    return int(value)
+
+
+def parse_seconds(value: str) -> float:
+    """``"540"`` or ``"540s"`` -> 540.0; seconds > 0."""
+    try:
+        seconds = float(value.strip().lower().removesuffix("s"))
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise _fail(value, "Expected seconds > 0, e.g. 540.")
+    return seconds
+
+
+def parse_controls(value: str) -> Controls:
+    """``"all"``, ``"none"``, or a comma list of `perf.measure.controls.NAMES`, each optionally prefixed ``-`` to
+    leave it out of all (``"-pin"``) -> a `perf.measure.controls.Controls`."""
+    from perf.measure.controls import NAMES, Controls
+
+    items = [item.strip().lower() for item in value.split(",") if item.strip()]
+    if items in (["all"], []):
+        return Controls()
+    if items == ["none"]:
+        return Controls(frozenset())
+    unknown = [i for i in items if i.lstrip("-") not in NAMES]
+    if unknown:
+        raise _fail(value, f"Expected all, none, or names from {', '.join(NAMES)} (a leading - leaves one out).")
+    if all(i.startswith("-") for i in items):
+        return Controls(frozenset(NAMES) - {i[1:] for i in items})
+    return Controls(frozenset(i for i in items if not i.startswith("-")))
+
+
+def parse_regression(value: str) -> Regression:
+    """``"layer:5%"`` -> ``Regression("layer", 0.05)`` (`perf.gate.regressions.Regression`); KIND one of
+    `perf.gate.regressions.KINDS`, PERCENT in (0, 100]."""
+    # imported here, not with this module: it loads the model code
+    from perf.gate.regressions import KINDS, Regression
+
+    kind, _, amount = value.strip().lower().partition(":")
+    try:
+        fraction = float(amount.strip().removesuffix("%")) / 100
+    except ValueError:
+        fraction = math.nan
+    if kind not in KINDS or not 0 < fraction <= 1:
+        raise _fail(value, f"Expected KIND:PERCENT with KIND one of {', '.join(KINDS)}, e.g. layer:5%.")
+    return Regression(kind, fraction)
+
+
+def parse_regressions(value: str) -> tuple[Regression, ...]:
+    """``"layer:5%,preprocess:5%"`` -> one `perf.gate.regressions.Regression` per item (`parse_regression`)."""
+    items = [item for item in value.split(",") if item.strip()]
+    if not items:
+        raise _fail(value, f"Expected e.g. {DEFAULT_REGRESSIONS}.")
+    return tuple(parse_regression(item) for item in items)
 
 
 #: pytest-benchmark's options whose values its own parsers accept although they cannot work:
@@ -179,126 +264,177 @@ def benchmark_option_errors(getoption: Callable[..., Any]) -> list[str]:
     return out
 
 
-@dataclass(frozen=True)
-class PerfOptions:
-    """The perf suite's options as parsed (what the ``perf_options`` fixture returns).
+def _join(values: tuple[Any, ...]) -> str:
+    return ",".join(str(v) for v in values)
 
-    ``device`` is the *requested* device ("auto" included); the ``perf_device`` fixture gives the resolved one.
-    ``frames`` is None unless --perf-frames was given; see `frames_for`.
+
+@dataclass(frozen=True)
+class Option:
+    """One option of the suite: ``flag`` (``--perf-<name>``, dest ``perf_<name>``), what it does (``help``) and
+    its default as the help shows it (``shown``: the help ends ``Default: <shown>.``).
+
+    ``metavar`` None makes a switch (store_true, default False). ``parse`` parses the value (None: kept as given,
+    checked where it is used); ``default`` is the value without the option; ``const`` makes the value optional (the
+    flag alone gives ``const``). ``ini``: also the ini setting ``perf_<name>``, which the option overrides.
+    ``help`` None hides the option from --help.
     """
 
-    backends: tuple[str, ...]
-    device: str
-    batch_sizes: tuple[int, ...]
-    precisions: tuple[str, ...]
-    allow_machine_mismatch: bool
-    cache_dir: Path
-    frames: int | None
-    nsys: bool
-    nsys_path: str
-    profile: str
-    streams: tuple[int, ...] | None = None
-    allow_model_mismatch: bool = False
-
-    def streams_for(self, device: str) -> tuple[int, ...]:
-        """Stream counts of the multi-stream test on `device`: --perf-streams, else `DEFAULT_STREAMS`."""
-        return self.streams or DEFAULT_STREAMS["cpu" if device == "cpu" else "cuda"]
-
-    def frames_for(self, device: str) -> int:
-        """Synthetic-video length in frames for `device` ("cpu", "cuda", "cuda:N")."""
-        return self.frames or DEFAULT_FRAMES["cpu" if device == "cpu" else "cuda"]
-
-
-class PerfSession:
-    """Per-run state of the perf plugin: options, what is measured (`perf.subject.Subject`), the resolved device
-    and the machine fingerprint (both lazy)."""
-
-    def __init__(self, options: PerfOptions, subject: Subject | None = None) -> None:
-        from perf.subject import Subject
-
-        self.options = options
-        self.subject = subject if subject is not None else Subject()
-
-    @classmethod
-    def from_config(cls, getoption: Any, rootdir: Path, invocation_dir: Path, getini: Any = None,
-                    ini_dir: Path | None = None) -> PerfSession:  # fmt: skip
-        """Build from ``config.getoption`` (and ``config.getini`` for the subject's settings); relative paths of
-        options are taken from the directory pytest was started in, of ini values from the ini file's folder."""
-        from perf.subject import Subject
-
-        cache_dir = getoption("perf_cache_dir")
-        subject = Subject.from_config(getoption, getini or (lambda name: None), invocation_dir, ini_dir or rootdir)
-        return cls(
-            PerfOptions(
-                backends=getoption("perf_backends") or backend_names(),
-                device=getoption("perf_device"),
-                batch_sizes=getoption("perf_batch_sizes"),
-                precisions=getoption("perf_precisions"),
-                allow_machine_mismatch=getoption("perf_allow_machine_mismatch"),
-                cache_dir=(invocation_dir / cache_dir).resolve() if cache_dir else rootdir / ".perf-cache",
-                frames=getoption("perf_frames"),
-                nsys=getoption("perf_nsys"),
-                nsys_path=getoption("perf_nsys_path"),
-                profile=getoption("perf_profile"),
-                streams=getoption("perf_streams"),
-                allow_model_mismatch=bool(getoption("perf_allow_model_mismatch")),
-            ),
-            subject,
-        )
-
-    def usage_errors(self) -> Iterable[str]:
-        """Messages for option values that cannot work together or point at nothing, such as a CUDA device asked
-        for by name (``--perf-device cuda`` / ``cuda:N``) that does not exist; checking that one imports torch."""
-        if self.options.device.startswith("cuda") and self.device_unavailable is not None:
-            yield f"--perf-device {self.options.device}: {self.device_unavailable}"
-        yield from self.subject.problems()
-        if self.options.nsys and self.options.profile != "none":
-            yield (
-                f"--perf-nsys and --perf-profile={self.options.profile} cannot be combined: both profilers use "
-                "CUPTI and would distort each other; run them separately"
-            )
-
-    @functools.cached_property
-    def _device(self) -> tuple[str, str | None]:
-        from perf.measure.machine import cuda_device_count  # noqa: PLC0415
-
-        requested = self.options.device
-        return resolve_device(requested, 0 if requested == "cpu" else cuda_device_count())
+    flag: str
+    metavar: str | None
+    help: str | None
+    shown: str = "False"
+    parse: Callable[[str], Any] | None = None
+    default: Any = None
+    const: Any = None
+    aliases: tuple[str, ...] = ()
+    ini: bool = False
 
     @property
-    def device(self) -> str:
-        """Resolved device: "cpu", "cuda" or "cuda:N" (imports torch on first use unless --perf-device cpu)."""
-        return self._device[0]
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
 
-    @property
-    def device_unavailable(self) -> str | None:
-        """Why the requested CUDA device does not exist ("no CUDA device 1 (found 1)"), or None; a usage error
-        (`usage_errors`), so tests never see it."""
-        return self._device[1]
+    def argparse_kwargs(self) -> dict[str, Any]:
+        """``group.addoption`` keywords; the help's % signs escaped (argparse formats help with %)."""
+        if self.help is None:
+            text = argparse.SUPPRESS
+        else:
+            where = f" Ini setting: {self.dest}." if self.ini else ""
+            text = f"{self.help}{where} Default: {self.shown}.".replace("%", "%%")
+        if self.metavar is None:
+            return {"dest": self.dest, "action": "store_true", "default": False, "help": text}
+        kwargs: dict[str, Any] = {"dest": self.dest, "metavar": self.metavar, "default": self.default, "help": text}
+        if self.parse is not None:
+            kwargs["type"] = deferred(self.parse)
+        if self.const is not None:
+            kwargs.update(nargs="?", const=self.const)
+        return kwargs
 
-    def skip_reason(self, markers: set[str]) -> str | None:
-        """Why a test marked with `markers` ("gpu", "trt") cannot run here, or None when it can."""
-        if self.device == "cpu":
-            found = "is cpu" if self.options.device == "cpu" else "auto found no CUDA device"
-            return f"needs a CUDA device; --perf-device {found}"
-        if "trt" in markers:
-            from detector.backends import availability  # noqa: PLC0415
 
-            return availability("tensorrt", self.device)  # "tensorrt not installed (...)", an RTX refusal, or None
-        return None
+def all_options() -> tuple[Option, ...]:
+    """Every option of the suite, in the order --help lists them (defaults that come from the measuring and gate
+    modules are imported here, when pytest registers the options)."""
+    from perf.gate.stats import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT, DEFAULT_MIN_EFFECT
+    from perf.measure.clock import DEFAULT_LEAD_IN_MS
+    from perf.measure.controls import NAMES as CONTROL_NAMES
+    from perf.measure.controls import Controls
+    from perf.measure.stability import DEFAULT_MAX_REMEASURE
+    from perf.profile.nsys import NSYS_CHILD_FLAG
 
-    @functools.cached_property
-    def identity(self) -> dict[str, Any]:
-        """``machine_info["perf_subject"]``: what this run measures (`perf.subject.Subject.identity`)."""
-        spec = self.subject.model_spec(self.options.cache_dir)
-        return self.subject.identity(spec, synthetic_frames=self.options.frames_for(self.device),
-                                     precisions=self.options.precisions)  # fmt: skip
+    return (
+        # -- what runs, where, and what it is compared with ------------------------------------------------------
+        Option("--perf-backends", "NAMES", "Comma-separated backends to run.",
+               f"all registered ({_join(backend_names())})", parse_backends),
+        Option("--perf-device", "DEVICE", "Device to run on: auto, cpu, cuda or cuda:N; a CUDA device named here must "
+               "exist (else a usage error), auto falls back to cpu where none is visible and GPU tests skip.",
+               "auto (cuda if available, else cpu)", parse_device, default="auto"),
+        Option("--perf-batch-sizes", "SIZES", "Comma-separated batch sizes for the inference benchmarks.",
+               _join(DEFAULT_BATCH_SIZES), parse_batch_sizes, default=DEFAULT_BATCH_SIZES),
+        Option("--perf-precisions", "NAMES", f"Comma-separated precisions from {', '.join(PRECISIONS)}; each runs only "
+               "where the backend and device support it and skips elsewhere.", _join(DEFAULT_PRECISIONS),
+               parse_precisions, default=DEFAULT_PRECISIONS),
+        Option("--perf-allow-machine-mismatch", None, "With --benchmark-compare, accept a saved run recorded on "
+               "another GPU, driver, CUDA version or device (warn instead of failing)."),
+        Option("--perf-allow-model-mismatch", None, "With --perf-compare or --benchmark-compare, accept a saved run "
+               "of another model or video (warn instead of failing)."),
+        # -- the model and the video (perf/subject.py); each also an ini setting -----------------------------------
+        Option("--perf-cfg", "PATH", "Darknet .cfg of the model under test (input size and classes are read from it).",
+               "the shipped yolov4-tiny.cfg", ini=True),
+        Option("--perf-weights", "PATH", "Darknet .weights of --perf-cfg.",
+               "the shipped weights with the shipped cfg, else seeded random weights", ini=True),
+        Option("--perf-names", "PATH", "Class names, one per line.", "classes.names beside the cfg or ONNX file",
+               ini=True),
+        Option("--perf-onnx", "PATH", "ONNX file ([B,3,H,W] -> [B,N,4+C]) run by ONNX Runtime and TensorRT instead "
+               "of the cfg's export; without --perf-cfg it is the model itself (the torch backends then skip).", "none",
+               ini=True),
+        Option("--perf-engine", "PATH", "Prebuilt TensorRT engine of the model, loaded instead of built (checked "
+               "against the model's input and classes; skipped where TensorRT is missing).",
+               "none (engines are built from the ONNX model)", ini=True),
+        Option("--perf-engine-precision", "VALUE", "Precision --perf-engine was built as: fp32, fp16 or int8.", "fp16",
+               ini=True),
+        Option("--perf-video", "PATH", "Video for the end-to-end and parity tests instead of the synthetic one.",
+               "the synthetic video", ini=True),
+        Option("--perf-ground-truth", "PATH", "COCO JSON ground truth of the video, for mAP and the "
+               "reference-accuracy floor.", "<video stem>.json beside the video, if present", ini=True),
+        Option("--perf-min-map", "VALUE", "mAP@0.5 the reference backend must reach on the ground truth.",
+               "0.5 for the shipped model; for another model the mAP is reported, not checked", ini=True),
+        # -- how it runs --------------------------------------------------------------------------------------------
+        Option("--perf-cache-dir", "DIR", "Directory for generated videos, exported models and engines (relative to "
+               "the current directory).", ".perf-cache in the rootdir"),
+        Option("--perf-frames", "N", "Frames of the synthetic video for the end-to-end and parity tests.",
+               f"{DEFAULT_FRAMES['cuda']} on CUDA, {DEFAULT_FRAMES['cpu']} on CPU", parse_positive_int),
+        Option("--perf-streams", "COUNTS", "Comma-separated stream counts for the multi-stream test (one inference at "
+               "batch N per tick).", f"{_join(DEFAULT_STREAMS['cuda'])} on CUDA, "
+               f"{_join(DEFAULT_STREAMS['cpu'])} on CPU", parse_batch_sizes),
+        Option("--perf-nsys", None, "Profile the nsys-marked tests under Nsight Systems."),
+        Option("--perf-nsys-path", "PATH", "The nsys executable.", "nsys (found on PATH)", default="nsys",
+               aliases=("--nsys-path",)),
+        Option("--perf-inject-delay", "MS", "Deliberately slow every runner by MS milliseconds per inference (GPU "
+               "sleep on its stream), to check that --benchmark-compare-fail catches a regression.", "0 (off)",
+               parse_delay_ms, default=0.0),
+        Option("--perf-regression", "KIND:PERCENT", "Test only: inject a real code change that makes the suite "
+               "slower, calibrated by a bare loop: layer:5% (an extra layer in the model, +5% per inference call at "
+               "batch 32) or preprocess:5% (the pipeline's preprocess does extra work, +5% per frame end to end); runs "
+               "made with it are marked injected.", "none", parse_regression),
+        Option("--perf-controls", "NAMES", f"Noise sources controlled while measuring: all, none, or names from "
+               f"{', '.join(CONTROL_NAMES)} (a leading - leaves one out, e.g. -pin). See perf/measure/controls.py.",
+               "all", parse_controls, default=Controls()),
+        Option("--perf-clock-lead-in", "MS", "GPU busy-wait enqueued ahead of each timed call's start event, so that "
+               "the host's launch latency stays out of the CUDA-event reading; 0 = off (time from an idle GPU).",
+               f"{DEFAULT_LEAD_IN_MS:g}ms", parse_delay_ms, default=DEFAULT_LEAD_IN_MS),
+        Option("--perf-profile", "NAME", f"Profiler around the benchmarks: {' or '.join(PROFILERS)}.", "none",
+               parse_profiler, default="none"),
+        Option(NSYS_CHILD_FLAG, None, None),  # the run inside nsys (perf/profile/plugin.py)
+        # -- the regression gate (perf/gate/plugin.py) ---------------------------------------------------------------
+        Option("--perf-compare", "NUM|ID", "Compare with a saved run (the latest, or run NUM / matching ID) from the "
+               "raw rounds: one line per benchmark with the ratio of medians and its 95% interval, verdict slower / "
+               "faster / no change / unstable / missing; any slower fails the run.", "off", const=True),
+        Option("--perf-min-effect", "FRACTION", "Smallest change --perf-compare calls slower or faster: the whole "
+               "interval must lie beyond it.", f"{DEFAULT_MIN_EFFECT:.0%}", parse_fraction,
+               default=DEFAULT_MIN_EFFECT),
+        Option("--perf-max-cv", "FRACTION", "Robust coefficient of variation above which a benchmark is unstable.",
+               f"{DEFAULT_MAX_CV:.0%}", parse_fraction, default=DEFAULT_MAX_CV),
+        Option("--perf-max-drift", "FRACTION", "Spread of the medians of 4 consecutive windows above which (and "
+               "above their noise) a benchmark drifts, so is unstable.", f"{DEFAULT_MAX_DRIFT:.0%}", parse_fraction,
+               default=DEFAULT_MAX_DRIFT),
+        Option("--perf-max-remeasure", "N", "Extra measurements of an unstable benchmark before it is reported "
+               "unstable.", str(DEFAULT_MAX_REMEASURE), parse_count,
+               default=DEFAULT_MAX_REMEASURE),
+        Option("--perf-fail-unstable", None, "With --perf-compare, fail the run on unstable benchmarks too (else they "
+               "are reported and counted)."),
+        Option("--perf-noise-profile", "PATH|none", "The noise profile --perf-compare uses: a file written by "
+               "--perf-noise, or none for within-process intervals only.",
+               "this runner's profile in the benchmark storage (<storage>/noise/), if any"),
+        Option("--perf-selftest", None, "Run only the gate's self-checks: clock truth, and detection / false-alarm "
+               "rates of injected slowdowns."),
+        Option("--perf-selftest-trials", "N", "Trials per slowdown level of --perf-selftest.",
+               "20 on a GPU, 30 on a CPU", parse_positive_int),
+        Option("--perf-selftest-levels", "PERCENTS", "Slowdowns injected by --perf-selftest, in percent of the "
+               "median.", "2,5,10 on a GPU, 2,5,10,20 on a CPU", parse_levels),
+        # -- measurements across processes (perf/gate/crossprocess_plugin.py) --------------------------------------
+        Option("--perf-noise", "K", "Run the selected benchmarks in K fresh processes of this code and save this "
+               "runner's noise profile (the spread of per-process medians), which --perf-compare uses.", "off",
+               parse_processes),
+        Option("--perf-selftest-processes", "K", "The gate's self-test across processes: K identical processes and "
+               "K/5 (>= 2) per injected regression, then false verdicts, unstable and detection rates over every "
+               "pair; saves the noise profile too.", "off", parse_processes),
+        Option("--perf-selftest-regressions", "LIST", "Regressions --perf-selftest-processes injects (KIND:PERCENT, "
+               "see --perf-regression).", DEFAULT_REGRESSIONS, parse_regressions),
+        Option("--perf-processes-budget", "SECONDS", "Start no child process that would likely end after this many "
+               "seconds; the plan can be resumed with the same --perf-runs-dir.", "no limit", parse_seconds),
+        Option("--perf-runs-dir", "DIR", "Folder for the child processes' runs and logs; a plan already there is "
+               "resumed.", "a new folder under <reports>/processes/"),
+        # -- reports (perf/fixtures/reporting.py) --------------------------------------------------------------------
+        Option("--perf-reports-dir", "DIR", "Folder for the suite's reports (tables, detected videos, profiles).",
+               "reports in the rootdir"),
+        Option("--perf-html", "DIR", "At the end of the session write DIR/index.html (figures) and DIR/summary.md "
+               "from the saved runs and the reports (see python -m perf.report_cli).", "off"),
+    )  # fmt: skip
 
-    @functools.cached_property
-    def fingerprint(self) -> dict[str, Any]:
-        """``machine_info["perf"]``: `perf.measure.machine.machine_fingerprint` of the GPU in use, plus ``device``: the
-        device type the run used ("cpu" or "cuda"; the index is ``gpu_index``)."""
-        from perf.measure.machine import machine_fingerprint  # noqa: PLC0415
 
-        device_type, _, index = self.device.partition(":")
-        return {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
+def add_options(parser: pytest.Parser) -> None:
+    """Register `all_options` in the ``perf`` group of ``parser``, and the ini settings of those that have one."""
+    group = parser.getgroup("perf", "perf suite (perf/)")
+    for option in all_options():
+        group.addoption(option.flag, *option.aliases, **option.argparse_kwargs())
+        if option.ini:
+            parser.addini(option.dest, f"{option.help} Default: {option.shown}.", default=None)

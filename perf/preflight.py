@@ -103,7 +103,7 @@ def _check_compared_runs(config: pytest.Config) -> None:
 
 def _check_folders(config: pytest.Config, *, reports: bool, cache: bool, storage: bool) -> None:
     from perf.fixtures.reporting import reports_dir
-    from perf.plugin import PERF_SESSION
+    from perf.session import PERF_SESSION
 
     if reports:
         folder = reports_dir(config)

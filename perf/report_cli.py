@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perf.report.changes import DEFAULT_THRESHOLD, parse_threshold
-from perf.report_inputs import ReportInputError
+from perf.runs import HistoryError
 
 PROG = "perf-report"
 
@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         written, warnings = build_report(args.storage, reports, args.out, machine_id=args.machine_id,
                                verdicts=args.verdicts, threshold=args.change_threshold)
-    except ReportInputError as e:
+    except HistoryError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # an unwritable --out

@@ -1,13 +1,13 @@
-"""Read saved benchmark runs and the gate's verdicts: the data API for reports and plots.
+"""Saved benchmark runs and the gate's verdicts: the one model of a saved run, read by the gate and the reports.
 
 Saved runs are pytest-benchmark's files, ``<storage>/<machine id>/NNNN_<name>.json`` (storage ``.benchmarks`` by
 default; machine id like ``Linux-CPython-3.11-64bit``). The perf plugin turns ``--benchmark-save-data`` on, so
 every saved benchmark keeps its raw rounds: ``benchmarks[i]["stats"]["data"]`` is the list of seconds per call,
 one per round, in the order the rounds ran (a round of ``stats["iterations"]`` calls, divided by that number).
 Other keys used here: ``benchmarks[i]["fullname"]`` (the pytest node id; the key runs are matched on),
-``["name"]``, ``["group"]``, ``["extra_info"]`` (the suite's extras: ``stability`` from `perf.measure.stability`,
-``clock``, images/s, percentiles, GPU telemetry), ``machine_info["perf"]`` (the fingerprint),
-``commit_info``, ``datetime``.
+``["name"]``, ``["group"]``, ``["params"]``, ``["extra_info"]`` (the suite's extras: ``stability`` from
+`perf.measure.stability`, ``clock``, images/s, percentiles, GPU telemetry), ``machine_info["perf"]`` (the
+fingerprint), ``commit_info``, ``datetime``. Every file is checked by `perf.validate.run_problem` first.
 
 *Metrics.* ``stats.data`` is a benchmark's primary metric, "time" (GPU time per call for inference on a GPU;
 seconds per frame or per tick, in blocks of consecutive frames, for the video pipelines; see `perf.measure.samples`).
@@ -16,47 +16,58 @@ More series the gate compares sit in ``extra_info["metrics"][name] = {"label", "
 ``extra_info["launch_bound"]``), ``stage:<name>`` (seconds per frame of one pipeline stage, in the same blocks).
 `BenchmarkRecord.metrics` returns them all by name.
 
-``--perf-compare`` writes its verdicts to ``<reports>/perf-compare.json`` (and ``.md``), see
-`perf.gate.compare.VERDICT_FILE`: ``{"format": 1, "baseline": {...}, "settings": {...}, "summary": {...},
+*Verdicts.* ``--perf-compare`` writes ``<reports>/perf-compare.json`` (`VERDICT_FILE`, and ``.md``; see
+`perf.gate.compare.write_verdicts`): ``{"format": 2, "baseline": {...}, "settings": {...}, "summary": {...},
 "rows": [{"fullname", "name", "group", "verdict", "note", "baseline_median_s", "current_median_s", "ratio", "lo",
-"hi", "n_baseline", "n_current", ...}]}``.
+"hi", "n_baseline", "n_current", ...}]}``. `load_verdicts` also reads other tools' verdict files (see there).
+
+Every problem reading any of these is one `HistoryError` naming the file: ``'<path>': <what is wrong>``.
 
 API::
 
     runs = load_runs(".benchmarks")                 # every saved run, oldest first (all machine folders)
     run = runs[-1]; run.benchmarks["perf/test_inference_speed.py::test_inference_speed[torch-fp32-b1]"]
     bench.data                                      # numpy float64 [rounds], seconds per call, or None
-    bench.median_s, bench.stats, bench.extra_info, bench.stability
-    load_verdicts("reports")                        # the last --perf-compare's JSON, or None
+    bench.median_s, bench.stat("iqr"), bench.stats, bench.extra_info, bench.stability
+    load_verdicts("reports")                        # the last --perf-compare's verdicts, or None
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime as _datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from detector.errors import DetectorError
 from perf.validate import run_problem
 
 _RUN_NUMBER = re.compile(r"^(\d{4})_")
 #: The name of a benchmark's primary metric: its rounds (``stats.data``).
 PRIMARY = "time"
+#: What ``--perf-compare`` writes into the reports folder (and ``perf-compare.md`` beside it).
+VERDICT_FILE = "perf-compare.json"
+#: Saved-run file names pytest-benchmark writes: ``0001_<commit>_<date>.json`` (any ``NNNN_*.json``).
+RUN_GLOB = "[0-9][0-9][0-9][0-9]_*.json"
 
 
-class HistoryError(ValueError):
-    """A saved run that cannot be read; the message names the file and the problem."""
+class HistoryError(DetectorError, ValueError):
+    """A saved run, verdict file or benchmark storage that cannot be used; the message is one line,
+    ``'<path>': <problem>``."""
 
 
 @dataclass(frozen=True)
 class BenchmarkRecord:
-    """One benchmark of a saved run. ``data``: raw rounds, seconds per call (None if saved without data)."""
+    """One benchmark of a saved run. ``data``: raw rounds, seconds per call (None if saved without data);
+    ``stats``: pytest-benchmark's statistics in seconds (``data`` taken out); ``group`` None when ungrouped."""
 
     fullname: str
     name: str
@@ -64,14 +75,25 @@ class BenchmarkRecord:
     data: np.ndarray | None
     stats: Mapping[str, Any]
     extra_info: Mapping[str, Any]
+    params: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def median_s(self) -> float | None:
         """Median seconds per call (from the rounds when present, else pytest-benchmark's stats)."""
-        if self.data is not None and self.data.size:
+        if self.has_rounds:
             return float(np.median(self.data))
         value = self.stats.get("median")
         return None if value is None else float(value)
+
+    @property
+    def has_rounds(self) -> bool:
+        """Whether the run kept this benchmark's rounds (``--benchmark-save-data``)."""
+        return self.data is not None and bool(self.data.size)
+
+    def stat(self, key: str) -> float:
+        """``stats[key]`` (seconds for times) as a float; NaN when missing or not a number."""
+        value = self.stats.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
     def metrics(self) -> dict[str, np.ndarray]:
         """Every sample series by metric name: ``"time"`` (the rounds) and ``extra_info["metrics"]``' series;
@@ -111,6 +133,7 @@ class BenchmarkRecord:
 
     @classmethod
     def from_json(cls, bench: Mapping[str, Any]) -> BenchmarkRecord:
+        """A record from one entry of a saved run's ``benchmarks`` (checked by `perf.validate.run_problem`)."""
         stats = dict(bench.get("stats") or {})
         raw = stats.pop("data", None)
         return cls(
@@ -120,12 +143,14 @@ class BenchmarkRecord:
             data=None if raw is None else np.asarray(raw, dtype=np.float64),
             stats=stats,
             extra_info=dict(bench.get("extra_info") or {}),
+            params=dict(bench.get("params") or {}),
         )
 
 
 @dataclass(frozen=True)
 class SavedRun:
-    """A saved run: its file, number (``NNNN_``; None for other names), and benchmarks by full name."""
+    """A saved run: its file, number (``NNNN_``; None for other names), date and commit as saved, and
+    benchmarks by full name (in the file's order)."""
 
     path: Path
     number: int | None
@@ -140,8 +165,40 @@ class SavedRun:
         """``machine_info["perf"]`` (`perf.measure.machine.machine_fingerprint` + device), or None."""
         return self.machine_info.get("perf")
 
+    @property
+    def machine_id(self) -> str:
+        """The storage folder the run was saved in (pytest-benchmark's machine id)."""
+        return self.path.parent.name
 
-def run_from_json(data: Mapping[str, Any], path: str | os.PathLike[str] = "<memory>") -> SavedRun:
+    @property
+    def when(self) -> _datetime | None:
+        """``datetime`` parsed (ISO 8601), or None when absent or not a date."""
+        try:
+            return _datetime.fromisoformat(self.datetime) if self.datetime else None
+        except ValueError:
+            return None
+
+    @property
+    def dirty(self) -> bool:
+        """Whether the commit had uncommitted changes (``commit_info.dirty``)."""
+        return bool((self.raw.get("commit_info") or {}).get("dirty"))
+
+    @property
+    def short_commit(self) -> str:
+        """``abc1234``, ``abc1234+dirty``, ``unversioned`` or ``?``."""
+        commit = self.commit or ""
+        short = commit[:7] if commit not in ("", "unversioned") else commit or "?"
+        return short + ("+dirty" if self.dirty else "")
+
+    @property
+    def label(self) -> str:
+        """``0003 (2025-01-02 10:00, abc1234)``."""
+        when = self.when.strftime("%Y-%m-%d %H:%M") if self.when else "no date"
+        number = f"{self.number:04d}" if self.number is not None else self.path.stem
+        return f"{number} ({when}, {self.short_commit})"
+
+
+def run_from_json(data: Any, path: str | os.PathLike[str] = "<memory>") -> SavedRun:
     """A `SavedRun` from a pytest-benchmark JSON document (``--benchmark-json`` files work too); `HistoryError`
     names the file and the problem when the document is not a usable run (`perf.validate.run_problem`)."""
     path = Path(path)
@@ -161,30 +218,64 @@ def run_from_json(data: Mapping[str, Any], path: str | os.PathLike[str] = "<memo
     )
 
 
+def read_json(path: Path, what: str) -> Any:
+    """The parsed JSON of ``path``; `HistoryError` ``'<path>': no such file`` or ``'<path>': cannot read
+    <what>: <why>``."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise HistoryError(f"'{path}': no such file") from e
+    except OSError as e:
+        raise HistoryError(f"'{path}': cannot read {what}: {e.strerror or e}") from e
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise HistoryError(f"'{path}': cannot read {what}: {e}") from e
+
+
 def load_run(path: str | os.PathLike[str]) -> SavedRun:
     """Read one saved run; `HistoryError` names the file when it is missing, unreadable or not a run."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as e:
-        raise HistoryError(f"'{path}': no such file") from e
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise HistoryError(f"'{path}': cannot read a saved run: {e}") from e
-    return run_from_json(data, path)
+    return run_from_json(read_json(path, "a saved run"), path)
 
 
 def run_files(storage: str | os.PathLike[str] = ".benchmarks", machine: str | None = None) -> list[Path]:
-    """Saved run files (``NNNN_*.json``) under ``storage``, in ``machine`` (a machine-id folder) or in all,
-    oldest first (by run number, then folder)."""
+    """Saved run files (``NNNN_*.json``) in ``storage`` (a storage folder, or one machine's folder of it), in
+    machine folder ``machine`` or in all, oldest first (by run number, then folder). `HistoryError` when
+    ``storage`` is not a folder."""
     root = Path(storage)
-    folders = [root / machine] if machine else sorted(p for p in root.glob("*") if p.is_dir())
-    files = [f for folder in folders for f in folder.glob("[0-9][0-9][0-9][0-9]_*.json")]
+    if not root.is_dir():
+        problem = "not a folder" if root.exists() else "no such folder"
+        raise HistoryError(f"benchmark storage '{root}': {problem} (run pytest with --benchmark-autosave)")
+    folders = [root, *sorted(p for p in root.iterdir() if p.is_dir())]
+    files = [f for folder in folders for f in folder.glob(RUN_GLOB)
+             if f.is_file() and (machine is None or folder.name == machine)]  # fmt: skip
     return sorted(files, key=lambda f: (f.name, str(f.parent)))
 
 
-def load_runs(storage: str | os.PathLike[str] = ".benchmarks", machine: str | None = None) -> list[SavedRun]:
-    """Every saved run under ``storage`` (see `run_files`), oldest first; a bad file raises `HistoryError`."""
-    return [load_run(path) for path in run_files(storage, machine)]
+def load_runs(storage: str | os.PathLike[str] = ".benchmarks", machine: str | None = None, *,
+              skipped: list[str] | None = None) -> list[SavedRun]:  # fmt: skip
+    """Every saved run under ``storage`` (see `run_files`), oldest first.
+
+    A file that cannot be read raises `HistoryError`; with ``skipped`` (a list) its message is appended there
+    instead and the file left out, unless every file is bad. `HistoryError` too when ``machine`` has no runs.
+    """
+    files = run_files(storage, machine)
+    if machine is not None and not files:
+        known = ", ".join(sorted({f.parent.name for f in run_files(storage)})) or "none"
+        raise HistoryError(f"benchmark storage '{storage}': no saved runs of machine '{machine}' "
+                           f"(machines with runs: {known})")  # fmt: skip
+    runs, errors = [], []
+    for path in files:
+        try:
+            runs.append(load_run(path))
+        except HistoryError as e:
+            if skipped is None:
+                raise
+            errors.append(str(e))
+    if errors and not runs:
+        raise HistoryError(errors[0] + (f" (and {len(errors) - 1} more bad saved runs)" if len(errors) > 1 else ""))
+    if skipped is not None:
+        skipped += errors
+    return runs
 
 
 def series(runs: list[SavedRun], fullname: str) -> list[tuple[SavedRun, BenchmarkRecord]]:
@@ -192,14 +283,60 @@ def series(runs: list[SavedRun], fullname: str) -> list[tuple[SavedRun, Benchmar
     return [(run, run.benchmarks[fullname]) for run in runs if fullname in run.benchmarks]
 
 
-def load_verdicts(reports_dir: str | os.PathLike[str] = "reports") -> dict[str, Any] | None:
-    """The verdict table of the last ``--perf-compare`` (``<reports>/perf-compare.json``), or None if absent."""
-    from perf.gate.compare import VERDICT_FILE
+@dataclass(frozen=True)
+class Verdicts:
+    """A verdict file: ``document`` as read (``verdicts["rows"]`` reads it) and its ``entries``, each a dict with
+    ``name`` and/or ``fullname`` and a lower-case ``verdict`` (``baseline_median_s``, ``current_median_s``,
+    ``ratio``, ``lo``, ``hi``, ``note`` when the gate wrote it)."""
 
-    path = Path(reports_dir) / VERDICT_FILE
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError) as e:
-        raise HistoryError(f"'{path}': cannot read the verdicts: {e}") from e
+    path: Path
+    document: Any
+    entries: tuple[dict[str, Any], ...]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.document[key]
+
+    def entry(self, fullname: str, name: str | None = None) -> dict[str, Any] | None:
+        """The entry of a benchmark, by full name first, then by short name; None when it has none."""
+        for entry in self.entries:
+            if fullname in (entry.get("fullname"), entry.get("name")):
+                return entry
+        return next((e for e in self.entries if name is not None and e.get("name") == name), None)
+
+
+def _verdict_entries(doc: Any) -> Sequence[Any]:
+    if isinstance(doc, dict):
+        for key in ("rows", "verdicts", "benchmarks", "results"):
+            if isinstance(doc.get(key), list):
+                return doc[key]
+        if doc and all(isinstance(v, dict) for v in doc.values()):  # {name: {...}}
+            return [{"name": k, **v} for k, v in doc.items()]
+        if doc and all(isinstance(v, str) for v in doc.values()):  # {name: "slower"}
+            return [{"name": k, "verdict": v} for k, v in doc.items()]
+    return doc if isinstance(doc, list) else []
+
+
+def load_verdicts(reports_dir: str | os.PathLike[str] = "reports", *,
+                  path: str | os.PathLike[str] | None = None) -> Verdicts | None:  # fmt: skip
+    """The verdicts of the last ``--perf-compare`` (``<reports_dir>/perf-compare.json``; None when there is none),
+    or of the verdict file ``path`` (which must exist).
+
+    Accepted shapes: the gate's (``{"rows": [entries]}``), a list of entries, ``{"verdicts" | "benchmarks" |
+    "results": [entries]}``, ``{name: entry}`` or ``{name: "slower"}``; an entry is an object with ``name``
+    and/or ``fullname`` and ``verdict`` (or ``status``). `HistoryError` when the file is unreadable or holds
+    no verdicts.
+    """
+    if path is None:
+        path = Path(reports_dir) / VERDICT_FILE
+        if not path.exists():
+            return None
+    path = Path(path)
+    document = read_json(path, "the verdicts")
+    entries = []
+    for entry in _verdict_entries(document):
+        verdict = entry.get("verdict", entry.get("status")) if isinstance(entry, dict) else None
+        if verdict is not None and (entry.get("name") or entry.get("fullname")):
+            entries.append({**entry, "verdict": str(verdict).lower()})
+    if not entries:
+        raise HistoryError(f"'{path}': holds no compare verdicts (entries with a name and a 'verdict')")
+    return Verdicts(path, document, tuple(entries))

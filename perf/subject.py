@@ -20,8 +20,9 @@ option                        ini setting          what
                                                    none for another: reported, not checked)
 ============================  ===================  =================================================================
 
-Relative paths are taken from the directory pytest was started in (options) or from the ini file's folder (ini
-settings). With none of them the suite measures the shipped model on the synthetic video with its ground truth.
+Both are registered with the suite's other options (perf/options.py). Relative paths are taken from the directory
+pytest was started in (options) or from the ini file's folder (ini settings). With none of them the suite measures
+the shipped model on the synthetic video with its ground truth.
 
 Every saved run records :meth:`Subject.identity` -- digests of the model files, the input size and classes, the
 video's digest and the frames measured, and the precisions asked for -- under ``machine_info["perf_subject"]``;
@@ -38,24 +39,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from detector.spec import ModelSpec
 
-#: (name, what it is, its default) of each setting: option ``--perf-<name with dashes>``, ini ``perf_<name>``.
-SETTINGS = (
-    ("cfg", "Darknet .cfg of the model under test (input size and classes are read from it).",
-     "the shipped yolov4-tiny.cfg"),
-    ("weights", "Darknet .weights of --perf-cfg.", "the shipped weights with the shipped cfg, else seeded random "
-     "weights"),
-    ("names", "Class names, one per line.", "classes.names beside the cfg or ONNX file"),
-    ("onnx", "ONNX file ([B,3,H,W] -> [B,N,4+C]) run by ONNX Runtime and TensorRT instead of the cfg's export; "
-     "without --perf-cfg it is the model itself (the torch backends then skip).", "none"),
-    ("engine", "Prebuilt TensorRT engine of the model, loaded instead of built (checked against the model's input "
-     "and classes; skipped where TensorRT is missing).", "none (engines are built from the ONNX model)"),
-    ("engine_precision", "Precision --perf-engine was built as: fp32, fp16 or int8.", "fp16"),
-    ("video", "Video for the end-to-end and parity tests instead of the synthetic one.", "the synthetic video"),
-    ("ground_truth", "COCO JSON ground truth of the video, for mAP and the reference-accuracy floor.",
-     "<video stem>.json beside the video, if present"),
-    ("min_map", "mAP@0.5 the reference backend must reach on the ground truth.", "0.5 for the shipped model; "
-     "for another model the mAP is reported, not checked"),
-)
 PATHS = ("cfg", "weights", "names", "onnx", "engine", "video", "ground_truth")
 ENGINE_PRECISIONS = ("fp32", "fp16", "int8")
 #: The shipped model's floor: catches broken pre/post-processing or weights (random weights score ~0).
@@ -66,15 +49,6 @@ COMPARED = ("model", "cfg_sha256", "weights", "onnx_sha256", "engine_sha256", "i
 NOT_RECORDED = "<not recorded>"
 #: The synthetic video the suite makes when no --perf-video is given (frames: --perf-frames).
 SYNTHETIC_SEED = 7
-
-
-def add_options(group: Any, parser: Any) -> None:
-    """Register every setting as a ``--perf-*`` option of ``group`` and a ``perf_*`` ini value of ``parser``."""
-    for name, what, default in SETTINGS:
-        flag = "--perf-" + name.replace("_", "-")
-        group.addoption(flag, dest="perf_" + name, metavar="PATH" if name in PATHS else "VALUE", default=None,
-                        help=f"{what} Ini setting: perf_{name}. Default: {default}.")  # fmt: skip
-        parser.addini("perf_" + name, f"{what} Default: {default}.", default=None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +82,7 @@ class Subject:
         """Each setting from its option, else its ini value; relative paths resolved as the module says."""
         values: dict[str, Any] = {}
         origin: dict[str, str] = {}
-        for name, _, _ in SETTINGS:
+        for name in (field.name for field in dataclasses.fields(cls) if field.name != "origin"):
             value, base = getoption("perf_" + name), invocation_dir
             where = "--perf-" + name.replace("_", "-")
             if value in (None, ""):

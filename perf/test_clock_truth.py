@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from perf.measure.clock import SUITE_CLOCK
+from perf.report import schema
 
 pytestmark = pytest.mark.gpu
 #: The event clock must read durations of at least ASSERTED_FROM_MS within TARGET_ERROR.
@@ -40,7 +41,7 @@ def test_event_clock_reads_known_gpu_sleeps_within_two_percent(perf_device: str,
     result["gpu"] = torch.cuda.get_device_name(index)
     atomic_write_text(perf_reports_dir / "clock-truth.json", json.dumps(result, indent=2) + "\n")
     for r in result["readings"]:
-        perf_report.add("Clock truth", {
+        perf_report.add(schema.CLOCK_TRUTH, {
             "known ms": r["known_ms"], "CUDA-event ms": r["event_ms"], "event error %": 100 * r["event_error"],
             "event offset us": r["offset_us"], "host+sync ms": r["host_ms"], "host error %": 100 * r["host_error"],
         })  # fmt: skip

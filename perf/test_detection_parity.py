@@ -23,6 +23,7 @@ import pytest
 
 from perf.measure.cases import Case, make_cases
 from perf.measure.parity import TOLERANCES, compare_detections, compare_tensors, format_worst_frames, report_row
+from perf.report import schema
 
 pytestmark = pytest.mark.parity
 
@@ -34,14 +35,14 @@ ONNX_REFERENCE = ("onnxruntime", "fp32")
 
 
 def _reference(config: pytest.Config) -> tuple[str, str]:
-    from perf.plugin import PERF_SESSION
+    from perf.session import PERF_SESSION
 
     return ONNX_REFERENCE if config.stash[PERF_SESSION].subject.onnx_only else REFERENCE
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "candidate" in metafunc.fixturenames:
-        from perf.plugin import PERF_SESSION
+        from perf.session import PERF_SESSION
 
         session = metafunc.config.stash[PERF_SESSION]
         o = session.options
@@ -93,14 +94,14 @@ def _accuracy_row(label: str, result: Any) -> dict[str, Any]:
 
 def test_reference_accuracy(pytestconfig: pytest.Config, reference: Any, perf_video: Any, runner_pool: Any,
                             perf_report: Any) -> None:  # fmt: skip
-    from perf.plugin import PERF_SESSION
+    from perf.session import PERF_SESSION
 
     if perf_video.ground_truth is None:
         pytest.skip(f"no ground truth for {perf_video.path}: give --perf-ground-truth (or put "
                     f"{perf_video.path.with_suffix('.json').name} beside it) to score it")
     backend, precision = _reference(pytestconfig)
     result = _accuracy(perf_video, reference[1], runner_pool.spec.names)
-    perf_report.add("Accuracy vs ground truth", _accuracy_row(f"{backend} {precision} (reference)", result))
+    perf_report.add(schema.ACCURACY, _accuracy_row(f"{backend} {precision} (reference)", result))
     subject = pytestconfig.stash[PERF_SESSION].subject
     floor = subject.min_map50()
     if floor is None:
@@ -121,10 +122,10 @@ def test_detection_parity(pytestconfig: pytest.Config, candidate: Case, referenc
     parity = compare_detections(reference[1], detections, score_tolerance=tol.score_abs)
     failures = tensors.failures(tol) + parity.failures(tol)
 
-    perf_report.add("Parity vs torch fp32",  # the report's table title (ONNX Runtime fp32 for an ONNX-only model)
+    perf_report.add(schema.PARITY,  # the table "vs torch fp32" (ONNX Runtime fp32 for an ONNX-only model)
                     report_row(candidate.label, candidate.backend, candidate.precision, failures, tensors, parity))
     if perf_video.ground_truth is not None:
-        perf_report.add("Accuracy vs ground truth",
+        perf_report.add(schema.ACCURACY,
                         _accuracy_row(candidate.label, _accuracy(perf_video, detections, runner_pool.spec.names)))
 
     assert not failures, (

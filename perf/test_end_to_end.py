@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from perf.measure.cases import Case, make_cases
+from perf.report import schema
 
 pytestmark = [pytest.mark.e2e, pytest.mark.benchmark(group="end-to-end", warmup=False)]
 
@@ -32,7 +33,7 @@ WARMUP_FRAMES = 30
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "e2e_case" in metafunc.fixturenames:
-        from perf.plugin import PERF_SESSION
+        from perf.session import PERF_SESSION
 
         session = metafunc.config.stash[PERF_SESSION]
         o = session.options
@@ -48,7 +49,7 @@ def _quartiles_ms(samples_s: list[float]) -> dict[str, float]:
 def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, perf_video: Any, perf_reports_dir: Any,
                     measured_region: Any, perf_report: Any, perf_controls: Any, perf_samples: Any,
                     pytestconfig: pytest.Config) -> None:  # fmt: skip
-    from detector.cli import MODEL_TYPES
+    from detector.backends import display_name
     from detector.pipeline import default_output_path, run_pipeline
     from detector.video import open_video
     from perf.measure.controls import keep_output, scratch_dir, warm_page_cache
@@ -126,14 +127,14 @@ def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, perf_video
         "stage_spread_ms": spread, "stage_fps": result.stage_fps(), "video": str(perf_video.path),
     })  # fmt: skip
     h, w = result.net_size
-    model_type = f"{MODEL_TYPES.get(e2e_case.backend, e2e_case.backend)} ({e2e_case.label}, {runner.device})"
-    perf_report.add("End-to-end (the lab's table)", {
+    model_type = f"{display_name(e2e_case.backend)} ({e2e_case.label}, {runner.device})"
+    perf_report.add(schema.LAB, {
         "Model Type": model_type, "Model Input Size": f"{w}x{h}",
         "Inference Speed (FPS)": benchmark.extra_info["infer_fps"], "End-to-end speed (FPS)": e2e_fps,
     })  # fmt: skip
-    perf_report.add("End-to-end stages (ms per frame)",
+    perf_report.add(schema.STAGES_TABLE,
                     {"Model Type": model_type, "frames": result.frames, **per_frame, "e2e FPS": e2e_fps})
-    perf_report.add("End-to-end stage spread (IQR of the blocks, ms per frame)", {
+    perf_report.add(schema.STAGE_SPREAD, {
         "Model Type": model_type, "blocks": len(samples), "frames per block": block,
         **{name: s["iqr"] for name, s in spread.items()},
     })  # fmt: skip
@@ -155,8 +156,8 @@ def _regressed_preprocess(config: pytest.Config, video: Any, runner: Any, warm: 
         return None
     from detector.preprocess import preprocess
     from detector.video import read_frames
-    from perf.measure.controls import controlled
     from perf.gate.regressions import SlowedStage, calibrate_stage
+    from perf.measure.controls import controlled
 
     frame_ms = statistics.median(warm.iteration_ms[len(warm.iteration_ms) // 3 :])
     frames = read_frames(video.path, limit=20)

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from perf.measure.cases import VARIANTS
+from detector.backends import variant
 from perf.measure.clock import SUITE_CLOCK
+from perf.report import schema
 
 #: (variant, precision) under test, per device type.
 SUBJECT = {"cuda": ("torch-graph", "fp16"), "cpu": ("torch", "fp32")}
@@ -53,9 +54,9 @@ def test_gate_detects_injected_slowdowns_without_false_alarms(
     from perf.measure.stability import time_rounds
 
     device_type = "cuda" if perf_device.startswith("cuda") else "cpu"
-    variant, precision = SUBJECT[device_type]
-    backend, options, _ = VARIANTS[variant]
-    runner = runner_pool.get(backend, precision, **options)
+    variant_name, precision = SUBJECT[device_type]
+    preset = variant(variant_name)
+    runner = runner_pool.get(preset.backend, precision, **preset.options)
     on_gpu = runner.stream is not None
     x = runner.as_input(torch.from_numpy(input_frames(1)).to(runner.torch_device)) if on_gpu else input_frames(1)
     index = (runner.torch_device.index or 0) if on_gpu else None
@@ -81,14 +82,15 @@ def test_gate_detects_injected_slowdowns_without_false_alarms(
     effects = sorted({settings.min_effect, *REPORTED_MIN_EFFECTS})
     found = threshold(results, settings.min_effect, TARGET["detection"], TARGET["false_alarm"])
     summary = {
-        "subject": f"{variant} {precision} b1 on {perf_device}", "clock": SUITE_CLOCK.kind, "median_ms": median_s * 1e3,
+        "subject": f"{variant_name} {precision} b1 on {perf_device}", "clock": SUITE_CLOCK.kind,
+        "median_ms": median_s * 1e3,
         "rounds": rounds, "iterations": iterations, "trials": trials, "settings": settings.to_dict(),
         "threshold": found, "thresholds": {f"{e:g}": threshold(results, e) for e in effects},
         "levels": [r.to_dict(effects) for r in results],
     }  # fmt: skip
     atomic_write_text(perf_reports_dir / "gate-selftest.json", json.dumps(summary, indent=2) + "\n")
     for row in table_rows(results, effects):
-        perf_report.add("Gate self-test", {"subject": summary["subject"], "rounds": rounds, **row})
+        perf_report.add(schema.GATE_SELFTEST, {"subject": summary["subject"], "rounds": rounds, **row})
 
     # Judged on trials whose samples were stable: on a machine too busy for any, there is nothing to judge.
     broken = [r for r in results if r.level > 0 and r.unstable < len(r.trials)

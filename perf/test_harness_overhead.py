@@ -19,20 +19,21 @@ from typing import Any
 
 import pytest
 
+from detector.backends import variant
 from detector.stagespeed import infer_ms_per_call
-from perf.measure.cases import VARIANTS
 from perf.measure.clock import SUITE_CLOCK
+from perf.report import schema
 
 pytestmark = pytest.mark.benchmark(group="harness", timer=SUITE_CLOCK, warmup=False)
 #: Calls per loop at batch 1, per device type; larger batches take CALLS // batch, at least MIN_CALLS.
 CALLS = {"cuda": 2000, "cpu": 5}
 MIN_CALLS = {"cuda": 100, "cpu": 5}
-TABLE = "Harness overhead"
+TABLE = schema.HARNESS
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "batch" in metafunc.fixturenames:
-        from perf.plugin import PERF_SESSION
+        from perf.session import PERF_SESSION
 
         session = metafunc.config.stash[PERF_SESSION]
         sizes = {1, max(session.options.batch_sizes)} if session.device.startswith("cuda") else {1}  # CPU: smoke
@@ -52,7 +53,7 @@ def _per_call_events_ms(x: Any, runner: Any, calls: int) -> float:
 
 def test_harness_overhead(benchmark: Any, batch: int, runner_pool: Any, input_frames: Any, perf_device: str,
                           perf_report: Any, pytestconfig: pytest.Config) -> None:
-    from perf.plugin import PERF_SESSION
+    from perf.session import PERF_SESSION
 
     on_gpu = perf_device.startswith("cuda")
     if on_gpu:
@@ -60,7 +61,8 @@ def test_harness_overhead(benchmark: Any, batch: int, runner_pool: Any, input_fr
 
         precision = pytestconfig.stash[PERF_SESSION].options.precisions[0]
         label = f"torch-graph {precision}"
-        runner = runner_pool.get("torch", precision, **VARIANTS["torch-graph"][1])
+        graph = variant("torch-graph")
+        runner = runner_pool.get(graph.backend, precision, **graph.options)
         x = runner.as_input(torch.from_numpy(input_frames(batch)).to(runner.torch_device))
     else:
         label, runner, x = "torch fp32", runner_pool.get("torch", "fp32"), input_frames(batch)

@@ -32,13 +32,14 @@ import pytest
 
 from perf.measure.cases import Case, make_cases
 from perf.measure.clock import SUITE_CLOCK
+from perf.report import schema
 
 pytestmark = pytest.mark.benchmark(group="inference", timer=SUITE_CLOCK, warmup=False)
 
 #: Untimed calls before measuring (cuDNN autotuning, CUDA graph capture, lazy allocations), per device type.
 WARMUP_CALLS = {"cuda": 20, "cpu": 1}
 #: The perf report's table of GPU memory (MiB) before and after each release of a backend's runners.
-MEMORY_TABLE = "GPU memory at backend release (MiB)"
+MEMORY_TABLE = schema.GPU_MEMORY
 #: Calls of the side loop that measures per-stage times with host input and output, per device type.
 SIDE_LOOP_CALLS = {"cuda": 100, "cpu": 2}
 #: The host-latency loop: seconds it aims at, and the fewest and most calls.
@@ -51,7 +52,7 @@ HOST_BLOCK = 25
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" in metafunc.fixturenames:
-        from perf.plugin import PERF_SESSION
+        from perf.session import PERF_SESSION
 
         session = metafunc.config.stash[PERF_SESSION]
         o = session.options
@@ -199,7 +200,7 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
         samples_ms = [s * 1e3 for s in stats.data]
         info.update(summarize_ms(samples_ms))
         info["images_per_s"] = case.batch / (stats.median)
-        perf_report.add("Inference", {
+        perf_report.add(schema.INFERENCE, {
             "case": case.label, "batch": case.batch, "median ms": stats.median * 1e3, "p99 ms": info["p99_ms"],
             "images/s": info["images_per_s"], "h2d ms": stages["h2d_ms"], "compute ms": stages["compute_ms"],
             "d2h ms": stages["d2h_ms"], "enqueue ms": stages["enqueue_ms"], "host ms (sync)": info["host_sync_median_ms"],

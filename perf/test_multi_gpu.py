@@ -15,19 +15,21 @@ from typing import Any
 
 import pytest
 
-from perf.measure.cases import VARIANTS
+from detector.backends import variant
 from perf.measure.multigpu import barrier, throughput
+from perf.report import schema
 
 #: Batch and seconds per measurement, per device type: throughput-sized batches on a GPU.
 BATCH = {"cuda": 32, "cpu": 1}
 SECONDS = {"cuda": 10.0, "cpu": 2.0}
-TABLE = "Multi-GPU throughput"
+TABLE = schema.MULTI_GPU
 
 
 def _runner(runner_pool: Any, device: str, precisions: tuple[str, ...]) -> tuple[str, Any]:
     if device.startswith("cuda"):
         precision = "fp16" if "fp16" in precisions else precisions[0]
-        return f"torch-graph {precision}", runner_pool.get("torch", precision, **VARIANTS["torch-graph"][1])
+        graph = variant("torch-graph")
+        return f"{graph.name} {precision}", runner_pool.get(graph.backend, precision, **graph.options)
     return "torch fp32", runner_pool.get("torch", "fp32")
 
 
@@ -40,7 +42,7 @@ def test_multi_gpu_throughput(request: pytest.FixtureRequest, runner_pool: Any, 
         pytest.skip("needs one pytest-xdist worker per GPU: pytest perf/test_multi_gpu.py -n <GPUs> --dist each")
     import torch
 
-    from perf.plugin import PERF_SESSION
+    from perf.session import PERF_SESSION
 
     rank, parties = int(worker[2:]), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
     folder = perf_cache_dir / "multi-gpu" / request.config.workerinput["testrunuid"]

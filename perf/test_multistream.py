@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from perf.measure.cases import make_cases
+from perf.report import schema
 
 pytestmark = [pytest.mark.benchmark(group="multistream", warmup=False)]
 
@@ -30,12 +31,12 @@ WARMUP_TICKS = {"cuda": 20, "cpu": 2}
 OFFSET = 7
 #: Frames each stream may decode ahead.
 QUEUE_DEPTH = 2
-TABLE = "Multi-stream batching"
+TABLE = schema.MULTISTREAM
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "ms_case" in metafunc.fixturenames:
-        from perf.plugin import PERF_SESSION
+        from perf.session import PERF_SESSION
 
         session = metafunc.config.stash[PERF_SESSION]
         o = session.options

@@ -30,10 +30,11 @@ from typing import Any
 
 import pytest
 
-from perf.measure.cases import VARIANTS
+from detector.backends import variant
+from perf.report import schema
 
-TABLE = "Noise sources: each control off and on, alternating in one process"
-CLOCKS = "Noise sources: clocks over the study's passes"
+TABLE = schema.NOISE_CONTROLS
+CLOCKS = schema.NOISE_CLOCKS
 #: (variant, precision) of each subject, per device type.
 SUBJECTS = {"cuda": {"end-to-end": ("torch-graph", "fp16"), "host latency": ("torch", "fp32")},
             "cpu": {"end-to-end": ("torch", "fp32"), "host latency": ("torch", "fp32")}}  # fmt: skip
@@ -71,18 +72,18 @@ def test_noise_sources(pytestconfig: pytest.Config, perf_device: str, runner_poo
     import torch
 
     from detector.pipeline import run_pipeline
-    from perf.measure.controls import NAMES, Controls, controlled, scratch_dir, warm_page_cache
-    from perf.measure.speedref import CpuReference
-    from perf.measure.samples import block_samples, block_size
     from perf.gate.stats import robust_cv
+    from perf.measure.controls import NAMES, Controls, controlled, scratch_dir, warm_page_cache
+    from perf.measure.samples import block_samples, block_size
+    from perf.measure.speedref import CpuReference
     from perf.measure.telemetry import NvmlSampler
 
     kind = "cuda" if perf_device.startswith("cuda") else "cpu"
     on_gpu = kind == "cuda"
     runners = {}
-    for subject, (variant, precision) in SUBJECTS[kind].items():
-        backend, options, _ = VARIANTS[variant]
-        runners[subject] = runner_pool.get(backend, precision, **options)
+    for subject, (variant_name, precision) in SUBJECTS[kind].items():
+        preset = variant(variant_name)
+        runners[subject] = runner_pool.get(preset.backend, precision, **preset.options)
     frames = min(FRAMES[kind], perf_video.frames or FRAMES[kind])
     disk = perf_reports_dir / "noise-sources"
     disk.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from perf.measure.cases import Case, make_cases
+from perf.report import schema
 
 pytestmark = [pytest.mark.e2e, pytest.mark.benchmark(group="pipelined", warmup=False)]
 
@@ -47,13 +48,13 @@ ENCODE_KEEP = 1000
 ENCODE_PASSES = {"cuda": 3, "cpu": 1}
 #: The pipelined loop's target fraction of its slowest stage.
 TARGET = 0.9
-TABLE = "Pipelined end to end: each path alone"
-RATIOS = "Pipelined vs its slowest stage and the sequential loop"
+TABLE = schema.PIPELINED_PATHS
+RATIOS = schema.PIPELINED_RATIOS
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "pipe_case" in metafunc.fixturenames:
-        from perf.plugin import PERF_SESSION
+        from perf.session import PERF_SESSION
 
         session = metafunc.config.stash[PERF_SESSION]
         o = session.options

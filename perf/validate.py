@@ -1,9 +1,11 @@
 """The one check of saved data every reader runs first: saved benchmark runs and the suite's ``perf-report.json``.
 
-Readers (`perf.runs`, `perf.report_inputs`, the ``--perf-compare`` / ``--benchmark-compare`` start-up check in
+Readers (`perf.runs`, `perf.report.inputs`, the ``--perf-compare`` / ``--benchmark-compare`` start-up check in
 `perf.preflight`) call `run_problem` / `report_problem` on the parsed JSON and turn a problem into their own
 one-line error naming the file: a file that passes has every key a reader indexes with the type it expects, so
-no reader crashes on a saved file of valid JSON but the wrong shape.
+no reader crashes on a saved file of valid JSON but the wrong shape. The suite report's writer
+(`perf.report.suite.PerfReport.add`) checks each row with `row_problem` too, so it never saves what its readers
+would refuse.
 
 A saved run (pytest-benchmark's ``NNNN_*.json``, or a ``--benchmark-json`` file) must be an object with
 ``benchmarks``: a list of objects, each with a string ``name`` and ``fullname`` and a ``stats`` object whose
@@ -15,14 +17,13 @@ what pytest-benchmark's own compare table reads (``machine_info`` and the `BENCH
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from perf.report.schema import NUMBER, NUMBERS, TEXTS, TableSpec, find_suite_table
 
 #: The stats pytest-benchmark's ``--benchmark-compare`` table reads from every benchmark of a saved run.
 BENCHMARK_STATS = ("min", "max", "mean", "stddev", "median", "iqr", "rounds", "iterations")
-#: The columns of the suite report's tables that the reports read as numbers (each may be absent).
-REPORT_NUMBERS = ("read", "preprocess", "infer", "postprocess", "write", "e2e FPS", "frames", "match rate",
-                  "mean IoU")
 
 
 def _is_number(value: Any) -> bool:
@@ -113,26 +114,38 @@ def run_problem(doc: Any, *, complete: bool = False) -> str | None:
     return _first(_benchmark_problem(bench, i, complete) for i, bench in enumerate(doc["benchmarks"]))
 
 
+def row_problem(table: TableSpec, row: Mapping[str, Any], where: str | None = None) -> str | None:
+    """What makes a value of ``row`` the wrong kind for its column of ``table`` (`perf.report.schema`: a number,
+    a list of numbers or of strings; text is anything), or None. Keys the table does not declare are not looked
+    at here (`perf.report.schema.TableSpec.check` refuses them when a row is added)."""
+    where = where or f"table {table.title!r}"
+    for key, value in row.items():
+        column = table.column(key) if isinstance(key, str) else None
+        if column is None or value is None:
+            continue
+        if column.kind == NUMBER and not _is_number(value):
+            return f"{where}: {key!r} is {value!r}, not a number"
+        if column.kind == NUMBERS:
+            problem = _numbers_problem(f"{where}: {key!r}", value)
+            if problem:
+                return problem
+        if column.kind == TEXTS and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            return f"{where}: {key!r} is {value!r}, expected a list of strings"
+    return None
+
+
 def _row_problem(table: str, i: int, row: Any) -> str | None:
     where = f"table {table!r} row {i}"
     if not isinstance(row, dict):
         return f"{where} is {_kind(row)}, expected an object"
-    for key in REPORT_NUMBERS:
-        if row.get(key) is not None and not _is_number(row[key]):
-            return f"{where}: {key!r} is {row[key]!r}, not a number"
-    if row.get("ious") is not None:
-        problem = _numbers_problem(f"{where}: 'ious'", row["ious"])
-        if problem:
-            return problem
-    failures = row.get("failures")
-    if failures is not None and not (isinstance(failures, list) and all(isinstance(f, str) for f in failures)):
-        return f"{where}: 'failures' is {failures!r}, expected a list of strings"
-    return None
+    spec = find_suite_table(table)
+    return None if spec is None else row_problem(spec, row, where)
 
 
 def report_problem(doc: Any) -> str | None:
-    """What makes ``doc`` unusable as the suite's ``perf-report.json`` (``{"tables": {name: [row objects]}}``, the
-    columns the reports read typed as `REPORT_NUMBERS`, ``ious`` and ``failures``), or None."""
+    """What makes ``doc`` unusable as the suite's ``perf-report.json`` (``{"tables": {title: [row objects]}}``,
+    each cell of a table declared in `perf.report.schema` of its column's kind), or None. Tables the schema
+    does not declare (a report of another version) are only checked for shape."""
     tables = doc.get("tables") if isinstance(doc, dict) else None
     if not isinstance(tables, dict):
         return 'not a perf report: expected {"tables": {name: [rows]}}'

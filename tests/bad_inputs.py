@@ -1,7 +1,7 @@
 """The bad-input matrix: real files that users get wrong, each run through the real command line in a subprocess.
 
 One :class:`Row` per kind of bad input. Shared by ``tests/test_bad_inputs.py`` (asserts every row) and
-``tools/bad_input_table.py`` (prints the rows as a markdown table). A row builds its files in a fresh folder and
+``tests/bad_input_table.py`` (prints the rows as a markdown table). A row builds its files in a fresh folder and
 returns the command (after ``python``) and the pieces its error line must contain (the file, the problem).
 
 A row that needs more than "run a command" says so with hooks: ``setup(folder)`` (a context manager around the
@@ -53,7 +53,7 @@ class Shared:
 
 def make_shared(root: Path) -> Shared:
     """A 64x64, 4-frame synthetic video (the real generator) and an empty cache folder under ``root``."""
-    from detector.video import make_synthetic_video
+    from detector.synthetic import make_synthetic_video
 
     video = make_synthetic_video(root / "clip.mp4", width=64, height=64, frames=4, seed=1).video
     (root / "cache").mkdir(exist_ok=True)

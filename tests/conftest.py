@@ -1,8 +1,9 @@
-"""Fixtures shared by the test modules: the session's model spec (the packaged cfg at 128x128), and the
-set-up that in-process pytest runs (pytester) of the perf plugin need."""
+"""Fixtures shared by the test modules: the packaged cfg at a small input size, the session's model spec (that
+cfg at 128x128), and the set-up that in-process pytest runs (pytester) of the perf plugin need."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,24 @@ from detector.spec import ModelSpec
 SPEC_SIZE = 128  # the packaged cfg at 128x128: same layers, ~10x less compute than 416
 
 
-def _write_packaged_cfg(path: Path, size: int) -> Path:
+def _write_packaged_cfg(folder: Path, size: int) -> Path:
+    """The packaged cfg at ``size`` x ``size`` pixels written as ``folder/tiny<size>.cfg``: the same layers and
+    weights layout (the packaged weights load into it), less compute; returns its path."""
     text = default_cfg_path().read_text(encoding="utf-8")
+    if "width=416" not in text or "height=416" not in text:
+        raise ValueError(f"{default_cfg_path()}: no 'width=416' and 'height=416' lines to resize")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"tiny{size}.cfg"
     path.write_text(text.replace("width=416", f"width={size}").replace("height=416", f"height={size}"),
                     encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="session")
+def packaged_cfg() -> Callable[[Path, int], Path]:
+    """``packaged_cfg(folder, size)``: writes the packaged cfg at ``size`` x ``size`` as ``folder/tiny<size>.cfg``
+    and returns its path (a file of the test's own, so that files beside it, such as classes.names, stay its own)."""
+    return _write_packaged_cfg
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +40,7 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
     base = tmp_path_factory.getbasetemp()
     cfg = base / f"tiny{SPEC_SIZE}.cfg"
     if not cfg.exists():
-        _write_packaged_cfg(cfg, SPEC_SIZE)
+        _write_packaged_cfg(base, SPEC_SIZE)
     return ModelSpec(cfg, seed=0, cache_dir=base / "detector-cache")
 
 

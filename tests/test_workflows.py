@@ -85,3 +85,10 @@ def test_cpu_workflow_installs_cpu_torch_before_the_project() -> None:
     install = _step("cpu.yml", "pip install torch==")
     assert install.index("download.pytorch.org/whl/cpu") < install.index('pip install -e ".[test]"')
     assert "--perf-device cpu" in _step("cpu.yml", "pytest perf")
+
+
+def test_workflows_run_user_commands_not_development_scripts() -> None:
+    """Every step runs what a user can run (pip, pytest, perf-report): no script from tools/ or .dev/."""
+    for workflow in sorted(WORKFLOWS.glob("*.yml")):
+        text = workflow.read_text()
+        assert "tools/" not in text and ".dev/" not in text, workflow.name

@@ -1,100 +1,64 @@
-"""Backend runners by name; the runner modules (and torch, onnxruntime, tensorrt) load only when asked for.
+"""Backend runners by name, and the built-in backends with their variants (presets).
 
-    >>> from detector.backends import create_runner, available_backends
+    >>> from detector.backends import create_runner, available_backends, variant
     >>> available_backends("cpu")            # {'torch': None, 'onnxruntime': None, 'tensorrt': '...'}
     >>> with create_runner("onnxruntime", spec, device="cpu") as runner:
     ...     decoded = runner.infer(batch)
+    >>> graph = variant("torch-graph")       # Variant(backend='torch', options={'fuse_bn': True, ...})
+    >>> create_runner(graph.backend, spec, device="cuda", **graph.options)
 
-Every runner follows :class:`detector.backends.base.Runner`.
+Every runner follows :class:`detector.backends.base.Runner`. The runner modules (and torch, onnxruntime,
+tensorrt) load only when asked for. Adding a backend or a variant is one :func:`register` call (see
+:mod:`detector.backends.registry`): the ``detector`` command, the perf suite's cases and options and the
+runner contract tests all read the registry.
+
+The built-in variants:
+
+``torch``
+    The plain eager PyTorch runner (CPU and CUDA).
+``torch-graph``
+    The fastest hand-built torch path: batch norm folded into the convolutions, channels-last, CUDA graph
+    replay per batch size (CUDA only).
+``torch-compile``
+    The same model through ``torch.compile(mode="reduce-overhead")``: Inductor's fused kernels replayed as CUDA
+    graphs, compiled artefacts cached under ``<cache>/inductor`` (CUDA only).
+``onnxruntime``
+    The ONNX export in ONNX Runtime (CPU and, with onnxruntime-gpu, CUDA).
+``tensorrt``
+    A TensorRT engine of the ONNX export (CUDA only).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from detector.backends.registry import (
+    Backend,
+    Variant,
+    availability,
+    available_backends,
+    backend,
+    backend_names,
+    create_runner,
+    display_name,
+    register,
+    runner_class,
+    unregister,
+    variant,
+    variant_names,
+    variants,
+)
 
-from detector.errors import BackendError, BackendUnavailable
+__all__ = ["Backend", "Variant", "availability", "available_backends", "backend", "backend_names", "create_runner",
+           "display_name", "register", "runner_class", "unregister", "variant", "variant_names", "variants"]
 
-if TYPE_CHECKING:
-    from detector.backends.base import Runner
-    from detector.spec import ModelSpec
-
-__all__ = ["RUNNERS", "availability", "available_backends", "backend_names", "create_runner", "register",
-           "runner_class"]
-
-#: Backend name -> "module:Class", imported on first use.
-RUNNERS: dict[str, str] = {
-    "torch": "detector.backends.torch_runner:TorchRunner",
-    "onnxruntime": "detector.backends.onnxruntime_runner:OnnxRuntimeRunner",
-    "tensorrt": "detector.backends.tensorrt_runner:TensorRTRunner",
-}
-
-
-def backend_names() -> list[str]:
-    """Registered backend names, in registration order."""
-    return list(RUNNERS)
-
-
-def register(name: str, target: str) -> None:
-    """Register (or replace) backend ``name`` as ``"package.module:Class"``, imported on first use."""
-    if ":" not in target:
-        raise BackendError(f"cannot register backend {name!r}: target {target!r} is not 'module:Class'")
-    RUNNERS[name] = target
-
-
-def runner_class(name: str) -> type[Runner]:
-    """The runner class of backend ``name``.
-
-    Raises:
-        BackendError: ``name`` is not registered (the message lists the known names).
-        BackendUnavailable: its module cannot be imported here (the message gives the reason).
-    """
-    try:
-        target = RUNNERS[name]
-    except KeyError:
-        raise BackendError(f"unknown backend {name!r}; known backends: {', '.join(RUNNERS)}") from None
-    module_name, _, class_name = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        missing = getattr(e, "name", None)
-        reason = f"{missing} is not installed" if missing and missing != module_name else str(e)
-        raise BackendUnavailable(f"backend {name!r} is unavailable: {reason}") from e
-    try:
-        return getattr(module, class_name)
-    except AttributeError as e:
-        raise BackendUnavailable(f"backend {name!r} is unavailable: {module_name} has no {class_name}") from e
-
-
-def create_runner(name: str, spec: ModelSpec, **options: Any) -> Runner:
-    """A new, inactive runner of backend ``name`` for ``spec``.
-
-    ``options`` holds ``device`` and ``precision`` and the backend's own options (see each runner's
-    ``options``). Raises :class:`BackendError` for unknown names and :class:`BackendUnavailable` if the
-    backend's module cannot be imported; availability on this machine is checked by ``activate()``.
-    """
-    return runner_class(name)(spec, **options)
-
-
-def availability(name: str, device: str = "cpu", precision: str = "fp32") -> str | None:
-    """``None`` if backend ``name`` can run here on ``device`` at ``precision``, else the reason (one line).
-
-    Unknown backend, device or precision names raise :class:`BackendError`.
-    """
-    try:
-        cls = runner_class(name)
-    except BackendUnavailable as e:
-        return str(e)
-    return cls.unavailable_reason(device, precision)
-
-
-def available_backends(device: str = "cpu", precision: str = "fp32") -> dict[str, str | None]:
-    """Every registered backend -> ``None`` (runs here) or why not; a backend lacking ``device`` or
-    ``precision`` altogether gets a reason too, instead of an error."""
-    result: dict[str, str | None] = {}
-    for name in RUNNERS:
-        try:
-            result[name] = availability(name, device, precision)
-        except BackendError as e:
-            result[name] = str(e)
-    return result
+register("torch", "detector.backends.torch_runner:TorchRunner", title="PyTorch", variants=[
+    Variant("torch", summary="eager PyTorch"),
+    Variant("torch-graph", {"fuse_bn": True, "channels_last": True, "cuda_graph": True}, ("cuda",),
+            summary="batch norm folded, channels-last, CUDA graph replay"),
+    Variant("torch-compile", {"fuse_bn": True, "channels_last": True, "compile": True,
+                              "compile_mode": "reduce-overhead"}, ("cuda",),
+            summary="torch.compile(mode='reduce-overhead'), Inductor kernels replayed as CUDA graphs"),
+])
+register("onnxruntime", "detector.backends.onnxruntime_runner:OnnxRuntimeRunner", title="ONNX Runtime",
+         variants=[Variant("onnxruntime", summary="the ONNX export in ONNX Runtime")])
+register("tensorrt", "detector.backends.tensorrt_runner:TensorRTRunner", title="TensorRT", devices=("cuda",),
+         variants=[Variant("tensorrt", summary="a TensorRT engine of the ONNX export")], marks=("trt",))

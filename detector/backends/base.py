@@ -19,16 +19,24 @@ so a backend implements only:
     Drop every reference to device memory (models, engines, buffers); must work on a half-activated
     runner. The base class then empties the CUDA caching allocator.
 ``_infer(x)``
-    With ``device_io = True``: ``x`` is a contiguous float32 ``torch.Tensor`` [B,3,H,W] on
-    ``self.torch_device``; enqueue the work on ``self.stream`` (it is the current stream during the call)
-    and return the decoded tensor on the device (any float dtype; cast to float32 by the base). Do not
-    synchronize: the base records CUDA events around the call and synchronizes only when the result must
-    reach the host. Do not modify ``x`` in place (it may be the caller's own device tensor). The returned
-    tensor must not be reused by a later call (clone static buffers).
-    With ``device_io = False``: ``x`` is a contiguous float32 ``numpy.ndarray`` on the host; return a
-    numpy array (the backend does its own copies, e.g. ONNX Runtime).
+    ``x`` is a ``torch.Tensor`` [B,3,H,W] on ``self.torch_device`` (on the host for a :attr:`Runner.host_io`
+    runner): contiguous float32, or a caller's device batch already in :attr:`Runner.input_format`. Return
+    the decoded tensor there (any float dtype; the base casts to float32). On CUDA enqueue the work on
+    ``self.stream`` (it is the current stream during the call) and do not synchronize: the base records
+    CUDA events around the call and synchronizes only when the result must reach the host. Do not modify
+    ``x`` in place (it may be the caller's own tensor). The returned tensor must not be reused by a later
+    call (clone static buffers).
 
 Optionally override :meth:`unavailable_reason` (call ``super()``) and :meth:`warmup`.
+
+The one seam in the contract is :attr:`Runner.host_io`. A runner whose engine owns the device side itself
+(ONNX Runtime's CUDA provider allocates, copies and runs on its own stream) sets it: the base then hands it
+host tensors on every device, creates no CUDA stream, and times it with the host clock (``compute_ms`` then
+includes its copies). Putting such a runner on the base's stream would need the engine to take external device
+buffers and a stream (ONNX Runtime: IO binding with ``user_compute_stream``, in onnxruntime-gpu only).
+
+Callers add work to every call through :meth:`Runner.add_infer_hook` (the perf suite's deliberate slowdown),
+never by replacing ``_infer``.
 
 Behaviour worth knowing:
 
@@ -45,7 +53,7 @@ import abc
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from detector.errors import BackendError, BackendUnavailable
@@ -73,11 +81,11 @@ class InferTiming:
 
     Attributes:
         h2d_ms: host-to-device copy of the input (CUDA events); ``None`` on the CPU, when the input was
-            already on the device, or for runners that do their own copies (``device_io = False``).
+            already on the device, or for runners that do their own copies (:attr:`Runner.host_io`).
         compute_ms: the model: CUDA events around ``_infer`` (and the cast to float32) on the GPU; host
-            wall time on the CPU or for ``device_io = False`` runners (then including their own copies).
+            wall time on the CPU or for ``host_io`` runners (then including their own copies).
         d2h_ms: device-to-host copy of the output (CUDA events); ``None`` on the CPU, for
-            ``device_io = False`` runners, and with ``to_host=False``.
+            ``host_io`` runners, and with ``to_host=False``.
         enqueue_ms: host wall time spent inside ``_infer`` (on the GPU: launch overhead only).
         total_ms: host wall time of the whole ``infer()`` call, from entry to return. With
             ``to_host=False`` on CUDA the call returns before the GPU finishes, so this is then
@@ -110,8 +118,9 @@ class Runner(abc.ABC):
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
     #: Device types this runner can run on, a subset of :data:`DEVICES`.
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
-    #: True: ``_infer`` takes and returns torch tensors on ``self.torch_device``; False: numpy on the host.
-    device_io: ClassVar[bool] = True
+    #: True for a runner that moves data between host and device itself (ONNX Runtime): ``_infer`` then takes
+    #: and returns host tensors on every device and is timed on the host; False: on ``self.torch_device``.
+    host_io: ClassVar[bool] = False
     #: Option names and their defaults; ``self.options`` holds the merged values.
     options: ClassVar[Mapping[str, Any]] = {}
 
@@ -129,7 +138,7 @@ class Runner(abc.ABC):
         self.options: dict[str, Any] = {**self.options, **options}
         #: Largest batch ``infer`` accepts (e.g. a TensorRT profile's max); ``None`` means no limit.
         self.max_batch_size: int | None = None
-        #: The CUDA stream this runner enqueues on; ``None`` on the CPU and for ``device_io = False``.
+        #: The CUDA stream this runner enqueues on; ``None`` on the CPU and for ``host_io`` runners.
         self.stream: torch.cuda.Stream | None = None
         self.torch_device: torch.device | None = None
         self._active = False
@@ -137,6 +146,7 @@ class Runner(abc.ABC):
         self._pending: tuple[Any, ...] | None = None  # (events..., enqueue_ms, total_ms) awaiting the GPU
         self._pinned: dict[tuple[int, ...], torch.Tensor] = {}
         self._h2d_done: Any = None  # CUDA event: the pinned staging buffer may be overwritten after it
+        self._hooks: list[Callable[[], None]] = []
 
     # -- availability ---------------------------------------------------------------------------------
     @classmethod
@@ -182,7 +192,7 @@ class Runner(abc.ABC):
         if self.device_type == "cuda":
             index = self.device_index if self.device_index is not None else torch.cuda.current_device()
             self.torch_device = torch.device("cuda", index)
-            if self.device_io:
+            if not self.host_io:
                 self.stream = torch.cuda.Stream(device=self.torch_device)
         else:
             self.torch_device = torch.device("cpu")
@@ -261,16 +271,11 @@ class Runner(abc.ABC):
         start = time.perf_counter()
         x = self._validate(batch)
         self._pending = None
-        if self.device_io and self.device_type == "cuda":
+        if self.stream is not None:
             return self._infer_cuda(x, to_host, start)
-        if self.device_io:
-            x_in: Any = x.to(device="cpu", dtype=torch.float32).contiguous()
-        else:
-            x_in = x.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
         t0 = time.perf_counter()
-        out = self._infer(x_in)
+        out = self._call_model(x.to(device="cpu", dtype=torch.float32).contiguous())
         compute_ms = (time.perf_counter() - t0) * 1e3
-        out = torch.from_numpy(out) if not isinstance(out, torch.Tensor) else out
         out = out.to(device="cpu", dtype=torch.float32)
         self._timing = InferTiming(None, compute_ms, None, compute_ms, (time.perf_counter() - start) * 1e3)
         return out
@@ -291,6 +296,24 @@ class Runner(abc.ABC):
         dtype, memory_format = self.input_format
         return x.to(dtype=dtype, memory_format=memory_format)
 
+    def add_infer_hook(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call ``hook()`` right after the model in every later :meth:`infer`; returns a function that removes it.
+
+        The hook runs inside the measured compute time: on CUDA with the runner's stream current, so the GPU
+        work it enqueues there counts in ``compute_ms`` as a slower model would (and it must not synchronize);
+        on the host its wall time counts. For instrumentation and deliberate slowdowns
+        (:mod:`perf.measure.slowdown`); hooks run in the order added and survive deactivation.
+        """
+        if not callable(hook):
+            raise BackendError(f"runner '{self.name}': infer hook {hook!r} is not callable")
+        self._hooks.append(hook)
+
+        def remove() -> None:
+            if hook in self._hooks:
+                self._hooks.remove(hook)
+
+        return remove
+
     def warmup(self, batch_size: int = 1, iterations: int = 3) -> None:
         """Run ``iterations`` inferences on a zero batch of ``batch_size`` (CUDA graphs, autotuning, caches)."""
         import torch
@@ -310,8 +333,8 @@ class Runner(abc.ABC):
         """Drop every reference to the model and device buffers; safe on a half-activated runner."""
 
     @abc.abstractmethod
-    def _infer(self, x: Any) -> Any:
-        """decoded = model(x); tensors on the device (``device_io``) or numpy arrays on the host."""
+    def _infer(self, x: torch.Tensor) -> torch.Tensor:
+        """decoded = model(x), torch tensors on ``self.torch_device`` (on the host for ``host_io``)."""
 
     # -- internals ------------------------------------------------------------------------------------
     def _validate(self, batch: Any) -> torch.Tensor:
@@ -345,8 +368,6 @@ class Runner(abc.ABC):
         import torch
 
         stream = self.stream
-        if stream is None:  # activate() creates it for every device_io CUDA runner
-            raise BackendError(f"runner '{self.name}': no CUDA stream; was activate() overridden?")
         caller = torch.cuda.current_stream(self.torch_device)  # before the stream context switches it
         events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         with torch.cuda.device(self.torch_device), torch.cuda.stream(stream):
@@ -361,10 +382,8 @@ class Runner(abc.ABC):
                 x_dev = self.as_input(x)
             events[1].record(stream)
             t0 = time.perf_counter()
-            out = self._infer(x_dev)
+            out = self._call_model(x_dev)
             enqueue_ms = (time.perf_counter() - t0) * 1e3
-            if not isinstance(out, torch.Tensor):
-                raise BackendError(f"runner '{self.name}': _infer returned {type(out).__name__}, not a tensor")
             out = out.float()
             events[2].record(stream)
             if to_host:
@@ -381,6 +400,17 @@ class Runner(abc.ABC):
         total_ms = (time.perf_counter() - start) * 1e3
         self._pending = (events, copied, False, enqueue_ms, total_ms)
         self._timing = None
+        return out
+
+    def _call_model(self, x: torch.Tensor) -> torch.Tensor:
+        """``_infer(x)``, then every infer hook (on CUDA with the runner's stream current)."""
+        import torch
+
+        out = self._infer(x)
+        if not isinstance(out, torch.Tensor):
+            raise BackendError(f"runner '{self.name}': _infer returned {type(out).__name__}, not a torch tensor")
+        for hook in self._hooks:
+            hook()
         return out
 
     def _h2d(self, x: torch.Tensor, stream: torch.cuda.Stream) -> torch.Tensor:

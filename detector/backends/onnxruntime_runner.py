@@ -1,9 +1,10 @@
 """ONNX Runtime runner: the cached ONNX export of the model (or a given ONNX file) in an InferenceSession.
 
 Device ``cpu`` uses ``CPUExecutionProvider``; ``cuda`` uses ``CUDAExecutionProvider``, offered only when
-the installed onnxruntime has it (the ``onnxruntime-gpu`` package). The session takes and returns numpy
-arrays on the host (``device_io = False``): ONNX Runtime does its own host<->device copies, so on CUDA
-``compute_ms`` includes them and ``h2d_ms`` / ``d2h_ms`` are ``None``. Precision: fp32 only.
+the installed onnxruntime has it (the ``onnxruntime-gpu`` package). ONNX Runtime does its own host<->device
+copies on its own stream, so this is a ``host_io`` runner (see :mod:`detector.backends.base`): it gets and
+returns host tensors, shared with the session's numpy arrays without a copy, and on CUDA ``compute_ms``
+includes the copies while ``h2d_ms`` / ``d2h_ms`` are ``None``. Precision: fp32 only.
 
 Options:
 
@@ -26,7 +27,7 @@ from detector.backends.base import Runner
 from detector.errors import BackendError, BackendUnavailable, ModelFileError
 
 if TYPE_CHECKING:
-    import numpy as np
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class OnnxRuntimeRunner(Runner):
     name: ClassVar[str] = "onnxruntime"
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
-    device_io: ClassVar[bool] = False
+    host_io: ClassVar[bool] = True
     options: ClassVar[dict[str, Any]] = {"intra_op_threads": 0, "opset": 17, "model_path": None}
 
     def __init__(self, spec: Any, *, device: str = "cpu", precision: str = "fp32", **options: Any) -> None:
@@ -107,8 +108,11 @@ class OnnxRuntimeRunner(Runner):
     def _deactivate(self) -> None:
         self._session = None
 
-    def _infer(self, x: np.ndarray) -> np.ndarray:
+    def _infer(self, x: torch.Tensor) -> torch.Tensor:
+        import torch
+
         try:
-            return self._session.run([self._output_name], {self._input_name: x})[0]
+            out = self._session.run([self._output_name], {self._input_name: x.numpy()})[0]
         except Exception as e:  # onnxruntime's own exception types
             raise BackendError(f"runner 'onnxruntime': inference failed: {str(e).strip()[:300]}") from e
+        return torch.from_numpy(out)

@@ -40,9 +40,10 @@ Options:
 ``opset`` (17)
     ONNX opset of the export.
 
-A prebuilt engine (``spec.engine``, e.g. the suite's ``--perf-engine``) is loaded instead of built: deserialized
-as is, its optimization profile read from the engine (``get_tensor_profile_shape``), its input checked against
-the spec's [B, 3, H, W] and its output's last dimension against 4 + C. It runs only as ``spec.engine_precision``
+A prebuilt engine (``spec.engine``, e.g. the suite's ``--perf-engine``) is loaded instead of built
+(:func:`detector.trt.load_engine_file`): deserialized as is, its optimization profile read from the engine
+(``get_tensor_profile_shape``), its input checked against the spec's [B, 3, H, W] and its output's last
+dimension against 4 + C. It runs only as ``spec.engine_precision``
 (TensorRT keeps no readable record of the precision an engine was built for); other precisions are unavailable.
 
 Measurements the suite reads: :attr:`cold_start` (:class:`detector.trt.ColdStart`: build or cache,
@@ -71,11 +72,10 @@ from detector.trt import (
     int8_calibration,
     is_rtx,
     load_engine,
-    precision_unavailable_reason,
+    load_engine_file,
     profile_layers,
     profile_shapes,
-    rtx_compute_capabilities,
-    rtx_refusal_message,
+    run_unavailable_reason,
     strongly_typed,
     tensorrt_version,
     torch_dtype,
@@ -99,7 +99,6 @@ class TensorRTRunner(Runner):
     name: ClassVar[str] = "tensorrt"
     precisions: ClassVar[tuple[str, ...]] = ("fp32", "fp16", "int8")
     devices: ClassVar[tuple[str, ...]] = ("cuda",)
-    device_io: ClassVar[bool] = True
     options: ClassVar[dict[str, Any]] = {
         "batch_sizes": DEFAULT_BATCH_SIZES,
         "cuda_graph": False,
@@ -164,13 +163,8 @@ class TensorRTRunner(Runner):
             return str(e)
         if base_reason is not None:
             return base_reason
-        reason = precision_unavailable_reason(trt, flavor, precision)
-        if reason is not None or not is_rtx(flavor):
-            return reason
         index = str(device).partition(":")[2]
-        gpu_name, cc = cuda_device_info(int(index) if index else None)
-        supported = rtx_compute_capabilities(trt)
-        return None if cc in supported else rtx_refusal_message(gpu_name, cc, supported)
+        return run_unavailable_reason(trt, flavor, precision, int(index) if index else None)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def _activate(self) -> None:
@@ -186,7 +180,7 @@ class TensorRTRunner(Runner):
         free_before = torch.cuda.mem_get_info(dev)[0]
         height, width = self.spec.input_size
         if self.spec.engine is not None:
-            loaded, entry, cold = self._prebuilt(gpu)
+            loaded, entry, cold = load_engine_file(self.spec.engine, tensorrt=(trt, flavor), gpu=gpu)
             onnx_path = None
         else:
             loaded, entry, cold, onnx_path = self._built(trt, flavor, gpu, dev)
@@ -206,26 +200,6 @@ class TensorRTRunner(Runner):
                             "onnx": str(onnx_path) if onnx_path is not None else None,
                             "prebuilt": self.spec.engine is not None}
         self._finish_activation(engine, entry, cold, dev, free_before)
-
-    def _prebuilt(self, gpu: Any) -> tuple[Any, Any, ColdStart]:
-        """The spec's prebuilt engine, deserialized as is (ModelFileError for an unreadable file)."""
-        from pathlib import Path
-
-        from detector.errors import ModelFileError
-        from detector.trt import CachedEngine, deserialize_engine
-
-        path = Path(self.spec.engine)
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise ModelFileError(f"cannot read TensorRT engine '{path}': {e.strerror or e}") from e
-        if not data:
-            raise ModelFileError(f"cannot read TensorRT engine '{path}': the file is empty (0 bytes)")
-        loaded = deserialize_engine(data, tensorrt=(self._trt, self._flavor), source=path, gpu=gpu)
-        entry = CachedEngine(path, data, "prebuilt", True, None, {})
-        cold = ColdStart(from_cache=True, deserialize_s=loaded.deserialize_s, engine_path=str(path),
-                         engine_bytes=len(data))
-        return loaded, entry, cold
 
     def _built(self, trt: Any, flavor: str, gpu: Any, dev: Any) -> tuple[Any, Any, ColdStart, Any]:
         """An engine of the spec's ONNX model, built or read from the cache (:func:`detector.trt.load_engine`)."""

@@ -59,7 +59,6 @@ class TorchRunner(Runner):
     name: ClassVar[str] = "torch"
     precisions: ClassVar[tuple[str, ...]] = ("fp32", "fp16")
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
-    device_io: ClassVar[bool] = True
     options: ClassVar[dict[str, Any]] = {
         "channels_last": False,
         "fuse_bn": False,

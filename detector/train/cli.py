@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from detector.argtypes import add_processing_args as _add_processing_args
-from detector.argtypes import fraction as _fraction
+from detector.argtypes import add_inference_args as _add_inference_args
 from detector.argtypes import non_negative_int as _non_negative_int
 from detector.argtypes import positive_float as _positive_float
 from detector.argtypes import positive_int as _positive_int
@@ -31,12 +31,22 @@ def _net_size(text: str) -> int:
     return value
 
 
+def _subcommand(subparsers: Any, handler: Callable[[argparse.Namespace], int], help: str,
+                description: str) -> argparse.ArgumentParser:  # fmt: skip
+    """The parser of subcommand ``handler``'s name without ``cmd_`` on ``subparsers`` (from
+    ``ArgumentParser.add_subparsers``): abbreviated options refused, ``handler`` run with the parsed arguments."""
+    p = subparsers.add_parser(handler.__name__.removeprefix("cmd_"), allow_abbrev=False, help=help,
+                              description=description)  # fmt: skip
+    p.set_defaults(func=handler)
+    return p
+
+
 def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``train`` on ``subparsers`` (from ``ArgumentParser.add_subparsers``); returns its parser."""
-    p = subparsers.add_parser("train", allow_abbrev=False, help="train YOLOv4-tiny from scratch on synthetic frames",
-                              description="Train YOLOv4-tiny from scratch on frames of the synthetic video "
-                              "generator (training seeds 1000 and up; 0, 7, 8, 9 are held out) and write Darknet "
-                              "weights plus <out>.txt saying how they were made.")
+    p = _subcommand(subparsers, cmd_train, "train YOLOv4-tiny from scratch on synthetic frames",
+                    "Train YOLOv4-tiny from scratch on frames of the synthetic video generator (training seeds 1000 "
+                    "and up; 0, 7, 8, 9 are held out) and write Darknet weights plus <out>.txt saying how they were "
+                    "made.")
     p.add_argument("--out", required=True, help="output .weights path (provenance goes to <out>.txt)")
     p.add_argument("--cfg", help="Darknet .cfg (default: the shipped two-class yolov4-tiny.cfg)")
     p.add_argument("--seed", type=int, default=0, help="seed of init, sampling and augmentation (default: 0)")
@@ -69,17 +79,15 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--cache-dir", help="detector cache; evaluation videos go to <cache>/videos (default: "
                    "$DETECTOR_CACHE or ~/.cache/detector)")
     g.add_argument("--log-every", type=_positive_int, default=100, help="steps between progress lines (default: 100)")
-    p.set_defaults(func=cmd_train)
     return p
 
 
 def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``eval`` on ``subparsers``; returns its parser."""
-    p = subparsers.add_parser("eval", allow_abbrev=False,
-                              help="mAP per class on held-out synthetic videos or a labelled video (pycocotools)",
-                              description="Score a model on held-out synthetic videos (seeds 7, 8, 9 are never "
-                              "trained on) or on a labelled video (--video): COCO mAP@0.5 and mAP@0.5:0.95 per "
-                              "class, through the real pipeline.")
+    p = _subcommand(subparsers, cmd_eval, "mAP per class on held-out synthetic videos or a labelled video "
+                    "(pycocotools)", "Score a model on held-out synthetic videos (seeds 7, 8, 9 are never trained on) "
+                    "or on a labelled video (--video): COCO mAP@0.5 and mAP@0.5:0.95 per class, through the real "
+                    "pipeline.")
     p.add_argument("--cfg", help="Darknet .cfg (default: the shipped two-class yolov4-tiny.cfg)")
     p.add_argument("--weights", help="Darknet .weights (default: the shipped weights)")
     source = p.add_mutually_exclusive_group()
@@ -92,34 +100,25 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "the model's classes (default: <video stem>.json beside the video, as make-video writes it)")
     p.add_argument("--frames", type=_positive_int, metavar="N", help="score the first N frames of each video "
                    "(default: 300 of a synthetic video, all of a --video)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--precision", default="fp32", help="fp32 or fp16, as the backend supports (default: fp32)")
     p.add_argument("--backend", default="torch", help="torch, onnxruntime or tensorrt (default: torch)")
-    p.add_argument("--batch", type=_positive_int, default=16, help="frames per inference (default: 16)")
-    p.add_argument("--conf", type=_fraction, default=0.001, help="confidence threshold (default: 0.001)")
-    p.add_argument("--iou", type=_fraction, default=0.45, help="NMS IoU threshold (default: 0.45)")
-    _add_processing_args(p)
+    _add_inference_args(p, precisions="fp32 or fp16", batch=16, conf=0.001)
     p.add_argument("--cache-dir", help="detector cache: synthetic videos go to <cache>/videos, ONNX files and "
                    "engines beside them (default: $DETECTOR_CACHE or ~/.cache/detector)")
     p.add_argument("--json", help="also write the results as JSON to this path")
-    p.set_defaults(func=cmd_eval)
     return p
 
 
 def add_anchors_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``anchors`` on ``subparsers``; returns its parser."""
-    p = subparsers.add_parser("anchors", allow_abbrev=False,
-                              help="fit anchor boxes to the training boxes (k-means, 1 - IoU)",
-                              description="Render training frames, collect their boxes in network pixels and "
-                              "print k-means anchors for the cfg's [yolo] sections, with the mean best-anchor IoU "
-                              "of the fitted and of the cfg's anchors.")
+    p = _subcommand(subparsers, cmd_anchors, "fit anchor boxes to the training boxes (k-means, 1 - IoU)",
+                    "Render training frames, collect their boxes in network pixels and print k-means anchors for the "
+                    "cfg's [yolo] sections, with the mean best-anchor IoU of the fitted and of the cfg's anchors.")
     p.add_argument("--cfg", help="Darknet .cfg whose anchors are compared (default: the shipped one)")
     p.add_argument("--frames", type=_positive_int, default=2000, help="training frames to collect (default: 2000)")
     p.add_argument("--frames-per-seed", type=_positive_int, default=50, help="frames per scene (default: 50)")
     p.add_argument("--seed-base", type=_positive_int, default=1000, help="first generator seed (default: 1000)")
     p.add_argument("--k", type=_positive_int, default=6, help="number of anchors (default: 6)")
     p.add_argument("--seed", type=int, default=0, help="k-means seed (default: 0)")
-    p.set_defaults(func=cmd_anchors)
     return p
 
 

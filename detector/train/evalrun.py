@@ -1,6 +1,6 @@
 """Accuracy on held-out synthetic videos through the real pipeline pieces.
 
-The video is the cached synthetic video (:func:`detector.video.synthetic_video`, mp4v, 960x540) of each
+The video is the cached synthetic video (:func:`detector.synthetic.synthetic_video`, mp4v, 960x540) of each
 held-out seed, decoded with :func:`detector.video.open_video`, letterboxed by
 :func:`detector.preprocess.preprocess`, run by a runner (``evaluate_weights``) or an in-memory model
 (``evaluate_model``, used during training), turned into detections by :func:`detector.postprocess.postprocess`
@@ -106,7 +106,7 @@ def _evaluate(infer: Infer, *, net_size: tuple[int, int], names: Sequence[str] |
               letterbox: bool, per_seed: bool = False, nms: NmsConfig | None = None) -> dict[str, EvalResult]:
     """``{"all": result}`` over all seeds together, plus ``{"seed N": result}`` each when ``per_seed``."""
     from detector.evaluate import evaluate_coco
-    from detector.video import synthetic_video
+    from detector.synthetic import synthetic_video
 
     require_pycocotools()
     if not video_seeds:

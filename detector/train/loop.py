@@ -208,7 +208,7 @@ def _load_data(cfg: TrainConfig, workers: int) -> tuple[FrameSet, list[Any]]:
     """Render the training frames (in a spawn pool when ``workers`` > 1) and, meanwhile, build the cached
     evaluation videos; returns the frames (host) and the finished video entries."""
     from detector.train.evalrun import video_cache
-    from detector.video import synthetic_video
+    from detector.synthetic import synthetic_video
 
     cache = video_cache(cfg.cache_dir)
     videos: list[Any] = []

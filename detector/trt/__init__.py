@@ -5,11 +5,11 @@ Works with the ``tensorrt`` package (10+) and with TensorRT-RTX (``tensorrt_rtx`
 machine. Modules:
 
 * :mod:`~detector.trt.package` -- :func:`import_tensorrt` (which package, which flavor), logging bridge,
-  precision and compute-capability support, :func:`rtx_refusal_message`.
+  precision and compute-capability support (:func:`run_unavailable_reason`), :func:`rtx_refusal_message`.
 * :mod:`~detector.trt.build` -- :func:`build_serialized_engine`, :func:`profile_shapes`, parser errors,
   build progress, :func:`fp16_onnx_path` (the fp16 ONNX a strongly typed fp16 build needs).
-* :mod:`~detector.trt.cache` -- :func:`engine_cache_key`, :func:`cached_engine`, :func:`load_engine`,
-  :class:`ColdStart`.
+* :mod:`~detector.trt.cache` -- :func:`engine_cache_key`, :func:`cached_engine`, :func:`load_engine` (built or
+  cached), :func:`load_engine_file` (a prebuilt engine), :class:`ColdStart`.
 * :mod:`~detector.trt.calibrate` -- :func:`calibration_batches`, :class:`CalibrationCache`, the entropy
   calibrator.
 * :mod:`~detector.trt.profile` -- the ``IProfiler`` layer table and the engine inspector.
@@ -21,7 +21,6 @@ from detector.trt.build import (
     DEFAULT_BATCH_SIZES,
     BuildProgress,
     ProfileShapes,
-    SerializedEngineFromOnnx,
     build_serialized_engine,
     format_parser_errors,
     fp16_onnx_path,
@@ -31,7 +30,6 @@ from detector.trt.build import (
 from detector.trt.cache import (
     CachedEngine,
     ColdStart,
-    EngineFromBytes,
     EngineLoadError,
     EngineRefused,
     LoadedEngine,
@@ -40,6 +38,7 @@ from detector.trt.cache import (
     deserialize_engine,
     engine_cache_key,
     load_engine,
+    load_engine_file,
 )
 from detector.trt.calibrate import (
     CalibrationCache,
@@ -59,6 +58,7 @@ from detector.trt.package import (
     precision_unavailable_reason,
     rtx_compute_capabilities,
     rtx_refusal_message,
+    run_unavailable_reason,
     strongly_typed,
     tensorrt_version,
     torch_dtype,
@@ -68,13 +68,12 @@ from detector.trt.profile import LayerTimes, engine_layer_info, layer_profiler, 
 
 __all__ = [
     "BuildProgress", "CachedEngine", "CalibrationCache", "ColdStart", "DEFAULT_BATCH_SIZES", "ENV_VAR",
-    "EngineFromBytes", "EngineLoadError", "EngineRefused", "FLAVORS", "LayerTimes", "LoadedEngine",
-    "ProfileShapes", "RTX_COMPUTE_CAPABILITIES", "SerializedEngineFromOnnx", "build_serialized_engine",
-    "cached_engine", "calibration_batches", "calibration_frames", "check_entry", "cuda_device_info",
-    "deserialize_engine",
-    "engine_cache_key", "engine_layer_info", "entropy_calibrator", "format_cc", "format_parser_errors",
-    "fp16_onnx_path", "import_tensorrt", "int8_calibration", "is_rtx", "layer_profiler", "load_engine",
+    "EngineLoadError", "EngineRefused", "FLAVORS", "LayerTimes", "LoadedEngine", "ProfileShapes",
+    "RTX_COMPUTE_CAPABILITIES", "build_serialized_engine", "cached_engine", "calibration_batches",
+    "calibration_frames", "check_entry", "cuda_device_info", "deserialize_engine", "engine_cache_key",
+    "engine_layer_info", "entropy_calibrator", "format_cc", "format_parser_errors", "fp16_onnx_path",
+    "import_tensorrt", "int8_calibration", "is_rtx", "layer_profiler", "load_engine", "load_engine_file",
     "precision_unavailable_reason", "profile_layers", "profile_shapes", "rtx_build_targets",
-    "rtx_compute_capabilities", "rtx_refusal_message", "strongly_typed", "summarize_layer_times",
-    "tensorrt_version", "torch_dtype", "trt_logger",
+    "rtx_compute_capabilities", "rtx_refusal_message", "run_unavailable_reason", "strongly_typed",
+    "summarize_layer_times", "tensorrt_version", "torch_dtype", "trt_logger",
 ]

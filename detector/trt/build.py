@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BuildProgress", "DEFAULT_BATCH_SIZES", "FP16_EXPORT_VERSION", "ProfileShapes", "SerializedEngineFromOnnx",
-           "build_serialized_engine", "format_parser_errors", "fp16_onnx_path", "profile_shapes", "rtx_build_targets"]
+__all__ = ["BuildProgress", "DEFAULT_BATCH_SIZES", "FP16_EXPORT_VERSION", "ProfileShapes", "build_serialized_engine",
+           "format_parser_errors", "fp16_onnx_path", "profile_shapes", "rtx_build_targets"]
 
 #: Batch sizes of the default optimization profile (the suite's batch sizes).
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32)
@@ -276,17 +276,6 @@ def build_serialized_engine(
     data = bytes(memoryview(serialized))
     log.info("built the %s engine in %.2f s (%.1f MiB)", precision, seconds, len(data) / 2**20)
     return data
-
-
-class SerializedEngineFromOnnx:
-    """Lazy loader: calling it builds and returns the serialized engine (``build_serialized_engine`` args)."""
-
-    def __init__(self, onnx_path: str | os.PathLike[str], **build_options: Any) -> None:
-        self.onnx_path = Path(onnx_path)
-        self.build_options = build_options
-
-    def __call__(self) -> bytes:
-        return build_serialized_engine(self.onnx_path, **self.build_options)
 
 
 def fp16_onnx_path(spec: ModelSpec, opset: int = 17) -> Path:

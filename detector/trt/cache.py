@@ -49,8 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CachedEngine", "ColdStart", "ENGINE_CACHE_VERSION", "EngineFromBytes", "EngineLoadError", "EngineRefused",
-           "LoadedEngine", "cached_engine", "check_entry", "deserialize_engine", "engine_cache_key", "load_engine"]
+__all__ = ["CachedEngine", "ColdStart", "ENGINE_CACHE_VERSION", "EngineLoadError", "EngineRefused", "LoadedEngine",
+           "cached_engine", "check_entry", "deserialize_engine", "engine_cache_key", "load_engine", "load_engine_file"]
 
 #: Bump when the build code changes the engines it makes (cached engines are keyed on it).
 ENGINE_CACHE_VERSION = 1
@@ -267,15 +267,31 @@ def deserialize_engine(
     return LoadedEngine(engine, runtime, seconds, trt, flavor)
 
 
-class EngineFromBytes:
-    """Lazy loader: calling it deserializes ``data`` (see :func:`deserialize_engine`)."""
+def load_engine_file(
+    path: str | os.PathLike[str],
+    *,
+    tensorrt: tuple[ModuleType, str] | None = None,
+    gpu: tuple[str, Sequence[int]] | None = None,
+) -> tuple[LoadedEngine, CachedEngine, ColdStart]:
+    """A prebuilt engine file, deserialized as it is (never rebuilt); the same triple as :func:`load_engine`, the
+    entry's key ``"prebuilt"``.
 
-    def __init__(self, data: bytes, **options: Any) -> None:
-        self.data = data
-        self.options = options
-
-    def __call__(self) -> LoadedEngine:
-        return deserialize_engine(self.data, **self.options)
+    Raises:
+        ModelFileError: the file cannot be read or is empty (names it).
+        EngineRefused, EngineLoadError: as :func:`deserialize_engine`.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ModelFileError(f"cannot read TensorRT engine '{path}': {e.strerror or e}") from e
+    if not data:
+        raise ModelFileError(f"cannot read TensorRT engine '{path}': the file is empty (0 bytes)")
+    loaded = deserialize_engine(data, tensorrt=tensorrt, source=path, gpu=gpu)
+    entry = CachedEngine(path, data, "prebuilt", True, None, {})
+    cold = ColdStart(from_cache=True, deserialize_s=loaded.deserialize_s, engine_path=str(path),
+                     engine_bytes=len(data))
+    return loaded, entry, cold
 
 
 def load_engine(onnx_path: str | os.PathLike[str], **options: Any) -> tuple[LoadedEngine, CachedEngine, ColdStart]:

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "CANDIDATES", "ENV_VAR", "FLAVORS", "RTX_COMPUTE_CAPABILITIES", "cuda_device_info", "format_cc",
     "import_tensorrt", "is_rtx", "precision_unavailable_reason", "rtx_compute_capabilities", "rtx_refusal_message",
-    "strongly_typed", "tensorrt_version", "torch_dtype", "trt_logger",
+    "run_unavailable_reason", "strongly_typed", "tensorrt_version", "torch_dtype", "trt_logger",
 ]
 
 #: Environment variable that forces a flavor.
@@ -142,6 +142,18 @@ def precision_unavailable_reason(module: Any, flavor: str, precision: str) -> st
         return (f"{name} builds strongly typed networks only: int8 needs an ONNX model with Q/DQ nodes, not "
                 "entropy calibration (use tensorrt 10 for int8)")
     return None
+
+
+def run_unavailable_reason(module: Any, flavor: str, precision: str, device_index: int | None = None) -> str | None:
+    """Why this package cannot run ``precision`` engines on CUDA device ``device_index`` (the current one if
+    ``None``), in one line, or ``None``: the precision (:func:`precision_unavailable_reason`), then for
+    TensorRT-RTX the GPU's compute capability (:func:`rtx_refusal_message`). The device must exist."""
+    reason = precision_unavailable_reason(module, flavor, precision)
+    if reason is not None or not is_rtx(flavor):
+        return reason
+    gpu_name, cc = cuda_device_info(device_index)
+    supported = rtx_compute_capabilities(module)
+    return None if cc in supported else rtx_refusal_message(gpu_name, cc, supported)
 
 
 def format_cc(cc: Sequence[int]) -> str:

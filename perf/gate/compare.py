@@ -3,8 +3,8 @@
 Verdicts: "slower", "faster", "no change" (`perf.gate.stats.compare_samples`, the gate's one decision rule),
 "unstable" (either sample fails the stability rule, or was recorded unstable by `perf.measure.stability`: the ratio
 and interval are still shown, but no verdict is drawn from them) and "missing" (in one run only, or saved
-without raw rounds). Written as ``<reports>/perf-compare.json`` and ``.md`` (atomically); the JSON layout is
-described in `perf.runs`.
+without raw rounds). Written as ``<reports>/perf-compare.json`` (`perf.runs.VERDICT_FILE`) and ``.md``
+(atomically); the JSON layout is described in `perf.runs`, which reads it back (`perf.runs.load_verdicts`).
 
 *Noise profile.* With this runner's profile (`perf.gate.noise`, from ``--perf-noise``) every metric's interval also
 holds the between-process spread identical code shows here, and a sample is unstable only when it is noisier
@@ -39,18 +39,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detector.fileio import atomic_write_text
-from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
 from perf.gate.noise import stability_limits
-from perf.measure.stability import StabilityRule
 from perf.gate.stats import (DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, FASTER, NO_CHANGE, SLOWER, BetweenNoise,
-                        compare_samples, decide)  # fmt: skip
+                             compare_samples, decide)  # fmt: skip
+from perf.measure.stability import StabilityRule
+from perf.runs import PRIMARY, VERDICT_FILE, BenchmarkRecord, SavedRun
 
 if TYPE_CHECKING:
     from perf.gate.noise import NoiseProfile
 
 UNSTABLE, MISSING = "unstable", "missing"
 VERDICTS = ("slower", "faster", "no change", UNSTABLE, MISSING)
-VERDICT_FILE = "perf-compare.json"
 FORMAT = 2
 HOST, STAGE = "host", "stage:"
 

@@ -1,4 +1,5 @@
-"""pytest hooks of the cross-process measurements: ``--perf-noise=K`` and ``--perf-selftest-processes=K``.
+"""pytest hooks of the cross-process measurements: ``--perf-noise=K`` and ``--perf-selftest-processes=K`` (their
+options are registered with the suite's others, perf/options.py).
 
 * ``pytest perf -m ci --perf-noise=10`` runs the selected benchmarks in 10 fresh processes of this code
   (`perf.gate.processes`), prints per benchmark and per family the spread of the per-process medians (CV, largest
@@ -18,7 +19,6 @@ the suite's report; the children's runs and logs stay in ``--perf-runs-dir`` (de
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as _dt
 import json
@@ -28,73 +28,12 @@ from typing import Any
 
 import pytest
 
+from perf.options import DEFAULT_REGRESSIONS, parse_regression, parse_regressions
+from perf.report import schema
+from perf.session import PERF_SESSION
+
 STATE = pytest.StashKey[dict[str, Any]]()
-DEFAULT_REGRESSIONS = "layer:5%,preprocess:5%"
 DEFAULT_COMPARE_FAIL = "median:5%"
-TABLES = {
-    "family": "Noise between processes, per family (per-process median of each benchmark)",
-    "benchmark": "Noise between processes, per benchmark and metric",
-    "identical": "Cross-process self-test: identical code (every pair of processes)",
-    "regressed": "Cross-process self-test: injected regressions (identical x regressed processes)",
-    "compare_fail": "Cross-process self-test: pytest-benchmark --benchmark-compare-fail on identical code",
-    "children": "Cross-process runs",
-}
-
-
-def _processes(value: str) -> int:
-    if not value.strip().isdecimal() or int(value) < 2:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected a number of processes >= 2.")
-    return int(value)
-
-
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value.strip().lower().removesuffix("s"))
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected seconds > 0, e.g. 540.")
-    return seconds
-
-
-def _regressions(value: str) -> tuple[Any, ...]:
-    from perf.gate.regressions import parse_regression
-
-    items = [item for item in value.split(",") if item.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected e.g. {DEFAULT_REGRESSIONS}.")
-    return tuple(parse_regression(item) for item in items)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    from perf.options import deferred
-
-    group = parser.getgroup("perf")
-    group.addoption(
-        "--perf-noise", metavar="K", type=deferred(_processes), default=None,
-        help="Run the selected benchmarks in K fresh processes of this code and save this runner's noise profile "
-        "(the spread of per-process medians), which --perf-compare uses. Default: off.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-selftest-processes", metavar="K", type=deferred(_processes), default=None,
-        help="The gate's self-test across processes: K identical processes and K/5 (>= 2) per injected regression, then "
-        "false verdicts, unstable and detection rates over every pair; saves the noise profile too. Default: off.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-selftest-regressions", metavar="LIST", type=deferred(_regressions), default=None,
-        help=f"Regressions --perf-selftest-processes injects (KIND:PERCENT, see --perf-regression). "
-        f"Default: {DEFAULT_REGRESSIONS.replace('%', '%%')}.",  # argparse's help expands %
-    )  # fmt: skip
-    group.addoption(
-        "--perf-processes-budget", metavar="SECONDS", type=deferred(_seconds), default=None,
-        help="Start no child process that would likely end after this many seconds; the plan can be resumed "
-        "with the same --perf-runs-dir. Default: no limit.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-runs-dir", metavar="DIR", default=None,
-        help="Folder for the child processes' runs and logs; a plan already there is resumed. Default: a new "
-        "folder under <reports>/processes/.",
-    )  # fmt: skip
 
 
 def _mode(config: pytest.Config) -> tuple[str, int] | None:
@@ -131,7 +70,7 @@ def _plan(config: pytest.Config, items: list[pytest.Item], mode: str, k: int) ->
     nodeids = tuple(item.nodeid for item in items)
     if mode == "noise":
         return [Child(f"a{i:02d}", "identical", nodeids) for i in range(k)]
-    regressions = config.getoption("perf_selftest_regressions") or _regressions(DEFAULT_REGRESSIONS)
+    regressions = config.getoption("perf_selftest_regressions") or parse_regressions(DEFAULT_REGRESSIONS)
     plan = []
     every = max(1, k // regressed_per_kind(k))
     for i in range(k):
@@ -230,17 +169,16 @@ def _check_text(checks: Any) -> str | None:
 def _analyse(config: pytest.Config, state: dict[str, Any]) -> None:
     from perf.crossprocess import IDENTICAL, compare_fail_rows, identical_rows, judge_pairs, regression_rows
     from perf.fixtures.reporting import REPORT_KEY, reports_dir
+    from perf.gate.noise import benchmark_rows, compute_profile, family_rows, save_profile
     from perf.gate.plugin import GATE
     from perf.runs import load_run
-    from perf.gate.noise import benchmark_rows, compute_profile, family_rows, save_profile
-    from perf.plugin import PERF_SESSION
 
     report = config.stash[REPORT_KEY]
     results = state["results"]
     for r in results:
-        report.add(TABLES["children"], {"run": r.label, "kind": r.kind, "exit": r.returncode,
-                                        "seconds": round(r.seconds, 1), "saved": r.run.name if r.run else "-",
-                                        "compare-fail": r.compare_fail or "-"})  # fmt: skip
+        report.add(schema.CROSSPROCESS_RUNS, {"run": r.label, "kind": r.kind, "exit": r.returncode,
+                                              "seconds": round(r.seconds, 1), "saved": r.run.name if r.run else "-",
+                                              "compare-fail": r.compare_fail or "-"})  # fmt: skip
     failed = [r for r in results if r.run is None or r.extra.get("failed_tests")]
     state["failed"] = failed
     identical = {r.label: load_run(r.run) for r in results if r.kind == IDENTICAL and r.run is not None}
@@ -258,14 +196,12 @@ def _analyse(config: pytest.Config, state: dict[str, Any]) -> None:
     if storage is not None:
         state["profile_path"] = save_profile(storage, profile)
     for row in family_rows(profile):
-        report.add(TABLES["family"], row)
+        report.add(schema.NOISE_FAMILY, row)
     for row in benchmark_rows(profile):
-        report.add(TABLES["benchmark"], row)
+        report.add(schema.NOISE_BENCHMARK, row)
     summary: dict[str, Any] = {"runs_dir": str(state["folder"]), "profile": str(state.get("profile_path")),
                                "family": family_rows(profile)}  # fmt: skip
     if state["mode"] == "selftest":
-        from perf.gate.regressions import parse_regression
-
         settings = config.stash[GATE]["settings"]
         groups = {kind: parse_regression(kind).groups for kind in regressed}
         verdicts = judge_pairs(identical, regressed, settings, fingerprint, groups)
@@ -276,10 +212,10 @@ def _analyse(config: pytest.Config, state: dict[str, Any]) -> None:
         summary["compare_fail"]["consecutive processes run with it"] = (
             f"{sum(r.compare_fail == 'passed' for r in real)}/{len(real)} passed")
         summary["verdicts"] = [dataclasses.asdict(v) for v in verdicts]
-        for key in ("identical", "regressed"):
+        for key, table in (("identical", schema.SELFTEST_IDENTICAL), ("regressed", schema.SELFTEST_REGRESSED)):
             for row in summary[key]:
-                report.add(TABLES[key], row)
-        report.add(TABLES["compare_fail"], summary["compare_fail"])
+                report.add(table, row)
+        report.add(schema.SELFTEST_COMPARE_FAIL, summary["compare_fail"])
     folder = reports_dir(config)
     folder.mkdir(parents=True, exist_ok=True)
     from detector.fileio import atomic_write_text

@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from detector.fileio import atomic_write_text
-from perf.runs import SavedRun
-from perf.measure.machine import COMPARED_FIELDS
 from perf.gate.stats import BetweenNoise, assess_stability, log_median_se
+from perf.measure.machine import COMPARED_FIELDS
+from perf.runs import SavedRun
 
 FORMAT = 1
 NOISE_DIR = "noise"

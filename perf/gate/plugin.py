@@ -1,5 +1,5 @@
 """pytest plugin of the regression gate: raw rounds in saved runs, ``--perf-compare``, the stability gate and
-``--perf-selftest``.
+``--perf-selftest`` (its options are registered with the suite's others, perf/options.py).
 
 * Every run saves its raw rounds: ``--benchmark-save-data`` is switched on, so ``--benchmark-autosave`` files
   hold ``stats.data`` (read them with `perf.runs`).
@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 from pathlib import Path
@@ -30,97 +29,11 @@ from typing import Any
 import pytest
 
 from perf.gate.compare import GateSettings
-from perf.measure.stability import DEFAULT_MAX_REMEASURE, StabilityRule
-from perf.gate.stats import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT, DEFAULT_MIN_EFFECT
+from perf.measure.stability import StabilityRule
+from perf.session import PERF_SESSION, check_saved_run
 
 GATE = pytest.StashKey[dict[str, Any]]()
 SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
-
-
-def parse_fraction(value: str) -> float:
-    """``"2%"`` or ``"0.02"`` -> 0.02; a fraction in [0, 1)."""
-    text = value.strip()
-    try:
-        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        number = float("nan")
-    if not 0 <= number < 1:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected a fraction >= 0 and < 1 "
-                                         "(100%), e.g. 2% or 0.02.")  # fmt: skip
-    return number
-
-
-def parse_count(value: str) -> int:
-    """``"2"`` -> 2; an integer >= 0."""
-    if not value.strip().isdecimal():
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected an integer >= 0.")
-    return int(value)
-
-
-def parse_levels(value: str) -> tuple[float, ...]:
-    """``"2,5,10"`` -> (0.02, 0.05, 0.1): slowdowns in percent, each > 0, sorted, duplicates dropped."""
-    try:
-        levels = sorted({float(item.strip().removesuffix("%")) / 100 for item in value.split(",") if item.strip()})
-    except ValueError:
-        levels = []
-    if not levels or not all(0 < level < 10 for level in levels):
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected percentages > 0, e.g. 2,5,10.")
-    return tuple(levels)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    from perf.options import deferred, parse_positive_int
-
-    group = parser.getgroup("perf")
-    group.addoption(
-        "--perf-compare", metavar="NUM|ID", nargs="?", const=True, default=None,
-        help="Compare with a saved run (the latest, or run NUM / matching ID) from the raw rounds: one line per "
-        "benchmark with the ratio of medians and its 95%% interval, verdict slower / faster / no change / unstable / "
-        "missing; any slower fails the run. Default: off.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-min-effect", metavar="FRACTION", type=deferred(parse_fraction), default=DEFAULT_MIN_EFFECT,
-        help="Smallest change --perf-compare calls slower or faster: the whole interval must lie beyond it. "
-        f"Default: {DEFAULT_MIN_EFFECT:.0%}%.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-max-cv", metavar="FRACTION", type=deferred(parse_fraction), default=DEFAULT_MAX_CV,
-        help=f"Robust coefficient of variation above which a benchmark is unstable. Default: {DEFAULT_MAX_CV:.0%}%.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-max-drift", metavar="FRACTION", type=deferred(parse_fraction), default=DEFAULT_MAX_DRIFT,
-        help="Spread of the medians of 4 consecutive windows above which (and above their noise) a benchmark "
-        f"drifts, so is unstable. Default: {DEFAULT_MAX_DRIFT:.0%}%.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-max-remeasure", metavar="N", type=deferred(parse_count), default=DEFAULT_MAX_REMEASURE,
-        help=f"Extra measurements of an unstable benchmark before it is reported unstable. "
-        f"Default: {DEFAULT_MAX_REMEASURE}.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-fail-unstable", action="store_true", default=False,
-        help="With --perf-compare, fail the run on unstable benchmarks too (else they are reported and "
-        "counted). Default: False.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-noise-profile", metavar="PATH|none", default=None,
-        help="The noise profile --perf-compare uses: a file written by --perf-noise, or none for within-process "
-        "intervals only. Default: this runner's profile in the benchmark storage (<storage>/noise/), if any.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-selftest", action="store_true", default=False,
-        help="Run only the gate's self-checks: clock truth, and detection / false-alarm rates of injected "
-        "slowdowns. Default: False.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-selftest-trials", metavar="N", type=deferred(parse_positive_int), default=None,
-        help="Trials per slowdown level of --perf-selftest. Default: 20 on a GPU, 30 on a CPU.",
-    )  # fmt: skip
-    group.addoption(
-        "--perf-selftest-levels", metavar="PERCENTS", type=deferred(parse_levels), default=None,
-        help="Slowdowns injected by --perf-selftest, in percent of the median. Default: 2,5,10 on a GPU, "
-        "2,5,10,20 on a CPU.",
-    )  # fmt: skip
 
 
 def gate_settings(config: pytest.Config) -> GateSettings:
@@ -152,8 +65,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if wanted is None or hasattr(config, "workerinput"):
         return
     from perf.runs import HistoryError, run_from_json
-    from perf.measure.machine import fingerprint_differences, mismatch_message
-    from perf.plugin import PERF_SESSION, MachineMismatchWarning, check_subject
 
     benchmarks = _benchmark_session(config)
     if benchmarks.disabled:
@@ -165,18 +76,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         which = "no saved run" if wanted is True else f"no saved run matching {wanted!r}"
         raise pytest.UsageError(f"--perf-compare: {which} in '{storage}'; record one with --benchmark-autosave")
     path, data = found[-1]
-    check_subject(config, data, str(storage), "--perf-compare")
+    check_saved_run(config, data, str(storage), "--perf-compare")
     try:
         baseline = run_from_json(data, Path(str(storage)) / path)
     except HistoryError as e:  # the start-up check (perf.preflight) refuses these first
         raise pytest.UsageError(f"--perf-compare: {e}") from None
-    differences = fingerprint_differences(baseline.fingerprint, config.stash[PERF_SESSION].fingerprint)
-    if differences:
-        allowed = config.stash[PERF_SESSION].options.allow_machine_mismatch
-        message = mismatch_message(differences, data, str(storage), allowed=allowed, option="--perf-compare")
-        if not allowed:
-            raise pytest.UsageError(message)
-        config.issue_config_time_warning(MachineMismatchWarning(message), stacklevel=2)
     state = config.stash[GATE]
     state["baseline"] = baseline
     state["settings"] = dataclasses.replace(state["settings"], noise=_noise_profile(config, storage))
@@ -185,7 +89,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def _noise_profile(config: pytest.Config, storage: Any) -> Any:
     """The profile --perf-compare uses: --perf-noise-profile's file, none, or this runner's in the storage."""
     from perf.gate.noise import NoiseProfileError, find_profile, load_profile
-    from perf.plugin import PERF_SESSION
 
     wanted = config.getoption("perf_noise_profile")
     try:

@@ -19,7 +19,6 @@ PERCENT is calibrated with a bare loop of the code it slows:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import math
@@ -50,7 +49,8 @@ CALIBRATION_CALLS = {"cuda": 200, "cpu": 3}
 
 @dataclass(frozen=True)
 class Regression:
-    """A requested regression: ``kind`` (one of `KINDS`) and ``fraction`` (0.05 = 5% slower)."""
+    """A requested regression: ``kind`` (one of `KINDS`) and ``fraction`` (0.05 = 5% slower); parsed from
+    ``KIND:PERCENT`` by `perf.options.parse_regression`."""
 
     kind: str
     fraction: float
@@ -68,19 +68,6 @@ class Regression:
         """The smallest batch its detection is judged at (the layer is calibrated at batch 32; batch 1 is
         launch-bound, where an extra layer costs what its launches cost)."""
         return 8 if self.kind == "layer" else 1
-
-
-def parse_regression(value: str) -> Regression:
-    """``"layer:5%"`` -> Regression("layer", 0.05); PERCENT in (0, 100]."""
-    kind, _, amount = value.strip().lower().partition(":")
-    try:
-        fraction = float(amount.strip().removesuffix("%")) / 100
-    except ValueError:
-        fraction = math.nan
-    if kind not in KINDS or not 0 < fraction <= 1:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected KIND:PERCENT with KIND one of "
-                                         f"{', '.join(KINDS)}, e.g. layer:5%.")
-    return Regression(kind, fraction)
 
 
 # -- layer ------------------------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """What the suite measures: the (backend, variant, precision, batch) cases, made from the perf options.
 
 Cases are parametrised at collection time from ``--perf-backends``, ``--perf-precisions`` and
-``--perf-batch-sizes``; every combination is collected so that one that cannot run here shows up as a skip
-with its reason (``tensorrt not installed``, ``no CUDA device``) instead of silently vanishing.
+``--perf-batch-sizes``, over every variant the backend registry holds for the selected backends and the
+device (:func:`detector.backends.variants`; a variant registered there is measured, with nothing to add
+here); every combination is collected so that one that cannot run here shows up as a skip with its reason
+(``tensorrt not installed``, ``no CUDA device``) instead of silently vanishing.
 
 The ``ci`` marker picks the key benchmarks of every family (`KEY_CASES`): ``pytest perf -m ci`` is the
 selection a CI gate runs on every change (a few minutes on one H100); the full suite stays the default.
@@ -16,23 +18,12 @@ from typing import Any
 
 import pytest
 
-#: Runner variants measured side by side: name -> (backend, runner options, devices it applies to).
-#: "torch" is the plain eager runner; "torch-graph" is the fastest hand-built torch path (batch-norm folded into
-#: the convolutions, channels-last, CUDA graph replay per batch size); "torch-compile" is the same model through
-#: ``torch.compile(mode="reduce-overhead")`` (Inductor's fused kernels, replayed as CUDA graphs), its compiled
-#: artefacts cached between runs under ``<perf cache>/inductor``. The last two only exist on a GPU.
-VARIANTS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
-    "torch": ("torch", {}, ("cpu", "cuda")),
-    "torch-graph": ("torch", {"fuse_bn": True, "channels_last": True, "cuda_graph": True}, ("cuda",)),
-    "torch-compile": ("torch", {"fuse_bn": True, "channels_last": True, "compile": True,
-                                "compile_mode": "reduce-overhead"}, ("cuda",)),
-    "onnxruntime": ("onnxruntime", {}, ("cpu", "cuda")),
-    "tensorrt": ("tensorrt", {}, ("cuda",)),
-}
-
+from detector.backends import backend as registered_backend
+from detector.backends import variants
 
 #: The key (variant, precision) pairs of each family per device type, which ``-m ci`` selects; inference also
 #: only at batch 1 and the largest selected batch size (batch 1 only on a CPU, where a large batch takes seconds).
+#: This only marks cases: a registered variant missing here is still measured by the full suite.
 KEY_CASES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
     "inference": {"cuda": (("torch", "fp32"), ("torch-graph", "fp16"), ("torch-compile", "fp16"),
                            ("onnxruntime", "fp32"), ("tensorrt", "fp16")),
@@ -78,19 +69,15 @@ class Case:
 
 
 def variants_for(backends: Iterable[str], device: str) -> list[str]:
-    """Variant names whose backend was selected and which apply to ``device`` ("cpu", "cuda", "cuda:N")."""
-    device_type = device.partition(":")[0]
-    chosen = set(backends)
-    return [v for v, (b, _, devices) in VARIANTS.items() if b in chosen and device_type in devices]
+    """Registered variant names whose backend was selected and which apply to ``device`` ("cpu", "cuda",
+    "cuda:N"), in registration order (see :mod:`detector.backends.registry`)."""
+    return [v.name for v in variants(backends, device)]
 
 
 def _marks(backend: str, device: str) -> list[pytest.MarkDecorator]:
-    marks = []
-    if device.startswith("cuda"):
-        marks.append(pytest.mark.gpu)
-    if backend == "tensorrt":
-        marks.append(pytest.mark.trt)
-    return marks
+    """``gpu`` on a CUDA device, then the markers the backend registered (:attr:`detector.backends.Backend.marks`)."""
+    marks = [pytest.mark.gpu] if device.startswith("cuda") else []
+    return marks + [getattr(pytest.mark, name) for name in registered_backend(backend).marks]
 
 
 def make_cases(
@@ -105,8 +92,8 @@ def make_cases(
     """
     family = family or ("inference" if batch_sizes else None)
     params = []
-    for variant in variants_for(backends, device):
-        backend, options, _ = VARIANTS[variant]
+    for registered in variants(backends, device):
+        variant, backend, options = registered.name, registered.backend, registered.options
         first = True
         for precision in precisions:
             if exclude == (variant, precision):

@@ -44,7 +44,6 @@ the figures are in docs/results.md):
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import logging
@@ -72,7 +71,8 @@ _SHM = Path("/dev/shm")
 
 @dataclass(frozen=True)
 class Controls:
-    """Which controls are on (see the module docstring)."""
+    """Which controls are on (see the module docstring); parsed from ``--perf-controls`` by
+    `perf.options.parse_controls`."""
 
     active: frozenset[str] = frozenset(NAMES)
 
@@ -88,23 +88,6 @@ class Controls:
     @property
     def telemetry_interval_s(self) -> float:
         return TELEMETRY_INTERVAL_S if "telemetry" in self else DEFAULT_TELEMETRY_INTERVAL_S
-
-
-def parse_controls(value: str) -> Controls:
-    """``"all"``, ``"none"``, or a comma list of `NAMES`, each optionally prefixed ``-`` to leave it out of all
-    (``"-pin"``)."""
-    items = [item.strip().lower() for item in value.split(",") if item.strip()]
-    if items in (["all"], []):
-        return Controls()
-    if items == ["none"]:
-        return Controls(frozenset())
-    unknown = [i for i in items if i.lstrip("-") not in NAMES]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected all, none, or names from "
-                                         f"{', '.join(NAMES)} (a leading - leaves one out).")  # fmt: skip
-    if all(i.startswith("-") for i in items):
-        return Controls(frozenset(NAMES) - {i[1:] for i in items})
-    return Controls(frozenset(i for i in items if not i.startswith("-")))
 
 
 class _Placement:
@@ -123,9 +106,9 @@ class _Placement:
 
 @contextlib.contextmanager
 def _pinned(info: dict[str, object]) -> Iterator[None]:
-    """Pin the caller and (through `detector.stages.set_thread_placement`) new workers; ``info["pin"]`` says
+    """Pin the caller and (through `detector.handoff.set_thread_placement`) new workers; ``info["pin"]`` says
     where they ran, or why nothing was pinned."""
-    from detector.stages import set_thread_placement
+    from detector.handoff import set_thread_placement
 
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(allowed) < MIN_CPUS_TO_PIN:

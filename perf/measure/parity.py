@@ -262,9 +262,9 @@ def compare_detections(
 
 def report_row(label: str, backend: str, precision: str, failures: Sequence[str], tensors: TensorStats,
                parity: DetectionParity) -> dict[str, Any]:
-    """The "Parity vs torch fp32" row of the suite's report for one candidate.
+    """The `perf.report.schema.PARITY` row of the suite's report for one candidate.
 
-    The markdown table shows the columns of ``perf.report.suite.COLUMNS``; the JSON also keeps ``backend``,
+    The markdown table shows the columns of ``perf.report.schema.PARITY``; the JSON also keeps ``backend``,
     ``precision``, ``failures`` and ``ious`` (IoU of every matched pair, 4 decimals) for the HTML report's
     IoU histograms (``perf.report.html``).
     """

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perf.runs import PRIMARY
 from perf.measure.stability import StabilityRule, replace_rounds, stability_record, summary
+from perf.runs import PRIMARY
 
 #: Blocks per pass the block size aims at.
 TARGET_BLOCKS = 30

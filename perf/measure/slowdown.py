@@ -9,25 +9,13 @@ without it must be reported slower (``--benchmark-compare-fail``), and the same 
 
 from __future__ import annotations
 
-import argparse
 import functools
-import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-
-def parse_delay_ms(value: str) -> float:
-    """``"0.2"`` or ``"0.2ms"`` -> 0.2 (milliseconds, >= 0)."""
-    text = value.strip().lower().removesuffix("ms")
-    try:
-        delay = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected milliseconds, e.g. 0.2ms.") from None
-    if not 0 <= delay < math.inf:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected a finite number of "
-                                         "milliseconds >= 0, e.g. 0.2ms.")  # fmt: skip
-    return delay
+if TYPE_CHECKING:
+    from detector.backends.base import Runner
 
 
 def _busy_wait_ms(ms: float) -> None:
@@ -49,16 +37,14 @@ def delay_call(delay_ms: float, device_index: int | None) -> Callable[[], None]:
     return functools.partial(torch.cuda._sleep, cycles)
 
 
-def slow_down(runner: Any, delay_ms: float) -> None:
-    """Make every later ``runner.infer`` do ``delay_ms`` more work (on the runner's stream on a GPU)."""
+def slow_down(runner: Runner, delay_ms: float) -> Callable[[], None] | None:
+    """Make every later ``runner.infer`` do ``delay_ms`` more work (on the runner's stream on a GPU), through
+    :meth:`~detector.backends.base.Runner.add_infer_hook`; returns the hook's remover (``None`` for no delay).
+
+    Call it on an active runner: whether the delay is a GPU kernel or a host busy-wait follows the runner's
+    stream, which activation creates.
+    """
     if delay_ms <= 0:
-        return
-    inner: Callable[[Any], Any] = runner._infer
-    delay = delay_call(delay_ms, (runner.torch_device.index or 0) if runner.stream is not None else None)
-
-    def _infer(x: Any) -> Any:
-        out = inner(x)
-        delay()
-        return out
-
-    runner._infer = _infer
+        return None
+    on_gpu = runner.stream is not None and runner.torch_device is not None
+    return runner.add_infer_hook(delay_call(delay_ms, (runner.torch_device.index or 0) if on_gpu else None))

@@ -36,33 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from detector.errors import DetectorError, one_line
-
-from perf.profile.nsys_stats import (  # noqa: F401 - re-exported: the CSV half of this module lives there
-    STATS_REPORTS,
-    NsysParseError,
-    Table,
-    read_table,
-    split_range_name,
-    KernelRow,
-    ApiRow,
-    NvtxRow,
-    MemcpyTotals,
-    GpuActivity,
-    NvtxInterval,
-    parse_kernel_summary,
-    parse_api_summary,
-    parse_nvtx_summary,
-    copy_direction,
-    parse_memcpy_summary,
-    parse_gpu_trace,
-    parse_nvtx_trace,
-    busy_ns,
-    gpu_idle_fraction,
-    measured_region,
-    NsysSummary,
-    summarize,
-    write_summary,
-)
+from perf.profile.nsys_stats import STATS_REPORTS, NsysSummary, summarize, write_summary
 
 log = logging.getLogger(__name__)
 

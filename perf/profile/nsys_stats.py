@@ -1,4 +1,4 @@
-"""Reading ``nsys stats`` CSV reports and boiling them down to a summary (split out of `perf.profile.nsys`).
+"""Reading ``nsys stats`` CSV reports and boiling them down to a summary (`perf.profile.nsys` runs nsys itself).
 
 CSV facts (Nsight Systems stats reports, ``--format csv --output <base>`` writes ``<base>_<report>.csv``): times are
 in ns, sizes in decimal MB; NVTX ranges are named ``<domain>:<name>`` and are host time. The ``parse_*`` functions
@@ -327,8 +327,8 @@ def busy_fraction(gpu_trace_rows: Sequence[GpuActivity | tuple[int, int]], regio
     return busy_ns(spans, region_start_ns, region_end_ns) / (region_end_ns - region_start_ns)
 
 
-def measured_region(activities: Sequence[GpuActivity], nvtx: Sequence[NvtxInterval] = (),
-                    range_name: str = MEASURED_RANGE) -> tuple[int, int, str] | None:  # fmt: skip
+def measured_span(activities: Sequence[GpuActivity], nvtx: Sequence[NvtxInterval] = (),
+                  range_name: str = MEASURED_RANGE) -> tuple[int, int, str] | None:  # fmt: skip
     """(start ns, end ns, source): the span of the NVTX range ``range_name`` if it was recorded, else first GPU
     activity start to last activity end; None when there is neither."""
     marked = [r for r in nvtx if r.name == range_name]
@@ -460,7 +460,7 @@ def _region_figures(csvs: Mapping[str, str | os.PathLike[str]], range_name: str)
     activities = parse_gpu_trace(csvs.get("cuda_gpu_trace"))
     model = [a for a in activities if not is_suite_activity(a)]
     suite = [a for a in activities if is_suite_activity(a)]
-    region = measured_region(model or activities, parse_nvtx_trace(csvs.get("nvtx_pushpop_trace")), range_name)
+    region = measured_span(model or activities, parse_nvtx_trace(csvs.get("nvtx_pushpop_trace")), range_name)
     idle = suite_busy = None
     if region and region[1] > region[0] and "cuda_gpu_trace" in csvs:
         idle = gpu_idle_fraction(model, region[0], region[1])

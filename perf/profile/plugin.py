@@ -11,7 +11,6 @@ marked tests run as usual. The child gets the parent's own options (`child_optio
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 from collections.abc import Mapping
@@ -19,17 +18,11 @@ from typing import Any
 
 import pytest
 
-from perf.profile.nsys import NSYS_CHILD_FLAG
-
+#: The dest of `perf.profile.nsys.NSYS_CHILD_FLAG`, the hidden option (perf/options.py) the child run is given.
 NSYS_CHILD_FLAG_DEST = "perf_nsys_child"
 SUMMARIES = pytest.StashKey[list[tuple[str, Any]]]()
 #: Options of the child's own: pytest-benchmark's collector off, test order as collected.
 _CHILD_OWN = ("--benchmark-disable-gc", "-p", "no:randomly")
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("perf").addoption(NSYS_CHILD_FLAG, dest=NSYS_CHILD_FLAG_DEST, action="store_true",
-                                      default=False, help=argparse.SUPPRESS)
 
 
 def nsys_selected(config: pytest.Config) -> bool:

@@ -70,9 +70,10 @@ def torch_profile(trace_path: str | os.PathLike[str], *, activities: Sequence[An
 
 
 @contextlib.contextmanager
-def measured_region(*, capture: bool) -> Iterator[None]:
-    """The measured region of a benchmark: cudaProfilerStart/Stop around it when ``capture`` (the nsys child),
-    and a `MEASURED_RANGE` annotation inside (an NVTX range / profiler label when those are switched on)."""
+def capture_range(*, capture: bool) -> Iterator[None]:
+    """Bracket a benchmark's measured region: the nsys capture range (cudaProfilerStart/Stop, for
+    ``--capture-range=cudaProfilerApi``) around it when ``capture`` (the nsys child), and a `MEASURED_RANGE`
+    annotation inside (an NVTX range / profiler label when those are switched on)."""
     with profiler_capture(capture), annotate(MEASURED_RANGE):
         yield
 

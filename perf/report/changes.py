@@ -11,7 +11,8 @@ import argparse
 import math
 from dataclasses import dataclass
 
-from perf.report_inputs import Bench, ReportInputs, SavedRun
+from perf.report.inputs import ReportInputs
+from perf.runs import BenchmarkRecord, SavedRun
 
 #: Verdict words (lower case) that mean slower / faster; anything else marks nothing.
 SLOWER = frozenset({"slower", "regression", "regressed", "worse", "fail", "failed"})
@@ -37,7 +38,7 @@ class Point:
 
     index: int  # position of the run in the history (0 = oldest)
     run: SavedRun
-    bench: Bench
+    bench: BenchmarkRecord
     change: float | None  # (median - previous median) / previous median; None for the first point
     mark: str | None  # "slower", "faster" or None
     reason: str  # why it is marked ("median +23% vs 0002", "compare verdict: slower"), or ""
@@ -60,7 +61,7 @@ def bench_names(runs: list[SavedRun]) -> list[str]:
     """Every benchmark fullname over ``runs``: the newest run's order first, then older-only ones."""
     names: dict[str, None] = {}
     for run in reversed(runs):
-        names.update((b.fullname, None) for b in run.benchmarks)
+        names.update(dict.fromkeys(run.benchmarks))
     return list(names)
 
 
@@ -75,7 +76,7 @@ def history(inputs: ReportInputs, fullname: str, threshold: float = DEFAULT_THRE
     previous: Point | None = None
     last = len(inputs.runs) - 1
     for index, run in enumerate(inputs.runs):
-        bench = next((b for b in run.benchmarks if b.fullname == fullname), None)
+        bench = run.benchmarks.get(fullname)
         if bench is None:
             continue
         change, mark, reason = None, None, ""

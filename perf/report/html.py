@@ -1,10 +1,11 @@
 """The suite's HTML report and markdown summary, built from saved runs and the suite's report.
 
-``build_report`` reads the inputs (:mod:`perf.report_inputs`), renders ``summary.md`` (tables of the newest run,
+``build_report`` reads the inputs (:mod:`perf.report.inputs`), renders ``summary.md`` (tables of the newest run,
 for ``$GITHUB_STEP_SUMMARY``) and ``index.html`` (the same tables and PNG figures embedded as base64, one
 self-contained file): latency distribution per benchmark group, the end-to-end stage breakdown, parity IoU
-histograms per candidate, and the history of every benchmark across saved runs with changes marked. Both
-files are rendered in memory first and then written atomically, so bad input leaves no partial output.
+histograms per candidate, and the history of every benchmark across saved runs with changes marked. Both show
+every column `perf.report.schema` declares for each table. Both files are rendered in memory first and then
+written atomically, so bad input leaves no partial output.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from pathlib import Path
 
 from detector.fileio import atomic_write_text
 from detector.timing import STAGES
-from perf.report import plots
+from perf.report import plots, schema
 from perf.report.changes import DEFAULT_THRESHOLD, bench_names, history
-from perf.report_inputs import PARITY_TABLE, ReportInputError, ReportInputs, load_inputs
+from perf.report.inputs import ReportInputs, load_inputs
 from perf.report.tables import Table, all_tables, stage_rows, to_markdown
+from perf.runs import HistoryError
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +53,18 @@ def _figures(inputs: ReportInputs, threshold: float) -> list[tuple[str, str, byt
     latest = inputs.latest
     if latest is not None:
         groups: dict[str, list] = {}
-        for bench in latest.benchmarks:
-            groups.setdefault(bench.group, []).append(bench)
+        for bench in latest.benchmarks.values():
+            groups.setdefault(bench.group or "ungrouped", []).append(bench)
         for group, benches in groups.items():
             benches.sort(key=lambda b: (plots.backend_of(b), b.name))
-            raw = "every round" if all(b.data for b in benches) else "saved statistics (no rounds saved)"
+            raw = "every round" if all(b.has_rounds for b in benches) else "saved statistics (no rounds saved)"
             out.append(("Latency distribution", f"{group}: run {latest.label}, from {raw}",
                         plots.latency_distribution(benches, f"{group} (run {latest.number:04d})")))
     rows = stage_rows(inputs)
     if rows:
         out.append(("End-to-end stages", "ms per frame of each pipeline stage",
                     plots.stage_breakdown(rows, STAGES)))
-    for row in inputs.tables.get(PARITY_TABLE, []):
+    for row in inputs.rows(schema.PARITY):
         ious = [float(v) for v in row.get("ious") or [] if isinstance(v, (int, float))]
         if ious:
             tol = TOLERANCES.get(str(row.get("precision")))
@@ -88,7 +90,7 @@ def render(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> Report
 def _html_table(table: Table) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
     body = []
-    for row in table.rows:
+    for row in table.cells():
         cells = []
         for column, cell in zip(table.columns, row):
             cls = f' class="{cell}"' if column in ("marked", "verdict") and cell in ("slower", "faster") else ""
@@ -121,13 +123,12 @@ def build_report(storage: Path | None, reports: Path | None, out: Path, *, machi
     """Read the inputs and write ``out/summary.md`` and ``out/index.html`` atomically.
 
     Returns the written paths and the warnings (skipped input, also shown in both files). Raises
-    :class:`perf.report_inputs.ReportInputError` (nothing written) when the inputs are unusable or matplotlib
-    is missing.
+    `perf.runs.HistoryError` (nothing written) when the inputs are unusable or matplotlib is missing.
     """
     try:
         importlib.import_module("matplotlib")  # imported for real by perf.report.plots, lazily
     except ImportError as e:
-        raise ReportInputError(f"the HTML report needs matplotlib ({e}): pip install -e '.[report]'") from e
+        raise HistoryError(f"the HTML report needs matplotlib ({e}): pip install -e '.[report]'") from e
     inputs = load_inputs(storage, reports, machine_id=machine_id, verdicts=verdicts)
     report = render(inputs, threshold)
     page = to_html(report)

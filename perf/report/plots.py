@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from perf.report.changes import Point
-    from perf.report_inputs import Bench
+    from perf.runs import BenchmarkRecord
 
 #: Colours of the marks: slower, faster, commit change.
 SLOWER, FASTER, COMMIT = "#d62728", "#2ca02c", "#7f7f7f"
@@ -39,13 +39,13 @@ def png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def backend_of(bench: Bench) -> str:
+def backend_of(bench: BenchmarkRecord) -> str:
     """The runner variant (or backend) a benchmark measured; "" when it did not say."""
     info = bench.extra_info
     return str(info.get("variant") or info.get("backend") or "")
 
 
-def latency_distribution(benches: Sequence[Bench], title: str) -> bytes:
+def latency_distribution(benches: Sequence[BenchmarkRecord], title: str) -> bytes:
     """Horizontal violins of every round's time (ms) when the rounds were saved, else a box from the stats
     (min, q1, median, q3, max); one row per benchmark, coloured by backend."""
     backends = list(dict.fromkeys(backend_of(b) for b in benches))
@@ -55,8 +55,8 @@ def latency_distribution(benches: Sequence[Bench], title: str) -> bytes:
     lows = []
     for y, bench in enumerate(benches):
         c = colour[backend_of(bench)]
-        if bench.data and len(bench.data) > 1 and max(bench.data) > min(bench.data):
-            data = [v * 1e3 for v in bench.data]
+        if bench.has_rounds and len(bench.data) > 1 and bench.data.max() > bench.data.min():
+            data = [float(v) * 1e3 for v in bench.data]
             parts = ax.violinplot([data], positions=[y], orientation="horizontal", showmedians=True, widths=0.8)
             for body in parts["bodies"]:
                 body.set_facecolor(c)
@@ -76,7 +76,7 @@ def latency_distribution(benches: Sequence[Bench], title: str) -> bytes:
     positive = [v for v in lows if v > 0]
     if positive and max(highs) / min(positive) > 30:
         ax.set_xscale("log")
-    ax.set_xlabel("time per call (ms)" + ("" if any(b.data for b in benches) else "; box from saved stats"))
+    ax.set_xlabel("time per call (ms)" + ("" if any(b.has_rounds for b in benches) else "; box from saved stats"))
     ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)
     handles = [ax.plot([], [], color=colour[n], lw=6, alpha=0.55)[0] for n in backends if n]

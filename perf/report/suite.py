@@ -4,56 +4,29 @@ Benchmarks go to pytest-benchmark's storage as usual; this report holds what a b
 the lab's inference-vs-end-to-end FPS table, per-stage times, parity results and mAP per backend. It is
 written to ``<reports>/perf-report.json`` and ``perf-report.md`` (atomically) at the end of the session;
 each pytest-xdist worker writes its own ``perf-report-<worker>.json`` and the controller merges them.
+Every table and column is declared in `perf.report.schema`; a row the schema does not describe is refused.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from detector.fileio import atomic_write_text
+from perf.report import schema
+from perf.report.schema import SchemaError, TableSpec
+from perf.validate import row_problem
 
-#: Column order of each known table; unknown tables use their first row's keys.
+#: The report's file name without suffix: ``perf-report.json`` and ``perf-report.md`` (the latest run's copy).
+REPORT_STEM = "perf-report"
 #: Derived at the end of a run from the "Inference" table: every case against eager torch fp32, same batch.
-SPEEDUP_TABLE = "Speed-up vs torch fp32 (same run)"
-
-COLUMNS: dict[str, tuple[str, ...]] = {
-    "End-to-end (the lab's table)": (
-        "Model Type", "Model Input Size", "Inference Speed (FPS)", "End-to-end speed (FPS)",
-    ),
-    "End-to-end stages (ms per frame)": (
-        "Model Type", "frames", "read", "preprocess", "infer", "postprocess", "write", "e2e FPS",
-    ),
-    "End-to-end stage spread (IQR of the blocks, ms per frame)": (
-        "Model Type", "blocks", "frames per block", "read", "preprocess", "infer", "postprocess", "write",
-    ),
-    "Inference": (
-        "case", "batch", "median ms", "p99 ms", "images/s", "h2d ms", "compute ms", "d2h ms", "enqueue ms",
-        "host ms (sync)", "warm-up s",
-    ),
-    SPEEDUP_TABLE: ("case", "batch", "median ms", "torch fp32 median ms", "speed-up"),
-    "Multi-GPU throughput": ("worker", "GPU", "case", "batch", "images/s (all at once)", "images/s (alone)", "scaling"),
-    "Harness overhead": ("case", "batch", "suite median ms", "bare loop ms/call", "bare per-call events ms",
-                         "suite FPS", "bare loop FPS", "overhead"),
-    "Parity vs torch fp32": (
-        "candidate", "verdict", "match rate", "mean IoU", "max score diff", "class agreement", "borderline",
-        "score max abs", "box max abs px",
-    ),
-    "Accuracy vs ground truth": ("backend", "mAP@0.5", "mAP@0.5:0.95", "per class AP@0.5"),
-    "Pipelined end to end: each path alone": ("case", "path", "FPS", "ms/frame"),
-    "Pipelined vs its slowest stage and the sequential loop": (
-        "case", "frames", "pipelined", "pipelined FPS", "slowest stage", "slowest stage FPS",
-        "pipeline/slowest stage", "meets 0.9", "pipeline/sequential",
-    ),
-    "Multi-stream batching": (
-        "case", "streams", "ticks", "aggregate FPS", "FPS per stream", "latency p50 ms", "latency p99 ms",
-        "queue depth",
-    ),
-}  # fmt: skip
+SPEEDUP_TABLE = schema.SPEEDUP.title
 
 
 def speedup_rows(inference_rows: Sequence[dict[str, Any]], reference: str = "torch fp32") -> list[dict[str, Any]]:
@@ -63,6 +36,11 @@ def speedup_rows(inference_rows: Sequence[dict[str, Any]], reference: str = "tor
     return [{"case": r["case"], "batch": r["batch"], "median ms": r["median ms"], f"{reference} median ms": ref[r["batch"]],
              "speed-up": ref[r["batch"]] / r["median ms"]}
             for r in inference_rows if r.get("case") != reference and r.get("batch") in ref and r.get("median ms")]
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python number it holds (what the JSON and the checks expect); anything else as is."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _cell(value: Any) -> str:
@@ -75,29 +53,40 @@ def _cell(value: Any) -> str:
 
 @dataclass
 class PerfReport:
-    """Named tables of rows (dicts); JSON- and markdown-renderable."""
+    """Tables of rows (dicts keyed by column name) by title; JSON- and markdown-renderable. Every table and
+    column is one of `perf.report.schema`'s."""
 
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
-    def add(self, table: str, row: dict[str, Any]) -> None:
-        """Append ``row`` to ``table`` (created on first use)."""
-        self.tables.setdefault(table, []).append(row)
+    def add(self, table: TableSpec | str, row: Mapping[str, Any]) -> None:
+        """Append ``row`` to ``table`` (a `perf.report.schema` table, or its title; created on first use).
 
-    def merge(self, other: dict[str, list[dict[str, Any]]]) -> None:
-        """Append every row of ``other`` (a :meth:`to_json` dict's ``tables``)."""
+        Raises `perf.report.schema.SchemaError` naming the table or column when the schema does not declare
+        it, or a value that is not of its column's kind (numpy scalars count as numbers)."""
+        spec = schema.suite_table(table)
+        spec.check(row)
+        clean = {key: _plain(value) for key, value in row.items()}
+        problem = row_problem(spec, clean)
+        if problem is not None:
+            raise SchemaError(f"{problem} (see perf/report/schema.py)")
+        self.tables.setdefault(spec.title, []).append(clean)
+
+    def merge(self, other: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+        """Append every row of ``other`` (a :meth:`to_json` dict's ``tables``), checked as :meth:`add` does."""
         for name, rows in other.items():
-            self.tables.setdefault(name, []).extend(rows)
+            for row in rows:
+                self.add(name, row)
 
     def to_json(self) -> dict[str, Any]:
         return {"tables": self.tables}
 
     def to_markdown(self) -> str:
-        """Every table as a markdown table, in insertion order."""
+        """Every table as a markdown table, in insertion order, with every column its schema declares."""
         parts = []
         for name, rows in self.tables.items():
             if not rows:
                 continue
-            columns: Sequence[str] = COLUMNS.get(name) or list(rows[0])
+            columns = schema.suite_table(name).names(rows)
             parts.append(f"### {name}\n")
             parts.append("| " + " | ".join(columns) + " |")
             parts.append("|" + "|".join("---" for _ in columns) + "|")
@@ -108,11 +97,13 @@ class PerfReport:
 
     def add_speedups(self) -> None:
         """(Re)make the :data:`SPEEDUP_TABLE` from the "Inference" table (call once every row is in)."""
-        rows = speedup_rows(self.tables.get("Inference", []))
+        rows = speedup_rows(self.tables.get(schema.INFERENCE.title, []))
         if rows:
-            self.tables[SPEEDUP_TABLE] = rows
+            self.tables.pop(SPEEDUP_TABLE, None)
+            for row in rows:
+                self.add(schema.SPEEDUP, row)
 
-    def write(self, folder: str | os.PathLike[str], stem: str = "perf-report") -> list[Path]:
+    def write(self, folder: str | os.PathLike[str], stem: str = REPORT_STEM) -> list[Path]:
         """Write ``<stem>.json`` and ``<stem>.md`` into ``folder`` atomically; return the paths."""
         folder = Path(folder)
         json_path = atomic_write_text(folder / f"{stem}.json", json.dumps(self.to_json(), indent=2, default=str) + "\n")

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,7 +79,7 @@ def test_cached_file_is_built_once_by_racing_processes(tmp_path: Path) -> None:
 
 def test_synthetic_video_is_built_once_by_racing_processes(tmp_path: Path) -> None:
     digests, logs = race(tmp_path, """
-        from detector.video import synthetic_video
+        from detector.synthetic import synthetic_video
         report(synthetic_video(folder / "videos", seed=3, width=64, height=64, frames=30).video)
         """)
     assert logs.count("building synthetic video cache entry") == 1, logs
@@ -112,14 +113,12 @@ def test_engine_cache_entry_is_built_once_by_racing_processes(tmp_path: Path) ->
     assert set(digests) == {sha256(engine)}
 
 
-def test_onnx_export_is_built_once_by_racing_processes(tmp_path: Path) -> None:
-    from detector.model import default_cfg_path
-
-    cfg = tmp_path / "tiny64.cfg"
-    cfg.write_text(default_cfg_path().read_text().replace("width=416", "width=64").replace("height=416", "height=64"))
-    digests, logs = race(tmp_path, """
+def test_onnx_export_is_built_once_by_racing_processes(tmp_path: Path,
+                                                       packaged_cfg: Callable[[Path, int], Path]) -> None:
+    cfg = packaged_cfg(tmp_path, 64)
+    digests, logs = race(tmp_path, f"""
         from detector.spec import ModelSpec
-        report(ModelSpec(folder / "tiny64.cfg", cache_dir=folder / "cache").onnx_path())
+        report(ModelSpec({str(cfg)!r}, cache_dir=folder / "cache").onnx_path())
         """)
     assert logs.count("to ONNX opset") == 1, logs
     onnx_file = next(p for p in (tmp_path / "cache" / "onnx").glob("*.onnx") if not p.name.startswith("."))
@@ -134,7 +133,7 @@ from pathlib import Path
 import pytest
 
 from detector.fileio import cached_file
-from detector.video import synthetic_video
+from detector.synthetic import synthetic_video
 
 CACHE = Path(os.environ["RACE_CACHE"])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -102,10 +103,8 @@ def test_eighty_class_variant_has_the_stock_weight_count(tmp_path: Path) -> None
     assert 20 + 4 * coco.num_weights == 24_251_276  # the stock yolov4-tiny.weights size
 
 
-def test_cfg_at_320_gives_1500_candidates(tmp_path: Path) -> None:
-    path = tmp_path / "c320.cfg"
-    path.write_text(CFG_TEXT.replace("width=416", "width=320").replace("height=416", "height=320"))
-    assert parse_cfg(path).num_candidates == (10 * 10 + 20 * 20) * 3 == 1500
+def test_cfg_at_320_gives_1500_candidates(tmp_path: Path, packaged_cfg: Callable[[Path, int], Path]) -> None:
+    assert parse_cfg(packaged_cfg(tmp_path, 320)).num_candidates == (10 * 10 + 20 * 20) * 3 == 1500
 
 
 def test_section_accessors_give_typed_values(cfg: NetConfig) -> None:

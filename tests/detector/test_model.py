@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,17 +28,9 @@ from detector.model import (
 )
 
 
-def _cfg_at(folder: Path, size: int) -> Path:
-    """The shipped cfg at ``size`` x ``size`` (same layers and weights layout, less compute)."""
-    text = default_cfg_path().read_text(encoding="utf-8")
-    path = folder / f"yolov4-tiny-{size}.cfg"
-    path.write_text(text.replace("width=416", f"width={size}").replace("height=416", f"height={size}"))
-    return path
-
-
 @pytest.fixture(scope="module")
-def small_cfg(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _cfg_at(tmp_path_factory.mktemp("cfg"), 128)
+def small_cfg(tmp_path_factory: pytest.TempPathFactory, packaged_cfg: Callable[[Path, int], Path]) -> Path:
+    return packaged_cfg(tmp_path_factory.mktemp("cfg"), 128)
 
 
 @pytest.fixture(scope="module")

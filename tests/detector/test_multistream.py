@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -12,23 +12,21 @@ import pytest
 from detector.backends import create_runner
 from detector.backends.base import Runner
 from detector.errors import VideoError
-from detector.model import default_cfg_path, default_weights_path
+from detector.model import default_weights_path
 from detector.multistream import run_multistream
 from detector.pipelined import run_pipelined
 from detector.postprocess import Detections
 from detector.spec import ModelSpec
-from detector.video import make_synthetic_video
+from detector.synthetic import make_synthetic_video
 
 SIZE = 160
 FRAMES = 5  # per video: the streams wrap around during the run
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
+def runner(tmp_path_factory: pytest.TempPathFactory, packaged_cfg: Callable[[Path, int], Path]) -> Iterator[Runner]:
     base = tmp_path_factory.mktemp("spec")
-    cfg = base / f"tiny{SIZE}.cfg"
-    cfg.write_text(default_cfg_path().read_text().replace("width=416", f"width={SIZE}")
-                   .replace("height=416", f"height={SIZE}"))
+    cfg = packaged_cfg(base, SIZE)
     with create_runner("torch", ModelSpec(cfg, weights=default_weights_path(), cache_dir=base / "cache"),
                        device="cpu") as r:
         yield r

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +14,14 @@ import torch
 from detector.backends import create_runner
 from detector.backends.base import Runner
 from detector.errors import BackendError, VideoError
-from detector.model import default_cfg_path, default_weights_path
+from detector.model import default_weights_path
 from detector.pipeline import run_pipeline
 from detector.pipelined import pool_size_for, run_pipelined
 from detector.postprocess import Detections
 from detector.preprocess import preprocess, preprocess_torch
 from detector.spec import ModelSpec
-from detector.video import make_synthetic_video, open_video, read_frames
+from detector.synthetic import make_synthetic_video
+from detector.video import open_video, read_frames
 from perf.measure.parity import compare_detections
 
 SIZE = 160  # network input: small, so the CPU runs a 12-frame video in a fraction of a second
@@ -30,13 +31,10 @@ TIMEOUT_S = 60
 
 
 @pytest.fixture(scope="module")
-def spec(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
+def spec(tmp_path_factory: pytest.TempPathFactory, packaged_cfg: Callable[[Path, int], Path]) -> ModelSpec:
     """The trained weights at a small input size (the cfg's width/height only set the input)."""
     base = tmp_path_factory.mktemp("spec")
-    cfg = base / f"tiny{SIZE}.cfg"
-    cfg.write_text(default_cfg_path().read_text().replace("width=416", f"width={SIZE}")
-                   .replace("height=416", f"height={SIZE}"))
-    return ModelSpec(cfg, weights=default_weights_path(), cache_dir=base / "cache")
+    return ModelSpec(packaged_cfg(base, SIZE), weights=default_weights_path(), cache_dir=base / "cache")
 
 
 @pytest.fixture(scope="module")

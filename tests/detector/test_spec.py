@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,14 +11,7 @@ from detector.errors import CfgError, WeightsError
 from detector.model import default_cfg_path
 from detector.spec import ModelSpec, default_cache_dir
 
-
-def _small_cfg(folder: Path, size: int = 128) -> Path:
-    """The packaged cfg at ``size`` x ``size`` (same layers, same weights layout, far less compute)."""
-    text = default_cfg_path().read_text(encoding="utf-8")
-    text = text.replace("width=416", f"width={size}").replace("height=416", f"height={size}")
-    path = folder / f"tiny{size}.cfg"
-    path.write_text(text, encoding="utf-8")
-    return path
+CfgWriter = Callable[[Path, int], Path]  # the packaged_cfg fixture (tests/conftest.py)
 
 
 def test_default_cache_dir_honours_detector_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -45,8 +39,8 @@ def test_default_spec_is_the_packaged_two_class_model(tmp_path: Path) -> None:
     assert spec.names == ["person", "vehicle"]
 
 
-def test_other_cfg_gets_generic_class_names(tmp_path: Path) -> None:
-    spec = ModelSpec(_small_cfg(tmp_path), cache_dir=tmp_path)
+def test_other_cfg_gets_generic_class_names(tmp_path: Path, packaged_cfg: CfgWriter) -> None:
+    spec = ModelSpec(packaged_cfg(tmp_path, 128), cache_dir=tmp_path)
     assert spec.input_size == (128, 128)
     assert spec.names == ["class0", "class1"]
 
@@ -58,13 +52,13 @@ def test_spec_coerces_strings_to_paths_and_is_hashable(tmp_path: Path) -> None:
     assert a == b and len({a, b}) == 1
 
 
-def test_cache_key_changes_with_seed_cfg_and_weights_bytes(tmp_path: Path) -> None:
-    cfg = _small_cfg(tmp_path)
+def test_cache_key_changes_with_seed_cfg_and_weights_bytes(tmp_path: Path, packaged_cfg: CfgWriter) -> None:
+    cfg = packaged_cfg(tmp_path, 128)
     key = ModelSpec(cfg, seed=0, cache_dir=tmp_path).cache_key("x")
     assert ModelSpec(cfg, seed=0, cache_dir=tmp_path / "elsewhere").cache_key("x") == key
     assert ModelSpec(cfg, seed=1, cache_dir=tmp_path).cache_key("x") != key
     assert ModelSpec(cfg, seed=0, cache_dir=tmp_path).cache_key("y") != key
-    assert ModelSpec(_small_cfg(tmp_path, size=160), cache_dir=tmp_path).cache_key("x") != key
+    assert ModelSpec(packaged_cfg(tmp_path, 160), cache_dir=tmp_path).cache_key("x") != key
 
     weights = tmp_path / "w.weights"
     weights.write_bytes(b"\x00" * 64)
@@ -88,20 +82,20 @@ def test_missing_cfg_raises_cfg_error_naming_it(tmp_path: Path) -> None:
         _ = spec.input_size
 
 
-def test_load_torch_gives_eval_fp32_cpu_model_with_cfg_input_size(tmp_path: Path) -> None:
+def test_load_torch_gives_eval_fp32_cpu_model_with_cfg_input_size(tmp_path: Path, packaged_cfg: CfgWriter) -> None:
     import torch
 
-    model = ModelSpec(_small_cfg(tmp_path), cache_dir=tmp_path).load_torch()
+    model = ModelSpec(packaged_cfg(tmp_path, 128), cache_dir=tmp_path).load_torch()
     assert not model.training
     assert model.input_size == (128, 128)
     param = next(model.parameters())
     assert param.dtype == torch.float32 and param.device.type == "cpu"
 
 
-def test_load_torch_with_seed_is_deterministic(tmp_path: Path) -> None:
+def test_load_torch_with_seed_is_deterministic(tmp_path: Path, packaged_cfg: CfgWriter) -> None:
     import torch
 
-    cfg = _small_cfg(tmp_path)
+    cfg = packaged_cfg(tmp_path, 128)
     a = ModelSpec(cfg, seed=3, cache_dir=tmp_path).load_torch()
     b = ModelSpec(cfg, seed=3, cache_dir=tmp_path).load_torch()
     c = ModelSpec(cfg, seed=4, cache_dir=tmp_path).load_torch()
@@ -110,10 +104,10 @@ def test_load_torch_with_seed_is_deterministic(tmp_path: Path) -> None:
     assert not torch.equal(first, [p for p in c.parameters()][0])
 
 
-def test_load_torch_reads_a_weights_file(tmp_path: Path) -> None:
+def test_load_torch_reads_a_weights_file(tmp_path: Path, packaged_cfg: CfgWriter) -> None:
     import torch
 
-    cfg = _small_cfg(tmp_path)
+    cfg = packaged_cfg(tmp_path, 128)
     weights = tmp_path / "seed7.weights"
     ModelSpec(cfg, seed=7, cache_dir=tmp_path).load_torch().save_darknet_weights(weights)
     from_file = ModelSpec(cfg, weights=weights, cache_dir=tmp_path).load_torch()
@@ -123,23 +117,23 @@ def test_load_torch_reads_a_weights_file(tmp_path: Path) -> None:
         assert torch.equal(from_file(x), seeded(x))
 
 
-def test_classes_names_beside_a_cfg_names_its_classes(tmp_path: Path) -> None:
-    cfg = _small_cfg(tmp_path)
-    (tmp_path / "classes.names").write_text("cat\ndog\n", encoding="utf-8")
-    assert ModelSpec(cfg, cache_dir=tmp_path).names == ["cat", "dog"]
+@pytest.mark.parametrize(("text", "names"), [("cat\ndog\n", ["cat", "dog"]),
+                                             ("cat\ndog\nbird\n", ["class0", "class1"])],
+                         ids=["one-per-class", "wrong-count-falls-back-to-generic-names"])  # fmt: skip
+def test_classes_names_beside_a_cfg_names_its_classes(tmp_path: Path, packaged_cfg: CfgWriter, text: str,
+                                                      names: list[str]) -> None:
+    cfg = packaged_cfg(tmp_path, 128)
+    (tmp_path / "classes.names").write_text(text, encoding="utf-8")
+    assert ModelSpec(cfg, cache_dir=tmp_path).names == names
 
 
-def test_classes_names_with_the_wrong_count_falls_back_to_generic_names(tmp_path: Path) -> None:
-    cfg = _small_cfg(tmp_path)
-    (tmp_path / "classes.names").write_text("cat\ndog\nbird\n", encoding="utf-8")
-    assert ModelSpec(cfg, cache_dir=tmp_path).names == ["class0", "class1"]
-
-
-def test_an_onnx_file_alone_gives_input_size_and_classes_and_no_torch_model(tmp_path: Path) -> None:
+def test_an_onnx_file_alone_gives_input_size_and_classes_and_no_torch_model(
+    tmp_path: Path, packaged_cfg: CfgWriter
+) -> None:
     from detector.errors import BackendUnavailable
     from detector.export import export_onnx
 
-    cfg = _small_cfg(tmp_path, 96)
+    cfg = packaged_cfg(tmp_path, 96)
     export_onnx(ModelSpec(cfg, cache_dir=tmp_path).load_torch(), tmp_path / "m.onnx")
     spec = ModelSpec(None, onnx=tmp_path / "m.onnx", cache_dir=tmp_path)
     assert (spec.input_size, spec.num_classes, spec.model_file) == ((96, 96), 2, tmp_path / "m.onnx")
@@ -151,12 +145,12 @@ def test_an_onnx_file_alone_gives_input_size_and_classes_and_no_torch_model(tmp_
         spec.net  # noqa: B018
 
 
-def test_a_given_onnx_file_must_match_the_cfg(tmp_path: Path) -> None:
+def test_a_given_onnx_file_must_match_the_cfg(tmp_path: Path, packaged_cfg: CfgWriter) -> None:
     from detector.errors import ModelFileError
     from detector.export import export_onnx
 
-    export_onnx(ModelSpec(_small_cfg(tmp_path, 96), cache_dir=tmp_path).load_torch(), tmp_path / "m96.onnx")
-    spec = ModelSpec(_small_cfg(tmp_path, 128), onnx=tmp_path / "m96.onnx", cache_dir=tmp_path)
+    export_onnx(ModelSpec(packaged_cfg(tmp_path, 96), cache_dir=tmp_path).load_torch(), tmp_path / "m96.onnx")
+    spec = ModelSpec(packaged_cfg(tmp_path, 128), onnx=tmp_path / "m96.onnx", cache_dir=tmp_path)
     with pytest.raises(ModelFileError, match="takes 3x96x96 .* needs 3x128x128"):
         spec.onnx_path()
 

@@ -14,15 +14,17 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from detector.engine import (
+from detector.trt import (
     EngineLoadError,
     EngineRefused,
     cached_engine,
     deserialize_engine,
     load_engine,
+    load_engine_file,
+    run_unavailable_reason,
     trt_logger,
 )
-from detector.errors import BackendUnavailable
+from detector.errors import BackendUnavailable, ModelFileError
 
 H100 = ("NVIDIA H100 80GB HBM3", (9, 0))
 
@@ -220,3 +222,31 @@ def test_default_build_options_given_or_not_are_the_same_entry(tmp_path: Path, m
     explicit = cached_engine(model, tf32=True, workspace_mb=None, progress=False, **options)
     assert explicit.path == plain.path and explicit.from_cache and len(builder.calls) == 1
     assert cached_engine(model, tf32=False, **options).path != plain.path
+
+
+def test_prebuilt_engine_file_is_deserialized_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "given.engine"
+    path.write_bytes(b"ENGINE-PREBUILT")
+    loaded, entry, cold = load_engine_file(path, tensorrt=(fake_module(), "tensorrt"), gpu=H100)
+    assert loaded.engine.data == b"ENGINE-PREBUILT" and entry.path == path and entry.key == "prebuilt"
+    assert cold.from_cache and cold.build_s is None and cold.engine_bytes == len(b"ENGINE-PREBUILT")
+    assert cold.deserialize_s == loaded.deserialize_s
+
+
+@pytest.mark.parametrize(("content", "match"), [(None, "cannot read TensorRT engine .*absent.engine"),
+                                                (b"", "the file is empty"), (b"junk", "not compatible")])
+def test_unusable_prebuilt_engine_file_names_it(tmp_path: Path, content: bytes | None, match: str) -> None:
+    path = tmp_path / ("absent.engine" if content is None else "given.engine")
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ModelFileError, match=match):  # EngineLoadError is a ModelFileError
+        load_engine_file(path, tensorrt=(fake_module(), "tensorrt"), gpu=H100)
+
+
+def test_run_unavailable_reason_refuses_int8_on_strongly_typed_packages_only() -> None:
+    full = fake_module()
+    full.BuilderFlag = types.SimpleNamespace(FP16=1)
+    full.IInt8EntropyCalibrator2 = object
+    assert run_unavailable_reason(full, "tensorrt", "int8") is None
+    assert run_unavailable_reason(full, "tensorrt", "fp16") is None
+    assert "strongly typed networks only" in (run_unavailable_reason(fake_module(), "tensorrt", "int8") or "")

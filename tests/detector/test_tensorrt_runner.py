@@ -14,7 +14,7 @@ import torch
 from onnx import TensorProto, helper
 
 from detector.backends import availability, available_backends, create_runner, runner_class
-from detector.engine import (
+from detector.trt import (
     EngineRefused,
     build_serialized_engine,
     cached_engine,

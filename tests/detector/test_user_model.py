@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,31 +29,31 @@ def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
 
 
-def write_model(folder: Path, *, size: int = 320, classes: int = 3) -> tuple[Path, Path]:
-    """The shipped cfg at ``size`` x ``size`` pixels with ``classes`` classes (head convs resized), its seeded
-    random weights and a classes.names beside them; returns (cfg, weights)."""
+def write_model(packaged: Path, classes: int) -> tuple[Path, Path]:
+    """``packaged`` (the packaged cfg at some size, from the packaged_cfg fixture) with ``classes`` classes (head
+    convs resized) as ``model<size>.cfg`` beside it, its seeded random weights and a classes.names; returns
+    (cfg, weights)."""
     from detector.darknet import parse_cfg
-    from detector.model import default_cfg_path, random_weights_file
+    from detector.model import random_weights_file
 
-    text = default_cfg_path().read_text(encoding="utf-8")
-    text = re.sub(r"^(width|height)=\d+", rf"\g<1>={size}", text, flags=re.MULTILINE)
-    text = re.sub(r"^classes=\d+", f"classes={classes}", text, flags=re.MULTILINE)
+    size, _ = parse_cfg(packaged).input_size
+    text = re.sub(r"^classes=\d+", f"classes={classes}", packaged.read_text(encoding="utf-8"), flags=re.MULTILINE)
     heads = text.split("[yolo]")
     heads[:-1] = [re.sub(r"filters=\d+(?![\s\S]*filters=)", f"filters={3 * (classes + 5)}", h) for h in heads[:-1]]
-    cfg = folder / f"model{size}.cfg"
+    cfg = packaged.with_name(f"model{size}.cfg")
     cfg.write_text("[yolo]".join(heads), encoding="utf-8")
     assert parse_cfg(cfg).input_size == (size, size) and parse_cfg(cfg).classes == classes
-    (folder / "classes.names").write_text("".join(f"kind{i}\n" for i in range(classes)), encoding="utf-8")
-    return cfg, random_weights_file(cfg, folder / f"model{size}.weights", seed=3)
+    (cfg.parent / "classes.names").write_text("".join(f"kind{i}\n" for i in range(classes)), encoding="utf-8")
+    return cfg, random_weights_file(cfg, cfg.with_suffix(".weights"), seed=3)
 
 
 @pytest.fixture(scope="module")
-def user(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def user(tmp_path_factory: pytest.TempPathFactory, packaged_cfg: Callable[[Path, int], Path]) -> Path:
     """A folder holding the user's model (cfg, weights, names, ONNX export) and a video with its ground truth."""
     from detector.cli import main
 
     folder = tmp_path_factory.mktemp("user")
-    cfg, weights = write_model(folder)
+    cfg, weights = write_model(packaged_cfg(folder, 320), classes=3)
     assert main(["make-video", "--out", str(folder / "clip.mp4"), "--frames", "8", "--width", "320", "--height",
                  "180"]) == 0  # fmt: skip
     assert main(["export-onnx", "--cfg", str(cfg), "--weights", str(weights), "--out", str(folder / "model.onnx")]) == 0
@@ -100,10 +101,10 @@ def test_an_onnx_file_alone_is_the_model_and_onnxruntime_its_reference(user: Pat
     assert re.search(r"test_end_to_end\[onnxruntime-fp32\]\s", result.stdout)
 
 
-def test_a_compare_across_models_is_refused_naming_what_differs(user: Path) -> None:
-    other = user / "other"
-    other.mkdir(exist_ok=True)
-    write_model(other, size=416, classes=2)
+def test_a_compare_across_models_is_refused_naming_what_differs(
+    user: Path, packaged_cfg: Callable[[Path, int], Path]
+) -> None:
+    write_model(packaged_cfg(user / "other", 416), classes=2)
     args = ("--perf-cfg=other/model416.cfg", "--perf-video=clip.mp4", "-k", "inference_speed and torch")
     baseline = _pytest(user, "--perf-cfg=model320.cfg", "--perf-video=clip.mp4", "-k", "inference_speed and torch",
                        "--benchmark-save=m320")  # fmt: skip

@@ -1,10 +1,9 @@
 """--perf-compare end to end: real pytest runs of a tiny benchmark on a virtual clock, saved, then compared with
-and without an injected slowdown; plus the stability gate and the verdict files."""
+and without an injected slowdown; plus the stability gate and the verdict files. The refusal of another machine's
+run and the fingerprint a saved run records are tested in test_machine_info.py."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from perf.runs import load_runs, load_verdicts
-from tiny_bench import write_project
+from tiny_bench import child_env, write_project
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +45,7 @@ def project(_saved_project: Path, pytester: pytest.Pytester, monkeypatch: pytest
 
 def _pytest(folder: Path, *args: str) -> pytest.RunResult:
     """pytest in a subprocess (torch cannot be imported twice in one process), in ``folder``."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"} | {"PYTHONPATH": str(ROOT)}
+    env = child_env()
     proc = subprocess.run([sys.executable, "-m", "pytest", *RUN, *args], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     return pytest.RunResult(proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(), 0.0)
@@ -58,7 +57,6 @@ def test_saved_run_keeps_raw_rounds_and_stability(project: pytest.Pytester) -> N
     assert bench.data is not None and bench.data.size >= 30
     assert 0.0001 < bench.median_s < 0.02
     assert bench.stability is not None and bench.stability["verdict"] == "stable"
-    assert run.fingerprint is not None and run.fingerprint["device"] == "cpu"
 
 
 def test_injected_slowdown_fails_the_compare_and_says_slower(project: pytest.Pytester) -> None:
@@ -93,17 +91,6 @@ def test_unstable_benchmark_is_reported_not_compared_and_fails_only_when_asked(p
     stability = load_runs(project.path / "storage")[1].benchmarks["test_tiny.py::test_busy"].stability
     assert stability is not None and stability["verdict"] == "unstable" and stability["measurements"] == 2
     assert len(stability["attempts"]) == 2
-
-
-def test_compare_refuses_a_baseline_from_another_machine(project: pytest.Pytester) -> None:
-    path = next((project.path / "storage").glob("*/0001_*.json"))
-    run = json.loads(path.read_text())
-    run["machine_info"]["perf"]["gpu_name"] = "NVIDIA Imaginary GPU"
-    path.write_text(json.dumps(run))
-    result = _pytest(project.path, "--perf-compare")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --perf-compare: the saved run in * comes from a different machine:",
-                                 "  gpu_name: saved 'NVIDIA Imaginary GPU', current *"])
 
 
 def test_compare_without_a_saved_run_is_a_usage_error(project: pytest.Pytester) -> None:

@@ -5,7 +5,6 @@ using it; plus how the parent's options reach the children."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 
 from perf.gate.noise import load_profile
 from perf.gate.processes import forwarded_options
-from tiny_bench import write_project
+from tiny_bench import child_env, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", "-p", "no:randomly",
@@ -24,7 +23,7 @@ RUN = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", 
 
 
 def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"} | {"PYTHONPATH": str(ROOT)}
+    env = child_env()
     return subprocess.run([sys.executable, "-m", "pytest", *RUN, *args], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
-from detector.model import default_cfg_path
 from detector.spec import ModelSpec
 from perf.fixtures.models import RunnerPool
 from perf.measure.gpu_memory import cuda_memory, oom_skip_reason, release_cuda_memory
@@ -55,10 +55,9 @@ def test_cpu_has_no_cuda_memory_figures_and_release_is_harmless() -> None:
     assert cuda_memory("cpu") == {}
 
 
-def test_release_deactivates_the_backend_and_records_it(tmp_path: Path) -> None:
-    cfg = tmp_path / "tiny64.cfg"
-    cfg.write_text(default_cfg_path().read_text().replace("width=416", "width=64").replace("height=416", "height=64"))
-    pool = RunnerPool(ModelSpec(cfg, cache_dir=tmp_path / "cache"), "cpu")
+def test_release_deactivates_the_backend_and_records_it(tmp_path: Path,
+                                                        packaged_cfg: Callable[[Path, int], Path]) -> None:
+    pool = RunnerPool(ModelSpec(packaged_cfg(tmp_path, 64), cache_dir=tmp_path / "cache"), "cpu")
     first = pool.get("torch")
     assert first.infer(torch.rand(1, 3, 64, 64).numpy()).shape[0] == 1
     assert pool.release_others("torch") == []

@@ -18,17 +18,17 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tiny_bench import child_env
 
 REPO = Path(__file__).resolve().parents[2]
 KILLS: dict[str, int] = {}
 LOSSES: dict[str, int] = {}
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
 def kill_in_write(code: str, folder: Path, pattern: str, *, cwd: Path | None = None, args: tuple[str, ...] = (),
@@ -37,7 +37,7 @@ def kill_in_write(code: str, folder: Path, pattern: str, *, cwd: Path | None = N
     has more than ``min_bytes`` bytes; return the matching files. Fails if the child ends first."""
     command = [sys.executable, *(args or ("-c", textwrap.dedent(code)))]
     folder.mkdir(parents=True, exist_ok=True)
-    child = subprocess.Popen(command, cwd=cwd or folder, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    child = subprocess.Popen(command, cwd=cwd or folder, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -118,13 +118,11 @@ def test_killed_cache_build_leaves_no_entry_and_is_rebuilt(tmp_path: Path, attem
     assert path.read_bytes() == b"complete"
 
 
-def test_killed_onnx_export_leaves_no_cache_entry(tmp_path: Path) -> None:
+def test_killed_onnx_export_leaves_no_cache_entry(tmp_path: Path, packaged_cfg: Callable[[Path, int], Path]) -> None:
     from detector.cachecheck import check_cache
-    from detector.model import default_cfg_path
     from detector.spec import ModelSpec
 
-    cfg = tmp_path / "tiny64.cfg"
-    cfg.write_text(default_cfg_path().read_text().replace("width=416", "width=64").replace("height=416", "height=64"))
+    cfg = packaged_cfg(tmp_path, 64)
     cache = tmp_path / "cache"
     spec = ModelSpec(cfg, cache_dir=cache)
     kill_in_write(f"""
@@ -175,13 +173,14 @@ def test_killed_engine_build_keeps_the_other_entries(tmp_path: Path, attempt: in
 
 
 def test_killed_video_build_leaves_no_entry(tmp_path: Path) -> None:
-    from detector.video import read_frames, synthetic_video
+    from detector.synthetic import synthetic_video
+    from detector.video import read_frames
 
     videos = tmp_path / "videos"
     other = synthetic_video(videos, seed=1, width=64, height=64, frames=4)
     before = snapshot(videos)
     kill_in_write(f"""
-        from detector.video import synthetic_video
+        from detector.synthetic import synthetic_video
         synthetic_video({str(videos)!r}, seed=2, width=64, height=64, frames=3000)
         """, videos, ".synthetic-s2-*.tmp.mp4", min_bytes=1000)
     after = snapshot(videos)
@@ -213,7 +212,7 @@ def test_killed_benchmark_autosave_keeps_the_baseline(tmp_path: Path, monkeypatc
     (tmp_path / "test_tiny_bench.py").write_text(BENCHMARK_FILE)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     monkeypatch.delenv("BIG_EXTRA_INFO", raising=False)
-    saved = subprocess.run([sys.executable, *_pytest(tmp_path, "--benchmark-autosave")], cwd=tmp_path, env=_env(),
+    saved = subprocess.run([sys.executable, *_pytest(tmp_path, "--benchmark-autosave")], cwd=tmp_path, env=child_env(),
                            capture_output=True, text=True, check=False)
     assert saved.returncode == 0, saved.stdout[-2000:]
     baseline = next((tmp_path / ".benchmarks").rglob("0001_*.json"))
@@ -229,10 +228,10 @@ def test_killed_benchmark_autosave_keeps_the_baseline(tmp_path: Path, monkeypatc
         json.loads(killed[0].read_text() or "")
     compared = subprocess.run([sys.executable, *_pytest(tmp_path, "--benchmark-compare=0001",
                                                         "--benchmark-compare-fail=mean:1000%")],
-                              cwd=tmp_path, env=_env(), capture_output=True, text=True, check=False)
+                              cwd=tmp_path, env=child_env(), capture_output=True, text=True, check=False)
     assert compared.returncode == 0, compared.stdout[-2000:]  # ...and the baseline still loads and compares
     assert "0001" in compared.stdout
-    latest = subprocess.run([sys.executable, *_pytest(tmp_path, "--benchmark-compare")], cwd=tmp_path, env=_env(),
+    latest = subprocess.run([sys.executable, *_pytest(tmp_path, "--benchmark-compare")], cwd=tmp_path, env=child_env(),
                             capture_output=True, text=True, check=False)
     assert latest.returncode == 0 and "0001" in latest.stdout, latest.stdout[-2000:]  # "latest" skips the broken one
 

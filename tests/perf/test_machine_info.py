@@ -1,4 +1,5 @@
-"""The machine fingerprint saved with benchmark runs, and --benchmark-compare's refusal of other machines' runs."""
+"""The machine fingerprint saved with benchmark runs, and the refusal of other machines' runs by --benchmark-compare
+and --perf-compare."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.filterwarnings("ignore:Benchmark machine_info is different"),
               pytest.mark.usefixtures("lazy_imports_done_outside_pytester")]
 
-# The inner runs' conftest: the perf plugin, and pytest-benchmark's own machine_info without py-cpuinfo's
-# one-second probe (machine_info["perf"] is what these tests are about).
+# The inner runs' conftest: the perf plugin and the gate's (--perf-compare), and pytest-benchmark's own
+# machine_info without py-cpuinfo's one-second probe (machine_info["perf"] is what these tests are about).
 CONFTEST = """
-pytest_plugins = ["perf.plugin"]
+pytest_plugins = ["perf.plugin", "perf.gate.plugin"]
 
 def pytest_benchmark_generate_machine_info():
     return {"node": "test"}
@@ -110,19 +111,20 @@ def test_compare_on_the_same_machine_passes(pytester: pytest.Pytester, saved_run
     assert "different machine" not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.parametrize("option", ["--benchmark-compare", "--perf-compare"])
 @pytest.mark.parametrize(
     ("field", "value"),
     [("gpu_name", "NVIDIA Imaginary GPU"), ("driver_version", "999.99")],
 )
 def test_compare_refuses_a_run_from_another_machine(
-    pytester: pytest.Pytester, saved_run: Path, field: str, value: str
+    pytester: pytest.Pytester, saved_run: Path, option: str, field: str, value: str
 ) -> None:
     _edit(saved_run, **{field: value})
-    result = pytester.runpytest("--benchmark-storage=storage", "--benchmark-compare=0001", *QUICK)
+    result = pytester.runpytest("--benchmark-storage=storage", f"{option}=0001", *QUICK)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
-            "ERROR: --benchmark-compare: the saved run in * comes from a different machine:",
+            f"ERROR: {option}: the saved run in * comes from a different machine:",
             f"  {field}: saved '{value}', current *",
             "*pass --perf-allow-machine-mismatch to compare anyway.",
         ]

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perf.measure.controls import NAMES, Controls, controlled, keep_output, parse_controls, scratch_dir, warm_page_cache
-from perf.gate.regressions import LayerRegressedSpec, SlowedStage, calibrate_stage, parse_regression, regressed_spec
+from perf.measure.controls import NAMES, Controls, controlled, keep_output, scratch_dir, warm_page_cache
+from perf.gate.regressions import LayerRegressedSpec, SlowedStage, calibrate_stage, regressed_spec
+from perf.options import parse_controls, parse_regression
 from perf.measure.samples import block_samples, block_size, stage_metrics
 from perf.measure.speedref import CpuReference, ReferenceProbe, normalize, smoothed
 
@@ -152,7 +153,7 @@ def cpu_runner() -> Any:
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from detector.video import synthetic_video
+    from detector.synthetic import synthetic_video
 
     return synthetic_video(tmp_path_factory.mktemp("clip"), seed=3, width=320, height=192, frames=6).video
 
@@ -192,7 +193,7 @@ def test_pinned_workers_get_the_cpus_the_placement_names() -> None:
     import os
     import threading
 
-    from detector.stages import Control, set_thread_placement, start_worker
+    from detector.handoff import Control, set_thread_placement, start_worker
 
     cpu = sorted(os.sched_getaffinity(0))[-1]
     seen: dict[str, set[int]] = {}

@@ -23,19 +23,27 @@ from hypothesis import strategies as st
 from perf.profile.nsys import (
     NSYS_CHILD_FLAG,
     NSYS_NOT_FOUND_REASON,
-    STATS_REPORTS,
-    GpuActivity,
     NsysError,
-    NsysParseError,
-    busy_ns,
-    copy_direction,
     csvs_in,
     export_stats,
     find_nsys,
-    gpu_idle_fraction,
-    measured_region,
     nsys_not_found_reason,
     nsys_profile_command,
+    report_dir_for,
+    run_child_under_nsys,
+)
+from perf.profile.nsys_stats import (
+    STATS_REPORTS,
+    TIMING_EVENT_LABEL,
+    GpuActivity,
+    NsysParseError,
+    busy_ns,
+    copy_direction,
+    gpu_idle_fraction,
+    is_suite_activity,
+    is_suite_kernel,
+    is_timing_event_api,
+    measured_span,
     parse_api_summary,
     parse_gpu_trace,
     parse_kernel_summary,
@@ -43,17 +51,9 @@ from perf.profile.nsys import (
     parse_nvtx_summary,
     parse_nvtx_trace,
     read_table,
-    report_dir_for,
-    run_child_under_nsys,
     split_range_name,
     summarize,
     write_summary,
-)
-from perf.profile.nsys_stats import (
-    TIMING_EVENT_LABEL,
-    is_suite_activity,
-    is_suite_kernel,
-    is_timing_event_api,
 )
 from perf.gate.processes import NSYS_DROPPED, forwarded_options
 
@@ -413,14 +413,14 @@ def test_gpu_trace_rows_have_kinds_and_copy_sizes() -> None:
     assert h2d and all(r.bytes == 2_077_000 for r in h2d)  # "2.077" MB
 
 
-def test_nvtx_trace_gives_the_measured_region() -> None:
+def test_measured_span_is_the_nvtx_range_else_first_to_last_activity() -> None:
     nvtx = parse_nvtx_trace(DATA / "handmade_nvtx_pushpop_trace.csv")
     trace = parse_gpu_trace(DATA / "handmade_cuda_gpu_trace.csv")
-    start, end, source = measured_region(trace, nvtx)
+    start, end, source = measured_span(trace, nvtx)
     assert (start, end) == (1_000_010_000, 1_014_614_850) and "measured" in source
-    first, last, fallback = measured_region(trace, [])
+    first, last, fallback = measured_span(trace, [])
     assert first == trace[0].start_ns and last == max(r.end_ns for r in trace) and "activity" in fallback
-    assert measured_region([], []) is None
+    assert measured_span([], []) is None
 
 
 # --- idle fraction --------------------------------------------------------------------------------------------------
@@ -665,7 +665,7 @@ def parent_project(tmp_path: Path) -> Path:
     )  # fmt: skip
     (root / "test_marked.py").write_text(
         "import json, os, pytest\n"
-        "from perf.plugin import PERF_SESSION\n"
+        "from perf.session import PERF_SESSION\n"
         "@pytest.mark.nsys\n"
         "def test_marked(request):\n"
         "    config = request.config\n"

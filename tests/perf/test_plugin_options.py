@@ -8,35 +8,30 @@ from pathlib import Path
 
 import pytest
 
-from perf.options import (
-    FALLBACK_BACKENDS,
-    backend_names,
-    benchmark_option_errors,
-    parse_backends,
-    parse_batch_sizes,
-    parse_device,
-    parse_positive_int,
-    parse_precisions,
-    parse_profiler,
-    resolve_device,
-)
+from perf import options
 from perf.measure.machine import cuda_device_count
 from perf.plugin import MARKERS
+from perf.session import resolve_device
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("lazy_imports_done_outside_pytester")
 
+#: Every option of the suite: perf.plugin registers them all (the role plugins only read them).
 OPTIONS = (
     "--perf-backends", "--perf-device", "--perf-video", "--perf-batch-sizes", "--perf-precisions",
     "--perf-allow-machine-mismatch", "--perf-cache-dir", "--perf-frames", "--perf-nsys", "--perf-nsys-path",
     "--nsys-path", "--perf-profile", "--perf-inject-delay", "--perf-streams", "--perf-clock-lead-in",
     "--perf-regression", "--perf-controls", "--perf-allow-model-mismatch", "--perf-cfg", "--perf-weights",
     "--perf-names", "--perf-onnx", "--perf-engine", "--perf-engine-precision", "--perf-ground-truth", "--perf-min-map",
+    "--perf-compare", "--perf-min-effect", "--perf-max-cv", "--perf-max-drift", "--perf-max-remeasure",
+    "--perf-fail-unstable", "--perf-noise-profile", "--perf-selftest", "--perf-selftest-trials",
+    "--perf-selftest-levels", "--perf-noise", "--perf-selftest-processes", "--perf-selftest-regressions",
+    "--perf-processes-budget", "--perf-runs-dir", "--perf-reports-dir", "--perf-html",
 )  # fmt: skip
 
 
 #: A bad value of every perf option parsed by a ``type=`` and the one line it must give (after "argument <option>:
-#: Could not parse value: '<value>'."). The options' own parsers are unit-tested above and in test_gate_parts.py.
+#: Could not parse value: '<value>'."). The options' own parsers are unit-tested below.
 BAD_VALUES = (
     ("--perf-backends", "trt", "Expected comma-separated backends from:"),
     ("--perf-device", "gpu", "Expected auto, cpu, cuda or cuda:N."),
@@ -93,30 +88,25 @@ def _usage_lines(result: pytest.RunResult) -> list[str]:
     ("value", "expected"), [("1,8,32", (1, 8, 32)), (" 4 ", (4,)), ("2,2,16", (2, 16)), ("8,", (8,))]
 )
 def test_batch_sizes_parse_to_unique_positive_ints(value: str, expected: tuple[int, ...]) -> None:
-    assert parse_batch_sizes(value) == expected
+    assert options.parse_batch_sizes(value) == expected
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "1,0", "x", "1.5", "", ",", "1,eight"])
 def test_batch_sizes_reject_non_positive_or_non_integer(value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"Could not parse value: {value!r}.")):
-        parse_batch_sizes(value)
+        options.parse_batch_sizes(value)
 
 
 def test_backends_parse_registered_names_in_given_order() -> None:
-    assert parse_backends("onnxruntime, torch,torch") == ("onnxruntime", "torch")
+    assert options.parse_backends("onnxruntime, torch,torch") == ("onnxruntime", "torch")
 
 
 @pytest.mark.parametrize("value", ["trt", "", "torch,pytorch"])
 def test_backends_reject_unknown_names_listing_known_ones(value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as info:
-        parse_backends(value)
+        options.parse_backends(value)
     assert str(info.value).startswith(f"Could not parse value: {value!r}.")
-    assert ", ".join(backend_names()) in str(info.value)
-
-
-def test_backend_names_include_the_fallback_backends() -> None:
-    assert {"torch", "onnxruntime"} <= set(backend_names())
-    assert set(backend_names()) <= set(FALLBACK_BACKENDS) | set(backend_names())
+    assert ", ".join(options.backend_names()) in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -124,42 +114,71 @@ def test_backend_names_include_the_fallback_backends() -> None:
     [("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda"), ("cuda:1", "cuda:1"), (" CUDA:0 ", "cuda:0")],
 )
 def test_device_accepts_auto_cpu_cuda_and_indexed_cuda(value: str, expected: str) -> None:
-    assert parse_device(value) == expected
+    assert options.parse_device(value) == expected
 
 
 @pytest.mark.parametrize("value", ["gpu", "cuda:", "cuda:-1", "cuda:x", "", "cpu:0", "mps"])
 def test_device_rejects_other_values(value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"Could not parse value: {value!r}.")):
-        parse_device(value)
+        options.parse_device(value)
 
 
 @pytest.mark.parametrize(("value", "expected"), [("fp32,fp16", ("fp32", "fp16")), ("INT8", ("int8",))])
 def test_precisions_parse_known_names(value: str, expected: tuple[str, ...]) -> None:
-    assert parse_precisions(value) == expected
+    assert options.parse_precisions(value) == expected
 
 
 @pytest.mark.parametrize("value", ["fp64", "", "fp32,bf16"])
 def test_precisions_reject_unknown_names(value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="Could not parse value: .*fp32, fp16, int8"):
-        parse_precisions(value)
+        options.parse_precisions(value)
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "2.5", "many", "\u00b2", "+4"])
 def test_frames_reject_non_positive_integers(value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"Could not parse value: {value!r}.")):
-        parse_positive_int(value)
+        options.parse_positive_int(value)
 
 
 @pytest.mark.parametrize(("value", "expected"), [("none", "none"), (" Torch ", "torch")])
 def test_profiler_parses_known_names(value: str, expected: str) -> None:
-    assert parse_profiler(value) == expected
+    assert options.parse_profiler(value) == expected
 
 
 @pytest.mark.parametrize("value", ["", "nsys", "torch,none"])
 def test_profiler_rejects_other_names_listing_known_ones(value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"Could not parse value: {value!r}. Expected "
                                                                    "one of: none, torch.")):  # fmt: skip
-        parse_profiler(value)
+        options.parse_profiler(value)
+
+
+@pytest.mark.parametrize(("text", "ms"), [("0.3", 0.3), ("0.5ms", 0.5), (" 2MS ", 2.0), ("0", 0.0)])
+def test_delay_parses_milliseconds(text: str, ms: float) -> None:
+    assert options.parse_delay_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["-1", "fast", "", "nan"])
+def test_delay_rejects_bad_values(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"Could not parse value: {text!r}.")):
+        options.parse_delay_ms(text)
+
+
+@pytest.mark.parametrize(("text", "value"), [("2%", 0.02), ("0.05", 0.05), (" 10 % ", 0.1), ("0", 0.0)])
+def test_fractions_parse_as_percent_or_plain(text: str, value: float) -> None:
+    assert options.parse_fraction(text.replace(" ", "")) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["", "x", "-1%", "100%", "1.5", "nan"])
+def test_fractions_reject_values_outside_zero_to_one(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"Could not parse value: {text!r}.")):
+        options.parse_fraction(text)
+
+
+def test_counts_and_levels_parse_or_name_the_bad_value() -> None:
+    assert options.parse_count("0") == 0 and options.parse_levels("10,2%,5,5") == (0.02, 0.05, 0.1)
+    for parser, text in ((options.parse_count, "-1"), (options.parse_levels, "0"), (options.parse_levels, "a,b")):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"Could not parse value: '{text}'"):
+            parser(text)
 
 
 @pytest.mark.parametrize(
@@ -208,7 +227,7 @@ def test_resolve_device_names_a_missing_cuda_device_and_auto_falls_back_to_cpu(
 def test_benchmark_options_that_cannot_work_are_named_one_line_each(
     values: dict[str, object], errors: list[str]
 ) -> None:
-    assert benchmark_option_errors(lambda dest, default=None: values.get(dest, default)) == errors
+    assert options.benchmark_option_errors(lambda dest, default=None: values.get(dest, default)) == errors
 
 
 def test_every_option_is_listed_with_help_ending_in_its_default(perf_pytester: pytest.Pytester) -> None:
@@ -224,17 +243,15 @@ def test_every_option_is_listed_with_help_ending_in_its_default(perf_pytester: p
         assert ". " not in entry.rsplit("Default: ", 1)[1], f"the default is not the last sentence: {entry}"
 
 
-@pytest.mark.parametrize(
-    ("option", "value"),
-    [("--perf-batch-sizes", "0"), ("--perf-device", "gpu"), ("--perf-backends", "trt"), ("--perf-frames", "0"),
-     ("--perf-streams", "1,x")],
-)
-def test_bad_option_value_is_a_usage_error_naming_the_option(
-    perf_pytester: pytest.Pytester, option: str, value: str
-) -> None:
-    result = perf_pytester.runpytest(f"{option}={value}")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*argument {option}*: Could not parse value: '{value}'.*"])
+def test_help_shows_percent_signs_once_and_the_model_settings_as_ini_values(perf_pytester: pytest.Pytester) -> None:
+    """Help texts are written with plain % signs (escaped for argparse in one place), and each model or video
+    option is also an ini setting of the same name."""
+    text = perf_pytester.runpytest("--help").stdout.str()
+    section = " ".join(text[text.index("perf suite (perf/):") :].split("\n\n")[0].split())
+    assert "its 95% interval" in section and "Default: layer:5%,preprocess:5%." in section and "%%" not in section
+    ini = set(re.findall(r"^  (perf_\w+) \(string\)", text, re.MULTILINE))
+    assert ini == {f"perf_{name}" for name in ("cfg", "weights", "names", "onnx", "engine", "engine_precision", "video",
+                                              "ground_truth", "min_map")}  # fmt: skip
 
 
 def test_missing_video_is_a_usage_error_naming_the_file(perf_pytester: pytest.Pytester) -> None:

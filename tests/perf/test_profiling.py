@@ -15,8 +15,8 @@ from detector.timing import STAGES, annotate, annotations_enabled
 from perf.profile import torch_profiler as profiling
 from perf.profile.torch_profiler import (
     MEASURED_RANGE,
+    capture_range,
     measure_annotation_overhead,
-    measured_region,
     torch_profile,
     trace_event_names,
     trace_stage_names,
@@ -75,9 +75,9 @@ def test_stage_names_outside_the_profiled_block_are_not_in_the_trace(tmp_path: P
     assert trace_stage_names(trace) == {"infer"}
 
 
-def test_measured_region_without_capture_is_just_a_label(tmp_path: Path) -> None:
+def test_capture_range_without_capture_is_just_a_label(tmp_path: Path) -> None:
     trace = tmp_path / "t.json"
-    with torch_profile(trace), measured_region(capture=False):
+    with torch_profile(trace), capture_range(capture=False):
         with annotate("preprocess"):
             torch.zeros(4).add_(1)
     assert "preprocess" in trace_stage_names(trace)

@@ -21,11 +21,13 @@ import os, time
 
 import pytest
 
+from perf.report import schema
+
 
 @pytest.mark.parametrize("i", range(4))
 def test_row(perf_report, i):
     time.sleep(0.5)  # long enough for the two runs to overlap
-    perf_report.add("Rows", {"run": os.environ["RUN_TAG"], "i": i})
+    perf_report.add(schema.INFERENCE, {"case": os.environ["RUN_TAG"], "batch": i})
 """
 
 
@@ -51,8 +53,8 @@ def test_two_parallel_runs_sharing_a_reports_folder_keep_both_reports(tmp_path: 
     assert len(own) == 2, (sorted(p.name for p in reports.iterdir()), outputs)
     runs = {}
     for path in own:
-        rows = json.loads(path.read_text())["tables"]["Rows"]
-        tags = {row["run"] for row in rows}
+        rows = json.loads(path.read_text())["tables"]["Inference"]
+        tags = {row["case"] for row in rows}
         assert len(tags) == 1 and len(rows) == 4, rows  # one run's rows, all of them, no other run's
         runs[tags.pop()] = path
     assert set(runs) == {"a", "b"}
@@ -75,15 +77,16 @@ def test_perf_report_skips_a_run_of_wrong_types_among_good_ones_with_a_warning(
     (machine / "0002_bad.json").write_text(json.dumps(bad))
     assert main(["--storage", str(tmp_path / "storage"), "--out", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"perf-report: warning: skipped corrupt saved run: '{machine / '0002_bad.json'}' is not a "
-                   "pytest-benchmark saved run: benchmark 'perf/t.py::test_1': stats.data[1] is 'slow', not a "
-                   "number"]  # fmt: skip
+    assert err == [f"perf-report: warning: skipped corrupt saved run: '{machine / '0002_bad.json'}': not a usable "
+                   "saved run: benchmark 'perf/t.py::test_1': stats.data[1] is 'slow', not a number"]  # fmt: skip
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"summary.md", "index.html"}
 
 
 @pytest.mark.parametrize("tables, problem", [
     ({"End-to-end stages (ms per frame)": [{"Model Type": "torch", "e2e FPS": "fast"}]}, "'e2e FPS' is 'fast'"),
     ({"Parity vs torch fp32": [{"candidate": "x", "ious": 0.9}]}, "'ious' is a number, expected a list"),
+    ({"Parity vs torch fp32": [{"candidate": "x", "failures": "none"}]}, "'failures' is 'none', expected a list of"),
+    ({"Inference": [{"case": "torch fp32", "median ms": "1.5"}]}, "table 'Inference' row 0: 'median ms' is '1.5'"),
     ({"Rows": {"a": 1}}, "table 'Rows' is an object"),
 ])  # fmt: skip
 def test_perf_report_json_of_wrong_types_is_one_line_and_writes_nothing(

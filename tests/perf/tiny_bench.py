@@ -10,7 +10,10 @@ few seconds apart, which no gate can call "no change".
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 CONFTEST = """
 pytest_plugins = {plugins!r}
@@ -57,3 +60,11 @@ def write_project(folder: Path, plugins: list[str], *, offset: float = 0.0, spre
     (folder / "conftest.py").write_text(CONFTEST.format(plugins=plugins))
     (folder / "test_tiny.py").write_text(BENCH.format(offset=offset, spread=spread))
     return folder
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child pytest: the repository first on ``PYTHONPATH``, pytest-xdist's
+    worker variable left out (pytest-benchmark switches itself off under it), then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return env | extra

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from detector.engine import (
+from detector.trt import (
     RTX_COMPUTE_CAPABILITIES,
     BuildProgress,
     CalibrationCache,
@@ -405,18 +405,16 @@ def test_cold_start_is_json_ready() -> None:
 # -- fp16 ONNX for strongly typed builds --------------------------------------------------------------------
 
 
-def test_fp16_export_has_half_weights_float32_io_and_close_outputs(tmp_path: Path) -> None:
+def test_fp16_export_has_half_weights_float32_io_and_close_outputs(
+    tmp_path: Path, packaged_cfg: Callable[[Path, int], Path]
+) -> None:
     import onnx
     import onnxruntime as ort
 
-    from detector.engine import fp16_onnx_path
-    from detector.model import default_cfg_path
     from detector.spec import ModelSpec
+    from detector.trt import fp16_onnx_path
 
-    cfg = tmp_path / "tiny128.cfg"
-    cfg.write_text(default_cfg_path().read_text(encoding="utf-8").replace("width=416", "width=128")
-                   .replace("height=416", "height=128"), encoding="utf-8")
-    spec = ModelSpec(cfg, seed=0, cache_dir=tmp_path / "cache")
+    spec = ModelSpec(packaged_cfg(tmp_path, 128), seed=0, cache_dir=tmp_path / "cache")
     path = fp16_onnx_path(spec)
     assert fp16_onnx_path(spec) == path and path.name.endswith("-fp16.onnx")
     model = onnx.load(str(path))

@@ -1,4 +1,4 @@
-"""detector.stages: bounded queues that never hang once stopped, the buffer pool's bound, error hand-over."""
+"""detector.handoff: bounded queues that never hang once stopped, the buffer pool's bound, error hand-over."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from detector.stages import POLL_S, BoundedQueue, BufferPool, Cancelled, Control, start_worker
+from detector.handoff import POLL_S, BoundedQueue, BufferPool, Cancelled, Control, start_worker
 
 
 def test_a_full_queue_blocks_the_producer_until_an_item_is_taken() -> None:

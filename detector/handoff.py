@@ -1,4 +1,5 @@
-"""Threads of a pipelined loop: a shared stop signal, bounded queues, a pool of (pinned) frame buffers.
+"""Hand-off between the threads of a pipelined loop: a shared stop signal, bounded queues, a pool of (pinned)
+frame buffers.
 
 The pieces :mod:`detector.pipelined` and :mod:`detector.multistream` are built from:
 

@@ -1,0 +1,239 @@
+"""Every table of the reports, declared once: its key, title and columns (with units and kinds).
+
+Two documents hold tables:
+
+* the suite's report (`SUITE`): the rows tests add with ``perf_report.add(schema.INFERENCE, row)``, saved as
+  ``<reports>/perf-report.json`` (``{"tables": {title: [rows]}}``) and ``perf-report.md`` by
+  `perf.report.suite.PerfReport`, and read back by ``perf-report`` (`perf.report.inputs`);
+* ``perf-report``'s summary (`SUMMARY`): the tables `perf.report.tables` builds from saved runs, rendered as
+  ``summary.md`` and in ``index.html``.
+
+A row's keys are column names. A row with a key its table does not declare, or a row for a table not declared
+here, is refused with a `SchemaError` (so a column cannot silently go missing from the markdown), and the
+markdown and HTML show every declared column, in the order declared here (blank where a row has no value).
+``kept`` columns are saved in the JSON but not shown (long lists such as the IoU of every matched pair).
+A column name holding ``{}`` is a family (``slower @ min effect {}``): each key it matches is shown as a column.
+
+Kinds: `NUMBER` (an int or float; None or NaN when not measured), `TEXT` (shown as written), `NUMBERS` and
+`TEXTS` (lists). `perf.validate.report_problem` checks a saved report's cells against these kinds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from detector.timing import STAGES
+
+NUMBER, TEXT, NUMBERS, TEXTS = "number", "text", "numbers", "texts"
+
+
+class SchemaError(ValueError):
+    """A row or table the report schema does not declare; the message names it and what is declared."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: ``name`` is the row key and the header; ``unit`` what its values are in ("" for labels,
+    counts and text); ``kind`` one of `NUMBER`, `TEXT`, `NUMBERS`, `TEXTS`."""
+
+    name: str
+    unit: str = ""
+    kind: str = NUMBER
+    pattern: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in (NUMBER, TEXT, NUMBERS, TEXTS):
+            raise SchemaError(f"column {self.name!r}: kind {self.kind!r} is not one of number, text, numbers, texts")
+        if "{}" in self.name:
+            before, _, after = self.name.partition("{}")
+            object.__setattr__(self, "pattern", re.compile(re.escape(before) + ".+" + re.escape(after)))
+
+    def matches(self, key: str) -> bool:
+        """Whether row key ``key`` is this column (its name, or one of a family's names)."""
+        return key == self.name if self.pattern is None else self.pattern.fullmatch(key) is not None
+
+
+def num(name: str, unit: str = "") -> Column:
+    """A `NUMBER` column."""
+    return Column(name, unit, NUMBER)
+
+
+def text(name: str, unit: str = "") -> Column:
+    """A `TEXT` column."""
+    return Column(name, unit, TEXT)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table: ``key`` (a Python-style name, unique over both documents), ``title`` (its heading and its key
+    in the saved JSON), ``columns`` (shown, in order) and ``kept`` (saved, not shown)."""
+
+    key: str
+    title: str
+    columns: tuple[Column, ...]
+    kept: tuple[Column, ...] = ()
+
+    def column(self, key: str) -> Column | None:
+        """The declared column (shown or kept) that row key ``key`` is, or None."""
+        return next((c for c in (*self.columns, *self.kept) if c.matches(key)), None)
+
+    def check(self, row: Mapping[str, object]) -> None:
+        """`SchemaError` naming the first key of ``row`` this table does not declare."""
+        for key in row:
+            if not isinstance(key, str) or self.column(key) is None:
+                declared = ", ".join(repr(c.name) for c in (*self.columns, *self.kept))
+                raise SchemaError(f"report table {self.title!r} has no column {key!r} (its columns: {declared}); "
+                                  "declare it in perf/report/schema.py or rename the key")  # fmt: skip
+
+    def names(self, rows: Iterable[Mapping[str, object]] = ()) -> list[str]:
+        """The headers to render, in declared order: every shown column, a family as the keys of ``rows`` that
+        match it (in the order they first appear)."""
+        families = any(c.pattern is not None for c in self.columns)
+        keys = list(dict.fromkeys(k for row in rows for k in row)) if families else []
+        out: list[str] = []
+        for column in self.columns:
+            out += [column.name] if column.pattern is None else [k for k in keys if column.matches(k)]
+        return out
+
+
+_STAGE_MS = tuple(num(stage, "ms per frame") for stage in STAGES)
+
+# The suite's report: what tests add rows to.
+LAB = TableSpec("LAB", "End-to-end (the lab's table)", (
+    text("Model Type"), text("Model Input Size", "px"), num("Inference Speed (FPS)", "FPS"),
+    num("End-to-end speed (FPS)", "FPS")))
+STAGES_TABLE = TableSpec("STAGES_TABLE", "End-to-end stages (ms per frame)", (
+    text("Model Type"), num("frames", "frames"), *_STAGE_MS, num("e2e FPS", "FPS")))
+STAGE_SPREAD = TableSpec("STAGE_SPREAD", "End-to-end stage spread (IQR of the blocks, ms per frame)", (
+    text("Model Type"), num("blocks"), num("frames per block", "frames"), *_STAGE_MS))
+INFERENCE = TableSpec("INFERENCE", "Inference", (
+    text("case"), num("batch", "images"), num("median ms", "ms"), num("p99 ms", "ms"), num("images/s", "img/s"),
+    num("h2d ms", "ms"), num("compute ms", "ms"), num("d2h ms", "ms"), num("enqueue ms", "ms"),
+    num("host ms (sync)", "ms"), num("warm-up s", "s")))
+SPEEDUP = TableSpec("SPEEDUP", "Speed-up vs torch fp32 (same run)", (
+    text("case"), num("batch", "images"), num("median ms", "ms"), num("torch fp32 median ms", "ms"),
+    num("speed-up", "x")))
+MULTI_GPU = TableSpec("MULTI_GPU", "Multi-GPU throughput", (
+    text("worker"), text("GPU"), text("case"), num("batch", "images"), num("images/s (all at once)", "img/s"),
+    num("images/s (alone)", "img/s"), num("scaling", "x")))
+HARNESS = TableSpec("HARNESS", "Harness overhead", (
+    text("case"), num("batch", "images"), num("suite median ms", "ms"), num("bare loop ms/call", "ms"),
+    num("bare per-call events ms", "ms"), num("suite FPS", "img/s"), num("bare loop FPS", "img/s"),
+    num("overhead", "fraction")))
+PARITY = TableSpec("PARITY", "Parity vs torch fp32", (
+    text("candidate"), text("verdict"), num("match rate", "fraction"), num("mean IoU"),
+    num("max score diff", "score"), num("class agreement", "fraction"), num("borderline", "detections"),
+    num("score max abs", "score"), num("box max abs px", "px")),
+    kept=(text("backend"), text("precision"), Column("failures", "", TEXTS), Column("ious", "IoU", NUMBERS)))
+ACCURACY = TableSpec("ACCURACY", "Accuracy vs ground truth", (
+    text("backend"), num("mAP@0.5"), num("mAP@0.5:0.95"), text("per class AP@0.5")))
+PIPELINED_PATHS = TableSpec("PIPELINED_PATHS", "Pipelined end to end: each path alone", (
+    text("case"), text("path"), num("FPS", "FPS"), num("ms/frame", "ms per frame")))
+PIPELINED_RATIOS = TableSpec("PIPELINED_RATIOS", "Pipelined vs its slowest stage and the sequential loop", (
+    text("case"), num("frames", "frames"), text("pipelined"), num("pipelined FPS", "FPS"), text("slowest stage"),
+    num("slowest stage FPS", "FPS"), num("pipeline/slowest stage", "x"), text("meets 0.9"),
+    num("pipeline/sequential", "x")))
+MULTISTREAM = TableSpec("MULTISTREAM", "Multi-stream batching", (
+    text("case"), num("streams"), num("ticks"), num("aggregate FPS", "FPS"), num("FPS per stream", "FPS"),
+    num("latency p50 ms", "ms"), num("latency p99 ms", "ms"), num("queue depth", "frames")))
+CLOCK_TRUTH = TableSpec("CLOCK_TRUTH", "Clock truth", (
+    num("known ms", "ms"), num("CUDA-event ms", "ms"), num("event error %", "%"), num("event offset us", "us"),
+    num("host+sync ms", "ms"), num("host error %", "%")))
+GPU_MEMORY = TableSpec("GPU_MEMORY", "GPU memory at backend release (MiB)", (
+    text("backend"), num("runners"), num("allocated_mib before", "MiB"), num("reserved_mib before", "MiB"),
+    num("device_used_mib before", "MiB"), num("allocated_mib after", "MiB"), num("reserved_mib after", "MiB"),
+    num("device_used_mib after", "MiB"), text("why")))
+NOISE_CONTROLS = TableSpec("NOISE_CONTROLS", "Noise sources: each control off and on, alternating in one process", (
+    text("control"), text("subject"), num("passes"), num("median ms off", "ms"), num("median ms on", "ms"),
+    num("on/off", "x"), num("on/off (CPU-reference units)", "x"), num("pass spread % off", "%"),
+    num("pass spread % on", "%"), num("within CV % off", "%"), num("within CV % on", "%"), num("p99 ms off", "ms"),
+    num("p99 ms on", "ms")))
+NOISE_CLOCKS = TableSpec("NOISE_CLOCKS", "Noise sources: clocks over the study's passes", (
+    text("subject"), num("passes"), text("GPU SM clock MHz range", "MHz"), num("corr(median, GPU SM clock MHz)"),
+    text("CPU reference ms range", "ms"), num("corr(median, CPU reference ms)")))
+GATE_SELFTEST = TableSpec("GATE_SELFTEST", "Gate self-test", (
+    text("subject"), num("rounds"), text("injected"), num("measured ratio", "x"), num("unstable", "trials"),
+    text("slower @ min effect {}", "trials")))
+GPU_THROTTLING = TableSpec("GPU_THROTTLING", "GPU throttling", (text("test"), text("reasons")))
+
+# The cross-process self-test and noise profile (perf.gate.crossprocess_plugin; shorter titles: the
+# `python -m perf.crossprocess` command).
+_FAMILY_NOISE = (
+    text("family"), num("benchmarks"), num("processes"), num("median CV %", "%"), num("max CV %", "%"),
+    num("max |ratio-1| %", "%"), num("CV target %", "%"), text("meets target"))
+_IDENTICAL = (
+    text("family"), num("comparisons"), num("slower"), num("faster"), text("false verdicts", "comparisons"),
+    text("unstable", "comparisons"), text("meets targets"))
+_REGRESSED = (
+    text("regression"), text("family"), text("batch", "images"), num("comparisons"), num("median ratio", "x"),
+    text("slower", "comparisons"), text("slower, stage named", "comparisons"), text("target"), text("meets target"))
+_COMPARE_FAIL = (text("check"), num("ordered pairs"), text("pairs passing", "pairs"),
+                 text("benchmarks that failed (pairs)"))
+NOISE_FAMILY = TableSpec(
+    "NOISE_FAMILY", "Noise between processes, per family (per-process median of each benchmark)", _FAMILY_NOISE)
+NOISE_BENCHMARK = TableSpec("NOISE_BENCHMARK", "Noise between processes, per benchmark and metric", (
+    text("benchmark"), text("metric"), text("family"), num("processes"), num("median of medians ms", "ms"),
+    num("CV %", "%"), num("max |ratio-1| %", "%"), num("between sd %", "%"), num("within se %", "%")))
+SELFTEST_IDENTICAL = TableSpec(
+    "SELFTEST_IDENTICAL", "Cross-process self-test: identical code (every pair of processes)", _IDENTICAL)
+SELFTEST_REGRESSED = TableSpec(
+    "SELFTEST_REGRESSED", "Cross-process self-test: injected regressions (identical x regressed processes)",
+    _REGRESSED)
+SELFTEST_COMPARE_FAIL = TableSpec(
+    "SELFTEST_COMPARE_FAIL", "Cross-process self-test: pytest-benchmark --benchmark-compare-fail on identical code",
+    (*_COMPARE_FAIL, text("consecutive processes run with it", "processes")))
+CROSSPROCESS_RUNS = TableSpec("CROSSPROCESS_RUNS", "Cross-process runs", (
+    text("run"), text("kind"), num("exit"), num("seconds", "s"), text("saved"), text("compare-fail")))
+RERUN_FAMILY = TableSpec("RERUN_FAMILY", "Noise between processes, per family", _FAMILY_NOISE)
+RERUN_IDENTICAL = TableSpec("RERUN_IDENTICAL", "Identical code", _IDENTICAL)
+RERUN_REGRESSED = TableSpec("RERUN_REGRESSED", "Injected regressions", _REGRESSED)
+RERUN_COMPARE_FAIL = TableSpec("RERUN_COMPARE_FAIL", "pytest-benchmark compare-fail on identical code", _COMPARE_FAIL)
+
+#: The suite report's tables, in the order the documentation lists them.
+SUITE: tuple[TableSpec, ...] = (
+    LAB, STAGES_TABLE, STAGE_SPREAD, INFERENCE, SPEEDUP, MULTI_GPU, HARNESS, PARITY, ACCURACY, PIPELINED_PATHS,
+    PIPELINED_RATIOS, MULTISTREAM, CLOCK_TRUTH, GPU_MEMORY, NOISE_CONTROLS, NOISE_CLOCKS, GATE_SELFTEST,
+    GPU_THROTTLING, NOISE_FAMILY, NOISE_BENCHMARK, SELFTEST_IDENTICAL, SELFTEST_REGRESSED, SELFTEST_COMPARE_FAIL,
+    CROSSPROCESS_RUNS, RERUN_FAMILY, RERUN_IDENTICAL, RERUN_REGRESSED, RERUN_COMPARE_FAIL,
+)  # fmt: skip
+
+# perf-report's summary: built from saved runs (cells are already formatted text; times in ms).
+SUMMARY_BENCHMARKS = TableSpec("SUMMARY_BENCHMARKS", "Benchmarks (latest run)", (
+    text("benchmark"), text("group"), text("median ms", "ms"), text("IQR ms", "ms"), text("p99 ms", "ms"),
+    text("rounds"), text("images/s", "img/s"), text("change", "%"), text("marked"), text("verdict")))
+SUMMARY_VERDICTS = TableSpec("SUMMARY_VERDICTS", "Compare verdicts", (
+    text("benchmark"), text("verdict"), text("baseline ms", "ms"), text("current ms", "ms"),
+    text("ratio [CI]", "x"), text("note")))
+SUMMARY_STAGES = TableSpec("SUMMARY_STAGES", "End-to-end (ms per frame)", (
+    text("case"), text("frames", "frames"), text("e2e FPS", "FPS"), *(text(s, "ms per frame") for s in STAGES)))
+SUMMARY_PARITY = TableSpec("SUMMARY_PARITY", "Parity vs torch fp32", (
+    text("candidate"), text("verdict"), text("match rate", "fraction"), text("mean IoU"), text("min IoU"),
+    text("p1 IoU"), text("matched pairs"), text("failures")))
+
+#: perf-report's summary tables, in report order.
+SUMMARY: tuple[TableSpec, ...] = (SUMMARY_BENCHMARKS, SUMMARY_VERDICTS, SUMMARY_STAGES, SUMMARY_PARITY)
+
+_SUITE_BY_TITLE = {spec.title: spec for spec in SUITE}
+
+
+def suite_table(table: TableSpec | str) -> TableSpec:
+    """The suite report's table ``table`` (a spec, or its title); `SchemaError` when the schema lacks it."""
+    spec = table if isinstance(table, TableSpec) else _SUITE_BY_TITLE.get(table)
+    if spec is None or _SUITE_BY_TITLE.get(spec.title) != spec:
+        titles = ", ".join(repr(s.title) for s in SUITE)
+        title = table.title if isinstance(table, TableSpec) else table
+        raise SchemaError(f"no report table {title!r} in perf/report/schema.py: declare it there, or use one of "
+                          f"its tables ({titles})")  # fmt: skip
+    return spec
+
+
+def find_suite_table(title: str) -> TableSpec | None:
+    """The suite report's table titled ``title``, or None (a saved report of another version)."""
+    return _SUITE_BY_TITLE.get(title)
+
+
+def all_tables() -> Sequence[TableSpec]:
+    """Every declared table, suite report first."""
+    return (*SUITE, *SUMMARY)

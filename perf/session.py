@@ -1,0 +1,216 @@
+"""The state the perf suite's hooks share: the options as parsed (`PerfOptions`) and the run's `PerfSession`.
+
+`perf.plugin` builds one `PerfSession` in ``pytest_configure`` and keeps it in ``config.stash[PERF_SESSION]``;
+hooks, fixtures and tests read it from there. `check_saved_run` is the one refusal to compare with a saved run of
+another model, video or machine, used by ``--perf-compare`` and ``--benchmark-compare`` alike.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perf.options import DEFAULT_FRAMES, DEFAULT_STREAMS, backend_names
+from perf.subject import Subject, subject_differences, subject_mismatch_message
+
+
+@dataclass(frozen=True)
+class PerfOptions:
+    """The perf suite's options as parsed (what the ``perf_options`` fixture returns).
+
+    ``device`` is the *requested* device ("auto" included); the ``perf_device`` fixture gives the resolved one.
+    ``frames`` is None unless --perf-frames was given; see `frames_for`.
+    """
+
+    backends: tuple[str, ...]
+    device: str
+    batch_sizes: tuple[int, ...]
+    precisions: tuple[str, ...]
+    allow_machine_mismatch: bool
+    cache_dir: Path
+    frames: int | None
+    nsys: bool
+    nsys_path: str
+    profile: str
+    streams: tuple[int, ...] | None = None
+    allow_model_mismatch: bool = False
+    #: --perf-inject-delay in ms (0: off) and --perf-regression (None: off): test-only slowdowns.
+    inject_delay_ms: float = 0.0
+    regression: Any = None
+
+    def streams_for(self, device: str) -> tuple[int, ...]:
+        """Stream counts of the multi-stream test on `device`: --perf-streams, else `DEFAULT_STREAMS`."""
+        return self.streams or DEFAULT_STREAMS["cpu" if device == "cpu" else "cuda"]
+
+    def frames_for(self, device: str) -> int:
+        """Synthetic-video length in frames for `device` ("cpu", "cuda", "cuda:N")."""
+        return self.frames or DEFAULT_FRAMES["cpu" if device == "cpu" else "cuda"]
+
+    @property
+    def injected(self) -> dict[str, Any]:
+        """The test-only changes this run was made with ({} for a normal run): marked in every benchmark."""
+        out: dict[str, Any] = {}
+        if self.inject_delay_ms:
+            out["inject_delay_ms"] = self.inject_delay_ms
+        if self.regression is not None:
+            out["regression"] = str(self.regression)
+        return out
+
+
+def resolve_device(requested: str, cuda_device_count: int) -> tuple[str, str | None]:
+    """Turn a --perf-device value into the device tests run on, and why it does not exist (or None).
+
+    "auto" is "cuda" when a CUDA device is visible, else "cpu". "cuda" / "cuda:N" stay as asked; without that
+    device the reason is "no CUDA device (found 0)" or "no CUDA device N (found K)", which
+    `PerfSession.usage_errors` reports: a device asked for by name must exist, only "auto" falls back to the CPU.
+    """
+    if requested == "auto":
+        return ("cuda" if cuda_device_count > 0 else "cpu"), None
+    if requested == "cpu":
+        return "cpu", None
+    _, colon, index = requested.partition(":")
+    if colon and int(index) >= cuda_device_count:
+        return requested, f"no CUDA device {index} (found {cuda_device_count})"
+    if cuda_device_count == 0:
+        return requested, "no CUDA device (found 0)"
+    return requested, None
+
+
+class PerfSession:
+    """Per-run state of the perf plugin: options, what is measured (`perf.subject.Subject`), the resolved device
+    and the machine fingerprint (both lazy)."""
+
+    def __init__(self, options: PerfOptions, subject: Subject | None = None) -> None:
+        self.options = options
+        self.subject = subject if subject is not None else Subject()
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> PerfSession:
+        """Build from the options (`perf.options`) and the subject's ini settings; relative paths of options are
+        taken from the directory pytest was started in, of ini values from the ini file's folder."""
+        getoption, invocation_dir = config.getoption, config.invocation_params.dir
+        ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
+        cache_dir = getoption("perf_cache_dir")
+        return cls(
+            PerfOptions(
+                backends=getoption("perf_backends") or backend_names(),
+                device=getoption("perf_device"),
+                batch_sizes=getoption("perf_batch_sizes"),
+                precisions=getoption("perf_precisions"),
+                allow_machine_mismatch=getoption("perf_allow_machine_mismatch"),
+                cache_dir=(invocation_dir / cache_dir).resolve() if cache_dir else config.rootpath / ".perf-cache",
+                frames=getoption("perf_frames"),
+                nsys=getoption("perf_nsys"),
+                nsys_path=getoption("perf_nsys_path"),
+                profile=getoption("perf_profile"),
+                streams=getoption("perf_streams"),
+                allow_model_mismatch=bool(getoption("perf_allow_model_mismatch")),
+                inject_delay_ms=getoption("perf_inject_delay"),
+                regression=getoption("perf_regression"),
+            ),
+            Subject.from_config(getoption, config.getini, invocation_dir, ini_dir),
+        )
+
+    def usage_errors(self) -> Iterable[str]:
+        """Messages for option values that cannot work together or point at nothing, such as a CUDA device asked
+        for by name (``--perf-device cuda`` / ``cuda:N``) that does not exist; checking that one imports torch."""
+        if self.options.device.startswith("cuda") and self.device_unavailable is not None:
+            yield f"--perf-device {self.options.device}: {self.device_unavailable}"
+        yield from self.subject.problems()
+        if self.options.nsys and self.options.profile != "none":
+            yield (
+                f"--perf-nsys and --perf-profile={self.options.profile} cannot be combined: both profilers use "
+                "CUPTI and would distort each other; run them separately"
+            )
+
+    @functools.cached_property
+    def _device(self) -> tuple[str, str | None]:
+        from perf.measure.machine import cuda_device_count
+
+        requested = self.options.device
+        return resolve_device(requested, 0 if requested == "cpu" else cuda_device_count())
+
+    @property
+    def device(self) -> str:
+        """Resolved device: "cpu", "cuda" or "cuda:N" (imports torch on first use unless --perf-device cpu)."""
+        return self._device[0]
+
+    @property
+    def device_unavailable(self) -> str | None:
+        """Why the requested CUDA device does not exist ("no CUDA device 1 (found 1)"), or None; a usage error
+        (`usage_errors`), so tests never see it."""
+        return self._device[1]
+
+    def skip_reason(self, markers: set[str]) -> str | None:
+        """Why a test marked with `markers` ("gpu", "trt") cannot run here, or None when it can."""
+        if self.device == "cpu":
+            found = "is cpu" if self.options.device == "cpu" else "auto found no CUDA device"
+            return f"needs a CUDA device; --perf-device {found}"
+        from detector.backends import availability, backend
+
+        for name in backend_names():  # a backend's own marker ("trt"): that backend must run here
+            if markers & set(backend(name).marks):
+                reason = availability(name, self.device)  # "tensorrt not installed (...)", an RTX refusal, or None
+                if reason is not None:
+                    return reason
+        return None
+
+    @functools.cached_property
+    def identity(self) -> dict[str, Any]:
+        """``machine_info["perf_subject"]``: what this run measures (`perf.subject.Subject.identity`)."""
+        spec = self.subject.model_spec(self.options.cache_dir)
+        return self.subject.identity(spec, synthetic_frames=self.options.frames_for(self.device),
+                                     precisions=self.options.precisions)  # fmt: skip
+
+    @functools.cached_property
+    def fingerprint(self) -> dict[str, Any]:
+        """``machine_info["perf"]``: `perf.measure.machine.machine_fingerprint` of the GPU in use, plus ``device``: the
+        device type the run used ("cpu" or "cuda"; the index is ``gpu_index``)."""
+        from perf.measure.machine import machine_fingerprint
+
+        device_type, _, index = self.device.partition(":")
+        return {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
+
+
+PERF_SESSION = pytest.StashKey[PerfSession]()
+
+
+class MachineMismatchWarning(pytest.PytestWarning):
+    """A compare with a saved run of another machine, model or video, allowed by --perf-allow-machine-mismatch or
+    --perf-allow-model-mismatch."""
+
+
+def check_saved_run(config: pytest.Config, saved_run: Mapping[str, Any], location: str, option: str) -> None:
+    """Refuse (pytest.UsageError) to compare with ``saved_run`` (a saved run's JSON, found in ``location``, for
+    ``option``) when it measured another model or video, unless --perf-allow-model-mismatch, or comes from another
+    GPU, driver, CUDA version or device, unless --perf-allow-machine-mismatch; allowed, each is a warning. A saved
+    run that recorded no model or video identity (saved before identities were saved) is compared with a warning."""
+    from perf.measure.machine import fingerprint_differences, mismatch_message
+
+    session = config.stash[PERF_SESSION]
+    machine_info = saved_run.get("machine_info") or {}
+    saved_subject = machine_info.get("perf_subject")
+    if not saved_subject:
+        config.issue_config_time_warning(MachineMismatchWarning(
+            f"{option}: the saved run in '{location}' records no model or video identity (saved before they were "
+            "recorded); it is compared as if it measured this model and video"), stacklevel=2)
+    elif differences := subject_differences(saved_subject, session.identity):
+        allowed = session.options.allow_model_mismatch
+        _refuse_or_warn(config, subject_mismatch_message(differences, saved_run, location, allowed=allowed,
+                                                         option=option), allowed)  # fmt: skip
+    differences = fingerprint_differences(machine_info.get("perf"), session.fingerprint)
+    if differences:
+        allowed = session.options.allow_machine_mismatch
+        _refuse_or_warn(config, mismatch_message(differences, saved_run, location, allowed=allowed, option=option),
+                        allowed)  # fmt: skip
+
+
+def _refuse_or_warn(config: pytest.Config, message: str, allowed: bool) -> None:
+    if not allowed:
+        raise pytest.UsageError(message)
+    config.issue_config_time_warning(MachineMismatchWarning(message), stacklevel=3)

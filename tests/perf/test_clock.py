@@ -1,0 +1,93 @@
+"""The suite's benchmark clock (perf.measure.clock): the host clock on a CPU run, CUDA events on a GPU one, the
+lead-in that covers a long enqueue, the plugin pointing it at the resolved device; and the clock-truth readings
+(perf.measure.clock_truth) that judge it against a known duration."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from perf.measure.clock import SuiteClock
+
+pytest_plugins = ["pytester"]
+
+
+def test_suite_clock_is_the_host_clock_on_a_cpu_run() -> None:
+    clock = SuiteClock()
+    clock.configure(lambda: "cpu")
+    assert clock.kind == "perf_counter" and clock.__name__ == "SuiteClock[perf_counter]"
+    first = clock()
+    time.sleep(0.01)
+    assert clock() - first >= 0.009
+
+
+def test_clock_lead_in_covers_a_long_enqueue_for_the_block_and_is_put_back() -> None:
+    class EventClock:  # stands in for the CUDA-event clock the suite clock would build on a GPU
+        lead_in_ms = 1.0
+
+        def __call__(self) -> float:
+            return 0.0
+
+    clock = SuiteClock()
+    clock.configure(lambda: "cuda", lead_in_ms=1.0)
+    clock._clock = events = EventClock()
+    with clock.covering(3.0) as lead_in:
+        assert lead_in == events.lead_in_ms == 4.5  # 1.5 x the enqueue: the GPU is busy until it is done
+    assert events.lead_in_ms == 1.0
+    with clock.covering(0.2) as lead_in:
+        assert lead_in == 1.0  # a short enqueue keeps the default
+    host = SuiteClock()
+    host.configure(lambda: "cpu")
+    with host.covering(3.0) as lead_in:
+        assert lead_in == host.lead_in_ms  # the host clock has no lead-in to stretch
+
+
+@pytest.mark.parametrize("lead_in_ms", [0.0, 0.5])
+def test_cuda_clock_times_the_work_between_any_two_readings_after_pytest_benchmarks_precision_probe(
+        lead_in_ms: float) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the CUDA-event clock needs one")
+    from pytest_benchmark.timers import compute_timer_precision
+
+    from detector.timing import CudaEventClock, sleep_cycles_per_ms
+
+    clock = CudaEventClock(lead_in_ms=lead_in_ms)
+    assert 0 < compute_timer_precision(clock) < 1e-4  # an odd number of readings, none around GPU work
+    cycles_per_ms = sleep_cycles_per_ms(torch.cuda.current_device())
+    readings = [clock()]
+    for ms in (5.0, 2.0, 3.0):  # three consecutive intervals: start and end roles alternate across them
+        torch.cuda._sleep(int(ms * cycles_per_ms))
+        readings.append(clock())
+    intervals = [(b - a) * 1e3 for a, b in zip(readings, readings[1:])]
+    assert intervals == pytest.approx([5.0, 2.0, 3.0], rel=0.05)
+
+
+@pytest.mark.usefixtures("lazy_imports_done_outside_pytester")
+def test_plugin_points_the_suite_clock_at_the_resolved_device(perf_pytester: pytest.Pytester,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """--perf-device cuda makes the benchmarks' clock the CUDA-event clock (checked where a CUDA device exists: a
+    missing one is a usage error), cpu the host clock. The clock starts out pointed at the other device, so a
+    plugin that left it alone fails both cases."""
+    from perf.measure.clock import SUITE_CLOCK
+    from perf.measure.machine import cuda_device_count
+
+    monkeypatch.setattr(SUITE_CLOCK, "_clock", None)  # both restored after the inner runs
+    perf_pytester.makepyfile(test_kind="from perf.measure.clock import SUITE_CLOCK\n\n"
+                                       "def test_kind(request):\n"
+                                       "    print('clock kind', SUITE_CLOCK.kind)\n")  # fmt: skip
+    cases = (("cuda", "cuda-events", "cpu"), ("cpu", "perf_counter", "cuda"))
+    for device, kind, other in cases if cuda_device_count() else cases[1:]:
+        monkeypatch.setattr(SUITE_CLOCK, "_device", lambda other=other: other)
+        result = perf_pytester.runpytest("-s", f"--perf-device={device}")
+        result.stdout.fnmatch_lines([f"*clock kind {kind}*"])
+
+
+def test_clock_reading_errors_are_relative_to_the_known_duration() -> None:
+    from perf.measure.clock_truth import reading
+
+    r = reading(cycles=2000, cycles_per_ms=1000.0, event_ms=2.02, host_ms=2.1)
+    assert r.known_ms == 2.0 and r.event_error == pytest.approx(0.01) and r.host_error == pytest.approx(0.05)
+    assert r.offset_us == pytest.approx(20.0)

@@ -1,0 +1,159 @@
+"""perf.runs, the one model of a saved run: finding and reading runs of a storage folder, the verdict files, and
+one error style for every bad file; real files in a temporary storage."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perf.runs import HistoryError, load_run, load_runs, load_verdicts, run_files
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*names: str, commit: str = "abc1234def", dirty: bool = False, when: str = "2026-01-02T10:00:00") -> dict:
+    return {"benchmarks": [{"name": n, "fullname": f"perf/t.py::{n}", "group": "inference", "params": {"batch": 8},
+                            "stats": {"median": 0.002, "iqr": 0.0001, "rounds": 3, "data": [0.002, 0.0021, 0.0019]}}
+                           for n in names],
+            "machine_info": {"perf": {"device": "cpu"}}, "commit_info": {"id": commit, "dirty": dirty},
+            "datetime": when}  # fmt: skip
+
+
+def _save(folder: Path, name: str, doc: object) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+def test_runs_of_every_machine_folder_are_read_oldest_first(tmp_path: Path) -> None:
+    _save(tmp_path / "m2", "0001_b.json", _run("test_b"))
+    _save(tmp_path / "m1", "0002_a.json", _run("test_a"))
+    _save(tmp_path / "m1", "0001_a.json", _run("test_a"))
+    runs = load_runs(tmp_path)
+    assert [(r.machine_id, r.number) for r in runs] == [("m1", 1), ("m2", 1), ("m1", 2)]
+    assert [r.number for r in load_runs(tmp_path, "m1")] == [1, 2]
+
+
+def test_a_machine_folder_given_as_the_storage_is_read_too(tmp_path: Path) -> None:
+    _save(tmp_path / "m1", "0001_a.json", _run("test_a"))
+    (run,) = load_runs(tmp_path / "m1")
+    assert run.machine_id == "m1"
+
+
+def test_only_saved_run_files_count(tmp_path: Path) -> None:
+    machine = tmp_path / "m1"
+    good = _save(machine, "0001_a.json", _run("test_a"))
+    _save(machine, "notes.json", "{}")
+    _save(machine, "12_short.json", "{}")
+    (machine / "0002_folder.json").mkdir()
+    assert run_files(tmp_path) == [good]
+
+
+def test_a_saved_run_gives_benchmarks_stats_and_its_identity(tmp_path: Path) -> None:
+    path = _save(tmp_path / "m1", "0007_x.json", _run("test_a", dirty=True))
+    run = load_run(path)
+    bench = run.benchmarks["perf/t.py::test_a"]
+    assert bench.has_rounds and bench.median_s == pytest.approx(0.002) and bench.stat("iqr") == 0.0001
+    assert math.isnan(bench.stat("q1"))  # not saved
+    assert bench.params == {"batch": 8} and bench.group == "inference" and "data" not in bench.stats
+    assert run.number == 7 and run.short_commit == "abc1234+dirty" and run.fingerprint == {"device": "cpu"}
+    assert run.label == "0007 (2026-01-02 10:00, abc1234+dirty)"
+
+
+def test_a_saved_run_keeps_its_raw_rounds_in_seconds_in_their_order(tmp_path: Path) -> None:
+    bench = load_run(_save(tmp_path / "m1", "0012_x.json", _run("test_a"))).benchmarks["perf/t.py::test_a"]
+    assert bench.data is not None and bench.data.tolist() == [0.002, 0.0021, 0.0019]
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (None, "no such file"), ("{not json", "cannot read a saved run"),
+    ("[1, 2]", "not a usable saved run: the top level is a list, expected an object with a 'benchmarks' list"),
+    ('{"benchmarks": [{"name": "x"}]}', "not a usable saved run: benchmarks[0] has no string 'fullname'"),
+])  # fmt: skip
+def test_a_bad_saved_run_is_one_error_naming_the_file(tmp_path: Path, content: str | None, problem: str) -> None:
+    path = tmp_path / "0003_bad.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(HistoryError, match=re.escape(f"'{path}': {problem}")):
+        load_run(path)
+
+
+def test_a_bad_run_is_skipped_into_the_list_given_and_all_bad_is_an_error(tmp_path: Path) -> None:
+    machine = tmp_path / "m1"
+    _save(machine, "0001_a.json", _run("test_a"))
+    bad = _save(machine, "0002_a.json", '{"benchmarks": [')
+    skipped: list[str] = []
+    assert [r.number for r in load_runs(tmp_path, skipped=skipped)] == [1]
+    assert skipped == [f"'{bad}': cannot read a saved run: Expecting value: line 1 column 17 (char 16)"]
+    with pytest.raises(HistoryError, match="cannot read a saved run"):
+        load_runs(tmp_path)  # without a list to skip into, the first bad file is the error
+    (machine / "0001_a.json").write_text("[]")
+    with pytest.raises(HistoryError, match=r"0001_a.json': not a usable saved run: .* \(and 1 more bad saved runs\)"):
+        load_runs(tmp_path, skipped=[])
+
+
+def test_storage_that_is_missing_or_lacks_the_machine_is_one_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(HistoryError, match=f"benchmark storage '{tmp_path / 'nowhere'}': no such folder"):
+        load_runs(tmp_path / "nowhere")
+    _save(tmp_path / "m1", "0001_a.json", _run("test_a"))
+    with pytest.raises(HistoryError, match=r"no saved runs of machine 'm9' \(machines with runs: m1\)"):
+        load_runs(tmp_path, "m9")
+
+
+def test_an_error_naming_a_file_with_a_newline_stays_one_line(tmp_path: Path) -> None:
+    path = _save(tmp_path, "0001_a\nb.json", "not json")
+    with pytest.raises(HistoryError) as e:
+        load_run(path)
+    assert "\n" not in str(e.value) and "0001_a\\nb.json" in str(e.value)
+
+
+@pytest.mark.parametrize("doc", [
+    {"rows": [{"fullname": "perf/t.py::test_a", "name": "test_a", "verdict": "Slower"}]},
+    [{"name": "test_a", "status": "slower"}],
+    {"results": [{"name": "test_a", "verdict": "slower"}]},
+    {"test_a": {"verdict": "slower"}},
+    {"test_a": "slower"},
+])  # fmt: skip
+def test_verdict_files_of_every_shape_give_one_verdict_per_benchmark(doc: object, tmp_path: Path) -> None:
+    path = _save(tmp_path, "verdicts.json", doc)
+    verdicts = load_verdicts(path=path)
+    assert verdicts is not None and verdicts.path == path
+    entry = verdicts.entry("perf/t.py::test_a", "test_a")
+    assert entry is not None and entry["verdict"] == "slower"
+    assert verdicts.entry("perf/t.py::test_b", "test_b") is None
+
+
+def test_the_gates_verdicts_are_found_in_the_reports_folder_when_there(tmp_path: Path) -> None:
+    assert load_verdicts(tmp_path) is None
+    _save(tmp_path, "perf-compare.json", {"summary": {"failed": False}, "rows": [{"name": "a", "verdict": "faster"}]})
+    verdicts = load_verdicts(tmp_path)
+    assert verdicts is not None and verdicts["summary"] == {"failed": False}
+
+
+@pytest.mark.parametrize("content, problem", [
+    (None, "no such file"),
+    ("{", "cannot read the verdicts: Expecting property name"),
+    ('{"rows": []}', "holds no compare verdicts (entries with a name and a 'verdict')"),
+    ('[{"verdict": "slower"}]', "holds no compare verdicts"),
+])  # fmt: skip
+def test_a_bad_verdict_file_is_one_error_naming_it(content: str | None, problem: str, tmp_path: Path) -> None:
+    path = tmp_path / "verdicts.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(HistoryError) as e:
+        load_verdicts(path=path)
+    assert str(e.value).startswith(f"'{path}': {problem}")
+
+
+def test_reading_runs_does_not_import_the_gate() -> None:
+    code = "import json, sys, perf.runs; print(json.dumps(sorted(m for m in sys.modules if m.startswith('perf.'))))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = json.loads(result.stdout)
+    assert "perf.runs" in loaded and not [m for m in loaded if m.startswith(("perf.gate", "perf.measure"))], loaded
