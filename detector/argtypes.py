@@ -52,7 +52,8 @@ def add_inference_args(p: argparse.ArgumentParser, *, precisions: str, batch: in
     """``--device``, ``--precision`` (``precisions``: what the command's help lists), ``--batch`` (frames per
     inference), ``--conf`` and ``--iou`` (NMS), then :func:`add_processing_args`: how a command runs the model."""
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--precision", default="fp32", help=f"{precisions}, as the backend supports (default: fp32)")
+    p.add_argument("--precision", type=str.lower, default="fp32",
+                   help=f"{precisions}, as the backend supports, in any case (default: fp32)")
     p.add_argument("--batch", type=positive_int, default=batch, help=f"frames per inference (default: {batch})")
     p.add_argument("--conf", type=fraction, default=conf, help=f"confidence threshold (default: {conf:g})")
     p.add_argument("--iou", type=fraction, default=0.45, help="NMS IoU threshold (default: 0.45)")

@@ -185,10 +185,21 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", help="cache for ONNX files, engines and videos (default: $DETECTOR_CACHE or ~/.cache/detector)")
 
 
+def _version() -> str:
+    """This package's installed version, from its metadata (``unknown`` when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("detector-perf")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``detector`` command."""
     parser = OneLineParser(prog="detector", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (default: warnings only)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     from detector.backends import backend_names
@@ -236,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parser(sub)
     add_eval_parser(sub)
     add_anchors_parser(sub)
+    for command in sub.choices.values():  # global options after the subcommand too: `detector detect -v`
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help="log progress (default: warnings only)")
     return parser
 
 

@@ -92,3 +92,12 @@ def test_workflows_run_user_commands_not_development_scripts() -> None:
     for workflow in sorted(WORKFLOWS.glob("*.yml")):
         text = workflow.read_text()
         assert "tools/" not in text and ".dev/" not in text, workflow.name
+
+
+@pytest.mark.parametrize("output", ["reports/perf-report.md", "report/index.html", "detector-out/detect-results.json",
+                                    ".benchmarks/Linux-CPython-3.11-64bit/0001_x.json", ".perf-cache/onnx/x.onnx"])
+def test_what_the_commands_write_by_default_is_ignored_by_git(output: str) -> None:
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    result = subprocess.run(["git", "check-ignore", "--no-index", "-q", output], cwd=REPO, check=False)
+    assert result.returncode == 0, f"{output} is not ignored by .gitignore"

@@ -251,3 +251,25 @@ def test_no_subcommand_accepts_an_abbreviated_option(entry: str, capsys: pytest.
             parser.parse_args(argv)
         assert exit_.value.code == 2, argv
         assert f"unrecognized arguments: {' '.join(argv[-2:])}" in capsys.readouterr().err, argv
+
+
+def test_version_prints_the_installed_version_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"detector {version('detector-perf')}"
+
+
+@pytest.mark.parametrize(("argv", "verbose"), [(["-v", "detect"], True), (["detect", "-v"], True),
+                                               (["detect", "--verbose"], True), (["detect"], False),
+                                               (["check-cache", "-v"], True), (["eval", "-v"], True)])
+def test_verbose_is_accepted_before_and_after_the_subcommand(argv: list[str], verbose: bool) -> None:
+    assert build_parser().parse_args(argv).verbose is verbose
+
+
+@pytest.mark.parametrize("given", ["FP16", "Fp16", "fp16"])
+def test_precision_names_are_case_insensitive(given: str) -> None:
+    assert build_parser().parse_args(["detect", "--precision", given]).precision == "fp16"
+    assert build_parser().parse_args(["eval", "--precision", given]).precision == "fp16"
