@@ -86,9 +86,10 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    markers = {mark.name for mark in item.iter_markers()} & {"gpu", *backend_markers()}
+    session = item.config.stash[PERF_SESSION]
+    markers = {mark.name for mark in item.iter_markers()} & session.gated_markers
     if markers:
-        reason = item.config.stash[PERF_SESSION].skip_reason(markers)
+        reason = session.skip_reason(markers)
         if reason is not None:
             pytest.skip(reason)
 

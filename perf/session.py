@@ -146,6 +146,13 @@ class PerfSession:
         (`usage_errors`), so tests never see it."""
         return self._device[1]
 
+    @functools.cached_property
+    def gated_markers(self) -> frozenset[str]:
+        """The markers whose tests may be skipped here: "gpu" and every backend's own (``register(..., marks=)``)."""
+        from detector.backends import backend
+
+        return frozenset({"gpu", *(mark for name in backend_names() for mark in backend(name).marks)})
+
     def skip_reason(self, markers: set[str]) -> str | None:
         """Why a test marked with `markers` ("gpu", "trt") cannot run here, or None when it can."""
         if self.device == "cpu":

@@ -91,7 +91,7 @@ def register(name: str, target: str, *, title: str | None = None, devices: Seque
         variants: its presets, each measured by the perf suite; default one variant named ``name`` with no
             options. A variant without devices applies to all of ``devices``.
         marks: pytest markers (Python identifiers) the perf suite adds to every case of this backend, e.g.
-            ``("trt",)``; the suite must declare each one (perf/plugin.py's ``MARKERS``).
+            ``("trt",)``; the suite declares each one and skips its cases where the backend cannot run.
 
     Raises:
         BackendError: a malformed name, target or marker, an unknown device type, a variant on a device type its
