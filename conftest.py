@@ -6,6 +6,7 @@ pytest_plugins = [
     "perf.gate.plugin",
     "perf.preflight",
     "perf.gate.crossprocess_plugin",
+    "perf.store.plugin",
     "perf.fixtures.reporting",
     "perf.fixtures.models",
     "perf.fixtures.videos",

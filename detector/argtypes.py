@@ -1,7 +1,8 @@
 """argparse ``type=`` parsers shared by the command lines; a bad value reads
 ``Could not parse value: 'x' (expected ...).`` and argparse turns it into a usage error (exit 2). Also the
 options ``detect`` and ``eval`` share: how they run the model (device, precision, batch, thresholds) and the
-overrides of the cfg's preprocessing and NMS."""
+overrides of the cfg's preprocessing and NMS. A name the user chooses (a device, a precision, a resize or NMS
+mode) is read in any case."""
 
 from __future__ import annotations
 
@@ -38,12 +39,12 @@ NMS_CHOICES = ("cfg", "default", "greedynms", "diounms")
 
 def add_processing_args(p: argparse.ArgumentParser) -> None:
     """``--resize`` (with ``--plain-resize``, its older spelling) and ``--nms``: overrides of what the cfg says."""
-    p.add_argument("--resize", choices=RESIZE_CHOICES, default="cfg",
+    p.add_argument("--resize", type=str.lower, choices=RESIZE_CHOICES, default="cfg",
                    help="how frames fit the network: the cfg's [net] letter_box (Darknet's default: plain), "
                    "letterbox, or plain (stretch) (default: cfg)")
     p.add_argument("--plain-resize", dest="resize", action="store_const", const="plain",
                    help="the same as --resize plain")
-    p.add_argument("--nms", choices=NMS_CHOICES, default="cfg",
+    p.add_argument("--nms", type=str.lower, choices=NMS_CHOICES, default="cfg",
                    help="NMS: the cfg's last [yolo] nms_kind; default (per-class IoU, Darknet's default), greedynms "
                    "(DIoU) or diounms (DIoU with the cfg's beta_nms) (default: cfg)")
 
@@ -51,7 +52,8 @@ def add_processing_args(p: argparse.ArgumentParser) -> None:
 def add_inference_args(p: argparse.ArgumentParser, *, precisions: str, batch: int, conf: float) -> None:
     """``--device``, ``--precision`` (``precisions``: what the command's help lists), ``--batch`` (frames per
     inference), ``--conf`` and ``--iou`` (NMS), then :func:`add_processing_args`: how a command runs the model."""
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--device", type=str.lower, default="auto", help="auto, cpu, cuda or cuda:N, in any case (default: "
+                   "auto)")
     p.add_argument("--precision", type=str.lower, default="fp32",
                    help=f"{precisions}, as the backend supports, in any case (default: fp32)")
     p.add_argument("--batch", type=positive_int, default=batch, help=f"frames per inference (default: {batch})")

@@ -1,4 +1,5 @@
-"""The ``detector`` command line: ``detect``, ``export-onnx``, ``make-video``, ``check-cache``, ``train``, ``eval``.
+"""The ``detector`` command line: ``detect``, ``export-onnx``, ``make-video``, ``check-cache``, ``train``, ``eval``,
+``anchors``.
 
 User errors (bad files, unknown names, unwritable outputs, a full disk) print one line, ``detector: error: ...``,
 and exit with status 2; nothing partial is left behind because every output is written under a temporary name
@@ -9,21 +10,28 @@ removing its temporary files and printing one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from detector.argtypes import add_inference_args as _add_inference_args
 from detector.argtypes import positive_int as _positive_int
 from detector.argtypes import processing_overrides as _processing_overrides
+from detector.choices import backend_list, check_names, check_runs_here
 from detector.errors import DetectorError, VideoError, one_line
+from detector.progress import ENV_VAR as PROGRESS_ENV_VAR
+from detector.progress import progress, progress_enabled
 
 log = logging.getLogger("detector")
+
+__all__ = ["build_parser", "format_table", "main"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -40,29 +48,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when torch sees a CUDA device, else ``cpu``; other names pass through."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _model_spec(args: argparse.Namespace) -> Any:
+def _model_spec(args: argparse.Namespace, random_weights_for: Sequence[str] = ("the model",)) -> Any:
+    """The model of ``--cfg``, ``--weights``, ``--seed`` and ``--cache-dir``, its files checked
+    (:meth:`~detector.spec.ModelSpec.check_files`); then a warning when seeded random weights stand in for missing
+    ones, naming ``random_weights_for`` (what runs the cfg's weights; none: no warning)."""
     from detector.spec import ModelSpec
 
     base = ModelSpec.default()
     cfg = Path(args.cfg) if args.cfg else base.cfg
     weights = Path(args.weights) if args.weights else (base.weights if not args.cfg else None)
-    if args.cfg and not args.weights:
-        log.warning("no --weights given with --cfg %s: using seeded random weights (seed %d)", cfg, args.seed)
     kwargs: dict[str, Any] = {"cfg": cfg, "weights": weights, "seed": args.seed}
     if args.cache_dir:
         kwargs["cache_dir"] = Path(args.cache_dir)
     spec = ModelSpec(**kwargs)
-    if spec.weights is None and not args.cfg:
-        log.warning("no trained weights shipped or given: using seeded random weights (seed %d)", args.seed)
+    spec.check_files()
+    if spec.weights is None and random_weights_for:
+        given = f"no --weights given with --cfg {cfg}" if args.cfg else "no trained weights shipped or given"
+        log.warning("%s: %s runs seeded random weights (seed %d)", given, ", ".join(random_weights_for), args.seed)
     return spec
 
 
@@ -84,14 +86,56 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def cmd_detect(args: argparse.Namespace) -> int:
-    from detector.backends import create_runner, display_name
-    from detector.fileio import atomic_write_text
-    from detector.pipeline import default_output_path, run_pipeline
+def _video_out(out: str, backends: Sequence[str], video: str | None) -> Path | None:
+    """``--out`` as the detected video's path when it names a video file (a video suffix, no existing folder),
+    else None (a folder). :class:`DetectorError` for a video path with several backends or the input video."""
+    from detector.video import WRITABLE_SUFFIXES
 
-    spec = _model_spec(args)
-    device = resolve_device(args.device)
-    if args.video:  # fail on a bad video or cfg in a fraction of a second, before a model is loaded
+    path = Path(out)
+    if path.suffix.lower() not in WRITABLE_SUFFIXES or path.is_dir():
+        return None
+    if len(backends) > 1:
+        raise DetectorError(f"--out '{out}' names one video file, but --backend {','.join(backends)} writes "
+                            f"{len(backends)} videos; give a folder for --out (one video per backend goes in it) "
+                            "or one backend")
+    if video is not None and path.resolve() == Path(video).resolve():
+        raise DetectorError(f"--out '{out}' is the input video itself; give the detected video another name")
+    return path
+
+
+def _advancing(bar: Any) -> Callable[[int], None]:
+    """An ``on_iteration(frames_done)`` callback of the pipelines that moves ``bar`` on to ``frames_done``."""
+    shown = 0
+
+    def on_iteration(frames_done: int) -> None:
+        nonlocal shown
+        bar.update(frames_done - shown)
+        shown = frames_done
+
+    return on_iteration
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    """Handler of ``detector detect``. Every argument is checked before a model or a video loads: names, the
+    output and the files first (nothing heavy imported), then the cfg and weights, then whether the backends run
+    on this machine (torch), then the video's frames (OpenCV); a bad name late in --backend fails before
+    anything is written."""
+    backends = check_names(args.backend, args.device, args.precision)
+    if args.onnx and "onnxruntime" not in backends:
+        raise DetectorError(f"--onnx '{args.onnx}' runs only with --backend onnxruntime (got {','.join(backends)})")
+    video_out = _video_out(args.out, backends, args.video)
+    if args.onnx:
+        from detector.export import check_onnx_file
+
+        check_onnx_file(args.onnx)
+    if args.video:
+        from detector.video import check_video_file
+
+        check_video_file(args.video)
+    spec = _model_spec(args, [b for b in backends if not (args.onnx and b == "onnxruntime")])
+    device = check_runs_here(backends, args.device, args.precision)
+    total: int | None = args.frames or 300  # frames the pass will process, for its bar
+    if args.video:
         from detector.video import MIN_FRAME_SIDE, open_video
 
         with open_video(args.video) as reader:
@@ -99,25 +143,21 @@ def cmd_detect(args: argparse.Namespace) -> int:
                 raise VideoError(f"cannot detect on '{args.video}': its frames are {reader.width}x{reader.height} "
                                  f"pixels; the detected video needs at least {MIN_FRAME_SIDE}x{MIN_FRAME_SIDE} (the "
                                  "video encoders refuse a side of 1 pixel)")
-    spec.net  # noqa: B018 - parses the cfg (CfgError)
-    if spec.weights is not None:  # header and size against the cfg, reading 20 bytes
-        from detector.darknet import check_weights_size
+            known = [n for n in (args.frames, reader.frame_count) if n]  # frame_count 0: the container does not say
+            total = min(known) if known else None
+    from detector.backends import create_runner, display_name
+    from detector.fileio import atomic_write_text
+    from detector.pipeline import default_output_path, run_pipeline
 
-        check_weights_size(spec.weights, spec.net)
     video = Path(args.video) if args.video else _default_video(args, spec)
-    out_dir = Path(args.out)
-    if args.onnx and "onnxruntime" not in args.backend:
-        raise DetectorError(f"--onnx '{args.onnx}' runs only with --backend onnxruntime (got {','.join(args.backend)})")
-    # Every runner is created (names, device, precision and options checked) before the first one runs, so a bad
-    # name later in --backend fails before anything is written.
     runners = [create_runner(backend, spec, device=device, precision=args.precision,
                              **({"model_path": Path(args.onnx)} if args.onnx and backend == "onnxruntime" else {}))
-               for backend in args.backend]
+               for backend in backends]
     rows: list[dict[str, Any]] = []
     summaries: list[dict[str, Any]] = []
-    for backend, runner in zip(args.backend, runners):
-        output = default_output_path(video, backend, out_dir)
-        with runner:
+    for backend, runner in zip(backends, runners):
+        output = video_out or default_output_path(video, backend, Path(args.out))
+        with runner, progress(total=total, desc=f"detecting ({backend})", unit="frame") as bar:
             result = run_pipeline(
                 runner,
                 video,
@@ -127,6 +167,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
                 conf_threshold=args.conf,
                 iou_threshold=args.iou,
                 max_frames=args.frames if args.video else None,
+                on_iteration=_advancing(bar),
                 **_processing_overrides(args),
             )
         h, w = spec.input_size
@@ -138,7 +179,11 @@ def cmd_detect(args: argparse.Namespace) -> int:
         print(f"wrote {output} ({result.frames} frames)")
     table = format_table(rows)
     print(table)
-    json_path = Path(args.json) if args.json else out_dir / "detect-results.json"
+    if args.json:
+        json_path = Path(args.json)
+    else:
+        json_path = video_out.with_name(f"{video_out.stem}-detect-results.json") if video_out else \
+            Path(args.out) / "detect-results.json"
     atomic_write_text(json_path, json.dumps({"table": rows, "runs": summaries}, indent=2) + "\n")
     print(f"wrote {json_path}")
     return 0
@@ -147,7 +192,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
 def cmd_export_onnx(args: argparse.Namespace) -> int:
     from detector.export import export_onnx
 
-    spec = _model_spec(args)
+    spec = _model_spec(args, ("the export",))
     path = export_onnx(spec.load_torch(), Path(args.out), opset=args.opset, dynamic_batch=not args.static_batch)
     print(f"wrote {path} (opset {args.opset}, {'static' if args.static_batch else 'dynamic'} batch)")
     return 0
@@ -178,6 +223,11 @@ def cmd_check_cache(args: argparse.Namespace) -> int:
     return 2 if report.problems else 0
 
 
+_VERBOSE_HELP = "log what each step does (default: warnings only)"
+_PROGRESS_HELP = (f"draw progress bars of the long steps on stderr, or never (default: when stderr is a terminal; "
+                  f"${PROGRESS_ENV_VAR}=1 or 0 sets the same)")
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cfg", help="Darknet .cfg (default: the shipped two-class yolov4-tiny.cfg)")
     p.add_argument("--weights", help="Darknet .weights (default: the shipped weights, else seeded random weights)")
@@ -197,39 +247,39 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``detector`` command."""
-    parser = OneLineParser(prog="detector", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress (default: warnings only)")
+    parser = OneLineParser(prog="detector")
+    parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help=_PROGRESS_HELP)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     from detector.backends import backend_names
 
-    p = sub.add_parser("detect", help="run the video pipeline and print the lab's FPS table")
+    p = _command(sub, "detect", "run the video pipeline and print the lab's FPS table")
     _add_model_args(p)
-    p.add_argument(
-        "--backend",
-        type=lambda s: [b.strip() for b in s.split(",") if b.strip()],
-        default=["torch"],
-        help=f"backend name(s), comma-separated: {', '.join(backend_names())} (default: torch)",
-    )
+    p.add_argument("--backend", type=backend_list, default=["torch"],
+                   help=f"backend name(s), comma-separated: {', '.join(backend_names())}, in any case (default: torch)")
     p.add_argument("--onnx", help="ONNX file for the onnxruntime backend instead of the model's own export; its input "
                    "size and classes must match the cfg (default: export the model)")
     p.add_argument("--video", help="input video (default: the synthetic 960x540 video with ground truth)")
     p.add_argument("--video-seed", type=int, default=0, help="seed of the default synthetic video (default: 0)")
     p.add_argument("--frames", type=_positive_int, help="frames to process (default: all; 300 for the synthetic video)")
-    p.add_argument("--out", default="detector-out", help="folder for the detected videos and JSON (default: detector-out)")
-    p.add_argument("--json", help="path of the results JSON (default: <out>/detect-results.json)")
+    p.add_argument("--out", default="detector-out",
+                   help="folder for the detected videos and the JSON; or, with one backend, the detected video's path "
+                   "(a name ending in a video suffix: .mp4, .avi, .mkv, .mov or .m4v) (default: detector-out)")
+    p.add_argument("--json", help="path of the results JSON (default: <out>/detect-results.json, or "
+                   "<stem>-detect-results.json beside a video --out)")
     _add_inference_args(p, precisions="fp32, fp16 or int8", batch=1, conf=0.25)
     p.set_defaults(func=cmd_detect)
 
-    p = sub.add_parser("export-onnx", help="export the model to ONNX (decode included)")
+    p = _command(sub, "export-onnx", "export the model to ONNX (decode included)")
     _add_model_args(p)
     p.add_argument("--out", required=True, help="output .onnx path")
     p.add_argument("--opset", type=_positive_int, default=17, help="ONNX opset, 17 or newer (default: 17)")
     p.add_argument("--static-batch", action="store_true", help="fix the batch axis at 1 (default: dynamic batch)")
     p.set_defaults(func=cmd_export_onnx)
 
-    p = sub.add_parser("make-video", help="write a synthetic video with COCO ground truth beside it")
+    p = _command(sub, "make-video", "write a synthetic video with COCO ground truth beside it")
     p.add_argument("--out", required=True, help="output .mp4 path (ground truth goes to <stem>.json beside it)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--width", type=_positive_int, default=960, help="frame width in pixels (default: 960)")
@@ -238,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=_positive_int, default=300, help="number of frames (default: 300)")
     p.set_defaults(func=cmd_make_video)
 
-    p = sub.add_parser("check-cache", help="report cache entries that cannot be used (ONNX, TensorRT engines, videos)")
+    p = _command(sub, "check-cache", "report cache entries that cannot be used (ONNX, TensorRT engines, videos)")
     p.add_argument("--cache-dir", help="the cache (default: $DETECTOR_CACHE or ~/.cache/detector)")
     p.set_defaults(func=cmd_check_cache)
 
@@ -248,9 +298,40 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
     add_anchors_parser(sub)
     for command in sub.choices.values():  # global options after the subcommand too: `detector detect -v`
-        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                             help="log progress (default: warnings only)")
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
+        command.add_argument("--progress", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                             help=_PROGRESS_HELP)
+    parser.description = (f"Detect objects in videos and measure the lab's FPS table; make, train and score the model. "
+                          f"Commands: {', '.join(sub.choices)}. 'detector COMMAND --help' describes one.")
     return parser
+
+
+def _command(sub: Any, name: str, summary: str) -> argparse.ArgumentParser:
+    """Subcommand ``name`` on ``sub`` (from ``add_subparsers``), ``summary`` its line in ``detector --help`` and the
+    start of its own help: plain text, as every help text is."""
+    return sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".")
+
+
+@contextlib.contextmanager
+def _progress_setting(wanted: bool | None) -> Iterator[None]:
+    """``--progress`` / ``--no-progress`` as ``DETECTOR_PROGRESS`` for one command (its child processes included),
+    restored after. While bars are drawn, log records are written through tqdm, so that none breaks a bar."""
+    before = os.environ.get(PROGRESS_ENV_VAR)
+    if wanted is not None:
+        os.environ[PROGRESS_ENV_VAR] = "1" if wanted else "0"
+    try:
+        if progress_enabled():
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            with logging_redirect_tqdm(loggers=[logging.getLogger()]):
+                yield
+        else:
+            yield
+    finally:
+        if before is None:
+            os.environ.pop(PROGRESS_ENV_VAR, None)
+        else:
+            os.environ[PROGRESS_ENV_VAR] = before
 
 
 class Terminated(KeyboardInterrupt):
@@ -282,7 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
-        return int(args.func(args) or 0)
+        with _progress_setting(args.progress):
+            return int(args.func(args) or 0)
     except DetectorError as exc:
         print(f"detector: error: {exc}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from detector import fileio
 from detector.errors import BackendError, BackendUnavailable, ModelFileError
+from detector.progress import spinner
 
 if TYPE_CHECKING:
     import onnx
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EXPORT_VERSION", "INPUT_NAME", "OUTPUT_NAME", "check_matches_cfg", "check_onnx", "export_onnx", "load_onnx"]
+__all__ = ["EXPORT_VERSION", "INPUT_NAME", "OUTPUT_NAME", "check_matches_cfg", "check_onnx", "check_onnx_file",
+           "export_onnx", "load_onnx"]
 
 #: Bump when the export code changes what it writes: cached exports are keyed on it.
 EXPORT_VERSION = 1
@@ -91,7 +93,9 @@ def export_onnx(
     was_training = model.training
     model.eval()
     try:
-        with fileio.atomic_path(path) as tmp, _quiet_exporter(), torch.no_grad():
+        # the bar is made before the exporter's output is silenced, so it draws on the real stderr
+        with spinner(f"exporting to ONNX (opset {int(opset)})"), fileio.atomic_path(path) as tmp, \
+                _quiet_exporter(), torch.no_grad():
             torch.onnx.export(
                 model,
                 (example,),
@@ -138,19 +142,7 @@ def load_onnx(path: str | os.PathLike[str], *, check: bool = True) -> onnx.Model
     import onnx
 
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError as e:
-        raise ModelFileError(f"cannot load ONNX model '{path}': no such file") from e
-    except OSError as e:
-        raise ModelFileError(f"cannot load ONNX model '{path}': {e.strerror or e}") from e
-    if path.is_dir():
-        raise ModelFileError(f"cannot load ONNX model '{path}': it is a folder, not a file")
-    kind = fileio.file_kind(path.stat())
-    if kind is not None:
-        raise ModelFileError(f"cannot load ONNX model '{path}': it is {kind}, not a regular file")
-    if size == 0:
-        raise ModelFileError(f"cannot load ONNX model '{path}': the file is empty (0 bytes)")
+    check_onnx_file(path)
     try:
         model = onnx.load(str(path))
     except Exception as e:  # protobuf DecodeError, RuntimeError, ... : all mean "not an ONNX model"
@@ -158,6 +150,25 @@ def load_onnx(path: str | os.PathLike[str], *, check: bool = True) -> onnx.Model
     if check:
         _check_model(model, path)
     return model
+
+
+def check_onnx_file(path: str | os.PathLike[str]) -> None:
+    """:class:`ModelFileError` unless ``path`` is a non-empty regular file; cheap (onnx is not imported), so a
+    command checks a given model this way before loading anything."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError as e:
+        raise ModelFileError(f"cannot load ONNX model '{path}': no such file") from e
+    except OSError as e:
+        raise ModelFileError(f"cannot load ONNX model '{path}': {e.strerror or e}") from e
+    kind = fileio.file_kind(st)
+    if kind == "a directory":
+        raise ModelFileError(f"cannot load ONNX model '{path}': it is a folder, not a file")
+    if kind is not None:
+        raise ModelFileError(f"cannot load ONNX model '{path}': it is {kind}, not a regular file")
+    if st.st_size == 0:
+        raise ModelFileError(f"cannot load ONNX model '{path}': the file is empty (0 bytes)")
 
 
 def check_onnx(path: str | os.PathLike[str], *, display_name: str | os.PathLike[str] | None = None) -> None:

@@ -114,14 +114,44 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
     """Hold an exclusive advisory lock on ``<path>.lock`` (blocks until free; released on exit or death).
 
-    The lock file is never followed through a symbolic link (``O_NOFOLLOW``): a link planted in a cache would
-    otherwise make this create or truncate a file anywhere the user can write. Such a lock, or one that is not a
-    regular file, raises :class:`~detector.errors.DetectorError` naming it.
+    The lock file is removed by its holder before the lock is released, so caches hold no empty ``.lock`` files
+    once no one is working in them. A waiter that gets the lock on a file its holder removed meanwhile (its
+    inode is no longer the one at ``<path>.lock``) opens the path again: two processes never hold locks on two
+    files of one name. The lock file is never followed through a symbolic link (``O_NOFOLLOW``): a link planted in
+    a cache would otherwise make this create or truncate a file anywhere the user can write. Such a lock, or one
+    that is not a regular file, raises :class:`~detector.errors.DetectorError` naming it. A lock left by a
+    process that died is taken over (``flock`` locks die with their process) and removed when done.
     """
-    from detector.errors import DetectorError
-
     lock_path = Path(f"{os.fspath(path)}.lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = _open_lock(lock_path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                current = os.stat(lock_path, follow_symlinks=False)
+            except FileNotFoundError:
+                current = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)  # the holder before us removed the file we waited on: lock the one at the path now
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            lock_path.unlink()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _open_lock(lock_path: Path) -> int:
+    """Open (creating) the lock file, refusing a symbolic link or anything but a regular file."""
+    from detector.errors import DetectorError
+
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
     except OSError as e:
@@ -129,17 +159,11 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
             raise
         raise DetectorError(f"refusing the lock file '{lock_path}': it is a symbolic link (to "
                             f"'{os.readlink(lock_path)}'); locks are never followed; delete the link") from e
-    try:
-        kind = file_kind(os.fstat(fd))
-        if kind is not None:
-            raise DetectorError(f"refusing the lock file '{lock_path}': it is {kind}, not a regular file; delete it")
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
+    kind = file_kind(os.fstat(fd))
+    if kind is not None:
         os.close(fd)
+        raise DetectorError(f"refusing the lock file '{lock_path}': it is {kind}, not a regular file; delete it")
+    return fd
 
 
 def content_key(*parts: Any) -> str:

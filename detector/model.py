@@ -32,13 +32,13 @@ from detector.darknet import (
     write_weights,
 )
 from detector.errors import WeightsError
+from detector.shipped import default_cfg_path, default_names, default_weights_path, read_names
 
 __all__ = [
     "DarknetModel", "decode_head", "default_cfg_path", "default_names", "default_weights_path", "load_model",
     "random_weights", "random_weights_file",
 ]
 log = logging.getLogger(__name__)
-DATA_DIR = Path(__file__).resolve().parent / "data"
 BN_EPS = 1e-5
 LEAKY_SLOPE = 0.1
 
@@ -355,26 +355,6 @@ def random_weights_file(cfg_path: str | os.PathLike[str], path: str | os.PathLik
     return write_weights(path, random_weights(parse_cfg(cfg_path), seed))
 
 
-def default_cfg_path() -> Path:
-    """The shipped 2-class (person, vehicle) YOLOv4-tiny cfg, 416x416."""
-    return DATA_DIR / "yolov4-tiny.cfg"
-
-
-def _read_names(path: Path) -> list[str]:
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def default_names() -> list[str]:
-    """Class names of the shipped cfg, in class-index order: ``['person', 'vehicle']``."""
-    return _read_names(DATA_DIR / "classes.names")
-
-
-def default_weights_path() -> Path | None:
-    """``detector/data/yolov4-tiny.weights`` if trained weights are shipped, else None."""
-    path = DATA_DIR / "yolov4-tiny.weights"
-    return path if path.is_file() else None
-
-
 def load_model(cfg_path: str | os.PathLike[str], weights_path: str | os.PathLike[str] | None = None, *,
                seed: int = 0) -> DarknetModel:
     """Build the cfg's model in eval mode, fp32, on the CPU.
@@ -393,6 +373,6 @@ def load_model(cfg_path: str | os.PathLike[str], weights_path: str | os.PathLike
     model.load_weights(weights)
     names_path = cfg.path.parent / "classes.names"
     if names_path.is_file():
-        names = _read_names(names_path)
+        names = read_names(names_path)
         model.names = names if len(names) == cfg.classes else None
     return model.eval()

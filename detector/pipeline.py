@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from detector.errors import VideoError
+from detector.progress import spinner
 from detector.timing import STAGES, StageTimer
 
 if TYPE_CHECKING:
@@ -258,8 +259,9 @@ def run_pipeline(
         if output is not None:
             writer = stack.enter_context(VideoWriter(output, fps=fps, size=(width, height)))
         blank = np.zeros((batch, 3, net_h, net_w), dtype=np.float32)
-        for _ in range(loop.warmup):
-            runner.infer(blank)
+        with spinner(f"warming up {runner.name}"):
+            for _ in range(loop.warmup):
+                runner.infer(blank)
         frames_iter = iter(reader)
         start = time.perf_counter()
         while max_frames is None or frames_done < max_frames:

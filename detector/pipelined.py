@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from detector.errors import VideoError
 from detector.handoff import BoundedQueue, BufferPool, Control, start_worker
 from detector.pipeline import LoopSettings, PipelineResult, draw_detections
+from detector.progress import spinner
 from detector.timing import StageTimer
 
 if TYPE_CHECKING:
@@ -215,9 +216,10 @@ class _Loop:
         """Run preprocess, infer and postprocess on the (blank) device batch: graph capture, autotuning."""
         from detector.postprocess import postprocess
 
-        for _ in range(iterations):
-            decoded, transforms = self._infer_batch([0] * self.batch, upload=False)
-            postprocess(decoded, transforms, conf_threshold=self.conf, iou_threshold=self.iou, nms=self.nms)
+        with spinner(f"warming up {self.runner.name}"):
+            for _ in range(iterations):
+                decoded, transforms = self._infer_batch([0] * self.batch, upload=False)
+                postprocess(decoded, transforms, conf_threshold=self.conf, iou_threshold=self.iou, nms=self.nms)
         self.timer = StageTimer()
 
     def run(self, source: Iterator[np.ndarray], writer: Any, names: Sequence[str] | None,

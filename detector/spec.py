@@ -83,7 +83,7 @@ class ModelSpec:
     @classmethod
     def default(cls, *, seed: int = 0, cache_dir: str | os.PathLike[str] | None = None) -> ModelSpec:
         """The packaged ``yolov4-tiny.cfg`` with the packaged weights, or seeded random ones if none ship."""
-        from detector.model import default_cfg_path, default_weights_path
+        from detector.shipped import default_cfg_path, default_weights_path
 
         return cls(
             cfg=default_cfg_path(),
@@ -101,6 +101,19 @@ class ModelSpec:
         if self.cfg is None:
             raise CfgError(f"the model '{self.onnx}' is an ONNX file: it has no Darknet cfg")
         return parse_cfg(self.cfg)
+
+    def check_files(self) -> None:
+        """Parse the cfg (:class:`CfgError`) and check the weights' header and size against it (20 bytes read,
+        :class:`WeightsError`) without loading them: cheap (no torch), so a command refuses a bad model file before
+        anything heavy loads. Nothing to check for an ONNX model without a cfg."""
+        if self.cfg is None:
+            return
+        if self.weights is not None:
+            from detector.darknet import check_weights_size
+
+            check_weights_size(self.weights, self.net)
+        else:
+            self.net  # noqa: B018 - parses the cfg
 
     @property
     def input_size(self) -> tuple[int, int]:

@@ -42,6 +42,7 @@ import numpy as np
 
 from detector.errors import VideoError
 from detector.fileio import atomic_write_text, content_key, file_lock
+from detector.progress import progress
 from detector.video import VideoWriter
 
 log = logging.getLogger(__name__)
@@ -511,8 +512,10 @@ def make_synthetic_video(
         raise VideoError(f"cannot write '{path}': a synthetic video needs a video suffix such as '.mp4'")
     images: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
-    with VideoWriter(path, params.fps, (width, height), codec) as writer:
-        for index, (frame, boxes) in enumerate(render_frames(seed, width, height, frames)):
+    rendered = progress(render_frames(seed, width, height, frames), total=frames, desc=f"making {path.name}",
+                        unit="frame")
+    with VideoWriter(path, params.fps, (width, height), codec) as writer, rendered:
+        for index, (frame, boxes) in enumerate(rendered):
             writer.write(frame)
             images.append({"id": index + 1, "file_name": f"{path.stem}#{index}", "width": width, "height": height})
             for box in boxes:

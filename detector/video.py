@@ -28,7 +28,7 @@ from detector.fileio import atomic_path, file_kind
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VideoReader", "VideoWriter", "as_bgr", "open_video", "read_frames"]
+__all__ = ["WRITABLE_SUFFIXES", "VideoReader", "VideoWriter", "as_bgr", "check_video_file", "open_video", "read_frames"]
 
 # (byte offset, magic bytes, container name): only used to word the error for a file OpenCV cannot open.
 _SIGNATURES = (
@@ -46,6 +46,8 @@ _SIGNATURES = (
     (0, b"GIF8", "GIF"),
 )
 _SNIFF_BYTES = 4096
+#: File suffixes (lower case) that :class:`VideoWriter` writes with its default codec (mp4v).
+WRITABLE_SUFFIXES: tuple[str, ...] = (".mp4", ".avi", ".mkv", ".mov", ".m4v")
 
 
 def _cv2() -> Any:
@@ -118,8 +120,10 @@ def _container(head: bytes) -> str | None:
     return None
 
 
-def _check_readable_file(path: Path) -> bytes:
-    """Raise VideoError unless ``path`` is a non-empty readable regular file that is not text; return its head."""
+def check_video_file(path: str | os.PathLike[str]) -> bytes:
+    """Raise VideoError unless ``path`` is a non-empty readable regular file that is not text; return its first
+    bytes. Cheap (OpenCV is not imported), so a command checks its input this way before loading anything."""
+    path = Path(path)
     try:
         st = path.stat()
         kind = file_kind(st)
@@ -188,7 +192,7 @@ class VideoReader:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        head = _check_readable_file(self.path)
+        head = check_video_file(self.path)
         self._cap: Any = _open_capture(self.path, head)
         self._index = 0
         self._first = self._read()
@@ -216,7 +220,7 @@ class VideoReader:
             raise VideoError(f"cannot read '{self.path}': the reader is closed")
         if self._started:  # a second pass: reopen instead of seeking (seeking is inexact for many codecs)
             self._cap.release()
-            self._cap = _open_capture(self.path, _check_readable_file(self.path))
+            self._cap = _open_capture(self.path, check_video_file(self.path))
             self._index = 0
             self._first = self._read()
         self._started = True

@@ -117,6 +117,18 @@ def parse_device(value: str) -> str:
     return device
 
 
+def parse_store(value: str) -> str:
+    """A history store: ``none``, a path (SQLite), ``sqlite:///path`` or ``postgresql://...`` (`perf.store.db`)."""
+    text = value.strip()
+    if not text:
+        raise _fail(value, "Expected a path, sqlite:///path, postgresql://... or none.")
+    if text.lower() == "none":
+        return "none"
+    if "://" in text and not text.startswith(("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")):
+        raise _fail(value, "Expected a path, sqlite:///path, postgresql://... or none.")
+    return text
+
+
 def parse_positive_int(value: str) -> int:
     """``"60"`` -> ``60``; a positive integer."""
     if not value.strip().isdecimal() or int(value) <= 0:
@@ -318,6 +330,7 @@ def all_options() -> tuple[Option, ...]:
     from perf.measure.controls import NAMES as CONTROL_NAMES
     from perf.measure.controls import Controls
     from perf.measure.stability import DEFAULT_MAX_REMEASURE
+    from perf.profile.kernels import DEFAULT_CALLS as KERNEL_CALLS
     from perf.profile.nsys import NSYS_CHILD_FLAG
 
     return (
@@ -383,6 +396,10 @@ def all_options() -> tuple[Option, ...]:
                f"{DEFAULT_LEAD_IN_MS:g}ms", parse_delay_ms, default=DEFAULT_LEAD_IN_MS),
         Option("--perf-profile", "NAME", f"Profiler around the benchmarks: {' or '.join(PROFILERS)}.", "none",
                parse_profiler, default="none"),
+        Option("--perf-kernels", "CALLS", "After each inference benchmark, profile CALLS more calls with "
+               "torch.profiler and keep its top kernels with the run: what --perf-compare shows under a slower "
+               "benchmark (perf/profile/kernels.py); 0 = off. Off inside nsys and with --perf-profile.",
+               str(KERNEL_CALLS), parse_count, default=KERNEL_CALLS),
         Option(NSYS_CHILD_FLAG, None, None),  # the run inside nsys (perf/profile/plugin.py)
         # -- the regression gate (perf/gate/plugin.py) ---------------------------------------------------------------
         Option("--perf-compare", "NUM|ID", "Compare with a saved run (the latest, or run NUM / matching ID) from the "
@@ -423,6 +440,12 @@ def all_options() -> tuple[Option, ...]:
                "seconds; the plan can be resumed with the same --perf-runs-dir.", "no limit", parse_seconds),
         Option("--perf-runs-dir", "DIR", "Folder for the child processes' runs and logs; a plan already there is "
                "resumed.", "a new folder under <reports>/processes/"),
+        # -- the history store (perf/store/) ----------------------------------------------------------------------
+        Option("--perf-store", "WHERE", "History store every saved run (--benchmark-autosave / --benchmark-save) also "
+               "goes into, with its verdicts and noise profile: a path (an SQLite file), sqlite:///path, "
+               "postgresql://user@host/db (one store for a fleet of runners; the PERF_STORE environment variable "
+               "keeps a password off the command line), or none.",
+               "$PERF_STORE, else history.sqlite in the benchmark storage", parse_store, ini=True),
         # -- reports (perf/fixtures/reporting.py) --------------------------------------------------------------------
         Option("--perf-reports-dir", "DIR", "Folder for the suite's reports (tables, detected videos, profiles).",
                "reports in the rootdir"),

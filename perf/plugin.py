@@ -19,6 +19,7 @@ import pytest
 from perf.measure.clock import SUITE_CLOCK
 from perf.measure.controls import Controls
 from perf.options import add_options, bad_values, benchmark_option_errors
+from perf.runs import describe_injected
 from perf.session import PERF_SESSION, PerfOptions, PerfSession, check_saved_run
 
 MARKERS = {
@@ -55,20 +56,24 @@ def pytest_configure(config: pytest.Config) -> None:
     if errors:
         raise pytest.UsageError("\n".join(errors))
     session = PerfSession.from_config(config)
-    errors = list(session.usage_errors())
+    errors = list(session.usage_errors(autosave=bool(config.getoption("benchmark_autosave", False))))
     if errors:
         raise pytest.UsageError("\n".join(errors))
     config.stash[PERF_SESSION] = session
     SUITE_CLOCK.configure(lambda: session.device, config.getoption("perf_clock_lead_in"))  # CUDA events on a GPU
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     options = config.stash[PERF_SESSION].options
-    return (
+    lines = [
         f"perf: device={options.device} backends={','.join(options.backends)} "
         f"batch-sizes={','.join(map(str, options.batch_sizes))} precisions={','.join(options.precisions)} "
         f"cache-dir={options.cache_dir}"
-    )
+    ]
+    if options.injected:
+        lines.append(f"perf: INJECTED SLOWDOWN ({describe_injected(options.injected)}): a test-only run, marked as "
+                     "such in every saved benchmark; never a baseline")  # fmt: skip
+    return lines
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -96,8 +101,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
-    machine_info["perf"] = config.stash[PERF_SESSION].fingerprint
-    machine_info["perf_subject"] = config.stash[PERF_SESSION].identity
+    session = config.stash[PERF_SESSION]
+    machine_info["perf"] = session.fingerprint
+    machine_info["perf_subject"] = session.identity
+    machine_info["perf_run_id"] = session.run_id
+    if session.options.injected:
+        machine_info["perf_injected"] = session.options.injected
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from perf.options import parse_store
 from perf.report.changes import DEFAULT_THRESHOLD, parse_threshold
 from perf.runs import HistoryError
 
@@ -26,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      allow_abbrev=False)
     parser.add_argument("--storage", type=Path, default=Path(".benchmarks"),
                         help="pytest-benchmark storage folder (or one machine's folder in it). Default: .benchmarks.")
+    parser.add_argument("--store", type=parse_store, default=None,
+                        help="Read the runs from this history store (a path, sqlite:///path or postgresql://...) "
+                        "instead of --storage. Default: the storage folder.")
     parser.add_argument("--reports", type=Path, default=None,
                         help="The suite's reports folder (perf-report.json: end-to-end stages, parity). "
                         "Default: reports, when it exists.")
@@ -47,11 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     reports = args.reports
     if reports is None and Path("reports").is_dir():
         reports = Path("reports")
-    from perf.report.html import build_report  # noqa: PLC0415
+    from perf.report.html import build_report
 
     try:
         written, warnings = build_report(args.storage, reports, args.out, machine_id=args.machine_id,
-                               verdicts=args.verdicts, threshold=args.change_threshold)
+                                         verdicts=args.verdicts, threshold=args.change_threshold,
+                                         store=None if args.store in (None, "none") else args.store)  # fmt: skip
     except HistoryError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

@@ -7,7 +7,11 @@ one per round, in the order the rounds ran (a round of ``stats["iterations"]`` c
 Other keys used here: ``benchmarks[i]["fullname"]`` (the pytest node id; the key runs are matched on),
 ``["name"]``, ``["group"]``, ``["params"]``, ``["extra_info"]`` (the suite's extras: ``stability`` from
 `perf.measure.stability`, ``clock``, images/s, percentiles, GPU telemetry), ``machine_info["perf"]`` (the
-fingerprint), ``commit_info``, ``datetime``. Every file is checked by `perf.validate.run_problem` first.
+fingerprint), ``machine_info["perf_run_id"]`` (the pytest session's id, uuid4 hex: what a verdict file names its
+runs by), ``machine_info["perf_injected"]`` (the test-only options a run was made with, e.g.
+``{"inject_delay_ms": 20.0}``; absent or {} for a normal run; older runs carry it in each benchmark's
+``extra_info["injected"]`` only), ``commit_info``, ``datetime``. Every file is checked by
+`perf.validate.run_problem` first.
 
 *Metrics.* ``stats.data`` is a benchmark's primary metric, "time" (GPU time per call for inference on a GPU;
 seconds per frame or per tick, in blocks of consecutive frames, for the video pipelines; see `perf.measure.samples`).
@@ -17,9 +21,12 @@ More series the gate compares sit in ``extra_info["metrics"][name] = {"label", "
 `BenchmarkRecord.metrics` returns them all by name.
 
 *Verdicts.* ``--perf-compare`` writes ``<reports>/perf-compare.json`` (`VERDICT_FILE`, and ``.md``; see
-`perf.gate.compare.write_verdicts`): ``{"format": 2, "baseline": {...}, "settings": {...}, "summary": {...},
-"rows": [{"fullname", "name", "group", "verdict", "note", "baseline_median_s", "current_median_s", "ratio", "lo",
-"hi", "n_baseline", "n_current", ...}]}``. `load_verdicts` also reads other tools' verdict files (see there).
+`perf.gate.compare.write_verdicts`): ``{"format": 2, "baseline": {"path", "number", "datetime", "commit",
+"run_id"}, "current": {"run_id", "injected"}, "settings": {...}, "summary": {...}, "rows": [{"fullname", "name",
+"group", "verdict", "note", "baseline_median_s", "current_median_s", "ratio", "lo", "hi", "n_baseline",
+"n_current", ...}]}``. The verdicts belong to the run whose ``perf_run_id`` is ``current.run_id``, and to no other
+run; a file without it (an older one, or another tool's) belongs to no run. `load_verdicts` also reads other tools'
+verdict files (see there).
 
 Every problem reading any of these is one `HistoryError` naming the file: ``'<path>': <what is wrong>``.
 
@@ -29,7 +36,10 @@ API::
     run = runs[-1]; run.benchmarks["perf/test_inference_speed.py::test_inference_speed[torch-fp32-b1]"]
     bench.data                                      # numpy float64 [rounds], seconds per call, or None
     bench.median_s, bench.stat("iqr"), bench.stats, bench.extra_info, bench.stability
-    load_verdicts("reports")                        # the last --perf-compare's verdicts, or None
+    run.run_id, run.injected                        # the session's id (or None), {"inject_delay_ms": 20.0}
+    describe_injected(run.injected)                 # "--perf-inject-delay=20.0 (ms)"
+    verdicts = load_verdicts("reports")             # the last --perf-compare's verdicts, or None
+    verdicts.judges(run), verdicts.baseline_path    # whether they are run's; the run they were judged against
 """
 
 from __future__ import annotations
@@ -57,6 +67,8 @@ PRIMARY = "time"
 VERDICT_FILE = "perf-compare.json"
 #: Saved-run file names pytest-benchmark writes: ``0001_<commit>_<date>.json`` (any ``NNNN_*.json``).
 RUN_GLOB = "[0-9][0-9][0-9][0-9]_*.json"
+#: The test-only options a run's ``perf_injected`` records, by key, as a user types them.
+INJECTED_OPTIONS = {"inject_delay_ms": "--perf-inject-delay={} (ms)", "regression": "--perf-regression={}"}
 
 
 class HistoryError(DetectorError, ValueError):
@@ -147,10 +159,31 @@ class BenchmarkRecord:
         )
 
 
+def describe_injected(injected: Mapping[str, Any]) -> str:
+    """``--perf-inject-delay=20.0 (ms)`` for a run's ``perf_injected`` (`SavedRun.injected`), options joined by
+    ", "; "" for a normal run. Keys this version does not know are shown as ``key=value``."""
+    return ", ".join(INJECTED_OPTIONS.get(str(key), f"{key}={{}}").format(value) for key, value in injected.items())
+
+
+def injected_of(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The test-only options a saved run's JSON was made with: ``machine_info["perf_injected"]``, or for a run saved
+    before that was recorded, the first benchmark's ``extra_info["injected"]``; {} for a normal run."""
+    marked = (document.get("machine_info") or {}).get("perf_injected")
+    if isinstance(marked, Mapping) and marked:
+        return dict(marked)
+    for bench in document.get("benchmarks") or ():
+        found = (bench.get("extra_info") or {}).get("injected") if isinstance(bench, Mapping) else None
+        if isinstance(found, Mapping) and found:
+            return dict(found)
+    return {}
+
+
 @dataclass(frozen=True)
 class SavedRun:
     """A saved run: its file, number (``NNNN_``; None for other names), date and commit as saved, and
-    benchmarks by full name (in the file's order)."""
+    benchmarks by full name (in the file's order). ``run_id``: the pytest session's id (``perf_run_id``; None for
+    runs saved before it was recorded); ``injected``: the test-only options it was made with ({} for a normal
+    run; see `injected_of`)."""
 
     path: Path
     number: int | None
@@ -159,11 +192,20 @@ class SavedRun:
     machine_info: Mapping[str, Any]
     benchmarks: dict[str, BenchmarkRecord] = field(default_factory=dict)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    run_id: str | None = None
+    injected: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> Mapping[str, Any] | None:
         """``machine_info["perf"]`` (`perf.measure.machine.machine_fingerprint` + device), or None."""
         return self.machine_info.get("perf")
+
+    @property
+    def device(self) -> str | None:
+        """The device type the run measured on (``"cpu"`` or ``"cuda"``, from the fingerprint), or None."""
+        fingerprint = self.fingerprint
+        device = fingerprint.get("device") if isinstance(fingerprint, Mapping) else None
+        return str(device).split(":")[0] if device else None
 
     @property
     def machine_id(self) -> str:
@@ -191,11 +233,15 @@ class SavedRun:
         return short + ("+dirty" if self.dirty else "")
 
     @property
+    def name(self) -> str:
+        """``0003``: the run number as its file has it (the file's stem for other names)."""
+        return f"{self.number:04d}" if self.number is not None else self.path.stem
+
+    @property
     def label(self) -> str:
         """``0003 (2025-01-02 10:00, abc1234)``."""
         when = self.when.strftime("%Y-%m-%d %H:%M") if self.when else "no date"
-        number = f"{self.number:04d}" if self.number is not None else self.path.stem
-        return f"{number} ({when}, {self.short_commit})"
+        return f"{self.name} ({when}, {self.short_commit})"
 
 
 def run_from_json(data: Any, path: str | os.PathLike[str] = "<memory>") -> SavedRun:
@@ -215,7 +261,14 @@ def run_from_json(data: Any, path: str | os.PathLike[str] = "<memory>") -> Saved
         machine_info=data.get("machine_info") or {},
         benchmarks=benchmarks,
         raw=data,
+        run_id=_text((data.get("machine_info") or {}).get("perf_run_id")),
+        injected=injected_of(data),
     )
+
+
+def _text(value: Any) -> str | None:
+    """A non-empty string as is; anything else None (ids and paths are strings in every file this reads)."""
+    return value if isinstance(value, str) and value else None
 
 
 def read_json(path: Path, what: str) -> Any:
@@ -287,14 +340,40 @@ def series(runs: list[SavedRun], fullname: str) -> list[tuple[SavedRun, Benchmar
 class Verdicts:
     """A verdict file: ``document`` as read (``verdicts["rows"]`` reads it) and its ``entries``, each a dict with
     ``name`` and/or ``fullname`` and a lower-case ``verdict`` (``baseline_median_s``, ``current_median_s``,
-    ``ratio``, ``lo``, ``hi``, ``note`` when the gate wrote it)."""
+    ``ratio``, ``lo``, ``hi``, ``note`` when the gate wrote it).
+
+    ``current_run_id``: the ``perf_run_id`` of the run judged (``current.run_id``; None when the file does not say,
+    and then the verdicts belong to no run); ``current_injected``: the test-only options that run was made with;
+    ``baseline_run_id``, ``baseline_path``, ``baseline_number``, ``baseline_commit``: the run it was judged
+    against, as far as the file says (None otherwise)."""
 
     path: Path
     document: Any
     entries: tuple[dict[str, Any], ...]
+    current_run_id: str | None = None
+    current_injected: Mapping[str, Any] = field(default_factory=dict)
+    baseline_run_id: str | None = None
+    baseline_path: str | None = None
+    baseline_number: int | None = None
+    baseline_commit: str | None = None
 
     def __getitem__(self, key: str) -> Any:
         return self.document[key]
+
+    def judges(self, run: SavedRun) -> bool:
+        """Whether these are ``run``'s verdicts: the file names the run it judged and ``run`` is that run."""
+        return self.current_run_id is not None and run.run_id == self.current_run_id
+
+    @property
+    def baseline_label(self) -> str:
+        """The baseline as a person reads it: ``run 0002 (commit abc1234, file 0002_abc.json)``, or what the file
+        says of it; ``"not named in the file"`` when it says nothing."""
+        about = [f"commit {self.baseline_commit[:7]}" if self.baseline_commit else "",
+                 f"file {Path(self.baseline_path).name}" if self.baseline_path else ""]  # fmt: skip
+        about_text = ", ".join(a for a in about if a)
+        number = f"run {self.baseline_number:04d}" if self.baseline_number is not None else "a run"
+        return f"{number} ({about_text})" if about_text else number if self.baseline_number is not None else (
+            "not named in the file")
 
     def entry(self, fullname: str, name: str | None = None) -> dict[str, Any] | None:
         """The entry of a benchmark, by full name first, then by short name; None when it has none."""
@@ -339,4 +418,18 @@ def load_verdicts(reports_dir: str | os.PathLike[str] = "reports", *,
             entries.append({**entry, "verdict": str(verdict).lower()})
     if not entries:
         raise HistoryError(f"'{path}': holds no compare verdicts (entries with a name and a 'verdict')")
-    return Verdicts(path, document, tuple(entries))
+    current = _section(document, "current")
+    baseline = _section(document, "baseline")
+    injected = current.get("injected")
+    number = baseline.get("number")
+    return Verdicts(path, document, tuple(entries), current_run_id=_text(current.get("run_id")),
+                    current_injected=dict(injected) if isinstance(injected, Mapping) else {},
+                    baseline_run_id=_text(baseline.get("run_id")), baseline_path=_text(baseline.get("path")),
+                    baseline_number=number if isinstance(number, int) and not isinstance(number, bool) else None,
+                    baseline_commit=_text(baseline.get("commit")))  # fmt: skip
+
+
+def _section(document: Any, key: str) -> Mapping[str, Any]:
+    """``document[key]`` when the document is an object and that is one; {} otherwise."""
+    value = document.get(key) if isinstance(document, dict) else None
+    return value if isinstance(value, Mapping) else {}

@@ -2,7 +2,8 @@
 
 `perf.plugin` builds one `PerfSession` in ``pytest_configure`` and keeps it in ``config.stash[PERF_SESSION]``;
 hooks, fixtures and tests read it from there. `check_saved_run` is the one refusal to compare with a saved run of
-another model, video or machine, used by ``--perf-compare`` and ``--benchmark-compare`` alike.
+another model, video or machine, or of a run made with a deliberate slowdown, used by ``--perf-compare`` and
+``--benchmark-compare`` alike.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from perf.options import DEFAULT_FRAMES, DEFAULT_STREAMS, backend_names
+from perf.runs import describe_injected, injected_of
 from perf.subject import Subject, subject_differences, subject_mismatch_message
 
 
@@ -116,11 +118,16 @@ class PerfSession:
             Subject.from_config(getoption, config.getini, invocation_dir, ini_dir),
         )
 
-    def usage_errors(self) -> Iterable[str]:
+    def usage_errors(self, *, autosave: bool = False) -> Iterable[str]:
         """Messages for option values that cannot work together or point at nothing, such as a CUDA device asked
-        for by name (``--perf-device cuda`` / ``cuda:N``) that does not exist; checking that one imports torch."""
+        for by name (``--perf-device cuda`` / ``cuda:N``) that does not exist (checking that one imports torch), or
+        a run with a deliberate slowdown that ``--benchmark-autosave`` (``autosave``) would make the next baseline."""
         if self.options.device.startswith("cuda") and self.device_unavailable is not None:
             yield f"--perf-device {self.options.device}: {self.device_unavailable}"
+        if autosave and self.options.injected:
+            yield (f"--benchmark-autosave refuses a run made with {describe_injected(self.options.injected)}: it "
+                   "would become the next baseline; save it apart (--benchmark-save=NAME --benchmark-storage=DIR) "
+                   "or drop the option")  # fmt: skip
         yield from self.subject.problems()
         if self.options.nsys and self.options.profile != "none":
             yield (
@@ -147,6 +154,14 @@ class PerfSession:
         return self._device[1]
 
     @functools.cached_property
+    def run_id(self) -> str:
+        """This pytest session's id (uuid4 hex): ``machine_info["perf_run_id"]`` of the run it saves and
+        ``current.run_id`` of the verdicts it writes, so reports tie verdicts to the run they judged."""
+        import uuid
+
+        return uuid.uuid4().hex
+
+    @functools.cached_property
     def gated_markers(self) -> frozenset[str]:
         """The markers whose tests may be skipped here: "gpu" and every backend's own (``register(..., marks=)``)."""
         from detector.backends import backend
@@ -154,17 +169,29 @@ class PerfSession:
         return frozenset({"gpu", *(mark for name in backend_names() for mark in backend(name).marks)})
 
     def skip_reason(self, markers: set[str]) -> str | None:
-        """Why a test marked with `markers` ("gpu", "trt") cannot run here, or None when it can."""
-        if self.device == "cpu":
-            found = "is cpu" if self.options.device == "cpu" else "auto found no CUDA device"
-            return f"needs a CUDA device; --perf-device {found}"
+        """Why a test marked with `markers` ("gpu", "trt") cannot run here, or None when it can: "gpu" needs a CUDA
+        device; a backend's own marker needs that backend to run on this device (`detector.backends.availability`:
+        "tensorrt not installed (...)", an RTX refusal), so a CPU backend's marker does not skip a CPU run."""
         from detector.backends import availability, backend
 
-        for name in backend_names():  # a backend's own marker ("trt"): that backend must run here
-            if markers & set(backend(name).marks):
-                reason = availability(name, self.device)  # "tensorrt not installed (...)", an RTX refusal, or None
-                if reason is not None:
-                    return reason
+        device_type = self.device.partition(":")[0]
+        no_cuda = None
+        if device_type == "cpu":
+            found = "is cpu" if self.options.device == "cpu" else "auto found no CUDA device"
+            no_cuda = f"needs a CUDA device; --perf-device {found}"
+            if "gpu" in markers:
+                return no_cuda
+        for name in backend_names():
+            entry = backend(name)
+            if not markers & set(entry.marks):
+                continue
+            if device_type not in entry.devices:
+                if no_cuda is not None and "cuda" in entry.devices:
+                    return no_cuda
+                return f"{name} runs on {', '.join(entry.devices)} only, not {self.device}"
+            reason = availability(name, self.device)  # "tensorrt not installed (...)", an RTX refusal, or None
+            if reason is not None:
+                return reason
         return None
 
     @functools.cached_property
@@ -196,10 +223,16 @@ def check_saved_run(config: pytest.Config, saved_run: Mapping[str, Any], locatio
     """Refuse (pytest.UsageError) to compare with ``saved_run`` (a saved run's JSON, found in ``location``, for
     ``option``) when it measured another model or video, unless --perf-allow-model-mismatch, or comes from another
     GPU, driver, CUDA version or device, unless --perf-allow-machine-mismatch; allowed, each is a warning. A saved
-    run that recorded no model or video identity (saved before identities were saved) is compared with a warning."""
+    run that recorded no model or video identity (saved before identities were saved) is compared with a warning.
+    A run made with a deliberate slowdown (`perf.runs.injected_of`) is never a baseline: always refused."""
     from perf.measure.machine import fingerprint_differences, mismatch_message
 
     session = config.stash[PERF_SESSION]
+    injected = injected_of(saved_run)
+    if injected:
+        raise pytest.UsageError(f"{option}: the saved run in '{location}' (saved {saved_run.get('datetime')}) was made "
+                                f"with {describe_injected(injected)}, a deliberate slowdown: it is not a baseline; "
+                                "compare with another run (NUM or ID)")  # fmt: skip
     machine_info = saved_run.get("machine_info") or {}
     saved_subject = machine_info.get("perf_subject")
     if not saved_subject:

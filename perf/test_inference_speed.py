@@ -66,7 +66,7 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_frames: Any, measured_region: Any,
-                         perf_report: Any, perf_measure: Any, perf_controls: Any) -> None:
+                         perf_report: Any, perf_measure: Any, perf_controls: Any, perf_kernels: Any) -> None:
     for record in runner_pool.release_others(case.backend):  # one backend on the GPU at a time
         perf_report.add(MEMORY_TABLE, {**record, "why": f"next backend: {case.backend}"})
     reason = None
@@ -74,7 +74,8 @@ def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_fra
         runner = runner_pool.get(case.backend, case.precision, **case.options)
         if runner.max_batch_size is not None and case.batch > runner.max_batch_size:
             pytest.skip(f"batch {case.batch} exceeds the runner's maximum batch {runner.max_batch_size}")
-        _measure(benchmark, case, runner, input_frames, measured_region, perf_report, perf_measure, perf_controls)
+        _measure(benchmark, case, runner, input_frames, measured_region, perf_report, perf_measure, perf_controls,
+                 perf_kernels)
     except Exception as exc:  # only out-of-memory becomes a skip; everything else fails the test as before
         from perf.measure.gpu_memory import oom_skip_reason
 
@@ -138,7 +139,7 @@ def _device_name(device: str) -> str:
 
 
 def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measured_region: Any,
-             perf_report: Any, perf_measure: Any, perf_controls: Any) -> None:
+             perf_report: Any, perf_measure: Any, perf_controls: Any, perf_kernels: Any) -> None:
     """Warm up, benchmark and measure ``runner`` on a batch of ``case.batch`` frames (tensors die with this frame)."""
     import torch
 
@@ -182,6 +183,9 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
         gpu_ms = benchmark.stats.stats.median * 1e3 if benchmark.stats is not None and benchmark.stats.stats.data else None
         benchmark.extra_info["launch_bound"] = bool(gpu_ms is not None and enqueue_ms is not None and enqueue_ms > gpu_ms)
         benchmark.extra_info.setdefault("metrics", {}).update(_host_metrics(host_s, probe))
+    # The top kernels of this call, kept with the run: what a later compare shows if it got slower.
+    perf_kernels(benchmark.extra_info, lambda: runner.infer(x, to_host=not on_gpu), device=device_type,
+                 synchronize=runner.stream.synchronize if on_gpu else None)
     # Per-stage times with the input and output on the host (what a pipeline pays).
     host_batch = input_frames(case.batch)
     timings = []

@@ -164,7 +164,8 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     perf_report.add(RATIOS, {
         "case": label, "frames": frames, "pipelined": f"b{best.batch}", "pipelined FPS": best.e2e_fps,
         "slowest stage": bound.name, "slowest stage FPS": bound.fps, "pipeline/slowest stage": ratio_bound,
-        f"meets {TARGET}": "yes" if ratio_bound >= TARGET else "no", "pipeline/sequential": ratio_sequential,
+        f"meets {TARGET}": ("yes" if ratio_bound >= TARGET else "no") if str(runner.device).startswith("cuda") else
+        "n/a: a GPU target (on a CPU the stages share its cores)", "pipeline/sequential": ratio_sequential,
     })  # fmt: skip
     benchmark.extra_info.update({
         "backend": pipe_case.backend, "variant": pipe_case.variant, "precision": pipe_case.precision,

@@ -57,6 +57,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from detector.errors import BackendError, BackendUnavailable
+from detector.progress import spinner
 from detector.timing import annotate
 
 if TYPE_CHECKING:
@@ -149,6 +150,13 @@ class Runner(abc.ABC):
         self._hooks: list[Callable[[], None]] = []
 
     # -- availability ---------------------------------------------------------------------------------
+    @classmethod
+    def precisions_on(cls, device_type: str) -> tuple[str, ...]:
+        """The precisions this runner offers on ``device_type`` (``"cpu"`` or ``"cuda"``) by its own rules, without
+        probing the machine (nothing is imported): ``precisions`` on a device type in ``devices``, else none.
+        A subclass that offers fewer on one device type (fp16 on CUDA only) overrides it."""
+        return cls.precisions if device_type in cls.devices else ()
+
     @classmethod
     def unavailable_reason(cls, device: str = "cpu", precision: str = "fp32") -> str | None:
         """Why this runner cannot run here with ``device`` and ``precision`` (one line), or ``None``.
@@ -320,8 +328,9 @@ class Runner(abc.ABC):
 
         height, width = self.spec.input_size
         batch = torch.zeros(batch_size, 3, height, width)
-        for _ in range(iterations):
-            self.infer(batch)
+        with spinner(f"warming up {self.name}"):
+            for _ in range(iterations):
+                self.infer(batch)
 
     # -- subclass hooks -------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -84,11 +84,18 @@ class TorchRunner(Runner):
         self._pool: Any = None
 
     @classmethod
+    def precisions_on(cls, device_type: str) -> tuple[str, ...]:
+        """fp32 and fp16 on CUDA, fp32 alone on the CPU (half-precision convolutions there are slow or missing)."""
+        offered = super().precisions_on(device_type)
+        return tuple(p for p in offered if p != "fp16") if device_type == "cpu" else offered
+
+    @classmethod
     def unavailable_reason(cls, device: str = "cpu", precision: str = "fp32") -> str | None:
-        """Base checks, plus: fp16 needs CUDA (half-precision convolutions on the CPU are slow or missing)."""
+        """Base checks, plus: fp16 needs CUDA (:meth:`precisions_on`)."""
         reason = super().unavailable_reason(device, precision)
-        if reason is None and precision == "fp16" and str(device).partition(":")[0] == "cpu":
-            return "fp16 needs a CUDA device (the CPU runs fp32 only)"
+        device_type = str(device).partition(":")[0]
+        if reason is None and precision not in cls.precisions_on(device_type):
+            return f"{precision} needs a CUDA device (the CPU runs {', '.join(cls.precisions_on(device_type))} only)"
         return reason
 
     @property

@@ -10,10 +10,12 @@ from collections.abc import Sequence
 from detector.errors import DetectorError
 from detector.train.cli import add_anchors_parser, add_eval_parser, add_train_parser
 
+_DESCRIPTION = "The training subcommands of 'detector' (train, eval, anchors) on their own, with the same options."
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python3 -m detector.train`` (abbreviated options refused)."""
-    parser = argparse.ArgumentParser(prog="python3 -m detector.train", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="python3 -m detector.train", description=_DESCRIPTION,
                                      allow_abbrev=False)
     parser.add_argument("-v", "--verbose", action="store_true", help="log every module's progress (default: "
                         "training and evaluation only)")

@@ -20,6 +20,9 @@ from detector.argtypes import non_negative_int as _non_negative_int
 from detector.argtypes import positive_float as _positive_float
 from detector.argtypes import positive_int as _positive_int
 from detector.argtypes import processing_overrides as _processing_overrides
+from detector.backends import backend_names
+from detector.choices import check_names, check_runs_here, device_name
+from detector.progress import progress
 
 __all__ = ["add_anchors_parser", "add_eval_parser", "add_train_parser", "cmd_anchors", "cmd_eval", "cmd_train"]
 
@@ -67,8 +70,9 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--batch", type=_positive_int, default=64, help="images per step (default: 64)")
     g.add_argument("--lr", type=_positive_float, default=2e-3, help="peak AdamW learning rate (default: 0.002)")
     g.add_argument("--warmup-steps", type=_non_negative_int, default=300, help="linear warm-up steps (default: 300)")
-    g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
-    g.add_argument("--amp", choices=("auto", "bf16", "fp16", "off"), default="auto",
+    g.add_argument("--device", type=str.lower, default="auto", help="auto, cpu, cuda or cuda:N, in any case (default: "
+                   "auto)")
+    g.add_argument("--amp", type=str.lower, choices=("auto", "bf16", "fp16", "off"), default="auto",
                    help="autocast dtype: auto = bf16 on CUDA, off on the CPU (default: auto)")
     g = p.add_argument_group("evaluation")
     g.add_argument("--eval-seed", type=int, action="append", dest="eval_seeds",
@@ -100,7 +104,7 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "the model's classes (default: <video stem>.json beside the video, as make-video writes it)")
     p.add_argument("--frames", type=_positive_int, metavar="N", help="score the first N frames of each video "
                    "(default: 300 of a synthetic video, all of a --video)")
-    p.add_argument("--backend", default="torch", help="torch, onnxruntime or tensorrt (default: torch)")
+    p.add_argument("--backend", default="torch", help=f"{', '.join(backend_names())}, in any case (default: torch)")
     _add_inference_args(p, precisions="fp32 or fp16", batch=16, conf=0.001)
     p.add_argument("--cache-dir", help="detector cache: synthetic videos go to <cache>/videos, ONNX files and "
                    "engines beside them (default: $DETECTOR_CACHE or ~/.cache/detector)")
@@ -127,14 +131,15 @@ def cmd_anchors(args: argparse.Namespace) -> int:
     import numpy as np
 
     from detector.darknet import parse_cfg
-    from detector.model import default_cfg_path
+    from detector.shipped import default_cfg_path
     from detector.train.anchors import kmeans_anchors, mean_best_iou
     from detector.train.data import DataParams, render_seed
 
     cfg = parse_cfg(Path(args.cfg) if args.cfg else default_cfg_path())
     data = DataParams(frames=args.frames, frames_per_seed=args.frames_per_seed, seed_base=args.seed_base,
                       net_size=cfg.input_size, codec=None)
-    boxes = np.concatenate([b for i, seed in enumerate(data.seeds) for b in render_seed(seed, data, i).boxes])
+    scenes = progress(list(enumerate(data.seeds)), desc="rendering scenes", unit="scene")
+    boxes = np.concatenate([b for i, seed in scenes for b in render_seed(seed, data, i).boxes])
     wh = boxes[:, 3:5] - boxes[:, 1:3]
     anchors = kmeans_anchors(wh, args.k, seed=args.seed)
     heads = [spec for _, spec in cfg.yolo_layers]
@@ -156,11 +161,13 @@ def _verbose() -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Handler of ``detector train``."""
+    device_name(args.device)  # a mistyped device or a bad cfg fails before torch loads
+    cfg_size = _cfg_size(args.cfg)
     from detector.train.data import DataParams
     from detector.train.loop import TrainConfig, train
 
     _verbose()
-    net = (args.net_size, args.net_size) if args.net_size else _cfg_size(args.cfg)
+    net = (args.net_size, args.net_size) if args.net_size else cfg_size
     data = DataParams(frames=args.frames, frames_per_seed=args.frames_per_seed, stride=args.frame_stride,
                       seed_base=args.seed_base, net_size=net, codec=None if args.no_codec else "mp4v")
     config = TrainConfig(
@@ -181,7 +188,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _cfg_size(cfg: str | None) -> tuple[int, int]:
     from detector.darknet import parse_cfg
-    from detector.model import default_cfg_path
+    from detector.shipped import default_cfg_path
 
     return parse_cfg(Path(cfg) if cfg else default_cfg_path()).input_size
 
@@ -190,10 +197,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Handler of ``detector eval``: prints the per-class AP table, optionally writes JSON."""
     from detector.errors import DetectorError
     from detector.fileio import atomic_write_text
-    from detector.train.evalrun import evaluate_seeds
+    from detector.train.evalrun import evaluate_seeds, model_spec
 
     if args.ground_truth and not args.video:
         raise DetectorError(f"--ground-truth '{args.ground_truth}' needs --video (synthetic seeds bring their own)")
+    # names, the video and the model's files fail before torch loads
+    args.backend = check_names([args.backend], args.device, args.precision)[0]
+    if args.video:
+        from detector.video import check_video_file
+
+        check_video_file(args.video)
+    model_spec(args.cfg, args.weights, args.cache_dir)
+    check_runs_here([args.backend], args.device, args.precision)
     _verbose()
     if args.video:
         return _eval_video(args)

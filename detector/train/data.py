@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detector.errors import DetectorError
+from detector.progress import progress
 
 if TYPE_CHECKING:
     import torch
@@ -257,9 +258,8 @@ def render_frames_parallel(params: DataParams, pool: Any | None = None) -> list[
     """
     geometry = params.geometry()
     tasks = [(i, seed, params, geometry) for i, seed in enumerate(params.seeds)]
-    if pool is None:
-        return [_render_task(t) for t in tasks]
-    return list(pool.imap(_render_task, tasks, chunksize=1))
+    done = map(_render_task, tasks) if pool is None else pool.imap(_render_task, tasks, chunksize=1)
+    return list(progress(done, total=len(tasks), desc="rendering training scenes", unit="scene"))
 
 
 def default_workers() -> int:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detector.errors import DetectorError
+from detector.progress import progress
 
 if TYPE_CHECKING:
     import torch
@@ -72,12 +73,16 @@ def detect_video(infer: Infer, video: str | os.PathLike[str], *, net_size: tuple
     mode = "letterbox" if letterbox else "resize"
     with open_video(video) as reader:
         it = iter(reader) if frames is None else itertools.islice(reader, frames)
+        known = [n for n in (frames, reader.frame_count) if n]  # frame_count 0: the container does not say
+        total = min(known) if known else None
         index = 0
-        while chunk := list(itertools.islice(it, batch)):
-            x, transforms = preprocess(chunk, net_size, mode=mode)
-            for det in postprocess(infer(x), transforms, conf_threshold, iou_threshold, nms=nms):
-                index += 1
-                out[index] = det
+        with progress(total=total, desc=f"detecting {Path(video).name}", unit="frame") as bar:
+            while chunk := list(itertools.islice(it, batch)):
+                x, transforms = preprocess(chunk, net_size, mode=mode)
+                for det in postprocess(infer(x), transforms, conf_threshold, iou_threshold, nms=nms):
+                    index += 1
+                    out[index] = det
+                bar.update(len(chunk))
     return out
 
 
@@ -168,20 +173,28 @@ def evaluate_model(model: torch.nn.Module, *, video_seeds: Sequence[int] = DEFAU
         model.train(was_training)
 
 
-def _spec_and_device(cfg: str | os.PathLike[str] | None, weights: str | os.PathLike[str] | None,
-                     cache_dir: str | os.PathLike[str] | None, device: str) -> tuple[Any, str]:
-    """The :class:`~detector.spec.ModelSpec` of ``cfg`` / ``weights`` (defaults: the shipped ones) and the device,
-    ``auto`` resolved."""
+def model_spec(cfg: str | os.PathLike[str] | None, weights: str | os.PathLike[str] | None,
+               cache_dir: str | os.PathLike[str] | None = None) -> Any:
+    """The :class:`~detector.spec.ModelSpec` of ``cfg`` / ``weights`` (defaults: the shipped ones; a cfg without
+    weights: seeded random ones), its files checked (:meth:`~detector.spec.ModelSpec.check_files`; no torch)."""
     from detector.spec import ModelSpec
 
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     base = ModelSpec.default(cache_dir=cache_dir)
     spec = ModelSpec(cfg=Path(cfg) if cfg else base.cfg,
                      weights=Path(weights) if weights else (base.weights if cfg is None else None),
                      cache_dir=base.cache_dir)
+    spec.check_files()
+    return spec
+
+
+def _spec_and_device(cfg: str | os.PathLike[str] | None, weights: str | os.PathLike[str] | None,
+                     cache_dir: str | os.PathLike[str] | None, device: str) -> tuple[Any, str]:
+    """The :class:`~detector.spec.ModelSpec` of ``cfg`` / ``weights`` (defaults: the shipped ones) and the device,
+    ``auto`` resolved."""
+    from detector.choices import resolve_device
+
+    spec = model_spec(cfg, weights, cache_dir)
+    device = resolve_device(device)
     if spec.weights is None:
         log.warning("evaluating seeded random weights: no --weights given and none shipped")
     return spec, device

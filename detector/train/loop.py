@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import math
 import multiprocessing
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from detector.errors import DetectorError
+from detector.progress import ENV_VAR as PROGRESS_ENV_VAR
+from detector.progress import progress
 from detector.train.augment import AugmentParams, augment_batch
 from detector.train.data import (
     HELD_OUT_SEEDS,
@@ -204,6 +207,11 @@ class _Stop:
             signal.signal(sig, old)
 
 
+def _quiet_worker() -> None:
+    """A render process draws no progress bars of its own: the main process shows the rendering's one bar."""
+    os.environ[PROGRESS_ENV_VAR] = "0"
+
+
 def _load_data(cfg: TrainConfig, workers: int) -> tuple[FrameSet, list[Any]]:
     """Render the training frames (in a spawn pool when ``workers`` > 1) and, meanwhile, build the cached
     evaluation videos; returns the frames (host) and the finished video entries."""
@@ -213,7 +221,7 @@ def _load_data(cfg: TrainConfig, workers: int) -> tuple[FrameSet, list[Any]]:
     cache = video_cache(cfg.cache_dir)
     videos: list[Any] = []
     if workers > 1:
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        with multiprocessing.get_context("spawn").Pool(workers, initializer=_quiet_worker) as pool:
             pending = [pool.apply_async(synthetic_video, (cache,), {"seed": s, "frames": cfg.eval_frames})
                        for s in cfg.eval_seeds]
             rendered = render_frames_parallel(cfg.data, pool)
@@ -242,7 +250,7 @@ def _evaluate(ema: ModelEMA, cfg: TrainConfig, label: str) -> tuple[EvalResult |
 
 def train(cfg: TrainConfig) -> TrainResult:
     """Train YOLOv4-tiny from scratch on synthetic frames; write ``cfg.out`` and ``<out>.txt``."""
-    from detector.model import default_cfg_path
+    from detector.shipped import default_cfg_path
     from detector.train.provenance import command_line, git_commit, source_digest, write_provenance
 
     t0 = time.monotonic()
@@ -293,7 +301,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     mid_done = not (eval_on and cfg.mid_eval)
     t_train = time.monotonic()
     t_log, step_log, t_rate, step_rate = t_train, 0, t_train, 0
-    with _Stop() as stop:
+    bar = progress(total=planned, desc="training", unit="step")
+    with _Stop() as stop, bar:
         while not stop.requested and (cfg.steps is None or step < cfg.steps):
             now = time.monotonic()
             if now >= deadline - eval_reserve and step > 0:
@@ -303,6 +312,7 @@ def train(cfg: TrainConfig) -> TrainResult:
             elif cfg.steps is None and step > 20 and step % 25 == 0 and now > t_rate:  # re-plan the schedule
                 rate = (now - t_rate) / (step - step_rate)
                 planned = max(step + 1, step + int((deadline - eval_reserve - now) / rate))
+                bar.total = planned
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, planned, base=cfg.lr, warmup=cfg.warmup_steps, final_ratio=cfg.final_lr_ratio)
             idx = next(batches)
@@ -320,6 +330,7 @@ def train(cfg: TrainConfig) -> TrainResult:
             scaler.update()
             ema.update()
             step += 1
+            bar.update()
             sums += torch.stack([loss.detach(), parts["box"], parts["obj"], parts["cls"]])
             if step % cfg.log_every == 0 or step == 1:
                 mean = (sums / (step - step_log)).tolist()
@@ -332,6 +343,7 @@ def train(cfg: TrainConfig) -> TrainResult:
                          (step - step_log) * cfg.batch / max(now - t_log, 1e-9), now - t0)
                 sums.zero_()
                 t_log, step_log = now, step
+                bar.set_postfix_str(f"loss {mean[0]:.4f}", refresh=False)
             if not mid_done and time.monotonic() - t_train >= 0.5 * (deadline - eval_reserve - t_train):
                 mid_done = True
                 _, seconds = _evaluate(ema, cfg, f"mid-run (step {step})")

@@ -1,4 +1,5 @@
-"""ONNX -> serialized TensorRT engine: parser errors in one line, an optimization profile, progress in the log.
+"""ONNX -> serialized TensorRT engine: parser errors in one line, an optimization profile, progress in the log
+and as bars.
 
 :func:`build_serialized_engine` is the whole build: ``Builder`` -> ``create_network`` -> ``OnnxParser`` ->
 ``IBuilderConfig`` (precision, workspace, ``ProfilingVerbosity.DETAILED`` so that layer names and
@@ -19,6 +20,7 @@ progress monitor) -> ``build_serialized_network``. It works with both flavors (s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -30,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from detector import fileio
 from detector.errors import BackendError, BackendUnavailable, ModelFileError
+from detector.progress import progress as progress_bar
+from detector.progress import spinner
 from detector.trt.package import (
     format_cc,
     import_tensorrt,
@@ -122,21 +126,30 @@ def format_parser_errors(onnx_path: str | os.PathLike[str], errors: Sequence[Any
 
 
 class BuildProgress:
-    """Turns TensorRT's progress callbacks into log lines: top-level phases at INFO, nested phases at DEBUG,
-    and every ``interval_s`` seconds an INFO line with the innermost phase's step (long builds only).
-    ``step_complete`` returns True (never cancels). Thread-safe: TensorRT calls it from several threads."""
+    """Turns TensorRT's progress callbacks into log lines and bars: top-level phases at INFO, nested phases at DEBUG,
+    and every ``interval_s`` seconds an INFO line with the innermost phase's step (long builds only). Each top-level
+    phase is also a bar of its steps (:func:`detector.progress.progress`, drawn on a terminal) with the nested
+    phase's step beside it. ``step_complete`` returns True (never cancels). Thread-safe: TensorRT calls it from
+    several threads. :meth:`close` ends the bars of a build that stopped half-way."""
 
     def __init__(self, interval_s: float = _PROGRESS_INTERVAL_S, clock: Any = time.monotonic) -> None:
         self.interval_s = interval_s
         self._clock = clock
         self._lock = threading.Lock()
         self._phases: dict[str, tuple[str | None, int]] = {}
+        self._bars: dict[str, Any] = {}  # top-level phase -> its bar
+        self._done: dict[str, int] = {}  # top-level phase -> steps done
         self._started = clock()
         self._last_report = self._started
+        self._last_draw = self._started
 
     def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
         with self._lock:
             self._phases[phase_name] = (parent_phase, int(num_steps))
+            if parent_phase is None:
+                self._bars[phase_name] = progress_bar(total=int(num_steps) or None,
+                                                      desc=f"TensorRT: {phase_name}", unit="step")
+                self._done[phase_name] = 0
         level = logging.INFO if parent_phase is None else logging.DEBUG
         log.log(level, "TensorRT build: %s (%d steps)", phase_name, num_steps)
 
@@ -147,15 +160,42 @@ class BuildProgress:
             if due:
                 self._last_report = now
             steps = self._phases.get(phase_name, (None, 0))[1]
+            self._draw(phase_name, step, steps, now)
         if due:
             log.info("TensorRT build: %s step %d/%d (%.0f s elapsed)", phase_name, step + 1, steps,
                      now - self._started)
         return True
 
+    def _draw(self, phase_name: str, step: int, steps: int, now: float) -> None:
+        """Advance a top-level phase's bar, or show a nested phase's step beside its top-level phase's bar
+        (redrawn at most twice a second). Called with the lock held."""
+        bar = self._bars.get(phase_name)
+        if bar is not None:
+            bar.update(max(0, step + 1 - self._done[phase_name]))
+            self._done[phase_name] = max(self._done[phase_name], step + 1)
+            return
+        top, parent = phase_name, self._phases.get(phase_name, (None, 0))[0]
+        while parent is not None:
+            top, parent = parent, self._phases.get(parent, (None, 0))[0]
+        bar = self._bars.get(top)
+        if bar is not None:
+            bar.set_postfix_str(f"{phase_name} {step + 1}/{steps}", refresh=now - self._last_draw >= 0.5)
+            self._last_draw = now if now - self._last_draw >= 0.5 else self._last_draw
+
     def phase_finish(self, phase_name: str) -> None:
         with self._lock:
             parent = self._phases.pop(phase_name, (None, 0))[0]
+            bar = self._bars.pop(phase_name, None)
+            if bar is not None:
+                bar.close()
         log.log(logging.INFO if parent is None else logging.DEBUG, "TensorRT build: %s done", phase_name)
+
+    def close(self) -> None:
+        """Close the bars of phases TensorRT did not finish (a failed or cancelled build)."""
+        with self._lock:
+            for bar in self._bars.values():
+                bar.close()
+            self._bars.clear()
 
 
 def rtx_build_targets(module: Any, gpu_cc: Sequence[int] | None) -> tuple[tuple[int, int], ...]:
@@ -190,7 +230,8 @@ def build_serialized_engine(
         calibrator: an ``IInt8EntropyCalibrator2`` (int8 only, required there).
         calibration_batch: batch size the calibrator feeds (its calibration profile); int8 only.
         workspace_mb: ``MemoryPoolType.WORKSPACE`` limit in MiB; ``None`` keeps TensorRT's default.
-        progress: log build progress through an ``IProgressMonitor`` (:class:`BuildProgress`).
+        progress: log build progress through an ``IProgressMonitor`` (:class:`BuildProgress`) and draw it as bars
+            on a terminal (:mod:`detector.progress`); False: neither.
         tensorrt: ``(module, flavor)`` from :func:`~detector.trt.package.import_tensorrt` (imported if None).
         compute_capabilities: TensorRT-RTX targets, e.g. ``[(8, 9)]``; ``()`` keeps RTX's portable default.
         tf32: allow TF32 for fp32 layers (TensorRT's default); False clears ``BuilderFlag.TF32``.
@@ -265,7 +306,13 @@ def build_serialized_engine(
     log.info("building a %s %s engine from %s (profile %s; targets %s)", flavor, precision, onnx_path,
              [s[0] for s in shapes.as_tuple()], targets)
     start = time.perf_counter()
-    serialized = builder.build_serialized_network(network, config)
+    waiting = progress and monitor is None  # a TensorRT without IProgressMonitor: the elapsed time alone
+    try:
+        with spinner(f"building a TensorRT {precision} engine") if waiting else contextlib.nullcontext():
+            serialized = builder.build_serialized_network(network, config)
+    finally:
+        if monitor is not None:
+            monitor.progress.close()
     seconds = time.perf_counter() - start
     error = getattr(calibrator, "error", None)
     if error is not None:

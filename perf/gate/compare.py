@@ -1,8 +1,10 @@
 """``--perf-compare``: one verdict per benchmark from the raw rounds of a saved run and of the current run.
 
 Verdicts: "slower", "faster", "no change" (`perf.gate.stats.compare_samples`, the gate's one decision rule),
-"unstable" (either sample fails the stability rule, or was recorded unstable by `perf.measure.stability`: the ratio
-and interval are still shown, but no verdict is drawn from them) and "missing" (in one run only, or saved
+"unstable" (either sample fails the stability rule, or was recorded unstable by `perf.measure.stability`, or the
+result is inconclusive: the medians moved beyond the minimum effect but the interval still reaches into the
+no-change band, so neither "slower" nor "no change" would be true; the ratio and interval are still shown, but no
+verdict is drawn from them) and "missing" (in one run only, or saved
 without raw rounds). Written as ``<reports>/perf-compare.json`` (`perf.runs.VERDICT_FILE`) and ``.md``
 (atomically); the JSON layout is described in `perf.runs`, which reads it back (`perf.runs.load_verdicts`).
 
@@ -21,7 +23,8 @@ judges the primary one ("time") and:
   frame is "slower" even when other stages' noise hides it in the frame total). The row names the stages that
   moved. A pipelined loop's stages overlap, so its stage series are shown, not judged.
 
-Any judged metric "slower" makes the row slower; an unstable primary (or judged host) metric makes it unstable.
+Any judged metric "slower" makes the row slower (each is judged on its own stable samples); otherwise an unstable
+primary (or judged host) metric makes it unstable, and the row's note says which and why.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import numpy as np
 from detector.fileio import atomic_write_text
 from perf.gate.noise import stability_limits
 from perf.gate.stats import (DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, FASTER, NO_CHANGE, SLOWER, BetweenNoise,
-                             compare_samples, decide)  # fmt: skip
+                             compare_samples, decide, inconclusive)  # fmt: skip
 from perf.measure.stability import StabilityRule
 from perf.runs import PRIMARY, VERDICT_FILE, BenchmarkRecord, SavedRun
 
@@ -127,6 +130,8 @@ class Row:
     moved: str = ""
     noise: str = ""
     metrics: list[MetricResult] = field(default_factory=list)
+    #: For a slower row: the kernels whose time per call moved most (`perf.profile.kernels.kernel_changes`).
+    why: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _seed(fullname: str, metric: str = PRIMARY) -> int:
@@ -173,6 +178,11 @@ def compare_metric(baseline: BenchmarkRecord, current: BenchmarkRecord, metric: 
                if (why := _unstable_reason(bench, metric, rule, profiled=entry is not None))]  # fmt: skip
     if reasons:
         out.verdict, out.note = UNSTABLE, "; ".join(reasons)
+    elif result.verdict == NO_CHANGE and not metric.startswith(STAGE) and inconclusive(result.ratio, settings.min_effect):
+        out.verdict = UNSTABLE
+        out.note = (f"inconclusive: the median moved {result.ratio:.3f}x but the {settings.confidence:.0%} interval "
+                    f"[{result.lo:.3f}, {result.hi:.3f}] reaches into ±{settings.min_effect:.1%}: too noisy to "
+                    "call it a change or no change")  # fmt: skip
     elif judged and metric.startswith(STAGE) and frame_s:
         share = out.baseline_median_s / frame_s
         out.contribution = ((result.lo - 1) * share, (result.hi - 1) * share)
@@ -181,13 +191,22 @@ def compare_metric(baseline: BenchmarkRecord, current: BenchmarkRecord, metric: 
 
 
 def _row_verdict(primary: MetricResult, others: list[MetricResult]) -> str:
+    """Slower when any judged metric is (each was judged on its own stable samples: a noisy host latency does not
+    hide a GPU time that is decisively slower); else unstable when the primary or a judged host metric is."""
     judged = [m for m in others if m.judged]
-    if primary.verdict == UNSTABLE or any(m.verdict == UNSTABLE for m in judged if m.metric == HOST):
-        return UNSTABLE
     verdicts = [primary.verdict, *(m.verdict for m in judged)]
     if SLOWER in verdicts:
         return SLOWER
+    if primary.verdict == UNSTABLE or any(m.verdict == UNSTABLE for m in judged if m.metric == HOST):
+        return UNSTABLE
     return FASTER if FASTER in verdicts else NO_CHANGE
+
+
+def _row_note(primary: MetricResult, others: list[MetricResult]) -> str:
+    """Why a row is unstable or inconclusive: the primary's note, and each judged metric's that is unstable."""
+    notes = [primary.note] if primary.note else []
+    notes += [f"{m.label}: {m.note}" for m in others if m.judged and m.verdict == UNSTABLE and m.note]
+    return "; ".join(notes)
 
 
 def _moved(primary: MetricResult, others: list[MetricResult]) -> str:
@@ -218,9 +237,13 @@ def compare_benchmark(baseline: BenchmarkRecord, current: BenchmarkRecord, setti
     row.n_baseline, row.n_current = len(baseline.data), len(current.data)
     row.metrics = [primary, *others]
     row.verdict = _row_verdict(primary, others)
-    row.note = primary.note
+    row.note = _row_note(primary, others)
     row.moved = _moved(primary, others)
     row.noise = "" if primary.between is None else f"±{100 * math.expm1(primary.between):.1f}%"
+    if row.verdict == SLOWER:
+        from perf.profile.kernels import kernel_changes
+
+        row.why = kernel_changes(baseline.extra_info.get("kernels"), current.extra_info.get("kernels"))
     return row
 
 
@@ -255,6 +278,21 @@ def summary(rows: list[Row], settings: GateSettings) -> dict[str, Any]:
     return {**{verdict: counts[verdict] for verdict in VERDICTS}, "failed": failed}
 
 
+def describe_failure(row: Row, settings: GateSettings, baseline: SavedRun) -> str:
+    """The one line a test fails with: verdict, medians, ratio and interval against the threshold, what moved,
+    and the baseline it was judged against."""
+    against = f"baseline {baseline.path.name}, commit {str(baseline.commit or 'unknown')[:12]}"
+    if row.verdict == UNSTABLE:
+        return f"perf-compare: unstable (fails with --perf-fail-unstable): {row.note or row.moved} ({against})"
+    beyond = f" beyond +{settings.min_effect:.1%}" if row.metrics and row.metrics[0].verdict == SLOWER else ""
+    text = f"perf-compare: slower: {_ms(row.baseline_median_s)} -> {_ms(row.current_median_s)}, ratio {_ratio(row)}{beyond}"
+    if row.why:
+        from perf.profile.kernels import describe_changes
+
+        text += f"; top kernel {describe_changes(row.why[:1])[0]}"
+    return text + (f"; {row.moved}" if row.moved else "") + f" ({against})"
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.4g} ms"
 
@@ -275,6 +313,15 @@ def _note(row: Row) -> str:
     return "; ".join(part for part in (row.moved, row.note) if part)
 
 
+def why_lines(row: Row) -> list[str]:
+    """"Why slower" of a row: the kernels that moved most (time per call, torch.profiler), one per line."""
+    if not row.why:
+        return []
+    from perf.profile.kernels import describe_changes
+
+    return describe_changes(row.why)
+
+
 def format_lines(rows: list[Row]) -> list[str]:
     """One aligned text line per row: name, baseline median, current median, ratio [lo, hi], the between-process
     part of the interval, verdict, then what moved and the note."""
@@ -291,7 +338,15 @@ def format_lines(rows: list[Row]) -> list[str]:
 
 def to_markdown(rows: list[Row], header: str) -> str:
     """The verdict table as markdown, under ``header`` (a line naming the baseline and the settings)."""
-    lines = [header, "", "| benchmark | baseline | current | ratio [95% CI] | between | verdict | what moved / note |",
+    failed = [r for r in rows if r.verdict == SLOWER]
+    lines = [header, ""]
+    if failed:
+        lines += [f"**{len(failed)} benchmark(s) slower** (each a failed test):", ""]
+        for r in failed:
+            lines.append(f"* `{r.name}`: {_ratio(r)}" + (f" -- {r.moved}" if r.moved else ""))
+            lines += [f"  * {line}" for line in why_lines(r)]
+        lines.append("")
+    lines += ["| benchmark | baseline | current | ratio [95% CI] | between | verdict | what moved / note |",
              "|---|---|---|---|---|---|---|"]
     lines += [f"| {r.name} | {_ms(r.baseline_median_s)} | {_ms(r.current_median_s)} | {_ratio(r)} | {_noise(r)} | "
               f"{r.verdict} | {_note(r)} |" for r in rows]  # fmt: skip
@@ -299,14 +354,17 @@ def to_markdown(rows: list[Row], header: str) -> str:
 
 
 def write_verdicts(folder: Path, rows: list[Row], baseline: SavedRun, settings: GateSettings, header: str,
-                   run: str | None = None) -> Path:  # fmt: skip
+                   run: str | None = None, current: Mapping[str, Any] | None = None) -> Path:  # fmt: skip
     """Write ``perf-compare.json`` and ``perf-compare.md`` into ``folder`` atomically; return the JSON path. With
     ``run`` (this run's name, as its report's) they are first written as ``perf-compare-<run>.json`` / ``.md``, the
-    run's own, so runs sharing the folder never overwrite each other's verdicts; the plain names are the latest."""
+    run's own, so runs sharing the folder never overwrite each other's verdicts; the plain names are the latest.
+    ``current``: the run judged (``{"run_id", "injected"}``, as its saved run's ``machine_info`` has them), so that
+    a report attaches the verdicts to that run only."""
     document = {
         "format": FORMAT,
         "baseline": {"path": str(baseline.path), "number": baseline.number, "datetime": baseline.datetime,
-                     "commit": baseline.commit},
+                     "commit": baseline.commit, "run_id": baseline.run_id},
+        "current": dict(current or {}),
         "settings": settings.to_dict(),
         "summary": summary(rows, settings),
         "rows": [asdict(row) for row in rows],

@@ -9,6 +9,11 @@
   benchmark (`perf.gate.compare`), writes ``<reports>/perf-compare.json`` / ``.md``, and fails the session (exit 1)
   on any "slower" -- and on any "unstable" with ``--perf-fail-unstable``; otherwise unstable benchmarks are a
   warning line and a count.
+* A failed gate is a failed test: each benchmark is judged as soon as its test has run, and one judged "slower" (or
+  "unstable" with ``--perf-fail-unstable``), or caught by pytest-benchmark's ``--benchmark-compare-fail``, makes
+  that test's call fail with a one-line reason (`GateFailure`): in the terminal's short summary, in JUnit XML and
+  in the verdict file's markdown (the job summary). pytest-benchmark's own end-of-run ``PerformanceRegression``
+  becomes a line (`COMPARE_FAIL_LINE`), not a traceback.
 * ``perf_measure`` (fixture): ``perf_measure(benchmark, fn, *args, **kwargs)`` is ``benchmark(...)`` plus the
   stability gate (`perf.measure.stability`).
 * The noise profile: with ``--perf-compare`` the gate loads this runner's profile from the storage
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +36,32 @@ import pytest
 
 from perf.gate.compare import GateSettings
 from perf.measure.stability import StabilityRule
+from perf.runs import injected_of
 from perf.session import PERF_SESSION, check_saved_run
 
 GATE = pytest.StashKey[dict[str, Any]]()
 SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
+#: The line that replaces pytest-benchmark's PerformanceRegression traceback (read back by perf.gate.processes).
+COMPARE_FAIL_LINE = "--benchmark-compare-fail: {n} benchmark(s) regressed; each is a failed test above"
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    """A test's failure by the gate: ``message`` is its one line. Shaped as pytest's crash report (``reprcrash``
+    with ``message``, ``toterminal``) so that the short summary, JUnit XML and the failures section show the
+    line and nothing else."""
+
+    message: str
+
+    @property
+    def reprcrash(self) -> GateFailure:
+        return self
+
+    def toterminal(self, out: Any) -> None:
+        out.line(self.message, red=True, bold=True)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def gate_settings(config: pytest.Config) -> GateSettings:
@@ -47,7 +75,8 @@ def gate_settings(config: pytest.Config) -> GateSettings:
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "benchmark_save_data"):
         config.option.benchmark_save_data = True  # raw rounds in every saved run (read before pytest-benchmark's)
-    config.stash[GATE] = {"settings": gate_settings(config), "baseline": None, "rows": None, "expected": None}
+    config.stash[GATE] = {"settings": gate_settings(config), "baseline": None, "rows": None, "expected": None,
+                          "judged": {}, "compare_fail": 0}  # fmt: skip
 
 
 def _benchmark_session(config: pytest.Config) -> Any:
@@ -61,6 +90,7 @@ def _benchmark_session(config: pytest.Config) -> Any:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Load the --perf-compare baseline before measuring; a missing or foreign run is a usage error."""
     config = session.config
+    config.stash[GATE]["session"] = session
     wanted = config.getoption("perf_compare")
     if wanted is None or hasattr(config, "workerinput"):
         return
@@ -72,11 +102,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                                 "turns them off): there would be nothing to compare; run without them")
     storage = benchmarks.storage
     found = list(storage.load() if wanted is True else storage.load(wanted))
+    if wanted is True:  # the latest baseline: never a run made with a deliberate slowdown
+        found = [(path, data) for path, data in found if not injected_of(data)]
     if not found:
         which = "no saved run" if wanted is True else f"no saved run matching {wanted!r}"
         raise pytest.UsageError(f"--perf-compare: {which} in '{storage}'; record one with --benchmark-autosave")
     path, data = found[-1]
-    check_saved_run(config, data, str(storage), "--perf-compare")
+    check_saved_run(config, data, str(Path(str(storage)) / path), "--perf-compare")
     try:
         baseline = run_from_json(data, Path(str(storage)) / path)
     except HistoryError as e:  # the start-up check (perf.preflight) refuses these first
@@ -116,6 +148,66 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     session.config.stash[GATE]["expected"] = [item.nodeid for item in session.items]
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Fail a passed benchmark's call when the gate judges it (see the module docstring)."""
+    report = yield
+    if call.when == "call" and report.passed:
+        bench = getattr(item, "funcargs", {}).get("benchmark")
+        metadata = getattr(bench, "stats", None)
+        if metadata is not None:
+            reasons = [*_perf_compare_failure(item.config, metadata), *_compare_fail_failure(item.config, metadata)]
+            if reasons:
+                report.outcome = "failed"
+                report.longrepr = GateFailure("; ".join(reasons))
+    return report
+
+
+def _record(metadata: Any) -> Any:
+    """pytest-benchmark's in-memory result of one benchmark as the saved-run model's record."""
+    import numpy as np
+
+    from perf.runs import BenchmarkRecord
+
+    return BenchmarkRecord(metadata.fullname, metadata.name, metadata.group,
+                           np.asarray(metadata.stats.data, dtype=np.float64), {}, metadata.extra_info)  # fmt: skip
+
+
+def _perf_compare_failure(config: pytest.Config, metadata: Any) -> list[str]:
+    """``--perf-compare``'s verdict on one benchmark, kept for the session's table; the reason when it fails."""
+    state = config.stash[GATE]
+    baseline, settings = state["baseline"], state["settings"]
+    if baseline is None or metadata.fullname not in baseline.benchmarks:
+        return []
+    from perf.gate.compare import SLOWER, UNSTABLE, compare_benchmark, describe_failure
+
+    row = compare_benchmark(baseline.benchmarks[metadata.fullname], _record(metadata), settings)
+    state["judged"][metadata.fullname] = row
+    if row.verdict == SLOWER or (row.verdict == UNSTABLE and settings.fail_unstable):
+        return [describe_failure(row, settings, baseline)]
+    return []
+
+
+def _compare_fail_failure(config: pytest.Config, metadata: Any) -> list[str]:
+    """pytest-benchmark's own ``--benchmark-compare-fail`` checks on one benchmark (its code, its message)."""
+    session = getattr(config, "_benchmarksession", None)
+    checks = getattr(session, "compare_fail", None)
+    if not checks:
+        return []
+    out = []
+    for path, mapping in getattr(session, "compared_mapping", {}).items():
+        compared = mapping.get(metadata.fullname)
+        if compared is None:
+            continue
+        for check in checks:
+            failure = check.fails(metadata, compared["stats"])
+            if failure:
+                out.append(f"--benchmark-compare-fail against {Path(str(path)).name}: {failure}")
+    if out:
+        config.stash[GATE]["compare_fail"] += 1
+    return out
+
+
 def _reports_dir(config: pytest.Config) -> Path:
     try:
         from perf.fixtures.reporting import reports_dir
@@ -142,38 +234,58 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = config.stash.get(GATE, None)
     if state is None or state["baseline"] is None or session.exitstatus == pytest.ExitCode.USAGE_ERROR:
         return  # refused before measuring (perf.preflight): nothing to compare
-    import numpy as np
-
     from perf.gate.compare import compare_runs, summary, write_verdicts
-    from perf.runs import BenchmarkRecord
 
-    current = {
-        m.fullname: BenchmarkRecord(m.fullname, m.name, m.group, np.asarray(m.stats.data, dtype=np.float64), {},
-                                    m.extra_info)
-        for m in _benchmark_session(config).benchmarks if m and not m.has_error
-    }  # fmt: skip
+    current = {m.fullname: _record(m) for m in _benchmark_session(config).benchmarks if m and not m.has_error}
     rows = compare_runs(state["baseline"], current, state["settings"], state["expected"])
+    rows = [state["judged"].get(row.fullname, row) for row in rows]  # the verdicts the tests were failed by
     state["rows"] = rows
     from perf.fixtures.reporting import RUN_KEY
 
+    perf = config.stash[PERF_SESSION]
     state["path"] = write_verdicts(_reports_dir(config), rows, state["baseline"], state["settings"], _header(state),
-                                   run=config.stash.get(RUN_KEY, None))  # fmt: skip
+                                   run=config.stash.get(RUN_KEY, None),
+                                   current={"run_id": perf.run_id, "injected": perf.options.injected})  # fmt: skip
     state["summary"] = summary(rows, state["settings"])
     if state["summary"]["failed"] and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+@pytest.hookimpl(wrapper=True, trylast=True)  # inside pytest's own: after its failures, before the benchmark table
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> Any:
+    """The perf-compare section, before pytest-benchmark's table. pytest-benchmark then raises PerformanceRegression
+    (a ~60-line traceback) when a --benchmark-compare-fail check failed; the failed tests already say which and
+    why, so it becomes one line."""
+    from pytest_benchmark.session import PerformanceRegression
+
+    _write_verdicts(terminalreporter, config)
+    try:
+        return (yield)
+    except PerformanceRegression:
+        terminalreporter.write_line(COMPARE_FAIL_LINE.format(n=config.stash[GATE]["compare_fail"]), red=True)
+        session = config.stash[GATE].get("session")
+        if session is not None and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return None
+
+
+def _write_verdicts(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """The perf-compare section: the header, one line per benchmark, the unstable warning and the count."""
     state = config.stash.get(GATE, None)
     if state is None or state.get("rows") is None:
         return
-    from perf.gate.compare import format_lines
+    from perf.gate.compare import format_lines, why_lines
 
     counts = state["summary"]
     terminalreporter.write_sep("=", "perf-compare")
     terminalreporter.write_line(_header(state))
     for line in format_lines(state["rows"]):
         terminalreporter.write_line(line)
+    for row in state["rows"]:
+        if why := why_lines(row):
+            terminalreporter.write_line(f"why {row.name} is slower (kernels by change in time per call):")
+            for line in why:
+                terminalreporter.write_line(f"  {line}")
     if counts["unstable"]:
         consequence = "fails the run (--perf-fail-unstable)" if state["settings"].fail_unstable else (
             "not compared; --perf-fail-unstable makes this fail")  # fmt: skip

@@ -39,7 +39,7 @@ PARENT_OUTPUTS: dict[str, Arity] = {
     "--benchmark-autosave": 0, "--benchmark-save": 1, "--benchmark-save-data": 0, "--benchmark-json": 1,
     "--benchmark-compare": "?", "--benchmark-compare-fail": "+", "--benchmark-storage": 1,
     "--benchmark-histogram": "?", "--benchmark-cprofile-dump": "?", "--junitxml": 1, "--junit-xml": 1,
-    "--basetemp": 1,
+    "--basetemp": 1, "--perf-store": 1,
 }  # fmt: skip
 #: Options a child cannot take: it runs without pytest's cache plugin (``-p no:cacheprovider``) and without a
 #: terminal (its output goes to a log), so no last-failed selection, no stepwise, no debugger.
@@ -83,6 +83,8 @@ class Child:
     kind: str
     nodeids: tuple[str, ...]
     options: tuple[str, ...] = ()
+    #: The source tree it runs (a git worktree of another commit, for a paired A/B); None: the caller's ``cwd``.
+    cwd: str | None = None
 
 
 @dataclass
@@ -156,11 +158,16 @@ def forwarded_options(
 
 
 def _failed_tests(log_text: str, returncode: int) -> int:
-    """Tests that failed or errored in a child, from pytest's last summary line; a non-zero exit without one
-    (a crash, a usage error) counts as one. A compare-fail regression alone exits 1 with no failed test."""
+    """Tests that failed or errored in a child, from pytest's last summary line, less those failed by the
+    --benchmark-compare-fail check (a verdict, not a broken test: `COMPARE_FAIL_LINE` counts them); a non-zero
+    exit without a failed test (a crash, a usage error) counts as one."""
+    from perf.gate.plugin import COMPARE_FAIL_LINE
+
     matches = re.findall(r"(\d+) (?:failed|errors?)\b", log_text.rsplit("\n= ", 1)[-1])
+    pattern = re.escape(COMPARE_FAIL_LINE).replace(re.escape("{n}"), r"(\d+)")
+    regressed = sum(int(n) for n in re.findall(pattern, log_text))
     if matches:
-        return sum(int(m) for m in matches)
+        return max(0, sum(int(m) for m in matches) - regressed)
     return 0 if returncode == 0 or REGRESSED in log_text else 1
 
 
@@ -180,7 +187,7 @@ def load_plan(folder: Path) -> list[Child] | None:
     path = folder / PLAN
     if not path.is_file():
         return None
-    return [Child(c["label"], c["kind"], tuple(c["nodeids"]), tuple(c["options"]))
+    return [Child(c["label"], c["kind"], tuple(c["nodeids"]), tuple(c["options"]), c.get("cwd"))
             for c in json.loads(path.read_text(encoding="utf-8"))["children"]]  # fmt: skip
 
 
@@ -199,13 +206,18 @@ def run_children(
     ``compare_fail`` (e.g. "median:5%"): each "identical" child after the first is also run with
     pytest-benchmark's ``--benchmark-compare=<the previous identical run> --benchmark-compare-fail=...``, and its
     result records whether that check passed. ``deadline`` (``time.monotonic()`` seconds): no child starts that
-    would likely end after it (judged by the longest child so far); the plan can be resumed later.
+    would likely end after it (judged by the longest child so far); the plan can be resumed later. A progress
+    bar (`detector.progress`) counts the processes where stderr is a terminal, or with ``DETECTOR_PROGRESS=1``.
     """
+    from detector.progress import progress
+
     storage = folder / "storage"
     results: list[ChildResult] = []
     previous_identical: Path | None = None
     longest = 0.0
+    bar = progress(total=len(children), desc="fresh pytest processes", unit="process")
     for index, child in enumerate(children):
+        bar.set_postfix_str(child.label)
         log_path = folder / f"{child.label}.log"
         run = _saved_run(storage, child.label)
         if run is None and deadline is not None and time.monotonic() + longest > deadline:
@@ -224,8 +236,10 @@ def run_children(
             with open(log_path, "w", encoding="utf-8") as out:
                 out.write("$ " + " ".join(command) + "\n")
                 out.flush()
-                env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-                code = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                env = {**os.environ, "PYTHONUNBUFFERED": "1", "PERF_STORE": "none"}  # children's runs are not history
+                if child.cwd is not None:  # that tree's packages, not the installed (editable) ones
+                    env["PYTHONPATH"] = os.pathsep.join(p for p in (child.cwd, os.environ.get("PYTHONPATH")) if p)
+                code = subprocess.run(command, cwd=child.cwd or cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                       check=False).returncode  # fmt: skip
             seconds = time.perf_counter() - start
             with open(log_path, "a", encoding="utf-8") as out:
@@ -246,5 +260,8 @@ def run_children(
         if child.kind == "identical" and run is not None:
             previous_identical = run
         if on_done is not None:
+            bar.clear()  # the caller's line, then the bar again below it
             on_done(result, index + 1, len(children))
+        bar.update(1)
+    bar.close()
     return results

@@ -1,6 +1,7 @@
 """The gate's statistics: is a benchmark slower, faster or unchanged, and were its timings stable enough to say.
 
-Pure functions of per-round timings (1-D arrays of seconds, in the order the rounds ran); numpy only.
+Pure functions of per-round timings (1-D arrays of seconds, in the order the rounds ran); numpy only (scipy for
+Student's t of paired processes, `paired_ratio_interval`).
 
 *Comparison.* The effect is the ratio of medians ``median(candidate) / median(baseline)`` (> 1: slower). Its
 confidence interval comes from a seeded, vectorised **circular block bootstrap**: each resample is built from
@@ -202,6 +203,22 @@ def log_median_se(x: np.ndarray, resamples: int = 400, seed: int = 0) -> float:
     return float(np.std(np.log(boot), ddof=1)) if boot.size > 1 else 0.0
 
 
+def paired_ratio_interval(baseline_medians: Sequence[float] | np.ndarray, candidate_medians: Sequence[float] | np.ndarray,
+                          confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:  # fmt: skip
+    """(ratio, lo, hi) of K paired processes: the geometric mean of the per-pair ratios ``candidate_i / baseline_i``
+    and its Student-t interval on K - 1 degrees of freedom (log space). Each pair ran back to back on one runner,
+    so the between-process noise is in the pairs' scatter and the interval holds it; K >= 2 pairs."""
+    base, cand = _as_sample(baseline_medians, "baseline"), _as_sample(candidate_medians, "candidate")
+    if base.size != cand.size or base.size < 2 or np.any(base <= 0) or np.any(cand <= 0):
+        raise ValueError(f"paired medians: expected K >= 2 positive pairs, got {base.size} and {cand.size} values")
+    from scipy import stats
+
+    logs = np.log(cand) - np.log(base)
+    mean, se = float(logs.mean()), float(logs.std(ddof=1) / math.sqrt(logs.size))
+    half = float(stats.t.ppf(0.5 + confidence / 2, logs.size - 1)) * se
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
 def decide(lo: float, hi: float, min_effect: float = DEFAULT_MIN_EFFECT) -> str:
     """"slower" if the interval lies above ``1 + min_effect``, "faster" if below ``1 / (1 + min_effect)``,
     else "no change"."""
@@ -210,6 +227,13 @@ def decide(lo: float, hi: float, min_effect: float = DEFAULT_MIN_EFFECT) -> str:
     if hi < 1 / (1 + min_effect):
         return FASTER
     return NO_CHANGE
+
+
+def inconclusive(ratio: float, min_effect: float = DEFAULT_MIN_EFFECT) -> bool:
+    """Whether a "no change" from `decide` is really undecided: the point estimate ``ratio`` lies outside the
+    no-change band ``[1 / (1 + min_effect), 1 + min_effect]`` while the interval still reaches into it. Callers
+    report such a result as unstable, never as "no change"."""
+    return ratio > 1 + min_effect or ratio < 1 / (1 + min_effect)
 
 
 def compare_samples(

@@ -1,10 +1,13 @@
 """What the suite measures: the (backend, variant, precision, batch) cases, made from the perf options.
 
 Cases are parametrised at collection time from ``--perf-backends``, ``--perf-precisions`` and
-``--perf-batch-sizes``, over every variant the backend registry holds for the selected backends and the
-device (:func:`detector.backends.variants`; a variant registered there is measured, with nothing to add
-here); every combination is collected so that one that cannot run here shows up as a skip with its reason
-(``tensorrt not installed``, ``no CUDA device``) instead of silently vanishing.
+``--perf-batch-sizes``, over every variant the backend registry holds for the selected backends
+(:func:`detector.backends.variants`; a variant registered there is measured, with nothing to add here). Every
+combination is collected under its own id, also one that cannot run here: it is skipped at set-up, before any
+fixture runs, with the reason, instead of silently vanishing (an empty parameter set). A variant made for CUDA
+carries the ``gpu`` marker, so on a CPU run the suite's gate says ``needs a CUDA device; --perf-device is cpu``
+(`perf.session.PerfSession.skip_reason`); a backend or precision this machine cannot run carries a skip with
+`unavailable_reason` (``tensorrt not installed (...)``, ``onnxruntime has no fp16 mode (it runs fp32)``).
 
 The ``ci`` marker picks the key benchmarks of every family (`KEY_CASES`): ``pytest perf -m ci`` is the
 selection a CI gate runs on every change (a few minutes on one H100); the full suite stays the default.
@@ -18,8 +21,9 @@ from typing import Any
 
 import pytest
 
+from detector.backends import Variant, availability, runner_class, variants
 from detector.backends import backend as registered_backend
-from detector.backends import variants
+from detector.errors import BackendError, BackendUnavailable
 
 #: The key (variant, precision) pairs of each family per device type, which ``-m ci`` selects; inference also
 #: only at batch 1 and the largest selected batch size (batch 1 only on a CPU, where a large batch takes seconds).
@@ -74,38 +78,77 @@ def variants_for(backends: Iterable[str], device: str) -> list[str]:
     return [v.name for v in variants(backends, device)]
 
 
-def _marks(backend: str, device: str) -> list[pytest.MarkDecorator]:
-    """``gpu`` on a CUDA device, then the markers the backend registered (:attr:`detector.backends.Backend.marks`)."""
-    marks = [pytest.mark.gpu] if device.startswith("cuda") else []
-    return marks + [getattr(pytest.mark, name) for name in registered_backend(backend).marks]
+def unavailable_reason(backend: str, device: str, precision: str) -> str | None:
+    """Why backend ``backend`` cannot run ``precision`` on ``device`` ("cpu", "cuda", "cuda:N") on this machine, in
+    one line, or None when it can: its module missing (``tensorrt not installed (tried ...)``), a precision its
+    runner lacks (``onnxruntime has no fp16 mode (it runs fp32)``), then the runner's own checks
+    (:func:`detector.backends.availability`: ``fp16 needs a CUDA device (the CPU runs fp32 only)``, no CUDA device).
+    The one wording of these skips: the cases and `perf.fixtures.models.RunnerPool` both use it."""
+    try:
+        supported = runner_class(backend).precisions
+    except BackendUnavailable as e:
+        return str(e)
+    if precision not in supported:
+        return f"{backend} has no {precision} mode (it runs {', '.join(supported)})"
+    try:
+        return availability(backend, device, precision)
+    except BackendError as e:  # a device type the runner does not support
+        return str(e)
+
+
+def _marks(preset: Variant, device: str) -> list[pytest.MarkDecorator]:
+    """``gpu`` on a CUDA device or for a variant made for CUDA only, then the markers its backend registered
+    (:attr:`detector.backends.Backend.marks`)."""
+    needs_cuda = "cpu" not in preset.devices
+    marks = [pytest.mark.gpu] if device.startswith("cuda") or needs_cuda else []
+    return marks + [getattr(pytest.mark, name) for name in registered_backend(preset.backend).marks]
+
+
+def _skip(preset: Variant, precision: str, device: str, known: dict[tuple[str, str], str | None]) -> str | None:
+    """Why the case cannot run here, for a ``skip`` mark, or None. A CUDA-only variant on the CPU gets none: its
+    ``gpu`` marker has the suite skip it at set-up, in the words of ``--perf-device`` (auto or cpu)."""
+    device_type = device.partition(":")[0]
+    if device_type not in preset.devices:
+        if device_type == "cpu" and "cuda" in preset.devices:
+            return None
+        return f"{preset.name} runs on {', '.join(preset.devices)} only, not {device}"
+    if (preset.backend, precision) not in known:
+        known[preset.backend, precision] = unavailable_reason(preset.backend, device, precision)
+    return known[preset.backend, precision]
 
 
 def make_cases(
     backends: Iterable[str], precisions: Iterable[str], batch_sizes: Iterable[int] | None, device: str,
     *, nsys_first: bool = False, exclude: tuple[str, str] | None = None, family: str | None = None,
 ) -> list[Any]:
-    """pytest params for every variant x precision (x batch size, when ``batch_sizes`` is given).
+    """pytest params for every variant x precision (x batch size, when ``batch_sizes`` is given) of ``backends``,
+    those that cannot run on ``device`` included (skipped with their reason, see the module's docstring).
 
-    ``nsys_first`` adds the ``nsys`` marker to the first case of each variant (one profiled benchmark per
-    backend); ``exclude`` drops one (variant, precision) pair, e.g. the parity reference itself; ``family``
-    ("inference" by default with batch sizes, else none) adds the ``ci`` marker to its key cases.
+    ``nsys_first`` adds the ``nsys`` marker to the first case of each variant that is not known to skip (one
+    profiled benchmark per backend); ``exclude`` drops one (variant, precision) pair, e.g. the parity reference
+    itself; ``family`` ("inference" by default with batch sizes, else none) adds the ``ci`` marker to its key cases.
     """
     family = family or ("inference" if batch_sizes else None)
+    device_type = device.partition(":")[0]
+    known: dict[tuple[str, str], str | None] = {}
     params = []
-    for registered in variants(backends, device):
+    for registered in variants(backends):  # on every device: a case that cannot run here is a skip, not a gap
         variant, backend, options = registered.name, registered.backend, registered.options
-        first = True
+        profiled = False
         for precision in precisions:
             if exclude == (variant, precision):
                 continue
+            reason = _skip(registered, precision, device, known)
             for batch in batch_sizes or (1,):
                 case = Case(variant, backend, precision, batch, dict(options))
-                marks = _marks(backend, device)
-                if nsys_first and first:
+                marks = _marks(registered, device)
+                if reason is not None:
+                    marks.append(pytest.mark.skip(reason=reason))
+                elif nsys_first and not profiled and device_type in registered.devices:
                     marks.append(pytest.mark.nsys)
+                    profiled = True
                 if family and is_key(family, variant, precision, batch if batch_sizes else None, batch_sizes, device):
                     marks.append(pytest.mark.ci)
-                first = False
                 params.append(pytest.param(case, id=case.id if batch_sizes else case.label.replace(" ", "-"),
                                            marks=marks))
     return params

@@ -1,8 +1,13 @@
 """The history of each benchmark across saved runs, with its changes marked (pure functions, no plotting).
 
 A point is *marked* when its median moved by more than ``threshold`` (a fraction: 0.10 = 10 %) against the
-previous run that has the same benchmark, or -- for the newest run -- when the compare verdict says ``slower`` or
-``faster``. Commit changes (a different ``commit_info.id`` than the previous run) are flagged as well.
+previous normal run that has the same benchmark, or when the compare verdict of its run says ``slower`` or
+``faster`` (the verdicts belong to the run they judged, matched by run id: `perf.runs.Verdicts.judges`). Commit
+changes (a different ``commit_info.id`` than the previous normal run) are flagged as well.
+
+A run made with test-only options (``--perf-inject-delay``, ``--perf-regression``: `perf.runs.SavedRun.injected`)
+is a point of its own kind: compared with the normal run before it and marked like any other (that is how one sees
+the gate's marks work), but never the base of the next run's change, and flagged ``injected``.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import math
 from dataclasses import dataclass
 
 from perf.report.inputs import ReportInputs
-from perf.runs import BenchmarkRecord, SavedRun
+from perf.runs import BenchmarkRecord, SavedRun, describe_injected
+from perf.store.db import run_id_of
 
 #: Verdict words (lower case) that mean slower / faster; anything else marks nothing.
 SLOWER = frozenset({"slower", "regression", "regressed", "worse", "fail", "failed"})
@@ -39,10 +45,17 @@ class Point:
     index: int  # position of the run in the history (0 = oldest)
     run: SavedRun
     bench: BenchmarkRecord
-    change: float | None  # (median - previous median) / previous median; None for the first point
+    change: float | None  # (median - base median) / base median, base: the previous normal run; None for none
     mark: str | None  # "slower", "faster" or None
     reason: str  # why it is marked ("median +23% vs 0002", "compare verdict: slower"), or ""
-    commit_changed: bool  # the run's commit differs from the previous run's
+    commit_changed: bool  # the run's commit differs from the previous normal run's
+    #: "slower" / "faster" when a change point of the history starts at this run (`perf.store.changepoints`).
+    level: str | None = None
+
+    @property
+    def injected(self) -> bool:
+        """Whether the run was made with test-only options (its times are not the code's own)."""
+        return bool(self.run.injected)
 
     @property
     def median(self) -> float:
@@ -71,32 +84,35 @@ def _verdict_mark(verdict: dict | None) -> str | None:
 
 
 def history(inputs: ReportInputs, fullname: str, threshold: float = DEFAULT_THRESHOLD) -> list[Point]:
-    """The points of benchmark ``fullname`` over ``inputs.runs`` (oldest first), changes marked."""
+    """The points of benchmark ``fullname`` over ``inputs.runs`` (oldest first), changes marked; each compared with
+    the previous normal (not injected) run."""
     points: list[Point] = []
-    previous: Point | None = None
-    last = len(inputs.runs) - 1
+    base: Point | None = None
     for index, run in enumerate(inputs.runs):
         bench = run.benchmarks.get(fullname)
         if bench is None:
             continue
-        change, mark, reason = None, None, ""
-        if previous is not None and previous.median > 0:
-            change = (bench.stat("median") - previous.median) / previous.median
+        change, mark, reasons = None, None, []
+        if run.injected:
+            reasons.append(f"injected ({describe_injected(run.injected)})")
+        if base is not None and base.median > 0:
+            change = (bench.stat("median") - base.median) / base.median
             if abs(change) > threshold:
                 mark = "slower" if change > 0 else "faster"
-                reason = f"median {change:+.0%} vs {previous.run.number:04d}"
-        verdict_mark = _verdict_mark(inputs.verdict_for(bench)) if index == last else None
+                reasons.append(f"median {change:+.0%} vs {base.run.name}")
+        verdict_mark = _verdict_mark(inputs.verdict_for(run, bench))
         if verdict_mark is not None:
             mark = verdict_mark
-            reason = "; ".join(filter(None, [reason, f"compare verdict: {verdict_mark}"]))
-        commit_changed = previous is not None and (run.commit, run.dirty) != (previous.run.commit, previous.run.dirty)
-        previous = Point(index, run, bench, change, mark, reason, commit_changed)
-        points.append(previous)
+            reasons.append(f"compare verdict: {verdict_mark}")
+        level = None
+        for found in inputs.changes:
+            if found.fullname == fullname and found.run_id == (run.run_id or run_id_of(run.raw)):
+                level = "slower" if found.change.ratio > 1 else "faster"
+                reasons.append(f"change point: level {100 * (found.change.ratio - 1):+.1f}%")
+        commit_changed = base is not None and (run.commit, run.dirty) != (base.run.commit, base.run.dirty)
+        point = Point(index, run, bench, change, mark, "; ".join(reasons) if mark or level or run.injected else "",
+                      commit_changed, level)
+        points.append(point)
+        if not run.injected:
+            base = point
     return points
-
-
-def previous_change(inputs: ReportInputs, fullname: str, threshold: float = DEFAULT_THRESHOLD) -> Point | None:
-    """The newest run's point of ``fullname`` (None when the newest run lacks it)."""
-    points = history(inputs, fullname, threshold)
-    latest = inputs.latest
-    return points[-1] if points and latest is not None and points[-1].run is latest else None

@@ -5,8 +5,11 @@
 * The suite's report: ``<reports>/perf-report.json`` (`perf.report.suite`), its tables declared in
   `perf.report.schema` and checked by `perf.validate.report_problem`: end-to-end stage times and parity rows
   (with the IoU of every matched pair, see `perf.measure.parity.report_row`).
+* Or the runs of a history store (``--store``, `perf.store.db`), and in either case the change points of their
+  histories (`perf.store.changepoints`, needs ruptures).
 * Compare verdicts: ``<reports>/perf-compare.json`` (what ``--perf-compare`` writes) or a given verdict file
-  (`perf.runs.load_verdicts`).
+  (`perf.runs.load_verdicts`). They belong to the run they judged (`perf.runs.Verdicts.judges`, by run id) and to
+  no other: `ReportInputs.verdict_for` gives a benchmark's verdict only in that run.
 
 Bad input that leaves nothing to report raises `perf.runs.HistoryError`, one line naming the file.
 """
@@ -19,7 +22,16 @@ from typing import Any
 
 from perf.report.schema import TableSpec
 from perf.report.suite import REPORT_STEM
-from perf.runs import BenchmarkRecord, HistoryError, SavedRun, Verdicts, load_runs, load_verdicts, read_json, run_files
+from perf.runs import (
+    BenchmarkRecord,
+    HistoryError,
+    SavedRun,
+    Verdicts,
+    load_runs,
+    load_verdicts,
+    read_json,
+    run_files,
+)
 from perf.validate import report_problem
 
 #: The suite's report file the reports read (the latest run's copy).
@@ -35,18 +47,34 @@ class ReportInputs:
     verdicts: Verdicts | None = None
     warnings: list[str] = field(default_factory=list)
     storage: Path | None = None
+    report_device: str | None = None  # the suite report's "device", when it says
+    #: Change points of the runs' histories (`perf.store.changepoints.HistoryChange`), oldest first.
+    changes: list[Any] = field(default_factory=list)
 
     @property
     def latest(self) -> SavedRun | None:
         return self.runs[-1] if self.runs else None
 
+    @property
+    def device(self) -> str | None:
+        """What the reported run measured on (``"cpu"``, ``"cuda"``): the suite report's, else the newest saved
+        run's; None when neither says."""
+        return self.report_device or (self.latest.device if self.latest is not None else None)
+
+    @property
+    def judged_run(self) -> SavedRun | None:
+        """The run the compare verdicts judged, when it is one of :attr:`runs`; else None."""
+        return next((run for run in self.runs if self.verdicts is not None and self.verdicts.judges(run)), None)
+
     def rows(self, table: TableSpec) -> list[dict[str, Any]]:
         """The suite report's rows of ``table`` (none when the report lacks it)."""
         return self.tables.get(table.title, [])
 
-    def verdict_for(self, bench: BenchmarkRecord) -> dict[str, Any] | None:
-        """The compare verdict entry of ``bench``, or None."""
-        return None if self.verdicts is None else self.verdicts.entry(bench.fullname, bench.name)
+    def verdict_for(self, run: SavedRun, bench: BenchmarkRecord) -> dict[str, Any] | None:
+        """The compare verdict entry of ``bench`` in ``run``: None unless the verdicts judged that very run."""
+        if self.verdicts is None or not self.verdicts.judges(run):
+            return None
+        return self.verdicts.entry(bench.fullname, bench.name)
 
 
 def _newest_machine(files: list[Path]) -> str:
@@ -78,41 +106,95 @@ def load_machine_runs(storage: Path, machine_id: str | None = None) -> tuple[lis
     return runs, warnings + [f"skipped corrupt saved run: {e}" for e in skipped]
 
 
-def load_tables(reports: Path) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
-    """The tables of ``<reports>/perf-report.json`` by title; a missing file is a warning, a corrupt one a
-    `HistoryError`."""
+def load_tables(reports: Path) -> tuple[dict[str, list[dict[str, Any]]], str | None, list[str]]:
+    """The tables of ``<reports>/perf-report.json`` by title, the device it says the run measured on (None when it
+    does not) and warnings; a missing file is a warning, a corrupt one a `HistoryError`."""
     if not reports.is_dir():
         problem = "not a folder" if reports.exists() else "no such folder"
         raise HistoryError(f"reports folder '{reports}': {problem}")
     path = reports / PERF_REPORT
     if not path.exists():
-        return {}, [f"no {PERF_REPORT} in '{reports}': no end-to-end stage table from the report, no parity"]
+        return {}, None, [f"no {PERF_REPORT} in '{reports}': no end-to-end stage table from the report, no parity"]
     doc = read_json(path, "the suite's report")
     problem = report_problem(doc)
     if problem is not None:
         raise HistoryError(f"'{path}': not a usable perf report: {problem}")
-    return doc["tables"], []
+    device = doc.get("device")
+    return doc["tables"], device if isinstance(device, str) and device else None, []
+
+
+def load_store_runs(where: str) -> tuple[list[SavedRun], Any, list[str]]:
+    """The runs of the history store ``where`` (`perf.store.db`) of the machine of its newest run, oldest first,
+    test-only runs included (the report draws them apart), that machine's newest noise profile (or None), and
+    warnings naming the other machines' histories."""
+    from perf.store.db import machine_key, open_store
+
+    with open_store(where) as store:
+        every = store.runs(include_injected=True)
+        if not every:
+            return [], None, [f"history store '{store.shown}' holds no runs"]
+        key = machine_key(every[-1].machine_info)
+        others = [m for m in store.machines() if m[0] != key]
+        profile = store.noise_profile(key)
+    warnings = [f"history of machine {host or '?'} ({runs} runs) in the store is not in this report"
+                for _, host, runs in others]  # fmt: skip
+    return [run for run in every if machine_key(run.machine_info) == key], profile, warnings
+
+
+def storage_profile(storage: Path, runs: list[SavedRun]) -> Any:
+    """This machine's noise profile in the benchmark storage (``<storage>/noise/``), or None (also when it is
+    unreadable: change points then use the default floor)."""
+    from perf.gate.noise import NoiseProfileError, find_profile
+
+    fingerprint = runs[-1].fingerprint if runs else None
+    if not isinstance(fingerprint, dict):
+        return None
+    try:
+        return find_profile(storage, fingerprint)
+    except NoiseProfileError:
+        return None
+
+
+def find_changes(runs: list[SavedRun], profile: Any = None) -> tuple[list[Any], list[str]]:
+    """The change points of ``runs``' histories (`perf.store.changepoints`; each benchmark's floor from
+    ``profile`` where it has one), and a warning when ruptures is missing (no change points then)."""
+    try:
+        import ruptures  # noqa: F401 - the change-point finder's library
+    except ImportError:
+        return [], ["no change points: they need ruptures (pip install -e '.[report]')"]
+    from perf.store.changepoints import floors_from_profile, history_changes, points_from_runs
+
+    return history_changes(points_from_runs(runs), floors=floors_from_profile(profile)), []
 
 
 def load_inputs(storage: Path | None, reports: Path | None, *, machine_id: str | None = None,
-                verdicts: Path | None = None) -> ReportInputs:
+                verdicts: Path | None = None, store: str | None = None) -> ReportInputs:
     """Read everything a report needs; `HistoryError` when nothing is left to report.
 
-    ``verdicts``: a verdict file; None takes ``perf-compare.json`` of ``reports`` when it is there."""
+    ``verdicts``: a verdict file; None takes ``perf-compare.json`` of ``reports`` when it is there. ``store``: read
+    the runs from this history store (`perf.store.db`) instead of the storage folder."""
     inputs = ReportInputs(storage=storage)
-    if storage is not None:
+    profile = None
+    if store is not None:
+        inputs.runs, profile, warnings = load_store_runs(store)
+        inputs.warnings += warnings
+    elif storage is not None:
         inputs.runs, warnings = load_machine_runs(storage, machine_id)
         inputs.warnings += warnings
         if not inputs.runs:
             inputs.warnings.append(f"benchmark storage '{storage}' holds no saved runs")
+        profile = storage_profile(storage, inputs.runs)
+    if len(inputs.runs) >= 3:
+        inputs.changes, warnings = find_changes(inputs.runs, profile)
+        inputs.warnings += warnings
     if reports is not None:
-        inputs.tables, warnings = load_tables(reports)
+        inputs.tables, inputs.report_device, warnings = load_tables(reports)
         inputs.warnings += warnings
     if verdicts is not None:
         inputs.verdicts = load_verdicts(path=verdicts)
     elif reports is not None:
         inputs.verdicts = load_verdicts(reports)
     if not inputs.runs and not inputs.tables:
-        where = " or ".join(f"'{p}'" for p in (storage, reports) if p is not None) or "no input given"
+        where = " or ".join(f"'{p}'" for p in (store or storage, reports) if p is not None) or "no input given"
         raise HistoryError(f"nothing to report: no saved benchmark runs and no {PERF_REPORT} in {where}")
     return inputs

@@ -1,26 +1,57 @@
 """The HTML report's figures, each returned as PNG bytes (matplotlib, imported lazily, Agg canvas only).
 
 Figures are built on ``matplotlib.figure.Figure`` without pyplot, so nothing touches a global backend or the
-user's interactive session. Times on the axes are milliseconds.
+user's interactive session. Each figure is as wide as the page (`WIDTH` inches at `DPI`) and picks the time unit
+its values read best in (`perf.report.readable.time_unit`: µs, ms or s), with positional tick labels. A
+distribution is drawn as its rounds allow: a violin from `VIOLIN_MIN_ROUNDS` rounds on, a box with every round
+as a dot below that, a single dot for one round. The history of every benchmark is one figure of small
+multiples, one panel per benchmark; points of injected runs (`perf.runs.SavedRun.injected`) are grey crosses off
+the median line.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec
+
+from perf.report.readable import duration, number, tick_text, time_unit
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from perf.report.changes import Point
     from perf.runs import BenchmarkRecord
 
-#: Colours of the marks: slower, faster, commit change.
-SLOWER, FASTER, COMMIT = "#d62728", "#2ca02c", "#7f7f7f"
+#: Colours of the marks: slower, faster, commit change, injected run.
+SLOWER, FASTER, COMMIT, INJECTED = "#d62728", "#2ca02c", "#7f7f7f", "#8c8c8c"
 _PALETTE = ("#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
-DPI = 80
+DPI = 100
+#: Figure width (inches): the page's width at `DPI`.
+WIDTH = 10.5
+#: Rounds from which a distribution is drawn as a violin (fewer: a box and every round as a dot).
+VIOLIN_MIN_ROUNDS = 20
+#: Panels per row of the history figure, by how many panels there are at most: (panels, columns).
+HISTORY_COLUMNS = ((4, 2), (18, 3), (10**9, 4))
+P = ParamSpec("P")
+_FONT = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
+         "legend.fontsize": 9}  # fmt: skip
+
+
+def _styled(draw: Callable[P, bytes]) -> Callable[P, bytes]:
+    """Run a figure function with the report's font sizes (`_FONT`), leaving matplotlib's settings as they were."""
+
+    @functools.wraps(draw)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> bytes:
+        from matplotlib import rc_context
+
+        with rc_context(_FONT):
+            return draw(*args, **kwargs)
+
+    return wrapper
 
 
 def _figure(width: float, height: float) -> Figure:
@@ -39,55 +70,109 @@ def png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
+def _plain_ticks(axis: Any) -> None:
+    """Tick labels as plain numbers (``20``, ``1,000``), on linear and log axes alike."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(tick_text))
+    if axis.get_scale() == "log":
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_minor_formatter(NullFormatter())
+
+
 def backend_of(bench: BenchmarkRecord) -> str:
     """The runner variant (or backend) a benchmark measured; "" when it did not say."""
     info = bench.extra_info
     return str(info.get("variant") or info.get("backend") or "")
 
 
+def short_name(bench: BenchmarkRecord) -> str:
+    """The part of a benchmark's name that tells it from others of its test: ``torch-fp32-b8`` of
+    ``test_inference_speed[torch-fp32-b8]``; the whole name when it has no parameters."""
+    name = bench.name
+    return name[name.index("[") + 1 : -1] if "[" in name and name.endswith("]") else name
+
+
+def distribution_kind(data: Sequence[float]) -> str:
+    """How a benchmark's rounds are drawn: ``"violin"`` from `VIOLIN_MIN_ROUNDS` rounds with a spread, ``"box"``
+    (with every round as a dot) for 2 or more, ``"dot"`` for one round or rounds all alike, ``"stats"`` (a box
+    from the saved statistics) for none."""
+    if not len(data):
+        return "stats"
+    if len(data) == 1 or max(data) == min(data):
+        return "dot"
+    return "violin" if len(data) >= VIOLIN_MIN_ROUNDS else "box"
+
+
+def _axis_label(bench: BenchmarkRecord, unit: str) -> str:
+    """``frame time (ms per frame)`` from the benchmark's ``extra_info["samples"]``; ``time per call (ms)``."""
+    info = bench.metric_info("time")
+    label, per = str(info.get("label") or "time per call"), str(info.get("unit") or "s")
+    return f"{label} ({unit}{per[1:] if per.startswith('s ') else ''})"
+
+
+@_styled
 def latency_distribution(benches: Sequence[BenchmarkRecord], title: str) -> bytes:
-    """Horizontal violins of every round's time (ms) when the rounds were saved, else a box from the stats
-    (min, q1, median, q3, max); one row per benchmark, coloured by backend."""
+    """Every round's time per benchmark, one row each in the given order, coloured by backend: a violin from
+    `VIOLIN_MIN_ROUNDS` rounds on, below that a box (min to max) with each round as a dot, one round a dot; a
+    box from the saved statistics (min, q1, median, q3, max) when the rounds were not saved. A log axis when the
+    times span more than 30x."""
     backends = list(dict.fromkeys(backend_of(b) for b in benches))
     colour = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(backends)}
-    fig = _figure(9, 1.2 + 0.38 * len(benches))
+    medians = [b.stat("median") for b in benches if b.stat("median") > 0]
+    unit, scale = time_unit(min(medians, default=1e-3))
+    fig = _figure(WIDTH, 1.3 + 0.42 * len(benches))
     ax = fig.add_subplot()
-    lows = []
+    lows, highs, labels = [], [], []
     for y, bench in enumerate(benches):
         c = colour[backend_of(bench)]
-        if bench.has_rounds and len(bench.data) > 1 and bench.data.max() > bench.data.min():
-            data = [float(v) * 1e3 for v in bench.data]
-            parts = ax.violinplot([data], positions=[y], orientation="horizontal", showmedians=True, widths=0.8)
+        data = [float(v) / scale for v in bench.data] if bench.has_rounds else []
+        kind = distribution_kind(data)
+        if kind == "violin":
+            parts = ax.violinplot([data], positions=[y], orientation="horizontal", showmedians=True,
+                                  showextrema=False, widths=0.8)
             for body in parts["bodies"]:
                 body.set_facecolor(c)
-                body.set_alpha(0.55)
-            for key in ("cmedians", "cmins", "cmaxes", "cbars"):
-                parts[key].set_color(c)
-            lows.append(min(data))
+                body.set_alpha(0.5)
+            parts["cmedians"].set_color("black")
+        elif kind in ("box", "dot"):
+            if kind == "box":
+                ax.boxplot([data], positions=[y], orientation="horizontal", whis=(0, 100), widths=0.55,
+                           patch_artist=True, showfliers=False, boxprops={"facecolor": c, "alpha": 0.35},
+                           medianprops={"color": "black"})  # fmt: skip
+            offsets = [0.0] if len(data) == 1 else [0.18 * (i / (len(data) - 1) - 0.5) for i in range(len(data))]
+            ax.scatter(data, [y + o for o in offsets], s=14 if kind == "box" else 40, color=c, zorder=3,
+                       edgecolors="black", linewidths=0.4)
         else:
-            s = {k: bench.stat(k) * 1e3 for k in ("min", "q1", "median", "q3", "max")}
+            s = {k: bench.stat(k) / scale for k in ("min", "q1", "median", "q3", "max")}
             ax.bxp([{"med": s["median"], "q1": s["q1"], "q3": s["q3"], "whislo": s["min"], "whishi": s["max"],
                      "fliers": []}], positions=[y], orientation="horizontal", widths=0.5, patch_artist=True,
-                   boxprops={"facecolor": c, "alpha": 0.55}, medianprops={"color": "black"})
-            lows.append(s["min"])
-    ax.set_yticks(range(len(benches)), [b.name for b in benches], fontsize=8)
-    ax.invert_yaxis()
-    highs = [bench.stat("max") * 1e3 for bench in benches]
+                   boxprops={"facecolor": c, "alpha": 0.35}, medianprops={"color": "black"})
+            data = [s["min"], s["max"]]
+        lows.append(min(data))
+        highs.append(max(data))
+        rounds = len(bench.data) if bench.has_rounds else int(bench.stat("rounds")) if bench.stat("rounds") > 0 else 0
+        labels.append(f"{short_name(bench)} · {rounds} round{'s' if rounds != 1 else ''}")
+    ax.set_yticks(range(len(benches)), labels)
+    ax.set_ylim(len(benches) - 0.5, -0.5)
     positive = [v for v in lows if v > 0]
     if positive and max(highs) / min(positive) > 30:
         ax.set_xscale("log")
-    ax.set_xlabel("time per call (ms)" + ("" if any(b.has_rounds for b in benches) else "; box from saved stats"))
-    ax.set_title(title)
+    _plain_ticks(ax.xaxis)
+    raw = "" if any(b.has_rounds for b in benches) else "; boxes from saved statistics"
+    ax.set_xlabel(_axis_label(benches[0], unit) + raw if benches else unit)
+    ax.set_title(title, loc="left")
     ax.grid(axis="x", alpha=0.3)
-    handles = [ax.plot([], [], color=colour[n], lw=6, alpha=0.55)[0] for n in backends if n]
-    if handles:
-        ax.legend(handles, [n for n in backends if n], fontsize=8, loc="best")
+    handles = [ax.plot([], [], color=colour[n], lw=6, alpha=0.5)[0] for n in backends if n]
+    if len(handles) > 1:  # above the axes: inside, it would hide rounds
+        fig.legend(handles, [n for n in backends if n], loc="outside upper right", ncols=len(handles), frameon=False)
     return png(fig)
 
 
+@_styled
 def stage_breakdown(rows: Sequence[tuple[str, dict[str, float], float, Any]], stages: Sequence[str]) -> bytes:
     """Stacked horizontal bars: milliseconds per frame of each pipeline stage, one bar per end-to-end case."""
-    fig = _figure(9, 1.8 + 0.45 * len(rows))
+    fig = _figure(WIDTH, 1.6 + 0.5 * len(rows))
     ax = fig.add_subplot()
     left = [0.0] * len(rows)
     for i, stage in enumerate(stages):
@@ -95,20 +180,22 @@ def stage_breakdown(rows: Sequence[tuple[str, dict[str, float], float, Any]], st
         ax.barh(range(len(rows)), widths, left=left, color=_PALETTE[i % len(_PALETTE)], label=stage)
         left = [a + b for a, b in zip(left, widths)]
     for y, (total, row) in enumerate(zip(left, rows)):
-        fps = f", {row[2]:.1f} FPS" if not math.isnan(row[2]) else ""
-        ax.annotate(f"{total:.1f} ms{fps}", (total, y), xytext=(4, 0), textcoords="offset points",
-                    va="center", fontsize=8)
-    ax.set_yticks(range(len(rows)), [row[0] for row in rows], fontsize=8)
+        fps = f", {number(row[2])} FPS" if not math.isnan(row[2]) else ""
+        ax.annotate(f"{duration(total / 1e3)}{fps}", (total, y), xytext=(4, 0), textcoords="offset points",
+                    va="center")
+    ax.set_yticks(range(len(rows)), [row[0] for row in rows])
     ax.invert_yaxis()
-    ax.set_xlim(0, max(left, default=1.0) * 1.25 or 1.0)
+    ax.set_xlim(0, max(left, default=1.0) * 1.3 or 1.0)
+    _plain_ticks(ax.xaxis)
     ax.set_xlabel("ms per frame")
-    fig.legend(fontsize=8, ncols=len(stages), loc="outside upper center")
+    fig.legend(ncols=len(stages), loc="outside upper center")
     return png(fig)
 
 
+@_styled
 def iou_histogram(label: str, ious: Sequence[float], mean_iou_min: float | None) -> bytes:
     """Histogram of the matched pairs' IoU with the reference, their mean and the pass criterion."""
-    fig = _figure(6, 3)
+    fig = _figure(WIDTH / 2, 3)
     ax = fig.add_subplot()
     low = min(ious)
     ax.hist(ious, bins=50, range=(min(low, 0.99), 1.0), color=_PALETTE[0])
@@ -118,44 +205,77 @@ def iou_histogram(label: str, ious: Sequence[float], mean_iou_min: float | None)
     if mean_iou_min is not None and mean_iou_min >= min(low, 0.99):
         ax.axvline(mean_iou_min, color=SLOWER, lw=1, label=f"mean must be >= {mean_iou_min}")
     ax.set_yscale("log")
+    _plain_ticks(ax.yaxis)
     ax.set_xlabel("IoU with the torch fp32 detection")
     ax.set_ylabel("matched pairs")
-    ax.set_title(f"{label}: {len(ious)} matched pairs, min IoU {low:.4f}", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(f"{label}: {len(ious)} pairs, min IoU {low:.4f}", loc="left")
+    ax.legend(loc="upper left")
     return png(fig)
 
 
-def history(name: str, points: Sequence[Point], threshold: float) -> bytes:
-    """Median (ms) per saved run with the IQR band; marked changes as red/green points with their reason;
-    commit changes as grey dashed lines labelled with the new commit."""
-    fig = _figure(9, 3.2)
-    ax = fig.add_subplot()
-    x = [p.index for p in points]
-    med = [p.median * 1e3 for p in points]
-    ax.fill_between(x, [p.q1 * 1e3 for p in points], [p.q3 * 1e3 for p in points], color=_PALETTE[0], alpha=0.2,
-                    label="IQR", step=None)
-    ax.plot(x, med, "o-", color=_PALETTE[0], ms=4, label="median")
-    top = max(p.q3 * 1e3 if p.q3 == p.q3 else p.median * 1e3 for p in points)
+def _history_panel(ax: Axes, points: Sequence[Point]) -> None:
+    """One benchmark's medians (in the unit that fits them) with the IQR band over its normal runs; marked points
+    ringed, injected runs as grey crosses, commit changes as dashed lines."""
+    normal = [p for p in points if not p.injected]
+    unit, scale = time_unit(min((p.median for p in points if p.median > 0), default=1e-3))
+    if normal:
+        x = [p.index for p in normal]
+        ax.fill_between(x, [p.q1 / scale for p in normal], [p.q3 / scale for p in normal], color=_PALETTE[0],
+                        alpha=0.2, lw=0)
+        ax.plot(x, [p.median / scale for p in normal], "o-", color=_PALETTE[0], ms=4)
+    injected = [p for p in points if p.injected]
+    if injected:
+        ax.plot([p.index for p in injected], [p.median / scale for p in injected], "X", color=INJECTED, ms=8,
+                mec="black", mew=0.5, ls="none")
     for p in points:
         if p.commit_changed:
             ax.axvline(p.index - 0.5, color=COMMIT, ls="--", lw=1)
-            ax.annotate(p.run.short_commit, (p.index - 0.5, top), fontsize=7, color=COMMIT, rotation=90,
-                        ha="right", va="top")
-        if p.mark is not None:
-            colour = SLOWER if p.mark == "slower" else FASTER
-            ax.plot([p.index], [p.median * 1e3], "o", ms=11, mfc="none", mec=colour, mew=2)
-            ax.annotate(p.reason, (p.index, p.median * 1e3), xytext=(6, 8), textcoords="offset points",
-                        fontsize=8, color=colour)
-    marks = {p.mark for p in points} - {None}
-    for mark in sorted(marks):
-        ax.plot([], [], "o", ms=9, mfc="none", mec=SLOWER if mark == "slower" else FASTER, mew=2, label=mark)
-    ax.set_xticks(x, [f"{p.run.number:04d}\n{p.run.when:%m-%d %H:%M}" if p.run.when else f"{p.run.number:04d}"
-                      for p in points], fontsize=7)
-    ax.set_xlim(min(x) - 0.7, max(x) + 1.2)
-    ax.set_ylim(bottom=0, top=max(top, max(med)) * 1.25 or 1.0)
-    ax.set_ylabel("ms per call")
-    ax.set_title(f"{name} (marked: median moved > {threshold:.0%} vs previous run, or compare verdict)",
-                 fontsize=9)
+        if (circled := p.mark or p.level) is not None:  # a move, a verdict or a change point of the history
+            ax.plot([p.index], [p.median / scale], "o", ms=11, mfc="none", mec=SLOWER if circled == "slower" else
+                    FASTER, mew=2)  # fmt: skip
+    top = max(max(p.q3, p.median) if p.q3 == p.q3 else p.median for p in points) / scale
+    ax.set_ylim(0, top * 1.2 or 1.0)
+    ax.set_ylabel(unit)
+    _plain_ticks(ax.yaxis)
     ax.grid(alpha=0.3)
-    fig.legend(fontsize=7, loc="outside right upper")
+
+
+@_styled
+def history_grid(panels: Sequence[tuple[str, Sequence[Point]]], run_labels: Sequence[str],
+                 threshold: float) -> bytes:  # fmt: skip
+    """The history of every benchmark in one figure: a panel per ``(title, points)``, 2 to 4 a row
+    (`HISTORY_COLUMNS`), sharing the x axis (``run_labels[i]`` names run ``i``, e.g. ``"3"``); the median per run
+    with its IQR band,
+    runs marked slower / faster (median moved beyond ``threshold``, or the compare verdict) ringed, injected runs
+    as grey crosses, commit changes as dashed lines. One legend above the panels."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    columns = min(next(c for most, c in HISTORY_COLUMNS if len(panels) <= most), len(panels)) or 1
+    rows = math.ceil(len(panels) / columns)
+    fig = _figure(WIDTH, 0.7 + 1.9 * rows)
+    axes = fig.subplots(rows, columns, sharex=True, squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(panels):
+            ax.set_visible(False)
+            continue
+        title, points = panels[i]
+        _history_panel(ax, points)
+        ax.set_title(title, loc="left", fontsize=10 if columns < 4 else 9)
+    last = len(run_labels) - 1
+    for ax in axes.flat:
+        ax.set_xlim(-0.5, last + 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=min(len(run_labels), 12 // columns + 2), integer=True))
+        ax.xaxis.set_major_formatter(FuncFormatter(
+            lambda v, _pos: run_labels[int(v)] if v == int(v) and 0 <= v <= last else ""))  # fmt: skip
+        ax.tick_params(axis="x", labelbottom=True)
+    handles = [Line2D([], [], color=_PALETTE[0], marker="o", ms=4, label="median (band: IQR)"),
+               Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec=SLOWER, mew=2,
+                      label=f"slower (> {threshold:.0%}, verdict or change point)"),
+               Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec=FASTER, mew=2, label="faster"),
+               Line2D([], [], ls="none", marker="X", ms=8, color=INJECTED, mec="black", mew=0.5,
+                      label="injected run (not a base)"),
+               Line2D([], [], color=COMMIT, ls="--", lw=1, label="commit changed")]  # fmt: skip
+    fig.legend(handles=handles, ncols=len(handles), loc="outside upper center", frameon=False)
+    fig.supxlabel("saved run (number)")
     return png(fig)

@@ -13,6 +13,12 @@ here, is refused with a `SchemaError` (so a column cannot silently go missing fr
 markdown and HTML show every declared column, in the order declared here (blank where a row has no value).
 ``kept`` columns are saved in the JSON but not shown (long lists such as the IoU of every matched pair).
 A column name holding ``{}`` is a family (``slower @ min effect {}``): each key it matches is shown as a column.
+A ``detail`` column is shown in the HTML page only, so that the markdown summary fits a GitHub page (at most
+`MARKDOWN_COLUMNS` columns).
+
+What a figure means can depend on the device: a table's ``note`` says what its columns mean, shown with it
+everywhere; a ``gpu_only`` column (or table) means nothing on a CPU run (no CUDA events, no copies, a smoke-sized
+input), so on a run known to be a CPU one it is left out and the table's ``cpu_note`` says why.
 
 Kinds: `NUMBER` (an int or float; None or NaN when not measured), `TEXT` (shown as written), `NUMBERS` and
 `TEXTS` (lists). `perf.validate.report_problem` checks a saved report's cells against these kinds.
@@ -36,11 +42,16 @@ class SchemaError(ValueError):
 @dataclass(frozen=True)
 class Column:
     """One column: ``name`` is the row key and the header; ``unit`` what its values are in ("" for labels,
-    counts and text); ``kind`` one of `NUMBER`, `TEXT`, `NUMBERS`, `TEXTS`."""
+    counts and text; ``time`` for cells that carry their own unit, ``12.3 ms``); ``kind`` one of `NUMBER`,
+    `TEXT`, `NUMBERS`, `TEXTS`."""
 
     name: str
     unit: str = ""
     kind: str = NUMBER
+    #: Shown in the HTML page only (not in the markdown summary).
+    detail: bool = False
+    #: Meaningless on a CPU run: left out of a table of one (the table's ``cpu_note`` says why).
+    gpu_only: bool = False
     pattern: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -55,25 +66,39 @@ class Column:
         return key == self.name if self.pattern is None else self.pattern.fullmatch(key) is not None
 
 
-def num(name: str, unit: str = "") -> Column:
+def num(name: str, unit: str = "", *, detail: bool = False, gpu_only: bool = False) -> Column:
     """A `NUMBER` column."""
-    return Column(name, unit, NUMBER)
+    return Column(name, unit, NUMBER, detail=detail, gpu_only=gpu_only)
 
 
-def text(name: str, unit: str = "") -> Column:
+def text(name: str, unit: str = "", *, detail: bool = False, gpu_only: bool = False) -> Column:
     """A `TEXT` column."""
-    return Column(name, unit, TEXT)
+    return Column(name, unit, TEXT, detail=detail, gpu_only=gpu_only)
+
+
+#: The most columns a markdown table may have: what fits a GitHub page (job summary, pull request) unscrolled.
+MARKDOWN_COLUMNS = 6
+
+
+def on_cpu(device: str | None) -> bool:
+    """Whether ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``; None when unknown) is known to be a CPU."""
+    return device is not None and device.split(":")[0] == "cpu"
 
 
 @dataclass(frozen=True)
 class TableSpec:
     """One table: ``key`` (a Python-style name, unique over both documents), ``title`` (its heading and its key
-    in the saved JSON), ``columns`` (shown, in order) and ``kept`` (saved, not shown)."""
+    in the saved JSON), ``columns`` (shown, in order) and ``kept`` (saved, not shown); ``note``: what the figures
+    mean (shown with the table); ``cpu_note``: what they mean on a CPU run, and what is left out there;
+    ``gpu_only``: the whole table means nothing on a CPU run (left out of one, ``cpu_note`` shown instead)."""
 
     key: str
     title: str
     columns: tuple[Column, ...]
     kept: tuple[Column, ...] = ()
+    note: str = ""
+    cpu_note: str = ""
+    gpu_only: bool = False
 
     def column(self, key: str) -> Column | None:
         """The declared column (shown or kept) that row key ``key`` is, or None."""
@@ -87,15 +112,23 @@ class TableSpec:
                 raise SchemaError(f"report table {self.title!r} has no column {key!r} (its columns: {declared}); "
                                   "declare it in perf/report/schema.py or rename the key")  # fmt: skip
 
-    def names(self, rows: Iterable[Mapping[str, object]] = ()) -> list[str]:
+    def names(self, rows: Iterable[Mapping[str, object]] = (), *, detail: bool = True,
+              device: str | None = None) -> list[str]:  # fmt: skip
         """The headers to render, in declared order: every shown column, a family as the keys of ``rows`` that
-        match it (in the order they first appear)."""
+        match it (in the order they first appear). ``detail=False`` (the markdown summary) leaves out the detail
+        columns; a CPU ``device`` (`on_cpu`) the GPU-only ones."""
         families = any(c.pattern is not None for c in self.columns)
         keys = list(dict.fromkeys(k for row in rows for k in row)) if families else []
         out: list[str] = []
         for column in self.columns:
+            if (column.detail and not detail) or (column.gpu_only and on_cpu(device)):
+                continue
             out += [column.name] if column.pattern is None else [k for k in keys if column.matches(k)]
         return out
+
+    def notes(self, device: str | None = None) -> list[str]:
+        """What to say under the title on ``device``: the note, and on a CPU run the CPU note."""
+        return [n for n in (self.note, self.cpu_note if on_cpu(device) else "") if n]
 
 
 _STAGE_MS = tuple(num(stage, "ms per frame") for stage in STAGES)
@@ -110,8 +143,10 @@ STAGE_SPREAD = TableSpec("STAGE_SPREAD", "End-to-end stage spread (IQR of the bl
     text("Model Type"), num("blocks"), num("frames per block", "frames"), *_STAGE_MS))
 INFERENCE = TableSpec("INFERENCE", "Inference", (
     text("case"), num("batch", "images"), num("median ms", "ms"), num("p99 ms", "ms"), num("images/s", "img/s"),
-    num("h2d ms", "ms"), num("compute ms", "ms"), num("d2h ms", "ms"), num("enqueue ms", "ms"),
-    num("host ms (sync)", "ms"), num("warm-up s", "s")))
+    num("h2d ms", "ms", gpu_only=True), num("compute ms", "ms"), num("d2h ms", "ms", gpu_only=True),
+    num("enqueue ms", "ms", gpu_only=True), num("host ms (sync)", "ms"), num("warm-up s", "s")),
+    cpu_note="On a CPU there are no host-device copies and no asynchronous launches: h2d, d2h and enqueue are left "
+    "out.")
 SPEEDUP = TableSpec("SPEEDUP", "Speed-up vs torch fp32 (same run)", (
     text("case"), num("batch", "images"), num("median ms", "ms"), num("torch fp32 median ms", "ms"),
     num("speed-up", "x")))
@@ -121,7 +156,11 @@ MULTI_GPU = TableSpec("MULTI_GPU", "Multi-GPU throughput", (
 HARNESS = TableSpec("HARNESS", "Harness overhead", (
     text("case"), num("batch", "images"), num("suite median ms", "ms"), num("bare loop ms/call", "ms"),
     num("bare per-call events ms", "ms"), num("suite FPS", "img/s"), num("bare loop FPS", "img/s"),
-    num("overhead", "fraction")))
+    num("overhead", "fraction", gpu_only=True)),
+    note="overhead = suite median / bare loop ms per call - 1: what pytest-benchmark and the suite's clock add to a "
+    "call on a GPU (0.02 = 2%).",
+    cpu_note="On a CPU this is a smoke test: a handful of calls per reading and no CUDA events, so the suite and the "
+    "bare loop differ by noise alone; the overhead is not shown (run it on a GPU for that figure).")
 PARITY = TableSpec("PARITY", "Parity vs torch fp32", (
     text("candidate"), text("verdict"), num("match rate", "fraction"), num("mean IoU"),
     num("max score diff", "score"), num("class agreement", "fraction"), num("borderline", "detections"),
@@ -133,8 +172,13 @@ PIPELINED_PATHS = TableSpec("PIPELINED_PATHS", "Pipelined end to end: each path 
     text("case"), text("path"), num("FPS", "FPS"), num("ms/frame", "ms per frame")))
 PIPELINED_RATIOS = TableSpec("PIPELINED_RATIOS", "Pipelined vs its slowest stage and the sequential loop", (
     text("case"), num("frames", "frames"), text("pipelined"), num("pipelined FPS", "FPS"), text("slowest stage"),
-    num("slowest stage FPS", "FPS"), num("pipeline/slowest stage", "x"), text("meets 0.9"),
-    num("pipeline/sequential", "x")))
+    num("slowest stage FPS", "FPS"), num("pipeline/slowest stage", "x"), text("meets 0.9", gpu_only=True),
+    num("pipeline/sequential", "x")),
+    note="pipeline/slowest stage: the best pipelined FPS over the slowest stage measured alone, the most a pipeline "
+    "can reach ('meets 0.9': at least 0.9 of it, the GPU target); pipeline/sequential: over the sequential loop "
+    "(above 1 when overlapping the stages pays).",
+    cpu_note="On a CPU the video is cut to a few frames and every stage competes for the same cores: the ratios are a "
+    "smoke test, and the 0.9 target, which holds for a GPU only, is not shown.")
 MULTISTREAM = TableSpec("MULTISTREAM", "Multi-stream batching", (
     text("case"), num("streams"), num("ticks"), num("aggregate FPS", "FPS"), num("FPS per stream", "FPS"),
     num("latency p50 ms", "ms"), num("latency p99 ms", "ms"), num("queue depth", "frames")))
@@ -144,7 +188,8 @@ CLOCK_TRUTH = TableSpec("CLOCK_TRUTH", "Clock truth", (
 GPU_MEMORY = TableSpec("GPU_MEMORY", "GPU memory at backend release (MiB)", (
     text("backend"), num("runners"), num("allocated_mib before", "MiB"), num("reserved_mib before", "MiB"),
     num("device_used_mib before", "MiB"), num("allocated_mib after", "MiB"), num("reserved_mib after", "MiB"),
-    num("device_used_mib after", "MiB"), text("why")))
+    num("device_used_mib after", "MiB"), text("why")), gpu_only=True,
+    cpu_note="GPU memory: a CPU run has none to measure, so the table is left out.")
 NOISE_CONTROLS = TableSpec("NOISE_CONTROLS", "Noise sources: each control off and on, alternating in one process", (
     text("control"), text("subject"), num("passes"), num("median ms off", "ms"), num("median ms on", "ms"),
     num("on/off", "x"), num("on/off (CPU-reference units)", "x"), num("pass spread % off", "%"),
@@ -199,21 +244,31 @@ SUITE: tuple[TableSpec, ...] = (
     CROSSPROCESS_RUNS, RERUN_FAMILY, RERUN_IDENTICAL, RERUN_REGRESSED, RERUN_COMPARE_FAIL,
 )  # fmt: skip
 
-# perf-report's summary: built from saved runs (cells are already formatted text; times in ms).
+# perf-report's summary: built from saved runs (cells are already formatted text, carrying their units). Detail
+# columns are in the HTML page only, so each markdown table keeps to MARKDOWN_COLUMNS.
 SUMMARY_BENCHMARKS = TableSpec("SUMMARY_BENCHMARKS", "Benchmarks (latest run)", (
-    text("benchmark"), text("group"), text("median ms", "ms"), text("IQR ms", "ms"), text("p99 ms", "ms"),
-    text("rounds"), text("images/s", "img/s"), text("change", "%"), text("marked"), text("verdict")))
+    text("benchmark"), text("group", detail=True), text("median", "time"), text("IQR", "time", detail=True),
+    text("p99", "time", detail=True), text("rounds", detail=True), text("images/s", "img/s"),
+    text("vs previous", "%"), text("verdict")))
 SUMMARY_VERDICTS = TableSpec("SUMMARY_VERDICTS", "Compare verdicts", (
-    text("benchmark"), text("verdict"), text("baseline ms", "ms"), text("current ms", "ms"),
-    text("ratio [CI]", "x"), text("note")))
-SUMMARY_STAGES = TableSpec("SUMMARY_STAGES", "End-to-end (ms per frame)", (
-    text("case"), text("frames", "frames"), text("e2e FPS", "FPS"), *(text(s, "ms per frame") for s in STAGES)))
+    text("benchmark"), text("verdict"), text("baseline", "time"), text("current", "time"), text("ratio [CI]", "x"),
+    text("note", detail=True)))
+SUMMARY_STAGES = TableSpec("SUMMARY_STAGES", "End-to-end", (
+    text("case"), text("frames", "frames", detail=True), text("FPS", "FPS"), text("per frame", "time"),
+    text("slowest stage"), *(text(s, "ms per frame", detail=True) for s in STAGES)))
 SUMMARY_PARITY = TableSpec("SUMMARY_PARITY", "Parity vs torch fp32", (
-    text("candidate"), text("verdict"), text("match rate", "fraction"), text("mean IoU"), text("min IoU"),
-    text("p1 IoU"), text("matched pairs"), text("failures")))
+    text("candidate"), text("verdict"), text("match rate", "fraction"), text("mean IoU", "IoU"),
+    text("min IoU", "IoU"), text("p1 IoU", "IoU", detail=True), text("matched pairs", "pairs", detail=True),
+    text("failures")))
 
 #: perf-report's summary tables, in report order.
-SUMMARY: tuple[TableSpec, ...] = (SUMMARY_BENCHMARKS, SUMMARY_VERDICTS, SUMMARY_STAGES, SUMMARY_PARITY)
+SUMMARY_CHANGES = TableSpec("SUMMARY_CHANGES", "Change points in the history", (
+    text("benchmark"), text("changed at"), text("before", "time"), text("after", "time"), text("size", "%"),
+    num("runs after", "runs")),
+    note="where a benchmark's level changed in this machine's history (perf.store.changepoints: PELT on the log "
+         "medians, kept when beyond the minimum effect and 4 standard errors); changed at: the commit and run of "
+         "the first run at the new level; runs after: how many runs are at it (one alone may be a slow run)")
+SUMMARY: tuple[TableSpec, ...] = (SUMMARY_BENCHMARKS, SUMMARY_VERDICTS, SUMMARY_CHANGES, SUMMARY_STAGES, SUMMARY_PARITY)
 
 _SUITE_BY_TITLE = {spec.title: spec for spec in SUITE}
 

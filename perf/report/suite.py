@@ -5,6 +5,8 @@ the lab's inference-vs-end-to-end FPS table, per-stage times, parity results and
 written to ``<reports>/perf-report.json`` and ``perf-report.md`` (atomically) at the end of the session;
 each pytest-xdist worker writes its own ``perf-report-<worker>.json`` and the controller merges them.
 Every table and column is declared in `perf.report.schema`; a row the schema does not describe is refused.
+``device`` (the device type the run measured on, saved as the JSON's ``"device"``) decides what is shown: on a
+CPU run the GPU-only tables and columns are left out and each table's CPU note says why.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from detector.fileio import atomic_write_text
 from perf.report import schema
+from perf.report.readable import number
 from perf.report.schema import SchemaError, TableSpec
 from perf.validate import row_problem
 
@@ -43,20 +46,19 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        if value != value:  # NaN
-            return "n/a"
-        return f"{value:.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
-    return "" if value is None else str(value)
+def cell(value: Any) -> str:
+    """A suite report's cell as text: numbers with 4 significant digits, never in scientific notation."""
+    return number(value, 4) if isinstance(value, float) else "" if value is None else str(value)
 
 
 @dataclass
 class PerfReport:
     """Tables of rows (dicts keyed by column name) by title; JSON- and markdown-renderable. Every table and
-    column is one of `perf.report.schema`'s."""
+    column is one of `perf.report.schema`'s. ``device``: what the run measured on (``"cpu"``, ``"cuda"``,
+    ``"cuda:1"``; None when not known: everything is shown, with each table's note)."""
 
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    device: str | None = None
 
     def add(self, table: TableSpec | str, row: Mapping[str, Any]) -> None:
         """Append ``row`` to ``table`` (a `perf.report.schema` table, or its title; created on first use).
@@ -78,20 +80,27 @@ class PerfReport:
                 self.add(name, row)
 
     def to_json(self) -> dict[str, Any]:
-        return {"tables": self.tables}
+        return {"tables": self.tables, **({"device": self.device} if self.device else {})}
 
     def to_markdown(self) -> str:
-        """Every table as a markdown table, in insertion order, with every column its schema declares."""
+        """Every table as a markdown table, in insertion order, with every column its schema declares for
+        :attr:`device` (`perf.report.schema.TableSpec.names`) and its notes; a GPU-only table of a CPU run is its
+        title and CPU note only."""
         parts = []
         for name, rows in self.tables.items():
             if not rows:
                 continue
-            columns = schema.suite_table(name).names(rows)
+            spec = schema.suite_table(name)
             parts.append(f"### {name}\n")
+            notes = spec.notes(self.device)
+            parts += ["\n>\n".join(f"> {note}" for note in notes), ""] if notes else []  # a paragraph each
+            if spec.gpu_only and schema.on_cpu(self.device):
+                continue
+            columns = spec.names(rows, device=self.device)
             parts.append("| " + " | ".join(columns) + " |")
             parts.append("|" + "|".join("---" for _ in columns) + "|")
             for row in rows:
-                parts.append("| " + " | ".join(_cell(row.get(c)) for c in columns) + " |")
+                parts.append("| " + " | ".join(cell(row.get(c)) for c in columns) + " |")
             parts.append("")
         return "\n".join(parts)
 

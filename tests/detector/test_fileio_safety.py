@@ -44,3 +44,25 @@ def test_write_error_names_the_final_file_and_removes_the_temporary(tmp_path: Pa
 
 def test_control_characters_in_a_message_are_escaped() -> None:
     assert str(DetectorError("cannot open 'a\nb\x1b.mp4'")) == "cannot open 'a\\nb\\x1b.mp4'"
+
+
+def _count_under_lock(folder: str, times: int) -> None:
+    counter = Path(folder) / "counter"
+    for _ in range(times):
+        with file_lock(counter):
+            value = int(counter.read_text()) if counter.exists() else 0
+            counter.write_text(str(value + 1))
+
+
+def test_locks_exclude_each_other_across_processes_and_leave_no_lock_file(tmp_path: Path) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    workers = [ctx.Process(target=_count_under_lock, args=(str(tmp_path), 100)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+    assert (tmp_path / "counter").read_text() == "400"  # no increment lost: one holder at a time
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["counter"]

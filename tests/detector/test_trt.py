@@ -378,6 +378,26 @@ def test_build_progress_logs_phases_and_throttles_steps(caplog: pytest.LogCaptur
                     "TensorRT build: Building engine done"]
 
 
+def test_build_progress_draws_a_bar_per_top_level_phase_with_the_nested_step_beside_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DETECTOR_PROGRESS", "1")
+    now = [0.0]
+    progress = BuildProgress(interval_s=10.0, clock=lambda: now[0])
+    progress.phase_start("Building engine", None, 3)
+    progress.phase_start("Tactic search", "Building engine", 100)
+    now[0] = 1.0
+    progress.step_complete("Tactic search", 41)
+    progress.phase_finish("Tactic search")
+    progress.step_complete("Building engine", 0)
+    progress.phase_start("Serializing", None, 2)
+    progress.close()  # a build that stopped half-way: its open bars end too
+    err = capsys.readouterr().err
+    assert "TensorRT: Building engine:   0%|" in err and "| 0/3 [" in err, err
+    assert "step/s, Tactic search 42/100]" in err, err
+    assert "TensorRT: Serializing:   0%|" in err, err
+
+
 # -- layer tables, cold start -----------------------------------------------------------------------------
 
 

@@ -104,7 +104,7 @@ def test_a_registered_backend_is_offered_and_run_by_the_cli(toy: pytest.Pytester
         ["detect", "--backend", "toy", "--video", video, "--device", "cpu", "--cache-dir", cache, "--out", out],
     ]
     result = subprocess.run([sys.executable, "cli_driver.py", json.dumps(commands)], cwd=toy.path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300, check=False,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(toy.path)])})
     runs = re.findall(r"(.*?)== exit (\S+)\n", result.stdout, flags=re.DOTALL)
     assert [status for _, status in runs] == ["0", "0", "2", "0"], result.stdout
@@ -126,3 +126,23 @@ def test_a_registered_backend_passes_the_runner_contract(toy: pytest.Pytester) -
                                       "-q", "-rs")  # one variant is run: the contract's every test passes
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == expected >= 15 and set(outcomes) == {"passed", "deselected"}, result.stdout.str()
+
+
+def test_a_cpu_backend_with_its_own_marker_runs_on_the_cpu_and_skips_the_precision_it_lacks(
+    toy: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # pytest-benchmark would switch itself off
+    result = toy.runpytest_subprocess(str(ROOT / "perf" / "test_inference_speed.py"), "-p", "toy_backend",
+                                      "-p", "no:cacheprovider", "--perf-device=cpu", "--perf-backends=toy",
+                                      "--perf-precisions=fp32,fp16", "--perf-batch-sizes=1", "--perf-cache-dir=cache",
+                                      "--perf-reports-dir=reports", "--benchmark-storage=file://storage",
+                                      "--benchmark-max-time=0.02", "--benchmark-min-rounds=3", "-k", "toy-fp",
+                                      "-v", "-rs", "--setup-show")  # fmt: skip
+    output = result.stdout.str()
+    assert result.ret == 0, output
+    assert result.parseoutcomes() == {"passed": 1, "skipped": 1, "deselected": 2}, output
+    # its marker ("toy") gates it like TensorRT's, but a CPU backend is not sent to look for a CUDA device
+    assert re.search(r"test_inference_speed\[toy-fp32-b1\] .*PASSED", output), output
+    assert re.search(r"SKIPPED \[1\] .*test_inference_speed\.py: toy has no fp16 mode \(it runs fp32\)$", output,
+                     flags=re.MULTILINE), output
+    assert re.search(r"SETUP +S runner_pool\b", output), output  # only the case that runs builds a runner

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from perf.gate.compare import GateSettings, Row, compare_runs, format_lines, summary, write_verdicts
+from perf.measure.stability import StabilityRule
 from perf.runs import BenchmarkRecord, load_verdicts, run_from_json
 
 
@@ -66,3 +67,27 @@ def test_verdict_files_are_written_and_read_back(tmp_path: Path) -> None:
     assert verdicts["baseline"]["number"] == 1 and verdicts["settings"]["min_effect"] == 0.02
     assert (tmp_path / "perf-compare.md").read_text().startswith("header line\n")
     assert load_verdicts(tmp_path / "elsewhere") is None
+
+
+def test_a_large_move_with_an_interval_reaching_no_change_is_inconclusive_not_no_change() -> None:
+    # Half the current rounds are 7x slower: the median moves ~4x, but the interval reaches down to ~1.
+    noisy = STEADY[:20] + [7 * x for x in STEADY[20:21]] + [7 * x for x in STEADY[21:]]
+    baseline = run_from_json(_run(_bench("t::a", STEADY)))
+    current = {"t::a": BenchmarkRecord.from_json(_bench("t::a", noisy))}
+    lenient = GateSettings(min_effect=0.02, rule=StabilityRule(max_cv=10.0, max_drift=10.0))  # passes the rule
+    (row,) = compare_runs(baseline, current, lenient)
+    assert row.lo is not None and row.lo < 1.02 < row.ratio  # decide() alone would say "no change"
+    assert row.verdict == "unstable" and row.note.startswith("inconclusive: the median moved")
+    assert summary([row], GateSettings(fail_unstable=True))["failed"]
+
+
+def test_a_failed_row_is_one_line_naming_the_ratio_threshold_and_baseline() -> None:
+    from perf.gate.compare import compare_benchmark, describe_failure
+
+    baseline = run_from_json(_run(_bench("t::a", STEADY)), Path("storage/m/0003_base.json"))
+    row = compare_benchmark(baseline.benchmarks["t::a"], BenchmarkRecord.from_json(
+        _bench("t::a", [x * 1.3 for x in STEADY])), GateSettings())  # fmt: skip
+    line = describe_failure(row, GateSettings(), baseline)
+    assert "\n" not in line
+    assert line.startswith("perf-compare: slower: 0.9987 ms -> 1.298 ms, ratio 1.300 [")
+    assert "beyond +2.0%" in line and line.endswith("(baseline 0003_base.json, commit abc)")

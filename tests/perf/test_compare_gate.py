@@ -71,6 +71,71 @@ def test_injected_slowdown_fails_the_compare_and_says_slower(project: pytest.Pyt
     assert "| test_busy |" in (project.path / "reports" / "perf-compare.md").read_text()
 
 
+def test_a_slower_benchmark_is_a_failed_test_with_one_line_in_the_summary_and_junit(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--perf-compare", "--perf-inject-delay=2", "--junitxml=junit.xml", "-rf")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["perf-compare: slower: * ms -> * ms, ratio *[[]*, *[]] beyond +10.0% (baseline 0001_*",
+                                 "FAILED test_tiny.py::test_busy - perf-compare: slower: *", "*1 failed*"])  # fmt: skip
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output and "def test_busy" not in output  # the reason, not the test's source
+    import xml.etree.ElementTree as ET
+
+    (case,) = ET.parse(project.path / "junit.xml").getroot().iter("testcase")
+    (failure,) = case.findall("failure")
+    assert failure.get("message", "").startswith("perf-compare: slower: ") and "(baseline 0001_" in failure.get(
+        "message", "")  # fmt: skip
+    summary = (project.path / "reports" / "perf-compare.md").read_text()
+    assert "**1 benchmark(s) slower** (each a failed test):" in summary and "* `test_busy`: " in summary
+
+
+def test_benchmark_compare_fail_is_a_failed_test_not_a_traceback(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--benchmark-compare=0001", "--benchmark-compare-fail=median:5%",
+                     "--perf-inject-delay=2", "-rf")  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "--benchmark-compare-fail against 0001_*.json: Field 'median' has failed PercentageRegressionCheck: *",
+        "--benchmark-compare-fail: 1 benchmark(s) regressed; each is a failed test above",
+        "FAILED test_tiny.py::test_busy - --benchmark-compare-fail against 0001_*", "*1 failed*"])
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output and "PerformanceRegression" not in output
+
+
+def test_autosave_refuses_a_run_with_an_injected_slowdown(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--benchmark-autosave", "--perf-inject-delay=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --benchmark-autosave refuses a run made with --perf-inject-delay=2.0 (ms):*"])
+    assert len(load_runs(project.path / "storage")) == 1  # nothing saved
+
+
+def test_a_run_saved_apart_is_marked_injected_and_never_taken_as_a_baseline(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--benchmark-save=slowed", "--perf-inject-delay=2")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["perf: INJECTED SLOWDOWN (--perf-inject-delay=2.0 (ms)): a test-only run*"])
+    base, slowed = load_runs(project.path / "storage")
+    assert slowed.machine_info["perf_injected"] == {"inject_delay_ms": 2.0} and "perf_injected" not in base.machine_info
+    # The latest baseline skips the injected run; naming it is refused, by either compare.
+    result = _pytest(project.path, "--perf-compare")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["--perf-compare against *0001_*.json*"])
+    for option in ("--perf-compare=0002", "--benchmark-compare=0002"):
+        result = _pytest(project.path, option)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, option
+        result.stderr.fnmatch_lines([f"ERROR: {option.split('=')[0]}: the saved run in '*' (saved {slowed.datetime}) "
+                                     "was made with --perf-inject-delay=2.0 (ms), a deliberate slowdown: it is not a "
+                                     "baseline*"])  # fmt: skip
+
+
+def test_verdicts_name_the_run_they_judged_and_its_baseline(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--perf-compare", "--benchmark-autosave")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    base, current = load_runs(project.path / "storage")
+    import json
+
+    document = json.loads((project.path / "reports" / "perf-compare.json").read_text())
+    assert document["current"] == {"run_id": current.machine_info["perf_run_id"], "injected": {}}
+    assert document["baseline"]["run_id"] == base.machine_info["perf_run_id"] != current.machine_info["perf_run_id"]
+
+
 def test_unmodified_code_passes_the_compare_with_no_change(project: pytest.Pytester) -> None:
     result = _pytest(project.path, "--perf-compare=0001")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()

@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_bench import child_env
 
 from detector.timing import STAGES
 from perf.report.changes import history, parse_threshold
-from perf.report_cli import main
 from perf.report.inputs import load_inputs
-from tiny_bench import child_env
+from perf.report.readable import duration, number
+from perf.report_cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -165,36 +166,41 @@ def test_cli_writes_summary_and_html_from_real_runs(saved: Path, tmp_path: Path)
     latest = json.loads(_runs(saved)[-1].read_text())
     for bench in latest["benchmarks"]:
         row = _rows(markdown, bench["name"])[0]
-        assert row[2] == f"{bench['stats']['median'] * 1e3:.4g}" and row[3] == f"{bench['stats']['iqr'] * 1e3:.4g}"
-        assert row[5] == str(bench["stats"]["rounds"])
-        assert row[8] == "slower", row  # 10 ms sleeps after 2 ms ones
+        assert row[1] == duration(bench["stats"]["median"])
+        assert row[3].endswith("% (slower)"), row  # 10 ms sleeps after 2 ms ones
     (e2e,) = [b for b in latest["benchmarks"] if b["group"] == "end-to-end"]
-    stages = [f"{e2e['extra_info']['stage_ms_per_frame'][s]:.4g}" for s in STAGES]
-    assert _rows(markdown, "test_e2e")[1] == ["test_e2e", "3", f"{e2e['extra_info']['e2e_fps']:.4g}", *stages]
+    stages = e2e["extra_info"]["stage_ms_per_frame"]
+    slowest = max(STAGES, key=lambda s: stages[s])
+    benchmarks, change_point, end_to_end = _rows(markdown, "test_e2e")  # the change point: 10 ms after 2 ms
+    assert change_point[1].endswith("(run 0003)") and change_point[-1] == "1"
+    assert end_to_end == [
+        "test_e2e", number(e2e["extra_info"]["e2e_fps"]), duration(sum(stages.values()) / 1e3),
+        f"{slowest} ({stages[slowest] / sum(stages.values()):.0%})"]
     report = json.loads((saved / "reports" / "perf-report.json").read_text())["tables"]["Parity vs torch fp32"]
     assert [r["verdict"] for r in report] == ["pass", "FAIL"]
     for r in report:
         assert _row(markdown, r["candidate"])[1] == r["verdict"]
-        assert _row(markdown, r["candidate"])[4] == f"{min(r['ious']):.4g}"
+        assert _row(markdown, r["candidate"])[4] == number(min(r["ious"]), 4)
 
-    # Figures: 2 latency groups + 1 stage breakdown + 2 IoU histograms + 3 histories, every one a real PNG.
+    # Figures: 2 latency groups + 1 stage breakdown + 1 history (a panel per benchmark) + 2 IoU histograms.
     from PIL import Image
 
-    pngs = _pngs((out / "index.html").read_text())
-    assert len(pngs) == 8
+    page = (out / "index.html").read_text()
+    pngs = _pngs(page)
+    assert len(pngs) == 6 and page.count("<figure class='history'>") == 1
     for data in pngs:
         image = Image.open(io.BytesIO(data))
         image.verify()
         assert image.format == "PNG" and image.size[0] >= 400 and image.size[1] >= 120
-    assert "marked 0003: median +" in (out / "index.html").read_text()
+    assert "<li>onnxruntime, run 0003: slower, median +" in page
 
 
 def test_perf_html_option_writes_the_report_at_session_end(saved: Path) -> None:
     output = (saved / "third-run.txt").read_text()
     assert f"perf html: wrote {saved / 'html' / 'summary.md'}" in output
     markdown = (saved / "html" / "summary.md").read_text()
-    assert "3 saved run(s)" in markdown and len(_rows(markdown, "test_e2e")) == 2
-    assert len(_pngs((saved / "html" / "index.html").read_text())) == 8
+    assert "3 saved run(s)" in markdown and len(_rows(markdown, "test_e2e")) == 3  # benchmark, change point, stages
+    assert len(_pngs((saved / "html" / "index.html").read_text())) == 6
 
 
 def test_history_marks_the_slowed_run_and_the_commit_change(saved: Path) -> None:
@@ -206,18 +212,50 @@ def test_history_marks_the_slowed_run_and_the_commit_change(saved: Path) -> None
         assert [p.commit_changed for p in points] == [False, False, True]
 
 
-def test_compare_verdicts_are_tabled_and_mark_the_newest_run(saved: Path, tmp_path: Path) -> None:
-    verdicts = tmp_path / "verdicts.json"
-    verdicts.write_text(json.dumps({"rows": [{"name": "test_infer[torch]", "verdict": "faster", "ratio": 0.8, "lo": 0.7,
-                                              "hi": 0.9, "baseline_median_s": 0.01, "current_median_s": 0.008}]}))
+def _verdict_file(path: Path, current: dict | None) -> Path:
+    """A verdict file in the gate's layout calling test_infer[torch] faster; ``current`` as the gate writes it
+    (None: an older file that does not name the run it judged)."""
+    document = {"format": 2, "baseline": {"path": "base/0001_x.json", "number": 1, "commit": "0123456789ab"},
+                "rows": [{"name": "test_infer[torch]", "fullname": "test_tiny.py::test_infer[torch]",
+                          "verdict": "faster", "ratio": 0.8, "lo": 0.7, "hi": 0.9, "baseline_median_s": 0.01,
+                          "current_median_s": 0.008}]}  # fmt: skip
+    if current is not None:
+        document["current"] = current
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_compare_verdicts_mark_the_run_they_judged_and_no_other(saved: Path, tmp_path: Path) -> None:
+    judged = json.loads(_runs(saved)[1].read_text())["machine_info"]["perf_run_id"]
+    verdicts = _verdict_file(tmp_path / "verdicts.json", {"run_id": judged, "injected": {}})
     out = tmp_path / "out"
     assert main(["--storage", str(saved / ".benchmarks"), "--out", str(out), "--verdicts", str(verdicts),
                  "--change-threshold", "1000%"]) == 0
     markdown = (out / "summary.md").read_text()
     assert "### Compare verdicts" in markdown
-    assert "| test_infer[torch] | faster | 10 | 8 | 0.8 [0.7, 0.9] |  |" in markdown
-    assert _rows(markdown, "test_infer[torch]")[0][8:] == ["faster", "faster"]
-    assert _rows(markdown, "test_infer[onnxruntime]")[0][8:] == ["", ""]  # +400% is below a 1000% threshold
+    assert "Verdicts of run 0002; baseline run 0001 (commit 0123456, file 0001_x.json)" in markdown
+    assert "| test_infer[torch] | faster | 10.0 ms | 8.00 ms | 0.800x [0.700, 0.900] |" in markdown
+    assert _rows(markdown, "test_infer[torch]")[0][3:] == ["+400%", ""]  # the newest run was not the judged one
+    inputs = load_inputs(saved / ".benchmarks", None, verdicts=verdicts)
+    points = history(inputs, "test_tiny.py::test_infer[torch]", threshold=10.0)
+    assert [p.mark for p in points] == [None, "faster", None] and points[1].reason == "compare verdict: faster"
+
+
+def test_a_verdict_file_that_names_no_run_is_tabled_with_its_baseline_and_marks_nothing(
+    saved: Path, tmp_path: Path
+) -> None:
+    verdicts = _verdict_file(tmp_path / "verdicts.json", None)
+    out = tmp_path / "out"
+    assert main(["--storage", str(saved / ".benchmarks"), "--out", str(out), "--verdicts", str(verdicts),
+                 "--change-threshold", "1000%"]) == 0
+    markdown = (out / "summary.md").read_text()
+    assert "Verdicts of a run the file does not name" in markdown
+    assert "baseline run 0001 (commit 0123456, file 0001_x.json)" in markdown
+    assert "| test_infer[torch] | faster |" in markdown
+    assert _rows(markdown, "test_infer[torch]")[0][4] == ""
+    inputs = load_inputs(saved / ".benchmarks", None, verdicts=verdicts)
+    for fullname in inputs.runs[-1].benchmarks:
+        assert all(p.mark is None for p in history(inputs, fullname, threshold=10.0))
 
 
 def test_corrupt_run_among_good_ones_is_skipped_with_a_warning(saved: Path, tmp_path: Path,

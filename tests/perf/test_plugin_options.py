@@ -26,7 +26,8 @@ OPTIONS = (
     "--perf-compare", "--perf-min-effect", "--perf-max-cv", "--perf-max-drift", "--perf-max-remeasure",
     "--perf-fail-unstable", "--perf-noise-profile", "--perf-selftest", "--perf-selftest-trials",
     "--perf-selftest-levels", "--perf-noise", "--perf-selftest-processes", "--perf-selftest-regressions",
-    "--perf-processes-budget", "--perf-runs-dir", "--perf-reports-dir", "--perf-html",
+    "--perf-processes-budget", "--perf-runs-dir", "--perf-reports-dir", "--perf-html", "--perf-kernels",
+    "--perf-store",
 )  # fmt: skip
 
 
@@ -56,6 +57,8 @@ BAD_VALUES = (
     ("--perf-selftest-processes", "x", "Expected a number of processes >= 2."),
     ("--perf-selftest-regressions", "layer:0%", "Expected KIND:PERCENT"),
     ("--perf-processes-budget", "0", "Expected seconds > 0"),
+    ("--perf-kernels", "-1", "Expected an integer >= 0."),
+    ("--perf-store", "mysql://db", "Expected a path, sqlite:///path, postgresql://... or none."),
     ("--benchmark-max-time", "-1", "Expected seconds > 0"),
     ("--benchmark-max-time", "0", "Expected seconds > 0"),
     ("--benchmark-min-time", "-0.001", "Expected seconds >= 0"),
@@ -245,13 +248,13 @@ def test_every_option_is_listed_with_help_ending_in_its_default(perf_pytester: p
 
 def test_help_shows_percent_signs_once_and_the_model_settings_as_ini_values(perf_pytester: pytest.Pytester) -> None:
     """Help texts are written with plain % signs (escaped for argparse in one place), and each model or video
-    option is also an ini setting of the same name."""
+    option, and the history store, is also an ini setting of the same name."""
     text = perf_pytester.runpytest("--help").stdout.str()
     section = " ".join(text[text.index("perf suite (perf/):") :].split("\n\n")[0].split())
     assert "its 95% interval" in section and "Default: layer:5%,preprocess:5%." in section and "%%" not in section
     ini = set(re.findall(r"^  (perf_\w+) \(string\)", text, re.MULTILINE))
     assert ini == {f"perf_{name}" for name in ("cfg", "weights", "names", "onnx", "engine", "engine_precision", "video",
-                                              "ground_truth", "min_map")}  # fmt: skip
+                                              "ground_truth", "min_map", "store")}  # fmt: skip
 
 
 def test_missing_video_is_a_usage_error_naming_the_file(perf_pytester: pytest.Pytester) -> None:

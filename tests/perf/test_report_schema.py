@@ -102,15 +102,56 @@ def test_a_column_family_shows_each_name_its_rows_use_in_the_order_they_first_ap
 
 
 @pytest.mark.parametrize("spec", schema.SUMMARY, ids=lambda s: s.key)
-def test_perf_reports_markdown_and_html_show_every_column_the_schema_declares(spec: TableSpec) -> None:
+def test_perf_reports_html_shows_every_column_and_its_markdown_every_column_but_the_detail(spec: TableSpec) -> None:
     table = Table(spec, [{c.name: f"cell {i}" for i, c in enumerate(spec.columns)}, {}])
     names = [c.name for c in spec.columns]
-    assert _header(to_markdown([table], []), spec.title) == names
+    assert _header(to_markdown([table], []), spec.title) == [c.name for c in spec.columns if not c.detail]
     page = to_html(Report("", [table]))
     section = page[page.index(f"<h3>{html.escape(spec.title)}</h3>"):]
     head = re.search(r"<tr>((?:<th>.*?</th>)+)</tr>", section).group(1)  # type: ignore[union-attr]
     assert re.findall(r"<th>(.*?)</th>", head) == [html.escape(n) for n in names]
-    assert all(f"<td>cell {i}</td>" in section for i in range(len(names)))
+    assert all(re.search(f"<td[^>]*>cell {i}</td>", section) for i in range(len(names)))
+
+
+@pytest.mark.parametrize("spec", schema.SUMMARY, ids=lambda s: s.key)
+def test_perf_reports_markdown_tables_fit_a_github_page(spec: TableSpec) -> None:
+    assert len(spec.names(detail=False)) <= schema.MARKDOWN_COLUMNS
+
+
+def test_a_gpu_only_column_is_left_out_of_a_cpu_run_with_a_note_saying_why() -> None:
+    report = PerfReport(device="cpu")
+    report.add(schema.HARNESS, {"case": "torch fp32", "batch": 1, "suite median ms": 20.0, "overhead": -0.2453})
+    report.add(schema.PIPELINED_RATIOS, {"case": "torch fp32 (cpu)", "pipeline/slowest stage": 0.95,
+                                         "meets 0.9": "yes", "pipeline/sequential": 0.45})  # fmt: skip
+    markdown = report.to_markdown()
+    assert "overhead" not in _header(markdown, "Harness overhead") and "-0.2453" not in markdown
+    assert "meets 0.9" not in _header(markdown, "Pipelined vs its slowest stage and the sequential loop")
+    assert "| yes |" not in markdown
+    assert f"> {schema.HARNESS.cpu_note}" in markdown and f"> {schema.PIPELINED_RATIOS.cpu_note}" in markdown
+    on_gpu = PerfReport(tables=report.tables, device="cuda:0").to_markdown()
+    assert "overhead" in _header(on_gpu, "Harness overhead") and "| -0.2453 |" in on_gpu
+    assert schema.HARNESS.cpu_note not in on_gpu and f"> {schema.HARNESS.note}" in on_gpu
+
+
+def test_a_gpu_only_table_of_a_cpu_run_is_its_title_and_why() -> None:
+    report = PerfReport(device="cpu")
+    report.add(schema.GPU_MEMORY, {"backend": "torch", "runners": 1, "why": "next backend"})
+    markdown = report.to_markdown()
+    assert f"### {schema.GPU_MEMORY.title}\n\n> {schema.GPU_MEMORY.cpu_note}" in markdown
+    assert "| backend |" not in markdown
+
+
+def test_a_run_of_unknown_device_shows_every_column_with_its_meaning() -> None:
+    report = PerfReport()
+    report.add(schema.HARNESS, {"case": "torch fp32", "overhead": 0.021})
+    markdown = report.to_markdown()
+    assert "overhead" in _header(markdown, "Harness overhead") and schema.HARNESS.note in markdown
+
+
+def test_suite_cells_never_use_scientific_notation() -> None:
+    report = PerfReport()
+    report.add(schema.INFERENCE, {"case": "a", "median ms": 12330.4, "p99 ms": 0.0000123, "images/s": 1.5e5})
+    assert "| a |  | 12,330 | 0.00001230 | 150,000 |" in report.to_markdown()
 
 
 def test_a_summary_row_with_a_column_the_schema_lacks_is_refused() -> None:
@@ -127,8 +168,8 @@ def test_every_row_the_writer_saves_the_reader_reads_back(tmp_path: Path) -> Non
     report.write(tmp_path)
     saved = json.loads((tmp_path / "perf-report.json").read_text())
     assert report_problem(saved) is None
-    tables, warnings = load_tables(tmp_path)
-    assert tables == report.tables and warnings == []
+    tables, device, warnings = load_tables(tmp_path)
+    assert tables == report.tables and warnings == [] and device is None
     assert tables[schema.PARITY.title][-1]["match rate"] == 0.5 and tables[schema.PARITY.title][-1]["borderline"] == 3
 
 
@@ -180,6 +221,9 @@ def test_the_suite_report_shows_a_table_in_its_declared_column_order_and_writes_
     json_path, md_path = report.write(tmp_path)
     assert (json_path, md_path) == (tmp_path / "perf-report.json", tmp_path / "perf-report.md")
     assert md_path.read_text() == md + "\n"
+    assert load_tables(tmp_path)[1] is None
+    PerfReport(report.tables, device="cuda").write(tmp_path)
+    assert load_tables(tmp_path)[1] == "cuda"
     merged = PerfReport()
     merged.merge(json.loads(json_path.read_text())["tables"])
     assert merged.tables == report.tables

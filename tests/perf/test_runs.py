@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from perf.runs import HistoryError, load_run, load_runs, load_verdicts, run_files
+from perf.runs import (
+    HistoryError,
+    describe_injected,
+    load_run,
+    load_runs,
+    load_verdicts,
+    run_files,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,6 +72,25 @@ def test_a_saved_run_gives_benchmarks_stats_and_its_identity(tmp_path: Path) -> 
     assert bench.params == {"batch": 8} and bench.group == "inference" and "data" not in bench.stats
     assert run.number == 7 and run.short_commit == "abc1234+dirty" and run.fingerprint == {"device": "cpu"}
     assert run.label == "0007 (2026-01-02 10:00, abc1234+dirty)"
+
+
+def test_a_saved_run_knows_its_run_id_and_the_test_only_options_it_was_made_with(tmp_path: Path) -> None:
+    doc = _run("test_a")
+    doc["machine_info"].update(perf_run_id="9f1c2e", perf_injected={"inject_delay_ms": 20.0})
+    run = load_run(_save(tmp_path / "m1", "0001_x.json", doc))
+    assert run.run_id == "9f1c2e" and run.injected == {"inject_delay_ms": 20.0}
+    assert describe_injected(run.injected) == "--perf-inject-delay=20.0 (ms)"
+    normal = load_run(_save(tmp_path / "m1", "0002_x.json", _run("test_a")))
+    assert normal.run_id is None and normal.injected == {} and describe_injected(normal.injected) == ""
+
+
+def test_a_run_saved_before_runs_were_marked_is_known_injected_by_its_benchmarks(tmp_path: Path) -> None:
+    doc = _run("test_a", "test_b")
+    doc["benchmarks"][1]["extra_info"] = {"injected": {"regression": "layer:5%"}}
+    doc["machine_info"]["perf_injected"] = {}
+    run = load_run(_save(tmp_path / "m1", "0001_x.json", doc))
+    assert run.injected == {"regression": "layer:5%"}
+    assert describe_injected({**run.injected, "future_knob": 3}) == "--perf-regression=layer:5%, future_knob=3"
 
 
 def test_a_saved_run_keeps_its_raw_rounds_in_seconds_in_their_order(tmp_path: Path) -> None:
@@ -135,6 +161,29 @@ def test_the_gates_verdicts_are_found_in_the_reports_folder_when_there(tmp_path:
     _save(tmp_path, "perf-compare.json", {"summary": {"failed": False}, "rows": [{"name": "a", "verdict": "faster"}]})
     verdicts = load_verdicts(tmp_path)
     assert verdicts is not None and verdicts["summary"] == {"failed": False}
+
+
+def test_the_gates_verdicts_name_the_run_they_judged_and_their_baseline(tmp_path: Path) -> None:
+    path = _save(tmp_path, "perf-compare.json", {
+        "format": 2, "rows": [{"name": "a", "verdict": "slower"}], "current": {"run_id": "c1", "injected": {"x": 1}},
+        "baseline": {"path": "/ci/.benchmarks/m/0007_abc.json", "number": 7, "commit": "abc1234def", "run_id": "b1"},
+    })  # fmt: skip
+    verdicts = load_verdicts(path=path)
+    assert verdicts is not None and (verdicts.current_run_id, verdicts.baseline_run_id) == ("c1", "b1")
+    assert verdicts.current_injected == {"x": 1} and verdicts.baseline_path == "/ci/.benchmarks/m/0007_abc.json"
+    assert verdicts.baseline_label == "run 0007 (commit abc1234, file 0007_abc.json)"
+    judged, other = _run("a"), _run("a")
+    judged["machine_info"]["perf_run_id"] = "c1"
+    other["machine_info"]["perf_run_id"] = "b1"
+    assert verdicts.judges(load_run(_save(tmp_path / "m", "0008_a.json", judged)))
+    assert not verdicts.judges(load_run(_save(tmp_path / "m", "0007_a.json", other)))
+
+
+def test_a_verdict_file_that_names_no_run_judges_none(tmp_path: Path) -> None:
+    verdicts = load_verdicts(path=_save(tmp_path, "v.json", {"rows": [{"name": "a", "verdict": "slower"}]}))
+    assert verdicts is not None and verdicts.current_run_id is None
+    assert verdicts.baseline_label == "not named in the file"
+    assert not verdicts.judges(load_run(_save(tmp_path / "m", "0001_a.json", _run("a"))))  # no id either
 
 
 @pytest.mark.parametrize("content, problem", [

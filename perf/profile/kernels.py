@@ -1,0 +1,108 @@
+""""Why slower": a short per-kernel table of a benchmark, kept with its saved run, and what moved between two.
+
+After an inference benchmark is measured, ``--perf-kernels=CALLS`` (default `DEFAULT_CALLS`; 0: off) runs the same
+call CALLS more times under ``torch.profiler`` and keeps the `TOP` kernels by time in
+``extra_info["kernels"]``: ``{"source": "torch.profiler", "device": "cuda" | "cpu", "calls": CALLS, "rows":
+[{"name", "us_per_call", "count_per_call"}]}`` -- device (CUDA kernel) time on a GPU, CPU self time of each
+operator on a CPU. The measured rounds are over by then, so the profiler does not touch them.
+
+When the gate finds a benchmark slower, `kernel_changes` sets the candidate's table against the baseline run's
+and lists the kernels whose time per call moved most (new ones, gone ones included): the candidate's "why slower",
+in the terminal, the verdict file's markdown (the job summary) and the report. A stage that moved (end to end)
+is named by the gate's own stage metrics (`perf.gate.compare`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CALLS = 20
+TOP = 15
+#: Kernels listed under a slower benchmark.
+SHOWN = 5
+
+
+def kernel_table(call: Callable[[], Any], calls: int, *, device: str, synchronize: Callable[[], None] | None = None,
+                 top: int = TOP) -> dict[str, Any]:  # fmt: skip
+    """Run ``call`` ``calls`` times under torch.profiler and return the table described in the module docstring.
+    ``device``: "cuda" (rank by CUDA kernel time) or "cpu" (by operators' CPU self time); ``synchronize`` waits for
+    the device before the profiler stops."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
+    with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": one cycle here
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*", category=UserWarning)
+        with profile(activities=activities) as prof:
+            for _ in range(calls):
+                call()
+            if synchronize is not None:
+                synchronize()
+    rows = []
+    for event in prof.key_averages():
+        if on_gpu:  # kernels only: the averages whose own time is on the device
+            own = getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0.0)
+            if str(getattr(event, "device_type", "")).endswith("CUDA") and own > 0:
+                rows.append((event.key, own, event.count))
+        elif event.self_cpu_time_total > 0:
+            rows.append((event.key, event.self_cpu_time_total, event.count))
+    rows.sort(key=lambda row: -row[1])
+    return {"source": "torch.profiler", "device": "cuda" if on_gpu else "cpu", "calls": calls,
+            "rows": [{"name": name, "us_per_call": total / calls, "count_per_call": count / calls}
+                     for name, total, count in rows[:top]]}  # fmt: skip
+
+
+def kernel_changes(baseline: Mapping[str, Any] | None, current: Mapping[str, Any] | None,
+                   shown: int = SHOWN) -> list[dict[str, Any]]:  # fmt: skip
+    """The kernels whose time per call moved most between two tables (`kernel_table`), largest change first:
+    ``{"name", "baseline_us", "current_us", "delta_us"}`` (``None`` where a kernel is in one table only). Empty
+    when either table is missing or they were measured on different devices."""
+    if not baseline or not current or baseline.get("device") != current.get("device"):
+        return []
+    before = {row["name"]: float(row["us_per_call"]) for row in baseline.get("rows") or ()}
+    after = {row["name"]: float(row["us_per_call"]) for row in current.get("rows") or ()}
+    changes = []
+    for name in before.keys() | after.keys():
+        b, a = before.get(name), after.get(name)
+        changes.append({"name": name, "baseline_us": b, "current_us": a, "delta_us": (a or 0.0) - (b or 0.0)})
+    changes.sort(key=lambda c: -abs(c["delta_us"]))
+    return changes[:shown]
+
+
+#: What a kernel's name holds that does not tell kernels apart: namespaces, lambdas, a nested function's arguments.
+_NOISE = re.compile(r"\(anonymous namespace\)::|\b(?:at::native::|at::|c10::|std::|cuda::|binary_internal::)"
+                    r"|::\{lambda[^}]*\}|\{lambda[^}]*\}|::operator\(\)\(\) const|\([^()]*\)(?=::|,|>)")
+
+
+def short_name(name: str, width: int = 90) -> str:
+    """A CUDA kernel's name as a person tells kernels apart: without ``void``, the common namespaces and the
+    argument list, cut to ``width`` characters (``vectorized_elementwise_kernel<4, where_kernel_impl...``)."""
+    text, before = name.removeprefix("void ").strip(), ""
+    while text != before:  # nested noise goes in rounds
+        text, before = _NOISE.sub("", text), text
+    depth = 0
+    for i, char in enumerate(text):  # the argument list: the first "(" outside the template arguments
+        depth += {"<": 1, ">": -1}.get(char, 0)
+        if char == "(" and depth == 0 and i > 0:
+            text = text[:i]
+            break
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def describe_changes(changes: list[dict[str, Any]]) -> list[str]:
+    """One line per kernel: ``+41.2 us/call  sgemm_128x64 (12.0 -> 53.2 us)`` (``new`` / ``gone`` for one side)."""
+    lines = []
+    for c in changes:
+        b, a = c["baseline_us"], c["current_us"]
+        was = "new" if b is None else f"{b:.1f}"
+        now = "gone" if a is None else f"{a:.1f}"
+        name = short_name(c["name"])
+        lines.append(f"{c['delta_us']:+.1f} us/call  {name} ({was} -> {now} us)")
+    return lines

@@ -1,0 +1,178 @@
+"""Change points in a benchmark's history: where its median moved, and by how much.
+
+One history is one benchmark on one machine (`perf.store.db.machine_key`) and branch, one point per stored run
+(oldest first; runs made with test-only options are not part of a history). On the logarithm of the medians:
+
+1. *Where*: ruptures' PELT with the L2 cost (a change of mean) and a BIC penalty, ``2 * sigma^2 * log(n)``, with
+   ``sigma`` the run-to-run scatter estimated robustly (the smaller of the scale of successive differences and the
+   scale of the values, so that one level change does not inflate it) and never below ``noise_floor``.
+2. *Whether*: each candidate is kept only if the segments on either side differ by at least ``min_effect`` and
+   by more than ``z`` standard errors of the difference of their means. The scatter is the points' spread around
+   their own segment's mean, on ``n - segments`` degrees of freedom; where it exceeds ``noise_floor`` it is an
+   estimate, and the bar is Student's t at the same tail probability as ``z`` (a short noisy history needs a far
+   larger shift); within the floor, the floor is taken as the known scatter and the bar is ``z``. The weakest
+   failing candidate is dropped and the others judged again, until all pass. A shift seen in one run only (the newest) can be a
+   change point: a history cannot tell a single slow run from a new level until the next run, so the table says
+   how many runs are after it.
+
+The floor matters most in a short history: with a handful of runs the data cannot estimate their own scatter,
+so a benchmark that moves more than the floor between identical processes can show a false change point there.
+This runner's noise profile (``--perf-noise``) gives each benchmark its own floor (`floors_from_profile`); the
+report and ``perf-history changes`` use it when the storage or the store holds one.
+
+The sizes are ratios of geometric means (``after / before``) of the segments' medians, the change point is the
+first run of the new level (its commit is where the change came in, or the first measured after it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from perf.gate.noise import NoiseProfile
+    from perf.runs import SavedRun
+    from perf.store.db import HistoryPoint
+
+#: Relative run-to-run scatter assumed at least (0.5%): a GPU run never repeats closer than that between processes.
+NOISE_FLOOR = 0.005
+#: Standard errors the shift must exceed (about p < 1e-4 two-sided for a normal scatter).
+Z = 4.0
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A change of level at ``index`` (the first point of the new level) of a series: ``before_s`` / ``after_s``
+    (geometric means of the segments' medians, seconds), ``ratio`` = after / before, ``z`` = the shift in standard
+    errors, ``points_after`` = how many points the new level has."""
+
+    index: int
+    before_s: float
+    after_s: float
+    ratio: float
+    z: float
+    points_after: int
+
+
+@dataclass(frozen=True)
+class HistoryChange:
+    """A change point of one benchmark's history, named by the run and commit where the new level starts."""
+
+    fullname: str
+    name: str
+    machine_key: str
+    branch: str | None
+    run_id: str
+    commit: str | None
+    saved_at: str | None
+    change: ChangePoint
+
+
+def _robust_sigma(values: np.ndarray) -> float:
+    """The scale of ``values`` from the median absolute deviation (a normal's standard deviation)."""
+    if values.size == 0:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(values - np.median(values))))
+
+
+def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, noise_floor: float = NOISE_FLOOR,
+                       z: float = Z) -> list[ChangePoint]:  # fmt: skip
+    """The change points of a series of medians (seconds, oldest first; at least 3 points, all > 0)."""
+    if not min_effect >= 0 or not noise_floor > 0 or not z > 0:
+        raise ValueError(f"min_effect {min_effect!r} >= 0, noise_floor {noise_floor!r} > 0 and z {z!r} > 0 expected")
+    values = np.asarray(medians_s, dtype=np.float64)
+    if values.size < 3 or not np.all(np.isfinite(values)) or np.any(values <= 0):
+        return []
+    import ruptures
+
+    x = np.log(values)
+    floor = math.log1p(noise_floor)
+    # Candidates are generous (the smaller of two robust scales: of successive differences, blind to a level
+    # change, and of the values, blind to one odd point); step 2 decides.
+    scatter = max(floor, min(_robust_sigma(np.diff(x)) / math.sqrt(2), _robust_sigma(x)))
+    breaks = ruptures.Pelt(model="l2", min_size=1, jump=1).fit(x.reshape(-1, 1)).predict(
+        pen=2 * scatter**2 * math.log(x.size))[:-1]  # fmt: skip
+    kept = list(breaks)
+    while True:  # drop the weakest candidate that fails, judge the others again without it
+        judged = _judge(x, kept, floor, min_effect, z)
+        failing = [(score, at) for at, (score, passed) in judged.items() if not passed]
+        if not failing:
+            break
+        kept.remove(min(failing)[1])
+    bounds = [0, *kept, x.size]
+    out = []
+    for left, at, right in zip(bounds, bounds[1:], bounds[2:]):
+        before, after = x[left:at].mean(), x[at:right].mean()
+        out.append(ChangePoint(int(at), math.exp(before), math.exp(after), math.exp(after - before),
+                               judged[at][0], int(right - at)))  # fmt: skip
+    return out
+
+
+def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float, z: float) -> dict[int, tuple[float, bool]]:
+    """Each break's shift in standard errors and whether it passes (`find_change_points`, step 2)."""
+    from scipy import stats
+
+    bounds = [0, *breaks, x.size]
+    residuals = np.concatenate([x[a:b] - x[a:b].mean() for a, b in zip(bounds, bounds[1:])])
+    df = x.size - (len(bounds) - 1)
+    estimated = float(np.sqrt(np.sum(residuals**2) / df)) if df > 0 else 0.0
+    if estimated > floor:  # the scatter comes from the data: Student's t on its degrees of freedom
+        sigma, critical = estimated, float(stats.t.isf(stats.norm.sf(z), df))
+    else:  # within the known floor: the floor is the scatter, the normal quantile applies
+        sigma, critical = floor, z
+    out = {}
+    for left, at, right in zip(bounds, bounds[1:], bounds[2:]):
+        shift = x[at:right].mean() - x[left:at].mean()
+        score = abs(shift) / (sigma * math.sqrt(1 / (at - left) + 1 / (right - at)))
+        out[at] = (float(score), score > critical and abs(shift) > math.log1p(min_effect))
+    return out
+
+
+def floors_from_profile(profile: NoiseProfile | None) -> dict[str, float]:
+    """Each benchmark's between-process scatter (relative, of its primary metric) in a noise profile
+    (`perf.gate.noise`): the floor its history's change points are judged with."""
+    if profile is None:
+        return {}
+    out = {}
+    for fullname in profile.entries:
+        between = profile.between(fullname, "time")
+        if between is not None:
+            out[fullname] = math.expm1(between.sd)
+    return out
+
+
+def history_changes(points: Sequence[HistoryPoint], *, min_effect: float = 0.02, noise_floor: float = NOISE_FLOOR,
+                    floors: Mapping[str, float] | None = None) -> list[HistoryChange]:  # fmt: skip
+    """The change points of every history in ``points`` (`perf.store.db.HistoryStore.history`), grouped by
+    benchmark, machine and branch; runs made with test-only options are left out. ``floors``: a benchmark's own
+    between-process scatter (`floors_from_profile`), used where it is larger than ``noise_floor``."""
+    histories: dict[tuple[str, str, str | None], list[HistoryPoint]] = defaultdict(list)
+    for point in points:
+        if not point.injected and point.median_s is not None:
+            histories[(point.fullname, point.machine_key, point.branch)].append(point)
+    out = []
+    for (fullname, key, branch), series in sorted(histories.items(), key=lambda item: str(item[0])):
+        floor = max(noise_floor, (floors or {}).get(fullname, 0.0))
+        for change in find_change_points([p.median_s for p in series], min_effect=min_effect, noise_floor=floor):
+            first = series[change.index]
+            out.append(HistoryChange(fullname, first.name, key, branch, first.run_id, first.commit, first.saved_at,
+                                     change))  # fmt: skip
+    return out
+
+
+def points_from_runs(runs: Sequence[SavedRun]) -> list[HistoryPoint]:
+    """The history points of saved runs read from files (`perf.runs.load_runs`), as the store gives them, so a
+    report finds the same change points with or without a store."""
+    from perf.store.db import HistoryPoint, branch_of, machine_key, run_id_of
+
+    out = []
+    for run in runs:
+        key, branch, rid = machine_key(run.machine_info), branch_of(run.raw), run.run_id or run_id_of(run.raw)
+        out += [HistoryPoint(rid, run.datetime, run.commit, branch, key, b.fullname, b.name, b.median_s,
+                             bool(run.injected)) for b in run.benchmarks.values()]  # fmt: skip
+    return out

@@ -1,0 +1,128 @@
+"""``perf-history``: the history store from the command line.
+
+    perf-history import [.benchmarks]        store every saved run of a benchmark storage (once each)
+    perf-history runs                        the stored runs, oldest first
+    perf-history changes [--branch main]     the change points of every benchmark's history (a markdown table)
+    perf-history comparable RUN              exit 0 if saved run RUN can be a baseline on this machine, else 1
+
+``--store WHERE`` picks the store (a path, ``sqlite:///path`` or ``postgresql://...``); default: ``$PERF_STORE``,
+else ``.benchmarks/history.sqlite``. Bad input is one line on stderr and exit status 2; nothing is written then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from perf.options import parse_fraction, parse_store
+
+if TYPE_CHECKING:
+    from perf.store.changepoints import HistoryChange
+
+DEFAULT_STORE = ".benchmarks/history.sqlite"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, no usage block
+        self.exit(2, f"perf-history: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="perf-history", description="The results history in a database: import saved runs, "
+                     "list them, find change points.")  # fmt: skip
+    parser.add_argument("--store", type=parse_store, default=None,
+                        help=f"the store: a path, sqlite:///path or postgresql://... (default: $PERF_STORE, else "
+                             f"{DEFAULT_STORE})")  # fmt: skip
+    sub = parser.add_subparsers(dest="command", required=True)
+    imported = sub.add_parser("import", help="store every saved run of a benchmark storage")
+    imported.add_argument("storage", nargs="?", default=".benchmarks", help="the storage folder (default .benchmarks)")
+    sub.add_parser("runs", help="list the stored runs, oldest first")
+    changes = sub.add_parser("changes", help="change points of every benchmark's history, as a markdown table")
+    changes.add_argument("--branch", default=None, help="only this branch's runs (default: every branch, each its "
+                         "own history)")  # fmt: skip
+    changes.add_argument("--min-effect", type=parse_fraction, default=0.02,
+                         help="smallest change of level reported (default 2%%)")  # fmt: skip
+    comparable = sub.add_parser("comparable", help="whether a saved run can be a baseline on this machine: exit 0, "
+                                "or exit 1 naming each fingerprint field that changed (a driver, CUDA or GPU update)")
+    comparable.add_argument("run", type=Path, help="the saved run (a .benchmarks/<machine>/NNNN_*.json file)")
+    comparable.add_argument("--device", default="cuda", help="the device this machine would measure on (default cuda)")
+    return parser
+
+
+def comparable_lines(run: Path, device: str) -> list[str]:
+    """One line per fingerprint field on which saved run ``run`` differs from this machine on ``device`` (none:
+    it can be a baseline here); `perf.runs.HistoryError` when the file is not a usable run."""
+    from perf.measure.machine import fingerprint_differences, machine_fingerprint
+    from perf.runs import load_run
+
+    saved = load_run(run)
+    device_type, _, index = device.partition(":")
+    current = {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
+    return [f"{field}: saved {old!r}, this machine {new!r}"
+            for field, old, new in fingerprint_differences(saved.fingerprint, current)]  # fmt: skip
+
+
+def changes_table(changes: Sequence[HistoryChange]) -> str:
+    """The change points as a markdown table: benchmark, commit where it changed, before / after medians, size,
+    runs at the new level."""
+    lines = ["| benchmark | changed at (commit, run date) | before | after | size | runs after |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for item in changes:
+        c = item.change
+        lines.append(f"| {item.name} | {str(item.commit or '?')[:12]} ({item.saved_at or 'no date'}) | "
+                     f"{c.before_s * 1e3:.4g} ms | {c.after_s * 1e3:.4g} ms | {100 * (c.ratio - 1):+.1f}% | "
+                     f"{c.points_after} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    where = args.store or os.environ.get("PERF_STORE") or DEFAULT_STORE
+    if where == "none":
+        print("perf-history: error: --store none: there is no store to read", file=sys.stderr)
+        return 2
+    from perf.runs import HistoryError, load_run, run_files
+    from perf.store.changepoints import floors_from_profile, history_changes
+    from perf.store.db import import_runs, open_store
+
+    try:
+        if args.command == "comparable":
+            differences = comparable_lines(args.run, args.device)
+            for line in differences:
+                print(line)
+            return 1 if differences else 0
+        if args.command == "import":
+            files = run_files(args.storage)  # checked before the store is created
+            documents = [(str(path), load_run(path).raw) for path in files]
+            with open_store(where) as store:
+                new, old = import_runs(store, documents)
+            print(f"{new} run(s) stored, {old} already in {store.shown}")
+        elif args.command == "runs":
+            with open_store(where) as store:
+                for run in store.runs(include_injected=True):
+                    marked = f" [injected: {run.injected}]" if run.injected else ""
+                    print(f"{run.run_id}  {run.label}  {len(run.benchmarks)} benchmark(s){marked}")
+        else:
+            with open_store(where) as store:
+                points = store.history(branch=args.branch)
+                floors = {}
+                for key, _, _ in store.machines():  # each machine's own noise profile, where stored
+                    floors.update(floors_from_profile(store.noise_profile(key)))
+            found = history_changes(points, min_effect=args.min_effect, floors=floors)
+            print(changes_table(found), end="")
+            print(f"{len(found)} change point(s) in {len({p.fullname for p in points})} benchmark(s) of "
+                  f"{len({p.run_id for p in points})} run(s)")  # fmt: skip
+    except HistoryError as e:
+        print(f"perf-history: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""The history store: every saved run, also in a database (SQLite by default, PostgreSQL for a fleet).
+
+``.benchmarks/`` (pytest-benchmark's files) keeps working as it does; the store is a second home for the same
+runs, which a CI cache eviction or a new runner does not lose, and which reports and the change-point finder
+query. Every run goes in with one transaction (its run row, its benchmarks, its verdicts, its noise profile): a
+run killed while writing leaves nothing behind, and storing a run twice stores it once (``run_id`` is unique).
+
+Where a store is (``--perf-store`` / ``perf-history --store``):
+
+* a path (``.benchmarks/history.sqlite``): an SQLite file, created with its folder;
+* ``sqlite:///path``: the same, as a URL;
+* ``postgresql://user:password@host:port/dbname`` (or ``postgres://``): PostgreSQL through psycopg 3
+  (``pip install 'detector-perf[postgres]'``); the tables are created on first use.
+
+API::
+
+    store = open_store(".benchmarks/history.sqlite")
+    store.save_run(document, source="...", verdicts=verdict_document, noise=profile_dict)
+    store.runs(machine_key=..., branch="main")      # list[perf.runs.SavedRun], oldest first
+    store.history(machine_key=..., branch="main")   # list[HistoryPoint], one per run and benchmark
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from detector.fileio import content_key
+from perf.runs import HistoryError, SavedRun, injected_of, run_from_json
+
+log = logging.getLogger(__name__)
+
+#: Fields of a run's machine that make one history (``machine_info["node"]`` plus the fingerprint's compared fields).
+KEY_FIELDS = ("device", "gpu_name", "compute_capability", "driver_version", "cuda_version")
+#: Branch names that say nothing (a detached checkout); ``GITHUB_REF_NAME`` / ``--perf-store-branch`` replace them.
+NO_BRANCH = (None, "", "HEAD", "(detached head)")
+
+
+class StoreError(HistoryError):
+    """A store that cannot be opened, read or written; one line naming it (password hidden)."""
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One benchmark of one stored run: what change points are found on (``median_s`` in seconds)."""
+
+    run_id: str
+    saved_at: str | None
+    commit: str | None
+    branch: str | None
+    machine_key: str
+    fullname: str
+    name: str
+    median_s: float | None
+    injected: bool
+
+
+def machine_key(machine_info: Mapping[str, Any]) -> str:
+    """The key of a run's history: its host (``node``) and its machine fingerprint's compared fields, hashed."""
+    fingerprint = machine_info.get("perf") or {}
+    fields = {name: fingerprint.get(name) for name in KEY_FIELDS} if isinstance(fingerprint, Mapping) else {}
+    return content_key(str(machine_info.get("node") or ""), fields)
+
+
+def run_id_of(document: Mapping[str, Any]) -> str:
+    """A run's id: ``machine_info["perf_run_id"]``, or ``sha256:<hash of the document>`` for a run saved before ids
+    were recorded (the same file gives the same id, so importing it twice stores it once)."""
+    given = (document.get("machine_info") or {}).get("perf_run_id")
+    if isinstance(given, str) and given:
+        return given
+    text = json.dumps(document, sort_keys=True, default=str).encode("utf-8")
+    return "sha256:" + hashlib.sha256(text).hexdigest()[:40]
+
+
+def branch_of(document: Mapping[str, Any], override: str | None = None) -> str | None:
+    """The branch a run measured: ``override``, else ``commit_info["branch"]``, else (a detached checkout, as in CI)
+    ``GITHUB_REF_NAME``'s branch where GitHub Actions sets it."""
+    if override:
+        return override
+    branch = (document.get("commit_info") or {}).get("branch")
+    if branch in NO_BRANCH:
+        branch = os.environ.get("GITHUB_HEAD_REF") or os.environ.get("GITHUB_REF_NAME") or None
+    return branch
+
+
+def engine_url(where: str) -> str:
+    """The SQLAlchemy URL of a store given as a path, ``sqlite:///...`` or ``postgresql://...``."""
+    if where.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + where.split("://", 1)[1]
+    if "://" in where and not where.startswith(("sqlite://", "postgresql+")):
+        raise StoreError(f"store '{where}': not a path, sqlite:///path or postgresql:// URL")
+    if where.startswith(("sqlite://", "postgresql+")):
+        return where
+    return f"sqlite:///{Path(where).expanduser().resolve()}"
+
+
+def _shown(where: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(engine_url(where)).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - only to name the store in a message
+        return "<unparsable store URL>"
+
+
+class HistoryStore:
+    """An open store (see the module docstring). Methods raise `StoreError` naming the store."""
+
+    def __init__(self, where: str) -> None:
+        from sqlalchemy import create_engine, event
+
+        self.where = where
+        self.shown = _shown(where)
+        url = engine_url(where)
+        if url.startswith("sqlite:///"):
+            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
+        except Exception as e:  # a missing driver, a malformed URL
+            raise StoreError(f"store '{self.shown}': {_reason(e)}") from e
+        if url.startswith("sqlite"):
+            event.listen(self.engine, "connect", _sqlite_foreign_keys)
+        migrate(self)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _begin(self) -> Any:
+        try:
+            return self.engine.begin()
+        except Exception as e:
+            raise StoreError(f"store '{self.shown}': {_reason(e)}") from e
+
+    def save_run(self, document: Mapping[str, Any], *, source: str | None = None,
+                 verdicts: Mapping[str, Any] | None = None, noise: Mapping[str, Any] | None = None,
+                 branch: str | None = None) -> tuple[str, bool]:  # fmt: skip
+        """Store a saved run's JSON ``document`` (checked as `perf.runs.run_from_json` checks it) with the verdict
+        document that judged it and the noise profile it was judged with, in one transaction. Returns (run id,
+        whether it was new); a run already stored is left as it is."""
+        run = run_from_json(document, source or "<run>")
+        rid = run_id_of(document)
+        from sqlalchemy import select
+
+        from perf.store import schema
+
+        try:
+            with self._begin() as conn:
+                if conn.execute(select(schema.runs.c.id).where(schema.runs.c.run_id == rid)).first() is not None:
+                    return rid, False
+                pk = conn.execute(schema.runs.insert().values(
+                    run_id=rid, saved_at=run.datetime, machine_id=(document.get("machine_info") or {}).get("node"),
+                    machine_key=machine_key(run.machine_info), commit=run.commit, branch=branch_of(document, branch),
+                    dirty=run.dirty, injected=injected_of(document), test_only=bool(injected_of(document)),
+                    source=source, document=_plain(document),
+                )).inserted_primary_key[0]  # fmt: skip
+                conn.execute(schema.benchmarks.insert(), [
+                    {"run": pk, "fullname": b.fullname, "name": b.name, "group": b.group, "median_s": b.median_s,
+                     "rounds": None if b.data is None else int(b.data.size)} for b in run.benchmarks.values()])
+                rows = list((verdicts or {}).get("rows") or [])
+                if rows:
+                    baseline = ((verdicts or {}).get("baseline") or {}).get("run_id")
+                    conn.execute(schema.verdicts.insert(), [
+                        {"run": pk, "baseline_run_id": baseline, "fullname": r["fullname"], "verdict": r["verdict"],
+                         "ratio": r.get("ratio"), "lo": r.get("lo"), "hi": r.get("hi"), "row": _plain(r)}
+                        for r in rows])  # fmt: skip
+                if noise:
+                    conn.execute(schema.noise.insert().values(run=pk, profile=_plain(noise)))
+        except StoreError:
+            raise
+        except Exception as e:
+            raise StoreError(f"store '{self.shown}': cannot save run {rid}: {_reason(e)}") from e
+        log.info("stored run %s in %s", rid, self.shown)
+        return rid, True
+
+    def runs(self, *, machine_key: str | None = None, branch: str | None = None,
+             include_injected: bool = False) -> list[SavedRun]:  # fmt: skip
+        """Stored runs, oldest first (by saved date, then storing order), of one history when given."""
+        from perf.store import schema
+
+        query = _where(schema.runs.select(), machine_key, branch, include_injected)
+        with self._begin() as conn:
+            found = conn.execute(query.order_by(schema.runs.c.saved_at, schema.runs.c.id)).mappings().all()
+        return [run_from_json(row["document"], row["source"] or f"{self.shown}#run={row['run_id']}") for row in found]
+
+    def history(self, *, machine_key: str | None = None, branch: str | None = None,
+                include_injected: bool = False) -> list[HistoryPoint]:  # fmt: skip
+        """One point per stored run and benchmark, oldest run first."""
+        from sqlalchemy import select
+
+        from perf.store import schema
+
+        r, b = schema.runs.c, schema.benchmarks.c
+        query = select(r.run_id, r.saved_at, r.commit, r.branch, r.machine_key, r.test_only, b.fullname, b.name,
+                       b.median_s).join_from(schema.runs, schema.benchmarks, b.run == r.id)  # fmt: skip
+        query = _where(query, machine_key, branch, include_injected)
+        with self._begin() as conn:
+            found = conn.execute(query.order_by(r.saved_at, r.id, b.fullname)).all()
+        return [HistoryPoint(row.run_id, row.saved_at, row.commit, row.branch, row.machine_key, row.fullname,
+                             row.name, row.median_s, bool(row.test_only)) for row in found]  # fmt: skip
+
+    def machines(self) -> list[tuple[str, str | None, int]]:
+        """Each history's machine key, host name and number of runs, most runs first."""
+        from sqlalchemy import func, select
+
+        from perf.store import schema
+
+        r = schema.runs.c
+        with self._begin() as conn:
+            found = conn.execute(select(r.machine_key, func.max(r.machine_id), func.count())
+                                 .group_by(r.machine_key).order_by(func.count().desc())).all()  # fmt: skip
+        return [(row[0], row[1], int(row[2])) for row in found]
+
+    def noise_profile(self, machine_key: str | None = None) -> Any:
+        """The noise profile (`perf.gate.noise.NoiseProfile`) the newest run (of one history) was judged with, or
+        None."""
+        from sqlalchemy import select
+
+        from perf.gate.noise import NoiseProfile
+        from perf.store import schema
+
+        r, n = schema.runs.c, schema.noise.c
+        query = select(n.profile).join_from(schema.noise, schema.runs, n.run == r.id)
+        if machine_key is not None:
+            query = query.where(r.machine_key == machine_key)
+        with self._begin() as conn:
+            found = conn.execute(query.order_by(r.saved_at.desc(), r.id.desc()).limit(1)).first()
+        return None if found is None else NoiseProfile.from_json(json.dumps(found[0]))
+
+    def verdicts(self, run_id: str) -> list[dict[str, Any]]:
+        """The verdict rows that judged run ``run_id`` (each the gate's row, as written)."""
+        from sqlalchemy import select
+
+        from perf.store import schema
+
+        r, v = schema.runs.c, schema.verdicts.c
+        query = select(v.row).join_from(schema.verdicts, schema.runs, v.run == r.id).where(r.run_id == run_id)
+        with self._begin() as conn:
+            return [dict(row[0]) for row in conn.execute(query).all()]
+
+
+def _where(query: Any, machine_key: str | None, branch: str | None, include_injected: bool) -> Any:
+    from perf.store import schema
+
+    r = schema.runs.c
+    if machine_key is not None:
+        query = query.where(r.machine_key == machine_key)
+    if branch is not None:
+        query = query.where(r.branch == branch)
+    if not include_injected:
+        query = query.where(r.test_only.is_(False))
+    return query
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON types (numpy numbers and arrays, paths: what a saved run may hold in memory)."""
+    return json.loads(json.dumps(value, default=_default))
+
+
+def _default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of a driver's message, without SQLAlchemy's background link."""
+    text = str(getattr(error, "orig", None) or error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+def _sqlite_foreign_keys(connection: Any, _record: Any) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def migrate(store: HistoryStore) -> int:
+    """Bring the store's tables to `perf.store.schema.LATEST`, one transaction per migration; return the version.
+    A store of a newer version than this code knows is refused (`StoreError`)."""
+    from sqlalchemy import func, inspect, select
+
+    from perf.store import schema
+
+    try:
+        with store.engine.begin() as conn:
+            if not inspect(conn).has_table(schema.schema_versions.name):
+                schema.schema_versions.create(conn)
+            version = conn.execute(select(func.max(schema.schema_versions.c.version))).scalar() or 0
+    except Exception as e:
+        raise StoreError(f"store '{store.shown}': {_reason(e)}") from e
+    if version > schema.LATEST:
+        raise StoreError(f"store '{store.shown}': schema version {version} is newer than this version of the suite "
+                         f"knows ({schema.LATEST}); upgrade detector-perf")  # fmt: skip
+    for number, what, apply in schema.MIGRATIONS:
+        if number <= version:
+            continue
+        with store.engine.begin() as conn:
+            apply(conn)
+            now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            conn.execute(schema.schema_versions.insert().values(version=number, applied_at=now))
+        log.info("store %s: migrated to schema %d (%s)", store.shown, number, what)
+        version = number
+    return version
+
+
+def open_store(where: str) -> HistoryStore:
+    """Open (creating, migrating) the store at ``where`` (see the module docstring)."""
+    return HistoryStore(where)
+
+
+def import_runs(store: HistoryStore, documents: Iterable[tuple[str, Mapping[str, Any]]]) -> tuple[int, int]:
+    """Store saved runs given as (source, document); return (stored, already there)."""
+    new = old = 0
+    for source, document in documents:
+        _, added = store.save_run(document, source=source)
+        new, old = new + added, old + (not added)
+    return new, old

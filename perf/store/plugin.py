@@ -1,0 +1,129 @@
+"""pytest plugin of the history store: every run pytest-benchmark saves also goes into the store
+(`perf.store.db`), with the verdicts that judged it and the noise profile they used.
+
+* Where: ``--perf-store`` (or the ini setting ``perf_store``), else the ``PERF_STORE`` environment variable, else
+  ``history.sqlite`` in pytest-benchmark's file storage (``.benchmarks/history.sqlite``); ``none`` turns it off.
+* When: only a run that is saved (``--benchmark-autosave`` / ``--benchmark-save``), and never a pytest-xdist worker.
+  The store is opened (created, migrated) when the session starts, so a wrong address is a usage error before
+  anything is measured, and written once at the end, in one transaction, after the saved file and the verdicts.
+* A store given explicitly that cannot be opened is a usage error, one that cannot be written fails the run (exit
+  1), each with one line; the default SQLite file failing is a warning line. The saved file in ``.benchmarks/`` is never affected: nothing saved is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+STORE = pytest.StashKey[dict[str, Any]]()
+ENV = "PERF_STORE"
+
+
+def _where(config: pytest.Config, session: Any) -> tuple[str | None, bool]:
+    """The store to write and whether it was asked for (an option, ini or environment) or is the default."""
+    given = config.getoption("perf_store") or config.getini("perf_store") or os.environ.get(ENV)
+    if given:
+        return (None, True) if str(given).strip().lower() == "none" else (str(given).strip(), True)
+    folder = getattr(session.storage, "path", None)  # file storage only
+    return (None, False) if folder is None else (str(Path(folder) / "history.sqlite"), False)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    benchmarks = getattr(config, "_benchmarksession", None)
+    saving = benchmarks is not None and not benchmarks.disabled and bool(benchmarks.save or benchmarks.autosave)
+    if not saving or hasattr(config, "workerinput"):
+        return
+    where, asked = _where(config, benchmarks)
+    if where is None:
+        return
+    try:
+        from perf.store.db import StoreError, open_store
+
+        store = open_store(where)
+    except (StoreError, ImportError) as e:
+        if asked:
+            raise pytest.UsageError(f"--perf-store: {e}") from None
+        config.stash[STORE] = {"store": None, "asked": False, "document": None,
+                               "line": (f"history store off: {e} (the run is saved in the benchmark storage)", True)}
+        return
+    config.stash[STORE] = {"store": store, "asked": asked, "document": None, "line": None}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]) -> None:
+    state = config.stash.get(STORE, None)
+    if state is not None and state["store"] is not None:
+        state["document"] = output_json  # the document pytest-benchmark saves (the last call is the save's)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Store the saved run with its verdicts and noise profile (after pytest-benchmark saved it and the gate
+    wrote the verdicts)."""
+    config = session.config
+    state = config.stash.get(STORE, None)
+    if state is None or state["store"] is None or state["document"] is None:
+        return
+    from perf.store.db import StoreError
+
+    document = json.loads(json.dumps(state["document"], default=str))
+    store = state["store"]
+    try:
+        rid, _ = store.save_run(document, source=_saved_file(config, document), verdicts=_verdicts(config, document),
+                                noise=_noise(config))  # fmt: skip
+        state["line"] = (f"history store: run {rid} stored in {store.shown}", False)
+    except StoreError as e:
+        state["line"] = (f"history store: NOT STORED: {e} (the run is saved in the benchmark storage)", True)
+        if state["asked"] and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    finally:
+        store.close()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    state = config.stash.get(STORE, None)
+    if state is not None and state["line"] is not None:
+        line, failed = state["line"]
+        terminalreporter.write_line(line, red=failed, yellow=False)
+
+
+def _saved_file(config: pytest.Config, document: dict[str, Any]) -> str | None:
+    """The file pytest-benchmark just saved the run in (the newest numbered file of this run's id), or None."""
+    storage = getattr(config._benchmarksession, "storage", None)
+    run_id = (document.get("machine_info") or {}).get("perf_run_id")
+    files = sorted(storage.query("[0-9][0-9][0-9][0-9]_*")) if hasattr(storage, "query") else []
+    for path in reversed(files[-5:]):
+        try:
+            saved = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if (saved.get("machine_info") or {}).get("perf_run_id") == run_id:
+            return str(path)
+    return None
+
+
+def _verdicts(config: pytest.Config, document: dict[str, Any]) -> dict[str, Any] | None:
+    """The --perf-compare verdicts of this run (the gate's file, when it names this run)."""
+    from perf.gate.plugin import GATE
+
+    state = config.stash.get(GATE, None)
+    path = None if state is None else state.get("path")
+    if path is None:
+        return None
+    verdicts = json.loads(Path(path).read_text(encoding="utf-8"))
+    run_id = (document.get("machine_info") or {}).get("perf_run_id")
+    return verdicts if (verdicts.get("current") or {}).get("run_id") == run_id else None
+
+
+def _noise(config: pytest.Config) -> dict[str, Any] | None:
+    from perf.gate.plugin import GATE
+
+    state = config.stash.get(GATE, None)
+    profile = None if state is None else state["settings"].noise
+    return None if profile is None else json.loads(profile.to_json())

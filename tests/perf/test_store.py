@@ -1,0 +1,282 @@
+"""The history store (perf.store.db) on SQLite and on a real PostgreSQL server started for the session: runs go
+in whole or not at all, once, with their verdicts and noise profile, and come back as the one saved-run model."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sqlalchemy", reason="the history store needs SQLAlchemy (pip install -e '.[test]')")
+
+from perf.store import schema  # noqa: E402
+from perf.store.db import HistoryStore, StoreError, machine_key, open_store, run_id_of  # noqa: E402
+
+STEADY = list(1e-3 * (1 + 0.01 * np.random.default_rng(0).standard_normal(30)))
+
+
+def _document(run_id: str | None, scale: float = 1.0, *, injected: dict | None = None, node: str = "runner-1",
+              commit: str = "c1", when: str = "2026-11-01T00:00:00") -> dict:  # fmt: skip
+    machine = {"node": node, "perf": {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "driver_version": "580"}}
+    if run_id is not None:
+        machine["perf_run_id"] = run_id
+    if injected:
+        machine["perf_injected"] = injected
+    data = [x * scale for x in STEADY]
+    bench = {"fullname": "perf/test_x.py::test_a[b1]", "name": "test_a[b1]", "group": "g",
+             "stats": {"median": float(np.median(data)), "data": data}, "extra_info": {}}  # fmt: skip
+    return {"benchmarks": [bench], "machine_info": machine, "datetime": when,
+            "commit_info": {"id": commit, "branch": "main", "dirty": False}}  # fmt: skip
+
+
+def _postgres_bin(name: str) -> str | None:
+    found = shutil.which(name) or sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found if isinstance(found, str) else (found[-1] if found else None)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server for this session (Debian's ``postgresql`` package), on a Unix socket in a fresh
+    folder; skipped with the reason where it cannot start."""
+    initdb, pg_ctl = _postgres_bin("initdb"), _postgres_bin("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("PostgreSQL is not installed (no initdb / pg_ctl; apt-get install postgresql)")
+    as_user: list[str] = []
+    folder = Path(tempfile.mkdtemp(prefix="pg"))
+    if os.geteuid() == 0:  # the server refuses to run as root
+        try:
+            user = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' user to run the server as")
+        os.chown(folder, user.pw_uid, user.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    data = folder / "data"
+    setup = subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "perf", "--no-sync"],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    options = f"-p {port} -k {folder} -c listen_addresses='' -c fsync=off"
+    start = setup.returncode == 0 and subprocess.run(
+        [*as_user, pg_ctl, "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w", "-t", "60", "start"],
+        capture_output=True, text=True, check=False).returncode == 0  # fmt: skip
+    if not start:
+        shutil.rmtree(folder, ignore_errors=True)
+        pytest.skip(f"PostgreSQL did not start: {(setup.stderr or setup.stdout).strip()[-300:]}")
+    try:
+        yield f"postgresql://perf@/postgres?host={folder}&port={port}"
+    finally:
+        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True, check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HistoryStore]:
+    """An empty store of each kind."""
+    if request.param == "sqlite":
+        opened = open_store(str(tmp_path / "history.sqlite"))
+    else:
+        opened = open_store(request.getfixturevalue("postgres_url"))
+        with opened.engine.begin() as conn:  # empty it: the server lives for the whole session
+            for table in (schema.noise, schema.verdicts, schema.benchmarks, schema.runs):
+                conn.execute(table.delete())
+    yield opened
+    opened.close()
+
+
+def test_a_stored_run_comes_back_as_the_saved_run_model_once(store: HistoryStore) -> None:
+    document = _document("run-a")
+    assert store.save_run(document, source="storage/m/0001_a.json") == ("run-a", True)
+    assert store.save_run(document) == ("run-a", False)  # stored once
+    (run,) = store.runs()
+    assert run.run_id == "run-a" and run.number == 1 and run.commit == "c1"
+    bench = run.benchmarks["perf/test_x.py::test_a[b1]"]
+    assert bench.data is not None and np.allclose(bench.data, STEADY)
+
+
+def test_verdicts_and_the_noise_profile_are_stored_with_the_run_they_judged(store: HistoryStore) -> None:
+    verdicts = {"baseline": {"run_id": "run-a"}, "current": {"run_id": "run-b"},
+                "rows": [{"fullname": "perf/test_x.py::test_a[b1]", "verdict": "slower", "ratio": 1.3, "lo": 1.29,
+                          "hi": 1.31, "note": ""}]}  # fmt: skip
+    store.save_run(_document("run-a"))
+    store.save_run(_document("run-b", 1.3), verdicts=verdicts, noise={"processes": 10})
+    assert store.verdicts("run-a") == []
+    (row,) = store.verdicts("run-b")
+    assert row["verdict"] == "slower" and row["ratio"] == 1.3
+
+
+def test_a_failed_write_leaves_no_part_of_the_run(store: HistoryStore) -> None:
+    bad = {"rows": [{"fullname": "perf/test_x.py::test_a[b1]", "verdict": None}]}  # NOT NULL verdict
+    with pytest.raises(StoreError, match="cannot save run run-a"):
+        store.save_run(_document("run-a"), verdicts=bad)
+    assert store.runs() == [] and store.history() == []
+    assert store.save_run(_document("run-a")) == ("run-a", True)  # and the run can be stored afterwards
+
+
+def test_history_is_one_machine_and_leaves_out_injected_runs(store: HistoryStore) -> None:
+    store.save_run(_document("a", when="2026-11-01T00:00:00"))
+    store.save_run(_document("b", 1.3, injected={"inject_delay_ms": 5.0}, when="2026-11-02T00:00:00"))
+    store.save_run(_document("c", when="2026-11-03T00:00:00", node="runner-2"))
+    key = machine_key(_document("a")["machine_info"])
+    assert [p.run_id for p in store.history(machine_key=key)] == ["a"]
+    assert [p.run_id for p in store.history(machine_key=key, include_injected=True)] == ["a", "b"]
+    assert {k for k, _, _ in store.machines()} == {key, machine_key(_document("c", node="runner-2")["machine_info"])}
+
+
+def test_a_run_without_an_id_gets_one_from_its_content() -> None:
+    assert run_id_of(_document(None)) == run_id_of(_document(None)) != run_id_of(_document(None, 1.1))
+    assert run_id_of(_document(None)).startswith("sha256:")
+
+
+def test_a_store_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    where = str(tmp_path / "h.sqlite")
+    with open_store(where) as first:
+        with first.engine.begin() as conn:
+            conn.execute(schema.schema_versions.insert().values(version=schema.LATEST + 1, applied_at="later"))
+    with pytest.raises(StoreError, match=f"schema version {schema.LATEST + 1} is newer"):
+        open_store(where)
+
+
+@pytest.mark.parametrize("where", ["mysql://host/db", "postgresql://nobody@/db?host=/nonexistent&port=1"])
+def test_a_store_that_cannot_be_used_is_one_line_naming_it(where: str) -> None:
+    with pytest.raises(StoreError) as info:
+        open_store(where)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("store '")
+
+
+# -- change points (perf.store.changepoints) -------------------------------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from perf.store.changepoints import find_change_points, history_changes  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(before=st.integers(2, 30), after=st.integers(1, 30), step=st.floats(0.05, 2.0), seed=st.integers(0, 2**31),
+       level=st.floats(1e-5, 1.0))  # fmt: skip
+def test_a_step_well_above_the_scatter_is_found_where_it_starts(before: int, after: int, step: float, seed: int,
+                                                                level: float) -> None:  # fmt: skip
+    noise = np.exp(0.002 * np.random.default_rng(seed).standard_normal(before + after))
+    series = level * noise * np.r_[np.ones(before), np.full(after, 1 + step)]
+    (change,) = find_change_points(list(series))
+    assert change.index == before and change.points_after == after
+    assert change.ratio == pytest.approx(1 + step, rel=0.01)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(3, 60), seed=st.integers(0, 2**31), scale=st.floats(1e-6, 1e3))
+def test_scatter_within_the_noise_floor_has_no_change_point_at_any_scale(n: int, seed: int, scale: float) -> None:
+    series = scale * np.exp(0.001 * np.random.default_rng(seed).standard_normal(n))
+    assert find_change_points(list(series)) == []
+
+
+def test_a_shift_smaller_than_the_minimum_effect_is_not_a_change_point() -> None:
+    series = [1.0] * 10 + [1.015] * 10  # clear, but 1.5% < 2%
+    assert find_change_points(series, noise_floor=0.0001) == []
+    assert [c.index for c in find_change_points(series, min_effect=0.01, noise_floor=0.0001)] == [10]
+
+
+def test_a_noise_profile_floor_keeps_a_noisy_short_history_free_of_false_change_points() -> None:
+    noisy = [1.0, 1.06, 1.06]  # one process 6% off: within what this benchmark does between identical processes
+    assert [c.index for c in find_change_points(noisy)] == [1]  # judged against the default 0.5% floor
+    assert find_change_points(noisy, noise_floor=0.05) == []  # against its profiled 5% between-process scatter
+
+
+def test_history_changes_name_the_run_and_commit_of_the_new_level(tmp_path: Path) -> None:
+    with open_store(str(tmp_path / "h.sqlite")) as store:
+        for i, (scale, commit) in enumerate([(1.0, "a1"), (1.002, "a2"), (0.999, "a3"), (1.3, "slow1"), (1.301, "s2")]):
+            store.save_run(_document(f"r{i}", scale, commit=commit, when=f"2026-11-0{i + 1}T00:00:00"))
+        store.save_run(_document("x", 2.0, injected={"inject_delay_ms": 9.0}, when="2026-11-09T00:00:00"))
+        (change,) = history_changes(store.history(include_injected=True))
+    assert (change.commit, change.run_id, change.change.points_after) == ("slow1", "r3", 2)
+    assert change.change.ratio == pytest.approx(1.3, rel=0.01)
+
+
+# -- the plugin and the command, on real pytest runs of the tiny benchmark -------------------------------------------
+def test_saved_runs_go_into_the_store_with_their_verdicts_and_the_command_reads_them(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    from tiny_bench import child_env, write_project
+
+    folder = write_project(tmp_path, ["perf.plugin", "perf.gate.plugin", "perf.store.plugin", "perf.fixtures.reporting"])
+    run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--perf-device=cpu",
+           "--benchmark-storage=storage", "--benchmark-max-time=0.05", "--benchmark-min-rounds=20",
+           "--benchmark-warmup=off", "--perf-reports-dir=reports"]  # fmt: skip
+    env = child_env()
+
+    def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*run, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+
+    first = pytest_run("--benchmark-autosave")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "history store: run " in first.stdout and "storage/history.sqlite" in first.stdout
+    second = pytest_run("--benchmark-autosave", "--perf-compare")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert pytest_run("--perf-store=none", "--benchmark-autosave").returncode == 0  # saved, not stored
+    bad = pytest_run("--perf-store=mysql://db", "--benchmark-autosave")
+    assert bad.returncode == 4 and bad.stderr.strip().splitlines()[-1].startswith("ERROR: argument --perf-store")
+    with open_store(str(folder / "storage" / "history.sqlite")) as store:
+        runs = store.runs()
+        assert len(runs) == 2
+        current = json.loads((folder / "reports" / "perf-compare.json").read_text())["current"]["run_id"]
+        assert runs[1].run_id == current and [r["verdict"] for r in store.verdicts(current)] != []
+    cli = [sys.executable, "-m", "perf.store.cli", "--store", str(folder / "storage" / "history.sqlite")]
+    listed = subprocess.run([*cli, "runs"], capture_output=True, text=True, env=env, check=False)
+    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == 2
+    imported = subprocess.run([*cli, "import", str(folder / "storage")], capture_output=True, text=True, env=env,
+                              check=False)  # fmt: skip
+    assert imported.returncode == 0 and imported.stdout.startswith("1 run(s) stored, 2 already in ")  # the 'none' run
+    changes = subprocess.run([*cli, "changes"], capture_output=True, text=True, env=env, check=False)
+    assert changes.returncode == 0 and changes.stdout.splitlines()[0].startswith("| benchmark | changed at")
+    missing = subprocess.run([*cli, "import", str(folder / "nowhere")], capture_output=True, text=True, env=env,
+                             check=False)  # fmt: skip
+    assert missing.returncode == 2 and len(missing.stderr.splitlines()) == 1 and "nowhere" in missing.stderr
+
+
+def test_the_report_reads_the_store_and_shows_the_change_point(tmp_path: Path) -> None:
+    import sys
+
+    pytest.importorskip("matplotlib")
+    where = str(tmp_path / "h.sqlite")
+    with open_store(where) as store:
+        for i, (scale, commit) in enumerate([(1.0, "a1"), (1.002, "a2"), (0.999, "a3"), (1.3, "slow1"), (1.301, "s2")]):
+            store.save_run(_document(f"r{i}", scale, commit=commit, when=f"2026-11-0{i + 1}T00:00:00"))
+    result = subprocess.run([sys.executable, "-m", "perf.report_cli", "--store", where, "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "Change points in the history" in summary
+    (row,) = [line for line in summary.splitlines() if line.startswith("| test_a[b1] | slow1")]
+    assert "+29." in row or "+30." in row
+    assert "change point: level +" in (tmp_path / "out" / "index.html").read_text()
+
+
+def test_comparable_says_whether_a_saved_run_can_be_a_baseline_on_this_machine(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    from perf.measure.machine import machine_fingerprint
+
+    document = _document("run-a")
+    document["machine_info"]["perf"] = {**machine_fingerprint(), "device": "cpu"}
+    (tmp_path / "same.json").write_text(json.dumps(document))
+    document["machine_info"]["perf"]["driver_version"] = "1.0-before-the-update"
+    (tmp_path / "updated.json").write_text(json.dumps(document))
+    cli = [sys.executable, "-m", "perf.store.cli", "comparable", "--device", "cpu"]
+    same = subprocess.run([*cli, str(tmp_path / "same.json")], capture_output=True, text=True, check=False)
+    assert same.returncode == 0 and same.stdout == ""
+    updated = subprocess.run([*cli, str(tmp_path / "updated.json")], capture_output=True, text=True, check=False)
+    assert updated.returncode == 1 and updated.stdout.startswith("driver_version: saved '1.0-before-the-update'")
+    missing = subprocess.run([*cli, str(tmp_path / "none.json")], capture_output=True, text=True, check=False)
+    assert missing.returncode == 2 and "none.json" in missing.stderr and len(missing.stderr.splitlines()) == 1
