@@ -104,9 +104,14 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     session = config.stash[PERF_SESSION]
     machine_info["perf"] = session.fingerprint
     machine_info["perf_subject"] = session.identity
-    machine_info["perf_run_id"] = session.run_id
-    if session.options.injected:
-        machine_info["perf_injected"] = session.options.injected
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]) -> None:
+    """The run's own marks, beside machine_info (which must stay the same from run to run on one machine, or
+    pytest-benchmark warns at every compare): ``perf_run`` = ``{"run_id", "injected"}``."""
+    session = config.stash[PERF_SESSION]
+    output_json["perf_run"] = {"run_id": session.run_id, "injected": session.options.injected}
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -7,10 +7,10 @@ one per round, in the order the rounds ran (a round of ``stats["iterations"]`` c
 Other keys used here: ``benchmarks[i]["fullname"]`` (the pytest node id; the key runs are matched on),
 ``["name"]``, ``["group"]``, ``["params"]``, ``["extra_info"]`` (the suite's extras: ``stability`` from
 `perf.measure.stability`, ``clock``, images/s, percentiles, GPU telemetry), ``machine_info["perf"]`` (the
-fingerprint), ``machine_info["perf_run_id"]`` (the pytest session's id, uuid4 hex: what a verdict file names its
-runs by), ``machine_info["perf_injected"]`` (the test-only options a run was made with, e.g.
-``{"inject_delay_ms": 20.0}``; absent or {} for a normal run; older runs carry it in each benchmark's
-``extra_info["injected"]`` only), ``commit_info``, ``datetime``. Every file is checked by
+fingerprint), ``perf_run`` (beside ``machine_info``, which stays the same from run to run on one machine):
+``{"run_id", "injected"}``, the pytest session's id (uuid4 hex: what a verdict file names its runs by) and the
+test-only options the run was made with (e.g. ``{"inject_delay_ms": 20.0}``; {} for a normal run; older runs carry
+them in each benchmark's ``extra_info["injected"]`` only), ``commit_info``, ``datetime``. Every file is checked by
 `perf.validate.run_problem` first.
 
 *Metrics.* ``stats.data`` is a benchmark's primary metric, "time" (GPU time per call for inference on a GPU;
@@ -24,7 +24,7 @@ More series the gate compares sit in ``extra_info["metrics"][name] = {"label", "
 `perf.gate.compare.write_verdicts`): ``{"format": 2, "baseline": {"path", "number", "datetime", "commit",
 "run_id"}, "current": {"run_id", "injected"}, "settings": {...}, "summary": {...}, "rows": [{"fullname", "name",
 "group", "verdict", "note", "baseline_median_s", "current_median_s", "ratio", "lo", "hi", "n_baseline",
-"n_current", ...}]}``. The verdicts belong to the run whose ``perf_run_id`` is ``current.run_id``, and to no other
+"n_current", ...}]}``. The verdicts belong to the run whose ``perf_run.run_id`` is ``current.run_id``, and to no other
 run; a file without it (an older one, or another tool's) belongs to no run. `load_verdicts` also reads other tools'
 verdict files (see there).
 
@@ -67,7 +67,7 @@ PRIMARY = "time"
 VERDICT_FILE = "perf-compare.json"
 #: Saved-run file names pytest-benchmark writes: ``0001_<commit>_<date>.json`` (any ``NNNN_*.json``).
 RUN_GLOB = "[0-9][0-9][0-9][0-9]_*.json"
-#: The test-only options a run's ``perf_injected`` records, by key, as a user types them.
+#: The test-only options a run's ``perf_run.injected`` records, by key, as a user types them.
 INJECTED_OPTIONS = {"inject_delay_ms": "--perf-inject-delay={} (ms)", "regression": "--perf-regression={}"}
 
 
@@ -160,15 +160,21 @@ class BenchmarkRecord:
 
 
 def describe_injected(injected: Mapping[str, Any]) -> str:
-    """``--perf-inject-delay=20.0 (ms)`` for a run's ``perf_injected`` (`SavedRun.injected`), options joined by
+    """``--perf-inject-delay=20.0 (ms)`` for a run's ``perf_run.injected`` (`SavedRun.injected`), options joined by
     ", "; "" for a normal run. Keys this version does not know are shown as ``key=value``."""
     return ", ".join(INJECTED_OPTIONS.get(str(key), f"{key}={{}}").format(value) for key, value in injected.items())
 
 
+def run_marks(document: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A saved run's own marks, ``perf_run`` (``{"run_id", "injected"}``), or {} for a run saved without them."""
+    marks = document.get("perf_run")
+    return marks if isinstance(marks, Mapping) else {}
+
+
 def injected_of(document: Mapping[str, Any]) -> dict[str, Any]:
-    """The test-only options a saved run's JSON was made with: ``machine_info["perf_injected"]``, or for a run saved
+    """The test-only options a saved run's JSON was made with: ``perf_run["injected"]``, or for a run saved
     before that was recorded, the first benchmark's ``extra_info["injected"]``; {} for a normal run."""
-    marked = (document.get("machine_info") or {}).get("perf_injected")
+    marked = run_marks(document).get("injected")
     if isinstance(marked, Mapping) and marked:
         return dict(marked)
     for bench in document.get("benchmarks") or ():
@@ -181,7 +187,7 @@ def injected_of(document: Mapping[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class SavedRun:
     """A saved run: its file, number (``NNNN_``; None for other names), date and commit as saved, and
-    benchmarks by full name (in the file's order). ``run_id``: the pytest session's id (``perf_run_id``; None for
+    benchmarks by full name (in the file's order). ``run_id``: the pytest session's id (``perf_run.run_id``; None for
     runs saved before it was recorded); ``injected``: the test-only options it was made with ({} for a normal
     run; see `injected_of`)."""
 
@@ -261,7 +267,7 @@ def run_from_json(data: Any, path: str | os.PathLike[str] = "<memory>") -> Saved
         machine_info=data.get("machine_info") or {},
         benchmarks=benchmarks,
         raw=data,
-        run_id=_text((data.get("machine_info") or {}).get("perf_run_id")),
+        run_id=_text(run_marks(data).get("run_id")),
         injected=injected_of(data),
     )
 
@@ -342,7 +348,7 @@ class Verdicts:
     ``name`` and/or ``fullname`` and a lower-case ``verdict`` (``baseline_median_s``, ``current_median_s``,
     ``ratio``, ``lo``, ``hi``, ``note`` when the gate wrote it).
 
-    ``current_run_id``: the ``perf_run_id`` of the run judged (``current.run_id``; None when the file does not say,
+    ``current_run_id``: the ``perf_run.run_id`` of the run judged (``current.run_id``; None when the file does not say,
     and then the verdicts belong to no run); ``current_injected``: the test-only options that run was made with;
     ``baseline_run_id``, ``baseline_path``, ``baseline_number``, ``baseline_commit``: the run it was judged
     against, as far as the file says (None otherwise)."""

@@ -155,7 +155,7 @@ class PerfSession:
 
     @functools.cached_property
     def run_id(self) -> str:
-        """This pytest session's id (uuid4 hex): ``machine_info["perf_run_id"]`` of the run it saves and
+        """This pytest session's id (uuid4 hex): ``perf_run["run_id"]`` of the run it saves and
         ``current.run_id`` of the verdicts it writes, so reports tie verdicts to the run they judged."""
         import uuid
 

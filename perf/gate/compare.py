@@ -130,8 +130,10 @@ class Row:
     moved: str = ""
     noise: str = ""
     metrics: list[MetricResult] = field(default_factory=list)
-    #: For a slower row: the kernels whose time per call moved most (`perf.profile.kernels.kernel_changes`).
+    #: For a slower row: the kernels whose time per call moved most (`perf.profile.kernels.kernel_changes`), and
+    #: how much all the kernels of the two tables moved, microseconds per call (None: no tables to compare).
     why: list[dict[str, Any]] = field(default_factory=list)
+    kernels_moved_us: float | None = None
 
 
 def _seed(fullname: str, metric: str = PRIMARY) -> int:
@@ -241,9 +243,10 @@ def compare_benchmark(baseline: BenchmarkRecord, current: BenchmarkRecord, setti
     row.moved = _moved(primary, others)
     row.noise = "" if primary.between is None else f"±{100 * math.expm1(primary.between):.1f}%"
     if row.verdict == SLOWER:
-        from perf.profile.kernels import kernel_changes
+        from perf.profile.kernels import kernel_changes, total_change_us
 
-        row.why = kernel_changes(baseline.extra_info.get("kernels"), current.extra_info.get("kernels"))
+        tables = baseline.extra_info.get("kernels"), current.extra_info.get("kernels")
+        row.why, row.kernels_moved_us = kernel_changes(*tables), total_change_us(*tables)
     return row
 
 
@@ -319,7 +322,12 @@ def why_lines(row: Row) -> list[str]:
         return []
     from perf.profile.kernels import describe_changes
 
-    return describe_changes(row.why)
+    lines = describe_changes(row.why)
+    if row.kernels_moved_us is not None and row.baseline_median_s and row.current_median_s:
+        change_ms = (row.current_median_s - row.baseline_median_s) * 1e3
+        lines.insert(0, f"the kernels moved {row.kernels_moved_us / 1e3:+.3g} ms of the {change_ms:+.3g} ms per call "
+                        "(what they do not explain is outside them: the host, a wait, a sleep)")
+    return lines
 
 
 def format_lines(rows: list[Row]) -> list[str]:

@@ -96,6 +96,14 @@ def short_name(name: str, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def total_change_us(baseline: Mapping[str, Any] | None, current: Mapping[str, Any] | None) -> float | None:
+    """How much the kernels of the two tables moved in all, microseconds per call (the top `TOP` of each), or None
+    when they cannot be compared: set against the benchmark's own change, it says whether the kernels explain it
+    (a host-side cause, a sleep or a lock, shows no kernel)."""
+    changes = kernel_changes(baseline, current, shown=2 * TOP)
+    return sum(c["delta_us"] for c in changes) if changes else None
+
+
 def describe_changes(changes: list[dict[str, Any]]) -> list[str]:
     """One line per kernel: ``+41.2 us/call  sgemm_128x64 (12.0 -> 53.2 us)`` (``new`` / ``gone`` for one side)."""
     lines = []

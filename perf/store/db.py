@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from detector.fileio import content_key
-from perf.runs import HistoryError, SavedRun, injected_of, run_from_json
+from perf.runs import HistoryError, SavedRun, injected_of, run_from_json, run_marks
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,9 @@ def machine_key(machine_info: Mapping[str, Any]) -> str:
 
 
 def run_id_of(document: Mapping[str, Any]) -> str:
-    """A run's id: ``machine_info["perf_run_id"]``, or ``sha256:<hash of the document>`` for a run saved before ids
+    """A run's id: ``perf_run["run_id"]``, or ``sha256:<hash of the document>`` for a run saved before ids
     were recorded (the same file gives the same id, so importing it twice stores it once)."""
-    given = (document.get("machine_info") or {}).get("perf_run_id")
+    given = run_marks(document).get("run_id")
     if isinstance(given, str) and given:
         return given
     text = json.dumps(document, sort_keys=True, default=str).encode("utf-8")

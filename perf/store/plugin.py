@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from perf.runs import run_marks
+
 STORE = pytest.StashKey[dict[str, Any]]()
 ENV = "PERF_STORE"
 
@@ -96,14 +98,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 def _saved_file(config: pytest.Config, document: dict[str, Any]) -> str | None:
     """The file pytest-benchmark just saved the run in (the newest numbered file of this run's id), or None."""
     storage = getattr(config._benchmarksession, "storage", None)
-    run_id = (document.get("machine_info") or {}).get("perf_run_id")
+    run_id = run_marks(document).get("run_id")
     files = sorted(storage.query("[0-9][0-9][0-9][0-9]_*")) if hasattr(storage, "query") else []
     for path in reversed(files[-5:]):
         try:
             saved = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if (saved.get("machine_info") or {}).get("perf_run_id") == run_id:
+        if run_marks(saved).get("run_id") == run_id:
             return str(path)
     return None
 
@@ -117,7 +119,7 @@ def _verdicts(config: pytest.Config, document: dict[str, Any]) -> dict[str, Any]
     if path is None:
         return None
     verdicts = json.loads(Path(path).read_text(encoding="utf-8"))
-    run_id = (document.get("machine_info") or {}).get("perf_run_id")
+    run_id = run_marks(document).get("run_id")
     return verdicts if (verdicts.get("current") or {}).get("run_id") == run_id else None
 
 

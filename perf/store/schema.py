@@ -3,7 +3,7 @@
 Tables (SQLAlchemy Core, the same on SQLite and PostgreSQL):
 
 * ``perf_schema``: one row per migration applied (``version``, ``applied_at``); the store's version is the largest.
-* ``perf_runs``: one row per saved run. ``run_id`` (the pytest session's ``perf_run_id``; for a run saved before
+* ``perf_runs``: one row per saved run. ``run_id`` (the pytest session's ``perf_run.run_id``; for a run saved before
   ids were recorded, ``sha256:`` of its file's content) is unique, so storing a run twice stores it once.
   ``machine_key`` is the hash of the machine fingerprint (GPU, driver, CUDA, device): a history is one benchmark
   on one ``machine_key``. ``document`` is the saved run's whole JSON (raw rounds included), read back with

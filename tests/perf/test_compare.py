@@ -91,3 +91,20 @@ def test_a_failed_row_is_one_line_naming_the_ratio_threshold_and_baseline() -> N
     assert "\n" not in line
     assert line.startswith("perf-compare: slower: 0.9987 ms -> 1.298 ms, ratio 1.300 [")
     assert "beyond +2.0%" in line and line.endswith("(baseline 0003_base.json, commit abc)")
+
+
+def test_a_slower_row_lists_the_kernels_that_moved_and_how_much_of_the_change_they_explain() -> None:
+    from perf.gate.compare import compare_benchmark, why_lines
+
+    def table(**us: float) -> dict:
+        return {"device": "cuda", "calls": 20, "rows": [{"name": n, "us_per_call": v, "count_per_call": 1}
+                                                        for n, v in us.items()]}  # fmt: skip
+
+    base = BenchmarkRecord.from_json(_bench("t::a", STEADY, kernels=table(conv=700.0, leaky=100.0)))
+    slow = BenchmarkRecord.from_json(_bench("t::a", [x * 1.3 for x in STEADY], kernels=table(conv=700.0, where=350.0)))
+    row = compare_benchmark(base, slow, GateSettings())
+    assert row.verdict == "slower" and [c["name"] for c in row.why] == ["where", "leaky", "conv"]
+    first, *kernels = why_lines(row)
+    assert first.startswith("the kernels moved +0.25 ms of the +0.3") and kernels[0].startswith("+350.0 us/call  where")
+    same = compare_benchmark(base, BenchmarkRecord.from_json(_bench("t::a", STEADY)), GateSettings())
+    assert same.verdict == "no change" and same.why == [] and why_lines(same) == []

@@ -226,7 +226,7 @@ def _verdict_file(path: Path, current: dict | None) -> Path:
 
 
 def test_compare_verdicts_mark_the_run_they_judged_and_no_other(saved: Path, tmp_path: Path) -> None:
-    judged = json.loads(_runs(saved)[1].read_text())["machine_info"]["perf_run_id"]
+    judged = json.loads(_runs(saved)[1].read_text())["perf_run"]["run_id"]
     verdicts = _verdict_file(tmp_path / "verdicts.json", {"run_id": judged, "injected": {}})
     out = tmp_path / "out"
     assert main(["--storage", str(saved / ".benchmarks"), "--out", str(out), "--verdicts", str(verdicts),

@@ -22,23 +22,22 @@ BENCH = "perf/test_inference_speed.py::test_inference_speed[torch-fp32-b8]"
 
 def _run(median_s: float, *, run_id: str | None, injected: dict[str, Any] | None = None,
          old_style: bool = False) -> dict[str, Any]:  # fmt: skip
-    """A saved run of one benchmark whose rounds sit around ``median_s``; ``injected`` in ``perf_injected`` (or,
+    """A saved run of one benchmark whose rounds sit around ``median_s``; ``injected`` in ``perf_run`` (or,
     ``old_style``, only in the benchmark's ``extra_info``, as runs saved before the run was marked)."""
     rounds = [median_s * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)]
     extra: dict[str, Any] = {"backend": "torch", "variant": "torch", "batch": 8}
     machine: dict[str, Any] = {"perf": {"device": "cpu", "cpu_model": "Test CPU"}}
-    if run_id is not None:
-        machine["perf_run_id"] = run_id
+    marks: dict[str, Any] = {"run_id": run_id, "injected": {}}
     if injected:
         extra["injected"] = injected
         if not old_style:
-            machine["perf_injected"] = injected
+            marks["injected"] = injected
     bench = {"name": "test_inference_speed[torch-fp32-b8]", "fullname": BENCH, "group": "inference",
              "params": {"batch": 8}, "extra_info": extra,
              "stats": {"median": median_s, "iqr": median_s * 0.02, "q1": median_s * 0.99, "q3": median_s * 1.01,
                        "min": rounds[0], "max": rounds[-1], "rounds": 5, "data": rounds}}  # fmt: skip
     return {"benchmarks": [bench], "machine_info": machine, "commit_info": {"id": "abc1234def", "dirty": False},
-            "datetime": "2026-01-02T10:00:00"}
+            "datetime": "2026-01-02T10:00:00", **({"perf_run": marks} if run_id is not None or not old_style else {})}
 
 
 def _storage(tmp_path: Path, *runs: dict[str, Any]) -> Path:

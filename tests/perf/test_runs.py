@@ -76,7 +76,7 @@ def test_a_saved_run_gives_benchmarks_stats_and_its_identity(tmp_path: Path) -> 
 
 def test_a_saved_run_knows_its_run_id_and_the_test_only_options_it_was_made_with(tmp_path: Path) -> None:
     doc = _run("test_a")
-    doc["machine_info"].update(perf_run_id="9f1c2e", perf_injected={"inject_delay_ms": 20.0})
+    doc["perf_run"] = {"run_id": "9f1c2e", "injected": {"inject_delay_ms": 20.0}}
     run = load_run(_save(tmp_path / "m1", "0001_x.json", doc))
     assert run.run_id == "9f1c2e" and run.injected == {"inject_delay_ms": 20.0}
     assert describe_injected(run.injected) == "--perf-inject-delay=20.0 (ms)"
@@ -87,7 +87,7 @@ def test_a_saved_run_knows_its_run_id_and_the_test_only_options_it_was_made_with
 def test_a_run_saved_before_runs_were_marked_is_known_injected_by_its_benchmarks(tmp_path: Path) -> None:
     doc = _run("test_a", "test_b")
     doc["benchmarks"][1]["extra_info"] = {"injected": {"regression": "layer:5%"}}
-    doc["machine_info"]["perf_injected"] = {}
+    doc["perf_run"] = {"run_id": None, "injected": {}}
     run = load_run(_save(tmp_path / "m1", "0001_x.json", doc))
     assert run.injected == {"regression": "layer:5%"}
     assert describe_injected({**run.injected, "future_knob": 3}) == "--perf-regression=layer:5%, future_knob=3"
@@ -173,8 +173,8 @@ def test_the_gates_verdicts_name_the_run_they_judged_and_their_baseline(tmp_path
     assert verdicts.current_injected == {"x": 1} and verdicts.baseline_path == "/ci/.benchmarks/m/0007_abc.json"
     assert verdicts.baseline_label == "run 0007 (commit abc1234, file 0007_abc.json)"
     judged, other = _run("a"), _run("a")
-    judged["machine_info"]["perf_run_id"] = "c1"
-    other["machine_info"]["perf_run_id"] = "b1"
+    judged["perf_run"] = {"run_id": "c1", "injected": {}}
+    other["perf_run"] = {"run_id": "b1", "injected": {}}
     assert verdicts.judges(load_run(_save(tmp_path / "m", "0008_a.json", judged)))
     assert not verdicts.judges(load_run(_save(tmp_path / "m", "0007_a.json", other)))
 

@@ -27,15 +27,13 @@ STEADY = list(1e-3 * (1 + 0.01 * np.random.default_rng(0).standard_normal(30)))
 def _document(run_id: str | None, scale: float = 1.0, *, injected: dict | None = None, node: str = "runner-1",
               commit: str = "c1", when: str = "2026-11-01T00:00:00") -> dict:  # fmt: skip
     machine = {"node": node, "perf": {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "driver_version": "580"}}
-    if run_id is not None:
-        machine["perf_run_id"] = run_id
-    if injected:
-        machine["perf_injected"] = injected
+    marks = {"run_id": run_id, "injected": injected or {}} if run_id is not None or injected else None
     data = [x * scale for x in STEADY]
     bench = {"fullname": "perf/test_x.py::test_a[b1]", "name": "test_a[b1]", "group": "g",
              "stats": {"median": float(np.median(data)), "data": data}, "extra_info": {}}  # fmt: skip
     return {"benchmarks": [bench], "machine_info": machine, "datetime": when,
-            "commit_info": {"id": commit, "branch": "main", "dirty": False}}  # fmt: skip
+            "commit_info": {"id": commit, "branch": "main", "dirty": False},
+            **({"perf_run": marks} if marks is not None else {})}  # fmt: skip
 
 
 def _postgres_bin(name: str) -> str | None:
