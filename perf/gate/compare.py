@@ -5,8 +5,8 @@ Verdicts: "slower", "faster", "no change" (`perf.gate.stats.compare_samples`, th
 result is inconclusive: the medians moved beyond the minimum effect but the interval still reaches into the
 no-change band, so neither "slower" nor "no change" would be true; the ratio and interval are still shown, but no
 verdict is drawn from them) and "missing" (in one run only, or saved
-without raw rounds). Written as ``<reports>/perf-compare.json`` (`perf.runs.VERDICT_FILE`) and ``.md``
-(atomically); the JSON layout is described in `perf.runs`, which reads it back (`perf.runs.load_verdicts`).
+without raw rounds). Written as ``<reports>/perf-compare.json`` (`perf.verdicts.VERDICT_FILE`) and ``.md``
+(atomically); the JSON layout is described in `perf.verdicts`, which reads it back (`load_verdicts`).
 
 *Noise profile.* With this runner's profile (`perf.gate.noise`, from ``--perf-noise``) every metric's interval also
 holds the between-process spread identical code shows here, and a sample is unstable only when it is noisier
@@ -46,7 +46,8 @@ from perf.gate.noise import stability_limits
 from perf.gate.stats import (DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, FASTER, NO_CHANGE, SLOWER, BetweenNoise,
                              compare_samples, decide, inconclusive)  # fmt: skip
 from perf.measure.stability import StabilityRule
-from perf.runs import PRIMARY, VERDICT_FILE, BenchmarkRecord, SavedRun
+from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
+from perf.verdicts import VERDICT_FILE
 
 if TYPE_CHECKING:
     from perf.gate.noise import NoiseProfile
@@ -180,7 +181,8 @@ def compare_metric(baseline: BenchmarkRecord, current: BenchmarkRecord, metric: 
                if (why := _unstable_reason(bench, metric, rule, profiled=entry is not None))]  # fmt: skip
     if reasons:
         out.verdict, out.note = UNSTABLE, "; ".join(reasons)
-    elif result.verdict == NO_CHANGE and not metric.startswith(STAGE) and inconclusive(result.ratio, settings.min_effect):
+    elif (result.verdict == NO_CHANGE and not metric.startswith(STAGE)
+          and inconclusive(result.ratio, settings.min_effect)):
         out.verdict = UNSTABLE
         out.note = (f"inconclusive: the median moved {result.ratio:.3f}x but the {settings.confidence:.0%} interval "
                     f"[{result.lo:.3f}, {result.hi:.3f}] reaches into ±{settings.min_effect:.1%}: too noisy to "
@@ -288,7 +290,8 @@ def describe_failure(row: Row, settings: GateSettings, baseline: SavedRun) -> st
     if row.verdict == UNSTABLE:
         return f"perf-compare: unstable (fails with --perf-fail-unstable): {row.note or row.moved} ({against})"
     beyond = f" beyond +{settings.min_effect:.1%}" if row.metrics and row.metrics[0].verdict == SLOWER else ""
-    text = f"perf-compare: slower: {_ms(row.baseline_median_s)} -> {_ms(row.current_median_s)}, ratio {_ratio(row)}{beyond}"
+    text = (f"perf-compare: slower: {_ms(row.baseline_median_s)} -> {_ms(row.current_median_s)}, "
+            f"ratio {_ratio(row)}{beyond}")
     if row.why:
         from perf.profile.kernels import describe_changes
 

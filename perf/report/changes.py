@@ -2,7 +2,7 @@
 
 A point is *marked* when its median moved by more than ``threshold`` (a fraction: 0.10 = 10 %) against the
 previous normal run that has the same benchmark, or when the compare verdict of its run says ``slower`` or
-``faster`` (the verdicts belong to the run they judged, matched by run id: `perf.runs.Verdicts.judges`). Commit
+``faster`` (the verdicts belong to the run they judged, matched by run id: `perf.verdicts.Verdicts.judges`). Commit
 changes (a different ``commit_info.id`` than the previous normal run) are flagged as well.
 
 A run made with test-only options (``--perf-inject-delay``, ``--perf-regression``: `perf.runs.SavedRun.injected`)

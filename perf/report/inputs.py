@@ -8,8 +8,8 @@
 * Or the runs of a history store (``--store``, `perf.store.db`), and in either case the change points of their
   histories (`perf.store.changepoints`, needs ruptures).
 * Compare verdicts: ``<reports>/perf-compare.json`` (what ``--perf-compare`` writes) or a given verdict file
-  (`perf.runs.load_verdicts`). They belong to the run they judged (`perf.runs.Verdicts.judges`, by run id) and to
-  no other: `ReportInputs.verdict_for` gives a benchmark's verdict only in that run.
+  (`perf.verdicts.load_verdicts`). They belong to the run they judged (`perf.verdicts.Verdicts.judges`, by run
+  id) and to no other: `ReportInputs.verdict_for` gives a benchmark's verdict only in that run.
 
 Bad input that leaves nothing to report raises `perf.runs.HistoryError`, one line naming the file.
 """
@@ -22,17 +22,9 @@ from typing import Any
 
 from perf.report.schema import TableSpec
 from perf.report.suite import REPORT_STEM
-from perf.runs import (
-    BenchmarkRecord,
-    HistoryError,
-    SavedRun,
-    Verdicts,
-    load_runs,
-    load_verdicts,
-    read_json,
-    run_files,
-)
+from perf.runs import BenchmarkRecord, HistoryError, SavedRun, load_runs, read_json, run_files
 from perf.validate import report_problem
+from perf.verdicts import Verdicts, load_verdicts
 
 #: The suite's report file the reports read (the latest run's copy).
 PERF_REPORT = f"{REPORT_STEM}.json"

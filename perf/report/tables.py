@@ -21,7 +21,8 @@ from perf.report.changes import DEFAULT_THRESHOLD, history
 from perf.report.inputs import ReportInputs
 from perf.report.readable import change, duration, natural_key, number, ratio
 from perf.report.schema import TableSpec
-from perf.runs import BenchmarkRecord, Verdicts, describe_injected
+from perf.runs import BenchmarkRecord, describe_injected
+from perf.verdicts import Verdicts
 
 
 @dataclass(frozen=True)

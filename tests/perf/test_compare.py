@@ -10,7 +10,8 @@ import pytest
 
 from perf.gate.compare import GateSettings, Row, compare_runs, format_lines, summary, write_verdicts
 from perf.measure.stability import StabilityRule
-from perf.runs import BenchmarkRecord, load_verdicts, run_from_json
+from perf.runs import BenchmarkRecord, run_from_json
+from perf.verdicts import load_verdicts
 
 
 def _bench(fullname: str, data: list[float] | None, **extra: object) -> dict:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from perf.runs import load_runs, load_verdicts
+from perf.runs import load_runs
+from perf.verdicts import load_verdicts
 from tiny_bench import child_env, write_project
 
 pytest_plugins = ["pytester"]

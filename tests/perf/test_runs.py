@@ -17,9 +17,9 @@ from perf.runs import (
     describe_injected,
     load_run,
     load_runs,
-    load_verdicts,
     run_files,
 )
+from perf.verdicts import load_verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,127 @@
+"""The gate's verdict files: what ``--perf-compare`` wrote, read back for the reports and the store.
+
+``--perf-compare`` writes ``<reports>/perf-compare.json`` (`VERDICT_FILE`, and ``.md``; see
+`perf.gate.compare.write_verdicts`): ``{"format": 2, "baseline": {"path", "number", "datetime", "commit",
+"run_id"}, "current": {"run_id", "injected"}, "settings": {...}, "summary": {...}, "rows": [{"fullname", "name",
+"group", "verdict", "note", "baseline_median_s", "current_median_s", "ratio", "lo", "hi", "n_baseline",
+"n_current", ...}]}``. The verdicts belong to the run whose ``perf_run.run_id`` is ``current.run_id``, and to no other
+run; a file without it (an older one, or another tool's) belongs to no run. `load_verdicts` also reads other tools'
+verdict files (see there).
+
+API::
+
+    verdicts = load_verdicts("reports")             # the last --perf-compare's verdicts, or None
+    verdicts.judges(run), verdicts.baseline_path    # whether they are run's (a `perf.runs.SavedRun`); its baseline
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perf.runs import HistoryError, SavedRun, read_json, text_value
+
+#: What ``--perf-compare`` writes into the reports folder (and ``perf-compare.md`` beside it).
+VERDICT_FILE = "perf-compare.json"
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """A verdict file: ``document`` as read (``verdicts["rows"]`` reads it) and its ``entries``, each a dict with
+    ``name`` and/or ``fullname`` and a lower-case ``verdict`` (``baseline_median_s``, ``current_median_s``,
+    ``ratio``, ``lo``, ``hi``, ``note`` when the gate wrote it).
+
+    ``current_run_id``: the ``perf_run.run_id`` of the run judged (``current.run_id``; None when the file does not say,
+    and then the verdicts belong to no run); ``current_injected``: the test-only options that run was made with;
+    ``baseline_run_id``, ``baseline_path``, ``baseline_number``, ``baseline_commit``: the run it was judged
+    against, as far as the file says (None otherwise)."""
+
+    path: Path
+    document: Any
+    entries: tuple[dict[str, Any], ...]
+    current_run_id: str | None = None
+    current_injected: Mapping[str, Any] = field(default_factory=dict)
+    baseline_run_id: str | None = None
+    baseline_path: str | None = None
+    baseline_number: int | None = None
+    baseline_commit: str | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        return self.document[key]
+
+    def judges(self, run: SavedRun) -> bool:
+        """Whether these are ``run``'s verdicts: the file names the run it judged and ``run`` is that run."""
+        return self.current_run_id is not None and run.run_id == self.current_run_id
+
+    @property
+    def baseline_label(self) -> str:
+        """The baseline as a person reads it: ``run 0002 (commit abc1234, file 0002_abc.json)``, or what the file
+        says of it; ``"not named in the file"`` when it says nothing."""
+        about = [f"commit {self.baseline_commit[:7]}" if self.baseline_commit else "",
+                 f"file {Path(self.baseline_path).name}" if self.baseline_path else ""]  # fmt: skip
+        about_text = ", ".join(a for a in about if a)
+        number = f"run {self.baseline_number:04d}" if self.baseline_number is not None else "a run"
+        return f"{number} ({about_text})" if about_text else number if self.baseline_number is not None else (
+            "not named in the file")
+
+    def entry(self, fullname: str, name: str | None = None) -> dict[str, Any] | None:
+        """The entry of a benchmark, by full name first, then by short name; None when it has none."""
+        for entry in self.entries:
+            if fullname in (entry.get("fullname"), entry.get("name")):
+                return entry
+        return next((e for e in self.entries if name is not None and e.get("name") == name), None)
+
+
+def _verdict_entries(doc: Any) -> Sequence[Any]:
+    if isinstance(doc, dict):
+        for key in ("rows", "verdicts", "benchmarks", "results"):
+            if isinstance(doc.get(key), list):
+                return doc[key]
+        if doc and all(isinstance(v, dict) for v in doc.values()):  # {name: {...}}
+            return [{"name": k, **v} for k, v in doc.items()]
+        if doc and all(isinstance(v, str) for v in doc.values()):  # {name: "slower"}
+            return [{"name": k, "verdict": v} for k, v in doc.items()]
+    return doc if isinstance(doc, list) else []
+
+
+def load_verdicts(reports_dir: str | os.PathLike[str] = "reports", *,
+                  path: str | os.PathLike[str] | None = None) -> Verdicts | None:  # fmt: skip
+    """The verdicts of the last ``--perf-compare`` (``<reports_dir>/perf-compare.json``; None when there is none),
+    or of the verdict file ``path`` (which must exist).
+
+    Accepted shapes: the gate's (``{"rows": [entries]}``), a list of entries, ``{"verdicts" | "benchmarks" |
+    "results": [entries]}``, ``{name: entry}`` or ``{name: "slower"}``; an entry is an object with ``name``
+    and/or ``fullname`` and ``verdict`` (or ``status``). `HistoryError` when the file is unreadable or holds
+    no verdicts.
+    """
+    if path is None:
+        path = Path(reports_dir) / VERDICT_FILE
+        if not path.exists():
+            return None
+    path = Path(path)
+    document = read_json(path, "the verdicts")
+    entries = []
+    for entry in _verdict_entries(document):
+        verdict = entry.get("verdict", entry.get("status")) if isinstance(entry, dict) else None
+        if verdict is not None and (entry.get("name") or entry.get("fullname")):
+            entries.append({**entry, "verdict": str(verdict).lower()})
+    if not entries:
+        raise HistoryError(f"'{path}': holds no compare verdicts (entries with a name and a 'verdict')")
+    current = _section(document, "current")
+    baseline = _section(document, "baseline")
+    injected = current.get("injected")
+    number = baseline.get("number")
+    return Verdicts(path, document, tuple(entries), current_run_id=text_value(current.get("run_id")),
+                    current_injected=dict(injected) if isinstance(injected, Mapping) else {},
+                    baseline_run_id=text_value(baseline.get("run_id")), baseline_path=text_value(baseline.get("path")),
+                    baseline_number=number if isinstance(number, int) and not isinstance(number, bool) else None,
+                    baseline_commit=text_value(baseline.get("commit")))  # fmt: skip
+
+
+def _section(document: Any, key: str) -> Mapping[str, Any]:
+    """``document[key]`` when the document is an object and that is one; {} otherwise."""
+    value = document.get(key) if isinstance(document, dict) else None
+    return value if isinstance(value, Mapping) else {}
