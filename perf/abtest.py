@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from statistics import geometric_mean
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,7 @@ def judge(storage: Path, pairs: int, min_effect: float) -> list[PairedRow]:
         verdict, note = decide(lo, hi, min_effect), ""
         if verdict == NO_CHANGE and inconclusive(ratio, min_effect):
             verdict, note = UNSTABLE, "inconclusive: the pairs disagree too much to call it a change or no change"
-        rows.append(PairedRow(fullname, base[0].name, len(complete), float(math.exp(sum(map(math.log, base_m)) /
-                              len(base_m))), float(math.exp(sum(map(math.log, cand_m)) / len(cand_m))),
+        rows.append(PairedRow(fullname, base[0].name, len(complete), geometric_mean(base_m), geometric_mean(cand_m),
                               [c / b for b, c in zip(base_m, cand_m)], ratio, lo, hi, verdict, note))  # fmt: skip
     return rows
 

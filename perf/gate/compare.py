@@ -254,16 +254,19 @@ def compare_benchmark(baseline: BenchmarkRecord, current: BenchmarkRecord, setti
 
 def compare_runs(
     baseline: SavedRun, current: Mapping[str, BenchmarkRecord], settings: GateSettings,
-    expected: Iterable[str] | None = None,
+    expected: Iterable[str] | None = None, judged: Mapping[str, Row] | None = None,
 ) -> list[Row]:
     """Rows for every current benchmark, then for baseline benchmarks this run should have measured.
 
     ``expected``: node ids collected in this session; a baseline benchmark outside it was deselected and gets
-    no row. None: every baseline benchmark is expected.
+    no row. None: every baseline benchmark is expected. ``judged``: rows already drawn (as each test ended),
+    kept as they are rather than bootstrapped again.
     """
     rows = []
     for fullname, bench in current.items():
-        if fullname in baseline.benchmarks:
+        if judged is not None and fullname in judged:
+            rows.append(judged[fullname])
+        elif fullname in baseline.benchmarks:
             rows.append(compare_benchmark(baseline.benchmarks[fullname], bench, settings))
         else:
             rows.append(Row(fullname, bench.name, bench.group, MISSING, "not in the baseline",

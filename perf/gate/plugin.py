@@ -237,8 +237,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     from perf.gate.compare import compare_runs, summary, write_verdicts
 
     current = {m.fullname: _record(m) for m in _benchmark_session(config).benchmarks if m and not m.has_error}
-    rows = compare_runs(state["baseline"], current, state["settings"], state["expected"])
-    rows = [state["judged"].get(row.fullname, row) for row in rows]  # the verdicts the tests were failed by
+    rows = compare_runs(state["baseline"], current, state["settings"], state["expected"],
+                        judged=state["judged"])  # the verdicts the tests were failed by, not drawn again
     state["rows"] = rows
     from perf.fixtures.reporting import RUN_KEY
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from perf.report.inputs import ReportInputs
 from perf.runs import BenchmarkRecord, SavedRun, describe_injected
-from perf.store.db import run_id_of
 
 #: Verdict words (lower case) that mean slower / faster; anything else marks nothing.
 SLOWER = frozenset({"slower", "regression", "regressed", "worse", "fail", "failed"})
@@ -105,10 +104,10 @@ def history(inputs: ReportInputs, fullname: str, threshold: float = DEFAULT_THRE
             mark = verdict_mark
             reasons.append(f"compare verdict: {verdict_mark}")
         level = None
-        for found in inputs.changes:
-            if found.fullname == fullname and found.run_id == (run.run_id or run_id_of(run.raw)):
-                level = "slower" if found.change.ratio > 1 else "faster"
-                reasons.append(f"change point: level {100 * (found.change.ratio - 1):+.1f}%")
+        found = inputs.change_at(index, fullname)
+        if found is not None:
+            level = "slower" if found.change.ratio > 1 else "faster"
+            reasons.append(f"change point: level {100 * (found.change.ratio - 1):+.1f}%")
         commit_changed = base is not None and (run.commit, run.dirty) != (base.run.commit, base.run.dirty)
         point = Point(index, run, bench, change, mark, "; ".join(reasons) if mark or level or run.injected else "",
                       commit_changed, level)

@@ -42,6 +42,7 @@ class ReportInputs:
     report_device: str | None = None  # the suite report's "device", when it says
     #: Change points of the runs' histories (`perf.store.changepoints.HistoryChange`), oldest first.
     changes: list[Any] = field(default_factory=list)
+    _change_starts: dict[tuple[int, str], Any] | None = field(default=None, repr=False)
 
     @property
     def latest(self) -> SavedRun | None:
@@ -61,6 +62,18 @@ class ReportInputs:
     def rows(self, table: TableSpec) -> list[dict[str, Any]]:
         """The suite report's rows of ``table`` (none when the report lacks it)."""
         return self.tables.get(table.title, [])
+
+    def change_at(self, index: int, fullname: str) -> Any:
+        """The change point (`perf.store.changepoints.HistoryChange`) of benchmark ``fullname`` whose new level
+        starts at ``runs[index]``, or None."""
+        if not self.changes:
+            return None
+        if self._change_starts is None:  # each run's id taken once (a run without one is hashed)
+            from perf.store.db import run_id_of
+
+            ids = {run.run_id or run_id_of(run.raw): i for i, run in enumerate(self.runs)}
+            self._change_starts = {(ids[c.run_id], c.fullname): c for c in self.changes if c.run_id in ids}
+        return self._change_starts.get((index, fullname))
 
     def verdict_for(self, run: SavedRun, bench: BenchmarkRecord) -> dict[str, Any] | None:
         """The compare verdict entry of ``bench`` in ``run``: None unless the verdicts judged that very run."""

@@ -111,10 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             with open_store(where) as store:
                 points = store.history(branch=args.branch)
-                floors = {}
-                for key, _, _ in store.machines():  # each machine's own noise profile, where stored
-                    floors.update(floors_from_profile(store.noise_profile(key)))
-            found = history_changes(points, min_effect=args.min_effect, floors=floors)
+                # Each machine's history against that machine's own noise profile, where one is stored.
+                found = [change for key, _, _ in store.machines() for change in history_changes(
+                    [p for p in points if p.machine_key == key], min_effect=args.min_effect,
+                    floors=floors_from_profile(store.noise_profile(key)))]  # fmt: skip
             print(changes_table(found), end="")
             print(f"{len(found)} change point(s) in {len({p.fullname for p in points})} benchmark(s) of "
                   f"{len({p.run_id for p in points})} run(s)")  # fmt: skip

@@ -37,8 +37,6 @@ from perf.runs import HistoryError, SavedRun, injected_of, run_from_json, run_ma
 
 log = logging.getLogger(__name__)
 
-#: Fields of a run's machine that make one history (``machine_info["node"]`` plus the fingerprint's compared fields).
-KEY_FIELDS = ("device", "gpu_name", "compute_capability", "driver_version", "cuda_version")
 #: Branch names that say nothing (a detached checkout); ``GITHUB_REF_NAME`` / ``--perf-store-branch`` replace them.
 NO_BRANCH = (None, "", "HEAD", "(detached head)")
 
@@ -64,8 +62,10 @@ class HistoryPoint:
 
 def machine_key(machine_info: Mapping[str, Any]) -> str:
     """The key of a run's history: its host (``node``) and its machine fingerprint's compared fields, hashed."""
+    from perf.measure.machine import COMPARED_FIELDS  # the fields that make timings comparable, as the compare's
+
     fingerprint = machine_info.get("perf") or {}
-    fields = {name: fingerprint.get(name) for name in KEY_FIELDS} if isinstance(fingerprint, Mapping) else {}
+    fields = {name: fingerprint.get(name) for name in COMPARED_FIELDS} if isinstance(fingerprint, Mapping) else {}
     return content_key(str(machine_info.get("node") or ""), fields)
 
 
@@ -150,6 +150,7 @@ class HistoryStore:
         """Store a saved run's JSON ``document`` (checked as `perf.runs.run_from_json` checks it) with the verdict
         document that judged it and the noise profile it was judged with, in one transaction. Returns (run id,
         whether it was new); a run already stored is left as it is."""
+        document = _plain(document)  # JSON types only (numpy values, paths): what both databases store
         run = run_from_json(document, source or "<run>")
         rid = run_id_of(document)
         from sqlalchemy import select
@@ -164,7 +165,7 @@ class HistoryStore:
                     run_id=rid, saved_at=run.datetime, machine_id=(document.get("machine_info") or {}).get("node"),
                     machine_key=machine_key(run.machine_info), commit=run.commit, branch=branch_of(document, branch),
                     dirty=run.dirty, injected=injected_of(document), test_only=bool(injected_of(document)),
-                    source=source, document=_plain(document),
+                    source=source, document=document,
                 )).inserted_primary_key[0]  # fmt: skip
                 conn.execute(schema.benchmarks.insert(), [
                     {"run": pk, "fullname": b.fullname, "name": b.name, "group": b.group, "median_s": b.median_s,

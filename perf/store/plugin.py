@@ -74,7 +74,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     from perf.store.db import StoreError
 
-    document = json.loads(json.dumps(state["document"], default=str))
+    document = state["document"]
     store = state["store"]
     try:
         rid, _ = store.save_run(document, source=_saved_file(config, document), verdicts=_verdicts(config, document),
@@ -92,7 +92,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     state = config.stash.get(STORE, None)
     if state is not None and state["line"] is not None:
         line, failed = state["line"]
-        terminalreporter.write_line(line, red=failed, yellow=False)
+        terminalreporter.write_line(line, red=failed)
 
 
 def _saved_file(config: pytest.Config, document: dict[str, Any]) -> str | None:
