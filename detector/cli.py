@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from detector.argtypes import add_inference_args as _add_inference_args
+from detector.argtypes import non_negative_int as _non_negative_int
 from detector.argtypes import positive_int as _positive_int
 from detector.argtypes import processing_overrides as _processing_overrides
 from detector.choices import backend_list, check_names, check_runs_here
@@ -124,6 +125,9 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if args.onnx and "onnxruntime" not in backends:
         raise DetectorError(f"--onnx '{args.onnx}' runs only with --backend onnxruntime (got {','.join(backends)})")
     video_out = _video_out(args.out, backends, args.video)
+    if args.skip_interval > 0 and args.batch > 1:
+        raise DetectorError(f"--skip-interval {args.skip_interval} needs --batch 1 (one frame per inference), got "
+                            f"--batch {args.batch}; give --batch 1 or --skip-interval 0")
     if args.onnx:
         from detector.export import check_onnx_file
 
@@ -132,8 +136,16 @@ def cmd_detect(args: argparse.Namespace) -> int:
         from detector.video import check_video_file
 
         check_video_file(args.video)
+    if args.decoder == "nvdec" and args.device == "cpu":
+        raise DetectorError("--decoder nvdec decodes into CUDA memory; --device is cpu (give --device cuda or auto)")
     spec = _model_spec(args, [b for b in backends if not (args.onnx and b == "onnxruntime")])
     device = check_runs_here(backends, args.device, args.precision)
+    if args.decoder == "nvdec":
+        from detector.gpudecode import nvdec_unavailable
+
+        reason = nvdec_unavailable(device)
+        if reason is not None:
+            raise DetectorError(f"--decoder nvdec: {reason}")
     total: int | None = args.frames or 300  # frames the pass will process, for its bar
     if args.video:
         from detector.video import MIN_FRAME_SIDE, open_video
@@ -156,7 +168,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     summaries: list[dict[str, Any]] = []
     for backend, runner in zip(backends, runners):
-        output = video_out or default_output_path(video, backend, Path(args.out))
+        output = None if args.no_video else video_out or default_output_path(video, backend, Path(args.out))
         with runner, progress(total=total, desc=f"detecting ({backend})", unit="frame") as bar:
             result = run_pipeline(
                 runner,
@@ -167,16 +179,20 @@ def cmd_detect(args: argparse.Namespace) -> int:
                 conf_threshold=args.conf,
                 iou_threshold=args.iou,
                 max_frames=args.frames if args.video else None,
+                skip_interval=args.skip_interval,
+                decoder=args.decoder,
                 on_iteration=_advancing(bar),
                 **_processing_overrides(args),
             )
         h, w = spec.input_size
-        model_type = f"{display_name(backend)} {args.precision} ({device}, batch {args.batch})"
+        interval = f", interval {args.skip_interval}" if args.skip_interval else ""
+        model_type = f"{display_name(backend)} {args.precision} ({device}, batch {args.batch}{interval})"
         rows.append(
             {"model_type": model_type, "input_size": f"{w}x{h}", "infer_fps": result.infer_fps, "e2e_fps": result.e2e_fps}
         )
         summaries.append(result.summary())
-        print(f"wrote {output} ({result.frames} frames)")
+        print(f"wrote {output} ({result.frames} frames)" if output else f"{backend}: {result.frames} frames, no video "
+              "written (--no-video)")
     table = format_table(rows)
     print(table)
     if args.json:
@@ -202,7 +218,8 @@ def cmd_make_video(args: argparse.Namespace) -> int:
     from detector.synthetic import make_synthetic_video
 
     made = make_synthetic_video(
-        Path(args.out), seed=args.seed, width=args.width, height=args.height, fps=args.fps, frames=args.frames
+        Path(args.out), seed=args.seed, width=args.width, height=args.height, fps=args.fps, frames=args.frames,
+        codec=args.codec,
     )
     print(f"wrote {made.video} and {made.gt_json}")
     return 0
@@ -270,6 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="path of the results JSON (default: <out>/detect-results.json, or "
                    "<stem>-detect-results.json beside a video --out)")
     _add_inference_args(p, precisions="fp32, fp16 or int8", batch=1, conf=0.25)
+    p.add_argument("--skip-interval", type=_non_negative_int, default=0, metavar="N",
+                   help="frames skipped between inferences, as DeepStream's interval: 0 infers every frame, 1 frames "
+                   "0,2,4,..., 2 frames 0,3,6,..., 4 frames 0,5,10,...; a constant-velocity IoU tracker moves the "
+                   "last boxes over the skipped frames; needs --batch 1 (default: 0)")
+    p.add_argument("--decoder", type=str.lower, choices=("opencv", "nvdec"), default="opencv",
+                   help="opencv decodes on the CPU; nvdec on the GPU's hardware decoder into device memory, with "
+                   "preprocess and postprocess on the GPU (needs a CUDA device and pip install PyNvVideoCodec) "
+                   "(default: opencv)")
+    p.add_argument("--no-video", action="store_true",
+                   help="write no detected video, only the results JSON: no CPU encoding in the loop (default: write it)")
     p.set_defaults(func=cmd_detect)
 
     p = _command(sub, "export-onnx", "export the model to ONNX (decode included)")
@@ -286,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--height", type=_positive_int, default=540, help="frame height in pixels (default: 540)")
     p.add_argument("--fps", type=_positive_int, default=30, help="frames per second (default: 30)")
     p.add_argument("--frames", type=_positive_int, default=300, help="number of frames (default: 300)")
+    p.add_argument("--codec", type=str.lower, choices=("mp4v", "h264"), default="mp4v",
+                   help="mp4v (MPEG-4 Part 2, OpenCV's encoder) or h264 (libx264 through PyAV, as cameras write; "
+                        "needs pip install av) (default: mp4v)")
     p.set_defaults(func=cmd_make_video)
 
     p = _command(sub, "check-cache", "report cache entries that cannot be used (ONNX, TensorRT engines, videos)")

@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,7 @@ def evaluate_coco(
     detections: Mapping[int, Detections],
     *,
     names: Sequence[str] | None = None,
+    image_ids: Iterable[int] | None = None,
 ) -> EvalResult:
     """mAP@0.5 and mAP@0.5:0.95, overall and per class, of ``detections`` against a COCO ground truth.
 
@@ -131,21 +132,30 @@ def evaluate_coco(
         detections: image id -> :class:`Detections` of that image (boxes ``x1y1x2y2`` in frame pixels,
             0-based classes). Images of the ground truth missing here count as frames with no detections.
         names: class names by 0-based class; default: the ground truth's category names.
+        image_ids: score only these images of the ground truth (default: every image), e.g. the frames a short
+            pass ran (a video's image id is its frame index + 1).
 
     Returns:
         :class:`EvalResult`; APs of classes without ground-truth boxes are NaN and left out of the means.
 
     Raises:
         DetectorError: the ground-truth file is missing or malformed, or a detection names an image id that
-            is not in it.
+            is not in it (or not in ``image_ids``).
     """
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
     path = Path(gt_json_path)
     data = _load_ground_truth(path)
+    if image_ids is not None:
+        wanted = {int(i) for i in image_ids}
+        data = {**data, "images": [img for img in data["images"] if int(img["id"]) in wanted],
+                "annotations": [ann for ann in data["annotations"] if int(ann["image_id"]) in wanted]}
     known = {int(img["id"]) for img in data["images"]}
     unknown = sorted(set(int(k) for k in detections) - known)
+    if unknown and image_ids is not None:
+        raise DetectorError(f"detections for image ids {unknown[:5]} outside the {len(known)} images of ground truth "
+                            f"'{path}' scored (image_ids)")
     if unknown:
         raise DetectorError(f"detections for image ids {unknown[:5]} that ground truth '{path}' does not list "
                             f"(it has {len(known)} images)")

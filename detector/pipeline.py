@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import numbers
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Where a pass decodes its video: ``opencv`` on the CPU (:func:`detector.video.open_video`), ``nvdec`` on the GPU's
+#: hardware decoder into device memory (:class:`detector.gpudecode.NvdecReader`).
+DECODERS: tuple[str, ...] = ("opencv", "nvdec")
 #: BGR colours per class index for drawn boxes.
 _COLOURS = ((0, 200, 255), (255, 120, 0), (80, 220, 80), (200, 80, 220))
 
@@ -46,6 +50,8 @@ class PipelineResult:
     loop iteration (``batch`` frames; in the pipelined loop, the time between one frame leaving the writer and
     the next); ``detections`` holds one :class:`~detector.postprocess.Detections` per frame, in frame pixels.
     ``preprocess`` is ``"letterbox"`` or ``"resize"`` and ``nms`` the NMS kind, as the run used them.
+    ``skip_interval`` is :attr:`LoopSettings.skip_interval` (frames skipped between inferences) and
+    ``inferred_frames`` the frames the detector ran on (None given: every frame, ``frames``).
     """
 
     video: Path
@@ -65,12 +71,19 @@ class PipelineResult:
     iteration_ms: list[float] = field(repr=False, default_factory=list)
     preprocess: str = "letterbox"
     nms: str = "default"
+    decoder: str = "opencv"
+    skip_interval: int = 0
+    inferred_frames: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.inferred_frames is None:
+            self.inferred_frames = self.frames
 
     @classmethod
     def of_pass(cls: type[_Result], runner: Runner, video: str | os.PathLike[str],
                 output: str | os.PathLike[str] | None, *, batch: int, frames: int, frame_size: tuple[int, int],
                 wall_s: float, timer: StageTimer, detections: list[Detections], iteration_ms: list[float],
-                preprocess: str, nms: NmsConfig, **fields: Any) -> _Result:
+                preprocess: str, nms: NmsConfig, decoder: str = "opencv", **fields: Any) -> _Result:
         """The result of one pass of ``runner`` over ``video``: ``frame_size`` is the video's ``(width, height)``
         in pixels, ``timer`` holds the pass's stage times (ms, keys of :data:`~detector.timing.STAGES`),
         ``fields`` are the fields a subclass adds."""
@@ -94,6 +107,7 @@ class PipelineResult:
             iteration_ms=iteration_ms,
             preprocess=preprocess,
             nms=str(nms),
+            decoder=decoder,
             **fields,
         )
 
@@ -126,6 +140,9 @@ class PipelineResult:
             "net_size": list(self.net_size),
             "preprocess": self.preprocess,
             "nms": self.nms,
+            "decoder": self.decoder,
+            "skip_interval": self.skip_interval,
+            "inferred_frames": self.inferred_frames,
             "wall_s": self.wall_s,
             "e2e_fps": self.e2e_fps,
             "infer_fps": self.infer_fps,
@@ -171,9 +188,16 @@ class LoopSettings:
         warmup: untimed inferences on a blank batch before timing starts, so that lazy initialisation (cuDNN
             autotune, graph capture) stays out of the stage times.
         keep_detections: keep one :class:`~detector.postprocess.Detections` per frame in the result.
+        decoder: ``"opencv"`` (decode on the CPU) or ``"nvdec"`` (the GPU's hardware decoder into the runner's device
+            memory, :class:`detector.gpudecode.NvdecReader`; preprocess and postprocess then run on the device too).
+        skip_interval: N, the frames skipped between inferences (DeepStream's ``interval``): N=0 infers every
+            frame, N=1 frames 0,2,4,..., N=2 frames 0,3,6,..., N=4 frames 0,5,10,...; a skipped frame gets the boxes
+            of :class:`detector.tracker.IouTracker`. The sequential loop only (:func:`run_pipeline`); the pipelined
+            and multi-stream loops infer every frame. N > 0 needs ``batch`` 1.
 
     Raises:
-        ValueError: ``batch < 1``.
+        ValueError: ``batch < 1``, an unknown ``decoder``, ``skip_interval`` not an integer >= 0, or > 0 with
+            ``batch`` > 1.
     """
 
     batch: int = 1
@@ -185,10 +209,21 @@ class LoopSettings:
     nms: NmsConfig | str | None = None
     warmup: int = 2
     keep_detections: bool = True
+    decoder: str = "opencv"
+    skip_interval: int = 0
 
     def __post_init__(self) -> None:
         if self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
+        if isinstance(self.skip_interval, bool) or not isinstance(self.skip_interval, numbers.Integral) or \
+                self.skip_interval < 0:
+            raise ValueError(f"skip_interval must be an integer >= 0 (frames skipped between inferences), got "
+                             f"{self.skip_interval!r}")
+        if self.skip_interval > 0 and self.batch != 1:
+            raise ValueError(f"skip_interval {self.skip_interval} needs batch 1 (one frame per inference), got batch "
+                             f"{self.batch}; use batch 1 or skip_interval 0")
+        if self.decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
 
     @classmethod
     def of(cls, settings: LoopSettings | None, keywords: Mapping[str, Any]) -> LoopSettings:
@@ -230,7 +265,11 @@ def run_pipeline(
     Writes the annotated video to ``output`` atomically (nothing is left behind if anything fails), or
     writes nothing when ``output`` is None. ``settings`` and ``keywords`` (``batch``, ``names``,
     ``conf_threshold``, ``iou_threshold``, ``max_frames``, ``letterbox``, ``nms``, ``warmup``,
-    ``keep_detections``; each replaces that field of ``settings``) are the pass's :class:`LoopSettings`.
+    ``keep_detections``, ``skip_interval``; each replaces that field of ``settings``) are the pass's
+    :class:`LoopSettings`. With ``skip_interval`` N > 0 the detector runs on frames 0, N+1, 2(N+1), ... (N=1:
+    0,2,4,...; N=2: 0,3,6,...; N=4: 0,5,10,...) and its own detections are output there; each frame in between
+    gets :meth:`detector.tracker.IouTracker.predict` (no preprocess, no inference: those stages record 0 ms) and the
+    tracker's time, ``predict`` there and ``update`` on inferred frames, counts in the ``postprocess`` stage.
     ``preprocess_fn(frames, (h, w), mode=...) -> (float32 [B, 3, h, w], transforms)`` replaces
     :func:`detector.preprocess.preprocess` (same contract), e.g. for a custom preprocessing.
     ``on_iteration(frames_done)`` is called after each loop iteration, outside the iteration's and the stages'
@@ -244,6 +283,8 @@ def run_pipeline(
 
     loop = LoopSettings.of(settings, keywords)
     batch, max_frames = loop.batch, loop.max_frames
+    if loop.decoder == "nvdec" and preprocess_fn is not None:
+        raise ValueError("preprocess_fn takes host frames; decoder='nvdec' decodes into device memory")
     preprocess = preprocess_fn or preprocess
     net_h, net_w = runner.spec.input_size
     mode, nms = loop.processing(runner.spec)
@@ -251,9 +292,16 @@ def run_pipeline(
     detections: list[Detections] = []
     iteration_ms: list[float] = []
     frames_done = 0
+    tracker = None
+    if loop.skip_interval > 0:
+        from detector.tracker import IouTracker
+
+        tracker = IouTracker()
+    inferred = 0
 
     with contextlib.ExitStack() as stack:
-        reader = stack.enter_context(open_video(video))
+        device = _NvdecStages.open(stack, video, runner) if loop.decoder == "nvdec" else None
+        reader = device.reader if device is not None else stack.enter_context(open_video(video))
         width, height, fps = reader.width, reader.height, reader.fps or 30.0
         writer = None
         if output is not None:
@@ -261,27 +309,39 @@ def run_pipeline(
         blank = np.zeros((batch, 3, net_h, net_w), dtype=np.float32)
         with spinner(f"warming up {runner.name}"):
             for _ in range(loop.warmup):
-                runner.infer(blank)
+                runner.infer(blank if device is None else device.upload(blank), to_host=device is None)
         frames_iter = iter(reader)
         start = time.perf_counter()
         while max_frames is None or frames_done < max_frames:
             began = time.perf_counter()
             want = batch if max_frames is None else min(batch, max_frames - frames_done)
             with timer.stage("read"):
-                frames = [f for _, f in zip(range(want), frames_iter)]
-            if not frames:
+                frames = [f for _, f in zip(range(want), frames_iter)] if device is None else device.read(want)
+            if not len(frames):
                 timer.samples_ms["read"].pop()  # the read that found the end is no iteration
                 break
-            with timer.stage("preprocess"):
-                tensor, transforms = preprocess(frames, (net_h, net_w), mode=mode)
-            with timer.stage("infer"):
-                decoded = runner.infer(tensor)
-            with timer.stage("postprocess"):
-                dets = postprocess(decoded, transforms, conf_threshold=loop.conf_threshold,
-                                   iou_threshold=loop.iou_threshold, nms=nms)
+            if tracker is not None and frames_done % (loop.skip_interval + 1):  # a skipped frame (batch is 1)
+                timer.add("preprocess", 0.0)
+                timer.add("infer", 0.0)
+                with timer.stage("postprocess"):
+                    dets = [tracker.predict(frames_done, (width, height))]
+            else:
+                with timer.stage("preprocess"):
+                    tensor, transforms = (preprocess if device is None else device.preprocess)(frames, (net_h, net_w),
+                                                                                              mode=mode)
+                with timer.stage("infer"):
+                    decoded = runner.infer(tensor, to_host=device is None)  # on nvdec, postprocess runs on the device
+                    if device is not None:
+                        device.wait()  # the GPU's inference time stays in infer, as the host copy keeps it there
+                with timer.stage("postprocess"):
+                    dets = postprocess(decoded, transforms, conf_threshold=loop.conf_threshold,
+                                       iou_threshold=loop.iou_threshold, nms=nms)
+                    if tracker is not None:
+                        tracker.update(dets[0], frames_done)
+                inferred += len(frames)
             with timer.stage("write"):
                 if writer is not None:
-                    for frame, det in zip(frames, dets):
+                    for frame, det in zip(frames if device is None else device.download(frames), dets):
                         writer.write(draw_detections(frame, det, loop.names))
             if loop.keep_detections:
                 detections.extend(dets)
@@ -296,4 +356,47 @@ def run_pipeline(
     log.info("pipeline %s/%s: %d frames, e2e %.1f FPS", runner.name, runner.precision, frames_done, frames_done / wall_s)
     return PipelineResult.of_pass(runner, video, output, batch=batch, frames=frames_done, frame_size=(width, height),
                                   wall_s=wall_s, timer=timer, detections=detections, iteration_ms=iteration_ms,
-                                  preprocess=mode, nms=nms)
+                                  preprocess=mode, nms=nms, decoder=loop.decoder, skip_interval=loop.skip_interval,
+                                  inferred_frames=inferred)
+
+
+class _NvdecStages:
+    """The stages of :func:`run_pipeline` that differ when NVDEC decodes into the runner's device memory: each waits
+    for the device before its stage time ends, so the stage times stay each stage's own (as ``infer`` always did)."""
+
+    def __init__(self, reader: Any, device: Any) -> None:
+        self.reader, self.device = reader, device
+
+    @classmethod
+    def open(cls, stack: contextlib.ExitStack, video: str | os.PathLike[str], runner: Runner) -> _NvdecStages:
+        from detector.gpudecode import NvdecReader
+
+        return cls(stack.enter_context(NvdecReader(video, runner.device)), runner.device)
+
+    def wait(self) -> None:
+        """Wait for the work queued on the current stream of the runner's device."""
+        import torch
+
+        torch.cuda.current_stream(self.device).synchronize()
+
+    def upload(self, array: np.ndarray) -> Any:
+        import torch
+
+        return torch.from_numpy(array).to(self.device)
+
+    def read(self, count: int) -> Any:
+        """Up to ``count`` BGR uint8 frames ``[B, H, W, 3]`` decoded on the device."""
+        frames = self.reader.read(count)
+        self.wait()
+        return frames
+
+    def preprocess(self, frames: Any, net_size: tuple[int, int], *, mode: str) -> tuple[Any, Any]:
+        from detector.preprocess import preprocess_torch
+
+        out = preprocess_torch(frames, net_size, mode)
+        self.wait()
+        return out
+
+    def download(self, frames: Any) -> np.ndarray:
+        """The frames on the host, to be drawn on and encoded (counted in ``write``)."""
+        return frames.cpu().numpy()

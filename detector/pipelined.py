@@ -10,6 +10,10 @@ detections with the stages overlapped::
                      boxes into the frame buffer -> detected queue
     writer thread    encode (OpenCV), give the buffer back to the pool
 
+With ``decoder="nvdec"`` the reader thread decodes on the GPU's hardware decoder into a device twin of the pool
+(:class:`detector.gpudecode.NvdecReader`, on its own stream); the calling thread preprocesses from there, and copies
+a frame to its host buffer (counted in ``write``) only when a video is written.
+
 The encoder is the slowest stage (mp4v at 960x540: about 3.4 ms a frame on the GPU machine), so its thread
 does nothing else; drawing goes to the calling thread, which waits on the GPU most of the time.
 
@@ -144,23 +148,40 @@ def run_pipelined(
     from detector.video import VideoWriter, open_video
 
     settings = LoopSettings.of(settings, keywords)
+    if settings.skip_interval:
+        raise ValueError(f"skip_interval={settings.skip_interval}: skipping frames is the sequential loop's "
+                         "(run_pipeline); the pipelined loop infers every frame")
     if queue_depth < 1:
         raise ValueError(f"queue_depth must be >= 1, got {queue_depth}")
     device = frame_device(runner)
     if gpu_preprocess is None:
         gpu_preprocess = device.type == "cuda"
+    nvdec = settings.decoder == "nvdec"
+    if nvdec and (frames is not None or not gpu_preprocess):
+        raise ValueError("decoder='nvdec' decodes the video file into device memory: it takes no host frames and "
+                         "preprocesses on the device (gpu_preprocess=False is not allowed)")
     with contextlib.ExitStack() as stack:
-        if frames is None:
+        read_stream = None
+        if nvdec:
+            from detector.gpudecode import NvdecReader
+
+            read_stream = torch.cuda.Stream(device)
+            with torch.cuda.device(device), torch.cuda.stream(read_stream):  # the decoder works on this stream
+                nv_reader = stack.enter_context(NvdecReader(video, device))
+            height, width, fps = nv_reader.height, nv_reader.width, nv_reader.fps or 30.0
+            source: Iterator[Any] = iter(nv_reader)  # converted on the reader thread's current stream: read_stream
+        elif frames is None:
             reader = stack.enter_context(open_video(video))
-            source: Iterator[np.ndarray] = iter(reader)
+            source = iter(reader)
             fps = reader.fps or 30.0
         else:
             source = iter(frames)
-        first = next(source, None)
-        if first is None:
-            raise VideoError(f"{video}: no frames could be read")
-        height, width = first.shape[:2]
-        source = itertools.chain([first], source)
+        if not nvdec:
+            first = next(source, None)
+            if first is None:
+                raise VideoError(f"{video}: no frames could be read")
+            height, width = first.shape[:2]
+            source = itertools.chain([first], source)
         if settings.max_frames is not None:
             source = itertools.islice(source, settings.max_frames)
         writer = None
@@ -169,11 +190,13 @@ def run_pipelined(
         if device.type == "cuda":
             stack.enter_context(torch.cuda.device(device))
             stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device)))
-        loop = _Loop(runner, device, settings, queue_depth, (height, width), gpu_preprocess)
+        loop = _Loop(runner, device, settings, queue_depth, (height, width), gpu_preprocess, read_stream)
         loop.warm_up(settings.warmup)
         start = time.perf_counter()
         written = loop.run(source, writer, settings.names if writer is not None else None, on_frame, on_batch)
         wall_s = time.perf_counter() - start
+        if written == 0:
+            raise VideoError(f"{video}: no frames could be read")
     log.info("pipelined %s/%s b%d: %d frames, e2e %.1f FPS", runner.name, runner.precision, settings.batch, written,
              written / wall_s if wall_s > 0 else 0.0)
     return PipelinedResult.of_pass(
@@ -184,15 +207,20 @@ def run_pipelined(
         peak_in_flight=loop.pool.peak_in_use,
         queue_sizes={"decoded": loop.decoded.maxsize, "detected": loop.detected.maxsize},
         queue_peaks={"decoded": loop.decoded.peak, "detected": loop.detected.peak},
-        gpu_preprocess=gpu_preprocess,
+        gpu_preprocess=gpu_preprocess, decoder=settings.decoder,
     )  # fmt: skip
 
 
 class _Loop:
-    """State of one pipelined run: the control, queues, pool, device frame batch and timers."""
+    """State of one pipelined run: the control, queues, pool, device frame batch and timers.
+
+    With a ``read_stream`` (NVDEC decoding) the reader thread receives device frames: it copies each into a slot of
+    ``pool_dev`` (a device twin of the host pool) on that stream and waits for it; the calling thread preprocesses
+    from there and, only when a video is written, copies the frames to their host pool buffers to draw and encode.
+    """
 
     def __init__(self, runner: Runner, device: torch.device, settings: LoopSettings, queue_depth: int,
-                 frame_hw: tuple[int, int], gpu_preprocess: bool) -> None:
+                 frame_hw: tuple[int, int], gpu_preprocess: bool, read_stream: torch.cuda.Stream | None = None) -> None:
         import torch
 
         batch = settings.batch
@@ -205,6 +233,9 @@ class _Loop:
         self.decoded: BoundedQueue[Any] = BoundedQueue(queue_depth, self.control, "decoded")
         self.detected: BoundedQueue[Any] = BoundedQueue(max(1, queue_depth // batch), self.control, "detected")
         self.frames_dev = torch.zeros((batch, *frame_hw, 3), dtype=torch.uint8, device=device)
+        self.read_stream = read_stream
+        self.pool_dev = (torch.empty((self.pool.size, *frame_hw, 3), dtype=torch.uint8, device=device)
+                         if read_stream is not None else None)  # fmt: skip
         self.timer = StageTimer()  # calling thread
         self.read_timer = StageTimer()
         self.write_timer = StageTimer()
@@ -243,25 +274,32 @@ class _Loop:
         return self.written
 
     # -- reader thread ------------------------------------------------------------------------------
-    def _read(self, source: Iterator[np.ndarray]) -> None:
+    def _read(self, source: Iterator[Any]) -> None:
         import numpy as np
+        import torch
 
-        index = 0
-        while True:
-            slot = self.pool.acquire()
-            start = time.perf_counter()
-            frame = next(source, None)
-            if frame is None:
-                self.pool.release(slot)
-                break
-            buffer = self.pool.arrays[slot]
-            if frame.shape != buffer.shape or frame.dtype != np.uint8:
-                raise VideoError(f"frame {index}: shape {frame.shape} dtype {frame.dtype} differs from the first "
-                                 f"frame's {buffer.shape} uint8; every frame must have the same size")
-            np.copyto(buffer, frame)
-            self.read_timer.add("read", (time.perf_counter() - start) * 1e3)
-            self.decoded.put((index, slot))
-            index += 1
+        on_device = self.read_stream is not None
+        with torch.cuda.stream(self.read_stream) if on_device else contextlib.nullcontext():
+            index = 0
+            while True:
+                slot = self.pool.acquire()
+                start = time.perf_counter()
+                frame = next(source, None)
+                if frame is None:
+                    self.pool.release(slot)
+                    break
+                if on_device:
+                    self.pool_dev[slot].copy_(frame)
+                    self.read_stream.synchronize()  # the frame is complete before the calling thread sees it
+                else:
+                    buffer = self.pool.arrays[slot]
+                    if frame.shape != buffer.shape or frame.dtype != np.uint8:
+                        raise VideoError(f"frame {index}: shape {frame.shape} dtype {frame.dtype} differs from the "
+                                         f"first frame's {buffer.shape} uint8; every frame must have the same size")
+                    np.copyto(buffer, frame)
+                self.read_timer.add("read", (time.perf_counter() - start) * 1e3)
+                self.decoded.put((index, slot))
+                index += 1
         self.decoded.put(_END)
 
     # -- calling thread -----------------------------------------------------------------------------
@@ -288,18 +326,32 @@ class _Loop:
                 if self.keep:
                     self.detections.extend(dets)
                 # postprocess waited for the stream, so the uploads out of the buffers are complete: draw in place
+                download_ms = 0.0
+                if self.pool_dev is not None and names is not None:  # device frames: to the host, to be written
+                    download_ms = self._download([slot for _, slot in pending]) / len(pending)
                 items = []
                 for (index, slot), det in zip(pending, dets):
                     start = time.perf_counter()
                     if names is not None:
                         draw_detections(self.pool.arrays[slot], det, names)
-                    items.append((index, slot, det, (time.perf_counter() - start) * 1e3))
+                    items.append((index, slot, det, download_ms + (time.perf_counter() - start) * 1e3))
                 self.detected.put(items)
                 handed = items[-1][0] + 1
                 pending = []
                 if on_batch is not None:
                     on_batch(handed)
         self.detected.put(_END)
+
+    def _download(self, slots: list[int]) -> float:
+        """Copy the device frames of ``slots`` into their page-locked host buffers and wait; return the ms it took
+        (counted in the frames' ``write`` stage, as drawing is)."""
+        import torch
+
+        start = time.perf_counter()
+        for slot in slots:
+            self.pool.tensors[slot].copy_(self.pool_dev[slot], non_blocking=True)
+        torch.cuda.current_stream(self.device).synchronize()
+        return (time.perf_counter() - start) * 1e3
 
     def _infer_batch(self, slots: list[int], *, upload: bool) -> tuple[torch.Tensor, list[Any]]:
         """Upload (or reuse) the frames of ``slots``, pad to the batch size, preprocess, infer (no sync)."""
@@ -312,8 +364,9 @@ class _Loop:
         with self.timer.stage("preprocess"):
             if self.gpu_preprocess:
                 if upload:
+                    frames = self.pool.tensors if self.pool_dev is None else self.pool_dev
                     for i, slot in enumerate(slots):
-                        self.frames_dev[i].copy_(self.pool.tensors[slot], non_blocking=True)
+                        self.frames_dev[i].copy_(frames[slot], non_blocking=True)
                     for i in range(n, self.batch):  # pad: one batch size for the whole run
                         self.frames_dev[i].copy_(self.frames_dev[n - 1])
                 x, transforms = preprocess_torch(self.frames_dev, net_size, self.mode)

@@ -51,12 +51,18 @@ def slowest(*speeds: StageSpeed) -> StageSpeed:
     return min(speeds, key=lambda s: s.fps)
 
 
-def decode_speed(video: str | os.PathLike[str], max_frames: int | None = None,
-                 keep: int = 0) -> tuple[StageSpeed, list[np.ndarray]]:
-    """Decode the first ``max_frames`` frames (all when None) of ``video``; also return the first ``keep``.
+def decode_speed(video: str | os.PathLike[str], max_frames: int | None = None, keep: int = 0, *,
+                 decoder: str = "opencv", device: str = "cuda") -> tuple[StageSpeed, list[np.ndarray]]:
+    """Decode the first ``max_frames`` frames (all when None) of ``video``; also return the first ``keep`` (BGR uint8
+    host arrays).
 
-    Keeping a frame costs nothing: OpenCV returns a new BGR uint8 array per frame, kept by reference.
+    ``decoder`` "opencv" decodes on the CPU (keeping a frame costs nothing: OpenCV returns a new array per frame,
+    kept by reference); "nvdec" decodes into the memory of ``device`` (:class:`detector.gpudecode.NvdecReader`,
+    batches of 8 on the current stream, waited for at the end), and the kept frames are copied to the host after
+    the clock stops.
     """
+    if decoder == "nvdec":
+        return _nvdec_decode_speed(video, max_frames, keep, device)
     from detector.video import open_video
 
     kept: list[np.ndarray] = []
@@ -69,6 +75,27 @@ def decode_speed(video: str | os.PathLike[str], max_frames: int | None = None,
             frames += 1
         seconds = time.perf_counter() - start
     return StageSpeed("decode", frames, seconds), kept
+
+
+def _nvdec_decode_speed(video: str | os.PathLike[str], max_frames: int | None, keep: int,
+                        device: str) -> tuple[StageSpeed, list[np.ndarray]]:
+    import torch
+
+    from detector.gpudecode import NvdecReader
+
+    kept: list[torch.Tensor] = []
+    frames = 0
+    with NvdecReader(video, device) as reader:
+        start = time.perf_counter()
+        while max_frames is None or frames < max_frames:
+            batch = reader.read(8 if max_frames is None else min(8, max_frames - frames))
+            if not len(batch):
+                break
+            kept.extend(batch[: max(keep - len(kept), 0)].clone())
+            frames += len(batch)
+        torch.cuda.synchronize(reader.device)
+        seconds = time.perf_counter() - start
+    return StageSpeed("decode", frames, seconds), [frame.cpu().numpy() for frame in kept]
 
 
 def encode_speed(frames: Sequence[np.ndarray], count: int, path: str | os.PathLike[str], fps: float = 30.0,

@@ -544,7 +544,9 @@ def synthetic_video_path(cache_dir: str | os.PathLike[str], params: SyntheticPar
     ``GENERATOR_VERSION``)."""
     key = content_key("synthetic-video", GENERATOR_VERSION, params.as_dict())
     suffix = ".avi" if params.codec.upper() in ("MJPG", "XVID", "DIVX") else ".mp4"
-    return Path(cache_dir) / f"synthetic-s{params.seed}-{params.width}x{params.height}-{params.frames}f-{key}{suffix}"
+    codec = "" if params.codec == "mp4v" else f"-{params.codec.lower()}"
+    return Path(cache_dir) / (f"synthetic-s{params.seed}-{params.width}x{params.height}-{params.frames}f{codec}-{key}"
+                              f"{suffix}")
 
 
 def synthetic_video(

@@ -28,7 +28,7 @@ from detector.fileio import atomic_path, file_kind
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WRITABLE_SUFFIXES", "VideoReader", "VideoWriter", "as_bgr", "check_video_file", "open_video", "read_frames"]
+__all__ = ["H264_CODECS", "WRITABLE_SUFFIXES", "VideoReader", "VideoWriter", "as_bgr", "check_video_file", "open_video", "read_frames"]
 
 # (byte offset, magic bytes, container name): only used to word the error for a file OpenCV cannot open.
 _SIGNATURES = (
@@ -273,6 +273,59 @@ def read_frames(path: str | os.PathLike[str], limit: int | None = None) -> list[
         return list(itertools.islice(reader, limit))
 
 
+#: Codec names :class:`VideoWriter` encodes as H.264 with libx264 through PyAV (OpenCV's wheels carry no H.264
+#: encoder): what cameras and users' videos hold, where ``mp4v`` (MPEG-4 Part 2) is OpenCV's own.
+H264_CODECS: tuple[str, ...] = ("h264", "avc1")
+#: libx264 settings of :class:`VideoWriter`'s H.264 files: its default quality and speed, 4:2:0 chroma as cameras do.
+H264_OPTIONS: dict[str, str] = {"crf": "23", "preset": "medium"}
+
+
+class _H264Encoder:
+    """H.264 (libx264) into an MP4/MKV/MOV file through PyAV, with the few methods of ``cv2.VideoWriter`` that
+    :class:`VideoWriter` uses (``isOpened``, ``write`` of a BGR frame, ``release``)."""
+
+    def __init__(self, tmp: Path, fps: float, size: tuple[int, int], target: Path) -> None:
+        try:
+            import av
+        except ImportError as e:
+            raise VideoError(f"cannot write '{target}': codec 'h264' needs PyAV (pip install av), which is not "
+                             "installed") from e  # fmt: skip
+        from fractions import Fraction
+
+        self._av, self._target = av, target
+        self._container: Any = None
+        try:
+            self._container = av.open(os.fspath(tmp), "w")
+            self._stream = self._container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+            self._stream.width, self._stream.height = size
+            self._stream.pix_fmt = "yuv420p"
+            self._stream.options = dict(H264_OPTIONS)
+        except (av.FFmpegError, ValueError, OSError) as e:
+            log.debug("PyAV cannot open %s: %s", tmp, e)
+            self.release()
+
+    def isOpened(self) -> bool:  # noqa: N802 -- cv2.VideoWriter's name
+        return self._container is not None
+
+    def write(self, frame: np.ndarray) -> None:
+        try:
+            for packet in self._stream.encode(self._av.VideoFrame.from_ndarray(frame, format="bgr24")):
+                self._container.mux(packet)
+        except (self._av.FFmpegError, OSError) as e:
+            raise VideoError(f"cannot write '{self._target}': {e}") from e
+
+    def release(self) -> None:
+        container, self._container = self._container, None
+        if container is None:
+            return
+        try:
+            if hasattr(self, "_stream"):
+                for packet in self._stream.encode():  # flush the frames the encoder still holds
+                    container.mux(packet)
+        finally:
+            container.close()
+
+
 class VideoWriter:
     """Write BGR ``uint8`` frames of a fixed size to a video file, atomically.
 
@@ -284,7 +337,8 @@ class VideoWriter:
         path: target file; its suffix picks the container (``.mp4``, ``.avi``, ...).
         fps: frames per second (> 0).
         size: ``(width, height)`` of every frame, in pixels. Codecs such as ``mp4v`` need even sizes.
-        codec: a four-character code for ``cv2.VideoWriter_fourcc`` (``"mp4v"``, ``"MJPG"``, ...).
+        codec: a four-character code for ``cv2.VideoWriter_fourcc`` (``"mp4v"``, ``"MJPG"``, ...), or ``"h264"``
+            (also ``"avc1"``): H.264 with libx264 through PyAV (:data:`H264_CODECS`; needs ``pip install av``).
 
     Raises (on entering the block):
         VideoError: the output folder cannot be created or written, or OpenCV cannot open ``codec`` for
@@ -329,12 +383,19 @@ class VideoWriter:
                 f"cannot write '{self.path}': output folder '{self.path.parent}' is not writable "
                 f"({e.strerror or e})"
             ) from e
-        writer = cv2.VideoWriter(os.fspath(tmp), cv2.VideoWriter_fourcc(*self.codec), self.fps, self.size)
+        if self.codec.lower() in H264_CODECS:
+            try:
+                writer: Any = _H264Encoder(tmp, self.fps, self.size, self.path)
+            except VideoError as e:
+                self._abort(e)
+        else:
+            writer = cv2.VideoWriter(os.fspath(tmp), cv2.VideoWriter_fourcc(*self.codec), self.fps, self.size)
         if not writer.isOpened():
             writer.release()
             self._abort(VideoError(
                 f"cannot write '{self.path}': No space left on device" if _disk_full(tmp.parent) else
-                f"cannot write '{self.path}': OpenCV cannot open codec '{self.codec}' for a "
+                f"cannot write '{self.path}': {'PyAV (libx264)' if self.codec.lower() in H264_CODECS else 'OpenCV'} "
+                f"cannot open codec '{self.codec}' for a "
                 f"'{self.path.suffix or '(no suffix)'}' file"
             ))
         self._writer, self._tmp = writer, tmp

@@ -31,6 +31,8 @@ DEFAULT_PRECISIONS = ("fp32", "fp16")
 DEFAULT_FRAMES = {"cuda": 300, "cpu": 60}
 #: Stream counts of the multi-stream test when --perf-streams is not given (the CPU run is a smoke test).
 DEFAULT_STREAMS = {"cuda": (1, 2, 4, 8, 16), "cpu": (1, 2)}
+#: Skip intervals of the skip-interval test when --perf-skip-interval is not given: NVIDIA's DeepStream lab table.
+DEFAULT_SKIP_INTERVALS = (0, 1, 2, 4)
 #: Regressions --perf-selftest-processes injects when --perf-selftest-regressions is not given.
 DEFAULT_REGRESSIONS = "layer:5%,preprocess:5%"
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -83,6 +85,16 @@ def parse_batch_sizes(value: str) -> tuple[int, ...]:
     return tuple(int(item) for item in items)
 
 
+def parse_skip_intervals(value: str) -> tuple[int, ...]:
+    """``"0,1,2,4"`` -> ``(0, 1, 2, 4)``: frames skipped between inferences (DeepStream's ``interval``), each an
+    integer >= 0, duplicates dropped."""
+    items = _split(value)
+    if not items or not all(item.isdecimal() for item in items):
+        raise _fail(value, "Expected comma-separated integers >= 0 (frames skipped between inferences), e.g. "
+                    "'0,1,2,4'.")
+    return tuple(int(item) for item in items)
+
+
 def backend_names() -> tuple[str, ...]:
     """Backend names from the registry (:func:`detector.backends.backend_names`), in registration order: the
     choices of ``--perf-backends`` and its default."""
@@ -107,6 +119,20 @@ def parse_precisions(value: str) -> tuple[str, ...]:
     if not items or any(item not in PRECISIONS for item in items):
         raise _fail(value, f"Expected comma-separated precisions from: {', '.join(PRECISIONS)}.")
     return tuple(items)
+
+
+def parse_sources(value: str) -> tuple[Any, ...]:
+    """``"mp4v,h264+nvdec"`` -> the `perf.measure.sources.Source` of each item (``<codec>[+nvdec][+noencode]``)."""
+    from perf.measure.sources import parse_source
+
+    items = _split(value)
+    try:
+        sources = tuple(parse_source(item) for item in items)
+    except ValueError as e:
+        raise _fail(value, f"Expected comma-separated sources <codec>[+nvdec][+noencode], codec mp4v or h264 ({e}).")
+    if not sources:
+        raise _fail(value, "Expected comma-separated sources <codec>[+nvdec][+noencode], codec mp4v or h264.")
+    return sources
 
 
 def parse_device(value: str) -> str:
@@ -329,6 +355,7 @@ def all_options() -> tuple[Option, ...]:
     from perf.measure.clock import DEFAULT_LEAD_IN_MS
     from perf.measure.controls import NAMES as CONTROL_NAMES
     from perf.measure.controls import Controls
+    from perf.measure.sources import DEFAULT_SOURCES
     from perf.measure.stability import DEFAULT_MAX_REMEASURE
     from perf.profile.kernels import DEFAULT_CALLS as KERNEL_CALLS
     from perf.profile.nsys import NSYS_CHILD_FLAG
@@ -345,6 +372,11 @@ def all_options() -> tuple[Option, ...]:
         Option("--perf-precisions", "NAMES", f"Comma-separated precisions from {', '.join(PRECISIONS)}; each runs only "
                "where the backend and device support it and skips elsewhere.", _join(DEFAULT_PRECISIONS),
                parse_precisions, default=DEFAULT_PRECISIONS),
+        Option("--perf-sources", "LIST", "Frames of the end-to-end and pipelined tests: comma-separated "
+               "<codec>[+nvdec][+noencode] (codec mp4v or h264 for the synthetic video; +nvdec decodes on the GPU's "
+               "hardware decoder; +noencode writes no video). Every case runs on mp4v; the others run for the key "
+               "cases (perf/measure/sources.py).", DEFAULT_SOURCES, parse_sources,
+               default=parse_sources(DEFAULT_SOURCES)),
         Option("--perf-allow-machine-mismatch", None, "With --benchmark-compare, accept a saved run recorded on "
                "another GPU, driver, CUDA version or device (warn instead of failing)."),
         Option("--perf-allow-model-mismatch", None, "With --perf-compare or --benchmark-compare, accept a saved run "
@@ -378,6 +410,10 @@ def all_options() -> tuple[Option, ...]:
         Option("--perf-streams", "COUNTS", "Comma-separated stream counts for the multi-stream test (one inference at "
                "batch N per tick).", f"{_join(DEFAULT_STREAMS['cuda'])} on CUDA, "
                f"{_join(DEFAULT_STREAMS['cpu'])} on CPU", parse_batch_sizes),
+        Option("--perf-skip-interval", "LIST", "Comma-separated skip intervals N of the skip-interval test: frames "
+               "skipped between inferences, as DeepStream's interval (N=0 infers every frame, N=1 frames 0,2,4,..., "
+               "N=2 frames 0,3,6,..., N=4 frames 0,5,10,...; a tracker moves the boxes over the skipped frames).",
+               _join(DEFAULT_SKIP_INTERVALS), parse_skip_intervals, default=DEFAULT_SKIP_INTERVALS),
         Option("--perf-nsys", None, "Profile the nsys-marked tests under Nsight Systems."),
         Option("--perf-nsys-path", "PATH", "The nsys executable.", "nsys (found on PATH)", default="nsys",
                aliases=("--nsys-path",)),

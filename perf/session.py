@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from perf.options import DEFAULT_FRAMES, DEFAULT_STREAMS, backend_names
+from perf.options import DEFAULT_FRAMES, DEFAULT_SKIP_INTERVALS, DEFAULT_STREAMS, backend_names
 from perf.runs import describe_injected, injected_of
 from perf.subject import Subject, subject_differences, subject_mismatch_message
 
@@ -41,9 +41,13 @@ class PerfOptions:
     profile: str
     streams: tuple[int, ...] | None = None
     allow_model_mismatch: bool = False
+    #: --perf-skip-interval: the skip intervals (frames skipped between inferences) of the skip-interval test.
+    skip_intervals: tuple[int, ...] = DEFAULT_SKIP_INTERVALS
     #: --perf-inject-delay in ms (0: off) and --perf-regression (None: off): test-only slowdowns.
     inject_delay_ms: float = 0.0
     regression: Any = None
+    #: --perf-sources: `perf.measure.sources.Source` of the end-to-end and pipelined tests (mp4v alone if empty).
+    sources: tuple[Any, ...] = ()
 
     def streams_for(self, device: str) -> tuple[int, ...]:
         """Stream counts of the multi-stream test on `device`: --perf-streams, else `DEFAULT_STREAMS`."""
@@ -111,9 +115,11 @@ class PerfSession:
                 nsys_path=getoption("perf_nsys_path"),
                 profile=getoption("perf_profile"),
                 streams=getoption("perf_streams"),
+                skip_intervals=getoption("perf_skip_interval"),
                 allow_model_mismatch=bool(getoption("perf_allow_model_mismatch")),
                 inject_delay_ms=getoption("perf_inject_delay"),
                 regression=getoption("perf_regression"),
+                sources=getoption("perf_sources"),
             ),
             Subject.from_config(getoption, config.getini, invocation_dir, ini_dir),
         )

@@ -11,6 +11,11 @@ verdict names the stage that moved. Outputs of timed passes go to a RAM-backed s
 (`perf.measure.controls`); the last one is kept under the reports folder, read back and checked (frame count, size).
 ``extra_info`` also carries end-to-end FPS (from the median frame time), inference-only FPS and milliseconds
 per frame of each stage with their spread (IQR over the blocks); the report prints the lab's table.
+
+Every case runs on the mp4v synthetic video with OpenCV decoding; the key cases also run on the other
+``--perf-sources`` (`perf.measure.sources`): the H.264 video, decoded by OpenCV or by NVDEC into device memory
+(preprocess and postprocess then on the GPU too), with or without encoding the output, under ids ending in the
+source (``torch-graph-fp16-h264-nvdec-noencode``); their rows stand beside the OpenCV ones in the same tables.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import pytest
 
 from perf.measure.cases import Case, make_cases
+from perf.measure.sources import for_video, skip_unless_decodes, with_sources
 from perf.report import schema
 
 pytestmark = [pytest.mark.e2e, pytest.mark.benchmark(group="end-to-end", warmup=False)]
@@ -37,8 +43,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
         session = metafunc.config.stash[PERF_SESSION]
         o = session.options
-        metafunc.parametrize("e2e_case", make_cases(o.backends, o.precisions, None, session.device,
-                                                    nsys_first=True, family="end-to-end"))
+        cases = make_cases(o.backends, o.precisions, None, session.device, nsys_first=True, family="end-to-end")
+        metafunc.parametrize("e2e_case", with_sources(cases, for_video(o.sources, session.subject.video is not None),
+                                                      session.device))
 
 
 def _quartiles_ms(samples_s: list[float]) -> dict[str, float]:
@@ -46,37 +53,40 @@ def _quartiles_ms(samples_s: list[float]) -> dict[str, float]:
     return {"median": median * 1e3, "iqr": (q3 - q1) * 1e3}
 
 
-def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, perf_video: Any, perf_reports_dir: Any,
+def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, source_video: Any, perf_reports_dir: Any,
                     measured_region: Any, perf_report: Any, perf_controls: Any, perf_samples: Any,
                     pytestconfig: pytest.Config) -> None:  # fmt: skip
     from detector.backends import display_name
     from detector.pipeline import default_output_path, run_pipeline
     from detector.video import open_video
     from perf.measure.controls import keep_output, scratch_dir, warm_page_cache
-    from perf.measure.samples import block_samples, block_size, stage_metrics
-    from perf.measure.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
-    from perf.measure.speedref import summary as reference_summary
+    from perf.measure.samples import block_samples, block_size, pass_frames, record_sequential_passes
+    from perf.measure.speedref import CpuReference, ReferenceProbe
 
+    source = e2e_case.source
+    perf_video = source_video(source)
     runner = runner_pool.get(e2e_case.backend, e2e_case.precision, **e2e_case.options)
     kind = "cuda" if runner.device.startswith("cuda") else "cpu"
+    skip_unless_decodes(source, runner)
     final = default_output_path(perf_video.path, e2e_case.id, perf_reports_dir / "e2e")
     if "page-cache" in perf_controls:
         warm_page_cache(perf_video.path)
     results, probes = [], []
-    block = block_size(perf_video.frames or _frame_count(perf_video.path))
+    block = block_size(pass_frames(perf_video.path, perf_video.frames, WARMUP_FRAMES))
     reference = CpuReference() if "cpu-reference" in perf_controls and kind == "cuda" else None
     with scratch_dir(perf_controls, final.parent) as scratch:
         output = scratch / final.name
 
         def one_pass(preprocess_fn: Any = None, frames: int | None = perf_video.frames) -> Any:
             probe = ReferenceProbe(reference, block) if reference is not None else None
-            result = run_pipeline(runner, perf_video.path, output, batch=1, names=runner.spec.names,
-                                  max_frames=frames, keep_detections=False, preprocess_fn=preprocess_fn,
-                                  on_iteration=probe)  # fmt: skip
+            result = run_pipeline(runner, perf_video.path, output if source.encode else None, batch=1,
+                                  names=runner.spec.names, max_frames=frames, keep_detections=False,
+                                  preprocess_fn=preprocess_fn, on_iteration=probe, decoder=source.decoder)  # fmt: skip
             return result, probe
 
         warm, _ = one_pass(frames=WARMUP_FRAMES)
-        slowed = _regressed_preprocess(pytestconfig, perf_video, runner, warm, benchmark.extra_info, perf_controls)
+        slowed = None if source.suffix else _regressed_preprocess(pytestconfig, perf_video, runner, warm,
+                                                                  benchmark.extra_info, perf_controls)  # fmt: skip
 
         def timed() -> None:
             result, probe = one_pass(slowed)
@@ -87,33 +97,20 @@ def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, perf_video
             benchmark.pedantic(timed, rounds=PASSES[kind], iterations=1, warmup_rounds=0)
         if not results:  # --benchmark-disable still runs the function once; --benchmark-skip never reaches here
             timed()
-        keep_output(output, final)
+        if source.encode:
+            keep_output(output, final)
 
-    wall = [block_samples([r.iteration_ms], block) for r in results]
-    stage_passes = [{k: v[: len(r.iteration_ms)] for k, v in r.stage_samples_ms.items()} for r in results]
-    stages = stage_metrics(stage_passes, block)
-    if reference is not None:
-        readings = [p.readings_s for p in probes]
-        samples = normalize(wall, readings, NOMINAL_S)
-        for name, metric in stages.items():
-            per_pass = [block_samples([p[name.removeprefix("stage:")]], block) for p in stage_passes]
-            metric["data"] = normalize(per_pass, readings, NOMINAL_S)
-            metric["unit"] = "s per frame at reference speed"
-        label, unit = "frame time (CPU-reference units)", "s per frame at reference speed"
-        benchmark.extra_info["cpu_reference"] = {**reference_summary(readings), "nominal_ms": NOMINAL_S * 1e3}
-    else:
-        samples, label, unit = [x for pass_ in wall for x in pass_], "frame time", "s per frame"
-    wall_flat = [x for pass_ in wall for x in pass_]
-    metrics = {**stages, "wall": {"label": "frame time (wall clock)", "unit": "s per frame", "data": wall_flat}}
-    perf_samples(benchmark, samples, label=label, unit=unit, block=block, metrics=metrics)
-    samples = wall_flat  # FPS and the tables below are wall clock
+    readings = [p.readings_s for p in probes] if reference is not None else None
+    recorded = record_sequential_passes(benchmark, perf_samples, results, readings, block)
+    samples, stage_passes, stages = recorded.wall, recorded.stage_passes, recorded.stages  # FPS, tables: wall clock
 
     result = results[-1]
-    with open_video(final) as written:
-        frames_written = sum(1 for _ in written)
-        assert (written.width, written.height) == (result.width, result.height), (
-            f"{final}: frame size {written.width}x{written.height}, expected {result.width}x{result.height}")
-    assert frames_written == result.frames, f"{final}: {frames_written} frames read back, {result.frames} written"
+    if source.encode:
+        with open_video(final) as written:
+            frames_written = sum(1 for _ in written)
+            assert (written.width, written.height) == (result.width, result.height), (
+                f"{final}: frame size {written.width}x{written.height}, expected {result.width}x{result.height}")
+        assert frames_written == result.frames, f"{final}: {frames_written} frames read back, {result.frames} written"
 
     spread = {name: _quartiles_ms(block_samples([p[name] for p in stage_passes], block))
               for name in (n.removeprefix("stage:") for n in stages)}  # fmt: skip
@@ -125,6 +122,7 @@ def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, perf_video
         "frames": result.frames, "passes": len(results), "e2e_fps": e2e_fps,
         "infer_fps": 1e3 / infer if infer else result.infer_fps, "stage_ms_per_frame": per_frame,
         "stage_spread_ms": spread, "stage_fps": result.stage_fps(), "video": str(perf_video.path),
+        "source": source.spec,
     })  # fmt: skip
     h, w = result.net_size
     model_type = f"{display_name(e2e_case.backend)} ({e2e_case.label}, {runner.device})"
@@ -138,13 +136,6 @@ def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, perf_video
         "Model Type": model_type, "blocks": len(samples), "frames per block": block,
         **{name: s["iqr"] for name, s in spread.items()},
     })  # fmt: skip
-
-
-def _frame_count(path: Any) -> int:
-    from detector.video import open_video
-
-    with open_video(path) as reader:
-        return reader.frame_count or WARMUP_FRAMES
 
 
 def _regressed_preprocess(config: pytest.Config, video: Any, runner: Any, warm: Any, extra_info: dict[str, Any],

@@ -17,6 +17,11 @@ over 8 processes). Each stage's busy time per frame rides along as ``stage:<name
 The report gets a ``| path | FPS | ms/frame |`` table and the two ratios: the best pipelined FPS over the
 slowest stage alone (the bound, target >= 0.9) and over the sequential loop. On the CPU the video is cut to
 ``CPU_FRAMES`` frames: the numbers are a smoke test only.
+
+The key cases also run on the other ``--perf-sources`` (`perf.measure.sources`), as the end-to-end test does: on an
+``nvdec`` source every path decodes on the GPU ("decode only (nvdec)": frames into device memory, converted to BGR),
+and on a ``noencode`` source nothing is written, so there is no "encode only" row and the bound is the slowest of
+decode and inference.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 import pytest
 
 from perf.measure.cases import Case, make_cases
+from perf.measure.sources import for_video, skip_unless_decodes, with_sources
 from perf.report import schema
 
 pytestmark = [pytest.mark.e2e, pytest.mark.benchmark(group="pipelined", warmup=False)]
@@ -58,11 +64,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
         session = metafunc.config.stash[PERF_SESSION]
         o = session.options
-        metafunc.parametrize("pipe_case", make_cases(o.backends, o.precisions, None, session.device,
-                                                     family="pipelined"))
+        cases = make_cases(o.backends, o.precisions, None, session.device, family="pipelined")
+        metafunc.parametrize("pipe_case", with_sources(cases, for_video(o.sources, session.subject.video is not None),
+                                                       session.device))
 
 
-def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any, perf_video: Any,
+def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any, source_video: Any,
                               perf_reports_dir: Any, perf_report: Any, tmp_path: Any, measured_region: Any,
                               perf_controls: Any, perf_samples: Any) -> None:  # fmt: skip
     import numpy as np
@@ -78,15 +85,19 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     from perf.measure.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
     from perf.measure.speedref import summary as reference_summary
 
+    source = pipe_case.source
+    perf_video = source_video(source)
     runner = runner_pool.get(pipe_case.backend, pipe_case.precision, **pipe_case.options)
     kind = "cuda" if runner.device.startswith("cuda") else "cpu"
+    skip_unless_decodes(source, runner)
+    decoder = {"decoder": source.decoder}
     frames = perf_video.frames if kind == "cuda" else min(perf_video.frames or CPU_FRAMES, CPU_FRAMES)
     names = runner.spec.names
     out_dir = perf_reports_dir / "pipelined"
     if "page-cache" in perf_controls:
         warm_page_cache(perf_video.path)
 
-    decode, kept = decode_speed(perf_video.path, frames, keep=KEEP)  # holding every frame would slow decoding
+    decode, kept = decode_speed(perf_video.path, frames, keep=KEEP, device=runner.device, **decoder)
     frames = decode.frames
     with open_video(perf_video.path) as reader:
         fps = reader.fps or 30.0
@@ -98,15 +109,16 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
                                 runner.spec.preprocess_mode)
         infer[b] = infer_speed(runner, x, frames, warmup=3 if kind == "cuda" else 1)
     sequential_out = default_output_path(perf_video.path, f"{pipe_case.id}-sequential", out_dir)
-    sequential = run_pipeline(runner, perf_video.path, sequential_out, batch=1, names=names, max_frames=frames,
-                              keep_detections=True)
-    # Encode only: the frames the pipeline writes (its boxes drawn, untimed), fastest of ENCODE_PASSES passes.
-    sequence = read_frames(perf_video.path, limit=min(frames, ENCODE_KEEP))
-    for frame, det in zip(sequence, sequential.detections):
-        draw_detections(frame, det, names)
-    encode = max((encode_speed(sequence, frames, tmp_path / f"encode-only-{i}.mp4", fps=fps)
-                  for i in range(ENCODE_PASSES[kind])), key=lambda speed: speed.fps)
-    del sequence
+    sequential = run_pipeline(runner, perf_video.path, sequential_out if source.encode else None, batch=1,
+                              names=names, max_frames=frames, keep_detections=True, **decoder)  # fmt: skip
+    encode = None
+    if source.encode:  # the frames the pipeline writes (its boxes drawn, untimed), fastest of ENCODE_PASSES passes
+        sequence = read_frames(perf_video.path, limit=min(frames, ENCODE_KEEP))
+        for frame, det in zip(sequence, sequential.detections):
+            draw_detections(frame, det, names)
+        encode = max((encode_speed(sequence, frames, tmp_path / f"encode-only-{i}.mp4", fps=fps)
+                      for i in range(ENCODE_PASSES[kind])), key=lambda speed: speed.fps)
+        del sequence
 
     pipelined: dict[int, Any] = {}
     passes: list[Any] = []
@@ -120,17 +132,20 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
 
         def one_pass() -> None:
             probe = ReferenceProbe(reference, block) if reference is not None else None
-            passes.append(run_pipelined(runner, perf_video.path, scratch_b1, batch=1, names=names,
-                                        max_frames=frames, keep_detections=False, on_batch=probe))  # fmt: skip
+            passes.append(run_pipelined(runner, perf_video.path, out_b1, batch=1, names=names,
+                                        max_frames=frames, keep_detections=False, on_batch=probe,
+                                        **decoder))  # fmt: skip
             probes.append(probe)
 
-        run_pipelined(runner, perf_video.path, scratch_b1, batch=1, names=names, max_frames=min(frames, 30),
-                      keep_detections=False)  # untimed: threads, pinned buffers, encoder set-up
+        out_b1 = scratch_b1 if source.encode else None
+        run_pipelined(runner, perf_video.path, out_b1, batch=1, names=names, max_frames=min(frames, 30),
+                      keep_detections=False, **decoder)  # untimed: threads, pinned buffers, encoder set-up
         with measured_region(f"pipelined[{pipe_case.id}]", runner, benchmark.extra_info):
             benchmark.pedantic(one_pass, rounds=ROUNDS[kind], iterations=1, warmup_rounds=0)
         if not passes:  # --benchmark-disable runs it once; make sure
             one_pass()
-        keep_output(scratch_b1, outputs[1])
+        if source.encode:
+            keep_output(scratch_b1, outputs[1])
     pipelined[1] = max(passes, key=lambda r: r.e2e_fps)
     wall = [block_samples([r.iteration_ms], block, skip=skip) for r in passes]
     stages = stage_metrics([{k: v[: r.frames] for k, v in r.stage_samples_ms.items() if k in ("read", "write")}
@@ -144,15 +159,18 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
         benchmark.extra_info["cpu_reference"] = {**reference_summary(readings), "nominal_ms": NOMINAL_S * 1e3}
     perf_samples(benchmark, wall_flat, label="frame interval", unit="s per frame", block=block, metrics=stages)
     for b in batches[1:]:
-        pipelined[b] = run_pipelined(runner, perf_video.path, outputs[b], batch=b, names=names, max_frames=frames,
-                                     keep_detections=False)
+        pipelined[b] = run_pipelined(runner, perf_video.path, outputs[b] if source.encode else None, batch=b,
+                                     names=names, max_frames=frames, keep_detections=False, **decoder)
     for b, result in pipelined.items():
-        with open_video(outputs[b]) as written:
-            assert sum(1 for _ in written) == result.frames == frames, f"{outputs[b]}: wrong frame count"
+        assert result.frames == frames, f"pipelined b{b}: {result.frames} frames, expected {frames}"
+        if source.encode:
+            with open_video(outputs[b]) as written:
+                assert sum(1 for _ in written) == result.frames, f"{outputs[b]}: wrong frame count"
 
     best = max(pipelined.values(), key=lambda r: r.e2e_fps)
-    bound = slowest(decode, encode, infer[best.batch])
-    rows = [("decode only", decode.fps), ("encode only", encode.fps),
+    bound = slowest(*(s for s in (decode, encode, infer[best.batch]) if s is not None))
+    decode_row = "decode only" if source.decoder == "opencv" else f"decode only ({source.decoder})"
+    rows = [(decode_row, decode.fps), *([("encode only", encode.fps)] if encode else []),
             *((f"inference only b{b}", s.fps) for b, s in infer.items()),
             ("sequential loop b1", sequential.e2e_fps),
             *((f"pipelined b{b}", r.e2e_fps) for b, r in pipelined.items())]  # fmt: skip
@@ -169,7 +187,7 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     })  # fmt: skip
     benchmark.extra_info.update({
         "backend": pipe_case.backend, "variant": pipe_case.variant, "precision": pipe_case.precision,
-        "frames": frames, "video": str(perf_video.path), "fps": dict(rows), "best_pipelined_batch": best.batch,
+        "frames": frames, "video": str(perf_video.path), "source": source.spec, "fps": dict(rows), "best_pipelined_batch": best.batch,
         "slowest_stage": bound.name, "pipeline_over_slowest_stage": ratio_bound,
         "pipeline_over_sequential": ratio_sequential, "pipelined_b1": pipelined[1].summary(),
         "sequential": sequential.summary(),

@@ -34,6 +34,8 @@ def _missing_cuda_device(folder: Path, shared: Shared) -> Made:
 
 ROWS: tuple[Row, ...] = (
     _row("streams-not-a-number", "--perf-streams", "1,x", "Expected comma-separated positive integers"),
+    _row("skip-interval-negative", "--perf-skip-interval", "-1", "Expected comma-separated integers >= 0"),
+    _row("sources-unknown-codec", "--perf-sources", "av1", "Expected comma-separated sources <codec>[+nvdec]"),
     _row("frames-zero", "--perf-frames", "0", "Expected a positive integer."),
     _row("frames-superscript-digit", "--perf-frames", "\u00b2", "Expected a positive integer."),
     _row("inject-delay-negative", "--perf-inject-delay", "-1", "Expected a finite number of milliseconds >= 0"),

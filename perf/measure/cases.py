@@ -24,6 +24,8 @@ import pytest
 from detector.backends import Variant, availability, runner_class, variants
 from detector.backends import backend as registered_backend
 from detector.errors import BackendError, BackendUnavailable
+from perf.measure.sources import DEFAULT as DEFAULT_SOURCE
+from perf.measure.sources import Source
 
 #: The key (variant, precision) pairs of each family per device type, which ``-m ci`` selects; inference also
 #: only at batch 1 and the largest selected batch size (batch 1 only on a CPU, where a large batch takes seconds).
@@ -61,6 +63,8 @@ class Case:
     precision: str
     batch: int = 1
     options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    #: The video pipelines' frames (`perf.measure.sources`); the default for every other family.
+    source: Source = DEFAULT_SOURCE
 
     @property
     def id(self) -> str:
@@ -68,8 +72,10 @@ class Case:
 
     @property
     def label(self) -> str:
-        """Human name for tables, e.g. ``torch-graph fp16``."""
-        return f"{self.variant} {self.precision}"
+        """Human name for tables, e.g. ``torch-graph fp16`` (``torch-graph fp16, h264 video, nvdec decode, no encode``
+        on another source)."""
+        base = f"{self.variant} {self.precision}"
+        return f"{base}, {self.source.label}" if self.source.suffix else base
 
 
 def variants_for(backends: Iterable[str], device: str) -> list[str]:

@@ -7,12 +7,15 @@ stage that is slow now and then) while giving dozens of samples per pass, and th
 what autocorrelation is left. The benchmark's rounds (``stats.data``, which pytest-benchmark's own statistics
 and ``--benchmark-compare-fail`` read) are replaced by these samples, so the saved figure is the stable one:
 the median seconds per frame. The same blocks of each stage's time go into ``extra_info["metrics"]`` as
-``stage:<name>``, so a verdict can name the stage that moved.
+``stage:<name>``, so a verdict can name the stage that moved. `record_sequential_passes` does all of this for
+passes of the sequential loop (:func:`detector.pipeline.run_pipeline`), the end-to-end and skip-interval benchmarks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from perf.measure.stability import StabilityRule, replace_rounds, stability_record, summary
@@ -25,6 +28,17 @@ TARGET_BLOCKS = 30
 def block_size(iterations: int, target_blocks: int = TARGET_BLOCKS) -> int:
     """Iterations per block so that a pass of ``iterations`` gives about ``target_blocks`` blocks (>= 1)."""
     return max(1, iterations // target_blocks)
+
+
+def pass_frames(path: str | os.PathLike[str], frames: int | None, fallback: int) -> int:
+    """Frames a pass over the video at ``path`` runs: ``frames`` when given, else the count its container states,
+    else ``fallback`` (a container that does not say)."""
+    if frames:
+        return frames
+    from detector.video import open_video
+
+    with open_video(path) as reader:
+        return reader.frame_count or fallback
 
 
 def block_samples(passes: Sequence[Sequence[float]], block: int, frames_per_iteration: int = 1,
@@ -79,3 +93,43 @@ def stage_metrics(passes: Sequence[Mapping[str, Sequence[float]]], block: int, f
         if data:
             out[f"stage:{name}"] = {"label": f"stage {name}", "unit": "s per frame", "data": data, "judged": judged}
     return out
+
+
+@dataclass(frozen=True)
+class SequentialSamples:
+    """What `record_sequential_passes` recorded: ``wall``, the wall-clock seconds per frame of every block, pass after
+    pass (what FPS is computed from); ``stage_passes``, each pass's milliseconds per iteration of every stage;
+    ``stages``, the ``stage:<name>`` metrics as recorded (normalised like the primary samples where they are)."""
+
+    wall: list[float]
+    stage_passes: list[dict[str, list[float]]]
+    stages: dict[str, dict[str, Any]]
+
+
+def record_sequential_passes(benchmark: Any, record: Callable[..., None], results: Sequence[Any],
+                             readings_s: Sequence[Sequence[float]] | None, block: int) -> SequentialSamples:
+    """Make the timed passes of the sequential loop (``results``: :class:`detector.pipeline.PipelineResult`, one
+    frame per iteration) the benchmark's samples through ``record`` (the ``perf_samples`` fixture): each block's
+    seconds per frame, divided by the CPU reference (`perf.measure.speedref`) where ``readings_s`` holds each pass's
+    readings (then ``extra_info["cpu_reference"]`` summarises them), with the ``stage:<name>`` metrics normalised
+    alike and the wall-clock blocks as the ``wall`` metric."""
+    from perf.measure.speedref import NOMINAL_S, normalize
+    from perf.measure.speedref import summary as reference_summary
+
+    wall = [block_samples([r.iteration_ms], block) for r in results]
+    stage_passes = [{k: v[: len(r.iteration_ms)] for k, v in r.stage_samples_ms.items()} for r in results]
+    stages = stage_metrics(stage_passes, block)
+    wall_flat = [x for pass_ in wall for x in pass_]
+    if readings_s is not None:
+        samples = normalize(wall, readings_s, NOMINAL_S)
+        for name, metric in stages.items():
+            per_pass = [block_samples([p[name.removeprefix("stage:")]], block) for p in stage_passes]
+            metric["data"] = normalize(per_pass, readings_s, NOMINAL_S)
+            metric["unit"] = "s per frame at reference speed"
+        label, unit = "frame time (CPU-reference units)", "s per frame at reference speed"
+        benchmark.extra_info["cpu_reference"] = {**reference_summary(readings_s), "nominal_ms": NOMINAL_S * 1e3}
+    else:
+        samples, label, unit = wall_flat, "frame time", "s per frame"
+    metrics = {**stages, "wall": {"label": "frame time (wall clock)", "unit": "s per frame", "data": wall_flat}}
+    record(benchmark, samples, label=label, unit=unit, block=block, metrics=metrics)
+    return SequentialSamples(wall_flat, stage_passes, stages)

@@ -1,5 +1,7 @@
 """Nsight Systems captures of single tests: find nsys, run a test in a child pytest under ``nsys profile``,
-export ``nsys stats`` reports as CSV and boil them down to a short summary (JSON + markdown beside the report).
+export ``nsys stats`` reports as CSV and boil them down to a short summary (JSON + markdown beside the report),
+with the critical path and the waits of the measured region from the report's SQLite export
+(``nsys export --type sqlite``, `perf.profile.critical_path`).
 
 The parent pytest process never loads CUDA for a profiled test: it runs
 
@@ -36,7 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from detector.errors import DetectorError, one_line
+from perf.profile.capture_db import CaptureError
+from perf.profile.critical_path import critical_path_summary
+from perf.profile.critical_path_summary import CriticalPathSummary
 from perf.profile.nsys_stats import STATS_REPORTS, NsysSummary, summarize, write_summary
+from perf.profile.torch_profiler import MEASURED_RANGE
 
 log = logging.getLogger(__name__)
 
@@ -340,11 +346,58 @@ def csvs_in(folder: str | os.PathLike[str], base: str | None = None) -> dict[str
     return found
 
 
+def export_command(nsys: str | os.PathLike[str], rep_path: Path, out: Path) -> list[str]:
+    """``nsys export`` argv writing the SQLite export of ``rep_path`` to ``out`` (overwritten)."""
+    return [os.fspath(nsys), "export", "--type", "sqlite", "--force-overwrite=true", "--output", os.fspath(out),
+            os.fspath(rep_path)]  # fmt: skip
+
+
+def export_sqlite(
+    nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+    timeout_s: float = 600.0,
+) -> Path:  # fmt: skip
+    """Run ``nsys export --type sqlite`` on ``rep_path``, writing ``out``; return ``out``. Its output is saved as
+    ``nsys-export.log`` beside ``out``. Raises `NsysError` (quoting nsys's output) when nsys cannot run, fails
+    or writes no file."""
+    rep_path, out = Path(rep_path), Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    try:
+        proc = subprocess.run(export_command(nsys, rep_path, out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, errors="replace", timeout=timeout_s, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise NsysError(f"cannot run nsys export on {rep_path}: {e}") from e
+    (out.parent / "nsys-export.log").write_text(proc.stdout or "", encoding="utf-8")
+    if proc.returncode != 0 or not out.is_file() or _NSYS_FAILURE.search(proc.stdout or ""):
+        raise nsys_error(f"nsys export failed on {rep_path} (exit {proc.returncode}"
+                         f"{'' if out.is_file() else f', no {out.name}'})", proc.stdout or "")  # fmt: skip
+    return out
+
+
+def critical_path_of(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str],
+                     range_name: str = MEASURED_RANGE) -> tuple[CriticalPathSummary | None, str | None]:  # fmt: skip
+    """(the critical-path summary of ``rep_path``, None) from its SQLite export (``<report>.sqlite`` beside it),
+    or (None, why not): a failed export or an unreadable export is said, never raised, so that the stats summary
+    is kept."""
+    rep_path = Path(rep_path)
+    try:
+        sqlite = export_sqlite(nsys, rep_path, rep_path.with_suffix(".sqlite"))
+        return critical_path_summary(sqlite, range_name), None
+    except (NsysError, CaptureError) as e:
+        headline = str(e).splitlines()[0]
+        log.warning("no critical path for %s: %s", rep_path, headline)
+        return None, f"critical path: {headline}"
+
+
 def summarize_report(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], **summary_options) -> NsysSummary:
-    """Export the stats of ``rep_path`` (into ``<its folder>/stats``), summarize them and write ``summary.json`` and
-    ``summary.md`` beside the report; return the summary."""
+    """Export the stats of ``rep_path`` (into ``<its folder>/stats``), summarize them, add the critical path (from
+    the SQLite export, `critical_path_of`; why not, in ``missing``) and write ``summary.json`` and ``summary.md``
+    beside the report; return the summary."""
     rep_path = Path(rep_path)
     csvs = export_stats(nsys, rep_path, rep_path.parent / "stats")
     summary = summarize(csvs, report_path=rep_path, **summary_options)
+    summary.critical_path, problem = critical_path_of(nsys, rep_path, summary_options.get("range_name", MEASURED_RANGE))
+    if problem is not None:
+        summary.missing.append(problem)
     write_summary(summary, rep_path.parent)
     return summary

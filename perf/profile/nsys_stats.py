@@ -18,6 +18,7 @@ from pathlib import Path
 from detector.errors import DetectorError
 from detector.fileio import atomic_write_text
 from detector.timing import STAGES
+from perf.profile.critical_path_summary import CriticalPathSummary
 from perf.profile.torch_profiler import MEASURED_RANGE
 
 
@@ -344,7 +345,9 @@ class NsysSummary:
     """What a capture says, in short: top kernels, time per stage, copies, GPU idle share of the measured region.
 
     Times are ns. ``stages`` holds the pipeline stages found among the NVTX ranges (host time); ``nvtx_ranges`` the
-    largest other ranges (per-call ranges, TensorRT layer names). ``missing`` lists reports that had no data.
+    largest other ranges (per-call ranges, TensorRT layer names). ``missing`` lists reports that had no data, and
+    parts that could not be made, with why (``"critical path: ..."``). ``critical_path``: what bounded the region
+    and who waited (`perf.profile.critical_path`, from the capture's SQLite export); None when not made.
 
     The model's figures leave the suite's own activity out: ``kernel_total_ns``, ``kernel_instances`` and
     ``top_kernels`` (and their ``percent``, of the model's kernel time) count no suite kernel (`is_suite_kernel`:
@@ -373,6 +376,7 @@ class NsysSummary:
     suite_busy_fraction: float | None = None
     timing_event_api_ns: int = 0
     timing_event_api_calls: int = 0
+    critical_path: CriticalPathSummary | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -412,6 +416,8 @@ class NsysSummary:
         if self.top_api:
             lines += ["", "| CUDA API | Total ms | Calls |", "|:--|--:|--:|"]
             lines += [f"| {cell(a['name'])} | {a['total_ns'] / 1e6:.3f} | {a['calls']} |" for a in self.top_api]
+        if self.critical_path is not None:
+            lines += ["", self.critical_path.to_markdown().rstrip("\n")]
         return "\n".join(lines) + "\n"
 
     def suite_line(self) -> str | None:

@@ -24,6 +24,7 @@ from typing import Any
 from detector.fileio import atomic_write_text
 from detector.timing import STAGES
 from perf.report import plots, schema
+from perf.report.captures import captures_html, captures_markdown
 from perf.report.changes import DEFAULT_THRESHOLD, bench_names, history
 from perf.report.inputs import ReportInputs, load_inputs
 from perf.report.suite import cell
@@ -84,6 +85,7 @@ class Report:
     notices: list[Notice] = field(default_factory=list)
     suite: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     device: str | None = None
+    captures: list[Any] = field(default_factory=list)  # perf.report.captures.CaptureRow
 
 
 def _latency_figures(inputs: ReportInputs) -> list[Figure]:
@@ -145,8 +147,10 @@ def render(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> Report
     """Tables, markdown and figures of ``inputs`` (nothing written)."""
     tables = all_tables(inputs, threshold)
     said = notices(inputs)
-    report = Report(to_markdown(tables, inputs.warnings, said=said), tables, warnings=list(inputs.warnings),
-                    notices=said, suite=dict(inputs.tables), device=inputs.device)
+    markdown = "\n".join(part for part in (to_markdown(tables, inputs.warnings, said=said),
+                                            captures_markdown(inputs.captures)) if part)  # fmt: skip
+    report = Report(markdown, tables, warnings=list(inputs.warnings), notices=said, suite=dict(inputs.tables),
+                    device=inputs.device, captures=list(inputs.captures))
     report.figures = _figures(inputs, threshold)
     return report
 
@@ -210,6 +214,7 @@ def to_html(report: Report, title: str = "Performance report") -> str:
         parts.append(f"<figure{kind}><img alt='{html.escape(figure.caption, quote=True)}' "
                      f"src='data:image/png;base64,{encoded}'><figcaption>{html.escape(figure.caption)}{details}"
                      "</figcaption></figure>")  # fmt: skip
+    parts.append(captures_html(report.captures))
     suite = _suite_tables(report.suite, report.device)
     if suite:  # detail: folded, so that the page stays a glance long
         opening = (f"<h2>{html.escape(SUITE_SECTION)}</h2><details class='suite'><summary>{len(suite)} table(s) of "

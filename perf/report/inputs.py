@@ -4,7 +4,8 @@
   unreadable run among good ones is skipped with a warning naming the file.
 * The suite's report: ``<reports>/perf-report.json`` (`perf.report.suite`), its tables declared in
   `perf.report.schema` and checked by `perf.validate.report_problem`: end-to-end stage times and parity rows
-  (with the IoU of every matched pair, see `perf.measure.parity.report_row`).
+  (with the IoU of every matched pair, see `perf.measure.parity.report_row`); and the summaries of the run's
+  Nsight Systems captures (``<reports>/nsys/*/summary.json``, `perf.report.captures`).
 * Or the runs of a history store (``--store``, `perf.store.db`), and in either case the change points of their
   histories (`perf.store.changepoints`, needs ruptures).
 * Compare verdicts: ``<reports>/perf-compare.json`` (what ``--perf-compare`` writes) or a given verdict file
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perf.report.captures import load_captures
 from perf.report.schema import TableSpec
 from perf.report.suite import REPORT_STEM
 from perf.runs import BenchmarkRecord, HistoryError, SavedRun, load_runs, read_json, run_files
@@ -42,6 +44,8 @@ class ReportInputs:
     report_device: str | None = None  # the suite report's "device", when it says
     #: Change points of the runs' histories (`perf.store.changepoints.HistoryChange`), oldest first.
     changes: list[Any] = field(default_factory=list)
+    #: The run's Nsight Systems captures (`perf.report.captures.CaptureRow`), from ``<reports>/nsys/*/summary.json``.
+    captures: list[Any] = field(default_factory=list)
     _change_starts: dict[tuple[int, str], Any] | None = field(default=None, repr=False)
 
     @property
@@ -194,6 +198,8 @@ def load_inputs(storage: Path | None, reports: Path | None, *, machine_id: str |
         inputs.warnings += warnings
     if reports is not None:
         inputs.tables, inputs.report_device, warnings = load_tables(reports)
+        inputs.warnings += warnings
+        inputs.captures, warnings = load_captures(reports)
         inputs.warnings += warnings
     if verdicts is not None:
         inputs.verdicts = load_verdicts(path=verdicts)

@@ -179,6 +179,15 @@ PIPELINED_RATIOS = TableSpec("PIPELINED_RATIOS", "Pipelined vs its slowest stage
     "(above 1 when overlapping the stages pays).",
     cpu_note="On a CPU the video is cut to a few frames and every stage competes for the same cores: the ratios are a "
     "smoke test, and the 0.9 target, which holds for a GPU only, is not shown.")
+SKIP_INTERVAL = TableSpec("SKIP_INTERVAL", "Skip interval (DeepStream interval): FPS and mAP", (
+    text("case"), num("N", "frames skipped"), num("inferred frames", "frames"), num("FPS, no video written", "FPS"),
+    num("mAP@0.5"), num("mAP@0.5:0.95"), text("note")),
+    note="N: frames skipped between inferences, as DeepStream's interval: N=0 infers every frame, N=1 frames "
+    "0,2,4,..., N=2 frames 0,3,6,..., N=4 frames 0,5,10,...; a constant-velocity IoU tracker moves the last boxes over "
+    "the skipped frames. FPS: every frame (read, preprocess, infer, postprocess and track: the sequential loop, no "
+    "video written, as DeepStream's figures use a fake sink) over wall time; mAP over the same "
+    "frames against the video's ground truth (n/a without one, the note says why).",
+    cpu_note="On a CPU the video is cut to a few frames: FPS and mAP are a smoke test.")
 MULTISTREAM = TableSpec("MULTISTREAM", "Multi-stream batching", (
     text("case"), num("streams"), num("ticks"), num("aggregate FPS", "FPS"), num("FPS per stream", "FPS"),
     num("latency p50 ms", "ms"), num("latency p99 ms", "ms"), num("queue depth", "frames")))
@@ -239,7 +248,7 @@ RERUN_COMPARE_FAIL = TableSpec("RERUN_COMPARE_FAIL", "pytest-benchmark compare-f
 #: The suite report's tables, in the order the documentation lists them.
 SUITE: tuple[TableSpec, ...] = (
     LAB, STAGES_TABLE, STAGE_SPREAD, INFERENCE, SPEEDUP, MULTI_GPU, HARNESS, PARITY, ACCURACY, PIPELINED_PATHS,
-    PIPELINED_RATIOS, MULTISTREAM, CLOCK_TRUTH, GPU_MEMORY, NOISE_CONTROLS, NOISE_CLOCKS, GATE_SELFTEST,
+    PIPELINED_RATIOS, SKIP_INTERVAL, MULTISTREAM, CLOCK_TRUTH, GPU_MEMORY, NOISE_CONTROLS, NOISE_CLOCKS, GATE_SELFTEST,
     GPU_THROTTLING, NOISE_FAMILY, NOISE_BENCHMARK, SELFTEST_IDENTICAL, SELFTEST_REGRESSED, SELFTEST_COMPARE_FAIL,
     CROSSPROCESS_RUNS, RERUN_FAMILY, RERUN_IDENTICAL, RERUN_REGRESSED, RERUN_COMPARE_FAIL,
 )  # fmt: skip

@@ -8,9 +8,10 @@ One history is one benchmark on one machine (`perf.store.db.machine_key`) and br
    scale of the values, so that one level change does not inflate it) and never below ``noise_floor``.
 2. *Whether*: each candidate is kept only if the segments on either side differ by at least ``min_effect`` and
    by more than ``z`` standard errors of the difference of their means. The scatter is the points' spread around
-   their own segment's mean, on ``n - segments`` degrees of freedom; where it exceeds ``noise_floor`` it is an
-   estimate, and the bar is Student's t at the same tail probability as ``z`` (a short noisy history needs a far
-   larger shift); within the floor, the floor is taken as the known scatter and the bar is ``z``. The weakest
+   their own segment's mean, on ``n - segments`` degrees of freedom; where it exceeds ``noise_floor`` it is pooled
+   with the floor, which counts as ``PRIOR_DF`` degrees of freedom, and the bar is Student's t on the pooled degrees
+   of freedom at the same tail probability as ``z`` (a short noisy history needs a larger shift); within the floor,
+   the floor is taken as the known scatter and the bar is ``z``. The weakest
    failing candidate is dropped and the others judged again, until all pass. A shift seen in one run only (the newest) can be a
    change point: a history cannot tell a single slow run from a new level until the next run, so the table says
    how many runs are after it.
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
 NOISE_FLOOR = 0.005
 #: Standard errors the shift must exceed (about p < 1e-4 two-sided for a normal scatter).
 Z = 4.0
+#: Degrees of freedom the floor counts for when the data's own scatter exceeds it: the two are pooled, so a history
+#: of 3 runs whose scatter just crosses the floor is judged on t with 5 degrees of freedom (a bar of about 10
+#: standard errors), not on t with 1 (a bar of about 10,000, which no real step could pass).
+PRIOR_DF = 4
 
 
 @dataclass(frozen=True)
@@ -120,9 +125,10 @@ def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float, z:
     bounds = [0, *breaks, x.size]
     residuals = np.concatenate([x[a:b] - x[a:b].mean() for a, b in zip(bounds, bounds[1:])])
     df = x.size - (len(bounds) - 1)
-    estimated = float(np.sqrt(np.sum(residuals**2) / df)) if df > 0 else 0.0
-    if estimated > floor:  # the scatter comes from the data: Student's t on its degrees of freedom
-        sigma, critical = estimated, float(stats.t.isf(stats.norm.sf(z), df))
+    squares = float(np.sum(residuals**2))
+    if df > 0 and squares / df > floor**2:  # the data are noisier than the floor: pooled with it, Student's t
+        sigma = math.sqrt((squares + PRIOR_DF * floor**2) / (df + PRIOR_DF))
+        critical = float(stats.t.isf(stats.norm.sf(z), df + PRIOR_DF))
     else:  # within the known floor: the floor is the scatter, the normal quantile applies
         sigma, critical = floor, z
     out = {}

@@ -141,6 +141,33 @@ def test_onnx_with_cfg_warns_of_random_weights_only_for_the_backends_that_run_th
     assert warned == [f"no --weights given with --cfg {CFG}: torch runs seeded random weights (seed 0)"]
 
 
+# -- --skip-interval: DeepStream's interval -----------------------------------------------------------------------
+
+
+def test_skip_interval_is_passed_to_the_pipeline_and_recorded_in_the_results(
+    clip: Path, tmp_path: Path, cache: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main(["detect", "--video", str(clip), "--out", str(out), "--device", "cpu", "--cache-dir", cache,
+                 "--skip-interval", "2"]) == 0
+    run = json.loads((out / "detect-results.json").read_text())["runs"][0]
+    assert (run["frames"], run["skip_interval"], run["inferred_frames"]) == (FRAMES, 2, 1)  # frame 0 of 0, 1, 2
+    assert "| PyTorch fp32 (cpu, batch 1, interval 2) |" in capsys.readouterr().out
+    assert build_parser().parse_args(["detect"]).skip_interval == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "1.5"])
+def test_a_bad_skip_interval_is_argparses_one_line_error_and_exit_2(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["detect", "--skip-interval", value])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"detector detect: error: argument --skip-interval: Could not parse value: {value!r} (expected an integer "
+        ">= 0). (see 'detector detect --help')"]
+
+
 # -- help, names in any case ------------------------------------------------------------------------------------
 
 
@@ -205,6 +232,7 @@ print(json.dumps({"code": code, "loaded": [name for name in heavy if name in sys
     (["detect", "--backend", "onnxruntime", "--onnx", "{tmp}/nope.onnx"], "nope.onnx': no such file"),
     (["detect", "--onnx", "{tmp}/m.onnx"], "--onnx"),
     (["detect", "--backend", "torch,onnxruntime", "--out", "{tmp}/r.mp4"], "names one video file"),
+    (["detect", "--skip-interval", "2", "--batch", "4"], "--skip-interval 2 needs --batch 1"),
     (["export-onnx", "--out", "{tmp}/m.onnx", "--cfg", "{tmp}/nope.cfg"], "nope.cfg"),
     (["eval", "--backend", "nope"], "unknown backend 'nope'"),
     (["eval", "--video", "{tmp}/nope.mp4"], "nope.mp4': no such file"),

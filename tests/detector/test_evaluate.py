@@ -56,6 +56,19 @@ def test_perfect_detections_score_one(tmp_path: Path) -> None:
     assert sum(c.num_gt for c in result.per_class.values()) == len(gt["annotations"])
 
 
+def test_image_ids_score_only_those_images(tmp_path: Path) -> None:
+    gt = make_gt()
+    path = write_gt(tmp_path, gt)
+    perfect = detections_from_gt(gt)
+    first = {i: perfect[i] for i in (1, 2, 3)}
+    result = evaluate_coco(path, first, image_ids=range(1, 4))
+    assert result.map50 == pytest.approx(1.0) and result.num_images == 3
+    assert sum(c.num_gt for c in result.per_class.values()) == sum(a["image_id"] <= 3 for a in gt["annotations"])
+    assert evaluate_coco(path, first).map50 < 0.9  # images 4-6 without detections count as misses
+    with pytest.raises(DetectorError, match=r"detections for image ids \[5\] outside the 3 images of ground truth"):
+        evaluate_coco(path, {**first, 5: perfect[5]}, image_ids=[1, 2, 3])
+
+
 def test_badly_shifted_detections_score_about_zero(tmp_path: Path) -> None:
     gt = make_gt()
     result = evaluate_coco(write_gt(tmp_path, gt), detections_from_gt(gt, shift=250.0))

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from perf.measure.controls import NAMES, Controls, controlled, keep_output, scratch_dir, warm_page_cache
 from perf.gate.regressions import LayerRegressedSpec, SlowedStage, calibrate_stage, regressed_spec
 from perf.options import parse_controls, parse_regression
-from perf.measure.samples import block_samples, block_size, stage_metrics
+from perf.measure.samples import block_samples, block_size, pass_frames, record_sequential_passes, stage_metrics
 from perf.measure.speedref import CpuReference, ReferenceProbe, normalize, smoothed
 
 # -- block samples -------------------------------------------------------------------------------------------------
@@ -49,6 +49,44 @@ def test_block_size_aims_at_thirty_blocks_a_pass() -> None:
 def test_stage_metrics_use_the_same_blocks_and_say_whether_they_are_judged() -> None:
     metrics = stage_metrics([{"read": [1.0, 3.0], "write": [2.0, 2.0]}], 2, judged=False)
     assert metrics["stage:read"] == {"label": "stage read", "unit": "s per frame", "data": [0.002], "judged": False}
+
+
+class _Benchmark:
+    """What `record_sequential_passes` reads of pytest-benchmark's fixture: ``extra_info``."""
+
+    def __init__(self) -> None:
+        self.extra_info: dict[str, Any] = {}
+
+
+def _pass(iteration_ms: list[float], infer_ms: list[float]) -> Any:
+    from detector.pipeline import PipelineResult
+
+    return PipelineResult(Path("v.mp4"), None, "torch", "fp32", "cpu", 1, len(iteration_ms), 64, 64, (32, 32), 1.0,
+                          {}, stage_samples_ms={"infer": infer_ms}, iteration_ms=iteration_ms)
+
+
+@pytest.mark.parametrize("normalised", [False, True])
+def test_sequential_passes_become_block_samples_with_stage_and_wall_metrics(normalised: bool) -> None:
+    results = [_pass([10.0, 10.0, 20.0, 20.0], [4.0, 4.0, 0.0, 0.0]), _pass([30.0, 30.0], [6.0, 6.0])]
+    readings = [[2e-3, 2e-3], [2e-3]] if normalised else None  # a CPU at half the reference's nominal speed
+    recorded: dict[str, Any] = {}
+    benchmark = _Benchmark()
+    out = record_sequential_passes(benchmark, lambda b, samples, **kw: recorded.update(samples=samples, **kw),
+                                   results, readings, 2)  # fmt: skip
+    assert out.wall == pytest.approx([0.010, 0.020, 0.030]) and out.stage_passes[1] == {"infer": [6.0, 6.0]}
+    scale = 0.5 if normalised else 1.0
+    assert recorded["samples"] == pytest.approx([0.010 * scale, 0.020 * scale, 0.030 * scale])
+    assert recorded["metrics"]["wall"]["data"] == pytest.approx(out.wall) and recorded["block"] == 2
+    assert recorded["metrics"]["stage:infer"]["data"] == pytest.approx([0.004 * scale, 0.0, 0.006 * scale])
+    assert ("cpu_reference" in benchmark.extra_info) is normalised
+    assert recorded["label"] == ("frame time (CPU-reference units)" if normalised else "frame time")
+
+
+def test_a_pass_runs_the_frames_asked_for_else_the_containers_count(tmp_path: Path) -> None:
+    from detector.synthetic import make_synthetic_video
+
+    video = make_synthetic_video(tmp_path / "v.mp4", width=64, height=64, frames=5, seed=1).video
+    assert pass_frames(video, 3, 30) == 3 and pass_frames(video, None, 30) == 5
 
 
 # -- the CPU reference ---------------------------------------------------------------------------------------------

@@ -25,12 +25,15 @@ from perf.profile.nsys import (
     NSYS_NOT_FOUND_REASON,
     NsysError,
     csvs_in,
+    export_command,
+    export_sqlite,
     export_stats,
     find_nsys,
     nsys_not_found_reason,
     nsys_profile_command,
     report_dir_for,
     run_child_under_nsys,
+    summarize_report,
 )
 from perf.profile.nsys_stats import (
     STATS_REPORTS,
@@ -297,6 +300,64 @@ def test_export_stats_failure_quotes_nsys(tmp_path: Path) -> None:
     nsys = _script(tmp_path / "nsys", "echo 'ERROR: report file is corrupt' >&2\nexit 3\n")
     with pytest.raises(NsysError, match=r"(?s)nsys stats failed.*exit 3.*> ERROR: report file is corrupt"):
         export_stats(nsys, tmp_path / "capture.nsys-rep", tmp_path / "stats")
+
+
+def _nsys_exporting(path: Path, export: str) -> Path:
+    """Stands in for nsys: ``stats`` writes the hand-made CSVs, ``export`` runs the shell line ``export`` (with
+    ``$out``, the --output path)."""
+    copies = "".join(f'cp "{DATA / f"handmade_{r}.csv"}" "${{out}}_{r}.csv"\n' for r in STATS_REPORTS)
+    return _script(path, (
+        'out=""; for a in "$@"; do [ "$prev" = "--output" ] && out="$a"; prev="$a"; done\n'
+        f'if [ "$1" = "stats" ]; then\n{copies}exit 0\nfi\n'
+        f'if [ "$1" = "export" ]; then\n{export}\nfi\nexit 9\n'
+    ))  # fmt: skip
+
+
+def _report(tmp_path: Path) -> Path:
+    rep = tmp_path / "t" / "capture.nsys-rep"
+    rep.parent.mkdir(parents=True)
+    rep.write_bytes(b"")
+    return rep
+
+
+def test_summarize_report_adds_the_critical_path_from_the_sqlite_export(tmp_path: Path) -> None:
+    nsys = _nsys_exporting(tmp_path / "fake" / "nsys", f'cp "{DATA / "h100_e2e_torch_fp32.sqlite"}" "$out"; exit 0')
+    rep = _report(tmp_path)
+    summary = summarize_report(nsys, rep)
+    assert (rep.parent / "capture.sqlite").is_file() and summary.missing == []
+    assert summary.critical_path is not None and summary.critical_path.source == "capture.sqlite"
+    assert summary.stages["infer"] == {"total_ns": 2_444_850, "instances": 3}  # the stats part as before
+    data = json.loads((rep.parent / "summary.json").read_text())
+    assert data["critical_path"]["by_kind"]["host"] == summary.critical_path.by_kind["host"]
+    md = (rep.parent / "summary.md").read_text()
+    assert "#### Critical path: capture.sqlite" in md and "- Bounded by: host CPU" in md
+    assert md.index("### Nsight Systems") < md.index("#### Critical path")
+
+
+def test_failed_sqlite_export_keeps_the_stats_summary_and_says_why(tmp_path: Path) -> None:
+    nsys = _nsys_exporting(tmp_path / "fake" / "nsys", "echo 'ERROR: export of capture.nsys-rep failed' >&2; exit 3")
+    rep = _report(tmp_path)
+    summary = summarize_report(nsys, rep)
+    assert summary.critical_path is None and summary.top_kernels
+    assert summary.missing == ["critical path: nsys export failed on " + str(rep) + " (exit 3, no capture.sqlite)"]
+    assert "critical path: nsys export failed" in (rep.parent / "summary.md").read_text()
+    assert json.loads((rep.parent / "summary.json").read_text())["critical_path"] is None
+    assert "ERROR: export of capture.nsys-rep failed" in (rep.parent / "nsys-export.log").read_text()
+
+
+def test_unreadable_sqlite_export_is_a_missing_part_not_a_crash(tmp_path: Path) -> None:
+    nsys = _nsys_exporting(tmp_path / "fake" / "nsys", 'echo garbage > "$out"; exit 0')
+    summary = summarize_report(nsys, _report(tmp_path))
+    assert summary.critical_path is None and len(summary.missing) == 1
+    assert "is not an Nsight Systems SQLite export" in summary.missing[0]
+
+
+def test_export_sqlite_command_and_missing_nsys(tmp_path: Path) -> None:
+    rep, out = tmp_path / "capture.nsys-rep", tmp_path / "capture.sqlite"
+    assert export_command("nsys", rep, out) == ["nsys", "export", "--type", "sqlite", "--force-overwrite=true",
+                                                 "--output", str(out), str(rep)]  # fmt: skip
+    with pytest.raises(NsysError, match="cannot run nsys export"):
+        export_sqlite(tmp_path / "no" / "nsys", rep, out)
 
 
 # --- parsers --------------------------------------------------------------------------------------------------------
@@ -638,9 +699,10 @@ def test_an_optional_value_is_taken_only_where_argparse_takes_it() -> None:
 
 def _recording_nsys(folder: Path) -> Path:
     """An nsys that writes its argv (one a line) and its working directory beside itself, runs the application of
-    ``nsys profile``, touches the report, and answers ``nsys stats`` with no reports."""
+    ``nsys profile``, touches the report, and answers ``nsys stats`` and ``nsys export`` with no files."""
     return _script(folder / "nsys", (
-        f'if [ "$1" = stats ]; then exit 0; fi\nprintf "%s\\n" "$@" > "{folder}/argv.txt"\npwd > "{folder}/cwd.txt"\n'
+        'if [ "$1" = stats ] || [ "$1" = export ]; then exit 0; fi\n'
+        f'printf "%s\\n" "$@" > "{folder}/argv.txt"\npwd > "{folder}/cwd.txt"\n'
         'shift\nout=""\n'
         'while [ $# -gt 0 ]; do case "$1" in --output=*) out="${1#--output=}"; shift;; --*) shift;; *) break;; esac; done\n'
         '"$@"\nrc=$?\ntouch "$out.nsys-rep"\nexit $rc\n'

@@ -27,7 +27,7 @@ OPTIONS = (
     "--perf-fail-unstable", "--perf-noise-profile", "--perf-selftest", "--perf-selftest-trials",
     "--perf-selftest-levels", "--perf-noise", "--perf-selftest-processes", "--perf-selftest-regressions",
     "--perf-processes-budget", "--perf-runs-dir", "--perf-reports-dir", "--perf-html", "--perf-kernels",
-    "--perf-store",
+    "--perf-store", "--perf-skip-interval", "--perf-sources",
 )  # fmt: skip
 
 
@@ -41,6 +41,8 @@ BAD_VALUES = (
     ("--perf-frames", "0", "Expected a positive integer."),
     ("--perf-frames", "\u00b2", "Expected a positive integer."),  # isdigit() but not int()
     ("--perf-streams", "1,x", "Expected comma-separated positive integers"),
+    ("--perf-skip-interval", "-1", "Expected comma-separated integers >= 0 (frames skipped between inferences)"),
+    ("--perf-sources", "h264+gpu", "Expected comma-separated sources <codec>[+nvdec][+noencode]"),
     ("--perf-inject-delay", "-1", "Expected a finite number of milliseconds >= 0"),
     ("--perf-clock-lead-in", "-0.5", "Expected a finite number of milliseconds >= 0"),
     ("--perf-clock-lead-in", "inf", "Expected a finite number of milliseconds >= 0"),
@@ -141,6 +143,27 @@ def test_precisions_reject_unknown_names(value: str) -> None:
 def test_frames_reject_non_positive_integers(value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"Could not parse value: {value!r}.")):
         options.parse_positive_int(value)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0,1,2,4", (0, 1, 2, 4)), (" 4, 0 ", (4, 0)), ("2,2,0,", (2, 0))])
+def test_skip_intervals_parse_to_unique_integers_of_zero_or_more(value: str, expected: tuple[int, ...]) -> None:
+    assert options.parse_skip_intervals(value) == expected
+    assert options.DEFAULT_SKIP_INTERVALS == (0, 1, 2, 4)
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "1.5", "", ",", "0,two", "\u00b2"])
+def test_skip_intervals_reject_negative_or_non_integer_values(value: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"Could not parse value: {value!r}. Expected "
+                                                                   "comma-separated integers >= 0")):  # fmt: skip
+        options.parse_skip_intervals(value)
+
+
+def test_skip_intervals_reach_the_session_options(perf_pytester: pytest.Pytester) -> None:
+    perf_pytester.makepyfile(
+        "def test_values(perf_options):\n"
+        "    assert perf_options.skip_intervals == (0, 3)\n"
+    )
+    perf_pytester.runpytest("--perf-device=cpu", "--perf-skip-interval=0,3").assert_outcomes(passed=1)
 
 
 @pytest.mark.parametrize(("value", "expected"), [("none", "none"), (" Torch ", "torch")])

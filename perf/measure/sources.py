@@ -1,0 +1,126 @@
+"""Where the end-to-end and pipelined benchmarks get their frames and what they do with them: a *source* is the
+synthetic video's codec, the decoder, and whether the annotated output is encoded.
+
+``--perf-sources`` lists them as ``<codec>[+nvdec][+noencode]``: codec ``mp4v`` (MPEG-4 Part 2, OpenCV's own
+encoder) or ``h264`` (libx264 through PyAV, what cameras write); ``+nvdec`` decodes on the GPU's hardware decoder
+into device memory (:class:`detector.gpudecode.NvdecReader`) instead of OpenCV on the CPU; ``+noencode`` runs the loop
+without writing a video (CPU encoding bounds the sequential loop at about 3 ms a frame). With ``--perf-video`` the
+codec is the user's video's own, so sources differing only in codec are one.
+
+Every runner case runs on the default source ``mp4v`` (OpenCV decode, encoded output: the ids and baselines the suite
+always had); the other sources run for the family's key cases (`perf.measure.cases.KEY_CASES`, e.g. torch-graph
+fp16 on a GPU), under ids that end in the source's suffix (``torch-graph-fp16-h264-nvdec``), so their FPS stand in
+the same tables beside the OpenCV pipelines. They carry no ``ci`` marker: the CI gate keeps its cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+#: Codecs of the synthetic video; ``video`` stands for the user's own (``--perf-video``).
+CODECS: tuple[str, ...] = ("mp4v", "h264")
+USER_VIDEO = "video"
+#: ``--perf-sources`` when not given.
+DEFAULT_SOURCES = "mp4v,h264,h264+nvdec,h264+noencode,h264+nvdec+noencode"
+_FLAGS = ("nvdec", "noencode")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where frames come from and whether the output is encoded (see the module docstring)."""
+
+    codec: str = "mp4v"
+    decoder: str = "opencv"
+    encode: bool = True
+
+    @property
+    def suffix(self) -> str:
+        """The id suffix: what differs from the default source (``""`` for it), e.g. ``h264-nvdec-noencode``."""
+        parts = [self.codec] if self.codec not in ("mp4v", USER_VIDEO) else []
+        parts += [self.decoder] if self.decoder != "opencv" else []
+        parts += [] if self.encode else ["noencode"]
+        return "-".join(parts)
+
+    @property
+    def label(self) -> str:
+        """For tables: ``h264 video, nvdec decode, no encode``."""
+        video = "the video" if self.codec == USER_VIDEO else f"{self.codec} video"
+        return f"{video}, {self.decoder} decode, {'mp4v encode' if self.encode else 'no encode'}"
+
+    @property
+    def spec(self) -> str:
+        """As written in ``--perf-sources``."""
+        return "+".join([self.codec] + (["nvdec"] if self.decoder == "nvdec" else []) +
+                        ([] if self.encode else ["noencode"]))  # fmt: skip
+
+
+DEFAULT = Source()
+
+
+def parse_source(text: str) -> Source:
+    """``h264+nvdec+noencode`` -> Source; ValueError naming the part that is not allowed."""
+    codec, *flags = [part.strip().lower() for part in text.split("+")]
+    if codec not in (*CODECS, USER_VIDEO):
+        raise ValueError(f"unknown codec {codec!r} in source {text!r}; allowed: {', '.join(CODECS)}")
+    unknown = [flag for flag in flags if flag not in _FLAGS]
+    if unknown or len(set(flags)) != len(flags):
+        raise ValueError(f"source {text!r}: after the codec only {' and '.join('+' + f for f in _FLAGS)} are allowed, "
+                         f"each once")  # fmt: skip
+    return Source(codec, "nvdec" if "nvdec" in flags else "opencv", "noencode" not in flags)
+
+
+def for_video(sources: Iterable[Source], user_video: bool) -> tuple[Source, ...]:
+    """``sources`` in order without repeats; with the user's video the codec is its own (``video``)."""
+    seen: dict[Source, None] = {}
+    for source in sources:
+        seen.setdefault(dataclasses.replace(source, codec=USER_VIDEO) if user_video else source, None)
+    return tuple(seen)
+
+
+def collection_skip(source: Source, device: str) -> str | None:
+    """Why ``source`` cannot run for a runner on ``device`` -- known without importing anything heavy -- or None.
+    The full check (the package loads, CUDA is there) runs when the test starts (`detector.gpudecode`)."""
+    if source.decoder != "nvdec":
+        return None
+    if not device.startswith("cuda"):
+        return f"nvdec decodes into CUDA memory; --perf-device is {device}"
+    if importlib.util.find_spec("PyNvVideoCodec") is None:
+        return "nvdec needs PyNvVideoCodec (pip install PyNvVideoCodec); not installed"
+    return None
+
+
+def skip_unless_decodes(source: Source, runner: Any) -> None:
+    """Skip the calling test, with the one-line reason, when ``source`` cannot decode for ``runner`` on this machine
+    (`detector.gpudecode.nvdec_unavailable`: the package missing or failing to load, no CUDA device)."""
+    if source.decoder == "nvdec":
+        from detector.gpudecode import nvdec_unavailable
+
+        reason = nvdec_unavailable(runner.device)
+        if reason is not None:
+            pytest.skip(reason)
+
+
+def with_sources(params: Sequence[Any], sources: Sequence[Source], device: str) -> list[Any]:
+    """``params`` (pytest params of `perf.measure.cases.Case`, from ``make_cases``) on the default source, then, for
+    each key case (``ci``-marked), one param per other source, without the ``ci`` and ``nsys`` markers."""
+    out = list(params)
+    for param in params:
+        if not any(mark.name == "ci" for mark in param.marks):
+            continue
+        case = param.values[0]
+        for source in sources:
+            if not source.suffix:
+                continue
+            marks = [mark for mark in param.marks if mark.name not in ("ci", "nsys")]
+            reason = collection_skip(source, device)
+            if reason and not any(mark.name == "skip" for mark in marks):
+                marks.append(pytest.mark.skip(reason=reason))
+            out.append(pytest.param(dataclasses.replace(case, source=source), id=f"{param.id}-{source.suffix}",
+                                    marks=marks))
+    return out

@@ -1,0 +1,312 @@
+"""An Nsight Systems SQLite export (``nsys export --type sqlite``) read into typed records of one region.
+
+The tables read (missing ones are empty data; times are ns on one clock, host and GPU alike):
+
+* ``StringIds(id, value)``: every interned name; ``ThreadNames(nameId, globalTid)``: OS thread names.
+* ``NVTX_EVENTS``: push/pop ranges (``eventType`` 59) with ``text`` or ``textId``; the region is the range
+  named `perf.profile.torch_profiler.MEASURED_RANGE` (first start to last end), else first to last GPU activity
+  (the model's: the suite's busy-wait kernels left out unless there is nothing else, as in `perf.profile.nsys_stats`).
+* ``CUPTI_ACTIVITY_KIND_RUNTIME``: CUDA API calls per host thread (``correlationId`` links the GPU work they
+  launched); ``OSRT_API``: OS runtime calls per thread (nsys traces only calls longer than its threshold).
+* ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET``: GPU work per device and stream.
+* ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` and ``CUPTI_ACTIVITY_KIND_CUDA_EVENT``: which stream (and event
+  record) a synchronising call waited for, where CUPTI says.
+
+A ``globalTid`` packs the process id and the thread id (``(gtid >> 24) & 0xFFFFFF`` and ``gtid & 0xFFFFFF``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from detector.errors import DetectorError
+from perf.profile.kernels import short_name
+from perf.profile.nsys_stats import is_suite_kernel
+from perf.profile.torch_profiler import MEASURED_RANGE
+
+log = logging.getLogger(__name__)
+
+#: ``NVTX_EVENTS.eventType`` of a push/pop range (ENUM_NSYS_EVENT_TYPE "NvtxPushPopRange").
+NVTX_PUSH_POP = 59
+#: ``streamId`` / CUPTI's "no stream" marker in synchronization records.
+NO_STREAM = 0xFFFFFFFF
+#: ``ENUM_CUDA_MEMCPY_OPER`` ids as short names (others: "[memcpy]").
+MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
+                10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}  # fmt: skip
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+
+class CaptureError(DetectorError):
+    """A file that is not a readable Nsight Systems SQLite export (the message names it)."""
+
+
+def api_name(name: str) -> str:
+    """A CUDA API name without nsys's version suffix: ``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``."""
+    return _VERSION_SUFFIX.sub("", name)
+
+
+@dataclass(frozen=True)
+class Region:
+    """The analysed span ``[start_ns, end_ns)`` and where it came from (an NVTX range or the GPU activity)."""
+
+    start_ns: int
+    end_ns: int
+    source: str
+
+    @property
+    def length_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    """A host thread: nsys's ``globalTid``, its OS name ("python" when Python never named it), pid and tid."""
+
+    gtid: int
+    name: str
+
+    @property
+    def pid(self) -> int:
+        return (self.gtid >> 24) & 0xFFFFFF
+
+    @property
+    def tid(self) -> int:
+        return self.gtid & 0xFFFFFF
+
+    @property
+    def label(self) -> str:
+        """``python:2092``: the name and the OS thread id (Python threads all share the process's name)."""
+        return f"{self.name}:{self.tid}"
+
+
+@dataclass(frozen=True)
+class HostCall:
+    """One traced CUDA API or OS runtime call on host thread ``gtid`` (ns); CUDA names without version suffix."""
+
+    start_ns: int
+    end_ns: int
+    gtid: int
+    name: str
+    correlation_id: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuOp:
+    """One kernel, memcpy or memset (``kind``) on ``device`` / ``stream`` (ns); ``name`` short for kernels."""
+
+    start_ns: int
+    end_ns: int
+    stream: int
+    name: str
+    kind: str = "kernel"
+    device: int = 0
+    correlation_id: int | None = None
+
+
+@dataclass(frozen=True)
+class NvtxRange:
+    """One NVTX push/pop range on host thread ``gtid`` (ns)."""
+
+    start_ns: int
+    end_ns: int
+    gtid: int
+    name: str
+
+
+@dataclass(frozen=True)
+class SyncTarget:
+    """What a synchronising call waited for, where CUPTI says: the stream, and (event syncs) the correlation id of
+    the event record, so only work launched before it can have released the call."""
+
+    stream: int | None
+    before_correlation: int | None = None
+
+
+@dataclass
+class Capture:
+    """The records of one export inside ``region`` (anything overlapping it), sorted by start."""
+
+    path: Path
+    region: Region
+    threads: dict[int, ThreadInfo] = field(default_factory=dict)
+    cuda_calls: list[HostCall] = field(default_factory=list)
+    os_calls: list[HostCall] = field(default_factory=list)
+    gpu_ops: list[GpuOp] = field(default_factory=list)
+    ranges: list[NvtxRange] = field(default_factory=list)
+    sync_targets: dict[int, SyncTarget] = field(default_factory=dict)
+    #: The thread holding the region's NVTX range (else the one with the most CUDA API time); None without one.
+    region_thread: int | None = None
+    range_name: str = MEASURED_RANGE
+
+    def thread(self, gtid: int) -> ThreadInfo:
+        return self.threads.get(gtid) or ThreadInfo(gtid, "thread")
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise CaptureError(f"cannot read nsys SQLite export '{path}': no such file")
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        raise CaptureError(f"'{path}' is not an Nsight Systems SQLite export ({e}); make one with "
+                           "'nsys export --type sqlite --output X.sqlite X.nsys-rep'") from e  # fmt: skip
+    if "StringIds" not in tables:
+        conn.close()
+        raise CaptureError(f"'{path}' is an SQLite file but not an Nsight Systems export (no StringIds table); make "
+                           "one with 'nsys export --type sqlite --output X.sqlite X.nsys-rep'")  # fmt: skip
+    return conn
+
+
+class _Db:
+    """Queries that treat a missing table as empty and a missing column as NULL."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self.strings = dict(conn.execute("SELECT id, value FROM StringIds"))
+
+    def columns(self, table: str) -> set[str]:
+        return {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
+
+    def rows(self, table: str, wanted: tuple[str, ...], where: str = "", args: tuple = ()) -> list[tuple]:
+        if table not in self.tables:
+            return []
+        have = self.columns(table)
+        select = ", ".join(c if c in have else "NULL" for c in wanted)
+        return self.conn.execute(f"SELECT {select} FROM {table} {where}", args).fetchall()
+
+    def text(self, text: str | None, text_id: int | None) -> str:
+        return text if text is not None else self.strings.get(text_id, "") if text_id is not None else ""
+
+
+_OVERLAP = "WHERE start < ? AND end > ?"
+
+
+def _nvtx(db: _Db, region: tuple[int, int] | None) -> list[NvtxRange]:
+    where = f"WHERE eventType = {NVTX_PUSH_POP} AND end IS NOT NULL"
+    args: tuple = ()
+    if region is not None:
+        where, args = where + " AND start < ? AND end > ?", (region[1], region[0])
+    rows = db.rows("NVTX_EVENTS", ("start", "end", "globalTid", "text", "textId"), where, args)
+    return sorted((NvtxRange(s, e, g or 0, db.text(t, i)) for s, e, g, t, i in rows),
+                  key=lambda r: (r.start_ns, -r.end_ns))
+
+
+def _gpu_ops(db: _Db, region: tuple[int, int] | None) -> list[GpuOp]:
+    where, args = (_OVERLAP, (region[1], region[0])) if region else ("", ())
+    ops = []
+    for s, e, dev, stream, corr, name_id in db.rows("CUPTI_ACTIVITY_KIND_KERNEL", (
+            "start", "end", "deviceId", "streamId", "correlationId", "demangledName"), where, args):  # fmt: skip
+        ops.append(GpuOp(s, e, stream, short_name(db.strings.get(name_id, "kernel"), 60), "kernel", dev or 0, corr))
+    for s, e, dev, stream, corr, kind in db.rows("CUPTI_ACTIVITY_KIND_MEMCPY", (
+            "start", "end", "deviceId", "streamId", "correlationId", "copyKind"), where, args):  # fmt: skip
+        ops.append(GpuOp(s, e, stream, f"[memcpy {MEMCPY_KINDS.get(kind, '?')}]", "memcpy", dev or 0, corr))
+    for s, e, dev, stream, corr in db.rows("CUPTI_ACTIVITY_KIND_MEMSET", (
+            "start", "end", "deviceId", "streamId", "correlationId"), where, args):  # fmt: skip
+        ops.append(GpuOp(s, e, stream, "[memset]", "memset", dev or 0, corr))
+    return sorted(ops, key=lambda op: (op.start_ns, op.end_ns))
+
+
+def _calls(db: _Db, table: str, region: tuple[int, int], cuda: bool) -> list[HostCall]:
+    wanted = ("start", "end", "globalTid", "nameId", "correlationId" if cuda else "NULL")
+    rows = db.rows(table, wanted, _OVERLAP, (region[1], region[0]))
+    clean = api_name if cuda else str
+    return sorted((HostCall(s, e, g or 0, clean(db.strings.get(n, "?")), c) for s, e, g, n, c in rows),
+                  key=lambda c: (c.start_ns, -c.end_ns))
+
+
+def _sync_targets(db: _Db) -> dict[int, SyncTarget]:
+    """``{correlation id of the synchronising call: SyncTarget}``: the stream the sync record names, else (event
+    syncs) the stream and correlation id of the event record it waited for: the one with the same
+    ``eventSyncId``, else the latest record of the same ``eventId`` before the call."""
+    by_sync: dict[int, tuple[int, int]] = {}
+    by_event: dict[int, list[tuple[int, int]]] = {}
+    for event, stream, corr, sync_id in db.rows("CUPTI_ACTIVITY_KIND_CUDA_EVENT",
+                                                ("eventId", "streamId", "correlationId", "eventSyncId")):  # fmt: skip
+        if corr is not None:
+            by_event.setdefault(event, []).append((corr, stream))
+            if sync_id:
+                by_sync[sync_id] = (corr, stream)
+    for entries in by_event.values():
+        entries.sort()
+    targets = {}
+    for corr, stream, event, sync_id in db.rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+                                                ("correlationId", "streamId", "eventId", "eventSyncId")):  # fmt: skip
+        if corr is None:
+            continue
+        if stream is not None and stream != NO_STREAM:
+            targets[corr] = SyncTarget(stream)
+        elif sync_id and sync_id in by_sync:
+            targets[corr] = SyncTarget(by_sync[sync_id][1], by_sync[sync_id][0])
+        elif event is not None:
+            entries = by_event.get(event, [])
+            i = bisect.bisect_left(entries, (corr, -1)) - 1
+            if i >= 0:
+                targets[corr] = SyncTarget(entries[i][1], entries[i][0])
+    return targets
+
+
+def _region(db: _Db, range_name: str) -> tuple[Region, int | None] | None:
+    marked = [r for r in _nvtx(db, None) if r.name == range_name]
+    if marked:
+        first = min(marked, key=lambda r: r.start_ns)
+        return Region(first.start_ns, max(r.end_ns for r in marked), f"NVTX range {range_name!r}"), first.gtid
+    ops = _gpu_ops(db, None)
+    model = [op for op in ops if not is_suite_kernel(op.name)] or ops
+    if not model:
+        return None
+    return Region(min(o.start_ns for o in model), max(o.end_ns for o in model), "first to last GPU activity"), None
+
+
+def _busiest_thread(calls: list[HostCall]) -> int | None:
+    time: dict[int, int] = {}
+    for c in calls:
+        time[c.gtid] = time.get(c.gtid, 0) + c.end_ns - c.start_ns
+    return max(time, key=lambda g: time[g]) if time else None
+
+
+def read_capture(path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
+                 region: tuple[int, int] | None = None) -> Capture:  # fmt: skip
+    """The records of the export at ``path`` that overlap its region: the NVTX range ``range_name`` (first start
+    to last end), else first to last GPU activity, or ``region`` (ns) when given.
+
+    Missing tables read as empty; a capture with no region at all (no such range, no GPU work) has an empty
+    region at 0. Raises `CaptureError` naming ``path`` when it is not an Nsight Systems SQLite export.
+    """
+    path = Path(path)
+    conn = _connect(path)
+    try:
+        db = _Db(conn)
+        found = _region(db, range_name)
+        owner = found[1] if found else None
+        if region is not None:
+            chosen = Region(region[0], region[1], "given")
+        else:
+            chosen = found[0] if found else Region(0, 0, "nothing traced")
+        span = (chosen.start_ns, chosen.end_ns)
+        names = {g: db.strings.get(n, "thread") for n, g in db.rows("ThreadNames", ("nameId", "globalTid"))}
+        capture = Capture(path, chosen, range_name=range_name)
+        capture.cuda_calls = _calls(db, "CUPTI_ACTIVITY_KIND_RUNTIME", span, cuda=True)
+        capture.os_calls = _calls(db, "OSRT_API", span, cuda=False)
+        capture.gpu_ops = _gpu_ops(db, span)
+        capture.ranges = _nvtx(db, span)
+        capture.sync_targets = _sync_targets(db)
+        capture.region_thread = owner if owner is not None else _busiest_thread(capture.cuda_calls)
+        seen = {c.gtid for c in (*capture.cuda_calls, *capture.os_calls)} | {r.gtid for r in capture.ranges}
+        capture.threads = {g: ThreadInfo(g, names.get(g, "thread")) for g in sorted(seen)}
+    except sqlite3.DatabaseError as e:
+        raise CaptureError(f"cannot read nsys SQLite export '{path}': {e}") from e
+    finally:
+        conn.close()
+    log.debug("read %s: %d CUDA calls, %d OS calls, %d GPU ops, %d NVTX ranges in %s", path,
+              len(capture.cuda_calls), len(capture.os_calls), len(capture.gpu_ops), len(capture.ranges),
+              chosen.source)  # fmt: skip
+    return capture

@@ -1,0 +1,200 @@
+"""The critical-path summary of one capture: what bounded the region, who waited, for how long, on what.
+
+`perf.profile.critical_path` computes it; this module holds its records, their JSON form (``to_dict`` /
+``from_dict``, plain types only, as ``summary.json`` stores them) and the markdown (``to_markdown``). Times are
+ns; shares are fractions 0..1 of the region.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+#: Kinds of path segments: the thread's own CPU work, GPU work, launch latency (the API call returned, the work had
+#: not started), and a wait the walk could not follow.
+KINDS = ("host", "gpu", "launch", "wait")
+_KIND_LABEL = {"host": "host CPU", "gpu": "GPU", "launch": "launch latency", "wait": "waits"}
+#: Rows of each markdown table.
+SHOWN = 8
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One piece of the critical path: ``kind`` (see `KINDS`), ``where`` (a thread label such as ``python:2092``
+    or a stream label such as ``stream 13``), ``name`` (innermost NVTX range, kernel, API or OS call) and
+    ``[start_ns, end_ns)``."""
+
+    kind: str
+    where: str
+    name: str
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One blocking call of a host thread inside the region (clipped to it): ``kind`` "gpu" (a GPU-synchronising
+    CUDA call) or "os" (a blocking OS call); ``released_by`` the GPU work or thread that ended it, when found."""
+
+    where: str
+    name: str
+    kind: str
+    start_ns: int
+    end_ns: int
+    released_by: str | None = None
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class ThreadLoad:
+    """A host thread in the region. ``active_ns``: from its first traced event to its last (the whole region for
+    the region's own thread); ``gpu_wait_ns`` / ``os_wait_ns``: inside GPU-synchronising CUDA calls / blocking OS
+    calls (union, overlaps once); ``busy_ns`` = active - waits: its CPU work *as inferred*, since untraced time
+    counts as busy; ``on_path_ns``: its host and wait time on the critical path."""
+
+    where: str
+    active_ns: int
+    busy_ns: int
+    gpu_wait_ns: int
+    os_wait_ns: int
+    on_path_ns: int
+
+
+@dataclass(frozen=True)
+class StreamLoad:
+    """A GPU stream in the region: ``busy_ns`` the union of its kernels, copies and memsets, ``idle_ns`` the rest
+    of the region (busy + idle = region), ``on_path_ns`` its GPU time on the critical path (with the gaps of up
+    to `perf.profile.critical_path.STREAM_TOLERANCE_NS` between work queued back to back)."""
+
+    where: str
+    busy_ns: int
+    idle_ns: int
+    on_path_ns: int
+
+
+@dataclass(frozen=True)
+class PathShare:
+    """The critical path summed per (kind, name): ``ns`` and ``share`` of the region."""
+
+    kind: str
+    name: str
+    ns: int
+    share: float
+
+
+@dataclass
+class CriticalPathSummary:
+    """What bounded a capture's region: the path summed per kind (``by_kind``: ns) and per (kind, name)
+    (``shares``, largest first; they add up to the region), its longest stretches (``longest``: consecutive
+    segments of one kind, place and name merged), per-thread and per-stream loads, the longest waits and the wait
+    totals per call name (``wait_totals``: ``{"name", "kind", "ns", "calls", "threads"}``) of the threads that
+    matter (those with CUDA calls or NVTX ranges, or on the path)."""
+
+    source: str
+    region: dict[str, Any]
+    segments: int
+    by_kind: dict[str, int]
+    shares: list[PathShare]
+    longest: list[Segment]
+    threads: list[ThreadLoad]
+    streams: list[StreamLoad]
+    top_waits: list[Wait]
+    wait_totals: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def region_ns(self) -> int:
+        return int(self.region["end_ns"]) - int(self.region["start_ns"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types only (what `dataclasses.asdict` makes of it)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CriticalPathSummary:
+        """The inverse of `to_dict` (``summary.json``'s ``critical_path``)."""
+        nested = {"shares": PathShare, "longest": Segment, "threads": ThreadLoad, "streams": StreamLoad,
+                  "top_waits": Wait}  # fmt: skip
+        values = {}
+        for f in fields(cls):
+            value = data.get(f.name, [] if f.name in nested or f.name == "notes" else None)
+            values[f.name] = [nested[f.name](**item) for item in value] if f.name in nested else value
+        return cls(**values)
+
+    def bounded_by(self, names: int = 4, least: float = 0.005) -> str:
+        """``Bounded by: host CPU 82.0 % (write 45.0 %, read 20.0 %, ...), GPU 12.0 %, waits 6.0 %``: each kind
+        that takes 0.1 % of the region or more, with up to ``names`` of its names that take ``least`` or more."""
+        parts = []
+        for kind in KINDS:
+            ns = self.by_kind.get(kind, 0)
+            if not self.region_ns or ns < 0.001 * self.region_ns:
+                continue
+            part = f"{_KIND_LABEL[kind]} {_pct(ns, self.region_ns)}"
+            top = [s for s in self.shares if s.kind == kind and s.share >= least]
+            if top and kind != "launch":
+                more = len([s for s in self.shares if s.kind == kind]) > min(len(top), names)
+                listed = ", ".join(f"{_short(s.name, 40)} {100 * s.share:.1f} %" for s in top[:names])
+                part += f" ({listed}{', ...' if more else ''})"
+            parts.append(part)
+        return "Bounded by: " + (", ".join(parts) if parts else "nothing traced")
+
+    def to_markdown(self) -> str:
+        """A few lines and small tables (markdown) for the terminal, summary.md and the report."""
+        region = self.region_ns
+        where = f"- Region: {region / 1e6:.3f} ms ({self.region.get('source', '?')})"
+        lines = [f"#### Critical path: {self.source}", "", f"{where}; the path has {self.segments:,} segments",
+                 f"- {self.bounded_by()}"]  # fmt: skip
+        lines += [f"- {note}" for note in self.notes]
+        if self.threads or self.streams:
+            lines += ["", "| Thread / stream | Active ms | Busy ms | GPU-sync wait ms | OS wait ms | On path % |",
+                      "|:--|--:|--:|--:|--:|--:|"]  # fmt: skip
+            for t in self.threads[:SHOWN]:
+                lines.append(f"| {_cell(t.where)} | {_ms(t.active_ns)} | {_ms(t.busy_ns)} | {_ms(t.gpu_wait_ns)} | "
+                             f"{_ms(t.os_wait_ns)} | {_pct(t.on_path_ns, region, '')} |")  # fmt: skip
+            if len(self.threads) > SHOWN:
+                rest = self.threads[SHOWN:]
+                lines.append(f"| {len(rest)} more threads | | {_ms(sum(t.busy_ns for t in rest))} | | | "
+                             f"{_pct(sum(t.on_path_ns for t in rest), region, '')} |")  # fmt: skip
+            for s in self.streams[:SHOWN]:
+                lines.append(f"| {_cell(s.where)} | {_ms(region)} | {_ms(s.busy_ns)} | | idle {_ms(s.idle_ns)} | "
+                             f"{_pct(s.on_path_ns, region, '')} |")  # fmt: skip
+        if self.longest:
+            lines += ["", "| Longest on the path | Kind | Where | ms | At ms |", "|:--|:--|:--|--:|--:|"]
+            start = int(self.region["start_ns"])
+            for s in self.longest[:SHOWN]:
+                lines.append(f"| {_cell(s.name)} | {s.kind} | {_cell(s.where)} | {_ms(s.duration_ns)} | "
+                             f"{_ms(s.start_ns - start)} |")  # fmt: skip
+        if self.top_waits:
+            lines += ["", "| Longest waits | Thread | ms | Released by |", "|:--|:--|--:|:--|"]
+            for w in self.top_waits[:SHOWN]:
+                lines.append(f"| {_cell(w.name)} | {_cell(w.where)} | {_ms(w.duration_ns)} | "
+                             f"{_cell(w.released_by or 'not found')} |")  # fmt: skip
+        if self.wait_totals:
+            lines += ["", "| Waits in all | Kind | Calls | Threads | Total ms |", "|:--|:--|--:|--:|--:|"]
+            for w in self.wait_totals[:SHOWN]:
+                lines.append(f"| {_cell(w['name'])} | {w['kind']} | {w['calls']:,} | {w['threads']} | "
+                             f"{_ms(w['ns'])} |")  # fmt: skip
+        return "\n".join(lines) + "\n"
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def _pct(ns: float, total: float, unit: str = " %") -> str:
+    return f"{100 * ns / total:.1f}{unit}" if total else "n/a"
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _cell(text: str, width: int = 60) -> str:
+    return _short(text, width).replace("|", "\\|")

@@ -1,0 +1,100 @@
+"""detector.pipeline's skip interval (DeepStream's ``interval``) on a real video and the trained model on the CPU: N=0
+is the plain loop, N > 0 infers one frame in N + 1 (N=1: frames 0,2,4,...; N=2: 0,3,6,...; N=4: 0,5,10,...) and keeps
+the detector's own detections there, and the settings refuse what cannot work."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from detector.backends import create_runner
+from detector.backends.base import Runner
+from detector.model import default_weights_path
+from detector.pipeline import LoopSettings, run_pipeline
+from detector.postprocess import Detections
+from detector.spec import ModelSpec
+from detector.synthetic import make_synthetic_video
+
+SIZE = 160  # network input: small, so the CPU runs the video in a fraction of a second
+FRAMES = 12
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory: pytest.TempPathFactory, packaged_cfg: Callable[[Path, int], Path]) -> ModelSpec:
+    """The trained weights at a small input size (the cfg's width/height only set the input)."""
+    base = tmp_path_factory.mktemp("spec")
+    return ModelSpec(packaged_cfg(base, SIZE), weights=default_weights_path(), cache_dir=base / "cache")
+
+
+@pytest.fixture(scope="module")
+def video(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_synthetic_video(tmp_path_factory.mktemp("video") / "clip.mp4", seed=3, width=320, height=180,
+                                frames=FRAMES).video
+
+
+@pytest.fixture(scope="module")
+def runner(spec: ModelSpec) -> Iterator[Runner]:
+    with create_runner("torch", spec, device="cpu") as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def plain(runner: Runner, video: Path) -> list[Detections]:
+    """The plain loop's detections, one per frame."""
+    return run_pipeline(runner, video, None, warmup=0).detections
+
+
+def assert_identical(a: Detections, b: Detections, where: str) -> None:
+    for name in ("boxes", "scores", "classes"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=f"{where} {name}")
+
+
+def test_interval_zero_gives_the_plain_loops_detections_exactly(runner: Runner, video: Path,
+                                                                plain: list[Detections]) -> None:
+    result = run_pipeline(runner, video, None, warmup=0, skip_interval=0)
+    assert len(result.detections) == len(plain) == FRAMES
+    assert sum(len(d) for d in plain) > 0, "the trained model should find objects in the synthetic video"
+    for i, (a, b) in enumerate(zip(result.detections, plain)):
+        assert_identical(a, b, f"frame {i}")
+    assert (result.skip_interval, result.inferred_frames) == (0, FRAMES)
+    assert result.summary()["inferred_frames"] == FRAMES
+
+
+@pytest.mark.parametrize("interval", [1, 2, 4])
+def test_interval_n_infers_one_frame_in_n_plus_one_and_keeps_the_detectors_detections_there(
+    runner: Runner, video: Path, plain: list[Detections], interval: int, tmp_path: Path
+) -> None:
+    calls = []
+    remove = runner.add_infer_hook(lambda: calls.append(1))
+    try:
+        result = run_pipeline(runner, video, tmp_path / "out.mp4", warmup=0, skip_interval=interval)
+    finally:
+        remove()
+    inferred = math.ceil(FRAMES / (interval + 1))
+    assert len(calls) == inferred == result.inferred_frames
+    assert result.summary()["skip_interval"] == interval and result.summary()["inferred_frames"] == inferred
+    assert result.frames == len(result.detections) == FRAMES
+    for i in range(0, FRAMES, interval + 1):
+        assert_identical(result.detections[i], plain[i], f"inferred frame {i}")
+    skipped = [i for i in range(FRAMES) if i % (interval + 1)]
+    assert all(len(result.stage_samples_ms[s]) == FRAMES for s in ("read", "preprocess", "infer", "postprocess"))
+    assert all(result.stage_samples_ms["infer"][i] == 0.0 for i in skipped)
+    for i in skipped:  # the tracker's boxes lie in the frame
+        b = result.detections[i].boxes
+        assert np.all((b[:, 0] >= 0) & (b[:, 2] <= result.width) & (b[:, 1] >= 0) & (b[:, 3] <= result.height))
+
+
+@pytest.mark.parametrize(("keywords", "message"), [
+    ({"skip_interval": 2, "batch": 4}, ("skip_interval 2 needs batch 1 (one frame per inference), got batch 4; use "
+                                        "batch 1 or skip_interval 0")),
+    ({"skip_interval": -1}, "skip_interval must be an integer >= 0 (frames skipped between inferences), got -1"),
+    ({"skip_interval": 1.5}, "skip_interval must be an integer >= 0 (frames skipped between inferences), got 1.5"),
+])  # fmt: skip
+def test_settings_refuse_a_skip_interval_that_cannot_work(keywords: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        LoopSettings(**keywords)  # type: ignore[arg-type]
+    assert str(info.value) == message
