@@ -40,13 +40,16 @@ PACKAGE = "PyNvVideoCodec"
 _Y_GAIN, _CRV, _CBU, _CGU, _CGV = 76309 / 65536, 104597 / 65536, 132201 / 65536, 25675 / 65536, 53279 / 65536
 
 
-def nvdec_unavailable(device: str) -> str | None:
+def nvdec_unavailable(device: str, *, load: bool = True) -> str | None:
     """Why frames cannot be decoded on NVDEC for a runner on ``device`` ("cpu", "cuda", "cuda:N"), in one line;
-    None when they can. Cheap when the answer is no: the package is looked up before anything is imported."""
+    None when they can. The device type and the package's presence are checked first, without importing anything;
+    ``load=False`` stops there (a test collection's check), else torch must see a CUDA device and the package load."""
     if not device.startswith("cuda"):
         return f"nvdec decodes into CUDA memory; the runner is on {device}"
     if importlib.util.find_spec(PACKAGE) is None:
         return f"nvdec needs {PACKAGE} (pip install {PACKAGE}: NVIDIA's hardware video decoder bindings); not installed"
+    if not load:
+        return None
     try:
         import torch
 

@@ -155,7 +155,9 @@ def run_row(row: Row, folder: Path, shared: Shared, timeout_s: float | None = No
         if row.setup is not None:
             stack.enter_context(row.setup(folder))
         args, expected = row.make(folder, shared)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        env = {key: value for key, value in os.environ.items()  # a child pytest is a plain session, not an xdist worker
+               if not key.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env.pop("DETECTOR_CACHE", None)
         proc = subprocess.Popen([sys.executable, *args], cwd=REPO if row.in_repo else folder, env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)

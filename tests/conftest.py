@@ -1,17 +1,26 @@
 """Fixtures shared by the test modules: the packaged cfg at a small input size, the session's model spec (that
-cfg at 128x128), and the set-up that in-process pytest runs (pytester) of the perf plugin need."""
+cfg at 128x128), the video loops' trained model, clip and CPU runner, and the set-up that in-process pytest runs
+(pytester) of the perf plugin need."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from detector.model import default_cfg_path
+from detector.model import default_cfg_path, default_weights_path
 from detector.spec import ModelSpec
 
+if TYPE_CHECKING:
+    from detector.backends.base import Runner
+
 SPEC_SIZE = 128  # the packaged cfg at 128x128: same layers, ~10x less compute than 416
+#: The video loops' model input: small, so the CPU runs the 12-frame clip in a fraction of a second.
+LOOP_SIZE = 160
+#: Frames of the loops' clip (the synthetic scene, seed 3, 320x180; tests/data/video holds it as H.264 too).
+LOOP_FRAMES = 12
 
 
 def _write_packaged_cfg(folder: Path, size: int) -> Path:
@@ -42,6 +51,31 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
     if not cfg.exists():
         _write_packaged_cfg(base, SPEC_SIZE)
     return ModelSpec(cfg, seed=0, cache_dir=base / "detector-cache")
+
+
+@pytest.fixture(scope="session")
+def loop_spec(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
+    """The trained weights at ``LOOP_SIZE`` x ``LOOP_SIZE`` (the cfg's width/height only set the input)."""
+    base = tmp_path_factory.mktemp("loop-spec")
+    return ModelSpec(_write_packaged_cfg(base, LOOP_SIZE), weights=default_weights_path(), cache_dir=base / "cache")
+
+
+@pytest.fixture(scope="session")
+def loop_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The loops' mp4v clip: ``LOOP_FRAMES`` frames of the synthetic scene, seed 3, 320x180."""
+    from detector.synthetic import make_synthetic_video
+
+    return make_synthetic_video(tmp_path_factory.mktemp("loop-clip") / "clip.mp4", seed=3, width=320, height=180,
+                                frames=LOOP_FRAMES).video
+
+
+@pytest.fixture(scope="module")
+def loop_runner(loop_spec: ModelSpec) -> Iterator[Runner]:
+    """An active torch runner of ``loop_spec`` on the CPU, one per test module."""
+    from detector.backends import create_runner
+
+    with create_runner("torch", loop_spec, device="cpu") as runner:
+        yield runner
 
 
 @pytest.fixture(scope="session")

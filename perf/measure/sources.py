@@ -16,7 +16,6 @@ the same tables beside the OpenCV pipelines. They carry no ``ci`` marker: the CI
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,15 +83,14 @@ def for_video(sources: Iterable[Source], user_video: bool) -> tuple[Source, ...]
 
 
 def collection_skip(source: Source, device: str) -> str | None:
-    """Why ``source`` cannot run for a runner on ``device`` -- known without importing anything heavy -- or None.
-    The full check (the package loads, CUDA is there) runs when the test starts (`detector.gpudecode`)."""
+    """Why ``source`` cannot run for a runner on ``device``, as far as is known without importing torch or the
+    decoder (`detector.gpudecode.nvdec_unavailable` with ``load=False``), or None; the full check runs when the test
+    starts (`skip_unless_decodes`)."""
     if source.decoder != "nvdec":
         return None
-    if not device.startswith("cuda"):
-        return f"nvdec decodes into CUDA memory; --perf-device is {device}"
-    if importlib.util.find_spec("PyNvVideoCodec") is None:
-        return "nvdec needs PyNvVideoCodec (pip install PyNvVideoCodec); not installed"
-    return None
+    from detector.gpudecode import nvdec_unavailable
+
+    return nvdec_unavailable(device, load=False)
 
 
 def skip_unless_decodes(source: Source, runner: Any) -> None:

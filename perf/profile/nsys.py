@@ -297,9 +297,11 @@ def run_child_under_nsys(
 
 
 def stats_command(nsys: str | os.PathLike[str], rep_path: Path, output_base: Path, reports: Sequence[str]) -> list[str]:
-    """``nsys stats`` argv writing one CSV per report, named ``<output_base>_<report>.csv``."""
+    """``nsys stats`` argv writing one CSV per report, named ``<output_base>_<report>.csv``. ``rep_path`` is a
+    ``.nsys-rep`` (exported to SQLite afresh, beside it) or its SQLite export (read as it is)."""
+    export = ["--force-export=true"] if rep_path.suffix != ".sqlite" else []
     return [os.fspath(nsys), "stats", "--report", ",".join(reports), "--format", "csv",
-            "--output", os.fspath(output_base), "--force-export=true", os.fspath(rep_path)]  # fmt: skip
+            "--output", os.fspath(output_base), *export, os.fspath(rep_path)]  # fmt: skip
 
 
 def export_stats(
@@ -317,7 +319,7 @@ def export_stats(
     """
     rep_path, out_dir = Path(rep_path), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    base = out_dir / rep_path.name.removesuffix(".nsys-rep")
+    base = out_dir / rep_path.name.removesuffix(".nsys-rep").removesuffix(".sqlite")
     for name in reports:
         Path(f"{base}_{name}.csv").unlink(missing_ok=True)
     command = stats_command(nsys, rep_path, base, reports)
@@ -374,29 +376,36 @@ def export_sqlite(
     return out
 
 
-def critical_path_of(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str],
-                     range_name: str = MEASURED_RANGE) -> tuple[CriticalPathSummary | None, str | None]:  # fmt: skip
-    """(the critical-path summary of ``rep_path``, None) from its SQLite export (``<report>.sqlite`` beside it),
-    or (None, why not): a failed export or an unreadable export is said, never raised, so that the stats summary
-    is kept."""
-    rep_path = Path(rep_path)
+def critical_path_of(sqlite: Path, range_name: str = MEASURED_RANGE) -> tuple[CriticalPathSummary | None, str | None]:
+    """(the critical-path summary of the SQLite export ``sqlite``, None), or (None, why not): an unreadable export is
+    said, never raised, so that the stats summary is kept."""
     try:
-        sqlite = export_sqlite(nsys, rep_path, rep_path.with_suffix(".sqlite"))
         return critical_path_summary(sqlite, range_name), None
-    except (NsysError, CaptureError) as e:
-        headline = str(e).splitlines()[0]
-        log.warning("no critical path for %s: %s", rep_path, headline)
-        return None, f"critical path: {headline}"
+    except CaptureError as e:
+        return None, _no_critical_path(sqlite, e)
+
+
+def _no_critical_path(path: Path, error: Exception) -> str:
+    headline = str(error).splitlines()[0]
+    log.warning("no critical path for %s: %s", path, headline)
+    return f"critical path: {headline}"
 
 
 def summarize_report(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], **summary_options) -> NsysSummary:
-    """Export the stats of ``rep_path`` (into ``<its folder>/stats``), summarize them, add the critical path (from
-    the SQLite export, `critical_path_of`; why not, in ``missing``) and write ``summary.json`` and ``summary.md``
-    beside the report; return the summary."""
+    """Export ``rep_path`` to SQLite once (``<report>.sqlite`` beside it), run the stats on that export (into
+    ``<its folder>/stats``), summarize them, add the critical path of the export (`critical_path_of`) and write
+    ``summary.json`` and ``summary.md`` beside the report; return the summary. A failed export leaves the stats to
+    export the report themselves and names the missing critical path in ``missing``."""
     rep_path = Path(rep_path)
-    csvs = export_stats(nsys, rep_path, rep_path.parent / "stats")
+    try:
+        sqlite: Path | None = export_sqlite(nsys, rep_path, rep_path.with_suffix(".sqlite"))
+        problem = None
+    except NsysError as e:
+        sqlite, problem = None, _no_critical_path(rep_path, e)
+    csvs = export_stats(nsys, sqlite or rep_path, rep_path.parent / "stats")
     summary = summarize(csvs, report_path=rep_path, **summary_options)
-    summary.critical_path, problem = critical_path_of(nsys, rep_path, summary_options.get("range_name", MEASURED_RANGE))
+    if sqlite is not None:
+        summary.critical_path, problem = critical_path_of(sqlite, summary_options.get("range_name", MEASURED_RANGE))
     if problem is not None:
         summary.missing.append(problem)
     write_summary(summary, rep_path.parent)

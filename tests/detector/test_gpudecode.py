@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -20,7 +20,6 @@ from detector.backends import create_runner
 from detector.backends.base import Runner
 from detector.errors import VideoError
 from detector.gpudecode import NvdecReader, nv12_to_bgr, nvdec_unavailable
-from detector.model import default_weights_path
 from detector.pipeline import LoopSettings, run_pipeline
 from detector.pipelined import run_pipelined
 from detector.spec import ModelSpec
@@ -28,8 +27,7 @@ from detector.synthetic import make_synthetic_video, render_frames, synthetic_vi
 from detector.video import VideoWriter, open_video, read_frames
 from perf.measure.parity import compare_detections
 
-SIZE = 160
-FRAMES = 12
+FRAMES = 12  # the committed clip's frames: the loops' clip (tests/conftest.py) encoded as H.264
 #: A committed H.264 clip (the synthetic scene, seed 3, 320x180, 12 frames, libx264 through PyAV): a GPU machine
 #: without PyAV decodes the same bytes.
 H264_CLIP = Path(__file__).parents[1] / "data" / "video" / "h264-seed3-320x180-12f.mp4"
@@ -148,10 +146,8 @@ def h264_clip() -> Path:
 
 
 @pytest.fixture(scope="module")
-def cuda_runner(tmp_path_factory: pytest.TempPathFactory, packaged_cfg: Callable[[Path, int], Path]) -> Iterator[Runner]:
-    base = tmp_path_factory.mktemp("spec")
-    spec = ModelSpec(packaged_cfg(base, SIZE), weights=default_weights_path(), cache_dir=base / "cache")
-    with create_runner("torch", spec, device="cuda") as runner:
+def cuda_runner(loop_spec: ModelSpec) -> Iterator[Runner]:
+    with create_runner("torch", loop_spec, device="cuda") as runner:
         yield runner
 
 

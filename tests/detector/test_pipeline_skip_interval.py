@@ -5,47 +5,24 @@ the detector's own detections there, and the settings refuse what cannot work.""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from detector.backends import create_runner
 from detector.backends.base import Runner
-from detector.model import default_weights_path
 from detector.pipeline import LoopSettings, run_pipeline
 from detector.postprocess import Detections
-from detector.spec import ModelSpec
-from detector.synthetic import make_synthetic_video
 
-SIZE = 160  # network input: small, so the CPU runs the video in a fraction of a second
-FRAMES = 12
+SIZE = 160  # loop_spec's input (tests/conftest.py: LOOP_SIZE)
+FRAMES = 12  # loop_clip's frames (tests/conftest.py: LOOP_FRAMES)
 
-
-@pytest.fixture(scope="module")
-def spec(tmp_path_factory: pytest.TempPathFactory, packaged_cfg: Callable[[Path, int], Path]) -> ModelSpec:
-    """The trained weights at a small input size (the cfg's width/height only set the input)."""
-    base = tmp_path_factory.mktemp("spec")
-    return ModelSpec(packaged_cfg(base, SIZE), weights=default_weights_path(), cache_dir=base / "cache")
 
 
 @pytest.fixture(scope="module")
-def video(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_synthetic_video(tmp_path_factory.mktemp("video") / "clip.mp4", seed=3, width=320, height=180,
-                                frames=FRAMES).video
-
-
-@pytest.fixture(scope="module")
-def runner(spec: ModelSpec) -> Iterator[Runner]:
-    with create_runner("torch", spec, device="cpu") as r:
-        yield r
-
-
-@pytest.fixture(scope="module")
-def plain(runner: Runner, video: Path) -> list[Detections]:
+def plain(loop_runner: Runner, loop_clip: Path) -> list[Detections]:
     """The plain loop's detections, one per frame."""
-    return run_pipeline(runner, video, None, warmup=0).detections
+    return run_pipeline(loop_runner, loop_clip, None, warmup=0).detections
 
 
 def assert_identical(a: Detections, b: Detections, where: str) -> None:
@@ -53,9 +30,9 @@ def assert_identical(a: Detections, b: Detections, where: str) -> None:
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=f"{where} {name}")
 
 
-def test_interval_zero_gives_the_plain_loops_detections_exactly(runner: Runner, video: Path,
+def test_interval_zero_gives_the_plain_loops_detections_exactly(loop_runner: Runner, loop_clip: Path,
                                                                 plain: list[Detections]) -> None:
-    result = run_pipeline(runner, video, None, warmup=0, skip_interval=0)
+    result = run_pipeline(loop_runner, loop_clip, None, warmup=0, skip_interval=0)
     assert len(result.detections) == len(plain) == FRAMES
     assert sum(len(d) for d in plain) > 0, "the trained model should find objects in the synthetic video"
     for i, (a, b) in enumerate(zip(result.detections, plain)):
@@ -66,12 +43,12 @@ def test_interval_zero_gives_the_plain_loops_detections_exactly(runner: Runner, 
 
 @pytest.mark.parametrize("interval", [1, 2, 4])
 def test_interval_n_infers_one_frame_in_n_plus_one_and_keeps_the_detectors_detections_there(
-    runner: Runner, video: Path, plain: list[Detections], interval: int, tmp_path: Path
+    loop_runner: Runner, loop_clip: Path, plain: list[Detections], interval: int, tmp_path: Path
 ) -> None:
     calls = []
-    remove = runner.add_infer_hook(lambda: calls.append(1))
+    remove = loop_runner.add_infer_hook(lambda: calls.append(1))
     try:
-        result = run_pipeline(runner, video, tmp_path / "out.mp4", warmup=0, skip_interval=interval)
+        result = run_pipeline(loop_runner, loop_clip, tmp_path / "out.mp4", warmup=0, skip_interval=interval)
     finally:
         remove()
     inferred = math.ceil(FRAMES / (interval + 1))

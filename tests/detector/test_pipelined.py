@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,39 +14,18 @@ import torch
 from detector.backends import create_runner
 from detector.backends.base import Runner
 from detector.errors import BackendError, VideoError
-from detector.model import default_weights_path
 from detector.pipeline import run_pipeline
 from detector.pipelined import pool_size_for, run_pipelined
 from detector.postprocess import Detections
 from detector.preprocess import preprocess, preprocess_torch
 from detector.spec import ModelSpec
-from detector.synthetic import make_synthetic_video
 from detector.video import open_video, read_frames
 from perf.measure.parity import compare_detections
 
-SIZE = 160  # network input: small, so the CPU runs a 12-frame video in a fraction of a second
-FRAMES = 12
+SIZE = 160  # loop_spec's input (tests/conftest.py: LOOP_SIZE)
+FRAMES = 12  # loop_clip's frames (tests/conftest.py: LOOP_FRAMES)
 #: A hung pipeline fails the test instead of blocking CI.
 TIMEOUT_S = 60
-
-
-@pytest.fixture(scope="module")
-def spec(tmp_path_factory: pytest.TempPathFactory, packaged_cfg: Callable[[Path, int], Path]) -> ModelSpec:
-    """The trained weights at a small input size (the cfg's width/height only set the input)."""
-    base = tmp_path_factory.mktemp("spec")
-    return ModelSpec(packaged_cfg(base, SIZE), weights=default_weights_path(), cache_dir=base / "cache")
-
-
-@pytest.fixture(scope="module")
-def video(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_synthetic_video(tmp_path_factory.mktemp("video") / "clip.mp4", seed=3, width=320, height=180,
-                                frames=FRAMES).video
-
-
-@pytest.fixture(scope="module")
-def runner(spec: ModelSpec) -> Iterator[Runner]:
-    with create_runner("torch", spec, device="cpu") as r:
-        yield r
 
 
 def run_with_timeout(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -82,11 +61,11 @@ def assert_identical(a: list[Detections], b: list[Detections]) -> None:
 # ------------------------------------------------------------------------------------------ same detections
 @pytest.mark.parametrize("batch", [1, 5])
 def test_host_preprocess_gives_exactly_the_sequential_loops_detections(
-    runner: Runner, video: Path, tmp_path: Path, batch: int
+    loop_runner: Runner, loop_clip: Path, tmp_path: Path, batch: int
 ) -> None:
     # batch 5 over 12 frames: the last batch (2 frames) is padded to 5 and the padding's detections dropped
-    sequential = run_pipeline(runner, video, tmp_path / "seq.mp4", batch=batch)
-    pipelined = run_with_timeout(run_pipelined, runner, video, tmp_path / "pipe.mp4", batch=batch,
+    sequential = run_pipeline(loop_runner, loop_clip, tmp_path / "seq.mp4", batch=batch)
+    pipelined = run_with_timeout(run_pipelined, loop_runner, loop_clip, tmp_path / "pipe.mp4", batch=batch,
                                  gpu_preprocess=False)
     assert pipelined.frames == sequential.frames == FRAMES
     assert sum(len(d) for d in sequential.detections) > FRAMES  # the comparison is not between empty lists
@@ -95,10 +74,10 @@ def test_host_preprocess_gives_exactly_the_sequential_loops_detections(
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_device_preprocess_matches_the_sequential_loop_within_rounding(
-    runner: Runner, video: Path, batch: int
+    loop_runner: Runner, loop_clip: Path, batch: int
 ) -> None:
-    sequential = run_pipeline(runner, video, None, batch=batch)
-    pipelined = run_with_timeout(run_pipelined, runner, video, None, batch=batch, gpu_preprocess=True)
+    sequential = run_pipeline(loop_runner, loop_clip, None, batch=batch)
+    pipelined = run_with_timeout(run_pipelined, loop_runner, loop_clip, None, batch=batch, gpu_preprocess=True)
     # preprocess_torch differs from OpenCV by at most one 0..255 level per value: scores move by ~1e-2
     parity = compare_detections(sequential.detections, pipelined.detections, iou_threshold=0.5,
                                 score_tolerance=0.03)
@@ -107,8 +86,8 @@ def test_device_preprocess_matches_the_sequential_loop_within_rounding(
     assert parity.mean_iou > 0.97 and parity.max_score_diff < 0.03, parity.summary()
 
 
-def test_device_preprocess_of_real_frames_is_within_one_level_of_opencv(video: Path) -> None:
-    frames = read_frames(video, limit=4)
+def test_device_preprocess_of_real_frames_is_within_one_level_of_opencv(loop_clip: Path) -> None:
+    frames = read_frames(loop_clip, limit=4)
     host, host_lb = preprocess(frames, (SIZE, SIZE))
     device, device_lb = preprocess_torch(torch.from_numpy(np.stack(frames)), (SIZE, SIZE))
     assert host_lb == device_lb
@@ -119,10 +98,10 @@ def test_device_preprocess_of_real_frames_is_within_one_level_of_opencv(video: P
 
 
 def test_output_video_has_every_frame_at_the_input_size_and_no_temporary_file(
-    runner: Runner, video: Path, tmp_path: Path
+    loop_runner: Runner, loop_clip: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out.mp4"
-    result = run_with_timeout(run_pipelined, runner, video, out, batch=2, names=runner.spec.names)
+    result = run_with_timeout(run_pipelined, loop_runner, loop_clip, out, batch=2, names=loop_runner.spec.names)
     with open_video(out) as reader:
         assert (reader.width, reader.height) == (320, 180)
         assert sum(1 for _ in reader) == FRAMES == result.frames
@@ -130,20 +109,21 @@ def test_output_video_has_every_frame_at_the_input_size_and_no_temporary_file(
     assert result.e2e_fps > 0 and set(result.stage_ms) >= {"read", "preprocess", "infer", "postprocess", "write"}
 
 
-def test_max_frames_and_on_frame_see_frames_in_order(runner: Runner, video: Path) -> None:
+def test_max_frames_and_on_frame_see_frames_in_order(loop_runner: Runner, loop_clip: Path) -> None:
     seen: list[int] = []
-    result = run_with_timeout(run_pipelined, runner, video, None, batch=3, max_frames=7,
+    result = run_with_timeout(run_pipelined, loop_runner, loop_clip, None, batch=3, max_frames=7,
                               on_frame=lambda i, frame, det: seen.append(i))
     assert seen == list(range(7)) and result.frames == 7 and len(result.detections) == 7
 
 
 # --------------------------------------------------------------------------------------------- bounded
-def test_a_slow_writer_throttles_the_reader_to_the_pool_size(runner: Runner, video: Path) -> None:
+def test_a_slow_writer_throttles_the_reader_to_the_pool_size(loop_runner: Runner, loop_clip: Path) -> None:
     def slow_consumer(index: int, frame: np.ndarray, det: Detections) -> None:
         if index == 0:  # the writer stalls on its first frame while decode and inference go on
             threading.Event().wait(1.5)
 
-    result = run_with_timeout(run_pipelined, runner, video, None, batch=1, queue_depth=1, on_frame=slow_consumer)
+    result = run_with_timeout(run_pipelined, loop_runner, loop_clip, None, batch=1, queue_depth=1,
+                              on_frame=slow_consumer)
     assert result.pool_size == pool_size_for(1, 1) < FRAMES
     assert result.peak_in_flight == result.pool_size  # the reader ran ahead until the pool was empty, no further
     assert result.queue_peaks == result.queue_sizes == {"decoded": 1, "detected": 1}
@@ -157,46 +137,48 @@ def frames_then_error(video: Path, good: int) -> Iterator[np.ndarray]:
 
 
 def test_a_reader_failure_is_raised_in_the_caller_and_nothing_is_written(
-    runner: Runner, video: Path, tmp_path: Path
+    loop_runner: Runner, loop_clip: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out.mp4"
     with pytest.raises(VideoError, match="capture lost after frame 4"):
-        run_with_timeout(run_pipelined, runner, "camera", out, frames=frames_then_error(video, 5), batch=2)
+        run_with_timeout(run_pipelined, loop_runner, "camera", out, frames=frames_then_error(loop_clip, 5), batch=2)
     assert list(tmp_path.iterdir()) == [] and no_pipeline_threads_left()
 
 
-def test_a_writer_side_failure_stops_the_reader_and_is_raised(runner: Runner, video: Path, tmp_path: Path) -> None:
+def test_a_writer_side_failure_stops_the_reader_and_is_raised(loop_runner: Runner, loop_clip: Path,
+                                                              tmp_path: Path) -> None:
     def fail_at_frame_3(index: int, frame: np.ndarray, det: Detections) -> None:
         if index == 3:
             raise OSError(f"metadata sink closed at frame {index}")
 
     with pytest.raises(OSError, match="sink closed at frame 3"):
-        run_with_timeout(run_pipelined, runner, video, tmp_path / "out.mp4", on_frame=fail_at_frame_3)
+        run_with_timeout(run_pipelined, loop_runner, loop_clip, tmp_path / "out.mp4", on_frame=fail_at_frame_3)
     assert list(tmp_path.iterdir()) == [] and no_pipeline_threads_left()
 
 
 def test_an_inference_failure_on_the_calling_thread_stops_both_threads(
-    spec: ModelSpec, video: Path, tmp_path: Path
+    loop_spec: ModelSpec, loop_clip: Path, tmp_path: Path
 ) -> None:
-    inactive = create_runner("torch", spec, device="cpu")
+    inactive = create_runner("torch", loop_spec, device="cpu")
     with pytest.raises(BackendError, match="not active"):
-        run_with_timeout(run_pipelined, inactive, video, tmp_path / "out.mp4", warmup=0)
+        run_with_timeout(run_pipelined, inactive, loop_clip, tmp_path / "out.mp4", warmup=0)
     assert list(tmp_path.iterdir()) == [] and no_pipeline_threads_left()
 
 
-def test_a_truncated_video_is_one_clear_error_and_no_output(runner: Runner, video: Path, tmp_path: Path) -> None:
+def test_a_truncated_video_is_one_clear_error_and_no_output(loop_runner: Runner, loop_clip: Path,
+                                                            tmp_path: Path) -> None:
     cut = tmp_path / "cut.mp4"
-    data = video.read_bytes()
+    data = loop_clip.read_bytes()
     cut.write_bytes(data[: len(data) // 2])  # mp4v from OpenCV keeps its index (moov) at the end
     with pytest.raises(VideoError, match="cut.mp4"):
-        run_with_timeout(run_pipelined, runner, cut, tmp_path / "out.mp4")
+        run_with_timeout(run_pipelined, loop_runner, cut, tmp_path / "out.mp4")
     assert [p.name for p in tmp_path.iterdir()] == ["cut.mp4"] and no_pipeline_threads_left()
 
 
-def test_frames_of_another_size_are_refused_naming_the_frame(runner: Runner, tmp_path: Path) -> None:
+def test_frames_of_another_size_are_refused_naming_the_frame(loop_runner: Runner, tmp_path: Path) -> None:
     frames = [np.zeros((64, 96, 3), np.uint8)] * 3 + [np.zeros((64, 80, 3), np.uint8)]
     with pytest.raises(VideoError, match="frame 3: shape"):
-        run_with_timeout(run_pipelined, runner, "list", tmp_path / "out.mp4", frames=frames)
+        run_with_timeout(run_pipelined, loop_runner, "list", tmp_path / "out.mp4", frames=frames)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -205,13 +187,13 @@ def test_frames_of_another_size_are_refused_naming_the_frame(runner: Runner, tmp
 @pytest.mark.parametrize(("precision", "options"), [("fp32", {}), ("fp16", {"fuse_bn": True, "channels_last": True,
                                                                            "cuda_graph": True})])
 def test_on_cuda_pinned_uploads_and_device_preprocess_match_the_sequential_loop(
-    spec: ModelSpec, video: Path, tmp_path: Path, precision: str, options: dict[str, Any]
+    loop_spec: ModelSpec, loop_clip: Path, tmp_path: Path, precision: str, options: dict[str, Any]
 ) -> None:
-    with create_runner("torch", spec, device="cuda", precision=precision, **options) as cuda_runner:
-        sequential = run_pipeline(cuda_runner, video, None, batch=4)
-        host_prep = run_with_timeout(run_pipelined, cuda_runner, video, tmp_path / "a.mp4", batch=4,
+    with create_runner("torch", loop_spec, device="cuda", precision=precision, **options) as cuda_runner:
+        sequential = run_pipeline(cuda_runner, loop_clip, None, batch=4)
+        host_prep = run_with_timeout(run_pipelined, cuda_runner, loop_clip, tmp_path / "a.mp4", batch=4,
                                      gpu_preprocess=False)
-        device_prep = run_with_timeout(run_pipelined, cuda_runner, video, tmp_path / "b.mp4", batch=4)
+        device_prep = run_with_timeout(run_pipelined, cuda_runner, loop_clip, tmp_path / "b.mp4", batch=4)
     for candidate in (host_prep, device_prep):
         parity = compare_detections(sequential.detections, candidate.detections, score_tolerance=0.03)
         assert parity.reference_detections > FRAMES

@@ -308,7 +308,7 @@ def _nsys_exporting(path: Path, export: str) -> Path:
     copies = "".join(f'cp "{DATA / f"handmade_{r}.csv"}" "${{out}}_{r}.csv"\n' for r in STATS_REPORTS)
     return _script(path, (
         'out=""; for a in "$@"; do [ "$prev" = "--output" ] && out="$a"; prev="$a"; done\n'
-        f'if [ "$1" = "stats" ]; then\n{copies}exit 0\nfi\n'
+        f'if [ "$1" = "stats" ]; then\necho "$@" > "$(dirname "$0")/stats-argv"\n{copies}exit 0\nfi\n'
         f'if [ "$1" = "export" ]; then\n{export}\nfi\nexit 9\n'
     ))  # fmt: skip
 
@@ -325,6 +325,8 @@ def test_summarize_report_adds_the_critical_path_from_the_sqlite_export(tmp_path
     rep = _report(tmp_path)
     summary = summarize_report(nsys, rep)
     assert (rep.parent / "capture.sqlite").is_file() and summary.missing == []
+    stats_argv = (tmp_path / "fake" / "stats-argv").read_text().split()  # the stats read the one export
+    assert stats_argv[-1] == str(rep.parent / "capture.sqlite") and "--force-export=true" not in stats_argv
     assert summary.critical_path is not None and summary.critical_path.source == "capture.sqlite"
     assert summary.stages["infer"] == {"total_ns": 2_444_850, "instances": 3}  # the stats part as before
     data = json.loads((rep.parent / "summary.json").read_text())

@@ -53,4 +53,4 @@ def test_extra_sources_go_to_the_key_cases_only_without_ci_or_nsys() -> None:
     assert extra[0].values[0].source == Source("h264") and extra[0].values[0].label == (
         "torch fp32, h264 video, opencv decode, mp4v encode")
     [skip] = [mark for mark in extra[1].marks if mark.name == "skip"]
-    assert skip.kwargs["reason"] == "nvdec decodes into CUDA memory; --perf-device is cpu"
+    assert skip.kwargs["reason"] == "nvdec decodes into CUDA memory; the runner is on cpu"
