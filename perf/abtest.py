@@ -10,10 +10,12 @@ What it does:
    folder, a plan that a second call resumes), alternating the order (base first in odd pairs, candidate first in
    even ones), so that a runner warming up or slowing down in the course of the job favours neither side. Each side
    keeps its own cache folder (exported models, engines): a change to the exporter must not reach the other side.
-3. Per benchmark, the ratio of each pair's medians; the verdict is on the K ratios
-   (`perf.gate.stats.paired_ratio_interval`: their geometric mean and its Student-t interval), with the gate's
-   one rule (`perf.gate.stats.decide`, and "unstable" when inconclusive, as ``--perf-compare`` does). A pair is
-   back to back on one runner, so the between-process noise is in the pairs' scatter: no noise profile is needed.
+3. Per benchmark, every judged metric on the K pair ratios (`perf.gate.compare.judge_paired`, the gate's one judge:
+   `perf.gate.judge.judge_pairs`), at the first-pass level of the run's error budget (`perf.gate.judge.Budget`). A
+   pair is back to back on one runner, so the between-process noise is in the pairs' scatter; where ``--history``
+   holds main's runs of this machine, their spread is pooled in (more degrees of freedom, a tighter interval).
+4. Suspects are confirmed as ``--perf-compare`` confirms them (`perf.gate.confirm`): up to ``--confirm`` more pairs
+   of only their tests; a confirmed one is "slower", an unconfirmed one "no change" or "inconclusive".
 
 Writes ``<out>/perf-ab.json`` and ``perf-ab.md`` (a verdict table), prints the table and the seconds the processes
 took, and exits 1 when a benchmark is slower, 2 on bad input (one line, nothing run).
@@ -28,9 +30,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from statistics import geometric_mean
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -42,29 +44,13 @@ class ABError(Exception):
     """Bad input to perf-ab: one line."""
 
 
-@dataclass
-class PairedRow:
-    """One benchmark judged on K pairs: per-pair ratios, their geometric mean and interval, the verdict."""
-
-    fullname: str
-    name: str
-    pairs: int
-    base_median_s: float
-    candidate_median_s: float
-    ratios: list[float]
-    ratio: float
-    lo: float
-    hi: float
-    verdict: str
-    note: str = ""
-
-
 def _git(repo: Path, *args: str) -> str:
-    result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        lines = (result.stderr or result.stdout).strip().splitlines()
-        raise ABError(f"git {' '.join(args)}: {lines[-1] if lines else f'exit {result.returncode}'}")
-    return result.stdout.strip()
+    from perf.gate.processes import GitError, git
+
+    try:
+        return git(repo, *args)
+    except GitError as e:
+        raise ABError(str(e)) from None
 
 
 def merge_base(repo: Path, base: str | None) -> tuple[str, str]:
@@ -91,10 +77,11 @@ def plan_pairs(pairs: int, base_tree: Path, options: Sequence[str], base_cache: 
     return children
 
 
-def judge(storage: Path, pairs: int, min_effect: float) -> list[PairedRow]:
-    """One row per benchmark that every pair measured on both sides."""
-    from perf.gate.compare import UNSTABLE
-    from perf.gate.stats import NO_CHANGE, decide, inconclusive, paired_ratio_interval
+def judge(storage: Path, pairs: int, min_effect: float, confirm: bool = False,
+          baseline: Any = None) -> list[Any]:  # fmt: skip
+    """One row per benchmark that every complete pair measured on both sides."""
+    from perf.gate.compare import judge_paired, judged_names
+    from perf.gate.judge import Budget
     from perf.runs import load_runs
 
     by_label = {run.path.stem.split("_", 1)[1]: run for run in load_runs(storage)}
@@ -102,32 +89,42 @@ def judge(storage: Path, pairs: int, min_effect: float) -> list[PairedRow]:
     complete = [i for i in range(pairs) if sides[BASE][i] is not None and sides[CANDIDATE][i] is not None]
     if len(complete) < 2:
         raise ABError(f"only {len(complete)} complete pair(s) saved a run in '{storage}': need 2 or more (see the logs)")
-    rows = []
     names = set.intersection(*(set(sides[s][i].benchmarks) for s in (BASE, CANDIDATE) for i in complete))
+    first = sides[CANDIDATE][complete[0]]
+    metrics = sum(len(judged_names(first.benchmarks[name])) for name in names)
+    level = Budget(metrics, confirm).first_level
+    rows = []
     for fullname in sorted(names):
         base = [sides[BASE][i].benchmarks[fullname] for i in complete]
         cand = [sides[CANDIDATE][i].benchmarks[fullname] for i in complete]
-        base_m = [b.median_s for b in base]
-        cand_m = [c.median_s for c in cand]
-        ratio, lo, hi = paired_ratio_interval(base_m, cand_m)
-        verdict, note = decide(lo, hi, min_effect), ""
-        if verdict == NO_CHANGE and inconclusive(ratio, min_effect):
-            verdict, note = UNSTABLE, "inconclusive: the pairs disagree too much to call it a change or no change"
-        rows.append(PairedRow(fullname, base[0].name, len(complete), geometric_mean(base_m), geometric_mean(cand_m),
-                              [c / b for b, c in zip(base_m, cand_m)], ratio, lo, hi, verdict, note))  # fmt: skip
+        rows.append(judge_paired(base, cand, level, min_effect, baseline))
     return rows
 
 
-def to_markdown(rows: Sequence[PairedRow], header: str) -> str:
-    lines = [header, "", "| benchmark | base | candidate | ratio [95% CI] | pairs | verdict |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.name} | {r.base_median_s * 1e3:.4g} ms | {r.candidate_median_s * 1e3:.4g} ms | {r.ratio:.3f} "
-              f"[{r.lo:.3f}, {r.hi:.3f}] | {r.pairs} | {r.verdict}{' (' + r.note + ')' if r.note else ''} |"
-              for r in rows]  # fmt: skip
-    return "\n".join(lines) + "\n"
+def _history(path: Path | None, sample: Any) -> Any:
+    """Main's history in storage ``path`` for the machine of ``sample`` (a saved run), or None."""
+    from perf.gate.compare import Baseline
+    from perf.gate.history import history_runs
+    from perf.runs import HistoryError, load_runs
+
+    if path is None or not path.is_dir():
+        return None
+    try:
+        runs = history_runs(load_runs(path), fingerprint=sample.fingerprint,
+                            identity=sample.machine_info.get("perf_subject") or None)  # fmt: skip
+    except HistoryError:
+        return None
+    return Baseline(runs) if runs else None
+
+
+def to_markdown(rows: Sequence[Any], header: str) -> str:
+    from perf.gate.compare import to_markdown as table
+
+    return table(list(rows), header)
 
 
 def _parser() -> argparse.ArgumentParser:
-    from perf.options import parse_fraction, parse_positive_int
+    from perf.options import parse_count, parse_fraction, parse_positive_int
 
     class Parser(argparse.ArgumentParser):
         def error(self, message: str) -> None:
@@ -137,7 +134,11 @@ def _parser() -> argparse.ArgumentParser:
                     "alternating fresh pytest processes on this runner.")  # fmt: skip
     parser.add_argument("--base", default=None, help="the branch or commit to compare with; the merge base of HEAD "
                         "and it is measured (default: origin/main, else main)")  # fmt: skip
-    parser.add_argument("--pairs", type=parse_positive_int, default=5, help="pairs of processes, >= 2 (default 5)")
+    parser.add_argument("--pairs", type=parse_positive_int, default=3, help="pairs of processes, >= 2 (default 3)")
+    parser.add_argument("--confirm", type=parse_count, default=2, help="pairs at most to confirm each suspect, "
+                        "0 for none (default 2)")  # fmt: skip
+    parser.add_argument("--history", type=Path, default=Path(".benchmarks"), help="benchmark storage with main's "
+                        "history of this runner, pooled into the pairs' spread (default .benchmarks, if there)")
     parser.add_argument("--min-effect", type=parse_fraction, default=0.02, help="smallest change called slower or "
                         "faster (default 2%%)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("reports/ab"), help="output folder: worktree, runs, logs, "
@@ -153,19 +154,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.pairs < 2:
         print("perf-ab: error: --pairs: need at least 2 pairs for an interval", file=sys.stderr)
         return 2
-    from perf.gate.processes import load_plan, run_children, save_plan
+    from perf.gate.processes import GitError, base_worktree, load_plan, remove_worktree, run_children, save_plan
+    from perf.runs import load_run
 
     try:
         repo = Path(_git(Path.cwd(), "rev-parse", "--show-toplevel"))
         ref, sha = merge_base(repo, args.base)
         out = args.out.resolve()
-        tree = out / "base-src"
-        if not (tree / ".git").exists():
-            out.mkdir(parents=True, exist_ok=True)
-            _git(repo, "worktree", "add", "--detach", str(tree), sha)
-        elif _git(tree, "rev-parse", "HEAD") != sha:
-            raise ABError(f"'{tree}' holds another base ({_git(tree, 'rev-parse', 'HEAD')[:12]}, not {sha[:12]}); "
-                          "give a new --out or delete it")  # fmt: skip
+        try:
+            tree = base_worktree(repo, sha, out / "base-src")
+        except GitError as e:
+            raise ABError(f"{e}; give a new --out or delete it" if "holds another base" in str(e) else str(e)) from None
         options = list(args.pytest_args or DEFAULT_TESTS)
         plan = plan_pairs(args.pairs, tree, options, out / "cache-base")
         existing = load_plan(out)
@@ -175,23 +174,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.monotonic()
         results = run_children(plan, options, out, repo)  # type: ignore[arg-type]
         spent = sum(r.seconds for r in results)
-        rows = judge(out / "storage", args.pairs, args.min_effect)
+        sample = next((load_run(r.run) for r in results if r.run is not None), None)
+        baseline = _history(args.history, sample) if sample is not None else None
+        rows = judge(out / "storage", args.pairs, args.min_effect, args.confirm > 0, baseline)
+        confirmed = 0.0
+        if args.confirm > 0 and any(r.verdict == "slower" for r in rows):
+            from perf.gate.compare import GateSettings
+            from perf.gate.confirm import Sides, confirm_rows
+
+            settings = GateSettings(args.min_effect, confirm=args.confirm)
+            sides = Sides(repo, tree, out / "cache-base")
+            confirmed = confirm_rows(rows, baseline, settings, sides, out / "confirm", options)
     except ABError as e:
         print(f"perf-ab: error: {e}", file=sys.stderr)
         return 2
+    history = f"; pooled with {baseline.describe()}" if baseline is not None else ""
     header = (f"perf-ab: {args.pairs} pairs of fresh processes, candidate = this working tree, base = merge base "
-              f"{sha[:12]} of HEAD and {ref}; slower/faster = the whole 95% interval of the pair ratios beyond "
-              f"{args.min_effect:.1%}; the processes took {spent:.0f} s ({time.monotonic() - started:.0f} s this call)")
+              f"{sha[:12]} of HEAD and {ref}; every judged metric on the pair ratios{history}; suspects confirmed in "
+              f"at most {args.confirm} more pairs; slower/faster = significant and beyond {args.min_effect:.1%}; the "
+              f"processes took {spent + confirmed:.0f} s ({spent:.0f} s the pairs, {confirmed:.0f} s the "
+              f"confirmation; {time.monotonic() - started:.0f} s this call)")
     markdown = to_markdown(rows, header)
     from detector.fileio import atomic_write_text
 
     atomic_write_text(out / "perf-ab.md", markdown)
     atomic_write_text(out / "perf-ab.json", json.dumps({"base": sha, "ref": ref, "pairs": args.pairs,
-                      "min_effect": args.min_effect, "seconds": spent, "rows": [asdict(r) for r in rows]},
+                      "min_effect": args.min_effect, "seconds": spent + confirmed, "rows": [asdict(r) for r in rows]},
                       indent=2) + "\n")  # fmt: skip
     print(markdown, end="")
     if not args.keep_worktree:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=repo, capture_output=True, check=False)
+        remove_worktree(repo, tree)
     failed = [r for r in rows if r.verdict == "slower"]
     print(f"perf-ab {'FAILED' if failed else 'passed'}: {len(failed)} slower of {len(rows)}; {out / 'perf-ab.md'}")
     return 1 if failed else 0

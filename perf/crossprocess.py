@@ -1,18 +1,23 @@
-"""The gate judged as CI uses it: verdicts on pairs of separate processes, identical and regressed.
+"""The gate judged as CI uses it: simulated CI runs drawn from separate processes, identical and regressed.
 
-``pytest perf --perf-selftest-processes=K`` (`perf.gate.crossprocess_plugin`) runs K processes of identical code and K / 5 of
-each injected regression (`perf.gate.regressions`: a real extra layer, a slower pipeline stage), interleaved, then
-judges pairs of them with `perf.gate.compare.compare_benchmark` -- the one decision rule ``--perf-compare`` uses:
+``pytest perf --perf-selftest-processes=K`` (`perf.gate.crossprocess_plugin`) runs K processes of identical code and
+K / 5 of each injected regression (`perf.gate.regressions`: a real extra layer, a slower pipeline stage),
+interleaved; ``python -m perf.crossprocess DIR ...`` (or ``perf-history simulate``) judges saved runs made so. A
+*simulated CI run* (`simulate_run`) is what CI does on one commit, with the real gate's code:
 
-* every pair of identical processes (A/A): "slower" or "faster" is a false verdict, "unstable" a benchmark the
-  gate could not judge;
-* every identical process against every regressed one (A/B): "slower" on a benchmark the regression slows is a
-  detection; for the video pipeline the verdict must also name the slowed stage.
+1. *History*: a random draw of ``history`` identical processes other than the candidate plays main's history
+   (`perf.gate.compare.Baseline`; its change-point and outlier rules included).
+2. *First pass*: every benchmark of the candidate process judged against it at the budget's first-pass level
+   (`perf.gate.compare.judge_benchmark`, `perf.gate.judge.Budget`), the level of the whole selection's judged
+   metrics.
+3. *Confirmation* of each suspect (`perf.gate.confirm.judge_suspect`, the same code ``--perf-compare`` runs):
+   pairs drawn from the processes not used so far, base = identical ones, candidate = others of the candidate's
+   kind, `perf.gate.confirm.PAIRS_PER_LOOK` pairs per look, at most ``confirm`` pairs.
 
-Each pair is judged with a noise profile made from the *other* identical processes (leave the pair out), so
-no pair is judged with a profile that already saw it -- as in CI, where the profile comes from earlier runs.
-pytest-benchmark's own ``--benchmark-compare-fail`` check is applied to every A/A pair with its own code
-(`pytest_benchmark.utils.parse_compare_fail`), beside the consecutive pairs the children ran for real.
+The run is red when a row ends "slower". Identical code: every red run is a false alarm; inconclusive rows are
+counted. A regression: its slowed benchmarks (`perf.gate.regressions.Regression.groups`) should end "slower",
+a stage regression's naming the stage. Each candidate is drawn ``draws`` times with other histories; the
+processes are few, so the draws are not independent: the tables say how many processes they rest on.
 """
 
 from __future__ import annotations
@@ -20,79 +25,162 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from perf.gate.compare import UNSTABLE, GateSettings, compare_benchmark
-from perf.gate.noise import NoiseProfile, RunSummaries, compute_profile, summarize_run
-from perf.gate.stats import FASTER, SLOWER
+from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchmark
+from perf.gate.confirm import BASE, CANDIDATE, PAIRS_PER_LOOK, Process, judge_suspect, looks
+from perf.gate.judge import CONFIRM_LEVEL, FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER
 from perf.runs import SavedRun
 
 IDENTICAL = "identical"
-#: What the issue asks of the gate across processes (fractions of comparisons).
-TARGETS = {"false": 0.01, "unstable": 0.05, "detect_inference": 0.95, "detect_pipeline": 0.90}
+#: What the issue asks of the gate: red runs of unchanged code, inconclusive rows, detections.
+TARGETS = {"red": 0.01, "inconclusive": 0.05, "detect_inference": 0.95, "detect_pipeline": 0.90}
+DEFAULT_DRAWS = 25
+DEFAULT_CONFIRM = 4
 
 
-@dataclass(frozen=True)
-class PairVerdict:
-    """One benchmark judged on one pair of processes."""
+@dataclass
+class SimulatedRun:
+    """One simulated CI run: the candidate process, its kind, the rows as the gate ended them, whether it was
+    red, how many processes the confirmation used, and the suspects the first pass had."""
 
-    kind: str  # "identical" or the regression of the candidate, e.g. "layer:5%"
-    baseline: str
     candidate: str
-    fullname: str
-    family: str
-    batch: int | None
-    verdict: str
-    ratio: float | None
-    moved: str
+    kind: str
+    rows: list[Row]
+    red: bool
+    suspects: int
+    confirmation_processes: int
+    history: int
+    families: dict[str, str] = field(default_factory=dict)
+    batches: dict[str, int | None] = field(default_factory=dict)
 
 
-class _Profiles:
-    """Noise profiles of the identical runs without some of them, computed once each."""
-
-    def __init__(self, runs: Mapping[str, SavedRun], fingerprint: Mapping[str, Any]) -> None:
-        self.runs, self.fingerprint = runs, fingerprint
-        self.summaries: dict[str, RunSummaries] = {label: summarize_run(run) for label, run in runs.items()}
-        self.cache: dict[frozenset[str], NoiseProfile | None] = {}
-
-    def without(self, *labels: str) -> NoiseProfile | None:
-        key = frozenset(labels)
-        if key not in self.cache:
-            kept = [label for label in self.runs if label not in key]
-            self.cache[key] = None if len(kept) < 2 else compute_profile(
-                [self.runs[k] for k in kept], self.fingerprint, [self.summaries[k] for k in kept])  # fmt: skip
-        return self.cache[key]
+def _batch(run: SavedRun, fullname: str) -> int | None:
+    value = run.benchmarks[fullname].extra_info.get("batch")
+    return int(value) if isinstance(value, int) else None
 
 
-def _judge(kind: str, base_label: str, base: SavedRun, cand_label: str, cand: SavedRun, settings: GateSettings,
-           only_groups: Sequence[str] | None = None) -> list[PairVerdict]:  # fmt: skip
+def _slowed(regression: Any, bench: Any) -> bool:
+    """Whether ``regression`` (`perf.gate.regressions.Regression`) slows benchmark ``bench``: its group, and a batch
+    in the regression's range."""
+    batch = bench.extra_info.get("batch")
+    batch = int(batch) if isinstance(batch, int) else 1
+    top = regression.max_batch
+    return bench.group in regression.groups and batch >= regression.min_batch and (top is None or batch <= top)
+
+
+#: Runs saved further apart than this (seconds) are taken as made on different machines (sessions): a simulated
+#: confirmation pairs processes of one session where the pool allows, as CI runs a pair back to back on one runner.
+SESSION_GAP_S = 240.0
+
+
+def _session(run: SavedRun) -> float:
+    return getattr(run, "_session", 0.0)
+
+
+def _mark_sessions(runs: Sequence[SavedRun]) -> None:
+    """Number the machine sessions of ``runs`` by their save times (`SESSION_GAP_S`), on each run."""
+    import datetime as dt
+
+    timed = sorted(runs, key=lambda r: r.datetime or "")
+    session, last = 0, None
+    for run in timed:
+        try:
+            when = dt.datetime.fromisoformat(run.datetime or "").timestamp()
+        except ValueError:  # no date saved: one session with the runs before it
+            when = last or 0.0
+        if last is not None and when - last > SESSION_GAP_S:
+            session += 1
+        last = when
+        object.__setattr__(run, "_session", float(session))
+
+
+def _take(labels: list[str], runs: Mapping[str, SavedRun], session: float) -> str | None:
+    """Pop a label of ``session`` from ``labels`` if there is one, else any (None when empty)."""
+    for i in range(len(labels) - 1, -1, -1):
+        if _session(runs[labels[i]]) == session:
+            return labels.pop(i)
+    return labels.pop() if labels else None
+
+
+def _pair(kind: str, first: SavedRun, spare: list[str], cand_spare: list[str], pool: Mapping[str, SavedRun],
+          same_kind: Mapping[str, SavedRun]) -> tuple[SavedRun, SavedRun] | None:  # fmt: skip
+    """(base, candidate) processes of one confirmation pair: the candidate's side from the session of ``first`` (the
+    first pass's process) where the pool allows, the base from the candidate side's session where it allows (CI runs
+    a pair back to back on one runner; a small pool cannot always); None when the pool is spent."""
+    if kind == IDENTICAL:
+        if len(spare) < 2:
+            return None
+        cand = pool[_take(spare, pool, _session(first))]  # type: ignore[index]
+    else:
+        if not cand_spare or not spare:
+            return None
+        cand = same_kind[_take(cand_spare, same_kind, _session(first))]  # type: ignore[index]
+    return pool[_take(spare, pool, _session(cand))], cand  # type: ignore[index]
+
+
+def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_kind: Mapping[str, SavedRun],
+                 settings: GateSettings, rng: random.Random, history: int, expected: Sequence[str],
+                 regression: Any = None) -> SimulatedRun:  # fmt: skip
+    """One simulated CI run of ``candidate`` (a label of ``same_kind``) against a history drawn from ``pool``
+    (identical runs), as the module docstring says. ``expected``: the full selection's node ids (for the budget);
+    ``regression``: judge only the benchmarks it slows (`_slowed`)."""
+    others = [label for label in pool if label != candidate]
+    rng.shuffle(others)
+    need = settings.confirm * (2 if kind == IDENTICAL else 1)
+    take = min(len(others), max(MIN_REFERENCE + 2, min(history, len(others) - need)))  # a pool too small for both
+    # gives the history its due first: the confirmation then has fewer pairs, as the run's row says
+    drawn, spare = others[:take], others[take:]
+    base = Baseline([pool[label] for label in sorted(drawn, key=lambda l: pool[l].datetime or l)], settings.noise)
+    level = budget(base, settings, expected).first_level
+    run = same_kind[candidate]
+    rows = [judge_benchmark(base, bench, level, settings.min_effect) for name, bench in run.benchmarks.items()
+            if regression is None or _slowed(regression, bench)]  # fmt: skip
+    suspects = [row for row in rows if row.verdict == SLOWER and row.suspect]
+    cand_spare = [label for label in same_kind if label != candidate and label not in drawn]
+    rng.shuffle(cand_spare)
+    used = 0
+    if suspects and settings.confirm > 0:
+        total = looks(settings.confirm)
+        processes: list[Process] = []
+        pending = list(suspects)
+        for look in range(1, total + 1):
+            for _ in range(PAIRS_PER_LOOK):
+                pair = _pair(kind, run, spare, cand_spare, pool, same_kind)
+                if pair is None:
+                    break  # the pool is spent: the confirmation has fewer pairs
+                processes += [Process(BASE, pair[0]), Process(CANDIDATE, pair[1])]
+            pending = [row for row in pending if not judge_suspect(
+                row, base, settings, processes, CONFIRM_LEVEL / total, True, final=look == total)]
+            if not pending:
+                break
+        used = len(processes)
+    red = any(row.verdict == SLOWER for row in rows)
+    return SimulatedRun(candidate, kind, rows, red, len(suspects), used, len(drawn),
+                        {row.fullname: run.benchmarks[row.fullname].family for row in rows},
+                        {row.fullname: _batch(run, row.fullname) for row in rows})
+
+
+def simulate(identical: Mapping[str, SavedRun], regressed: Mapping[str, Mapping[str, SavedRun]],
+             settings: GateSettings, *, history: int = 20, draws: int = DEFAULT_DRAWS, seed: int = 0,
+             regressions: Mapping[str, Any] | None = None) -> list[SimulatedRun]:  # fmt: skip
+    """Simulated CI runs: ``draws`` per identical process and per regressed process (see the module docstring).
+    ``regressions``: kind -> `perf.gate.regressions.Regression`, whose slowed benchmarks alone are judged."""
+    rng = random.Random(seed)
+    expected = sorted({name for run in identical.values() for name in run.benchmarks})
+    _mark_sessions([*identical.values(), *(run for runs in regressed.values() for run in runs.values())])
     out = []
-    for fullname, bench in cand.benchmarks.items():
-        if fullname not in base.benchmarks or (only_groups is not None and bench.group not in only_groups):
-            continue
-        row = compare_benchmark(base.benchmarks[fullname], bench, settings)
-        batch = bench.extra_info.get("batch")
-        out.append(PairVerdict(kind, base_label, cand_label, fullname, bench.family,
-                               int(batch) if isinstance(batch, int) else None, row.verdict, row.ratio, row.moved))
-    return out
-
-
-def judge_pairs(identical: Mapping[str, SavedRun], regressed: Mapping[str, Mapping[str, SavedRun]],
-                settings: GateSettings, fingerprint: Mapping[str, Any],
-                groups: Mapping[str, Sequence[str]] | None = None) -> list[PairVerdict]:  # fmt: skip
-    """Verdicts on every A/A pair and every A/B pair (see the module docstring). ``regressed``: regression ->
-    label -> run; ``groups``: regression -> the benchmark groups it slows (others are not judged)."""
-    profiles = _Profiles(identical, fingerprint)
-    out: list[PairVerdict] = []
-    for (a, run_a), (b, run_b) in itertools.combinations(identical.items(), 2):
-        judged = dataclasses.replace(settings, noise=profiles.without(a, b))
-        out += _judge(IDENTICAL, a, run_a, b, run_b, judged)
+    for label in identical:
+        out += [simulate_run(label, IDENTICAL, identical, identical, settings, rng, history, expected)
+                for _ in range(draws)]
     for kind, runs in regressed.items():
-        for (a, run_a), (b, run_b) in itertools.product(identical.items(), runs.items()):
-            judged = dataclasses.replace(settings, noise=profiles.without(a))
-            out += _judge(kind, a, run_a, b, run_b, judged, None if groups is None else groups.get(kind))
+        only = None if regressions is None else regressions.get(kind)
+        for label in runs:
+            out += [simulate_run(label, kind, identical, runs, settings, rng, history, expected, only)
+                    for _ in range(draws)]
     return out
 
 
@@ -100,55 +188,59 @@ def _rate(count: int, total: int) -> str:
     return f"{count}/{total} ({100 * count / total:.1f}%)" if total else "0/0"
 
 
-def identical_rows(verdicts: Sequence[PairVerdict]) -> list[dict[str, Any]]:
-    """Per family, then all: comparisons of identical processes, false verdicts and unstable ones."""
-    rows = []
-    by_family = sorted({v.family for v in verdicts if v.kind == IDENTICAL})
-    for family in [*by_family, "all"]:
-        chosen = [v for v in verdicts if v.kind == IDENTICAL and (family == "all" or v.family == family)]
-        false = sum(v.verdict in (SLOWER, FASTER) for v in chosen)
-        unstable = sum(v.verdict == UNSTABLE for v in chosen)
-        rows.append({"family": family, "comparisons": len(chosen),
-                     "slower": sum(v.verdict == SLOWER for v in chosen),
-                     "faster": sum(v.verdict == FASTER for v in chosen), "false verdicts": _rate(false, len(chosen)),
-                     "unstable": _rate(unstable, len(chosen)),
-                     "meets targets": _meets(false, unstable, len(chosen))})  # fmt: skip
-    return rows
-
-
-def _meets(false: int, unstable: int, total: int) -> str:
-    if not total:
-        return "-"
-    ok = false <= TARGETS["false"] * total and unstable <= TARGETS["unstable"] * total
-    return "yes" if ok else "no"
+def identical_rows(runs: Sequence[SimulatedRun]) -> list[dict[str, Any]]:
+    """Per family, then all: simulated CI runs of identical code, rows judged, false "slower" / "faster",
+    inconclusive rows; for "all", the red runs and the runs that needed a confirmation."""
+    chosen = [r for r in runs if r.kind == IDENTICAL]
+    out = []
+    families = sorted({f for r in chosen for f in r.families.values()})
+    for family in [*families, "all"]:
+        rows = [row for r in chosen for row in r.rows if family == "all" or r.families[row.fullname] == family]
+        slower = sum(row.verdict == SLOWER for row in rows)
+        faster = sum(row.verdict == FASTER for row in rows)
+        inconclusive = sum(row.verdict == INCONCLUSIVE for row in rows)
+        detectable = sorted(row.detectable for row in rows if row.detectable is not None)
+        entry = {"family": family, "rows": len(rows), "slower": slower, "faster": faster,
+                 "inconclusive": _rate(inconclusive, len(rows)),
+                 "median detectable %": 100 * detectable[len(detectable) // 2] if detectable else math.nan}
+        if family == "all":
+            red = sum(r.red for r in chosen)
+            entry.update({"runs": len(chosen), "red runs": _rate(red, len(chosen)),
+                          "runs with suspects": _rate(sum(r.suspects > 0 for r in chosen), len(chosen)),
+                          "meets targets": "yes" if red <= TARGETS["red"] * len(chosen)
+                          and inconclusive <= TARGETS["inconclusive"] * len(rows) else "no"})  # fmt: skip
+        out.append(entry)
+    return out
 
 
 def _stage_of(kind: str) -> str | None:
     name = kind.partition(":")[0]
-    return None if name == "layer" else name
+    return None if name.startswith("layer") else name
 
 
-def regression_rows(verdicts: Sequence[PairVerdict]) -> list[dict[str, Any]]:
-    """Per regression, family and batch: comparisons, detected ("slower"), and for a stage regression how often
-    the verdict named the stage; with the target each should meet."""
-    rows = []
-    keys = sorted({(v.kind, v.family, v.batch or 0) for v in verdicts if v.kind != IDENTICAL})
-    for kind, family, batch in keys:
-        chosen = [v for v in verdicts if (v.kind, v.family, v.batch or 0) == (kind, family, batch)]
-        detected = [v for v in chosen if v.verdict == SLOWER]
+def regression_rows(runs: Sequence[SimulatedRun]) -> list[dict[str, Any]]:
+    """Per regression, family and batch: simulated CI runs, how often the row ended "slower" (for a stage
+    regression, naming the stage), inconclusive, the median ratio, and the target each should meet."""
+    verdicts = [(r.kind, r.families[row.fullname], r.batches[row.fullname] or 0, row, r)
+                for r in runs if r.kind != IDENTICAL for row in r.rows]  # fmt: skip
+    out = []
+    for kind, family, batch in sorted({v[:3] for v in verdicts}):
+        chosen = [(row, r) for k, f, b, row, r in verdicts if (k, f, b) == (kind, family, batch)]
+        detected = [row for row, _ in chosen if row.verdict == SLOWER]
         stage = _stage_of(kind)
-        named = [v for v in detected if stage is not None and f"stage {stage}" in v.moved]
-        ratios = sorted(v.ratio for v in chosen if v.ratio is not None)
+        named = [row for row in detected if stage is not None and f"stage {stage}" in row.moved]
+        ratios = sorted(row.ratio for row, _ in chosen if row.ratio is not None)
         target = TARGETS["detect_inference"] if family.startswith("inference") else TARGETS["detect_pipeline"]
         counted = named if stage is not None else detected
-        applies = (family.startswith("inference") and batch >= 8) or (stage is not None and family == "end-to-end")
-        rows.append({"regression": kind, "family": family, "batch": batch or "-", "comparisons": len(chosen),
-                     "median ratio": ratios[len(ratios) // 2] if ratios else math.nan,
-                     "slower": _rate(len(detected), len(chosen)),
-                     "slower, stage named": _rate(len(named), len(chosen)) if stage is not None else "-",
-                     "target": f">= {target:.0%}" if applies else "-",
-                     "meets target": ("yes" if len(counted) >= target * len(chosen) else "no") if applies else "-"})  # fmt: skip
-    return rows
+        out.append({"regression": kind, "family": family, "batch": batch or "-", "runs": len(chosen),
+                    "median ratio": ratios[len(ratios) // 2] if ratios else math.nan,
+                    "slower": _rate(len(detected), len(chosen)),
+                    "slower, stage named": _rate(len(named), len(chosen)) if stage is not None else "-",
+                    "inconclusive": _rate(sum(row.verdict == INCONCLUSIVE for row, _ in chosen), len(chosen)),
+                    "confirmation processes": sum(r.confirmation_processes for _, r in chosen),
+                    "target": f">= {target:.0%}",
+                    "meets target": "yes" if len(counted) >= target * len(chosen) else "no"})  # fmt: skip
+    return out
 
 
 def compare_fail_rows(identical: Mapping[str, SavedRun], check: str) -> dict[str, Any]:
@@ -217,6 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perf.crossprocess", description=main.__doc__, allow_abbrev=False)
     parser.add_argument("folders", nargs="+", metavar="DIR")
     parser.add_argument("--min-effect", type=float, default=GateSettings().min_effect)
+    parser.add_argument("--history", type=int, default=20, help="identical processes drawn as main's history")
+    parser.add_argument("--confirm", type=int, default=DEFAULT_CONFIRM, help="confirmation pairs at most (0: none)")
+    parser.add_argument("--draws", type=int, default=DEFAULT_DRAWS, help="simulated runs per process")
     parser.add_argument("--compare-fail", default="median:5%")
     parser.add_argument("--json", metavar="FILE", help="also write every verdict here")
     args = parser.parse_args(argv)
@@ -227,9 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(identical) < 3:
         parser.error(f"{', '.join(args.folders)}: {len(identical)} identical run(s); need >= 3 for leave-pair-out profiles")
     fingerprint = next(iter(identical.values())).fingerprint or {}
-    settings = GateSettings(min_effect=args.min_effect)
-    groups = {kind: parse_regression(kind).groups for kind in regressed}
-    verdicts = judge_pairs(identical, regressed, settings, fingerprint, groups)
+    settings = GateSettings(min_effect=args.min_effect, confirm=args.confirm)
+    kinds = {kind: parse_regression(kind) for kind in regressed}
+    verdicts = simulate(identical, regressed, settings, history=args.history, draws=args.draws, regressions=kinds)
     report = PerfReport()
     for row in family_rows(compute_profile(list(identical.values()), fingerprint)):
         report.add(schema.RERUN_FAMILY, row)
@@ -243,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         from pathlib import Path
 
-        Path(args.json).write_text(json.dumps([dataclasses.asdict(v) for v in verdicts], indent=2) + "\n")
+        Path(args.json).write_text(json.dumps([dataclasses.asdict(v) for v in verdicts], indent=2, default=str) + "\n")
     return 0
 
 

@@ -351,7 +351,8 @@ class Option:
 def all_options() -> tuple[Option, ...]:
     """Every option of the suite, in the order --help lists them (defaults that come from the measuring and gate
     modules are imported here, when pytest registers the options)."""
-    from perf.gate.stats import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT, DEFAULT_MIN_EFFECT
+    from perf.gate.judge import DEFAULT_FLOOR as DEFAULT_MIN_EFFECT
+    from perf.gate.stats import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT
     from perf.measure.clock import DEFAULT_LEAD_IN_MS
     from perf.measure.controls import NAMES as CONTROL_NAMES
     from perf.measure.controls import Controls
@@ -438,11 +439,20 @@ def all_options() -> tuple[Option, ...]:
                str(KERNEL_CALLS), parse_count, default=KERNEL_CALLS),
         Option(NSYS_CHILD_FLAG, None, None),  # the run inside nsys (perf/profile/plugin.py)
         # -- the regression gate (perf/gate/plugin.py) ---------------------------------------------------------------
-        Option("--perf-compare", "NUM|ID", "Compare with a saved run (the latest, or run NUM / matching ID) from the "
-               "raw rounds: one line per benchmark with the ratio of medians and its 95% interval, verdict slower / "
-               "faster / no change / unstable / missing; any slower fails the run.", "off", const=True),
-        Option("--perf-min-effect", "FRACTION", "Smallest change --perf-compare calls slower or faster: the whole "
-               "interval must lie beyond it.", f"{DEFAULT_MIN_EFFECT:.0%}", parse_fraction,
+        Option("--perf-compare", "NUM|ID", "Judge this run against main's history on this runner (the last "
+               "--perf-history comparable saved runs; up to run NUM / ID when given): one line per benchmark with the "
+               "ratio to the history, its interval, the smallest slowdown it could detect and the verdict slower / "
+               "faster / no change / inconclusive / missing; suspects are confirmed in fresh processes "
+               "(--perf-confirm) and a confirmed slower fails the run.", "off", const=True),
+        Option("--perf-history", "N", "How many of the latest comparable saved runs (same machine, model and video, no "
+               "test-only options) make the history --perf-compare judges against.", "20", parse_positive_int,
+               default=20),
+        Option("--perf-confirm", "PAIRS", "With --perf-compare, confirm each suspect in at most PAIRS pairs of fresh "
+               "processes of the base (a git worktree of the history's latest commit) and this tree, alternating, "
+               "only the suspects' tests, 2 pairs per look; 0 = no confirmation (then the first pass alone spends "
+               "the error budget).", "4", parse_count, default=4),
+        Option("--perf-min-effect", "FRACTION", "Smallest change --perf-compare calls slower or faster (the floor: "
+               "the change must also be significant).", f"{DEFAULT_MIN_EFFECT:.0%}", parse_fraction,
                default=DEFAULT_MIN_EFFECT),
         Option("--perf-max-cv", "FRACTION", "Robust coefficient of variation above which a benchmark is unstable.",
                f"{DEFAULT_MAX_CV:.0%}", parse_fraction, default=DEFAULT_MAX_CV),
@@ -452,10 +462,10 @@ def all_options() -> tuple[Option, ...]:
         Option("--perf-max-remeasure", "N", "Extra measurements of an unstable benchmark before it is reported "
                "unstable.", str(DEFAULT_MAX_REMEASURE), parse_count,
                default=DEFAULT_MAX_REMEASURE),
-        Option("--perf-fail-unstable", None, "With --perf-compare, fail the run on unstable benchmarks too (else they "
-               "are reported and counted)."),
-        Option("--perf-noise-profile", "PATH|none", "The noise profile --perf-compare uses: a file written by "
-               "--perf-noise, or none for within-process intervals only.",
+        Option("--perf-fail-inconclusive", None, "With --perf-compare, fail the run on inconclusive benchmarks too "
+               "(suspects the confirmation could neither confirm nor clear; else they are reported and counted)."),
+        Option("--perf-noise-profile", "PATH|none", "The noise profile that seeds a history of fewer than 3 runs for "
+               "--perf-compare: a file written by --perf-noise, or none.",
                "this runner's profile in the benchmark storage (<storage>/noise/), if any"),
         Option("--perf-selftest", None, "Run only the gate's self-checks: clock truth, and detection / false-alarm "
                "rates of injected slowdowns."),

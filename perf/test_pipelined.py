@@ -69,9 +69,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                                                        session.device))
 
 
+def _regressed_writes(config: pytest.Config, warm: Any, frames: list[Any], extra_info: dict[str, Any]) -> Any:
+    """With ``--perf-regression=write:P``: every frame write also JPEG-encodes extra times, calibrated on the warm-up
+    pass's frame time and a bare loop of the encode (`perf.gate.regressions`); else a context that does nothing."""
+    import contextlib
+    import statistics
+
+    regression = config.getoption("perf_regression")
+    if regression is None or regression.kind != "write" or not warm.iteration_ms:
+        return contextlib.nullcontext()
+    from perf.gate.regressions import calibrate_stage, encode_jpeg, slowed_writes
+
+    frame_ms = statistics.median(warm.iteration_ms[len(warm.iteration_ms) // 3:])
+    extra, bare_ms = calibrate_stage(encode_jpeg, frames[:20], (), frame_ms, regression.fraction)
+    extra_info["regression_calibration"] = {"frame_ms": frame_ms, "encode_bare_ms": bare_ms,
+                                            "extra_encodes_per_frame": extra}  # fmt: skip
+    return slowed_writes(extra)
+
+
 def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any, source_video: Any,
                               perf_reports_dir: Any, perf_report: Any, tmp_path: Any, measured_region: Any,
-                              perf_controls: Any, perf_samples: Any) -> None:  # fmt: skip
+                              perf_controls: Any, perf_samples: Any, pytestconfig: pytest.Config) -> None:  # fmt: skip
     import numpy as np
     import torch
 
@@ -138,9 +156,10 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
             probes.append(probe)
 
         out_b1 = scratch_b1 if source.encode else None
-        run_pipelined(runner, perf_video.path, out_b1, batch=1, names=names, max_frames=min(frames, 30),
-                      keep_detections=False, **decoder)  # untimed: threads, pinned buffers, encoder set-up
-        with measured_region(f"pipelined[{pipe_case.id}]", runner, benchmark.extra_info):
+        warm = run_pipelined(runner, perf_video.path, out_b1, batch=1, names=names, max_frames=min(frames, 30),
+                             keep_detections=False, **decoder)  # untimed: threads, pinned buffers, encoder set-up
+        with measured_region(f"pipelined[{pipe_case.id}]", runner, benchmark.extra_info), \
+                _regressed_writes(pytestconfig, warm, kept, benchmark.extra_info):
             benchmark.pedantic(one_pass, rounds=ROUNDS[kind], iterations=1, warmup_rounds=0)
         if not passes:  # --benchmark-disable runs it once; make sure
             one_pass()
@@ -149,7 +168,7 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     pipelined[1] = max(passes, key=lambda r: r.e2e_fps)
     wall = [block_samples([r.iteration_ms], block, skip=skip) for r in passes]
     stages = stage_metrics([{k: v[: r.frames] for k, v in r.stage_samples_ms.items() if k in ("read", "write")}
-                            for r in passes], block, skip=skip, judged=False)  # fmt: skip
+                            for r in passes], block, skip=skip, judged=True)  # fmt: skip
     wall_flat = [x for pass_ in wall for x in pass_]
     if reference is not None:
         readings = [p.readings_s for p in probes]

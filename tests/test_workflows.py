@@ -147,7 +147,7 @@ def test_gpu_workflow_compares_with_main_baseline_of_the_same_runner() -> None:
     save = _step("gpu.yml", "actions/cache/save@")
     assert "key: perf-baseline-main-${{ runner.name }}-" in save
     bench = _step("gpu.yml", "pytest perf --perf-device cuda --benchmark-autosave")
-    assert '--perf-compare="$BASELINE"' in bench and 'if [ -n "$BASELINE" ]' in bench
+    assert "compare=(--perf-compare --perf-min-effect" in bench and 'if [ -n "$BASELINE" ]' in bench
 
 
 def test_gpu_workflow_summarises_the_verdicts_the_ab_and_the_change_points() -> None:

@@ -1,40 +1,34 @@
-"""``--perf-compare``: one verdict per benchmark from the raw rounds of a saved run and of the current run.
+"""``--perf-compare``: one verdict per benchmark of a run, judged against main's history of this runner.
 
-Verdicts: "slower", "faster", "no change" (`perf.gate.stats.compare_samples`, the gate's one decision rule),
-"unstable" (either sample fails the stability rule, or was recorded unstable by `perf.measure.stability`, or the
-result is inconclusive: the medians moved beyond the minimum effect but the interval still reaches into the
-no-change band, so neither "slower" nor "no change" would be true; the ratio and interval are still shown, but no
-verdict is drawn from them) and "missing" (in one run only, or saved
-without raw rounds). Written as ``<reports>/perf-compare.json`` (`perf.verdicts.VERDICT_FILE`) and ``.md``
-(atomically); the JSON layout is described in `perf.verdicts`, which reads it back (`load_verdicts`).
+The run is judged against the distribution of the per-process medians of the last comparable runs (`Baseline`:
+`perf.gate.history`), never against one saved process, with the one judge (`perf.gate.judge.judge`) at the levels
+of the run's error budget (`perf.gate.judge.Budget`). Verdicts: "slower", "faster", "no change" (not slower by
+the row's ``detectable`` change or more), "inconclusive" (a suspect that fresh processes could neither confirm nor
+clear, `perf.gate.confirm`) and "missing" (in one run only, or saved without raw rounds). Runs saved before this
+gate may hold "unstable", which is read as it was written. Written as ``<reports>/perf-compare.json``
+(`perf.verdicts.VERDICT_FILE`) and ``.md`` (atomically); `perf.verdicts` reads it back.
 
-*Noise profile.* With this runner's profile (`perf.gate.noise`, from ``--perf-noise``) every metric's interval also
-holds the between-process spread identical code shows here, and a sample is unstable only when it is noisier
-than the profile's own processes were (`perf.gate.noise.stability_limits`); a benchmark the profile does not cover is
-judged within-process only, with the fixed stability limits, and its row says so.
+*Short history.* With fewer than `perf.gate.judge.MIN_REFERENCE` comparable runs, this runner's noise profile's
+processes (``--perf-noise``) seed the reference; with neither, a metric is judged against the latest run's own
+within-process spread (`perf.gate.judge.within_reference`), and the row's note says so.
 
-*Metrics.* A benchmark may carry several series (`perf.runs.BenchmarkRecord.metrics`). The row's verdict
-judges the primary one ("time") and:
+*Metrics.* A benchmark may carry several series (`perf.runs.BenchmarkRecord.metrics`). Judged, each with its own
+reference and its share of the budget:
 
-* ``host`` (host latency with synchronisation) where the call is launch-bound (``extra_info["launch_bound"]``):
-  the host, not the GPU, bounds it, so a change there is a change users see;
-* ``stage:<name>`` of the sequential pipeline (marked ``judged``), as its *contribution*: the stage's change in
-  seconds per frame over the baseline's whole frame time, interval included (so a stage that grew by 5% of the
-  frame is "slower" even when other stages' noise hides it in the frame total). The row names the stages that
-  moved. A pipelined loop's stages overlap, so its stage series are shown, not judged.
+* ``time``, the primary one;
+* ``host`` (host latency with synchronisation) where the call is launch-bound (``extra_info["launch_bound"]``);
+* ``stage:<name>`` of a video loop (marked ``judged``): slower only when the stage's change is also more than the
+  floor *of the whole frame* (its ratio's excess times its share of the reference frame), so the row names the stage.
 
-Any judged metric "slower" makes the row slower (each is judged on its own stable samples); otherwise an unstable
-primary (or judged host) metric makes it unstable, and the row's note says which and why.
+Any judged metric "slower" makes the row slower; the row's ``detectable`` is its primary metric's.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import zlib
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detector.fileio import atomic_write_text
-from perf.gate.noise import stability_limits
-from perf.gate.stats import (DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, FASTER, NO_CHANGE, SLOWER, BetweenNoise,
-                             compare_samples, decide, inconclusive)  # fmt: skip
+from perf.gate.history import HistoryReference, record_median, reference_for
+from perf.gate.judge import (DEFAULT_FLOOR, FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, Budget, Reference, judge,
+                             judge_pairs, within_reference)  # fmt: skip
 from perf.measure.stability import StabilityRule
 from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
 from perf.verdicts import VERDICT_FILE
@@ -53,38 +47,83 @@ if TYPE_CHECKING:
     from perf.gate.noise import NoiseProfile
 
 UNSTABLE, MISSING = "unstable", "missing"
-VERDICTS = ("slower", "faster", "no change", UNSTABLE, MISSING)
-FORMAT = 2
+VERDICTS = (SLOWER, FASTER, NO_CHANGE, INCONCLUSIVE, MISSING)
+FORMAT = 3
 HOST, STAGE = "host", "stage:"
 
 
 @dataclass(frozen=True)
 class GateSettings:
-    """How ``--perf-compare`` decides: minimum effect, confidence, stability rule, what fails the run, and the
-    runner's noise profile (None: within-process intervals only)."""
+    """How ``--perf-compare`` decides: the floor (smallest change called slower or faster), the stability rule
+    of the measurement, whether inconclusive rows fail the run, this runner's noise profile (seeds a short
+    history), and the confirmation (``confirm``: at most this many pairs of fresh processes per suspect; 0: none)."""
 
-    min_effect: float = DEFAULT_MIN_EFFECT
-    confidence: float = DEFAULT_CONFIDENCE
+    min_effect: float = DEFAULT_FLOOR
     rule: StabilityRule = field(default_factory=StabilityRule)
-    fail_unstable: bool = False
+    fail_inconclusive: bool = False
     noise: NoiseProfile | None = None
+    confirm: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"min_effect": self.min_effect, "confidence": self.confidence, "max_cv": self.rule.max_cv,
-                "max_drift": self.rule.max_drift, "fail_unstable": self.fail_unstable,
+        return {"min_effect": self.min_effect, "max_cv": self.rule.max_cv, "max_drift": self.rule.max_drift,
+                "fail_inconclusive": self.fail_inconclusive, "confirm_pairs": self.confirm,
                 "noise_profile": None if self.noise is None else str(self.noise.path or "in memory"),
                 "noise_processes": None if self.noise is None else self.noise.processes}  # fmt: skip
 
-    def between(self, fullname: str, metric: str) -> BetweenNoise | None:
-        return None if self.noise is None else self.noise.between(fullname, metric)
+
+@dataclass
+class Baseline:
+    """What a run is judged against: ``runs``, main's comparable history on this runner (oldest first; the last is
+    the latest), and the noise profile that seeds a short one. References are built once per metric."""
+
+    runs: list[SavedRun]
+    noise: NoiseProfile | None = None
+
+    def __post_init__(self) -> None:
+        if not self.runs:
+            raise ValueError("a baseline needs at least one saved run")
+        self._cache: dict[tuple[str, str], HistoryReference | None] = {}
+
+    @property
+    def latest(self) -> SavedRun:
+        return self.runs[-1]
+
+    @property
+    def path(self) -> Path:
+        return self.latest.path
+
+    @property
+    def benchmarks(self) -> dict[str, BenchmarkRecord]:
+        return self.latest.benchmarks
+
+    def reference(self, fullname: str, metric: str) -> HistoryReference | None:
+        key = (fullname, metric)
+        if key not in self._cache:
+            entry = self.noise.entry(fullname, metric) if self.noise is not None else None
+            self._cache[key] = reference_for(self.runs, fullname, metric, entry.medians_s if entry else ())
+        return self._cache[key]
+
+    def judged_metrics(self, expected: Iterable[str] | None = None) -> int:
+        """How many metrics a run of the ``expected`` benchmarks (None: the latest run's) is judged on: the
+        latest run's judged metrics of those benchmarks, at least 1 (the budget is split over them)."""
+        wanted = None if expected is None else set(expected)
+        count = sum(len(judged_names(bench)) for name, bench in self.benchmarks.items()
+                    if wanted is None or name in wanted)  # fmt: skip
+        return max(1, count)
+
+    def describe(self) -> str:
+        first, last = self.runs[0], self.latest
+        return (f"main's history of {len(self.runs)} comparable run(s) on this runner ({first.name} .. {last.name}, "
+                f"latest commit {str(last.commit or 'unknown')[:12]})")
 
 
 @dataclass
 class MetricResult:
-    """One metric of a benchmark compared: ratio of medians, interval, verdict, whether it was judged.
+    """One metric of a benchmark judged: the reference's and this run's medians (seconds), the judgement's ratio,
+    interval and verdict, ``detectable`` (smallest slowdown it would catch, a fraction), whether it counts.
 
-    For a stage, ``contribution`` is ``[lo, hi]`` of its change as a fraction of the baseline frame time, and
-    the verdict is drawn from that."""
+    For a stage, ``contribution`` is the ratio's excess times the stage's share of the reference frame (a
+    fraction of the frame, ``[lo, hi]``)."""
 
     metric: str
     label: str
@@ -95,9 +134,11 @@ class MetricResult:
     ratio: float
     lo: float
     hi: float
-    between: float | None = None
+    detectable: float | None = None
     contribution: tuple[float, float] | None = None
     note: str = ""
+    reference_runs: int = 0
+    level: float | None = None
 
     def describe(self) -> str:
         """``host latency (sync) 1.085 [1.051, 1.120] slower``, or for a stage ``stage preprocess +0.41 ms/frame
@@ -113,8 +154,10 @@ class MetricResult:
 @dataclass
 class Row:
     """One benchmark's line of the verdict table (times in seconds per call, frame or tick; ratio = current /
-    baseline, of the primary metric). ``moved``: what changed, by metric or stage; ``noise``: the between-process
-    part in the interval ("" when the profile has no entry); ``metrics``: every metric compared."""
+    reference, of the primary metric). ``moved``: what changed, by metric or stage; ``detectable``: the smallest
+    slowdown of the primary metric this run could catch (a fraction); ``reference_runs``: the processes the
+    reference rests on; ``suspect``: the judged metrics the first pass called slower (to confirm); ``metrics``:
+    every metric judged."""
 
     fullname: str
     name: str
@@ -129,7 +172,10 @@ class Row:
     n_baseline: int | None = None
     n_current: int | None = None
     moved: str = ""
-    noise: str = ""
+    detectable: float | None = None
+    reference_runs: int | None = None
+    suspect: list[str] = field(default_factory=list)
+    confirmation: dict[str, Any] | None = None
     metrics: list[MetricResult] = field(default_factory=list)
     #: For a slower row: the kernels whose time per call moved most (`perf.profile.kernels.kernel_changes`), and
     #: how much all the kernels of the two tables moved, microseconds per call (None: no tables to compare).
@@ -137,140 +183,173 @@ class Row:
     kernels_moved_us: float | None = None
 
 
-def _seed(fullname: str, metric: str = PRIMARY) -> int:
-    return zlib.crc32(fullname.encode() if metric == PRIMARY else f"{fullname}|{metric}".encode())
-
-
-def _unstable_reason(bench: BenchmarkRecord, metric: str, rule: StabilityRule, profiled: bool = False) -> str:
-    """Why a series cannot be compared ("" if it can): recorded as unstable (unless ``profiled``: then ``rule``,
-    widened to this runner's normal noise, decides anew), or unstable by ``rule`` now."""
-    recorded = bench.stability if metric == PRIMARY else None
-    if not profiled and recorded is not None and recorded.get("verdict") == UNSTABLE:
-        return str(recorded.get("reason") or "recorded unstable")
-    data = bench.metrics().get(metric)
-    return rule.assess(data).reason if data is not None else "no rounds"
-
-
-def _label(baseline: BenchmarkRecord, current: BenchmarkRecord, metric: str) -> str:
-    label = current.metric_info(metric).get("label") or baseline.metric_info(metric).get("label")
+def _label(bench: BenchmarkRecord, metric: str) -> str:
+    label = bench.metric_info(metric).get("label")
     if label:
         return str(label)
     return metric.replace(STAGE, "stage ") if metric.startswith(STAGE) else metric
 
 
-def _launch_bound(*benches: BenchmarkRecord) -> bool:
-    return any(bool(b.extra_info.get("launch_bound")) for b in benches)
+def judged_names(bench: BenchmarkRecord) -> list[str]:
+    """The metrics of ``bench`` the gate judges (see the module docstring), primary first."""
+    names = [PRIMARY] if PRIMARY in bench.metrics() or bench.median_s else []
+    launch_bound = bool(bench.extra_info.get("launch_bound"))
+    for metric in bench.metrics():
+        if (metric == HOST and launch_bound) or (metric.startswith(STAGE) and bench.metric_info(metric).get("judged")):
+            names.append(metric)
+    return names
 
 
-def compare_metric(baseline: BenchmarkRecord, current: BenchmarkRecord, metric: str, settings: GateSettings,
-                   frame_s: float | None = None) -> MetricResult:  # fmt: skip
-    """Compare one metric of a benchmark present in both runs (both must have the series). ``frame_s``: the
-    baseline's frame time, for a stage's contribution."""
-    base, cur = baseline.metrics()[metric], current.metrics()[metric]
-    result = compare_samples(base, cur, min_effect=settings.min_effect, confidence=settings.confidence,
-                             seed=_seed(current.fullname, metric),
-                             between=settings.between(current.fullname, metric))  # fmt: skip
-    judged = (metric == PRIMARY or (metric == HOST and _launch_bound(baseline, current))
-              or (metric.startswith(STAGE) and bool(current.metric_info(metric).get("judged"))))
-    out = MetricResult(metric, _label(baseline, current, metric), judged, result.verdict, float(np.median(base)),
-                       float(np.median(cur)), result.ratio, result.lo, result.hi, result.between)  # fmt: skip
-    entry = settings.noise.entry(current.fullname, metric) if settings.noise is not None else None
-    max_cv, max_drift = stability_limits(entry, settings.rule.max_cv, settings.rule.max_drift)
-    rule = dataclasses.replace(settings.rule, max_cv=max_cv, max_drift=max_drift)
-    reasons = [f"{side}: {why}" for side, bench in (("baseline", baseline), ("current", current))
-               if (why := _unstable_reason(bench, metric, rule, profiled=entry is not None))]  # fmt: skip
-    if reasons:
-        out.verdict, out.note = UNSTABLE, "; ".join(reasons)
-    elif (result.verdict == NO_CHANGE and not metric.startswith(STAGE)
-          and inconclusive(result.ratio, settings.min_effect)):
-        out.verdict = UNSTABLE
-        out.note = (f"inconclusive: the median moved {result.ratio:.3f}x but the {settings.confidence:.0%} interval "
-                    f"[{result.lo:.3f}, {result.hi:.3f}] reaches into ±{settings.min_effect:.1%}: too noisy to "
-                    "call it a change or no change")  # fmt: skip
-    elif judged and metric.startswith(STAGE) and frame_s:
-        share = out.baseline_median_s / frame_s
+def reference_of(baseline: Baseline, fullname: str, metric: str) -> tuple[Reference | None, int, str]:
+    """(the reference, the processes it rests on, a note) of one metric: the history's, or with too short a
+    history the latest run's own within-process spread (noted); None when neither has the series."""
+    found = baseline.reference(fullname, metric)
+    if found is not None:
+        note = f"history restarted at a change point ({found.restarted_at})" if found.restarted_at else ""
+        return found.reference, found.reference.n, note
+    base = baseline.latest.benchmarks.get(fullname)
+    data = None if base is None else base.metrics().get(metric)
+    if data is None or not data.size or float(np.median(data)) <= 0:
+        return None, 0, ""
+    from perf.gate.stats import log_median_se
+
+    note = (f"history too short ({len(baseline.runs)} comparable run(s), no noise profile): judged against "
+            f"{baseline.latest.name} alone, within-process only; seed a history with --perf-noise=10")
+    return within_reference(float(np.median(data)), log_median_se(data)), 1, note
+
+
+def judge_metric(baseline: Baseline, current: BenchmarkRecord, metric: str, level: float, floor: float,
+                 frame_s: float | None = None, candidates_s: Sequence[float] | None = None) -> MetricResult | None:  # fmt: skip
+    """One metric of ``current`` against its reference at one-sided ``level``; None when it cannot be judged (no
+    such series here or in the history). ``frame_s``: the reference frame time, for a stage's share;
+    ``candidates_s``: per-process medians to judge instead of ``current``'s own (a confirmation's)."""
+    value = record_median(current, metric)
+    if value is None:
+        return None
+    ref, runs, note = reference_of(baseline, current.fullname, metric)
+    if ref is None:
+        return None
+    share = None
+    if metric.startswith(STAGE) and frame_s:
+        share = min(1.0, ref.median_s / frame_s)
+    if candidates_s:
+        value = math.exp(float(np.mean(np.log(candidates_s))))
+    result = judge(ref, list(candidates_s) if candidates_s else [value], level,
+                   floor / share if share else floor)  # fmt: skip
+    out = MetricResult(metric, _label(current, metric), True, result.verdict, ref.median_s, value, result.ratio,
+                       result.lo, result.hi, result.detectable * (share or 1.0), note=note, reference_runs=runs,
+                       level=level)  # fmt: skip
+    if share:
         out.contribution = ((result.lo - 1) * share, (result.hi - 1) * share)
-        out.verdict = decide(1 + out.contribution[0], 1 + out.contribution[1], settings.min_effect)
     return out
 
 
-def _row_verdict(primary: MetricResult, others: list[MetricResult]) -> str:
-    """Slower when any judged metric is (each was judged on its own stable samples: a noisy host latency does not
-    hide a GPU time that is decisively slower); else unstable when the primary or a judged host metric is."""
-    judged = [m for m in others if m.judged]
-    verdicts = [primary.verdict, *(m.verdict for m in judged)]
-    if SLOWER in verdicts:
-        return SLOWER
-    if primary.verdict == UNSTABLE or any(m.verdict == UNSTABLE for m in judged if m.metric == HOST):
-        return UNSTABLE
-    return FASTER if FASTER in verdicts else NO_CHANGE
-
-
-def _row_note(primary: MetricResult, others: list[MetricResult]) -> str:
-    """Why a row is unstable or inconclusive: the primary's note, and each judged metric's that is unstable."""
-    notes = [primary.note] if primary.note else []
-    notes += [f"{m.label}: {m.note}" for m in others if m.judged and m.verdict == UNSTABLE and m.note]
-    return "; ".join(notes)
-
-
-def _moved(primary: MetricResult, others: list[MetricResult]) -> str:
-    """What moved, largest first: judged metrics and stages judged slower or faster."""
-    changed = [m for m in others if m.judged and m.verdict in (SLOWER, FASTER)]
+def _moved(metrics: list[MetricResult]) -> str:
+    """What moved, largest first: the judged metrics besides the primary called slower or faster, and the primary
+    first when it moved and other metrics were judged (to say which of them moved)."""
+    primary, others = metrics[0], metrics[1:]
+    changed = [m for m in others if m.verdict in (SLOWER, FASTER)]
     changed.sort(key=lambda m: -abs(m.current_median_s - m.baseline_median_s))
-    parts = [m.describe() for m in changed]
-    if primary.verdict in (SLOWER, FASTER) and any(m.metric == HOST for m in others):
-        parts.insert(0, primary.describe())  # say which of GPU time and host latency moved
-    return "; ".join(parts)
+    if primary.verdict in (SLOWER, FASTER) and others:
+        changed.insert(0, primary)
+    return "; ".join(m.describe() for m in changed)
 
 
-def compare_benchmark(baseline: BenchmarkRecord, current: BenchmarkRecord, settings: GateSettings) -> Row:
-    """The verdict row for one benchmark present in both runs."""
-    row = Row(current.fullname, current.name, current.group, MISSING,
-              baseline_median_s=baseline.median_s, current_median_s=current.median_s)  # fmt: skip
-    if baseline.data is None or not baseline.data.size:
-        row.note = "the baseline has no raw rounds (saved without --benchmark-save-data)"
-        return row
-    if current.data is None or not current.data.size:
-        row.note = "no rounds in this run"
-        return row
-    primary = compare_metric(baseline, current, PRIMARY, settings)
-    frame_s = primary.baseline_median_s
-    shared = [m for m in current.metrics() if m != PRIMARY and m in baseline.metrics()]
-    others = [compare_metric(baseline, current, m, settings, frame_s) for m in shared]
-    row.ratio, row.lo, row.hi = primary.ratio, primary.lo, primary.hi
-    row.n_baseline, row.n_current = len(baseline.data), len(current.data)
-    row.metrics = [primary, *others]
-    row.verdict = _row_verdict(primary, others)
-    row.note = _row_note(primary, others)
-    row.moved = _moved(primary, others)
-    row.noise = "" if primary.between is None else f"±{100 * math.expm1(primary.between):.1f}%"
-    if row.verdict == SLOWER:
-        from perf.profile.kernels import kernel_changes, total_change_us
-
-        tables = baseline.extra_info.get("kernels"), current.extra_info.get("kernels")
-        row.why, row.kernels_moved_us = kernel_changes(*tables), total_change_us(*tables)
+def _assemble(row: Row, metrics: list[MetricResult]) -> Row:
+    """Fill ``row`` from its judged metrics (primary first): medians, ratio, interval, suspects, verdict."""
+    primary = metrics[0]
+    row.metrics = metrics
+    row.baseline_median_s, row.ratio, row.lo, row.hi = primary.baseline_median_s, primary.ratio, primary.lo, primary.hi
+    row.current_median_s = primary.current_median_s
+    row.detectable, row.reference_runs = primary.detectable, primary.reference_runs
+    row.suspect = [m.metric for m in metrics if m.verdict == SLOWER]
+    verdicts = {m.verdict for m in metrics}
+    row.verdict = SLOWER if row.suspect else FASTER if FASTER in verdicts else NO_CHANGE
+    row.moved = _moved(metrics)
+    row.note = primary.note
     return row
 
 
-def compare_runs(
-    baseline: SavedRun, current: Mapping[str, BenchmarkRecord], settings: GateSettings,
-    expected: Iterable[str] | None = None, judged: Mapping[str, Row] | None = None,
-) -> list[Row]:
-    """Rows for every current benchmark, then for baseline benchmarks this run should have measured.
+def judge_benchmark(baseline: Baseline, current: BenchmarkRecord, level: float, floor: float = DEFAULT_FLOOR,
+                    more: Sequence[BenchmarkRecord] = ()) -> Row:  # fmt: skip
+    """The first-pass verdict row for one benchmark of this run, every judged metric at one-sided ``level``;
+    ``more``: the same benchmark in more processes of the same code, judged together with ``current``."""
+    row = Row(current.fullname, current.name, current.group, MISSING, current_median_s=current.median_s)
 
-    ``expected``: node ids collected in this session; a baseline benchmark outside it was deselected and gets
-    no row. None: every baseline benchmark is expected. ``judged``: rows already drawn (as each test ended),
-    kept as they are rather than bootstrapped again.
+    def values(name: str) -> list[float] | None:
+        found = [v for r in (current, *more) if (v := record_median(r, name)) is not None]
+        return found if more else None
+
+    primary = judge_metric(baseline, current, PRIMARY, level, floor, candidates_s=values(PRIMARY))
+    if primary is None:
+        row.note = ("not in the history" if current.fullname not in baseline.benchmarks else
+                    "no rounds to judge (saved without --benchmark-save-data)")  # fmt: skip
+        return row
+    others = [m for name in judged_names(current)[1:] if (m := judge_metric(
+        baseline, current, name, level, floor, primary.baseline_median_s, values(name))) is not None]
+    row.n_current = None if current.data is None else int(current.data.size)
+    return _assemble(row, [primary, *others])
+
+
+def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkRecord], level: float,
+                 floor: float = DEFAULT_FLOOR, baseline: Baseline | None = None) -> Row:  # fmt: skip
+    """One benchmark judged on K pairs of processes (``base[i]`` and ``candidate[i]`` back to back), every judged
+    metric on its pair ratios (`perf.gate.judge.judge_pairs`), pooled with the history's spread where ``baseline``
+    has one. Medians are geometric means over the pairs."""
+    first = candidate[0]
+    row = Row(first.fullname, first.name, first.group, MISSING)
+    metrics: list[MetricResult] = []
+    frame = None
+    for name in judged_names(first):
+        b = [record_median(r, name) for r in base]
+        c = [record_median(r, name) for r in candidate]
+        if any(v is None for v in (*b, *c)):
+            continue
+        found = baseline.reference(first.fullname, name) if baseline is not None else None
+        b_s, c_s = math.exp(float(np.mean(np.log(b)))), math.exp(float(np.mean(np.log(c))))
+        share = min(1.0, b_s / frame) if name.startswith(STAGE) and frame else None
+        try:
+            result = judge_pairs(b, c, level, floor / share if share else floor, found.reference if found else None)
+        except ValueError as e:  # too few pairs for a spread
+            row.note = str(e)
+            return row
+        out = MetricResult(name, _label(first, name), True, result.verdict, b_s, c_s, result.ratio, result.lo,
+                           result.hi, result.detectable * (share or 1.0), level=level,
+                           reference_runs=found.reference.n if found else 0)  # fmt: skip
+        if share:
+            out.contribution = ((result.lo - 1) * share, (result.hi - 1) * share)
+        frame = frame or b_s
+        metrics.append(out)
+    if not metrics or metrics[0].metric != PRIMARY:
+        row.note = row.note or "no rounds to judge in every pair"
+        return row
+    return _assemble(row, metrics)
+
+
+def explain_slower(row: Row, baseline: Baseline, current: BenchmarkRecord) -> None:
+    """For a slower row: the kernels that moved most against the latest run's table (`perf.profile.kernels`)."""
+    from perf.profile.kernels import kernel_changes, total_change_us
+
+    base = baseline.benchmarks.get(row.fullname)
+    tables = (base.extra_info.get("kernels") if base else None), current.extra_info.get("kernels")
+    row.why, row.kernels_moved_us = kernel_changes(*tables), total_change_us(*tables)
+
+
+def compare_runs(baseline: Baseline, current: Mapping[str, BenchmarkRecord], settings: GateSettings,
+                 expected: Iterable[str] | None = None, judged: Mapping[str, Row] | None = None) -> list[Row]:  # fmt: skip
+    """Rows for every current benchmark, then for history benchmarks this run should have measured.
+
+    ``expected``: node ids collected in this session; a history benchmark outside it was deselected and gets
+    no row. None: every benchmark of the latest run is expected. ``judged``: rows already judged (as each test
+    ended), kept as they are.
     """
+    level = budget(baseline, settings, expected).first_level
     rows = []
     for fullname, bench in current.items():
         if judged is not None and fullname in judged:
             rows.append(judged[fullname])
-        elif fullname in baseline.benchmarks:
-            rows.append(compare_benchmark(baseline.benchmarks[fullname], bench, settings))
         else:
-            rows.append(Row(fullname, bench.name, bench.group, MISSING, "not in the baseline",
-                            current_median_s=bench.median_s))  # fmt: skip
+            rows.append(judge_benchmark(baseline, bench, level, settings.min_effect))
     wanted = None if expected is None else set(expected)
     for fullname, bench in baseline.benchmarks.items():
         if fullname not in current and (wanted is None or fullname in wanted):
@@ -279,26 +358,32 @@ def compare_runs(
     return rows
 
 
+def budget(baseline: Baseline, settings: GateSettings, expected: Iterable[str] | None = None) -> Budget:
+    """The run's error budget: its judged metrics, and whether suspects are confirmed."""
+    return Budget(baseline.judged_metrics(expected), settings.confirm > 0)
+
+
 def summary(rows: list[Row], settings: GateSettings) -> dict[str, Any]:
-    """Counts per verdict and whether the gate fails ("slower", or "unstable" with ``fail_unstable``)."""
+    """Counts per verdict and whether the gate fails ("slower", or "inconclusive" with ``fail_inconclusive``)."""
     counts = Counter(row.verdict for row in rows)
-    failed = counts[SLOWER] > 0 or (settings.fail_unstable and counts[UNSTABLE] > 0)
+    failed = counts[SLOWER] > 0 or (settings.fail_inconclusive and counts[INCONCLUSIVE] > 0)
     return {**{verdict: counts[verdict] for verdict in VERDICTS}, "failed": failed}
 
 
-def describe_failure(row: Row, settings: GateSettings, baseline: SavedRun) -> str:
-    """The one line a test fails with: verdict, medians, ratio and interval against the threshold, what moved,
-    and the baseline it was judged against."""
-    against = f"baseline {baseline.path.name}, commit {str(baseline.commit or 'unknown')[:12]}"
-    if row.verdict == UNSTABLE:
-        return f"perf-compare: unstable (fails with --perf-fail-unstable): {row.note or row.moved} ({against})"
-    beyond = f" beyond +{settings.min_effect:.1%}" if row.metrics and row.metrics[0].verdict == SLOWER else ""
+def describe_failure(row: Row, settings: GateSettings, baseline: Baseline) -> str:
+    """The one line a run fails a benchmark with: verdict, medians, ratio and interval, what moved, how it was
+    confirmed, and the history it was judged against."""
+    against = f"against {baseline.describe()}"
+    if row.verdict == INCONCLUSIVE:
+        return f"perf-compare: inconclusive (fails with --perf-fail-inconclusive): {row.note} ({against})"
     text = (f"perf-compare: slower: {_ms(row.baseline_median_s)} -> {_ms(row.current_median_s)}, "
-            f"ratio {_ratio(row)}{beyond}")
+            f"ratio {_ratio(row)} beyond +{settings.min_effect:.1%}")
     if row.why:
         from perf.profile.kernels import describe_changes
 
         text += f"; top kernel {describe_changes(row.why[:1])[0]}"
+    if row.confirmation:
+        text += f"; {row.confirmation.get('text', '')}"
     return text + (f"; {row.moved}" if row.moved else "") + f" ({against})"
 
 
@@ -312,10 +397,8 @@ def _ratio(row: Row) -> str:
     return f"{row.ratio:.3f} [{row.lo:.3f}, {row.hi:.3f}]"
 
 
-def _noise(row: Row) -> str:
-    if row.ratio is None:
-        return "-"
-    return row.noise or "n/a"
+def _detectable(row: Row) -> str:
+    return "-" if row.detectable is None else f"+{100 * row.detectable:.1f}%"
 
 
 def _note(row: Row) -> str:
@@ -336,12 +419,18 @@ def why_lines(row: Row) -> list[str]:
     return lines
 
 
+HEADINGS = ("benchmark", "history", "this run", "ratio [interval]", "detectable", "runs", "verdict")
+
+
+def _cells(r: Row) -> tuple[str, ...]:
+    runs = "-" if r.reference_runs is None else str(r.reference_runs)
+    return (r.name, _ms(r.baseline_median_s), _ms(r.current_median_s), _ratio(r), _detectable(r), runs, r.verdict)
+
+
 def format_lines(rows: list[Row]) -> list[str]:
-    """One aligned text line per row: name, baseline median, current median, ratio [lo, hi], the between-process
-    part of the interval, verdict, then what moved and the note."""
-    table = [("benchmark", "baseline", "current", "ratio [95% CI]", "between", "verdict")]
-    table += [(r.name, _ms(r.baseline_median_s), _ms(r.current_median_s), _ratio(r), _noise(r), r.verdict)
-              for r in rows]  # fmt: skip
+    """One aligned text line per row: name, the history's median, this run's, ratio [interval], the smallest
+    slowdown it could detect, the runs its reference rests on, verdict, then what moved and the note."""
+    table = [HEADINGS, *(_cells(r) for r in rows)]
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     out = []
     for line, row in zip(table, [None, *rows]):
@@ -351,7 +440,7 @@ def format_lines(rows: list[Row]) -> list[str]:
 
 
 def to_markdown(rows: list[Row], header: str) -> str:
-    """The verdict table as markdown, under ``header`` (a line naming the baseline and the settings)."""
+    """The verdict table as markdown, under ``header`` (lines naming the history, the budget and the settings)."""
     failed = [r for r in rows if r.verdict == SLOWER]
     lines = [header, ""]
     if failed:
@@ -360,26 +449,28 @@ def to_markdown(rows: list[Row], header: str) -> str:
             lines.append(f"* `{r.name}`: {_ratio(r)}" + (f" -- {r.moved}" if r.moved else ""))
             lines += [f"  * {line}" for line in why_lines(r)]
         lines.append("")
-    lines += ["| benchmark | baseline | current | ratio [95% CI] | between | verdict | what moved / note |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r.name} | {_ms(r.baseline_median_s)} | {_ms(r.current_median_s)} | {_ratio(r)} | {_noise(r)} | "
-              f"{r.verdict} | {_note(r)} |" for r in rows]  # fmt: skip
+    lines += ["| " + " | ".join(HEADINGS) + " | what moved / note |", "|---" * (len(HEADINGS) + 1) + "|"]
+    lines += ["| " + " | ".join(_cells(r)) + f" | {_note(r)} |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
-def write_verdicts(folder: Path, rows: list[Row], baseline: SavedRun, settings: GateSettings, header: str,
-                   run: str | None = None, current: Mapping[str, Any] | None = None) -> Path:  # fmt: skip
+def write_verdicts(folder: Path, rows: list[Row], baseline: Baseline, settings: GateSettings, header: str,
+                   run: str | None = None, current: Mapping[str, Any] | None = None,
+                   budget: Budget | None = None) -> Path:  # fmt: skip
     """Write ``perf-compare.json`` and ``perf-compare.md`` into ``folder`` atomically; return the JSON path. With
     ``run`` (this run's name, as its report's) they are first written as ``perf-compare-<run>.json`` / ``.md``, the
     run's own, so runs sharing the folder never overwrite each other's verdicts; the plain names are the latest.
     ``current``: the run judged (``{"run_id", "injected"}``, as its saved run's ``machine_info`` has them), so that
     a report attaches the verdicts to that run only."""
+    latest = baseline.latest
     document = {
         "format": FORMAT,
-        "baseline": {"path": str(baseline.path), "number": baseline.number, "datetime": baseline.datetime,
-                     "commit": baseline.commit, "run_id": baseline.run_id},
+        "baseline": {"path": str(latest.path), "number": latest.number, "datetime": latest.datetime,
+                     "commit": latest.commit, "run_id": latest.run_id, "history_runs": len(baseline.runs),
+                     "history": [run.run_id or run.name for run in baseline.runs]},
         "current": dict(current or {}),
         "settings": settings.to_dict(),
+        "budget": None if budget is None else budget.to_dict(),
         "summary": summary(rows, settings),
         "rows": [asdict(row) for row in rows],
     }  # fmt: skip

@@ -6,11 +6,12 @@ options are registered with the suite's others, perf/options.py).
   |ratio - 1|, the between-process standard deviation), and saves this runner's noise profile beside the runs
   (``<storage>/noise/<key>.json``, `perf.gate.noise`), which ``--perf-compare`` then uses.
 * ``pytest perf -m ci --perf-selftest-processes=10`` measures what CI sees: 10 processes of identical code and
-  10 per injected regression (``--perf-selftest-regressions``, default ``layer:5%,preprocess:5%``: a real extra
-  layer in the model, a slower preprocess stage; `perf.gate.regressions`), interleaved; then false verdicts and
-  "unstable" on every pair of identical processes, detections on every identical/regressed pair, and
-  pytest-benchmark's ``--benchmark-compare-fail`` (``median:5%`` unless given) between identical processes
-  (`perf.crossprocess`). It saves the noise profile of its identical processes too.
+  K / 5 per injected regression (``--perf-selftest-regressions``: a real extra layer in the model, a slower
+  preprocess or write stage; `perf.gate.regressions`), interleaved; then simulated CI runs, each with a history
+  drawn from the other identical processes and suspects confirmed on processes not yet used (`perf.crossprocess`):
+  red runs of identical code, inconclusive rows, detections, and pytest-benchmark's ``--benchmark-compare-fail``
+  (``median:5%`` unless given) between identical processes. It saves the noise profile of its identical processes
+  too.
 
 The process the user starts only collects and orchestrates: no test runs in it. Tables go to the terminal and
 the suite's report; the children's runs and logs stay in ``--perf-runs-dir`` (default: a new folder under
@@ -167,7 +168,7 @@ def _check_text(checks: Any) -> str | None:
 
 
 def _analyse(config: pytest.Config, state: dict[str, Any]) -> None:
-    from perf.crossprocess import IDENTICAL, compare_fail_rows, identical_rows, judge_pairs, regression_rows
+    from perf.crossprocess import IDENTICAL, compare_fail_rows, identical_rows, regression_rows, simulate
     from perf.fixtures.reporting import REPORT_KEY, reports_dir
     from perf.gate.noise import benchmark_rows, compute_profile, family_rows, save_profile
     from perf.gate.plugin import GATE
@@ -203,8 +204,9 @@ def _analyse(config: pytest.Config, state: dict[str, Any]) -> None:
                                "family": family_rows(profile)}  # fmt: skip
     if state["mode"] == "selftest":
         settings = config.stash[GATE]["settings"]
-        groups = {kind: parse_regression(kind).groups for kind in regressed}
-        verdicts = judge_pairs(identical, regressed, settings, fingerprint, groups)
+        groups = {kind: parse_regression(kind) for kind in regressed}
+        verdicts = simulate(identical, regressed, settings, history=config.getoption("perf_history"),
+                            regressions=groups)  # fmt: skip
         summary["identical"] = identical_rows(verdicts)
         summary["regressed"] = regression_rows(verdicts)
         summary["compare_fail"] = compare_fail_rows(identical, state["compare_fail"])

@@ -7,9 +7,9 @@ benchmark and metric (the per-process medians, their CV, the largest ratio betwe
 between-process standard deviation of the log median beyond what the within-process bootstrap explains).
 
 The profile is saved beside the runs, ``<storage>/noise/<key>.json``, ``key`` a digest of the machine fingerprint
-fields that make timings comparable plus the CPU (`profile_key`): one profile per runner. ``--perf-compare``
-loads it and widens each interval by the benchmark's between-process part (`perf.gate.stats.BetweenNoise`); a
-benchmark without an entry is judged within-process only, and the verdict table says so.
+fields that make timings comparable plus the CPU (`profile_key`): one profile per runner. Its per-process
+medians seed a new runner's history: ``--perf-compare`` judges against main's history of saved runs
+(`perf.gate.history`), and while that holds fewer than three runs the profile's processes stand in for them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from detector.fileio import atomic_write_text
-from perf.gate.stats import BetweenNoise, assess_stability, log_median_se
+from perf.gate.stats import assess_stability, log_median_se
 from perf.measure.machine import COMPARED_FIELDS
 from perf.runs import SavedRun
 
@@ -55,7 +55,7 @@ class NoiseEntry:
     process's bootstrap standard error of its log median; ``between_sd``: ``sqrt(max(0, total_sd ** 2 -
     within_se ** 2))``, the part no within-process interval sees; ``max_cv`` / ``max_drift``: the largest robust
     CV and window drift (`perf.gate.stats.assess_stability`) any of the processes' samples had -- this runner's normal
-    within-run noise, which the gate's stability rule then allows (`stability_limits`).
+    within-run noise.
     """
 
     processes: int
@@ -67,9 +67,6 @@ class NoiseEntry:
     between_sd: float
     max_cv: float = 0.0
     max_drift: float = 0.0
-
-    def between(self) -> BetweenNoise:
-        return BetweenNoise(self.between_sd, self.processes)
 
 
 Summary = tuple[float, float, float, float]
@@ -140,11 +137,6 @@ class NoiseProfile:
 
     def entry(self, fullname: str, metric: str) -> NoiseEntry | None:
         return self.entries.get(fullname, {}).get(metric)
-
-    def between(self, fullname: str, metric: str) -> BetweenNoise | None:
-        """The between-process noise of ``metric`` of benchmark ``fullname``, or None when not profiled."""
-        entry = self.entries.get(fullname, {}).get(metric)
-        return entry.between() if entry is not None else None
 
     def describe(self) -> str:
         """One line: where the profile is, how many processes, when."""
@@ -278,10 +270,3 @@ def benchmark_rows(profile: NoiseProfile) -> list[dict[str, Any]]:
     return rows
 
 
-def stability_limits(entry: NoiseEntry | None, max_cv: float, max_drift: float) -> tuple[float, float]:
-    """(max CV, max drift) for a sample of a profiled metric: the fixed limits, or this runner's normal (the
-    entry's limits, `upper_limit`) when that is larger. A sample as noisy as the samples that defined the profile
-    is judged with the profile's between-process spread, which covers that noise."""
-    if entry is None:
-        return max_cv, max_drift
-    return max(max_cv, entry.max_cv), max(max_drift, entry.max_drift)

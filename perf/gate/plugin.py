@@ -1,32 +1,29 @@
-"""pytest plugin of the regression gate: raw rounds in saved runs, ``--perf-compare``, the stability gate and
-``--perf-selftest`` (its options are registered with the suite's others, perf/options.py).
+"""pytest plugin of the regression gate: raw rounds in saved runs, ``--perf-compare`` judged against main's
+history with confirmation, the stability gate and ``--perf-selftest`` (options in perf/options.py).
 
 * Every run saves its raw rounds: ``--benchmark-save-data`` is switched on, so ``--benchmark-autosave`` files
   hold ``stats.data`` (read them with `perf.runs`).
-* ``--perf-compare[=NUM|ID]`` loads a saved run (the latest, or the one matching NUM/ID, as
-  ``--benchmark-compare`` does) before the tests run, refuses one from another machine exactly as
-  ``--benchmark-compare`` does (unless ``--perf-allow-machine-mismatch``), and at the end prints one verdict per
-  benchmark (`perf.gate.compare`), writes ``<reports>/perf-compare.json`` / ``.md``, and fails the session (exit 1)
-  on any "slower" -- and on any "unstable" with ``--perf-fail-unstable``; otherwise unstable benchmarks are a
-  warning line and a count.
-* A failed gate is a failed test: each benchmark is judged as soon as its test has run, and one judged "slower" (or
-  "unstable" with ``--perf-fail-unstable``), or caught by pytest-benchmark's ``--benchmark-compare-fail``, makes
-  that test's call fail with a one-line reason (`GateFailure`): in the terminal's short summary, in JUnit XML and
-  in the verdict file's markdown (the job summary). pytest-benchmark's own end-of-run ``PerformanceRegression``
-  becomes a line (`COMPARE_FAIL_LINE`), not a traceback.
+* ``--perf-compare[=NUM|ID]`` reads the storage before the tests run and keeps main's history on this runner
+  (`perf.gate.history.history_runs`: the last ``--perf-history`` comparable runs, up to NUM / ID when given). A
+  storage with runs but none comparable is refused with the fields that differ, as ``--benchmark-compare`` does
+  (unless ``--perf-allow-machine-mismatch`` / ``--perf-allow-model-mismatch``).
+* Each benchmark is judged as soon as its test has run (`perf.gate.compare.judge_benchmark`, at the first-pass
+  level of the run's budget). With ``--perf-confirm=0`` a "slower" fails that test at once (`GateFailure`: one line,
+  also in JUnit XML); otherwise it is a suspect, and at the end of the session the suspects are measured again in
+  fresh processes (`perf.gate.confirm`): a confirmed one fails the run (exit 1, one line each), an unconfirmed one
+  is "no change" or "inconclusive: cannot rule out +X%". The verdicts go to ``<reports>/perf-compare.json`` / ``.md``.
+* ``--benchmark-compare-fail`` (pytest-benchmark's fixed threshold against one saved process) is not trusted where a
+  history exists: the gate judges instead, and one line says so and what the gate said (`COMPARE_FAIL_REPLACED`).
+  Without a history it runs as pytest-benchmark has it, and its end-of-run ``PerformanceRegression`` becomes a line
+  (`COMPARE_FAIL_LINE`), not a traceback.
 * ``perf_measure`` (fixture): ``perf_measure(benchmark, fn, *args, **kwargs)`` is ``benchmark(...)`` plus the
   stability gate (`perf.measure.stability`).
-* The noise profile: with ``--perf-compare`` the gate loads this runner's profile from the storage
-  (``<storage>/noise/<key>.json``, written by ``--perf-noise``; `perf.gate.noise`), or the file
-  ``--perf-noise-profile`` names, and widens every interval by the benchmark's between-process noise. Without
-  one the header says the intervals are within-process only.
 * ``--perf-selftest`` runs only the gate's self-checks: perf/test_gate_selftest.py, perf/test_clock_truth.py and
   perf/test_noise_sources.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +40,10 @@ GATE = pytest.StashKey[dict[str, Any]]()
 SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
 #: The line that replaces pytest-benchmark's PerformanceRegression traceback (read back by perf.gate.processes).
 COMPARE_FAIL_LINE = "--benchmark-compare-fail: {n} benchmark(s) regressed; each is a failed test above"
+#: The line that says why --benchmark-compare-fail was not applied, and what the gate judged instead.
+COMPARE_FAIL_REPLACED = ("--benchmark-compare-fail={checks} not applied: it compares one saved process, and identical "
+                         "code moved up to {spread:.1f}% between the {runs} processes of this runner's history; it "
+                         "flagged {n} benchmark(s); the gate judged against that history instead: {verdict}")
 
 
 @dataclass(frozen=True)
@@ -69,14 +70,15 @@ def gate_settings(config: pytest.Config) -> GateSettings:
     rule = StabilityRule(config.getoption("perf_max_cv"), config.getoption("perf_max_drift"),
                          config.getoption("perf_max_remeasure"))  # fmt: skip
     return GateSettings(config.getoption("perf_min_effect"), rule=rule,
-                        fail_unstable=config.getoption("perf_fail_unstable"))  # fmt: skip
+                        fail_inconclusive=config.getoption("perf_fail_inconclusive"),
+                        confirm=config.getoption("perf_confirm"))  # fmt: skip
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "benchmark_save_data"):
         config.option.benchmark_save_data = True  # raw rounds in every saved run (read before pytest-benchmark's)
     config.stash[GATE] = {"settings": gate_settings(config), "baseline": None, "rows": None, "expected": None,
-                          "judged": {}, "compare_fail": 0}  # fmt: skip
+                          "judged": {}, "compare_fail": 0, "replaced": 0}  # fmt: skip
 
 
 def _benchmark_session(config: pytest.Config) -> Any:
@@ -86,40 +88,77 @@ def _benchmark_session(config: pytest.Config) -> Any:
     return session
 
 
+def _compare_fail_given(config: pytest.Config) -> bool:
+    return bool(config.getoption("benchmark_compare_fail", None)) and bool(getattr(
+        getattr(config, "_benchmarksession", None), "compare_fail", None))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Load the --perf-compare baseline before measuring; a missing or foreign run is a usage error."""
+    """Read main's history before measuring; a storage with no comparable run is a usage error."""
     config = session.config
     config.stash[GATE]["session"] = session
     wanted = config.getoption("perf_compare")
-    if wanted is None or hasattr(config, "workerinput"):
+    takeover = wanted is None and _compare_fail_given(config)
+    if (wanted is None and not takeover) or hasattr(config, "workerinput"):
         return
-    from perf.runs import HistoryError, run_from_json
-
     benchmarks = _benchmark_session(config)
     if benchmarks.disabled:
+        if takeover:
+            return
         raise pytest.UsageError("--perf-compare: benchmarks are disabled (--benchmark-disable, or pytest-xdist's -n "
                                 "turns them off): there would be nothing to compare; run without them")
-    storage = benchmarks.storage
-    found = list(storage.load() if wanted is True else storage.load(wanted))
-    if wanted is True:  # the latest baseline: never a run made with a deliberate slowdown
-        found = [(path, data) for path, data in found if not injected_of(data)]
-    if not found:
-        which = "no saved run" if wanted is True else f"no saved run matching {wanted!r}"
-        raise pytest.UsageError(f"--perf-compare: {which} in '{storage}'; record one with --benchmark-autosave")
-    path, data = found[-1]
-    check_saved_run(config, data, str(Path(str(storage)) / path), "--perf-compare")
+    baseline = _history(config, benchmarks.storage, True if takeover else wanted, quiet=takeover)
+    if baseline is None:
+        return
+    state = config.stash[GATE]
+    state["baseline"], state["takeover"] = baseline, takeover
+
+
+def _history(config: pytest.Config, storage: Any, wanted: Any, quiet: bool = False) -> Any:
+    """The `perf.gate.compare.Baseline` of ``--perf-compare[=wanted]``: see the module docstring. ``quiet``: None
+    instead of a usage error when nothing can be judged (pytest-benchmark's own compare then runs as it is)."""
+    from perf.gate.compare import Baseline
+    from perf.gate.history import history_runs
+    from perf.runs import HistoryError, run_from_json
+
+    every = list(storage.load())
+    if wanted is not True:
+        chosen = list(storage.load(wanted))
+        if not chosen:
+            raise pytest.UsageError(f"--perf-compare: no saved run matching {wanted!r} in '{storage}'")
+        if injected_of(chosen[-1][1]):
+            check_saved_run(config, chosen[-1][1], str(Path(str(storage)) / chosen[-1][0]), "--perf-compare")
+        upto = [str(path) for path, _ in every].index(str(chosen[-1][0]))
+        every = every[: upto + 1]
+    clean = [(path, data) for path, data in every if not injected_of(data)]
+    if not clean:
+        if quiet:
+            return None
+        which = "no saved run" if wanted is True else f"no saved run up to {wanted!r}"
+        raise pytest.UsageError(f"--perf-compare: {which} in '{storage}' (runs made with test-only options are "
+                                "never a baseline); record one with --benchmark-autosave")  # fmt: skip
     try:
-        baseline = run_from_json(data, Path(str(storage)) / path)
+        runs = [run_from_json(data, Path(str(storage)) / path) for path, data in clean]
     except HistoryError as e:  # the start-up check (perf.preflight) refuses these first
         raise pytest.UsageError(f"--perf-compare: {e}") from None
-    state = config.stash[GATE]
-    state["baseline"] = baseline
-    state["settings"] = dataclasses.replace(state["settings"], noise=_noise_profile(config, storage))
+    perf = config.stash[PERF_SESSION]
+    fingerprint = None if perf.options.allow_machine_mismatch else perf.fingerprint
+    identity = None if perf.options.allow_model_mismatch else perf.identity
+    kept = history_runs(runs, fingerprint=fingerprint, identity=identity, last=config.getoption("perf_history"))
+    if not kept:
+        if quiet:
+            return None
+        path, data = clean[-1]
+        check_saved_run(config, data, str(Path(str(storage)) / path), "--perf-compare")  # names what differs
+        kept = runs[-config.getoption("perf_history"):]
+    else:  # the latest run judged against: its warnings (allowed mismatches, a run without identity) are said once
+        check_saved_run(config, kept[-1].raw, str(kept[-1].path), "--perf-compare")
+    return Baseline(kept, _noise_profile(config, storage))
 
 
 def _noise_profile(config: pytest.Config, storage: Any) -> Any:
-    """The profile --perf-compare uses: --perf-noise-profile's file, none, or this runner's in the storage."""
+    """The profile that seeds a short history: --perf-noise-profile's file, none, or this runner's in the storage."""
     from perf.gate.noise import NoiseProfileError, find_profile, load_profile
 
     wanted = config.getoption("perf_noise_profile")
@@ -145,7 +184,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    session.config.stash[GATE]["expected"] = [item.nodeid for item in session.items]
+    state = session.config.stash[GATE]
+    state["expected"] = [item.nodeid for item in session.items]
+    if state["baseline"] is not None:
+        from perf.gate.compare import budget
+
+        state["budget"] = budget(state["baseline"], state["settings"], state["expected"])
 
 
 @pytest.hookimpl(wrapper=True)
@@ -174,22 +218,26 @@ def _record(metadata: Any) -> Any:
 
 
 def _perf_compare_failure(config: pytest.Config, metadata: Any) -> list[str]:
-    """``--perf-compare``'s verdict on one benchmark, kept for the session's table; the reason when it fails."""
+    """The first pass on one benchmark, kept for the session's table; the reason when it fails the test now
+    (a "slower" with no confirmation to come)."""
     state = config.stash[GATE]
     baseline, settings = state["baseline"], state["settings"]
-    if baseline is None or metadata.fullname not in baseline.benchmarks:
+    if baseline is None:
         return []
-    from perf.gate.compare import SLOWER, UNSTABLE, compare_benchmark, describe_failure
+    from perf.gate.compare import SLOWER, describe_failure, explain_slower, judge_benchmark
 
-    row = compare_benchmark(baseline.benchmarks[metadata.fullname], _record(metadata), settings)
+    record = _record(metadata)
+    row = judge_benchmark(baseline, record, state["budget"].first_level, settings.min_effect)
     state["judged"][metadata.fullname] = row
-    if row.verdict == SLOWER or (row.verdict == UNSTABLE and settings.fail_unstable):
+    if row.verdict == SLOWER and settings.confirm <= 0:
+        explain_slower(row, baseline, record)
         return [describe_failure(row, settings, baseline)]
     return []
 
 
 def _compare_fail_failure(config: pytest.Config, metadata: Any) -> list[str]:
-    """pytest-benchmark's own ``--benchmark-compare-fail`` checks on one benchmark (its code, its message)."""
+    """pytest-benchmark's own ``--benchmark-compare-fail`` checks on one benchmark (its code, its message); where
+    the gate judges against a history they are counted, not applied."""
     session = getattr(config, "_benchmarksession", None)
     checks = getattr(session, "compare_fail", None)
     if not checks:
@@ -203,8 +251,12 @@ def _compare_fail_failure(config: pytest.Config, metadata: Any) -> list[str]:
             failure = check.fails(metadata, compared["stats"])
             if failure:
                 out.append(f"--benchmark-compare-fail against {Path(str(path)).name}: {failure}")
+    state = config.stash[GATE]
+    if out and state["baseline"] is not None:
+        state["replaced"] += 1
+        return []
     if out:
-        config.stash[GATE]["compare_fail"] += 1
+        state["compare_fail"] += 1
     return out
 
 
@@ -219,32 +271,74 @@ def _reports_dir(config: pytest.Config) -> Path:
 
 def _header(state: dict[str, Any]) -> str:
     baseline, settings = state["baseline"], state["settings"]
-    noise = (f"intervals include this runner's between-process noise ({settings.noise.describe()})"
-             if settings.noise is not None else
-             "no noise profile for this runner: intervals are within one process only, so shifts between two "
-             "processes are not in them (measure one: pytest perf --perf-noise=10)")  # fmt: skip
-    return (f"--perf-compare against {baseline.path} (saved {baseline.datetime}, commit "
-            f"{str(baseline.commit or 'unknown')[:12]}): slower/faster = the whole {settings.confidence:.0%} interval "
-            f"beyond {settings.min_effect:.1%}; {noise}")  # fmt: skip
+    confirm = (f"suspects confirmed in at most {settings.confirm} pair(s) of fresh processes"
+               if settings.confirm > 0 else "no confirmation (--perf-confirm=0)")
+    spent = f" ({state['confirm_seconds']:.0f} s of processes)" if state.get("confirm_seconds") else ""
+    return (f"--perf-compare against {baseline.describe()}: {state['budget'].describe()}; slower/faster = "
+            f"significant and beyond {settings.min_effect:.1%}; {confirm}{spent}")
+
+
+def _confirm(config: pytest.Config, state: dict[str, Any], rows: list[Any]) -> None:
+    """Confirm the suspects in fresh processes (`perf.gate.confirm`), the base in a worktree where one is needed."""
+    from perf.fixtures.reporting import RUN_KEY
+    from perf.gate.confirm import Sides, confirm_rows
+    from perf.gate.processes import (DROPPED, INJECTING, GitError, base_worktree, forwarded_options, git,
+                                     remove_worktree, same_code)  # fmt: skip
+
+    baseline, settings = state["baseline"], state["settings"]
+    folder = _reports_dir(config) / "confirm" / str(config.stash.get(RUN_KEY, None) or "run")
+    repo = config.rootpath
+    commit = baseline.latest.commit
+    tree, base_dir = None, None
+    if same_code(repo, commit) is False:
+        try:
+            top = Path(git(repo, "rev-parse", "--show-toplevel"))
+            tree = base_worktree(repo, str(commit), folder / "base-src")
+            base_dir = tree / repo.resolve().relative_to(top.resolve())  # the rootdir's place in the base tree
+        except (GitError, ValueError) as e:
+            state["confirm_note"] = f"base commit {str(commit)[:12]} not checked out ({e}): candidate processes only"
+    values = {"--perf-compare": None, "--benchmark-compare": None}
+    options = forwarded_options(config.invocation_params.args, config.args, values, {**DROPPED, **INJECTING})
+    injected = forwarded_options(config.invocation_params.args, config.args, values,
+                                 {k: v for k, v in DROPPED.items() if k not in INJECTING})  # fmt: skip
+    extra = tuple(token for token in injected if token not in options)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def progress(result: Any, done: int, total: int) -> None:
+        if reporter is not None:
+            reporter.write_line(f"perf-compare confirmation: {result.label} ({result.kind}) {result.seconds:.0f} s, "
+                                f"exit {result.returncode}")  # fmt: skip
+
+    sides = Sides(repo, base_dir, folder / "cache-base" if base_dir else None, extra)
+    try:
+        state["confirm_seconds"] = confirm_rows(rows, baseline, settings, sides, folder, options, progress)
+    finally:
+        if tree is not None:
+            remove_worktree(repo, tree)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Compare, write the verdicts, and fail the session on a slowdown."""
+    """Judge, confirm the suspects, write the verdicts, and fail the session on a confirmed slowdown."""
     config = session.config
     state = config.stash.get(GATE, None)
     if state is None or state["baseline"] is None or session.exitstatus == pytest.ExitCode.USAGE_ERROR:
         return  # refused before measuring (perf.preflight): nothing to compare
-    from perf.gate.compare import compare_runs, summary, write_verdicts
+    from perf.gate.compare import SLOWER, compare_runs, explain_slower, summary, write_verdicts
 
     current = {m.fullname: _record(m) for m in _benchmark_session(config).benchmarks if m and not m.has_error}
     rows = compare_runs(state["baseline"], current, state["settings"], state["expected"],
-                        judged=state["judged"])  # the verdicts the tests were failed by, not drawn again
+                        judged=state["judged"])  # the first pass as each test ended, not drawn again
+    if state["settings"].confirm > 0 and any(row.verdict == SLOWER for row in rows):
+        _confirm(config, state, rows)
+    for row in rows:
+        if row.verdict == SLOWER and row.fullname in current:
+            explain_slower(row, state["baseline"], current[row.fullname])
     state["rows"] = rows
     from perf.fixtures.reporting import RUN_KEY
 
     perf = config.stash[PERF_SESSION]
     state["path"] = write_verdicts(_reports_dir(config), rows, state["baseline"], state["settings"], _header(state),
-                                   run=config.stash.get(RUN_KEY, None),
+                                   run=config.stash.get(RUN_KEY, None), budget=state["budget"],
                                    current={"run_id": perf.run_id, "injected": perf.options.injected})  # fmt: skip
     state["summary"] = summary(rows, state["settings"])
     if state["summary"]["failed"] and session.exitstatus == pytest.ExitCode.OK:
@@ -254,47 +348,75 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.hookimpl(wrapper=True, trylast=True)  # inside pytest's own: after its failures, before the benchmark table
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> Any:
     """The perf-compare section, before pytest-benchmark's table. pytest-benchmark then raises PerformanceRegression
-    (a ~60-line traceback) when a --benchmark-compare-fail check failed; the failed tests already say which and
-    why, so it becomes one line."""
+    (a ~60-line traceback) when a --benchmark-compare-fail check failed: one line instead, and no failure where the
+    gate judged against a history."""
     from pytest_benchmark.session import PerformanceRegression
 
     _write_verdicts(terminalreporter, config)
+    state = config.stash[GATE]
     try:
         return (yield)
     except PerformanceRegression:
-        terminalreporter.write_line(COMPARE_FAIL_LINE.format(n=config.stash[GATE]["compare_fail"]), red=True)
-        session = config.stash[GATE].get("session")
+        if state["baseline"] is not None:
+            return None  # COMPARE_FAIL_REPLACED said why, above
+        terminalreporter.write_line(COMPARE_FAIL_LINE.format(n=state["compare_fail"]), red=True)
+        session = state.get("session")
         if session is not None and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return None
 
 
+def _check_text(check: Any) -> str:
+    """A parsed --benchmark-compare-fail check as the user typed it (``median:5%``)."""
+    field, threshold = getattr(check, "field", None), getattr(check, "threshold", None)
+    if field is None or threshold is None:
+        return str(check)
+    percent = "Percentage" in type(check).__name__
+    return f"{field}:{threshold:g}{'%' if percent else ''}"
+
+
+def _spread(baseline: Any) -> float:
+    """The largest between-process move (max / min - 1) of a benchmark's primary median over the history."""
+    from perf.gate.history import metric_median
+
+    worst = 0.0
+    for name in baseline.benchmarks:
+        values = [v for run in baseline.runs if (v := metric_median(run, name)) is not None]
+        if len(values) > 1:
+            worst = max(worst, max(values) / min(values) - 1)
+    return worst
+
+
 def _write_verdicts(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    """The perf-compare section: the header, one line per benchmark, the unstable warning and the count."""
+    """The perf-compare section: the header, one line per benchmark, the failures, the count."""
     state = config.stash.get(GATE, None)
     if state is None or state.get("rows") is None:
         return
-    from perf.gate.compare import format_lines, why_lines
+    from perf.gate.compare import SLOWER, describe_failure, format_lines, why_lines
 
     counts = state["summary"]
     terminalreporter.write_sep("=", "perf-compare")
     terminalreporter.write_line(_header(state))
+    if state.get("confirm_note"):
+        terminalreporter.write_line(state["confirm_note"], yellow=True)
     for line in format_lines(state["rows"]):
         terminalreporter.write_line(line)
     for row in state["rows"]:
+        if row.verdict == SLOWER:
+            terminalreporter.write_line(describe_failure(row, state["settings"], state["baseline"]), red=True)
         if why := why_lines(row):
             terminalreporter.write_line(f"why {row.name} is slower (kernels by change in time per call):")
             for line in why:
                 terminalreporter.write_line(f"  {line}")
-    if counts["unstable"]:
-        consequence = "fails the run (--perf-fail-unstable)" if state["settings"].fail_unstable else (
-            "not compared; --perf-fail-unstable makes this fail")  # fmt: skip
-        terminalreporter.write_line(f"WARNING: {counts['unstable']} benchmark(s) unstable: {consequence}",
-                                    yellow=True)  # fmt: skip
-    text = ", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "unstable", "missing"))
+    text = ", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "inconclusive", "missing"))
     verdict = "FAILED" if counts["failed"] else "passed"
     terminalreporter.write_line(f"perf-compare {verdict}: {text}; verdicts in {state['path']} (and .md)",
                                 red=counts["failed"], green=not counts["failed"])  # fmt: skip
+    if _compare_fail_given(config):
+        checks = " ".join(_check_text(check) for check in config.getoption("benchmark_compare_fail"))
+        terminalreporter.write_line(COMPARE_FAIL_REPLACED.format(
+            checks=checks, spread=100 * _spread(state["baseline"]), runs=len(state["baseline"].runs),
+            n=state["replaced"], verdict=text), yellow=True)
 
 
 @pytest.fixture

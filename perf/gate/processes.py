@@ -52,12 +52,14 @@ NO_CACHE_NO_TERMINAL: dict[str, Arity] = {
 #: Options that plan processes: the parent's alone (a child would start children of its own).
 PLANNING: dict[str, Arity] = {
     "--perf-noise": 1, "--perf-selftest-processes": 1, "--perf-selftest-regressions": 1, "--perf-runs-dir": 1,
-    "--perf-processes-budget": 1,
+    "--perf-processes-budget": 1, "--perf-confirm": 1, "--perf-history": 1,
 }  # fmt: skip
 #: What the cross-process children (`run_children`) do not get: the above, and the reports folder and injected
 #: regression, which each child is given in its own form.
 DROPPED: dict[str, Arity] = {**PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING,
                              "--perf-reports-dir": 1, "--perf-regression": 1}  # fmt: skip
+#: The test-only options that change the code measured: a confirmation's base processes run without them.
+INJECTING: dict[str, Arity] = {"--perf-inject-delay": 1, "--perf-regression": 1}
 #: What a Nsight Systems child of one test (perf.profile.plugin) does not get: the above but its reports folder and
 #: regression (it measures what the parent would have), and the parent's selection (the child is given the one
 #: node id), xdist workers and the switch that profiles (the child would profile again).
@@ -226,7 +228,8 @@ def run_children(
             break
         compare: list[str] = []
         if compare_fail and child.kind == "identical" and previous_identical is not None:
-            compare = [f"--benchmark-compare={previous_identical.name[:4]}", f"--benchmark-compare-fail={compare_fail}"]
+            compare = [f"--benchmark-compare={previous_identical.name[:4]}", f"--benchmark-compare-fail={compare_fail}",
+                       "--perf-confirm=0"]  # one process judged as pytest-benchmark's users run it, no children
         if run is None:
             command = [sys.executable, "-m", "pytest", *options, "-p", "no:cacheprovider",
                        f"--benchmark-storage=file://{storage}", f"--benchmark-save={child.label}",
@@ -265,3 +268,51 @@ def run_children(
         bar.update(1)
     bar.close()
     return results
+
+
+class GitError(RuntimeError):
+    """A git command that failed; the message is its last line."""
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git <args>`` in ``repo``; its output, stripped. `GitError` with git's last line when it fails."""
+    try:
+        result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
+    except OSError as e:  # no git on this machine
+        raise GitError(f"git {' '.join(args)}: {e.strerror or e}") from e
+    if result.returncode != 0:
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        raise GitError(f"git {' '.join(args)}: {lines[-1] if lines else f'exit {result.returncode}'}")
+    return result.stdout.strip()
+
+
+def base_worktree(repo: Path, commit: str, tree: Path) -> Path:
+    """A detached git worktree of ``commit`` at ``tree`` (made, or reused when it already holds that commit), for
+    the base side of paired processes. `GitError` when ``tree`` holds another commit or git fails."""
+    if (tree / ".git").exists():
+        held = git(tree, "rev-parse", "HEAD")
+        if held != git(repo, "rev-parse", f"{commit}^{{commit}}"):
+            raise GitError(f"'{tree}' holds another base ({held[:12]}, not {commit[:12]})")
+        return tree
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    git(repo, "worktree", "add", "--detach", str(tree), commit)
+    return tree
+
+
+def remove_worktree(repo: Path, tree: Path) -> None:
+    """Remove a worktree made by `base_worktree` (nothing when it is gone)."""
+    subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=repo, capture_output=True, check=False)
+
+
+def same_code(repo: Path, commit: str | None) -> bool | None:
+    """Whether ``repo``'s working tree is ``commit`` unchanged (True), another code (False), or unknown (None: no
+    git, no commit recorded, or the commit is not in this repository)."""
+    if not commit:
+        return None
+    try:
+        head = git(repo, "rev-parse", "HEAD")
+        full = git(repo, "rev-parse", f"{commit}^{{commit}}")
+        dirty = bool(git(repo, "status", "--porcelain", "--untracked-files=no"))
+    except GitError:
+        return None
+    return head == full and not dirty

@@ -11,6 +11,13 @@ PERCENT is calibrated with a bare loop of the code it slows:
     are small and seeded, so detections barely move. The width m is calibrated on the bare inference loop
     (`detector.stagespeed.infer_ms_per_call`) of the suite's fastest torch path -- torch-graph on a GPU, eager
     torch on a CPU -- at `CALIBRATION_BATCH`, so that a call there costs PERCENT more.
+``layer1``
+    The same block, its width calibrated at batch 1 on the same path instead: a change that costs PERCENT at batch 1,
+    where the call is launch-bound and an extra layer costs what its kernels and launches cost.
+``write``
+    The pipelined loop's writer, its bottleneck, encodes each frame r more times on average as JPEG (after the
+    real write, inside the write stage's time), r calibrated from a bare loop of that encode and the pipelined
+    loop's frame time in its untimed warm-up pass, so that the pipelined frame time grows by PERCENT.
 ``preprocess``
     The sequential pipeline's preprocess stage letterboxes and normalises each frame r more times on average
     (the extra calls spread evenly over the frames), r calibrated from the bare loop of the preprocess on the
@@ -34,7 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-KINDS = ("layer", "preprocess")
+KINDS = ("layer", "layer1", "preprocess", "write")
+#: The kinds that inject the extra layer into the model.
+LAYER_KINDS = ("layer", "layer1")
 #: Index (in the cfg's layer list) of the convolution the extra block follows: the first 13x13x512 conv.
 LAYER_AFTER = 26
 #: Batch the layer's cost is calibrated at (the largest selected batch size up to this).
@@ -43,6 +52,8 @@ CALIBRATION_BATCH = 32
 #: fourfold until the block's cost stands clear of the noise (at least half the target).
 TRIAL_WIDTH = 256
 TRIAL_GROWTHS = 4
+#: Further steps from the chosen width while its measured cost misses the target by more than a fifth of it.
+SECANT_STEPS = 3
 #: Calls of the bare loop per calibration reading, per device type.
 CALIBRATION_CALLS = {"cuda": 200, "cpu": 3}
 
@@ -61,13 +72,25 @@ class Regression:
     @property
     def groups(self) -> tuple[str, ...]:
         """The benchmark groups it slows (the others measure unchanged code)."""
-        return ("inference",) if self.kind == "layer" else ("end-to-end",)
+        if self.kind in LAYER_KINDS:
+            return ("inference",)
+        return ("pipelined",) if self.kind == "write" else ("end-to-end",)
 
     @property
     def min_batch(self) -> int:
         """The smallest batch its detection is judged at (the layer is calibrated at batch 32; batch 1 is
         launch-bound, where an extra layer costs what its launches cost)."""
         return 8 if self.kind == "layer" else 1
+
+    @property
+    def max_batch(self) -> int | None:
+        """The largest batch its detection is judged at (None: any): ``layer1`` is calibrated at batch 1 only."""
+        return 1 if self.kind == "layer1" else None
+
+    @property
+    def calibration_batch(self) -> int:
+        """The batch its width is calibrated at (up to this: the largest selected batch not above it)."""
+        return 1 if self.kind == "layer1" else CALIBRATION_BATCH
 
 
 # -- layer ------------------------------------------------------------------------------------------------
@@ -139,7 +162,8 @@ def calibrate_layer(spec: ModelSpec, device: str, fraction: float, batch: Any) -
     """The bottleneck width that makes a bare-loop call on ``batch`` (float32 [B, 3, H, W], host) ``fraction``
     slower, and the readings (ms per call) it was chosen from: a trial width (`TRIAL_WIDTH`, grown fourfold
     while its cost is under half the target, so noise cannot pass for cost), a linear step to the target, then
-    the chosen width is measured."""
+    the chosen width is measured and scaled by target / measured (`SECANT_STEPS` at most) until within a fifth of
+    the target."""
     on_gpu = device.startswith("cuda")
     precision, options = ("fp16", {"fuse_bn": True, "channels_last": True, "cuda_graph": True}) if on_gpu else (
         "fp32", {})  # fmt: skip
@@ -159,6 +183,12 @@ def calibrate_layer(spec: ModelSpec, device: str, fraction: float, batch: Any) -
     per_channel = max((trial - base) / trial_width, 1e-12)
     width = min(max(8, 8 * round(fraction * base / per_channel / 8)), trial_width * 4)
     chosen = ms(width)
+    for _ in range(SECANT_STEPS):  # a block's cost is not linear in its width at small batches: step again
+        got = chosen / base - 1
+        if abs(got - fraction) <= fraction / 5 or got <= 0:
+            break
+        width = min(max(8, 8 * round(width * fraction / got / 8)), trial_width * 16)
+        chosen = ms(width)
     readings = {"base_ms": base, "trial_width": trial_width, "trial_ms": trial, "chosen_ms": chosen,
                 "measured_fraction": chosen / base - 1}  # fmt: skip
     log.info("layer regression: width %d adds %.1f%% at batch %d (target %.1f%%)", width,
@@ -212,3 +242,41 @@ def calibrate_stage(fn: Callable[..., Any], frames: Sequence[Any], args: tuple[A
             per_pass.append((time.perf_counter() - start) * 1e3 / max(len(frames), 1))
     bare = sorted(per_pass)[len(per_pass) // 2]
     return fraction * frame_ms / bare, bare
+
+
+# -- write ------------------------------------------------------------------------------------------------
+
+
+def encode_jpeg(frames: Sequence[Any]) -> None:
+    """JPEG-encode each BGR frame (the extra work of the ``write`` regression)."""
+    import cv2
+
+    for frame in frames:
+        cv2.imencode(".jpg", frame)
+
+
+def slowed_writes(extra: float) -> Any:
+    """A context manager under which every `detector.video.VideoWriter.write` also JPEG-encodes its frame
+    ``extra`` more times on average (`SlowedStage`), after the real write, inside the caller's write time."""
+    import contextlib
+
+    from detector.video import VideoWriter
+
+    @contextlib.contextmanager
+    def patched() -> Any:
+        original = VideoWriter.write
+        calls = [0]
+
+        def write(self: Any, frame: Any) -> None:
+            original(self, frame)
+            i = calls[0]
+            calls[0] += 1
+            encode_jpeg([frame] * (math.floor((i + 1) * extra) - math.floor(i * extra)))
+
+        VideoWriter.write = write  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            VideoWriter.write = original  # type: ignore[method-assign]
+
+    return patched()

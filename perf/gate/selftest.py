@@ -5,8 +5,9 @@ a *baseline* sample, an *unmodified* sample, and one *slowed* sample per level X
 by a calibrated delay of X times the call's median (a ``torch.cuda._sleep`` on the runner's stream on a GPU, a
 host busy-wait on a CPU; `perf.measure.slowdown.delay_call`). Each sample is what the gate sees for one benchmark:
 the suite's clock, pytest-benchmark's number of rounds for this call (`suite_rounds`), re-measured while
-unstable as `perf.measure.stability` does. The gate's rule (`perf.gate.stats.ratio_interval` and `perf.gate.stats.decide`) then
-judges unmodified vs baseline (a "slower" is a false alarm) and each slowed sample vs baseline (a "slower" is a
+unstable as `perf.measure.stability` does. The gate's one judge (`perf.gate.judge.judge`, against the baseline
+sample's own within-process spread, `perf.gate.judge.within_reference`, at the first-pass level of a run of one
+metric without confirmation) then judges unmodified vs baseline (a "slower" is a false alarm) and each slowed sample vs baseline (a "slower" is a
 detection). A sample still unstable after re-measuring counts as neither, as in the real gate. Each trial's
 ratio and interval are kept, so the rates can be given for several minimum effects from the same samples.
 
@@ -28,7 +29,8 @@ import numpy as np
 
 from perf.gate.compare import GateSettings
 from perf.measure.stability import time_rounds
-from perf.gate.stats import SLOWER, decide, ratio_interval
+from perf.gate.judge import SLOWER, Budget, judge, verdict_of, within_reference
+from perf.gate.stats import log_median_se
 
 log = logging.getLogger(__name__)
 BASELINE = "baseline"
@@ -61,7 +63,7 @@ class LevelResult:
 
     def slower(self, min_effect: float) -> int:
         """Trials judged "slower" with ``min_effect``."""
-        return sum(t.stable and decide(t.lo, t.hi, min_effect) == SLOWER for t in self.trials)
+        return sum(t.stable and verdict_of(t.ratio, t.lo, t.hi, min_effect) == SLOWER for t in self.trials)
 
     def rate(self, min_effect: float) -> float:
         """Fraction of trials judged "slower": the false-alarm rate at level 0, else the detection rate."""
@@ -135,10 +137,11 @@ def run_selftest(
             name = names[index]
             samples[name] = _measure(functions[name], timer, rounds, iterations, settings)
         base, base_stable = samples[BASELINE]
+        reference = within_reference(float(np.median(base)), log_median_se(base, seed=seed * 100003 + trial))
         for level, result in results.items():
             data, stable = samples[level]
-            ratio_lo_hi = ratio_interval(base, data, confidence=settings.confidence, seed=seed * 100003 + trial)
-            result.trials.append(Trial(*ratio_lo_hi, stable=stable and base_stable))
+            judged = judge(reference, [float(np.median(data))], Budget(1, confirm=False).first_level, effect)
+            result.trials.append(Trial(judged.ratio, judged.lo, judged.hi, stable=stable and base_stable))
         log.info("self-test trial %d/%d: judged slower at min effect %.1f%%: %s", trial + 1, trials, 100 * effect,
                  ", ".join(f"{r.level:.0%}: {r.slower(effect)}/{len(r.trials)}" for r in results.values()))  # fmt: skip
     return list(results.values())

@@ -1,27 +1,16 @@
-"""The gate's statistics: is a benchmark slower, faster or unchanged, and were its timings stable enough to say.
+"""Statistics of one process's rounds: the spread of its median, and whether its timings were stable.
 
-Pure functions of per-round timings (1-D arrays of seconds, in the order the rounds ran); numpy only (scipy for
-Student's t of paired processes, `paired_ratio_interval`).
+Pure functions of per-round timings (1-D arrays of seconds, in the order the rounds ran); numpy only. Verdicts are
+not drawn here: the one judge is `perf.gate.judge`, which works on per-process medians.
 
-*Comparison.* The effect is the ratio of medians ``median(candidate) / median(baseline)`` (> 1: slower). Its
-confidence interval comes from a seeded, vectorised **circular block bootstrap**: each resample is built from
-blocks of consecutive rounds. Rounds are autocorrelated in time (GPU clocks and temperature, CPU frequency,
-other processes, caches), and resampling single rounds as if they were independent gives intervals that are
-too narrow, hence false alarms; blocks keep the dependence. The block length (`auto_block_length`) is the
-larger of ``ceil(n ** (1/3))`` and twice the sample's autocorrelation time estimated from its lag-1
-autocorrelation ``r`` as ``(1 + r) / (1 - r)`` (AR(1)), at most ``n / 4``; with independent rounds it costs only
-a slightly wider interval. The verdict needs the *whole* interval past a
-minimum effect: "slower" when ``lo > 1 + min_effect``, "faster" when ``hi < 1 / (1 + min_effect)``, else "no
-change" -- a one-sided test, at level ``(1 - confidence) / 2``, of "slower by more than ``min_effect``".
-
-*Between processes.* CI compares two separate processes, and identical code moves between processes by more
-than any within-process interval shows (another CUDA graph instantiation, memory layout, CPU placement, GPU
-clock). `BetweenNoise` is that part, measured on this runner by ``--perf-noise`` (`perf.gate.noise`): the standard
-deviation of the log per-process median beyond its within-process sampling error, from K processes. Given
-one, the interval is widened in log space: each side's half-width becomes
-``sqrt(within ** 2 + (t * sqrt(2) * sd) ** 2)``, with ``t`` Student's quantile on K - 1 degrees of freedom (the
-sd is estimated) and ``sqrt(2)`` because both runs carry their own process offset. The verdict rule is the same
-`decide`: the change must exceed the minimum effect *and* what identical code does between processes.
+*The median's spread.* `log_median_se` is the standard error of a process's log median from a seeded, vectorised
+**circular block bootstrap** (`bootstrap_medians`): each resample is built from blocks of consecutive rounds.
+Rounds are autocorrelated in time (GPU clocks and temperature, CPU frequency, other processes, caches), and
+resampling single rounds as if they were independent gives errors that are too small; blocks keep the dependence.
+The block length (`auto_block_length`) is the larger of ``ceil(n ** (1/3))`` and twice the sample's
+autocorrelation time estimated from its lag-1 autocorrelation ``r`` as ``(1 + r) / (1 - r)`` (AR(1)), at most
+``n / 4``. The judge uses it only where no history of processes exists (`perf.gate.judge.within_reference`), and
+the noise profile to split a spread into its within- and between-process parts.
 
 *Stability.* A sample is unstable when it has fewer than ``min_rounds`` rounds, when its robust coefficient of
 variation (``1.4826 * MAD / median``, blind to a few outliers such as a garbage collection, which the median
@@ -39,10 +28,6 @@ from typing import Any
 
 import numpy as np
 
-SLOWER, FASTER, NO_CHANGE = "slower", "faster", "no change"
-DEFAULT_MIN_EFFECT = 0.02
-DEFAULT_CONFIDENCE = 0.95
-DEFAULT_RESAMPLES = 2000
 DEFAULT_MAX_CV = 0.10
 DEFAULT_MAX_DRIFT = 0.05
 DEFAULT_WINDOWS = 4
@@ -53,48 +38,6 @@ MIN_ROUNDS = 5
 DRIFT_NOISE_FACTOR = 5.3
 #: Resamples per vectorised chunk (bounds memory to ~ chunk * n * 16 bytes).
 _CHUNK = 250
-
-
-@dataclass(frozen=True)
-class BetweenNoise:
-    """Between-process noise of one benchmark metric on one runner: ``sd`` is the standard deviation of the
-    natural log of the per-process median beyond within-process sampling (0.01 ~ 1%), estimated from
-    ``processes`` separate processes of identical code."""
-
-    sd: float
-    processes: int
-
-    def __post_init__(self) -> None:
-        if not (self.sd >= 0 and math.isfinite(self.sd)) or self.processes < 2:
-            raise ValueError(f"between-process noise needs sd >= 0 and >= 2 processes, got {self.sd!r}, "
-                             f"{self.processes!r}")
-
-    def half_width(self, confidence: float = DEFAULT_CONFIDENCE) -> float:
-        """Half-width (log scale) the two runs' process offsets add to a two-sided ``confidence`` interval of a
-        ratio: ``t(confidence, processes - 1) * sqrt(2) * sd``."""
-        from scipy.stats import t
-
-        return float(t.ppf(0.5 + confidence / 2, df=self.processes - 1)) * math.sqrt(2) * self.sd
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """``ratio`` = median(candidate) / median(baseline), its ``[lo, hi]`` interval, and the verdict.
-
-    ``between`` is the log half-width the between-process noise added (None: within-process interval only)."""
-
-    ratio: float
-    lo: float
-    hi: float
-    verdict: str
-    n_baseline: int
-    n_candidate: int
-    min_effect: float
-    confidence: float
-    between: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -156,111 +99,11 @@ def bootstrap_medians(
     return out
 
 
-def ratio_interval(
-    baseline: Sequence[float] | np.ndarray,
-    candidate: Sequence[float] | np.ndarray,
-    *,
-    confidence: float = DEFAULT_CONFIDENCE,
-    resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
-    block: int | None = None,
-) -> tuple[float, float, float]:
-    """``(ratio, lo, hi)``: median(candidate) / median(baseline) and its percentile bootstrap interval.
-
-    Both samples are resampled independently with circular blocks (``block`` rounds; default
-    `auto_block_length` of each); the same ``seed`` gives the same interval.
-    """
-    base = _as_sample(baseline, "baseline")
-    cand = _as_sample(candidate, "candidate")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence {confidence!r}: expected a number between 0 and 1")
-    base_median = float(np.median(base))
-    if base_median <= 0:
-        raise ValueError("baseline: median timing is 0; cannot form a ratio")
-    rng = np.random.default_rng(seed)
-    base_boot = bootstrap_medians(base, resamples, rng, block)
-    cand_boot = bootstrap_medians(cand, resamples, rng, block)
-    ratios = cand_boot / np.maximum(base_boot, np.finfo(float).tiny)
-    tail = (1 - confidence) / 2 * 100
-    lo, hi = np.percentile(ratios, [tail, 100 - tail])
-    return float(np.median(cand)) / base_median, float(lo), float(hi)
-
-
-def widen(ratio: float, lo: float, hi: float, half_width: float) -> tuple[float, float]:
-    """``[lo, hi]`` around ``ratio`` with ``half_width`` (log scale) added in quadrature to each side."""
-    if half_width <= 0:
-        return lo, hi
-    below = math.log(ratio) - math.log(lo) if lo > 0 else math.inf
-    above = math.log(hi) - math.log(ratio)
-    return (ratio * math.exp(-math.hypot(below, half_width)) if math.isfinite(below) else 0.0,
-            ratio * math.exp(math.hypot(above, half_width)))
-
-
 def log_median_se(x: np.ndarray, resamples: int = 400, seed: int = 0) -> float:
     """Standard error of ``log(median(x))`` from a circular block bootstrap (0 for a constant sample)."""
     boot = bootstrap_medians(x, resamples, np.random.default_rng(seed))
     boot = boot[boot > 0]
     return float(np.std(np.log(boot), ddof=1)) if boot.size > 1 else 0.0
-
-
-def paired_ratio_interval(baseline_medians: Sequence[float] | np.ndarray, candidate_medians: Sequence[float] | np.ndarray,
-                          confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:  # fmt: skip
-    """(ratio, lo, hi) of K paired processes: the geometric mean of the per-pair ratios ``candidate_i / baseline_i``
-    and its Student-t interval on K - 1 degrees of freedom (log space). Each pair ran back to back on one runner,
-    so the between-process noise is in the pairs' scatter and the interval holds it; K >= 2 pairs."""
-    base, cand = _as_sample(baseline_medians, "baseline"), _as_sample(candidate_medians, "candidate")
-    if base.size != cand.size or base.size < 2 or np.any(base <= 0) or np.any(cand <= 0):
-        raise ValueError(f"paired medians: expected K >= 2 positive pairs, got {base.size} and {cand.size} values")
-    from scipy import stats
-
-    logs = np.log(cand) - np.log(base)
-    mean, se = float(logs.mean()), float(logs.std(ddof=1) / math.sqrt(logs.size))
-    half = float(stats.t.ppf(0.5 + confidence / 2, logs.size - 1)) * se
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
-
-
-def decide(lo: float, hi: float, min_effect: float = DEFAULT_MIN_EFFECT) -> str:
-    """"slower" if the interval lies above ``1 + min_effect``, "faster" if below ``1 / (1 + min_effect)``,
-    else "no change"."""
-    if lo > 1 + min_effect:
-        return SLOWER
-    if hi < 1 / (1 + min_effect):
-        return FASTER
-    return NO_CHANGE
-
-
-def inconclusive(ratio: float, min_effect: float = DEFAULT_MIN_EFFECT) -> bool:
-    """Whether a "no change" from `decide` is really undecided: the point estimate ``ratio`` lies outside the
-    no-change band ``[1 / (1 + min_effect), 1 + min_effect]`` while the interval still reaches into it. Callers
-    report such a result as unstable, never as "no change"."""
-    return ratio > 1 + min_effect or ratio < 1 / (1 + min_effect)
-
-
-def compare_samples(
-    baseline: Sequence[float] | np.ndarray,
-    candidate: Sequence[float] | np.ndarray,
-    *,
-    min_effect: float = DEFAULT_MIN_EFFECT,
-    confidence: float = DEFAULT_CONFIDENCE,
-    resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
-    block: int | None = None,
-    between: BetweenNoise | None = None,
-) -> Comparison:
-    """The verdict on ``candidate`` against ``baseline`` (per-round timings, any one unit): the gate's one
-    decision rule. With ``between`` (this runner's between-process noise of the metric) the interval includes it.
-    """
-    if not min_effect >= 0:
-        raise ValueError(f"min_effect {min_effect!r}: expected a fraction >= 0, e.g. 0.02")
-    ratio, lo, hi = ratio_interval(
-        baseline, candidate, confidence=confidence, resamples=resamples, seed=seed, block=block
-    )
-    added = None
-    if between is not None and ratio > 0:
-        added = between.half_width(confidence)
-        lo, hi = widen(ratio, lo, hi, added)
-    return Comparison(ratio, lo, hi, decide(lo, hi, min_effect), len(baseline), len(candidate), min_effect,
-                      confidence, added)
 
 
 def robust_cv(values: Sequence[float] | np.ndarray) -> float:

@@ -84,8 +84,9 @@ def stage_metrics(passes: Sequence[Mapping[str, Sequence[float]]], block: int, f
                   skip: int = 0, *, judged: bool = True) -> dict[str, dict[str, Any]]:  # fmt: skip
     """``stage:<name>`` metrics (seconds per frame of each stage, same blocks as the frame time) from each
     pass's per-iteration stage samples (ms). A stage missing from a pass is left out. ``judged``: the gate
-    judges each stage's contribution to the frame time (true of the sequential loop, whose stages add up to
-    the frame; not of a pipelined loop, whose stages overlap)."""
+    judges each stage's change as a share of the frame time (in the sequential loop the stages add up to the
+    frame; in a pipelined loop they overlap, and the slowest bounds it: its writer's busy time per frame is
+    what a slower encode shows as)."""
     names = [name for name in (passes[0] if passes else {}) if all(name in p for p in passes)]
     out = {}
     for name in names:

@@ -218,11 +218,13 @@ _FAMILY_NOISE = (
     text("family"), num("benchmarks"), num("processes"), num("median CV %", "%"), num("max CV %", "%"),
     num("max |ratio-1| %", "%"), num("CV target %", "%"), text("meets target"))
 _IDENTICAL = (
-    text("family"), num("comparisons"), num("slower"), num("faster"), text("false verdicts", "comparisons"),
-    text("unstable", "comparisons"), text("meets targets"))
+    text("family"), num("rows"), num("slower"), num("faster"), text("inconclusive", "rows"),
+    num("median detectable %", "%"), num("runs"), text("red runs", "runs"), text("runs with suspects", "runs"),
+    text("meets targets"))
 _REGRESSED = (
-    text("regression"), text("family"), text("batch", "images"), num("comparisons"), num("median ratio", "x"),
-    text("slower", "comparisons"), text("slower, stage named", "comparisons"), text("target"), text("meets target"))
+    text("regression"), text("family"), text("batch", "images"), num("runs"), num("median ratio", "x"),
+    text("slower", "runs"), text("slower, stage named", "runs"), text("inconclusive", "runs"),
+    num("confirmation processes"), text("target"), text("meets target"))
 _COMPARE_FAIL = (text("check"), num("ordered pairs"), text("pairs passing", "pairs"),
                  text("benchmarks that failed (pairs)"))
 NOISE_FAMILY = TableSpec(
@@ -231,10 +233,9 @@ NOISE_BENCHMARK = TableSpec("NOISE_BENCHMARK", "Noise between processes, per ben
     text("benchmark"), text("metric"), text("family"), num("processes"), num("median of medians ms", "ms"),
     num("CV %", "%"), num("max |ratio-1| %", "%"), num("between sd %", "%"), num("within se %", "%")))
 SELFTEST_IDENTICAL = TableSpec(
-    "SELFTEST_IDENTICAL", "Cross-process self-test: identical code (every pair of processes)", _IDENTICAL)
+    "SELFTEST_IDENTICAL", "Cross-process self-test: simulated CI runs of identical code", _IDENTICAL)
 SELFTEST_REGRESSED = TableSpec(
-    "SELFTEST_REGRESSED", "Cross-process self-test: injected regressions (identical x regressed processes)",
-    _REGRESSED)
+    "SELFTEST_REGRESSED", "Cross-process self-test: simulated CI runs of injected regressions", _REGRESSED)
 SELFTEST_COMPARE_FAIL = TableSpec(
     "SELFTEST_COMPARE_FAIL", "Cross-process self-test: pytest-benchmark --benchmark-compare-fail on identical code",
     (*_COMPARE_FAIL, text("consecutive processes run with it", "processes")))
@@ -261,7 +262,7 @@ SUMMARY_BENCHMARKS = TableSpec("SUMMARY_BENCHMARKS", "Benchmarks (latest run)", 
     text("vs previous", "%"), text("verdict")))
 SUMMARY_VERDICTS = TableSpec("SUMMARY_VERDICTS", "Compare verdicts", (
     text("benchmark"), text("verdict"), text("baseline", "time"), text("current", "time"), text("ratio [CI]", "x"),
-    text("note", detail=True)))
+    text("detectable", "%"), text("note", detail=True)))
 SUMMARY_STAGES = TableSpec("SUMMARY_STAGES", "End-to-end", (
     text("case"), text("frames", "frames", detail=True), text("FPS", "FPS"), text("per frame", "time"),
     text("slowest stage"), *(text(s, "ms per frame", detail=True) for s in STAGES)))

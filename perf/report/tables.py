@@ -234,8 +234,15 @@ def verdict_table(inputs: ReportInputs) -> Table | None:
         medians = {k: duration(float(e[key])) if isinstance(e.get(key), (int, float)) else ""
                    for k, key in (("baseline", "baseline_median_s"), ("current", "current_median_s"))}
         rows.append({"benchmark": str(e.get("name") or e.get("fullname")), "verdict": str(e["verdict"]), **medians,
-                     "ratio [CI]": _verdict_ratio(e), "note": _verdict_detail(e)})  # fmt: skip
+                     "ratio [CI]": _verdict_ratio(e), "detectable": _detectable(e),
+                     "note": _verdict_detail(e)})  # fmt: skip
     return Table(schema.SUMMARY_VERDICTS, rows, _verdict_note(inputs, inputs.verdicts))
+
+
+def _detectable(entry: dict[str, Any]) -> str:
+    """The smallest slowdown the gate could detect for this row ("+3.1%"), or "-" (verdicts from before #28)."""
+    value = entry.get("detectable")
+    return f"+{100 * value:.1f}%" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
 
 def change_table(inputs: ReportInputs) -> Table | None:

@@ -4,6 +4,9 @@
     perf-history runs                        the stored runs, oldest first
     perf-history changes [--branch main]     the change points of every benchmark's history (a markdown table)
     perf-history comparable RUN              exit 0 if saved run RUN can be a baseline on this machine, else 1
+    perf-history judge [--storage DIR]       a saved run judged against the history before it, as --perf-compare
+                                             judges (exit 1 when slower); runs made on a time-limited machine
+    perf-history simulate DIR [DIR ...]      simulated CI runs from the runs of --perf-selftest-processes / noise
 
 ``--store WHERE`` picks the store (a path, ``sqlite:///path`` or ``postgresql://...``); default: ``$PERF_STORE``,
 else ``.benchmarks/history.sqlite``. Bad input is one line on stderr and exit status 2; nothing is written then.
@@ -17,11 +20,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from perf.options import parse_fraction, parse_store
+from perf.options import parse_count, parse_fraction, parse_positive_int, parse_store
 
 if TYPE_CHECKING:
+    from perf.runs import SavedRun
     from perf.store.changepoints import HistoryChange
 
 DEFAULT_STORE = ".benchmarks/history.sqlite"
@@ -51,7 +55,57 @@ def _parser() -> argparse.ArgumentParser:
                                 "or exit 1 naming each fingerprint field that changed (a driver, CUDA or GPU update)")
     comparable.add_argument("run", type=Path, help="the saved run (a .benchmarks/<machine>/NNNN_*.json file)")
     comparable.add_argument("--device", default="cuda", help="the device this machine would measure on (default cuda)")
+    judge = sub.add_parser("judge", help="judge a saved run against the history before it, as --perf-compare does")
+    judge.add_argument("--storage", type=Path, default=None, help="a benchmark storage folder to read instead of the "
+                       "store")  # fmt: skip
+    judge.add_argument("--run", default=None, help="the run judged: its number, id or label (default the latest)")
+    judge.add_argument("--processes", type=parse_positive_int, default=1, help="judge the last N runs up to --run "
+                       "together, as N processes of the same code (default 1)")  # fmt: skip
+    judge.add_argument("--history", type=parse_positive_int, default=20, help="latest comparable runs that make "
+                       "the history (default 20)")  # fmt: skip
+    judge.add_argument("--branch", default=None, help="only history runs of this branch (default: any)")
+    judge.add_argument("--min-effect", type=parse_fraction, default=0.02, help="the floor (default 2%%)")
+    judge.add_argument("--out", type=Path, default=None, help="also write the verdicts here (perf-compare.json / .md)")
+    simulate = sub.add_parser("simulate", help="simulated CI runs (history, first pass, confirmation) from the runs of "
+                              "--perf-selftest-processes or --perf-noise folders")  # fmt: skip
+    simulate.add_argument("folders", nargs="+", metavar="DIR")
+    simulate.add_argument("--history", type=parse_positive_int, default=20)
+    simulate.add_argument("--confirm", type=parse_count, default=4)
+    simulate.add_argument("--draws", type=parse_positive_int, default=25)
+    simulate.add_argument("--min-effect", type=parse_fraction, default=0.02)
+    simulate.add_argument("--json", metavar="FILE", default=None)
     return parser
+
+
+def judge_saved(runs: Sequence[SavedRun], wanted: str | None, processes: int, history: int, branch: str | None,
+                min_effect: float) -> tuple[list[Any], Any, Any, list[SavedRun]]:  # fmt: skip
+    """(rows, baseline, budget, the judged runs): the last ``processes`` runs up to ``wanted`` (a number, id or label;
+    None: the latest) judged together against the history before them, as ``--perf-compare --perf-confirm=0``."""
+    from perf.gate.compare import Baseline, GateSettings, budget, judge_benchmark
+    from perf.gate.history import history_runs
+    from perf.runs import HistoryError
+
+    index = len(runs) - 1
+    if wanted is not None:
+        matches = [i for i, run in enumerate(runs) if wanted in (str(run.number), run.run_id, run.label, run.name)
+                   or (wanted.isdigit() and run.number == int(wanted))]  # fmt: skip
+        if not matches:
+            raise HistoryError(f"--run {wanted!r}: no such saved run (give its number, id or label)")
+        index = matches[-1]
+    judged = runs[max(0, index - processes + 1): index + 1]
+    current = judged[-1]
+    kept = history_runs(runs[: index - len(judged) + 1], fingerprint=current.fingerprint,
+                        identity=current.machine_info.get("perf_subject") or None, branch=branch, last=history)
+    if not kept:
+        raise HistoryError(f"{current.name}: no comparable run before it (same machine, model and video, no "
+                           "test-only options) to judge it against")  # fmt: skip
+    baseline = Baseline(kept)
+    settings = GateSettings(min_effect)
+    plan = budget(baseline, settings, list(current.benchmarks))
+    rows = [judge_benchmark(baseline, bench, plan.first_level, min_effect,
+                            [r.benchmarks[name] for r in judged[:-1] if name in r.benchmarks])
+            for name, bench in current.benchmarks.items()]  # fmt: skip
+    return rows, baseline, plan, judged
 
 
 def comparable_lines(run: Path, device: str) -> list[str]:
@@ -97,6 +151,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             for line in differences:
                 print(line)
             return 1 if differences else 0
+        if args.command == "simulate":
+            from perf.crossprocess import main as simulate_main
+
+            return simulate_main([*args.folders, "--history", str(args.history), "--confirm", str(args.confirm),
+                                  "--draws", str(args.draws), "--min-effect", str(args.min_effect),
+                                  *(["--json", args.json] if args.json else [])])  # fmt: skip
+        if args.command == "judge":
+            return _judge_command(args, where)
         if args.command == "import":
             files = run_files(args.storage)  # checked before the store is created
             documents = [(str(path), load_run(path).raw) for path in files]
@@ -122,6 +184,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"perf-history: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _judge_command(args: argparse.Namespace, where: str) -> int:
+    from perf.gate.compare import GateSettings, format_lines, summary, write_verdicts
+    from perf.runs import load_runs
+    from perf.store.db import open_store
+
+    if args.storage is not None:
+        runs = load_runs(args.storage)
+    else:
+        with open_store(where) as store:
+            runs = store.runs(include_injected=True)
+    if not runs:
+        print(f"perf-history: error: no saved runs in {args.storage or where}", file=sys.stderr)
+        return 2
+    rows, baseline, plan, judged = judge_saved(runs, args.run, args.processes, args.history, args.branch,
+                                               args.min_effect)  # fmt: skip
+    header = (f"perf-history judge: {', '.join(r.name for r in judged)} against {baseline.describe()}: "
+              f"{plan.describe()}; offline, so suspects are not confirmed: a slower row is a suspect to confirm "
+              "with --perf-compare on the runner, or with more processes (--processes)")  # fmt: skip
+    print(header)
+    for line in format_lines(rows):
+        print(line)
+    settings = GateSettings(args.min_effect)
+    counts = summary(rows, settings)
+    if args.out is not None:
+        write_verdicts(args.out, rows, baseline, settings, header, budget=plan,
+                       current={"run_id": judged[-1].run_id, "injected": dict(judged[-1].injected)})  # fmt: skip
+    print(", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "inconclusive", "missing")))
+    return 1 if counts["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -61,10 +61,11 @@ def test_saved_run_keeps_raw_rounds_and_stability(project: pytest.Pytester) -> N
 
 
 def test_injected_slowdown_fails_the_compare_and_says_slower(project: pytest.Pytester) -> None:
-    result = _pytest(project.path, "--perf-compare", "--perf-inject-delay=2")
+    result = _pytest(project.path, "--perf-compare", "--perf-inject-delay=2", "--perf-confirm=0")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*= perf-compare =*", "test_busy *ms *ms *[[]*, *[]] *slower",
-                                 "perf-compare FAILED: 1 slower, 0 faster, 0 no change, 0 unstable, 0 missing;*"])
+    result.stdout.fnmatch_lines(["*= perf-compare =*", "--perf-compare against main's history of 1 comparable run(s)*",
+                                 "test_busy *ms *ms *[[]*, *[]] *+* 1 *slower  (history too short*",
+                                 "perf-compare FAILED: 1 slower, 0 faster, 0 no change, 0 inconclusive, 0 missing;*"])
     verdicts = load_verdicts(project.path / "reports")
     assert verdicts is not None and verdicts["summary"]["failed"] is True
     (row,) = verdicts["rows"]
@@ -73,9 +74,11 @@ def test_injected_slowdown_fails_the_compare_and_says_slower(project: pytest.Pyt
 
 
 def test_a_slower_benchmark_is_a_failed_test_with_one_line_in_the_summary_and_junit(project: pytest.Pytester) -> None:
-    result = _pytest(project.path, "--perf-compare", "--perf-inject-delay=2", "--junitxml=junit.xml", "-rf")
+    result = _pytest(project.path, "--perf-compare", "--perf-inject-delay=2", "--junitxml=junit.xml", "-rf",
+                     "--perf-confirm=0")  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["perf-compare: slower: * ms -> * ms, ratio *[[]*, *[]] beyond +10.0% (baseline 0001_*",
+    result.stdout.fnmatch_lines(["perf-compare: slower: * ms -> * ms, ratio *[[]*, *[]] beyond +10.0% (against main's "
+                                 "history of 1 comparable run(s) on this runner (0001 .. 0001, *",
                                  "FAILED test_tiny.py::test_busy - perf-compare: slower: *", "*1 failed*"])  # fmt: skip
     output = result.stdout.str() + result.stderr.str()
     assert "Traceback" not in output and "def test_busy" not in output  # the reason, not the test's source
@@ -83,22 +86,43 @@ def test_a_slower_benchmark_is_a_failed_test_with_one_line_in_the_summary_and_ju
 
     (case,) = ET.parse(project.path / "junit.xml").getroot().iter("testcase")
     (failure,) = case.findall("failure")
-    assert failure.get("message", "").startswith("perf-compare: slower: ") and "(baseline 0001_" in failure.get(
+    assert failure.get("message", "").startswith("perf-compare: slower: ") and "(0001 .. 0001" in failure.get(
         "message", "")  # fmt: skip
     summary = (project.path / "reports" / "perf-compare.md").read_text()
     assert "**1 benchmark(s) slower** (each a failed test):" in summary and "* `test_busy`: " in summary
 
 
-def test_benchmark_compare_fail_is_a_failed_test_not_a_traceback(project: pytest.Pytester) -> None:
+def test_a_suspect_is_confirmed_in_fresh_processes_before_the_run_fails(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--perf-compare", "--perf-inject-delay=2", "--perf-confirm=2", "-rf")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    assert "1 passed" in result.stdout.str()  # the first pass only flags a suspect: the test itself passes
+    result.stdout.fnmatch_lines([
+        "perf-compare confirmation: candidate-01 (candidate) * s, exit 0",
+        "perf-compare confirmation: candidate-02 (candidate) * s, exit 0",
+        "*suspects confirmed in at most 2 pair(s) of fresh processes (* s of processes)",
+        "perf-compare: slower: * confirmed by 2 fresh process(es): time *",
+        "perf-compare FAILED: 1 slower, *"])  # fmt: skip
+    children = list((project.path / "reports" / "confirm").glob("*/candidate-0*.log"))
+    assert len(children) == 2 and all("--perf-inject-delay=2" in log.read_text() for log in children)
+    verdicts = load_verdicts(project.path / "reports")
+    assert verdicts is not None and verdicts["rows"][0]["confirmation"]["processes"] == 2
+
+
+def test_benchmark_compare_fail_is_not_applied_where_a_history_judges_instead(project: pytest.Pytester) -> None:
     result = _pytest(project.path, "--benchmark-compare=0001", "--benchmark-compare-fail=median:5%",
-                     "--perf-inject-delay=2", "-rf")  # fmt: skip
+                     "--perf-inject-delay=2", "--perf-confirm=0", "-rf")  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
-        "--benchmark-compare-fail against 0001_*.json: Field 'median' has failed PercentageRegressionCheck: *",
-        "--benchmark-compare-fail: 1 benchmark(s) regressed; each is a failed test above",
-        "FAILED test_tiny.py::test_busy - --benchmark-compare-fail against 0001_*", "*1 failed*"])
+        "--benchmark-compare-fail=median:5% not applied: it compares one saved process, and identical code moved up "
+        "to 0.0% between the 1 processes of this runner's history; it flagged 1 benchmark(s); the gate judged against "
+        "that history instead: 1 slower, 0 faster, 0 no change, 0 inconclusive, 0 missing",
+        "FAILED test_tiny.py::test_busy - perf-compare: slower: *"])  # fmt: skip
     output = result.stdout.str() + result.stderr.str()
     assert "Traceback" not in output and "PerformanceRegression" not in output
+    assert "--benchmark-compare-fail against" not in output
+    same = _pytest(project.path, "--benchmark-compare=0001", "--benchmark-compare-fail=median:1%", "--perf-confirm=0")
+    assert same.ret == pytest.ExitCode.OK, same.stdout.str()  # the gate's verdict, whatever its own check found
+    same.stdout.fnmatch_lines(["--benchmark-compare-fail=median:1% not applied: *: 0 slower, *"])
 
 
 def test_autosave_refuses_a_run_with_an_injected_slowdown(project: pytest.Pytester) -> None:
@@ -118,7 +142,8 @@ def test_a_run_saved_apart_is_marked_injected_and_never_taken_as_a_baseline(proj
     # The latest baseline skips the injected run; naming it is refused, by either compare.
     result = _pytest(project.path, "--perf-compare")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    result.stdout.fnmatch_lines(["--perf-compare against *0001_*.json*"])
+    result.stdout.fnmatch_lines(["--perf-compare against main's history of 1 comparable run(s) on this runner (0001 .. "
+                                 "0001, *"])  # fmt: skip
     for option in ("--perf-compare=0002", "--benchmark-compare=0002"):
         result = _pytest(project.path, option)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, option
@@ -144,20 +169,16 @@ def test_verdicts_name_the_run_they_judged_and_its_baseline(project: pytest.Pyte
 def test_unmodified_code_passes_the_compare_with_no_change(project: pytest.Pytester) -> None:
     result = _pytest(project.path, "--perf-compare=0001")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    result.stdout.fnmatch_lines(["test_busy *ms *ms *[[]*, *[]] *no change",
-                                 "perf-compare passed: 0 slower, 0 faster, 1 no change, 0 unstable, 0 missing;*"])
+    result.stdout.fnmatch_lines(["test_busy *ms *ms *[[]*, *[]] *no change*",
+                                 "perf-compare passed: 0 slower, 0 faster, 1 no change, 0 inconclusive, 0 missing;*"])
 
 
-def test_unstable_benchmark_is_reported_not_compared_and_fails_only_when_asked(project: pytest.Pytester) -> None:
+def test_an_unstable_sample_is_measured_again_and_recorded_then_judged_like_any_other(project: pytest.Pytester) -> None:
     # A CV limit of 0 that no real rounds meet: unstable after measuring twice (one re-measurement).
-    unstable = ("--perf-compare", "--perf-max-cv=0", "--perf-max-remeasure=1")
+    unstable = ("--perf-compare", "--perf-max-cv=0", "--perf-max-remeasure=1", "--perf-confirm=0")
     result = _pytest(project.path, *unstable, "--benchmark-autosave")
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["test_busy *unstable  (*robust CV*)", "WARNING: 1 benchmark(s) unstable:*"])
-    verdicts = load_verdicts(project.path / "reports")
-    assert verdicts is not None and verdicts["summary"]["unstable"] == 1
-    result = _pytest(project.path, *unstable, "--perf-fail-unstable")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["test_busy *no change*"])
     stability = load_runs(project.path / "storage")[1].benchmarks["test_tiny.py::test_busy"].stability
     assert stability is not None and stability["verdict"] == "unstable" and stability["measurements"] == 2
     assert len(stability["attempts"]) == 2

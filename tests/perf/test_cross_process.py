@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from perf.crossprocess import DEFAULT_DRAWS
 from perf.gate.noise import load_profile
 from perf.gate.processes import forwarded_options
 from tiny_bench import child_env, write_project
@@ -49,14 +50,14 @@ def test_noise_runs_fresh_processes_and_saves_the_profile_the_compare_then_uses(
     assert len(list((project / "runs" / "storage").glob("*/0*_a0*.json"))) == 4
 
     assert _pytest(project, "--benchmark-autosave").returncode == 0
-    compare = _pytest(project, "--perf-compare")
+    compare = _pytest(project, "--perf-compare", "--perf-confirm=0")
     assert compare.returncode == 0, compare.stdout
-    assert "intervals include this runner's between-process noise (noise profile" in compare.stdout
+    assert "--perf-compare against main's history of 1 comparable run(s)" in compare.stdout
     row = next(line for line in compare.stdout.splitlines() if line.startswith("test_busy"))
-    assert "±" in row and "no change" in row
+    assert row.split()[-3:] == ["5", "no", "change"]  # the saved run and the profile's 4 processes
 
-    plain = _pytest(project, "--perf-compare", "--perf-noise-profile=none")
-    assert "no noise profile for this runner" in plain.stdout
+    plain = _pytest(project, "--perf-compare", "--perf-noise-profile=none", "--perf-confirm=0")
+    assert "history too short (1 comparable run(s), no noise profile)" in plain.stdout
 
 
 def test_a_saved_plan_resumes_and_a_different_one_is_refused(project: Path) -> None:
@@ -79,13 +80,13 @@ def test_a_time_budget_stops_starting_children_and_says_how_to_go_on(project: Pa
     assert "of 6 planned processes ran within --perf-processes-budget; resume with --perf-runs-dir=" in result.stdout
 
 
-def test_selftest_across_processes_judges_every_pair_and_runs_pytest_benchmarks_own_compare(project: Path) -> None:
+def test_selftest_across_processes_simulates_ci_runs_and_runs_pytest_benchmarks_own_compare(project: Path) -> None:
     result = _pytest(project, "--perf-selftest-processes=3", "--perf-runs-dir=runs")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Cross-process self-test: identical code (every pair of processes)" in result.stdout
+    assert "Cross-process self-test: simulated CI runs of identical code" in result.stdout
     summary = json.loads((project / "reports" / "selftest-processes.json").read_text())
     (everything,) = [row for row in summary["identical"] if row["family"] == "all"]
-    assert everything["comparisons"] == 3
+    assert everything["runs"] == 3 * DEFAULT_DRAWS and everything["red runs"].startswith("0/")
     assert summary["compare_fail"]["check"] == "median:5%"
     assert summary["compare_fail"]["consecutive processes run with it"].endswith("/2 passed")
     log = (project / "runs" / "a01.log").read_text()

@@ -24,7 +24,7 @@ OPTIONS = (
     "--perf-regression", "--perf-controls", "--perf-allow-model-mismatch", "--perf-cfg", "--perf-weights",
     "--perf-names", "--perf-onnx", "--perf-engine", "--perf-engine-precision", "--perf-ground-truth", "--perf-min-map",
     "--perf-compare", "--perf-min-effect", "--perf-max-cv", "--perf-max-drift", "--perf-max-remeasure",
-    "--perf-fail-unstable", "--perf-noise-profile", "--perf-selftest", "--perf-selftest-trials",
+    "--perf-fail-inconclusive", "--perf-history", "--perf-confirm", "--perf-noise-profile", "--perf-selftest", "--perf-selftest-trials",
     "--perf-selftest-levels", "--perf-noise", "--perf-selftest-processes", "--perf-selftest-regressions",
     "--perf-processes-budget", "--perf-runs-dir", "--perf-reports-dir", "--perf-html", "--perf-kernels",
     "--perf-store", "--perf-skip-interval", "--perf-sources",
@@ -60,6 +60,8 @@ BAD_VALUES = (
     ("--perf-selftest-regressions", "layer:0%", "Expected KIND:PERCENT"),
     ("--perf-processes-budget", "0", "Expected seconds > 0"),
     ("--perf-kernels", "-1", "Expected an integer >= 0."),
+    ("--perf-history", "0", "Expected a positive integer."),
+    ("--perf-confirm", "some", "Expected an integer >= 0."),
     ("--perf-store", "mysql://db", "Expected a path, sqlite:///path, postgresql://... or none."),
     ("--benchmark-max-time", "-1", "Expected seconds > 0"),
     ("--benchmark-max-time", "0", "Expected seconds > 0"),
@@ -274,7 +276,7 @@ def test_help_shows_percent_signs_once_and_the_model_settings_as_ini_values(perf
     option, and the history store, is also an ini setting of the same name."""
     text = perf_pytester.runpytest("--help").stdout.str()
     section = " ".join(text[text.index("perf suite (perf/):") :].split("\n\n")[0].split())
-    assert "its 95% interval" in section and "Default: layer:5%,preprocess:5%." in section and "%%" not in section
+    assert "faster / no change / inconclusive / missing" in section and "Default: layer:5%,preprocess:5%." in section and "%%" not in section
     ini = set(re.findall(r"^  (perf_\w+) \(string\)", text, re.MULTILINE))
     assert ini == {f"perf_{name}" for name in ("cfg", "weights", "names", "onnx", "engine", "engine_precision", "video",
                                               "ground_truth", "min_map", "store")}  # fmt: skip

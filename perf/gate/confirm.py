@@ -1,0 +1,177 @@
+"""Confirm before failing: the suspects of a first pass measured again in fresh processes, alternating with the base.
+
+A first pass (`perf.gate.compare.judge_benchmark`) flags suspects at a loose level; a run fails only on a suspect
+that fresh processes confirm (Perfherder retriggers suspects before alerting; Materialize counts a regression only
+when a second pass on both sides agrees). `confirm_rows`:
+
+1. *Which code.* The base is the history's latest commit, checked out as a git worktree (as ``perf-ab`` does,
+   `perf.abtest.base_worktree`); the candidate is this working tree. Where the base cannot be had (no git, the
+   commit unknown, or the same commit with a clean tree), only candidate processes run and are judged against
+   the history (`perf.gate.judge.judge` with several candidates).
+2. *Which tests.* Only the suspects' node ids, in fresh pytest processes (`perf.gate.processes.run_children`),
+   base and candidate alternating (ABBA), `PAIRS_PER_LOOK` pairs per look, at most ``settings.confirm`` pairs.
+3. *The verdict* of each suspect metric after each look (`perf.gate.judge.judge_pairs`, pooled with the history's
+   spread, at `perf.gate.judge.CONFIRM_LEVEL` divided over the looks; only these processes, not the first pass,
+   so the two passes are independent): "slower" (confirmed), "no change" (the interval's top is under the
+   floor: cleared), else another look; after the last, "inconclusive: cannot rule out +X%".
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perf.gate.compare import STAGE, Baseline, GateSettings, Row, reference_of
+from perf.gate.history import record_median
+from perf.gate.judge import CONFIRM_LEVEL, INCONCLUSIVE, NO_CHANGE, SLOWER, judge, judge_pairs
+from perf.runs import SavedRun, load_run
+
+log = logging.getLogger(__name__)
+
+#: Pairs of fresh processes per look; a confirmation of at most K pairs takes ceil(K / PAIRS_PER_LOOK) looks.
+PAIRS_PER_LOOK = 2
+BASE, CANDIDATE = "base", "candidate"
+
+
+@dataclass(frozen=True)
+class Sides:
+    """Where the two sides' code is: ``base_tree`` (a worktree of the base commit; None: candidate only),
+    ``candidate_tree`` (this working tree), the base's cache folder (exports and engines of its own) and the
+    candidate's own options."""
+
+    candidate_tree: Path
+    base_tree: Path | None
+    base_cache: Path | None = None
+    #: Options only the candidate gets: the test-only ones that change its code (a self-test's injected slowdown).
+    candidate_options: tuple[str, ...] = ()
+
+
+def looks(pairs: int) -> int:
+    """How many looks a confirmation of at most ``pairs`` pairs takes."""
+    return max(1, math.ceil(pairs / PAIRS_PER_LOOK))
+
+
+def plan_look(look: int, sides: Sides, nodeids: Sequence[str]) -> list[Any]:
+    """The children of one look: `PAIRS_PER_LOOK` pairs, base first in odd pairs (or candidates only)."""
+    from perf.gate.processes import Child
+
+    children = []
+    for j in range(PAIRS_PER_LOOK):
+        i = (look - 1) * PAIRS_PER_LOOK + j + 1
+        candidate = Child(f"{CANDIDATE}-{i:02d}", CANDIDATE, tuple(nodeids), sides.candidate_options)
+        if sides.base_tree is None:
+            children.append(candidate)
+            continue
+        base = Child(f"{BASE}-{i:02d}", BASE, tuple(nodeids),
+                     (f"--perf-cache-dir={sides.base_cache}",) if sides.base_cache else (), str(sides.base_tree))
+        children += [base, candidate] if i % 2 else [candidate, base]
+    return children
+
+
+@dataclass(frozen=True)
+class Process:
+    """One confirmation process: its side (`BASE` or `CANDIDATE`) and its saved run."""
+
+    kind: str
+    run: SavedRun
+
+
+def _medians(processes: Sequence[Process], kind: str, fullname: str, metric: str) -> list[float]:
+    out = []
+    for process in processes:
+        if process.kind != kind:
+            continue
+        bench = process.run.benchmarks.get(fullname)
+        value = None if bench is None else record_median(bench, metric)
+        if value is not None:
+            out.append(value)
+    return out
+
+
+def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, results: Sequence[Process], level: float,
+                  paired: bool, final: bool) -> bool:  # fmt: skip
+    """Judge ``row``'s suspect metrics on the confirmation processes so far; update the row and return True when it
+    is decided (confirmed or cleared), or when ``final``."""
+    outcomes = []
+    for metric in row.suspect:
+        cand = _medians(results, CANDIDATE, row.fullname, metric)
+        base = _medians(results, BASE, row.fullname, metric) if paired else []
+        prior = reference_of(baseline, row.fullname, metric)[0] if baseline is not None else None
+        if not cand or (paired and len(base) != len(cand)):
+            outcomes.append((metric, None))
+            continue
+        frame = next((m.baseline_median_s for m in row.metrics if m.metric == "time"), None)
+        stage = next((m.baseline_median_s for m in row.metrics if m.metric == metric), None)
+        share = min(1.0, stage / frame) if metric.startswith(STAGE) and frame and stage else None
+        floor = settings.min_effect / share if share else settings.min_effect
+        if paired:
+            try:
+                result = judge_pairs(base, cand, level, floor, prior)
+            except ValueError:  # one pair and no history: no spread yet
+                result = None
+        else:
+            result = None if prior is None else judge(prior, cand, level, floor)
+        outcomes.append((metric, result))
+    return _apply(row, outcomes, settings, paired, final)
+
+
+def _apply(row: Row, outcomes: list[tuple[str, Any]], settings: GateSettings, paired: bool, final: bool) -> bool:
+    judged = [(metric, r) for metric, r in outcomes if r is not None]
+    processes = max((r.n_candidate for _, r in judged), default=0)
+    how = f"{processes} pair(s) of fresh processes" if paired else f"{processes} fresh process(es)"
+    confirmed = [(metric, r) for metric, r in judged if r.verdict == SLOWER]
+    if confirmed:
+        metric, r = confirmed[0]
+        row.verdict = SLOWER
+        row.confirmation = {"processes": processes, "paired": paired, "metric": metric, "ratio": r.ratio, "lo": r.lo,
+                            "hi": r.hi, "text": f"confirmed by {how}: {metric} {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}]"}
+        return True
+    cleared = judged and len(judged) == len(outcomes) and all(r.hi < 1 + settings.min_effect for _, r in judged)
+    if cleared:
+        row.verdict = NO_CHANGE
+        worst = max(judged, key=lambda item: item[1].hi)[1]
+        row.confirmation = {"processes": processes, "paired": paired, "ratio": worst.ratio, "lo": worst.lo,
+                            "hi": worst.hi, "text": f"first-pass suspect cleared by {how}"}
+        row.note = "; ".join(p for p in (row.note, row.confirmation["text"]) if p)
+        return True
+    if not final:
+        return False
+    bound = max((r.hi - 1 for _, r in judged), default=math.nan)
+    row.verdict = INCONCLUSIVE
+    text = (f"inconclusive: cannot rule out +{100 * bound:.1f}% after {how}" if judged else
+            "inconclusive: the confirmation processes saved no result (see their logs)")  # fmt: skip
+    row.confirmation = {"processes": processes, "paired": paired, "text": text}
+    row.note = "; ".join(p for p in (row.note, text) if p)
+    return True
+
+
+def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateSettings, sides: Sides, folder: Path,
+                 options: Sequence[str], on_done: Callable[..., None] | None = None) -> float:  # fmt: skip
+    """Confirm every suspect row (verdict "slower" with ``suspect`` metrics) in place; return the seconds the
+    processes took. Rows that are not suspects are left as they are."""
+    from perf.gate.processes import run_children
+
+    pending = [row for row in rows if row.verdict == SLOWER and row.suspect]
+    if not pending or settings.confirm <= 0:
+        return 0.0
+    folder.mkdir(parents=True, exist_ok=True)
+    total = looks(settings.confirm)
+    level = CONFIRM_LEVEL / total
+    paired = sides.base_tree is not None
+    results: list[Process] = []
+    spent = 0.0
+    for look in range(1, total + 1):
+        nodeids = sorted({row.fullname for row in pending})
+        children = plan_look(look, sides, nodeids)
+        done = run_children(children, options, folder, sides.candidate_tree, on_done=on_done)
+        spent += sum(r.seconds for r in done)
+        results += [Process(r.kind, load_run(r.run)) for r in done if r.run is not None]
+        pending = [row for row in pending
+                   if not judge_suspect(row, baseline, settings, results, level, paired, final=look == total)]
+        if not pending:
+            break
+    return spent

@@ -1,0 +1,115 @@
+"""Main's history as the gate's noise model: which saved runs a new run is judged against, and each metric's
+`perf.gate.judge.Reference` from them.
+
+*Which runs* (`history_runs`): every saved run is a separate process. Kept are the runs of the same machine (the
+fingerprint fields that make timings comparable, `perf.measure.machine.fingerprint_differences`) and the same
+model and video (`perf.subject.subject_differences`), made without test-only options (`perf.runs.injected_of`), of
+the branch asked for where runs record one, and the last `DEFAULT_LAST` of them. A run that recorded no model or
+video identity (saved before identities were saved) is taken as this model's.
+
+*Each metric's reference* (`reference_for`): the per-process medians of that metric in those runs, oldest first.
+A change point in them (`perf.store.changepoints.find_change_points`: a regression that landed, an improvement)
+starts the reference anew: only the runs after the last one give its level; while fewer than
+`perf.gate.judge.MIN_REFERENCE` runs follow it, the spread comes from the runs before it (a change moves the level,
+not the scatter). A noise profile's processes (``--perf-noise``, `perf.gate.noise`) seed a history that is still
+too short.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from perf.gate.judge import MIN_REFERENCE, Reference, reference
+from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
+
+#: How many of the latest comparable runs make the history.
+DEFAULT_LAST = 20
+
+
+def record_median(bench: BenchmarkRecord | None, metric: str = PRIMARY) -> float | None:
+    """The median (seconds, > 0) of ``metric`` of one benchmark record; None without such a series."""
+    if bench is None:
+        return None
+    if metric == PRIMARY and not bench.has_rounds:
+        return bench.median_s
+    data = bench.metrics().get(metric)
+    if data is None or not data.size:
+        return None
+    value = float(np.median(data))
+    return value if value > 0 and math.isfinite(value) else None
+
+
+def metric_median(run: SavedRun, fullname: str, metric: str = PRIMARY) -> float | None:
+    """The median (seconds) of ``metric`` of benchmark ``fullname`` in ``run``; None when it has no such series."""
+    return record_median(run.benchmarks.get(fullname), metric)
+
+
+def _branch(run: SavedRun) -> str | None:
+    return (run.raw.get("commit_info") or {}).get("branch")
+
+
+def history_runs(runs: Sequence[SavedRun], *, fingerprint: Mapping[str, Any] | None,
+                 identity: Mapping[str, Any] | None, branch: str | None = None, last: int = DEFAULT_LAST,
+                 exclude: Sequence[str] = ()) -> list[SavedRun]:  # fmt: skip
+    """The runs (oldest first, as given) a new run on this machine (``fingerprint``; None: any) measuring this
+    model and video (``identity``; None: any) is judged against: see the module docstring. ``exclude``: run ids
+    left out (the run being judged)."""
+    from perf.measure.machine import fingerprint_differences
+    from perf.subject import subject_differences
+
+    kept = []
+    for run in runs:
+        if run.injected or (run.run_id is not None and run.run_id in exclude):
+            continue
+        if fingerprint is not None and fingerprint_differences(run.fingerprint, fingerprint):
+            continue
+        saved_subject = run.machine_info.get("perf_subject")
+        if identity is not None and saved_subject and subject_differences(saved_subject, identity):
+            continue
+        if branch is not None and _branch(run) not in (None, "", "HEAD", branch):
+            continue
+        kept.append(run)
+    return kept[-last:] if last > 0 else kept
+
+
+@dataclass(frozen=True)
+class HistoryReference:
+    """A metric's reference and where it came from: the runs it rests on (oldest first) and the change point it
+    starts after ("commit <sha>" or "run <name>" of its first run; None without one)."""
+
+    reference: Reference
+    runs: tuple[SavedRun, ...]
+    restarted_at: str | None = None
+    seeded: int = 0
+
+
+def reference_for(runs: Sequence[SavedRun], fullname: str, metric: str = PRIMARY,
+                  seed_medians_s: Sequence[float] = ()) -> HistoryReference | None:  # fmt: skip
+    """The reference of one metric from ``runs`` (oldest first) and, while they are fewer than `MIN_REFERENCE`,
+    the noise profile's per-process medians ``seed_medians_s``; None when there are still too few."""
+    from perf.store.changepoints import find_change_points
+
+    pairs = [(run, value) for run in runs if (value := metric_median(run, fullname, metric)) is not None]
+    values = [value for _, value in pairs]
+    restarted, spread = None, None
+    changes = find_change_points(values) if len(values) >= 2 * MIN_REFERENCE else []
+    if changes:
+        at = changes[-1].index
+        before = np.log(values[:at])
+        if len(values) - at < MIN_REFERENCE and before.size >= MIN_REFERENCE:
+            spread = reference(values[:at])
+        first = pairs[at][0]
+        restarted = f"commit {first.commit[:12]}" if first.commit else f"run {first.name}"
+        pairs, values = pairs[at:], values[at:]
+    if spread is not None:
+        ref = Reference(tuple(math.log(v) for v in values), sd_override=spread.sd, df_override=spread.df)
+        return HistoryReference(ref, tuple(run for run, _ in pairs), restarted)
+    seeded = list(seed_medians_s) if len(values) < MIN_REFERENCE else []
+    if len(values) + len(seeded) < MIN_REFERENCE:
+        return None
+    return HistoryReference(reference([*seeded, *values]), tuple(run for run, _ in pairs), restarted, len(seeded))

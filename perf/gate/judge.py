@@ -1,0 +1,243 @@
+"""The gate's one judge: is a metric slower, faster or unchanged between separate processes, and what could it see.
+
+Every verdict goes through `judge` (``--perf-compare``, its confirmation, ``perf-ab``, the cross-process self-test,
+``perf-history judge`` and change points' summaries); the decision rule and the error budget live here only.
+
+*What is judged.* One figure per process: the median of a metric's rounds in that process (seconds per call or per
+frame), on a log scale. Identical code moves between processes (another CUDA graph instantiation, CPU placement,
+the VM's CPU speed), so a process's median is one draw from this runner's distribution of them; the rounds inside
+one process say nothing about it. The reference is that distribution, estimated from earlier processes
+(`Reference`: main's last comparable runs, or a noise profile's processes); a candidate is one or more new
+processes.
+
+*The rule.* With ``n`` reference processes (mean ``c``, standard deviation ``s`` of the logs, ``n - 1`` degrees of
+freedom) and ``m`` candidate processes (mean ``y``), ``d = y - c`` has the standard error ``s * sqrt(1/n + 1/m)``
+(a prediction interval for a new mean; with ``m > 1`` ``s`` pools the candidates' own scatter). At one-sided level
+``alpha``, ``t`` Student's quantile: "slower" when ``d - t * se > 0`` *and* the ratio ``exp(d)`` exceeds ``1 +
+floor``; "faster" likewise below; else "no change". Paired processes (`judge_pairs`: base and candidate back to
+back) judge the mean of the pair differences, ``s`` pooled from the pairs and, when given, the reference's
+between-process spread (``sqrt(2) * s`` for a difference of two processes).
+
+*What it could see.* `Judgement.detectable` is the smallest slowdown the same judgement would call "slower" nine
+times in ten: ``max(floor, exp((t + z_0.9) * se) - 1)``. A "no change" means "not slower by that much".
+
+*The error budget* (`Budget`). A CI run of unchanged code may fail with probability `RUN_BUDGET` (1%), all its
+judged metrics together. With confirmation, the first pass flags *suspects* at a run-wide `SUSPECT_RATE` (20%),
+split evenly over the run's ``k`` judged metrics (Bonferroni: ``SUSPECT_RATE / k`` each), and a suspect fails
+the run only when fresh processes, independent of the first, confirm it at `CONFIRM_LEVEL` = ``RUN_BUDGET /
+SUSPECT_RATE`` (5%): ``P(red) <= sum_i (SUSPECT_RATE / k) * CONFIRM_LEVEL = RUN_BUDGET``. Without confirmation
+the first pass alone spends the budget: ``RUN_BUDGET / k`` each. A confirmation in ``r`` looks (more pairs until
+decided) spends ``CONFIRM_LEVEL / r`` at each look.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+SLOWER, FASTER, NO_CHANGE, INCONCLUSIVE = "slower", "faster", "no change", "inconclusive"
+#: Probability that a CI run of unchanged code fails (any judged metric "slower"), all metrics together.
+RUN_BUDGET = 0.01
+#: Run-wide rate at which the first pass flags suspects on unchanged code, when suspects are confirmed.
+SUSPECT_RATE = 0.20
+#: One-sided level of a confirmation, per suspect metric: ``RUN_BUDGET / SUSPECT_RATE``.
+CONFIRM_LEVEL = RUN_BUDGET / SUSPECT_RATE
+#: Smallest change called slower or faster (Perfherder's 2%), as a fraction.
+DEFAULT_FLOOR = 0.02
+#: The probability with which `Judgement.detectable` is caught.
+POWER = 0.90
+#: A reference needs this many processes (one is a point, not a distribution).
+MIN_REFERENCE = 3
+#: A process whose log median lies further than this many robust standard deviations from the others' median is
+#: left out of a reference (a lucky or unlucky process), at most a quarter of them.
+OUTLIER_Z = 5.0
+#: The smallest between-process standard deviation (log scale) a reference is credited with: 0.1%.
+SD_FLOOR = 0.001
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How a run spends `RUN_BUDGET`: ``metrics`` judged metrics, first-pass level each, confirmation level."""
+
+    metrics: int
+    confirm: bool
+
+    @property
+    def first_level(self) -> float:
+        """One-sided level of each first-pass judgement."""
+        return (SUSPECT_RATE if self.confirm else RUN_BUDGET) / max(1, self.metrics)
+
+    def confirm_level(self, looks: int = 1) -> float:
+        """One-sided level of each confirmation look, ``looks`` looks at most."""
+        return CONFIRM_LEVEL / max(1, looks)
+
+    def describe(self) -> str:
+        if self.confirm:
+            return (f"a run of unchanged code fails with probability <= {RUN_BUDGET:.0%}: {self.metrics} judged "
+                    f"metrics flag suspects at {SUSPECT_RATE:.0%} in all ({self.first_level:.2g} each), and fresh "
+                    f"processes must confirm a suspect at {CONFIRM_LEVEL:.0%}")
+        return (f"a run of unchanged code fails with probability <= {RUN_BUDGET:.0%}: {self.metrics} judged metrics "
+                f"at {self.first_level:.2g} each (no confirmation)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_budget": RUN_BUDGET, "metrics": self.metrics, "confirm": self.confirm,
+                "first_level": self.first_level, "confirm_level": CONFIRM_LEVEL if self.confirm else None}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The distribution of one metric's per-process median on this runner: ``logs`` (natural logs of the medians
+    of seconds, the processes kept), ``dropped`` (how many outliers were left out), ``sd`` and ``df`` (its
+    between-process standard deviation, log scale, and degrees of freedom)."""
+
+    logs: tuple[float, ...]
+    dropped: int = 0
+    sd_override: float | None = None
+    df_override: float | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.logs)
+
+    @property
+    def centre(self) -> float:
+        return float(np.mean(self.logs))
+
+    @property
+    def median_s(self) -> float:
+        """The reference's typical median, seconds: ``exp(centre)``."""
+        return math.exp(self.centre)
+
+    @property
+    def sd(self) -> float:
+        if self.sd_override is not None:
+            return max(self.sd_override, SD_FLOOR)
+        return max(float(np.std(self.logs, ddof=1)) if self.n > 1 else 0.0, SD_FLOOR)
+
+    @property
+    def df(self) -> float:
+        return self.df_override if self.df_override is not None else float(self.n - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"processes": self.n, "dropped": self.dropped, "median_s": self.median_s, "sd": self.sd,
+                "df": self.df}
+
+
+def reference(medians_s: Sequence[float]) -> Reference:
+    """A `Reference` from per-process medians (seconds, > 0), leaving out outliers (`OUTLIER_Z`). `ValueError`
+    with fewer than `MIN_REFERENCE` positive values."""
+    x = np.log(np.asarray([m for m in medians_s if m is not None and m > 0 and math.isfinite(m)], dtype=float))
+    if x.size < MIN_REFERENCE:
+        raise ValueError(f"a reference needs >= {MIN_REFERENCE} processes, got {x.size}")
+    centre = float(np.median(x))
+    scale = max(1.4826 * float(np.median(np.abs(x - centre))), SD_FLOOR)
+    distance = np.abs(x - centre) / scale
+    order = np.argsort(-distance)
+    out = [int(i) for i in order[: x.size // 4] if distance[i] > OUTLIER_Z]
+    kept = np.delete(x, out)
+    return Reference(tuple(float(v) for v in kept), dropped=len(out))
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One metric judged: ``ratio`` (candidate over reference, > 1 slower), its interval ``[lo, hi]`` at one-sided
+    ``level`` each side, the ``verdict``, ``detectable`` (smallest slowdown, as a fraction, caught with probability
+    `POWER`), and the counts and spread it rests on (``sd``, log scale)."""
+
+    ratio: float
+    lo: float
+    hi: float
+    verdict: str
+    detectable: float
+    level: float
+    floor: float
+    n_reference: int
+    n_candidate: int
+    sd: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def cannot_rule_out(self) -> float:
+        """The largest slowdown the interval still allows, as a fraction (``hi - 1``, at least 0)."""
+        return max(0.0, self.hi - 1)
+
+
+def verdict_of(ratio: float, lo: float, hi: float, floor: float = DEFAULT_FLOOR) -> str:
+    """The rule on a ratio and its interval: "slower" when the interval lies above 1 and the ratio beyond
+    ``1 + floor``, "faster" likewise below, else "no change"."""
+    if lo > 1 and ratio > 1 + floor:
+        return SLOWER
+    if hi < 1 and ratio < 1 / (1 + floor):
+        return FASTER
+    return NO_CHANGE
+
+
+def _decide(d: float, se: float, df: float, level: float, floor: float, n_ref: int, m: int, sd: float) -> Judgement:
+    from scipy.stats import norm, t
+
+    if not 0 < level < 0.5:
+        raise ValueError(f"level {level!r}: expected a one-sided level between 0 and 0.5")
+    if not floor >= 0:
+        raise ValueError(f"floor {floor!r}: expected a fraction >= 0, e.g. 0.02")
+    crit = float(t.ppf(1 - level, df)) if math.isfinite(df) else float(norm.ppf(1 - level))
+    lo, hi = math.exp(d - crit * se), math.exp(d + crit * se)
+    ratio = math.exp(d)
+    verdict = verdict_of(ratio, lo, hi, floor)
+    detectable = max(floor, math.expm1((crit + float(norm.ppf(POWER))) * se))
+    return Judgement(ratio, lo, hi, verdict, detectable, level, floor, n_ref, m, sd)
+
+
+def judge(ref: Reference, candidate_s: Sequence[float], level: float, floor: float = DEFAULT_FLOOR) -> Judgement:
+    """``candidate_s`` (per-process medians, seconds, one or more) against the reference ``ref`` at one-sided
+    ``level`` (see the module docstring)."""
+    y = np.log(np.asarray(candidate_s, dtype=float))
+    if y.size == 0 or not np.all(np.isfinite(y)):
+        raise ValueError("candidate: expected one or more positive per-process medians")
+    m, df, var = y.size, ref.df, ref.sd**2
+    if m > 1 and math.isfinite(df):  # pool the candidates' own scatter: a noisier candidate must not borrow the reference's calm
+        var = (ref.df * var + (m - 1) * float(np.var(y, ddof=1))) / (ref.df + m - 1)
+        df = ref.df + m - 1
+    sd = math.sqrt(var)
+    se = sd * math.sqrt(1 / ref.n + 1 / m)
+    return _decide(float(y.mean()) - ref.centre, se, df, level, floor, ref.n, m, sd)
+
+
+def judge_pairs(base_s: Sequence[float], candidate_s: Sequence[float], level: float, floor: float = DEFAULT_FLOOR,
+                prior: Reference | None = None) -> Judgement:  # fmt: skip
+    """K paired processes (``base_s[i]`` and ``candidate_s[i]`` back to back on one runner, medians in seconds)
+    at one-sided ``level``: the mean log ratio, its spread pooled from the pairs and, when given, the ``prior``
+    reference's between-process spread (``sqrt(2) * sd`` per difference, on its degrees of freedom). "slower" (or
+    "faster") also needs every pair to agree on the direction: between-process noise has heavy tails (one process
+    in ten ran a multi-stream benchmark 13% slower on the H100), and one odd process must not decide. K >= 2
+    without a prior, K >= 1 with one."""
+    base, cand = np.log(np.asarray(base_s, dtype=float)), np.log(np.asarray(candidate_s, dtype=float))
+    if base.size != cand.size or not (np.all(np.isfinite(base)) and np.all(np.isfinite(cand))):
+        raise ValueError(f"pairs: expected as many positive base as candidate medians, got {base.size} and "
+                         f"{cand.size}")  # fmt: skip
+    k = base.size
+    diffs = cand - base
+    df, var = 0.0, 0.0
+    if prior is not None and (k < 2 or math.isfinite(prior.df)):  # a within-process prior only stands in for none
+        df, var = prior.df, 2 * prior.sd**2
+    if k > 1:
+        var = (df * var + (k - 1) * float(np.var(diffs, ddof=1))) / (df + k - 1)
+        df += k - 1
+    if df < 1:
+        raise ValueError(f"pairs: {k} pair(s) and no reference: need 2 pairs or a reference for a spread")
+    sd = max(math.sqrt(var), SD_FLOOR)
+    result = _decide(float(diffs.mean()), sd / math.sqrt(k), df, level, floor, prior.n if prior else 0, k, sd)
+    if (result.verdict == SLOWER and np.any(diffs <= 0)) or (result.verdict == FASTER and np.any(diffs >= 0)):
+        return replace(result, verdict=NO_CHANGE)  # the pairs disagree: one odd process must not decide
+    return result
+
+
+def within_reference(median_s: float, log_se: float) -> Reference:
+    """A one-process reference for when no history exists: its median, credited with its own within-process
+    standard error (``log_se``, from a bootstrap of its rounds) as if it were the between-process spread, on
+    infinite degrees of freedom. Shifts between processes are not in it: a verdict on it is the weakest kind."""
+    return Reference((math.log(median_s),), sd_override=log_se, df_override=math.inf)

@@ -1,0 +1,200 @@
+"""Main's history as the gate's noise model (perf.gate.history, perf.gate.compare.Baseline): which saved runs are
+the history, each metric's reference with change points and a noise profile's seed, the run's verdict rows, and
+simulated CI runs (perf.crossprocess) over saved processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from perf.crossprocess import IDENTICAL, identical_rows, regression_rows, simulate
+from perf.gate.compare import Baseline, GateSettings, budget, compare_runs, judge_benchmark, judge_paired
+from perf.gate.history import history_runs, reference_for
+from perf.options import parse_regression
+from perf.runs import BenchmarkRecord, SavedRun, run_from_json
+
+FINGERPRINT = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
+               "driver_version": "580.159.04", "cuda_version": "13.0"}  # fmt: skip
+SUBJECT = {"model": "yolov4-tiny.cfg", "input_size": "416x416", "classes": 2, "video": "synthetic seed 7"}
+
+
+def _bench(name: str, median_s: float, seed: int, group: str = "inference", spread: float = 0.002,
+           **extra: Any) -> dict[str, Any]:  # fmt: skip
+    data = list(median_s * np.exp(spread * np.random.default_rng(seed).standard_normal(60)))
+    return {"fullname": f"perf/t.py::{name}", "name": name, "group": group,
+            "stats": {"median": float(np.median(data)), "data": data}, "extra_info": extra}  # fmt: skip
+
+
+def _run(number: int, *benches: dict[str, Any], fingerprint: dict[str, Any] | None = None,
+         subject: dict[str, Any] | None = None, injected: dict[str, Any] | None = None) -> SavedRun:  # fmt: skip
+    doc = {"benchmarks": list(benches), "datetime": f"2026-11-01T{number // 60:02d}:{number % 60:02d}:00",
+           "machine_info": {"perf": fingerprint or FINGERPRINT, "perf_subject": subject or SUBJECT},
+           "commit_info": {"id": f"c{number:03d}", "branch": "main"},
+           "perf_run": {"run_id": f"r{number}", "injected": injected or {}}}  # fmt: skip
+    return run_from_json(doc, f"{number:04d}_x.json")
+
+
+def _process_medians(n: int, sd: float, seed: int, level: float = 1e-3) -> list[float]:
+    return list(level * np.exp(sd * np.random.default_rng(seed).standard_normal(n)))
+
+
+def test_the_history_is_the_last_comparable_clean_runs_of_this_machine_and_model() -> None:
+    runs = [_run(k, _bench("a", 1e-3, k)) for k in range(1, 26)]
+    runs.append(_run(26, _bench("a", 2e-3, 26), injected={"regression": "layer:5%"}))
+    runs.append(_run(27, _bench("a", 1e-3, 27), fingerprint={**FINGERPRINT, "driver_version": "590.1"}))
+    runs.append(_run(28, _bench("a", 1e-3, 28), subject={**SUBJECT, "input_size": "320x320"}))
+    kept = history_runs(runs, fingerprint=FINGERPRINT, identity=SUBJECT, last=20)
+    assert [r.run_id for r in kept] == [f"r{k}" for k in range(6, 26)]
+    assert len(history_runs(runs, fingerprint=None, identity=None, last=0)) == 27  # the injected run never
+    assert history_runs(runs, fingerprint=FINGERPRINT, identity=SUBJECT, exclude=["r25"])[-1].run_id == "r24"
+
+
+def test_a_change_point_restarts_the_reference_and_keeps_the_spread_from_before() -> None:
+    before = _process_medians(12, 0.01, 1)
+    after = _process_medians(2, 0.01, 2, level=1.2e-3)
+    runs = [_run(k + 1, _bench("a", m, k)) for k, m in enumerate(before + after)]
+    found = reference_for(runs, "perf/t.py::a")
+    assert found is not None and found.restarted_at == "commit c013"
+    assert found.reference.n == 2 and found.reference.median_s == pytest.approx(1.2e-3, rel=0.02)
+    assert found.reference.df >= 9  # the spread of the (up to 12, outliers left out) runs before the change
+
+
+def test_a_short_history_is_seeded_by_the_noise_profiles_processes() -> None:
+    runs = [_run(1, _bench("a", 1e-3, 1))]
+    assert reference_for(runs, "perf/t.py::a") is None
+    seeded = reference_for(runs, "perf/t.py::a", seed_medians_s=_process_medians(6, 0.01, 3))
+    assert seeded is not None and seeded.reference.n == 7 and seeded.seeded == 6
+
+
+def _history(n: int, sd: float = 0.01, level: float = 1e-3, seed: int = 0, **extra: Any) -> Baseline:
+    medians = _process_medians(n, sd, seed, level)
+    return Baseline([_run(k + 1, _bench("a", m, 100 + k, **extra)) for k, m in enumerate(medians)])
+
+
+def test_a_run_is_judged_against_the_distribution_of_the_history_not_one_process() -> None:
+    baseline = _history(15, sd=0.01)
+    level = budget(baseline, GateSettings()).first_level
+    same = judge_benchmark(baseline, BenchmarkRecord.from_json(_bench("a", baseline.reference(
+        "perf/t.py::a", "time").reference.median_s * 1.01, 7)), level)  # fmt: skip
+    assert same.verdict == "no change" and same.reference_runs == 15 and 0.02 <= same.detectable < 0.06
+    slow = judge_benchmark(baseline, BenchmarkRecord.from_json(_bench("a", 1.1e-3, 8)), level)
+    assert slow.verdict == "slower" and slow.suspect == ["time"] and slow.lo > 1
+
+
+def test_a_stage_that_grew_by_a_tenth_of_the_frame_makes_the_pipeline_slower_and_is_named() -> None:
+    def e2e(pre_s: float, seed: int, frame_s: float = 10e-3) -> dict[str, Any]:
+        stages = {"stage:preprocess": {"label": "stage preprocess", "judged": True,
+                                       "data": list(pre_s * np.exp(0.003 * np.random.default_rng(seed).standard_normal(40)))}}
+        return _bench("e2e", frame_s, seed, "end-to-end", spread=0.05, metrics=stages)
+
+    rng = np.random.default_rng(5)
+    runs = [_run(k + 1, e2e(1e-3 * np.exp(0.02 * rng.standard_normal()), k,
+                            10e-3 * np.exp(0.05 * rng.standard_normal()))) for k in range(12)]  # fmt: skip
+    baseline = Baseline(runs)
+    level = budget(baseline, GateSettings()).first_level
+    row = judge_benchmark(baseline, BenchmarkRecord.from_json(e2e(2e-3, 50, 10.5e-3)), level)
+    assert row.verdict == "slower" and row.moved.startswith("stage preprocess +1 ms/frame")
+    assert row.metrics[0].verdict == "no change"  # the frame alone is within its noise
+    same = judge_benchmark(baseline, BenchmarkRecord.from_json(e2e(1e-3, 51)), level)
+    assert same.verdict == "no change"
+
+
+def test_launch_bound_calls_are_also_judged_on_host_latency() -> None:
+    def bench(gpu_s: float, host_s: float, seed: int, bound: bool = True) -> dict[str, Any]:
+        host = {"host": {"label": "host latency (sync)", "data": [host_s] * 30}}
+        return _bench("b1", gpu_s, seed, launch_bound=bound, metrics=host)
+
+    rng = np.random.default_rng(9)
+    runs = [_run(k + 1, bench(1e-3, 3e-3 * np.exp(0.01 * rng.standard_normal()), k)) for k in range(10)]
+    baseline = Baseline(runs)
+    level = budget(baseline, GateSettings()).first_level
+    row = judge_benchmark(baseline, BenchmarkRecord.from_json(bench(1e-3, 3.6e-3, 11)), level)
+    assert row.verdict == "slower" and row.suspect == ["host"] and "host latency (sync) 1.2" in row.moved
+    unbound = judge_benchmark(baseline, BenchmarkRecord.from_json(bench(1e-3, 3.6e-3, 11, bound=False)), level)
+    assert unbound.verdict == "no change" and [m.metric for m in unbound.metrics] == ["time"]
+
+
+def test_rows_cover_both_runs_and_say_why_a_benchmark_is_missing() -> None:
+    baseline = Baseline([_run(k + 1, _bench("a", 1e-3, k), _bench("gone", 1e-3, k)) for k in range(5)])
+    current = {"perf/t.py::a": BenchmarkRecord.from_json(_bench("a", 1e-3, 50)),
+               "perf/t.py::new": BenchmarkRecord.from_json(_bench("new", 1e-3, 51))}  # fmt: skip
+    rows = {r.name: r for r in compare_runs(baseline, current, GateSettings(), ["perf/t.py::a", "perf/t.py::gone"])}
+    assert rows["new"].verdict == "missing" and rows["new"].note == "not in the history"
+    assert rows["gone"].verdict == "missing" and rows["gone"].note.startswith("not measured")
+    assert rows["a"].verdict == "no change"
+
+
+def test_paired_processes_judge_every_judged_metric_on_their_ratios() -> None:
+    base = [BenchmarkRecord.from_json(_bench("a", m, k)) for k, m in enumerate(_process_medians(4, 0.05, 1))]
+    cand = [BenchmarkRecord.from_json(_bench("a", b.median_s * 1.1, 10 + k)) for k, b in enumerate(base)]
+    row = judge_paired(base, cand, 0.01)
+    assert row.verdict == "slower" and row.ratio == pytest.approx(1.1, rel=0.01)
+    assert judge_paired(base, base, 0.01).verdict == "no change"
+
+
+def test_simulated_ci_runs_count_red_runs_detections_and_confirmation_processes() -> None:
+    def pool(label: str, count: int, level: float, seed: int, injected: dict[str, Any] | None = None) -> dict:
+        medians = _process_medians(count, 0.01, seed, level)
+        return {f"{label}{k}": _run(k + 1 + seed, _bench("x[b32]", m, seed + k, batch=32), injected=injected)
+                for k, m in enumerate(medians)}  # fmt: skip
+
+    identical = pool("a", 14, 1e-3, 0)
+    regressed = {"layer:5%": pool("l", 5, 1.05e-3, 100, {"regression": "layer:5%"})}
+    runs = simulate(identical, regressed, GateSettings(confirm=4), history=8, draws=4,
+                    regressions={"layer:5%": parse_regression("layer:5%")})  # fmt: skip
+    assert sum(r.kind == IDENTICAL for r in runs) == 56 and sum(r.kind != IDENTICAL for r in runs) == 20
+    assert all(r.history == 8 for r in runs if r.kind != IDENTICAL)
+    (overall,) = [r for r in identical_rows(runs) if r["family"] == "all"]
+    assert overall["red runs"].startswith("0/56")
+    (detected,) = regression_rows(runs)
+    assert detected["slower"] == "20/20 (100.0%)" and detected["meets target"] == "yes"
+    assert detected["confirmation processes"] >= 20  # every detection was confirmed in fresh processes
+
+
+def _save(folder: Any, run_number: int, median_s: float, seed: int, **marks: Any) -> None:
+    import json
+
+    doc = {"benchmarks": [_bench("a", median_s, seed)], "datetime": f"2026-11-{run_number:02d}T00:00:00",
+           "machine_info": {"perf": FINGERPRINT, "perf_subject": SUBJECT}, "commit_info": {"id": f"c{run_number:03d}"},
+           "perf_run": {"run_id": f"r{run_number}", "injected": marks.get("injected", {})}}  # fmt: skip
+    (folder / f"{run_number:04d}_run.json").write_text(json.dumps(doc))
+
+
+def _judge_cli(*args: str) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "perf.store.cli", "judge", *args], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
+def test_the_offline_judge_judges_a_saved_run_against_the_history_before_it(tmp_path: Any) -> None:
+    storage = tmp_path / "storage" / "machine"
+    storage.mkdir(parents=True)
+    for k, m in enumerate(_process_medians(8, 0.005, 4)):
+        _save(storage, k + 1, m, k)
+    _save(storage, 9, 1.2e-3, 9)
+    slow = _judge_cli("--storage", str(tmp_path / "storage"), "--out", str(tmp_path / "verdicts"))
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    assert slow.stdout.startswith("perf-history judge: 0009 against main's history of 8 comparable run(s)")
+    assert "a slower row is a suspect to confirm" in slow.stdout and "1 slower, 0 faster" in slow.stdout
+    assert (tmp_path / "verdicts" / "perf-compare.json").is_file()
+    earlier = _judge_cli("--storage", str(tmp_path / "storage"), "--run", "8")
+    assert earlier.returncode == 0 and "history of 7 comparable run(s)" in earlier.stdout
+    assert "0 slower, 0 faster, 1 no change" in earlier.stdout
+
+
+def test_the_offline_judge_takes_several_processes_of_one_code_together_and_refuses_a_bad_run(tmp_path: Any) -> None:
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    for k, m in enumerate(_process_medians(8, 0.01, 5)):
+        _save(storage, k + 1, m, k)
+    for k in range(3):
+        _save(storage, 9 + k, 1.03e-3 * (1 + 0.002 * k), 20 + k)
+    together = _judge_cli("--storage", str(storage), "--processes", "3", "--history", "8")
+    assert together.stdout.startswith("perf-history judge: 0009, 0010, 0011 against main's history of 8")
+    missing = _judge_cli("--storage", str(storage), "--run", "0042")
+    assert missing.returncode == 2 and missing.stderr.strip() == (
+        "perf-history: error: --run '0042': no such saved run (give its number, id or label)")

@@ -1,0 +1,107 @@
+"""The gate's one judge (perf.gate.judge): the prediction rule against a history of processes, paired processes,
+what a judgement could detect, the run's error budget. Error rates are checked on seeded simulated processes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perf.gate.judge import (CONFIRM_LEVEL, FASTER, NO_CHANGE, RUN_BUDGET, SLOWER, SUSPECT_RATE, Budget, judge,
+                             judge_pairs, reference, verdict_of, within_reference)  # fmt: skip
+
+
+def _processes(rng: np.random.Generator, n: int, sd: float, median_s: float = 1e-3) -> list[float]:
+    return list(median_s * np.exp(sd * rng.standard_normal(n)))
+
+
+def test_unchanged_code_is_called_slower_at_most_at_the_level() -> None:
+    rng = np.random.default_rng(1)
+    level, trials = 0.05, 4000
+    slower = sum(judge(reference(_processes(rng, 12, 0.05)), _processes(rng, 1, 0.05), level, floor=0.0).verdict
+                 == SLOWER for _ in range(trials))  # fmt: skip
+    assert slower / trials == pytest.approx(level, abs=0.012)  # the t prediction interval is exact for normal logs
+
+
+def test_a_slowdown_of_the_detectable_size_is_caught_about_nine_times_in_ten() -> None:
+    rng = np.random.default_rng(2)
+    history = _processes(rng, 15, 0.02)
+    ref = reference(history)
+    detectable = judge(ref, [ref.median_s], 0.01).detectable
+    caught = sum(judge(ref, _processes(rng, 1, 0.02, ref.median_s * (1 + detectable)), 0.01).verdict == SLOWER
+                 for _ in range(2000))  # fmt: skip
+    assert 0.85 <= caught / 2000 <= 0.97
+
+
+def test_the_floor_keeps_a_significant_but_small_change_no_change() -> None:
+    ref = reference([1e-3 * (1 + 0.0005 * k) for k in range(-3, 4)])
+    assert judge(ref, [1.015e-3], 0.01, floor=0.02).verdict == NO_CHANGE
+    assert judge(ref, [1.015e-3], 0.01, floor=0.0).verdict == SLOWER
+    assert judge(ref, [0.9e-3], 0.01).verdict == FASTER
+
+
+@settings(max_examples=60, deadline=None)
+@given(sd=st.floats(0.001, 0.3), shift=st.floats(-0.5, 0.5), n=st.integers(3, 30), m=st.integers(1, 4),
+       seed=st.integers(0, 10_000))
+def test_the_ratio_lies_in_its_interval_and_a_stricter_level_widens_it(sd: float, shift: float, n: int, m: int,
+                                                                       seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    ref = reference(_processes(rng, n, sd))
+    cand = _processes(rng, m, sd, math.exp(shift) * 1e-3)
+    loose, strict = judge(ref, cand, 0.1), judge(ref, cand, 0.001)
+    assert loose.lo <= loose.ratio <= loose.hi
+    assert strict.lo <= loose.lo and strict.hi >= loose.hi
+    assert strict.detectable >= loose.detectable >= loose.floor
+    assert loose.verdict == verdict_of(loose.ratio, loose.lo, loose.hi, loose.floor)
+
+
+def test_a_lucky_process_is_left_out_of_the_reference_not_taken_as_its_level() -> None:
+    medians = [4.7e-3, 4.9e-3, 5.1e-3, 5.3e-3, 5.0e-3, 4.8e-3, 5.2e-3, 3.54e-3]
+    ref = reference(medians)
+    assert ref.dropped == 1 and ref.n == 7 and ref.median_s == pytest.approx(5.0e-3, rel=0.01)
+    assert judge(ref, [5.05e-3], 0.01).verdict == NO_CHANGE
+
+
+def test_a_reference_needs_three_processes() -> None:
+    with pytest.raises(ValueError, match=">= 3 processes"):
+        reference([1e-3, 1.1e-3])
+
+
+def test_pairs_are_judged_on_their_ratios_and_borrow_the_references_spread() -> None:
+    base = [1.00e-3, 1.20e-3, 0.90e-3]
+    cand = [1.05e-3, 1.26e-3, 0.945e-3]  # every pair +5%, whatever the process's own level
+    alone = judge_pairs(base, cand, 0.05)
+    assert alone.ratio == pytest.approx(1.05) and alone.verdict == SLOWER
+    ref = reference([1e-3 * (1 + 0.001 * k) for k in range(-5, 6)])
+    one = judge_pairs(base[:1], cand[:1], 0.05, prior=ref)  # one pair: the spread comes from the history
+    assert one.verdict == SLOWER and one.n_candidate == 1
+    with pytest.raises(ValueError, match="need 2 pairs or a reference"):
+        judge_pairs(base[:1], cand[:1], 0.05)
+
+
+def test_one_process_alone_is_judged_on_its_own_within_process_spread() -> None:
+    ref = within_reference(1e-3, 0.004)
+    assert judge(ref, [1.05e-3], 0.01).verdict == SLOWER
+    assert judge(ref, [1.005e-3], 0.01).verdict == NO_CHANGE
+
+
+def test_the_budget_spends_one_percent_of_red_runs_whether_or_not_suspects_are_confirmed() -> None:
+    with_confirm, without = Budget(40, confirm=True), Budget(40, confirm=False)
+    assert with_confirm.first_level * 40 * CONFIRM_LEVEL == pytest.approx(RUN_BUDGET)
+    assert with_confirm.first_level * 40 == pytest.approx(SUSPECT_RATE)
+    assert without.first_level * 40 == pytest.approx(RUN_BUDGET)
+    assert with_confirm.confirm_level(2) == pytest.approx(CONFIRM_LEVEL / 2)
+    assert "40 judged metrics" in with_confirm.describe() and "1%" in without.describe()
+
+
+def test_a_run_of_many_metrics_on_unchanged_code_is_red_about_as_often_as_the_budget_says() -> None:
+    rng = np.random.default_rng(3)
+    metrics, runs = 20, 1500
+    plan = Budget(metrics, confirm=False)
+    refs = [reference(_processes(rng, 12, 0.03)) for _ in range(metrics)]
+    red = sum(any(judge(ref, _processes(rng, 1, 0.03), plan.first_level, 0.0).verdict == SLOWER for ref in refs)
+              for _ in range(runs))  # fmt: skip
+    assert red / runs <= RUN_BUDGET + 0.01
