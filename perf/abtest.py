@@ -118,7 +118,7 @@ def _history(path: Path | None, sample: Any) -> Any:
 
 
 def to_markdown(rows: Sequence[Any], header: str) -> str:
-    from perf.gate.compare import to_markdown as table
+    from perf.gate.table import to_markdown as table
 
     return table(list(rows), header)
 

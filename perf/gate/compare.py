@@ -5,8 +5,7 @@ The run is judged against the distribution of the per-process medians of the las
 of the run's error budget (`perf.gate.judge.Budget`). Verdicts: "slower", "faster", "no change" (not slower by
 the row's ``detectable`` change or more), "inconclusive" (a suspect that fresh processes could neither confirm nor
 clear, `perf.gate.confirm`) and "missing" (in one run only, or saved without raw rounds). Runs saved before this
-gate may hold "unstable", which is read as it was written. Written as ``<reports>/perf-compare.json``
-(`perf.verdicts.VERDICT_FILE`) and ``.md`` (atomically); `perf.verdicts` reads it back.
+gate may hold "unstable", which is read as it was written. The table and its files: `perf.gate.table`.
 
 *Short history.* With fewer than `perf.gate.judge.MIN_REFERENCE` comparable runs, this runner's noise profile's
 processes (``--perf-noise``) seed the reference; with neither, a metric is judged against the latest run's own
@@ -25,23 +24,19 @@ Any judged metric "slower" makes the row slower; the row's ``detectable`` is its
 
 from __future__ import annotations
 
-import json
 import math
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detector.fileio import atomic_write_text
 from perf.gate.history import HistoryReference, record_median, reference_for
 from perf.gate.judge import (DEFAULT_FLOOR, FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, Budget, Reference, judge,
                              judge_pairs, within_reference)  # fmt: skip
 from perf.measure.stability import StabilityRule
 from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
-from perf.verdicts import VERDICT_FILE
 
 if TYPE_CHECKING:
     from perf.gate.noise import NoiseProfile
@@ -361,123 +356,3 @@ def compare_runs(baseline: Baseline, current: Mapping[str, BenchmarkRecord], set
 def budget(baseline: Baseline, settings: GateSettings, expected: Iterable[str] | None = None) -> Budget:
     """The run's error budget: its judged metrics, and whether suspects are confirmed."""
     return Budget(baseline.judged_metrics(expected), settings.confirm > 0)
-
-
-def summary(rows: list[Row], settings: GateSettings) -> dict[str, Any]:
-    """Counts per verdict and whether the gate fails ("slower", or "inconclusive" with ``fail_inconclusive``)."""
-    counts = Counter(row.verdict for row in rows)
-    failed = counts[SLOWER] > 0 or (settings.fail_inconclusive and counts[INCONCLUSIVE] > 0)
-    return {**{verdict: counts[verdict] for verdict in VERDICTS}, "failed": failed}
-
-
-def describe_failure(row: Row, settings: GateSettings, baseline: Baseline) -> str:
-    """The one line a run fails a benchmark with: verdict, medians, ratio and interval, what moved, how it was
-    confirmed, and the history it was judged against."""
-    against = f"against {baseline.describe()}"
-    if row.verdict == INCONCLUSIVE:
-        return f"perf-compare: inconclusive (fails with --perf-fail-inconclusive): {row.note} ({against})"
-    text = (f"perf-compare: slower: {_ms(row.baseline_median_s)} -> {_ms(row.current_median_s)}, "
-            f"ratio {_ratio(row)} beyond +{settings.min_effect:.1%}")
-    if row.why:
-        from perf.profile.kernels import describe_changes
-
-        text += f"; top kernel {describe_changes(row.why[:1])[0]}"
-    if row.confirmation:
-        text += f"; {row.confirmation.get('text', '')}"
-    return text + (f"; {row.moved}" if row.moved else "") + f" ({against})"
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.4g} ms"
-
-
-def _ratio(row: Row) -> str:
-    if row.ratio is None:
-        return "-"
-    return f"{row.ratio:.3f} [{row.lo:.3f}, {row.hi:.3f}]"
-
-
-def _detectable(row: Row) -> str:
-    return "-" if row.detectable is None else f"+{100 * row.detectable:.1f}%"
-
-
-def _note(row: Row) -> str:
-    return "; ".join(part for part in (row.moved, row.note) if part)
-
-
-def why_lines(row: Row) -> list[str]:
-    """"Why slower" of a row: the kernels that moved most (time per call, torch.profiler), one per line."""
-    if not row.why:
-        return []
-    from perf.profile.kernels import describe_changes
-
-    lines = describe_changes(row.why)
-    if row.kernels_moved_us is not None and row.baseline_median_s and row.current_median_s:
-        change_ms = (row.current_median_s - row.baseline_median_s) * 1e3
-        lines.insert(0, f"the kernels moved {row.kernels_moved_us / 1e3:+.3g} ms of the {change_ms:+.3g} ms per call "
-                        "(what they do not explain is outside them: the host, a wait, a sleep)")
-    return lines
-
-
-HEADINGS = ("benchmark", "history", "this run", "ratio [interval]", "detectable", "runs", "verdict")
-
-
-def _cells(r: Row) -> tuple[str, ...]:
-    runs = "-" if r.reference_runs is None else str(r.reference_runs)
-    return (r.name, _ms(r.baseline_median_s), _ms(r.current_median_s), _ratio(r), _detectable(r), runs, r.verdict)
-
-
-def format_lines(rows: list[Row]) -> list[str]:
-    """One aligned text line per row: name, the history's median, this run's, ratio [interval], the smallest
-    slowdown it could detect, the runs its reference rests on, verdict, then what moved and the note."""
-    table = [HEADINGS, *(_cells(r) for r in rows)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    out = []
-    for line, row in zip(table, [None, *rows]):
-        text = "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
-        out.append(text + (f"  ({_note(row)})" if row is not None and _note(row) else ""))
-    return out
-
-
-def to_markdown(rows: list[Row], header: str) -> str:
-    """The verdict table as markdown, under ``header`` (lines naming the history, the budget and the settings)."""
-    failed = [r for r in rows if r.verdict == SLOWER]
-    lines = [header, ""]
-    if failed:
-        lines += [f"**{len(failed)} benchmark(s) slower** (each a failed test):", ""]
-        for r in failed:
-            lines.append(f"* `{r.name}`: {_ratio(r)}" + (f" -- {r.moved}" if r.moved else ""))
-            lines += [f"  * {line}" for line in why_lines(r)]
-        lines.append("")
-    lines += ["| " + " | ".join(HEADINGS) + " | what moved / note |", "|---" * (len(HEADINGS) + 1) + "|"]
-    lines += ["| " + " | ".join(_cells(r)) + f" | {_note(r)} |" for r in rows]
-    return "\n".join(lines) + "\n"
-
-
-def write_verdicts(folder: Path, rows: list[Row], baseline: Baseline, settings: GateSettings, header: str,
-                   run: str | None = None, current: Mapping[str, Any] | None = None,
-                   budget: Budget | None = None) -> Path:  # fmt: skip
-    """Write ``perf-compare.json`` and ``perf-compare.md`` into ``folder`` atomically; return the JSON path. With
-    ``run`` (this run's name, as its report's) they are first written as ``perf-compare-<run>.json`` / ``.md``, the
-    run's own, so runs sharing the folder never overwrite each other's verdicts; the plain names are the latest.
-    ``current``: the run judged (``{"run_id", "injected"}``, as its saved run's ``machine_info`` has them), so that
-    a report attaches the verdicts to that run only."""
-    latest = baseline.latest
-    document = {
-        "format": FORMAT,
-        "baseline": {"path": str(latest.path), "number": latest.number, "datetime": latest.datetime,
-                     "commit": latest.commit, "run_id": latest.run_id, "history_runs": len(baseline.runs),
-                     "history": [run.run_id or run.name for run in baseline.runs]},
-        "current": dict(current or {}),
-        "settings": settings.to_dict(),
-        "budget": None if budget is None else budget.to_dict(),
-        "summary": summary(rows, settings),
-        "rows": [asdict(row) for row in rows],
-    }  # fmt: skip
-    text, markdown = json.dumps(document, indent=2) + "\n", to_markdown(rows, header)
-    if run is not None:
-        atomic_write_text(folder / VERDICT_FILE.replace(".json", f"-{run}.json"), text)
-        atomic_write_text(folder / f"perf-compare-{run}.md", markdown)
-    path = atomic_write_text(folder / VERDICT_FILE, text)
-    atomic_write_text(folder / "perf-compare.md", markdown)
-    return path

@@ -9,7 +9,9 @@ video identity (saved before identities were saved) is taken as this model's.
 
 *Each metric's reference* (`reference_for`): the per-process medians of that metric in those runs, oldest first.
 A change point in them (`perf.store.changepoints.find_change_points`: a regression that landed, an improvement)
-starts the reference anew: only the runs after the last one give its level; while fewer than
+with at least `MIN_AFTER` runs after it starts the reference anew (one run alone cannot tell a slow run from a new
+level: a noisy runner showed such a one-run "change" in a history of 6 identical processes): only the runs after the
+last one give its level; while fewer than
 `perf.gate.judge.MIN_REFERENCE` runs follow it, the spread comes from the runs before it (a change moves the level,
 not the scatter). A noise profile's processes (``--perf-noise``, `perf.gate.noise`) seed a history that is still
 too short.
@@ -29,6 +31,8 @@ from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
 
 #: How many of the latest comparable runs make the history.
 DEFAULT_LAST = 20
+#: Runs a change point needs after it before the reference restarts there.
+MIN_AFTER = 2
 
 
 def record_median(bench: BenchmarkRecord | None, metric: str = PRIMARY) -> float | None:
@@ -97,7 +101,8 @@ def reference_for(runs: Sequence[SavedRun], fullname: str, metric: str = PRIMARY
     pairs = [(run, value) for run in runs if (value := metric_median(run, fullname, metric)) is not None]
     values = [value for _, value in pairs]
     restarted, spread = None, None
-    changes = find_change_points(values) if len(values) >= 2 * MIN_REFERENCE else []
+    changes = [c for c in (find_change_points(values) if len(values) >= 2 * MIN_REFERENCE else [])
+               if c.points_after >= MIN_AFTER]  # one run alone cannot tell a slow run from a new level
     if changes:
         at = changes[-1].index
         before = np.log(values[:at])

@@ -13,8 +13,9 @@ history with confirmation, the stability gate and ``--perf-selftest`` (options i
   fresh processes (`perf.gate.confirm`): a confirmed one fails the run (exit 1, one line each), an unconfirmed one
   is "no change" or "inconclusive: cannot rule out +X%". The verdicts go to ``<reports>/perf-compare.json`` / ``.md``.
 * ``--benchmark-compare-fail`` (pytest-benchmark's fixed threshold against one saved process) is not trusted where a
-  history exists: the gate judges instead, and one line says so and what the gate said (`COMPARE_FAIL_REPLACED`).
-  Without a history it runs as pytest-benchmark has it, and its end-of-run ``PerformanceRegression`` becomes a line
+  history exists (3 comparable runs, or a noise profile): the gate judges instead, and one line says so and what the
+  gate said (`COMPARE_FAIL_REPLACED`). Without one it runs as pytest-benchmark has it, one line says its verdicts
+  cannot be trusted here (`COMPARE_FAIL_UNTRUSTED`), and its end-of-run ``PerformanceRegression`` becomes a line
   (`COMPARE_FAIL_LINE`), not a traceback.
 * ``perf_measure`` (fixture): ``perf_measure(benchmark, fn, *args, **kwargs)`` is ``benchmark(...)`` plus the
   stability gate (`perf.measure.stability`).
@@ -32,6 +33,7 @@ from typing import Any
 import pytest
 
 from perf.gate.compare import GateSettings
+from perf.gate.judge import MIN_REFERENCE
 from perf.measure.stability import StabilityRule
 from perf.runs import injected_of
 from perf.session import PERF_SESSION, check_saved_run
@@ -40,6 +42,11 @@ GATE = pytest.StashKey[dict[str, Any]]()
 SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
 #: The line that replaces pytest-benchmark's PerformanceRegression traceback (read back by perf.gate.processes).
 COMPARE_FAIL_LINE = "--benchmark-compare-fail: {n} benchmark(s) regressed; each is a failed test above"
+#: The line that says why --benchmark-compare-fail's verdicts cannot be trusted where the gate has no history.
+COMPARE_FAIL_UNTRUSTED = ("--benchmark-compare-fail: applied as pytest-benchmark has it, against one saved process; this "
+                          "runner's history has {runs} comparable run(s), fewer than the {need} the gate needs to know "
+                          "how far identical code moves between processes, so its verdicts cannot be trusted here "
+                          "(seed a history: pytest perf -m ci --perf-noise=10)")
 #: The line that says why --benchmark-compare-fail was not applied, and what the gate judged instead.
 COMPARE_FAIL_REPLACED = ("--benchmark-compare-fail={checks} not applied: it compares one saved process, and identical "
                          "code moved up to {spread:.1f}% between the {runs} processes of this runner's history; it "
@@ -109,10 +116,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError("--perf-compare: benchmarks are disabled (--benchmark-disable, or pytest-xdist's -n "
                                 "turns them off): there would be nothing to compare; run without them")
     baseline = _history(config, benchmarks.storage, True if takeover else wanted, quiet=takeover)
-    if baseline is None:
-        return
     state = config.stash[GATE]
-    state["baseline"], state["takeover"] = baseline, takeover
+    if takeover and (baseline is None or (len(baseline.runs) < MIN_REFERENCE and baseline.noise is None)):
+        runs = 0 if baseline is None else len(baseline.runs)
+        state["untrusted"] = COMPARE_FAIL_UNTRUSTED.format(runs=runs, need=MIN_REFERENCE)
+        return
+    state["baseline"] = baseline
 
 
 def _history(config: pytest.Config, storage: Any, wanted: Any, quiet: bool = False) -> Any:
@@ -224,7 +233,8 @@ def _perf_compare_failure(config: pytest.Config, metadata: Any) -> list[str]:
     baseline, settings = state["baseline"], state["settings"]
     if baseline is None:
         return []
-    from perf.gate.compare import SLOWER, describe_failure, explain_slower, judge_benchmark
+    from perf.gate.compare import SLOWER, explain_slower, judge_benchmark
+    from perf.gate.table import describe_failure
 
     record = _record(metadata)
     row = judge_benchmark(baseline, record, state["budget"].first_level, settings.min_effect)
@@ -323,7 +333,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = config.stash.get(GATE, None)
     if state is None or state["baseline"] is None or session.exitstatus == pytest.ExitCode.USAGE_ERROR:
         return  # refused before measuring (perf.preflight): nothing to compare
-    from perf.gate.compare import SLOWER, compare_runs, explain_slower, summary, write_verdicts
+    from perf.gate.compare import SLOWER, compare_runs, explain_slower
+    from perf.gate.table import summary, write_verdicts
 
     current = {m.fullname: _record(m) for m in _benchmark_session(config).benchmarks if m and not m.has_error}
     rows = compare_runs(state["baseline"], current, state["settings"], state["expected"],
@@ -354,6 +365,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
     _write_verdicts(terminalreporter, config)
     state = config.stash[GATE]
+    if state.get("untrusted"):
+        terminalreporter.write_line(state["untrusted"], yellow=True)
     try:
         return (yield)
     except PerformanceRegression:
@@ -392,7 +405,8 @@ def _write_verdicts(terminalreporter: pytest.TerminalReporter, config: pytest.Co
     state = config.stash.get(GATE, None)
     if state is None or state.get("rows") is None:
         return
-    from perf.gate.compare import SLOWER, describe_failure, format_lines, why_lines
+    from perf.gate.compare import SLOWER
+    from perf.gate.table import describe_failure, format_lines, why_lines
 
     counts = state["summary"]
     terminalreporter.write_sep("=", "perf-compare")

@@ -187,7 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _judge_command(args: argparse.Namespace, where: str) -> int:
-    from perf.gate.compare import GateSettings, format_lines, summary, write_verdicts
+    from perf.gate.compare import GateSettings
+    from perf.gate.table import format_lines, summary, write_verdicts
     from perf.runs import load_runs
     from perf.store.db import open_store
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perf.gate.compare import (Baseline, GateSettings, Row, budget, compare_runs, describe_failure, explain_slower,
-                               format_lines, judge_benchmark, summary, why_lines, write_verdicts)  # fmt: skip
+from perf.gate.compare import Baseline, GateSettings, Row, budget, compare_runs, explain_slower, judge_benchmark
+from perf.gate.table import describe_failure, format_lines, summary, why_lines, write_verdicts
 from perf.runs import BenchmarkRecord, run_from_json
 from perf.verdicts import load_verdicts
 

@@ -108,19 +108,36 @@ def test_a_suspect_is_confirmed_in_fresh_processes_before_the_run_fails(project:
     assert verdicts is not None and verdicts["rows"][0]["confirmation"]["processes"] == 2
 
 
-def test_benchmark_compare_fail_is_not_applied_where_a_history_judges_instead(project: pytest.Pytester) -> None:
+def test_benchmark_compare_fail_without_a_history_is_a_failed_test_and_says_it_cannot_be_trusted(
+        project: pytest.Pytester) -> None:  # fmt: skip
     result = _pytest(project.path, "--benchmark-compare=0001", "--benchmark-compare-fail=median:5%",
+                     "--perf-inject-delay=2", "-rf")  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "--benchmark-compare-fail against 0001_*.json: Field 'median' has failed PercentageRegressionCheck: *",
+        "--benchmark-compare-fail: applied as pytest-benchmark has it, against one saved process; this runner's "
+        "history has 1 comparable run(s), fewer than the 3 the gate needs *",
+        "--benchmark-compare-fail: 1 benchmark(s) regressed; each is a failed test above",
+        "FAILED test_tiny.py::test_busy - --benchmark-compare-fail against 0001_*", "*1 failed*"])  # fmt: skip
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output and "PerformanceRegression" not in output
+
+
+def test_benchmark_compare_fail_is_not_applied_where_a_history_judges_instead(project: pytest.Pytester) -> None:
+    for _ in range(2):  # a history of 3 runs
+        assert _pytest(project.path, "--benchmark-autosave").ret == pytest.ExitCode.OK
+    result = _pytest(project.path, "--benchmark-compare=0003", "--benchmark-compare-fail=median:5%",
                      "--perf-inject-delay=2", "--perf-confirm=0", "-rf")  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "--benchmark-compare-fail=median:5% not applied: it compares one saved process, and identical code moved up "
-        "to 0.0% between the 1 processes of this runner's history; it flagged 1 benchmark(s); the gate judged against "
+        "to *% between the 3 processes of this runner's history; it flagged 1 benchmark(s); the gate judged against "
         "that history instead: 1 slower, 0 faster, 0 no change, 0 inconclusive, 0 missing",
         "FAILED test_tiny.py::test_busy - perf-compare: slower: *"])  # fmt: skip
     output = result.stdout.str() + result.stderr.str()
     assert "Traceback" not in output and "PerformanceRegression" not in output
     assert "--benchmark-compare-fail against" not in output
-    same = _pytest(project.path, "--benchmark-compare=0001", "--benchmark-compare-fail=median:1%", "--perf-confirm=0")
+    same = _pytest(project.path, "--benchmark-compare=0003", "--benchmark-compare-fail=median:1%", "--perf-confirm=0")
     assert same.ret == pytest.ExitCode.OK, same.stdout.str()  # the gate's verdict, whatever its own check found
     same.stdout.fnmatch_lines(["--benchmark-compare-fail=median:1% not applied: *: 0 slower, *"])
 
