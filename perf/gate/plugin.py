@@ -320,6 +320,8 @@ def _confirm(config: pytest.Config, state: dict[str, Any], rows: list[Any]) -> N
                                 f"exit {result.returncode}")  # fmt: skip
 
     sides = Sides(repo, base_dir, folder / "cache-base" if base_dir else None, extra)
+    if reporter is not None:
+        reporter.write("\n")  # after the progress line of the tests
     try:
         state["confirm_seconds"] = confirm_rows(rows, baseline, settings, sides, folder, options, progress)
     finally:
