@@ -7,9 +7,10 @@ host busy-wait on a CPU; `perf.measure.slowdown.delay_call`). Each sample is wha
 the suite's clock, pytest-benchmark's number of rounds for this call (`suite_rounds`), re-measured while
 unstable as `perf.measure.stability` does. The gate's one judge (`perf.gate.judge.judge`, against the baseline
 sample's own within-process spread, `perf.gate.judge.within_reference`, at the first-pass level of a run of one
-metric without confirmation) then judges unmodified vs baseline (a "slower" is a false alarm) and each slowed sample vs baseline (a "slower" is a
-detection). A sample still unstable after re-measuring counts as neither, as in the real gate. Each trial's
-ratio and interval are kept, so the rates can be given for several minimum effects from the same samples.
+metric without confirmation) then judges unmodified vs baseline (a "slower" is a false alarm) and each slowed
+sample vs baseline (a "slower" is a detection). A sample still unstable after re-measuring counts as neither: within
+one process its spread is all this test knows (the gate itself judges every sample against its history). Each
+trial's ratio and interval are kept, so the rates can be given for several minimum effects from the same samples.
 
 All samples of a trial come from one process and one runner: run-to-run differences between two pytest
 processes (another CUDA graph instantiation, another memory layout) are not in these rates; the gate's
@@ -51,7 +52,7 @@ class LevelResult:
     """The trials at one injected slowdown ``level`` (fraction of the median; 0 = unmodified code).
 
     Verdicts are derived per minimum effect (`slower`), so that one set of samples answers for several
-    settings of ``--perf-min-effect``; an unstable trial is never "slower", as in the gate.
+    settings of ``--perf-min-effect``; an unstable trial is never "slower".
     """
 
     level: float
