@@ -32,7 +32,7 @@ from typing import Any
 
 from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchmark
 from perf.gate.confirm import BASE, CANDIDATE, PAIRS_PER_LOOK, Process, judge_suspect, looks
-from perf.gate.judge import CONFIRM_LEVEL, FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER
+from perf.gate.judge import FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER, confirm_level
 from perf.runs import SavedRun
 
 IDENTICAL = "identical"
@@ -154,7 +154,7 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
                     break  # the pool is spent: the confirmation has fewer pairs
                 processes += [Process(BASE, pair[0]), Process(CANDIDATE, pair[1])]
             pending = [row for row in pending if not judge_suspect(
-                row, base, settings, processes, CONFIRM_LEVEL / total, True, final=look == total)]
+                row, base, settings, processes, confirm_level(total), True, final=look == total)]
             if not pending:
                 break
         used = len(processes)

@@ -5,7 +5,7 @@ that fresh processes confirm (Perfherder retriggers suspects before alerting; Ma
 when a second pass on both sides agrees). `confirm_rows`:
 
 1. *Which code.* The base is the history's latest commit, checked out as a git worktree (as ``perf-ab`` does,
-   `perf.abtest.base_worktree`); the candidate is this working tree. Where the base cannot be had (no git, the
+   `perf.gate.processes.base_worktree`); the candidate is this working tree. Where the base cannot be had (no git, the
    commit unknown, or the same commit with a clean tree), only candidate processes run and are judged against
    the history (`perf.gate.judge.judge` with several candidates).
 2. *Which tests.* Only the suspects' node ids, in fresh pytest processes (`perf.gate.processes.run_children`),
@@ -27,7 +27,7 @@ from typing import Any
 
 from perf.gate.compare import STAGE, Baseline, GateSettings, Row, reference_of
 from perf.gate.history import record_median
-from perf.gate.judge import CONFIRM_LEVEL, INCONCLUSIVE, NO_CHANGE, SLOWER, judge, judge_pairs
+from perf.gate.judge import INCONCLUSIVE, NO_CHANGE, SLOWER, confirm_level, judge, judge_pairs
 from perf.runs import SavedRun, load_run
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def _apply(row: Row, outcomes: list[tuple[str, Any]], settings: GateSettings, pa
         row.confirmation = {"processes": processes, "paired": paired, "metric": metric, "ratio": r.ratio, "lo": r.lo,
                             "hi": r.hi, "text": f"confirmed by {how}: {metric} {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}]"}
         return True
-    cleared = judged and len(judged) == len(outcomes) and all(r.hi < 1 + settings.min_effect for _, r in judged)
+    cleared = judged and len(judged) == len(outcomes) and all(r.hi < 1 + r.floor for _, r in judged)
     if cleared:
         row.verdict = NO_CHANGE
         worst = max(judged, key=lambda item: item[1].hi)[1]
@@ -140,9 +140,12 @@ def _apply(row: Row, outcomes: list[tuple[str, Any]], settings: GateSettings, pa
         return True
     if not final:
         return False
-    bound = max((r.hi - 1 for _, r in judged), default=math.nan)
+    # A stage's judgement is on the stage's own ratio, its floor the frame's over the stage's share: back to the frame.
+    bounds = [((r.hi - 1) * (settings.min_effect / r.floor if r.floor else 1.0), metric) for metric, r in judged]
+    bound, metric = max(bounds, default=(math.nan, ""))
     row.verdict = INCONCLUSIVE
-    text = (f"inconclusive: cannot rule out +{100 * bound:.1f}% after {how}" if judged else
+    of = f" of the frame ({metric})" if metric.startswith(STAGE) else ""
+    text = (f"inconclusive: cannot rule out +{100 * bound:.1f}%{of} after {how}" if judged else
             "inconclusive: the confirmation processes saved no result (see their logs)")  # fmt: skip
     row.confirmation = {"processes": processes, "paired": paired, "text": text}
     row.note = "; ".join(p for p in (row.note, text) if p)
@@ -160,7 +163,7 @@ def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateS
         return 0.0
     folder.mkdir(parents=True, exist_ok=True)
     total = looks(settings.confirm)
-    level = CONFIRM_LEVEL / total
+    level = confirm_level(total)
     paired = sides.base_tree is not None
     results: list[Process] = []
     spent = 0.0

@@ -59,6 +59,11 @@ OUTLIER_Z = 5.0
 SD_FLOOR = 0.001
 
 
+def confirm_level(looks: int = 1) -> float:
+    """One-sided level of each look of a confirmation of ``looks`` looks at most: `CONFIRM_LEVEL` split evenly."""
+    return CONFIRM_LEVEL / max(1, looks)
+
+
 @dataclass(frozen=True)
 class Budget:
     """How a run spends `RUN_BUDGET`: ``metrics`` judged metrics, first-pass level each, confirmation level."""
@@ -70,10 +75,6 @@ class Budget:
     def first_level(self) -> float:
         """One-sided level of each first-pass judgement."""
         return (SUSPECT_RATE if self.confirm else RUN_BUDGET) / max(1, self.metrics)
-
-    def confirm_level(self, looks: int = 1) -> float:
-        """One-sided level of each confirmation look, ``looks`` looks at most."""
-        return CONFIRM_LEVEL / max(1, looks)
 
     def describe(self) -> str:
         if self.confirm:

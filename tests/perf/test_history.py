@@ -198,3 +198,33 @@ def test_the_offline_judge_takes_several_processes_of_one_code_together_and_refu
     missing = _judge_cli("--storage", str(storage), "--run", "0042")
     assert missing.returncode == 2 and missing.stderr.strip() == (
         "perf-history: error: --run '0042': no such saved run (give its number, id or label)")
+
+
+def test_a_suspect_is_confirmed_cleared_or_left_inconclusive_by_its_confirmation_pairs() -> None:
+    from perf.gate.confirm import BASE, CANDIDATE, Process, judge_suspect
+
+    baseline = _history(12, sd=0.01)
+    level = budget(baseline, GateSettings(confirm=4)).first_level
+
+    def suspect() -> Any:
+        row = judge_benchmark(baseline, BenchmarkRecord.from_json(_bench("a", 1.1e-3, 70)), level)
+        assert row.verdict == "slower" and row.suspect == ["time"]
+        return row
+
+    def pairs(ratios: list[float]) -> list[Process]:
+        out = []
+        for k, ratio in enumerate(ratios):
+            out += [Process(BASE, _run(80 + k, _bench("a", 1e-3, 80 + k))),
+                    Process(CANDIDATE, _run(90 + k, _bench("a", 1e-3 * ratio, 90 + k)))]
+        return out
+
+    confirmed = suspect()
+    assert judge_suspect(confirmed, baseline, GateSettings(), pairs([1.1, 1.1]), 0.025, True, final=False)
+    assert confirmed.verdict == "slower" and confirmed.confirmation["processes"] == 2
+    cleared = suspect()
+    assert judge_suspect(cleared, baseline, GateSettings(), pairs([1.0, 1.0]), 0.025, True, final=False)
+    assert cleared.verdict == "no change" and "cleared by 2 pair(s)" in cleared.note
+    open_ = suspect()
+    assert not judge_suspect(open_, baseline, GateSettings(), pairs([1.03, 0.99]), 0.025, True, final=False)
+    assert judge_suspect(open_, baseline, GateSettings(), pairs([1.03, 0.99]), 0.025, True, final=True)
+    assert open_.verdict == "inconclusive" and open_.note.startswith("inconclusive: cannot rule out +")

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perf.gate.judge import (CONFIRM_LEVEL, FASTER, NO_CHANGE, RUN_BUDGET, SLOWER, SUSPECT_RATE, Budget, judge,
-                             judge_pairs, reference, verdict_of, within_reference)  # fmt: skip
+from perf.gate.judge import (CONFIRM_LEVEL, FASTER, NO_CHANGE, RUN_BUDGET, SLOWER, SUSPECT_RATE, Budget, confirm_level,
+                             judge, judge_pairs, reference, verdict_of, within_reference)  # fmt: skip
 
 
 def _processes(rng: np.random.Generator, n: int, sd: float, median_s: float = 1e-3) -> list[float]:
@@ -93,7 +93,7 @@ def test_the_budget_spends_one_percent_of_red_runs_whether_or_not_suspects_are_c
     assert with_confirm.first_level * 40 * CONFIRM_LEVEL == pytest.approx(RUN_BUDGET)
     assert with_confirm.first_level * 40 == pytest.approx(SUSPECT_RATE)
     assert without.first_level * 40 == pytest.approx(RUN_BUDGET)
-    assert with_confirm.confirm_level(2) == pytest.approx(CONFIRM_LEVEL / 2)
+    assert confirm_level(2) == pytest.approx(CONFIRM_LEVEL / 2)
     assert "40 judged metrics" in with_confirm.describe() and "1%" in without.describe()
 
 
