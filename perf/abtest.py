@@ -92,12 +92,12 @@ def judge(storage: Path, pairs: int, min_effect: float, confirm: bool = False,
     names = set.intersection(*(set(sides[s][i].benchmarks) for s in (BASE, CANDIDATE) for i in complete))
     first = sides[CANDIDATE][complete[0]]
     metrics = sum(len(judged_names(first.benchmarks[name])) for name in names)
-    level = Budget(metrics, confirm).first_level
+    plan = Budget(metrics, confirm)
     rows = []
     for fullname in sorted(names):
         base = [sides[BASE][i].benchmarks[fullname] for i in complete]
         cand = [sides[CANDIDATE][i].benchmarks[fullname] for i in complete]
-        rows.append(judge_paired(base, cand, level, min_effect, baseline))
+        rows.append(judge_paired(base, cand, plan, min_effect, baseline))
     return rows
 
 

@@ -135,9 +135,9 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
     # gives the history its due first: the confirmation then has fewer pairs, as the run's row says
     drawn, spare = others[:take], others[take:]
     base = Baseline([pool[label] for label in sorted(drawn, key=lambda l: pool[l].datetime or l)], settings.noise)
-    level = budget(base, settings, expected).first_level
+    plan = budget(base, settings, expected)
     run = same_kind[candidate]
-    rows = [judge_benchmark(base, bench, level, settings.min_effect) for name, bench in run.benchmarks.items()
+    rows = [judge_benchmark(base, bench, plan, settings.min_effect) for name, bench in run.benchmarks.items()
             if regression is None or _slowed(regression, bench)]  # fmt: skip
     suspects = [row for row in rows if row.verdict == SLOWER and row.suspect]
     cand_spare = [label for label in same_kind if label != candidate and label not in drawn]

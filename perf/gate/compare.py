@@ -214,10 +214,11 @@ def reference_of(baseline: Baseline, fullname: str, metric: str) -> tuple[Refere
 
 
 def judge_metric(baseline: Baseline, current: BenchmarkRecord, metric: str, level: float, floor: float,
-                 frame_s: float | None = None, candidates_s: Sequence[float] | None = None) -> MetricResult | None:  # fmt: skip
-    """One metric of ``current`` against its reference at one-sided ``level``; None when it cannot be judged (no
-    such series here or in the history). ``frame_s``: the reference frame time, for a stage's share;
-    ``candidates_s``: per-process medians to judge instead of ``current``'s own (a confirmation's)."""
+                 frame_s: float | None = None, candidates_s: Sequence[float] | None = None,
+                 faster_level: float | None = None) -> MetricResult | None:  # fmt: skip
+    """One metric of ``current`` against its reference at one-sided ``level`` (``faster_level`` for "faster"); None
+    when it cannot be judged (no such series here or in the history). ``frame_s``: the reference frame time, for a
+    stage's share; ``candidates_s``: per-process medians to judge instead of ``current``'s own."""
     value = record_median(current, metric)
     if value is None:
         return None
@@ -230,7 +231,7 @@ def judge_metric(baseline: Baseline, current: BenchmarkRecord, metric: str, leve
     if candidates_s:
         value = math.exp(float(np.mean(np.log(candidates_s))))
     result = judge(ref, list(candidates_s) if candidates_s else [value], level,
-                   floor / share if share else floor)  # fmt: skip
+                   floor / share if share else floor, faster_level)  # fmt: skip
     out = MetricResult(metric, _label(current, metric), True, result.verdict, ref.median_s, value, result.ratio,
                        result.lo, result.hi, result.detectable * (share or 1.0), note=note, reference_runs=runs,
                        level=level)  # fmt: skip
@@ -265,32 +266,35 @@ def _assemble(row: Row, metrics: list[MetricResult]) -> Row:
     return row
 
 
-def judge_benchmark(baseline: Baseline, current: BenchmarkRecord, level: float, floor: float = DEFAULT_FLOOR,
+def judge_benchmark(baseline: Baseline, current: BenchmarkRecord, level: float | Budget, floor: float = DEFAULT_FLOOR,
                     more: Sequence[BenchmarkRecord] = ()) -> Row:  # fmt: skip
-    """The first-pass verdict row for one benchmark of this run, every judged metric at one-sided ``level``;
-    ``more``: the same benchmark in more processes of the same code, judged together with ``current``."""
+    """The first-pass verdict row for one benchmark of this run, every judged metric at one-sided ``level`` (a
+    `Budget`: its first-pass level for "slower", its own for "faster"); ``more``: the same benchmark in more
+    processes of the same code, judged together with ``current``."""
+    level, faster = (level.first_level, level.faster_level) if isinstance(level, Budget) else (level, None)
     row = Row(current.fullname, current.name, current.group, MISSING, current_median_s=current.median_s)
 
     def values(name: str) -> list[float] | None:
         found = [v for r in (current, *more) if (v := record_median(r, name)) is not None]
         return found if more else None
 
-    primary = judge_metric(baseline, current, PRIMARY, level, floor, candidates_s=values(PRIMARY))
+    primary = judge_metric(baseline, current, PRIMARY, level, floor, candidates_s=values(PRIMARY), faster_level=faster)
     if primary is None:
         row.note = ("not in the history" if current.fullname not in baseline.benchmarks else
                     "no rounds to judge (saved without --benchmark-save-data)")  # fmt: skip
         return row
     others = [m for name in judged_names(current)[1:] if (m := judge_metric(
-        baseline, current, name, level, floor, primary.baseline_median_s, values(name))) is not None]
+        baseline, current, name, level, floor, primary.baseline_median_s, values(name), faster)) is not None]
     row.n_current = None if current.data is None else int(current.data.size)
     return _assemble(row, [primary, *others])
 
 
-def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkRecord], level: float,
+def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkRecord], level: float | Budget,
                  floor: float = DEFAULT_FLOOR, baseline: Baseline | None = None) -> Row:  # fmt: skip
     """One benchmark judged on K pairs of processes (``base[i]`` and ``candidate[i]`` back to back), every judged
     metric on its pair ratios (`perf.gate.judge.judge_pairs`), pooled with the history's spread where ``baseline``
     has one. Medians are geometric means over the pairs."""
+    level, faster = (level.first_level, level.faster_level) if isinstance(level, Budget) else (level, None)
     first = candidate[0]
     row = Row(first.fullname, first.name, first.group, MISSING)
     metrics: list[MetricResult] = []
@@ -304,7 +308,8 @@ def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkR
         b_s, c_s = math.exp(float(np.mean(np.log(b)))), math.exp(float(np.mean(np.log(c))))
         share = min(1.0, b_s / frame) if name.startswith(STAGE) and frame else None
         try:
-            result = judge_pairs(b, c, level, floor / share if share else floor, found.reference if found else None)
+            result = judge_pairs(b, c, level, floor / share if share else floor, found.reference if found else None,
+                                 faster)  # fmt: skip
         except ValueError as e:  # too few pairs for a spread
             row.note = str(e)
             return row
@@ -338,13 +343,13 @@ def compare_runs(baseline: Baseline, current: Mapping[str, BenchmarkRecord], set
     no row. None: every benchmark of the latest run is expected. ``judged``: rows already judged (as each test
     ended), kept as they are.
     """
-    level = budget(baseline, settings, expected).first_level
+    plan = budget(baseline, settings, expected)
     rows = []
     for fullname, bench in current.items():
         if judged is not None and fullname in judged:
             rows.append(judged[fullname])
         else:
-            rows.append(judge_benchmark(baseline, bench, level, settings.min_effect))
+            rows.append(judge_benchmark(baseline, bench, plan, settings.min_effect))
     wanted = None if expected is None else set(expected)
     for fullname, bench in baseline.benchmarks.items():
         if fullname not in current and (wanted is None or fullname in wanted):

@@ -22,7 +22,7 @@ between-process spread (``sqrt(2) * s`` for a difference of two processes).
 times in ten: ``max(floor, exp((t + z_0.9) * se) - 1)``. A "no change" means "not slower by that much".
 
 *The error budget* (`Budget`). A CI run of unchanged code may fail with probability `RUN_BUDGET` (1%), all its
-judged metrics together. With confirmation, the first pass flags *suspects* at a run-wide `SUSPECT_RATE` (20%),
+judged metrics together; "faster", which nothing confirms, is judged at ``RUN_BUDGET / k`` always. With confirmation, the first pass flags *suspects* at a run-wide `SUSPECT_RATE` (20%),
 split evenly over the run's ``k`` judged metrics (Bonferroni: ``SUSPECT_RATE / k`` each), and a suspect fails
 the run only when fresh processes, independent of the first, confirm it at `CONFIRM_LEVEL` = ``RUN_BUDGET /
 SUSPECT_RATE`` (5%): ``P(red) <= sum_i (SUSPECT_RATE / k) * CONFIRM_LEVEL = RUN_BUDGET``. Without confirmation
@@ -73,8 +73,13 @@ class Budget:
 
     @property
     def first_level(self) -> float:
-        """One-sided level of each first-pass judgement."""
+        """One-sided level of each first-pass judgement of "slower"."""
         return (SUSPECT_RATE if self.confirm else RUN_BUDGET) / max(1, self.metrics)
+
+    @property
+    def faster_level(self) -> float:
+        """One-sided level of each judgement of "faster": never confirmed, so always the whole budget's share."""
+        return RUN_BUDGET / max(1, self.metrics)
 
     def describe(self) -> str:
         if self.confirm:
@@ -178,24 +183,35 @@ def verdict_of(ratio: float, lo: float, hi: float, floor: float = DEFAULT_FLOOR)
     return NO_CHANGE
 
 
-def _decide(d: float, se: float, df: float, level: float, floor: float, n_ref: int, m: int, sd: float) -> Judgement:
+def _quantile(level: float, df: float) -> float:
     from scipy.stats import norm, t
 
     if not 0 < level < 0.5:
         raise ValueError(f"level {level!r}: expected a one-sided level between 0 and 0.5")
+    return float(t.ppf(1 - level, df)) if math.isfinite(df) else float(norm.ppf(1 - level))
+
+
+def _decide(d: float, se: float, df: float, level: float, floor: float, n_ref: int, m: int, sd: float,
+            faster_level: float | None = None) -> Judgement:  # fmt: skip
+    """The judgement of a log difference ``d`` with standard error ``se`` on ``df`` degrees of freedom: the interval's
+    low end at ``level`` (what "slower" needs), its high end at ``faster_level`` (what "faster" needs; default
+    ``level``)."""
+    from scipy.stats import norm
+
     if not floor >= 0:
         raise ValueError(f"floor {floor!r}: expected a fraction >= 0, e.g. 0.02")
-    crit = float(t.ppf(1 - level, df)) if math.isfinite(df) else float(norm.ppf(1 - level))
-    lo, hi = math.exp(d - crit * se), math.exp(d + crit * se)
+    crit = _quantile(level, df)
+    lo, hi = math.exp(d - crit * se), math.exp(d + _quantile(faster_level or level, df) * se)
     ratio = math.exp(d)
     verdict = verdict_of(ratio, lo, hi, floor)
     detectable = max(floor, math.expm1((crit + float(norm.ppf(POWER))) * se))
     return Judgement(ratio, lo, hi, verdict, detectable, level, floor, n_ref, m, sd)
 
 
-def judge(ref: Reference, candidate_s: Sequence[float], level: float, floor: float = DEFAULT_FLOOR) -> Judgement:
+def judge(ref: Reference, candidate_s: Sequence[float], level: float, floor: float = DEFAULT_FLOOR,
+          faster_level: float | None = None) -> Judgement:  # fmt: skip
     """``candidate_s`` (per-process medians, seconds, one or more) against the reference ``ref`` at one-sided
-    ``level`` (see the module docstring)."""
+    ``level`` ("slower") and ``faster_level`` ("faster", default ``level``; see the module docstring)."""
     y = np.log(np.asarray(candidate_s, dtype=float))
     if y.size == 0 or not np.all(np.isfinite(y)):
         raise ValueError("candidate: expected one or more positive per-process medians")
@@ -205,11 +221,11 @@ def judge(ref: Reference, candidate_s: Sequence[float], level: float, floor: flo
         df = ref.df + m - 1
     sd = math.sqrt(var)
     se = sd * math.sqrt(1 / ref.n + 1 / m)
-    return _decide(float(y.mean()) - ref.centre, se, df, level, floor, ref.n, m, sd)
+    return _decide(float(y.mean()) - ref.centre, se, df, level, floor, ref.n, m, sd, faster_level)
 
 
 def judge_pairs(base_s: Sequence[float], candidate_s: Sequence[float], level: float, floor: float = DEFAULT_FLOOR,
-                prior: Reference | None = None) -> Judgement:  # fmt: skip
+                prior: Reference | None = None, faster_level: float | None = None) -> Judgement:  # fmt: skip
     """K paired processes (``base_s[i]`` and ``candidate_s[i]`` back to back on one runner, medians in seconds)
     at one-sided ``level``: the mean log ratio, its spread pooled from the pairs and, when given, the ``prior``
     reference's between-process spread (``sqrt(2) * sd`` per difference, on its degrees of freedom). "slower" (or
@@ -231,7 +247,8 @@ def judge_pairs(base_s: Sequence[float], candidate_s: Sequence[float], level: fl
     if df < 1:
         raise ValueError(f"pairs: {k} pair(s) and no reference: need 2 pairs or a reference for a spread")
     sd = max(math.sqrt(var), SD_FLOOR)
-    result = _decide(float(diffs.mean()), sd / math.sqrt(k), df, level, floor, prior.n if prior else 0, k, sd)
+    result = _decide(float(diffs.mean()), sd / math.sqrt(k), df, level, floor, prior.n if prior else 0, k, sd,
+                     faster_level)
     if (result.verdict == SLOWER and np.any(diffs <= 0)) or (result.verdict == FASTER and np.any(diffs >= 0)):
         return replace(result, verdict=NO_CHANGE)  # the pairs disagree: one odd process must not decide
     return result

@@ -237,7 +237,7 @@ def _perf_compare_failure(config: pytest.Config, metadata: Any) -> list[str]:
     from perf.gate.table import describe_failure
 
     record = _record(metadata)
-    row = judge_benchmark(baseline, record, state["budget"].first_level, settings.min_effect)
+    row = judge_benchmark(baseline, record, state["budget"], settings.min_effect)
     state["judged"][metadata.fullname] = row
     if row.verdict == SLOWER and settings.confirm <= 0:
         explain_slower(row, baseline, record)

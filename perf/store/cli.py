@@ -102,7 +102,7 @@ def judge_saved(runs: Sequence[SavedRun], wanted: str | None, processes: int, hi
     baseline = Baseline(kept)
     settings = GateSettings(min_effect)
     plan = budget(baseline, settings, list(current.benchmarks))
-    rows = [judge_benchmark(baseline, bench, plan.first_level, min_effect,
+    rows = [judge_benchmark(baseline, bench, plan, min_effect,
                             [r.benchmarks[name] for r in judged[:-1] if name in r.benchmarks])
             for name, bench in current.benchmarks.items()]  # fmt: skip
     return rows, baseline, plan, judged

@@ -105,3 +105,13 @@ def test_a_run_of_many_metrics_on_unchanged_code_is_red_about_as_often_as_the_bu
     red = sum(any(judge(ref, _processes(rng, 1, 0.03), plan.first_level, 0.0).verdict == SLOWER for ref in refs)
               for _ in range(runs))  # fmt: skip
     assert red / runs <= RUN_BUDGET + 0.01
+
+
+def test_faster_which_nothing_confirms_needs_the_whole_budgets_level() -> None:
+    ref = reference([1e-3 * (1 + 0.01 * k) for k in (-2, -1, 0, 1, 2, 0.5, -0.5)])
+    loose = judge(ref, [0.965e-3], 0.05)
+    strict = judge(ref, [0.965e-3], 0.05, faster_level=0.0005)
+    assert loose.verdict == FASTER and strict.verdict == NO_CHANGE
+    assert strict.lo == loose.lo and strict.hi > loose.hi  # only the high end moves
+    plan = Budget(20, confirm=True)
+    assert plan.faster_level == pytest.approx(RUN_BUDGET / 20) and plan.faster_level < plan.first_level
