@@ -173,7 +173,11 @@ class DetectionParity:
         return 1.0 - sum(f.class_disagreements for f in self.frames) / pairs if pairs else 1.0
 
     def failures(self, tol: Tolerance) -> list[str]:
-        """Human-readable violations of ``tol`` (empty when the detections agree)."""
+        """Human-readable violations of ``tol`` (empty when the detections agree). A reference with no boxes on the
+        compared frames is a failure: every other check passes on nothing, so parity would say nothing."""
+        if self.reference_detections == 0:
+            return [f"the reference found no boxes on the {len(self.frames)} compared frame(s): nothing to compare "
+                    "(a model that detects nothing cannot show parity; check the model, its classes and the video)"]
         out = []
         if self.match_rate < tol.match_rate:
             out.append(f"match rate {self.match_rate:.4f} < {tol.match_rate}")
@@ -269,7 +273,8 @@ def report_row(label: str, backend: str, precision: str, failures: Sequence[str]
     IoU histograms (``perf.report.html``).
     """
     return {
-        "candidate": label, "verdict": "FAIL" if failures else "pass", "match rate": parity.match_rate,
+        "candidate": label, "verdict": "FAIL" if failures else "pass",
+        "reference boxes": parity.reference_detections, "match rate": parity.match_rate,
         "mean IoU": parity.mean_iou, "max score diff": parity.max_score_diff,
         "class agreement": parity.class_agreement, "borderline": parity.borderline,
         "score max abs": tensors.score_max_abs, "box max abs px": tensors.box_max_abs,

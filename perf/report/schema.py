@@ -162,7 +162,8 @@ HARNESS = TableSpec("HARNESS", "Harness overhead", (
     cpu_note="On a CPU this is a smoke test: a handful of calls per reading and no CUDA events, so the suite and the "
     "bare loop differ by noise alone; the overhead is not shown (run it on a GPU for that figure).")
 PARITY = TableSpec("PARITY", "Parity vs torch fp32", (
-    text("candidate"), text("verdict"), num("match rate", "fraction"), num("mean IoU"),
+    text("candidate"), text("verdict"), num("reference boxes", "detections"), num("match rate", "fraction"),
+    num("mean IoU"),
     num("max score diff", "score"), num("class agreement", "fraction"), num("borderline", "detections"),
     num("score max abs", "score"), num("box max abs px", "px")),
     kept=(text("backend"), text("precision"), Column("failures", "", TEXTS), Column("ious", "IoU", NUMBERS)))

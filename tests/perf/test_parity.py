@@ -113,3 +113,13 @@ def test_report_row_keeps_the_iou_of_every_matched_pair() -> None:
     assert row["ious"] == [1.0, round(400 / 440, 4), round(90 / 110, 4)]  # 20x20 in 20x22; 9x10 in 11x10
     assert row["verdict"] == "pass" and row["mean IoU"] == pytest.approx(sum(row["ious"]) / 3, abs=1e-4)
     assert (row["backend"], row["precision"]) == ("onnxruntime", "fp16")
+
+
+def test_a_reference_with_no_boxes_fails_parity_and_says_how_many_frames_it_compared() -> None:
+    empty = _dets([], [], [])
+    parity = compare_detections([empty, empty, empty], [empty, empty, empty])
+    assert parity.reference_detections == 0 and parity.match_rate == 1.0  # every rate passes on nothing
+    (failure,) = parity.failures(TOLERANCES["fp32"])
+    assert failure.startswith("the reference found no boxes on the 3 compared frame(s): nothing to compare")
+    one = _dets([[0, 0, 10, 10]], [0.9], [0])
+    assert compare_detections([one, empty], [one, empty]).failures(TOLERANCES["fp32"]) == []
