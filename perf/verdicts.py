@@ -5,8 +5,9 @@
 "run_id", "history_runs", "history"}, "current": {"run_id", "injected"}, "settings": {...}, "budget": {...},
 "summary": {...}, "rows": [{"fullname", "name", "group", "verdict", "note", "baseline_median_s",
 "current_median_s", "ratio", "lo", "hi", "detectable", "reference_runs", "suspect", "confirmation", ...}]}``
-(format 2, before the history gate, has no history, budget or detectable, and may say "unstable"; both are read). The verdicts belong to the run whose ``perf_run.run_id`` is ``current.run_id``, and to no other
-run; a file without it (an older one, or another tool's) belongs to no run. `load_verdicts` also reads other tools'
+(format 2, before the history gate, has no history, budget or detectable, and may say "unstable"; both are read).
+The verdicts belong to the run whose ``perf_run.run_id`` is ``current.run_id``, and to no other run; a file without
+it (an older one, or another tool's) belongs to no run. `load_verdicts` also reads other tools'
 verdict files (see there).
 
 API::
