@@ -105,8 +105,7 @@ def reference_for(runs: Sequence[SavedRun], fullname: str, metric: str = PRIMARY
                if c.points_after >= MIN_AFTER]  # one run alone cannot tell a slow run from a new level
     if changes:
         at = changes[-1].index
-        before = np.log(values[:at])
-        if len(values) - at < MIN_REFERENCE and before.size >= MIN_REFERENCE:
+        if len(values) - at < MIN_REFERENCE and at >= MIN_REFERENCE:
             spread = reference(values[:at])
         first = pairs[at][0]
         restarted = f"commit {first.commit[:12]}" if first.commit else f"run {first.name}"
