@@ -71,7 +71,9 @@ def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_fra
         perf_report.add(MEMORY_TABLE, {**record, "why": f"next backend: {case.backend}"})
     reason = None
     try:
+        built = time.perf_counter()
         runner = runner_pool.get(case.backend, case.precision, **case.options)
+        benchmark.extra_info["phase_s"] = {"runner": time.perf_counter() - built}
         if runner.max_batch_size is not None and case.batch > runner.max_batch_size:
             pytest.skip(f"batch {case.batch} exceeds the runner's maximum batch {runner.max_batch_size}")
         _measure(benchmark, case, runner, input_frames, measured_region, perf_report, perf_measure, perf_controls,
@@ -160,6 +162,11 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
         runner.stream.synchronize()
     warmup_s = time.perf_counter() - warmup_start
     enqueue_ms = _enqueue_ms(runner, x) if on_gpu else None
+    phases, mark = benchmark.extra_info.setdefault("phase_s", {}), [time.perf_counter()]
+
+    def phase(name: str) -> None:  # where a test's seconds go (the cost of a verdict), per phase
+        now = time.perf_counter()
+        phases[name], mark[0] = now - mark[0], now
 
     benchmark.extra_info.update({"backend": case.backend, "variant": case.variant, "precision": case.precision,
                                  "batch": case.batch, "device": runner.device, "clock": SUITE_CLOCK.kind,
@@ -172,6 +179,7 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
             SUITE_CLOCK.covering(enqueue_ms or 0.0) as lead_in_ms:
         perf_measure(benchmark, runner.infer, x, to_host=not on_gpu)  # re-measured while unstable
     benchmark.extra_info["lead_in_ms"] = lead_in_ms if on_gpu else None
+    phase("measure")
 
     host_s: list[float] = []
     if on_gpu:  # host latency with synchronisation, every call: the second metric
@@ -183,9 +191,11 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
         gpu_ms = benchmark.stats.stats.median * 1e3 if benchmark.stats is not None and benchmark.stats.stats.data else None
         benchmark.extra_info["launch_bound"] = bool(gpu_ms is not None and enqueue_ms is not None and enqueue_ms > gpu_ms)
         benchmark.extra_info.setdefault("metrics", {}).update(_host_metrics(host_s, probe))
+    phase("host")
     # The top kernels of this call, kept with the run: what a later compare shows if it got slower.
     perf_kernels(benchmark.extra_info, lambda: runner.infer(x, to_host=not on_gpu), device=device_type,
                  synchronize=runner.stream.synchronize if on_gpu else None)
+    phase("kernels")
     # Per-stage times with the input and output on the host (what a pipeline pays).
     host_batch = input_frames(case.batch)
     timings = []
@@ -194,6 +204,7 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
         timings.append(runner.last_timing)
     stages = {f"{name}_ms": _median([getattr(t, name + "_ms") for t in timings])
               for name in ("h2d", "compute", "d2h", "enqueue", "total")}
+    phase("side loop")
 
     info: dict[str, Any] = {"host_sync_median_ms": 1e3 * statistics.median(host_s) if host_s else stages["total_ms"],
                             **stages}  # fmt: skip

@@ -59,7 +59,7 @@ def test_multistream(benchmark: Any, ms_case: Any, streams: int, runner_pool: An
     import statistics
 
     from detector.multistream import run_multistream
-    from perf.measure.controls import warm_page_cache
+    from perf.measure.controls import reading_on, warm_page_cache
     from perf.measure.samples import block_samples, block_size
     from perf.measure.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
     from perf.measure.speedref import summary as reference_summary
@@ -79,9 +79,17 @@ def test_multistream(benchmark: Any, ms_case: Any, streams: int, runner_pool: An
                                keep_detections=False, on_tick=on_tick)  # fmt: skip
 
     run(WARMUP_TICKS[kind], 1)  # untimed: capture / compile at batch N through the ticks' own path
+    readers: list[list[float]] = []  # the reference on each reader's CPU, before and after the measured run
+
+    def read_readers() -> None:
+        if reference is not None:
+            readers.append([reading_on(f"stream{k}-read", reference) for k in range(streams)])
+
     with measured_region(f"multistream[{ms_case.id}-x{streams}]", runner, benchmark.extra_info):
+        read_readers()
         benchmark.pedantic(lambda: results.append(run(TICKS[kind], 2, probe)), rounds=1, iterations=1,
                            warmup_rounds=0)  # fmt: skip
+        read_readers()
     if not results:
         results.append(run(TICKS[kind], 2, probe))
     result = results[-1]
@@ -93,7 +101,8 @@ def test_multistream(benchmark: Any, ms_case: Any, streams: int, runner_pool: An
         samples = normalize([wall], [probe.readings_s], NOMINAL_S)
         label, unit = "tick time (CPU-reference units)", "s per tick at reference speed"
         benchmark.extra_info["cpu_reference"] = {**reference_summary([probe.readings_s]),
-                                                 "nominal_ms": NOMINAL_S * 1e3}  # fmt: skip
+                                                 "nominal_ms": NOMINAL_S * 1e3,
+                                                 "readers_ms": [[1e3 * r for r in at] for at in readers]}  # fmt: skip
     perf_samples(benchmark, samples, label=label, unit=unit, block=block, metrics=metrics)
     tick_s = statistics.median(wall)
     perf_report.add(TABLE, {

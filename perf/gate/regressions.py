@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,8 +55,11 @@ TRIAL_WIDTH = 256
 TRIAL_GROWTHS = 4
 #: Further steps from the chosen width while its measured cost misses the target by more than a fifth of it.
 SECANT_STEPS = 3
-#: Calls of the bare loop per calibration reading, per device type.
+#: Fewest calls of the bare loop per calibration reading, per device type; on a GPU a reading lasts at least
+#: `CALIBRATION_READING_S`, and each width's cost is the median of `CALIBRATION_ROUNDS` readings.
 CALIBRATION_CALLS = {"cuda": 200, "cpu": 3}
+CALIBRATION_READING_S = 0.25
+CALIBRATION_ROUNDS = {"cuda": 5, "cpu": 1}
 
 
 @dataclass(frozen=True)
@@ -138,16 +142,14 @@ class LayerRegressedSpec(ModelSpec):
         return super().cache_key(*parts, "regression-layer", self.width)
 
 
-def _bare_ms(spec: ModelSpec, device: str, precision: str, options: dict[str, Any], batch: Any, calls: int) -> float:
-    from detector.backends import create_runner
+def _warm_input(runner: Any, batch: Any, calls: int) -> Any:
+    """``batch`` in ``runner``'s input format and device, after ``calls`` untimed calls (warm-up, graph capture)."""
     from detector.stagespeed import infer_ms_per_call
 
-    with create_runner("torch", spec, device=device, precision=precision, **options) as runner:
-        x = runner.as_input(batch.to(runner.torch_device)) if runner.stream is not None else batch
-        context = _on_stream(runner)
-        with context:
-            infer_ms_per_call(runner, x, max(1, calls // 10))  # warm-up, graph capture
-            return min(infer_ms_per_call(runner, x, calls) for _ in range(3))
+    x = runner.as_input(batch.to(runner.torch_device)) if runner.stream is not None else batch
+    with _on_stream(runner):
+        infer_ms_per_call(runner, x, calls)
+    return x
 
 
 def _on_stream(runner: Any) -> Any:
@@ -160,39 +162,57 @@ def _on_stream(runner: Any) -> Any:
 
 def calibrate_layer(spec: ModelSpec, device: str, fraction: float, batch: Any) -> tuple[int, dict[str, float]]:
     """The bottleneck width that makes a bare-loop call on ``batch`` (float32 [B, 3, H, W], host) ``fraction``
-    slower, and the readings (ms per call) it was chosen from: a trial width (`TRIAL_WIDTH`, grown fourfold
-    while its cost is under half the target, so noise cannot pass for cost), a linear step to the target, then
-    the chosen width is measured and scaled by target / measured (`SECANT_STEPS` at most) until within a fifth of
-    the target."""
+    slower, and the readings it was chosen from. Each width's cost is the median ratio of `CALIBRATION_ROUNDS`
+    readings alternating with the unchanged model (so a drift of the GPU's clock between readings cancels), each
+    reading at least `CALIBRATION_READING_S` long: a trial width (`TRIAL_WIDTH`, grown fourfold while its cost is
+    under half the target, so noise cannot pass for cost), a linear step to the target, then the chosen width is
+    scaled by target / measured (`SECANT_STEPS` at most) until within a fifth of the target."""
+    from detector.backends import create_runner
+    from detector.stagespeed import infer_ms_per_call
+
     on_gpu = device.startswith("cuda")
     precision, options = ("fp16", {"fuse_bn": True, "channels_last": True, "cuda_graph": True}) if on_gpu else (
         "fp32", {})  # fmt: skip
-    calls = CALIBRATION_CALLS["cuda" if on_gpu else "cpu"]
+    fewest = CALIBRATION_CALLS["cuda" if on_gpu else "cpu"]
+    rounds = CALIBRATION_ROUNDS["cuda" if on_gpu else "cpu"]
+    with create_runner("torch", spec, device=device, precision=precision, **options) as base_runner:
+        base_x = _warm_input(base_runner, batch, max(1, fewest // 10))
+        with _on_stream(base_runner):
+            base = infer_ms_per_call(base_runner, base_x, fewest)
+        calls = max(fewest, math.ceil(CALIBRATION_READING_S * 1e3 / max(base, 1e-6))) if on_gpu else fewest
 
-    def ms(width: int) -> float:
-        return _bare_ms(LayerRegressedSpec(**_fields(spec), width=width), device, precision, options, batch, calls)
+        def cost(width: int) -> float:
+            """The fraction a call of the model with the block of ``width`` costs more than without it."""
+            with create_runner("torch", regressed_spec(spec, width), device=device, precision=precision,
+                               **options) as runner:  # fmt: skip
+                x = _warm_input(runner, batch, max(1, calls // 10))
+                ratios = []
+                for _ in range(rounds):
+                    with _on_stream(base_runner):
+                        before = infer_ms_per_call(base_runner, base_x, calls)
+                    with _on_stream(runner):
+                        ratios.append(infer_ms_per_call(runner, x, calls) / before)
+                return statistics.median(ratios) - 1
 
-    base = ms(0)
-    trial_width = TRIAL_WIDTH
-    trial = ms(trial_width)
-    for _ in range(TRIAL_GROWTHS):
-        if trial - base >= fraction * base / 2:
-            break
-        trial_width *= 4
-        trial = ms(trial_width)
-    per_channel = max((trial - base) / trial_width, 1e-12)
-    width = min(max(8, 8 * round(fraction * base / per_channel / 8)), trial_width * 4)
-    chosen = ms(width)
-    for _ in range(SECANT_STEPS):  # a block's cost is not linear in its width at small batches: step again
-        got = chosen / base - 1
-        if abs(got - fraction) <= fraction / 5 or got <= 0:
-            break
-        width = min(max(8, 8 * round(width * fraction / got / 8)), trial_width * 16)
-        chosen = ms(width)
-    readings = {"base_ms": base, "trial_width": trial_width, "trial_ms": trial, "chosen_ms": chosen,
-                "measured_fraction": chosen / base - 1}  # fmt: skip
-    log.info("layer regression: width %d adds %.1f%% at batch %d (target %.1f%%)", width,
-             100 * readings["measured_fraction"], batch.shape[0], 100 * fraction)  # fmt: skip
+        trial_width = TRIAL_WIDTH
+        trial = cost(trial_width)
+        for _ in range(TRIAL_GROWTHS):
+            if trial >= fraction / 2:
+                break
+            trial_width *= 4
+            trial = cost(trial_width)
+        per_channel = max(trial / trial_width, 1e-12)
+        width = min(max(8, 8 * round(fraction / per_channel / 8)), trial_width * 4)
+        got = cost(width)
+        for _ in range(SECANT_STEPS):  # a block's cost is not linear in its width at small batches: step again
+            if abs(got - fraction) <= fraction / 5 or got <= 0:
+                break
+            width = min(max(8, 8 * round(width * fraction / got / 8)), trial_width * 16)
+            got = cost(width)
+    readings = {"base_ms": base, "calls_per_reading": calls, "trial_width": trial_width, "trial_fraction": trial,
+                "measured_fraction": got}  # fmt: skip
+    log.info("layer regression: width %d adds %.1f%% at batch %d (target %.1f%%)", width, 100 * got,
+             batch.shape[0], 100 * fraction)  # fmt: skip
     return width, readings
 
 

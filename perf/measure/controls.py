@@ -50,7 +50,8 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import statistics
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,8 @@ DEFAULT_TELEMETRY_INTERVAL_S = 0.05
 CALLER_CPUS = 4
 MIN_CPUS_TO_PIN = 8
 _SHM = Path("/dev/shm")
+#: Reference readings per `reading_on`, their median kept.
+WORKER_READINGS = 5
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,20 @@ def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object
         if "gc" in controls:
             stack.enter_context(_no_gc())
         yield info
+
+
+def reading_on(worker: str, reference: Callable[[], float], readings: int = WORKER_READINGS) -> float:
+    """The median of ``readings`` calls of ``reference`` (a `perf.measure.speedref.CpuReference`: seconds) on a
+    thread named ``worker``, which the ``pin`` control's placement puts on the CPU of that loop's worker of the
+    same name: the speed of *its* CPU (the calling thread's readings say nothing of it). Between passes, while the
+    worker is idle."""
+    from detector.handoff import Control, start_worker
+
+    control, out = Control(), []
+    start_worker(worker, lambda: out.extend(reference() for _ in range(readings)), control).join()
+    if control.error is not None:
+        raise control.error
+    return statistics.median(out)
 
 
 def warm_page_cache(path: str | os.PathLike[str], chunk: int = 1 << 20) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -295,3 +296,17 @@ def test_stage_calibration_asks_for_the_work_that_adds_the_fraction() -> None:
 
     extra, bare = calibrate_stage(work, [0, 1, 2], (), frame_ms=20.0, fraction=0.05)
     assert 2.0 <= bare < 4.0 and extra == pytest.approx(0.05 * 20.0 / bare)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_reference_reading_for_a_worker_runs_on_that_workers_cpu() -> None:
+    from detector.handoff import set_thread_placement
+    from perf.measure.controls import reading_on
+
+    cpu = max(os.sched_getaffinity(0))
+    previous = set_thread_placement(lambda name: {cpu} if name == "pipelined-write" else None)
+    try:
+        on_writer = reading_on("pipelined-write", lambda: float(min(os.sched_getaffinity(0))), readings=3)
+    finally:
+        set_thread_placement(previous)
+    assert on_writer == cpu
