@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -302,6 +303,18 @@ def benchmark_option_errors(getoption: Callable[..., Any]) -> list[str]:
     return out
 
 
+#: pytest-benchmark's default storage: ``.benchmarks`` of the current directory.
+BENCHMARK_STORAGE_DEFAULT = "file://./.benchmarks"
+
+
+def anchor_benchmark_storage(option: Any, rootpath: Path) -> None:
+    """Every file of the suite lives under the pytest rootdir, wherever pytest is started: pytest-benchmark's
+    default storage (``./.benchmarks`` of the current directory) becomes ``<rootdir>/.benchmarks``; a storage given
+    on the command line is kept (relative to the current directory, as pytest-benchmark reads it)."""
+    if getattr(option, "benchmark_storage", None) == BENCHMARK_STORAGE_DEFAULT:
+        option.benchmark_storage = f"file://{rootpath / '.benchmarks'}"
+
+
 def _join(values: tuple[Any, ...]) -> str:
     return ",".join(str(v) for v in values)
 
@@ -405,7 +418,7 @@ def all_options() -> tuple[Option, ...]:
                "0.5 for the shipped model; for another model the mAP is reported, not checked", ini=True),
         # -- how it runs --------------------------------------------------------------------------------------------
         Option("--perf-cache-dir", "DIR", "Directory for generated videos, exported models and engines (relative to "
-               "the current directory).", ".perf-cache in the rootdir"),
+               "the current directory), shared with the detector CLI.", "$DETECTOR_CACHE, else ~/.cache/detector"),
         Option("--perf-frames", "N", "Frames of the synthetic video for the end-to-end and parity tests.",
                f"{DEFAULT_FRAMES['cuda']} on CUDA, {DEFAULT_FRAMES['cpu']} on CPU", parse_positive_int),
         Option("--perf-streams", "COUNTS", "Comma-separated stream counts for the multi-stream test (one inference at "

@@ -18,7 +18,7 @@ import pytest
 
 from perf.measure.clock import SUITE_CLOCK
 from perf.measure.controls import Controls
-from perf.options import add_options, bad_values, benchmark_option_errors
+from perf.options import add_options, anchor_benchmark_storage, bad_values, benchmark_option_errors
 from perf.runs import describe_injected
 from perf.session import PERF_SESSION, PerfOptions, PerfSession, check_saved_run
 
@@ -55,6 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     errors = bad_values(config.option) + benchmark_option_errors(config.getoption)  # one line each, not a block
     if errors:
         raise pytest.UsageError("\n".join(errors))
+    anchor_benchmark_storage(config.option, config.rootpath)  # before pytest-benchmark opens it (trylast)
     session = PerfSession.from_config(config)
     errors = list(session.usage_errors(autosave=bool(config.getoption("benchmark_autosave", False))))
     if errors:
@@ -150,6 +151,6 @@ def perf_frames(perf_options: PerfOptions, perf_device: str) -> int:
 
 @pytest.fixture(scope="session")
 def perf_cache_dir(perf_options: PerfOptions) -> Path:
-    """--perf-cache-dir (default <rootdir>/.perf-cache), created; shared by xdist workers."""
+    """--perf-cache-dir (default $DETECTOR_CACHE or ~/.cache/detector, the CLI's), created; shared by xdist workers."""
     perf_options.cache_dir.mkdir(parents=True, exist_ok=True)
     return perf_options.cache_dir

@@ -99,6 +99,8 @@ class PerfSession:
     def from_config(cls, config: pytest.Config) -> PerfSession:
         """Build from the options (`perf.options`) and the subject's ini settings; relative paths of options are
         taken from the directory pytest was started in, of ini values from the ini file's folder."""
+        from detector.spec import default_cache_dir  # one cache with the detector CLI
+
         getoption, invocation_dir = config.getoption, config.invocation_params.dir
         ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
         cache_dir = getoption("perf_cache_dir")
@@ -109,7 +111,7 @@ class PerfSession:
                 batch_sizes=getoption("perf_batch_sizes"),
                 precisions=getoption("perf_precisions"),
                 allow_machine_mismatch=getoption("perf_allow_machine_mismatch"),
-                cache_dir=(invocation_dir / cache_dir).resolve() if cache_dir else config.rootpath / ".perf-cache",
+                cache_dir=(invocation_dir / cache_dir).resolve() if cache_dir else default_cache_dir(),
                 frames=getoption("perf_frames"),
                 nsys=getoption("perf_nsys"),
                 nsys_path=getoption("perf_nsys_path"),

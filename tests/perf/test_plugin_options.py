@@ -337,13 +337,34 @@ def test_fixtures_give_parsed_options_device_frames_and_cache_dir(perf_pytester:
     result.assert_outcomes(passed=1)
 
 
-def test_cache_dir_defaults_to_perf_cache_in_rootdir(perf_pytester: pytest.Pytester) -> None:
+def test_cache_dir_defaults_to_the_detector_clis_cache(perf_pytester: pytest.Pytester,
+                                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The suite and `detector` share one cache: $DETECTOR_CACHE (else ~/.cache/detector)."""
+    monkeypatch.setenv("DETECTOR_CACHE", str(tmp_path / "shared"))
     perf_pytester.makepyfile(
-        "def test_dir(perf_cache_dir, pytestconfig, perf_frames):\n"
-        "    assert perf_cache_dir == pytestconfig.rootpath / '.perf-cache'\n"
+        "import os\n"
+        "from pathlib import Path\n"
+        "from detector.spec import default_cache_dir\n"
+        "def test_dir(perf_cache_dir, perf_frames):\n"
+        "    assert perf_cache_dir == default_cache_dir() == Path(os.environ['DETECTOR_CACHE'])\n"
         "    assert perf_frames == 7\n"
     )
     perf_pytester.runpytest("--perf-device=cpu", "--perf-frames=7").assert_outcomes(passed=1)
+
+
+def test_saved_runs_go_under_the_rootdir_when_pytest_starts_elsewhere(perf_pytester: pytest.Pytester) -> None:
+    """Started from a subfolder, the saved run lands in <rootdir>/.benchmarks (beside the reports), and no
+    .benchmarks appears in the current directory."""
+    perf_pytester.makepyfile(test_saved="def test_one(benchmark):\n    benchmark(sum, [1, 2])\n")
+    elsewhere = perf_pytester.path / "sub"
+    elsewhere.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(elsewhere)
+        result = perf_pytester.runpytest("--perf-device=cpu", "--benchmark-save=x", "--rootdir",
+                                         str(perf_pytester.path), str(perf_pytester.path / "test_saved.py"))
+    result.assert_outcomes(passed=1)
+    assert list((perf_pytester.path / ".benchmarks").glob("*/0001_x.json"))
+    assert not (elsewhere / ".benchmarks").exists()
 
 
 def test_requested_cuda_device_that_does_not_exist_is_a_one_line_usage_error(perf_pytester: pytest.Pytester) -> None:
