@@ -88,6 +88,23 @@ def lazy_imports_done_outside_pytester() -> None:
     machine_fingerprint()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One detector cache for the test session ($DETECTOR_CACHE, which the CLI and the suite share), never the
+    user's ~/.cache/detector: in-process suite runs (pytester) and CLI subprocesses build the synthetic video and
+    the ONNX exports once and reuse them."""
+    import os
+
+    folder = tmp_path_factory.mktemp("detector-cache")
+    before = os.environ.get("DETECTOR_CACHE")
+    os.environ["DETECTOR_CACHE"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("DETECTOR_CACHE", None)
+    else:
+        os.environ["DETECTOR_CACHE"] = before
+
+
 @pytest.fixture
 def perf_pytester(pytester: pytest.Pytester) -> pytest.Pytester:
     """A pytester directory whose conftest loads the perf plugin, as the repository's root conftest does (the
