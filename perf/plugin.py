@@ -110,9 +110,15 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]) -> None:
     """The run's own marks, beside machine_info (which must stay the same from run to run on one machine, or
-    pytest-benchmark warns at every compare): ``perf_run`` = ``{"run_id", "injected"}``."""
+    pytest-benchmark warns at every compare): ``perf_run`` = ``{"run_id", "injected"}``; and every benchmark's
+    ``params`` as JSON (`perf.runs.param_json`), not pytest-benchmark's ``UNSERIALIZABLE[...]`` strings."""
+    from perf.runs import param_json
+
     session = config.stash[PERF_SESSION]
     output_json["perf_run"] = {"run_id": session.run_id, "injected": session.options.injected}
+    for bench in output_json.get("benchmarks") or ():
+        if isinstance(bench.get("params"), dict):
+            bench["params"] = param_json(bench["params"])
 
 
 @pytest.hookimpl(optionalhook=True)

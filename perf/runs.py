@@ -36,6 +36,8 @@ API::
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import functools
 import json
 import math
@@ -145,8 +147,60 @@ class BenchmarkRecord:
             data=None if raw is None else np.asarray(raw, dtype=np.float64),
             stats=stats,
             extra_info=dict(bench.get("extra_info") or {}),
-            params=dict(bench.get("params") or {}),
+            params=read_params(bench.get("params")),
         )
+
+
+def param_json(value: Any) -> Any:
+    """A test parameter as JSON, for a saved run's ``params``: its ``to_json()`` when it has one (the suite's cases,
+    `perf.measure.cases.Case`), a dataclass as its fields, lists and mappings item by item, JSON types as they are,
+    anything else as its ``repr``. pytest-benchmark itself writes an object it cannot serialise as the string
+    ``UNSERIALIZABLE[<repr>]``, which `read_params` still reads."""
+    if hasattr(value, "to_json"):
+        return param_json(value.to_json())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: param_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(key): param_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [param_json(item) for item in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+_UNSERIALIZABLE = re.compile(r"^UNSERIALIZABLE\[(.*)\]$", re.DOTALL)
+
+
+def read_params(raw: Any) -> dict[str, Any]:
+    """A saved benchmark's ``params`` as JSON values. Runs saved before `param_json` hold
+    ``"UNSERIALIZABLE[Case(variant='torch', precision='fp32', batch=1, ...)]"``: such a value is read back as the
+    object's fields (``{"variant": "torch", "precision": "fp32", "batch": 1, ...}``) where its repr is a call with
+    literal keyword values, else kept as the string it is."""
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(key): _old_param(value) for key, value in raw.items()}
+
+
+def _old_param(value: Any) -> Any:
+    match = _UNSERIALIZABLE.match(value) if isinstance(value, str) else None
+    if match is None:
+        return value
+    try:
+        call = ast.parse(match.group(1), mode="eval").body
+    except SyntaxError:
+        return value
+    if not isinstance(call, ast.Call):
+        return value
+    fields: dict[str, Any] = {}
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            return value
+        try:
+            fields[keyword.arg] = ast.literal_eval(keyword.value)
+        except (ValueError, TypeError, SyntaxError):  # a nested object (a source): its repr, as written
+            fields[keyword.arg] = ast.unparse(keyword.value)
+    return fields
 
 
 def describe_injected(injected: Mapping[str, Any]) -> str:

@@ -207,7 +207,15 @@ class PerfSession:
         """``machine_info["perf_subject"]``: what this run measures (`perf.subject.Subject.identity`)."""
         spec = self.subject.model_spec(self.options.cache_dir)
         return self.subject.identity(spec, synthetic_frames=self.options.frames_for(self.device),
-                                     precisions=self.options.precisions)  # fmt: skip
+                                     precisions=self.options.precisions, backends=self.options.backends)  # fmt: skip
+
+    def described(self) -> dict[str, str]:
+        """What this run measures and where, as every report names it (`perf.subject.describe_subject`)."""
+        import platform
+
+        from perf.subject import describe_subject
+
+        return describe_subject(self.identity, self.fingerprint, platform.node())
 
     @functools.cached_property
     def fingerprint(self) -> dict[str, Any]:

@@ -159,10 +159,11 @@ class Subject:
         return SHIPPED_MIN_MAP50 if self.shipped_model else None
 
     # -- identity ---------------------------------------------------------------------------------------------
-    def identity(self, spec: ModelSpec, *, synthetic_frames: int, precisions: Iterable[str]) -> dict[str, Any]:
-        """What a saved run measured: the model files by digest, input size and classes, the video by digest
-        (the synthetic one by its parameters) and the frames measured (``"all"`` for a whole user video), the
-        ground truth by digest and the precisions asked for."""
+    def identity(self, spec: ModelSpec, *, synthetic_frames: int, precisions: Iterable[str],
+                 backends: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
+        """What a saved run measured: the model files by digest, input size and classes (count and names), the
+        video by digest (the synthetic one by its parameters) and the frames measured (``"all"`` for a whole user
+        video), the ground truth by digest, and the backends and precisions asked for."""
         model = spec.model_file
         video = self.video_case(lambda: VideoCase(Path(f"synthetic seed {SYNTHETIC_SEED}"), None, synthetic_frames))
         out: dict[str, Any] = {
@@ -179,10 +180,88 @@ class Subject:
             "frames": video.frames if video.frames is not None else "all",
             "ground_truth_sha256": _digest(video.ground_truth) if video.ground_truth is not None else None,
             "precisions": list(precisions),
+            "backends": list(backends),
+            "class_names": _class_names(spec),
         }
         if spec.engine is not None:
             out["engine_precision"] = spec.engine_precision
         return out
+
+
+#: Class names shown in full up to this many; a longer list is shortened to its first ones and a count.
+SHOWN_NAMES = 8
+
+
+def describe_subject(identity: Mapping[str, Any] | None, fingerprint: Mapping[str, Any] | None = None,
+                     machine: str | None = None) -> dict[str, str]:  # fmt: skip
+    """What a report is about, one text per field, in this order: model (files and digests), input size, classes
+    (count and names, shortened past `SHOWN_NAMES`), video (digest, frames), backends, precisions, device and
+    machine. From a saved run's ``machine_info["perf_subject"]`` (`Subject.identity`; None for a run saved before
+    identities were recorded: its model is "<not recorded>") and ``machine_info["perf"]`` (the fingerprint);
+    ``machine``: the host. Every report (``perf-report.md`` / ``.json``, the HTML report, the verdict files,
+    ``perf-history runs``) says its subject with this."""
+    ident = dict(identity or {})
+    fp = dict(fingerprint or {})
+    out: dict[str, str] = {}
+    if not ident:
+        out["model"] = NOT_RECORDED
+    else:
+        files = [f"cfg sha256 {ident['cfg_sha256']}" if ident.get("cfg_sha256") else "",
+                 f"weights {ident['weights']}" if ident.get("weights") else "",
+                 f"onnx sha256 {ident['onnx_sha256']}" if ident.get("onnx_sha256") else "",
+                 f"engine sha256 {ident['engine_sha256']}" if ident.get("engine_sha256") else ""]  # fmt: skip
+        digests = ", ".join(f for f in files if f)
+        out["model"] = f"{ident.get('model', '?')}" + (f" ({digests})" if digests else "")
+        out["input size"] = f"{ident.get('input_size', '?')} px"
+        out["classes"] = _classes_text(ident.get("classes"), ident.get("class_names"))
+        video = "synthetic" if ident.get("video_sha256") == "synthetic" else f"sha256 {ident.get('video_sha256')}"
+        frames = ident.get("frames")
+        out["video"] = (f"{ident.get('video', '?')} ({video}), " +
+                        ("all frames" if frames == "all" else f"{frames} frames"))  # fmt: skip
+        if ident.get("backends"):
+            out["backends"] = ", ".join(map(str, ident["backends"]))
+        if ident.get("precisions"):
+            out["precisions"] = ", ".join(map(str, ident["precisions"]))
+    device = str(fp.get("device") or "")
+    where = fp.get("cpu_model") if device == "cpu" else fp.get("gpu_name")
+    if device or where:
+        out["device"] = device + (f" ({where})" if where else "")
+    if machine:
+        out["machine"] = machine
+    return out
+
+
+def subject_line(identity: Mapping[str, Any] | None) -> str:
+    """The subject in one line, for lists of runs: ``model320.cfg 320x320, 3 classes, clip.mp4 (all frames)``;
+    ``model <not recorded>`` for a run saved before identities were recorded."""
+    if not identity:
+        return f"model {NOT_RECORDED}"
+    frames = identity.get("frames")
+    return (f"{identity.get('model', '?')} {identity.get('input_size', '?')}, {identity.get('classes', '?')} classes, "
+            f"{identity.get('video', '?')} ({'all' if frames == 'all' else frames} frames)")
+
+
+def subject_markdown(described: Mapping[str, str]) -> str:
+    """`describe_subject`'s fields as a markdown list under a "Subject" heading (the reports' first lines)."""
+    return "\n".join(["### Subject", "", *(f"- {key}: {value}" for key, value in described.items()), ""])
+
+
+def _classes_text(count: Any, names: Any) -> str:
+    if not isinstance(names, list) or not names:
+        return str(count if count is not None else "?")
+    shown = ", ".join(map(str, names[:SHOWN_NAMES]))
+    more = f", ... ({len(names) - SHOWN_NAMES} more)" if len(names) > SHOWN_NAMES else ""
+    return f"{count if count is not None else len(names)}: {shown}{more}"
+
+
+def _class_names(spec: ModelSpec) -> list[str] | None:
+    """The model's class names, or None where they cannot be read (a names file the start-up checks refuse)."""
+    from detector.errors import DetectorError
+
+    try:
+        return list(spec.names)
+    except DetectorError:
+        return None
 
 
 def subject_differences(saved: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:

@@ -19,6 +19,7 @@ API::
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,45 @@ class Verdicts:
             if fullname in (entry.get("fullname"), entry.get("name")):
                 return entry
         return next((e for e in self.entries if name is not None and e.get("name") == name), None)
+
+
+_FIGURES = re.compile(r"\s[-+]?\d.*$")  # " 1.085 [1.051, 1.120] slower": a moved metric's figures
+_CANNOT_RULE_OUT = re.compile(r"cannot rule out \+[\d.]+%(?: of the frame)?")
+
+
+def note_phrase(entry: Mapping[str, Any]) -> str:
+    """A verdict's note column, short and without the figures (ratios, intervals, run counts, stability numbers),
+    which stay in the verdict file's row (``moved``, ``note``, ``metrics``, ``confirmation``): the metrics that
+    moved (``moved: host latency (sync) slower``), the note's first clause cut before its details (a colon, a
+    parenthesis: ``history too short``, ``first-pass suspect cleared by 4 pair(s) of fresh processes``) and an
+    inconclusive row's ``cannot rule out +3.1%``; "" when there is nothing to say. Reads rows of every format
+    (format 2's ``unstable: cv 12.3% > 10% ...`` is ``unstable``)."""
+    parts: list[str] = []
+    moved = [item.strip() for item in str(entry.get("moved") or "").split(";") if item.strip()]
+    if moved:
+        parts.append("moved: " + ", ".join(f"{_FIGURES.sub('', item)} {item.split()[-1]}" for item in moved))
+    note = str(entry.get("note") or "")
+    first = _without_details(note.split(";")[0].split(": ")[0]).strip()
+    found = _CANNOT_RULE_OUT.search(note)
+    parts += [p for p in (first, found.group(0) if found else "") if p and p not in parts]
+    return "; ".join(parts)
+
+
+def _without_details(text: str) -> str:
+    """``text`` without its parenthesised asides (`` (2 comparable run(s), ...)``, nested ones too); a word's own
+    parenthesis (``pair(s)``) stays."""
+    out, depth = [], 0
+    for i, char in enumerate(text):
+        if char == "(" and (depth or (i > 0 and text[i - 1] == " ")):
+            depth += 1
+            if depth == 1 and out and out[-1] == " ":
+                out.pop()
+            continue
+        if depth:
+            depth -= char == ")"
+            continue
+        out.append(char)
+    return "".join(out)
 
 
 def _verdict_entries(doc: Any) -> Sequence[Any]:

@@ -8,7 +8,7 @@ the branch asked for where runs record one, and the last `DEFAULT_LAST` of them.
 video identity (saved before identities were saved) is taken as this model's.
 
 *Each metric's reference* (`reference_for`): the per-process medians of that metric in those runs, oldest first.
-A change point in them (`perf.store.changepoints.find_change_points`: a regression that landed, an improvement)
+A change point in them (`perf.store.changepoints.history_change_points`: a regression that landed, an improvement)
 with at least `MIN_AFTER` runs after it starts the reference anew (one run alone cannot tell a slow run from a new
 level: a noisy runner showed such a one-run "change" in a history of 6 identical processes): only the runs after the
 last one give its level; while fewer than
@@ -28,11 +28,13 @@ import numpy as np
 
 from perf.gate.judge import MIN_REFERENCE, Reference, reference
 from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
+from perf.store.changepoints import MIN_SEGMENT
 
 #: How many of the latest comparable runs make the history.
 DEFAULT_LAST = 20
-#: Runs a change point needs after it before the reference restarts there.
-MIN_AFTER = 2
+#: Runs a change point needs after it before the reference restarts there (and before it: the levels of
+#: `perf.store.changepoints.history_change_points`, the one rule of every history).
+MIN_AFTER = MIN_SEGMENT
 
 
 def record_median(bench: BenchmarkRecord | None, metric: str = PRIMARY) -> float | None:
@@ -63,22 +65,50 @@ def history_runs(runs: Sequence[SavedRun], *, fingerprint: Mapping[str, Any] | N
     """The runs (oldest first, as given) a new run on this machine (``fingerprint``; None: any) measuring this
     model and video (``identity``; None: any) is judged against: see the module docstring. ``exclude``: run ids
     left out (the run being judged)."""
-    from perf.measure.machine import fingerprint_differences
-    from perf.subject import subject_differences
-
     kept = []
     for run in runs:
         if run.injected or (run.run_id is not None and run.run_id in exclude):
             continue
-        if fingerprint is not None and fingerprint_differences(run.fingerprint, fingerprint):
-            continue
-        saved_subject = run.machine_info.get("perf_subject")
-        if identity is not None and saved_subject and subject_differences(saved_subject, identity):
+        if not comparable(run, fingerprint=fingerprint, identity=identity):
             continue
         if branch is not None and _branch(run) not in (None, "", "HEAD", branch):
             continue
         kept.append(run)
     return kept[-last:] if last > 0 else kept
+
+
+def comparable(run: SavedRun, *, fingerprint: Mapping[str, Any] | None, identity: Mapping[str, Any] | None) -> bool:
+    """The one comparability rule: whether ``run`` measured on this machine (``fingerprint``; None: any, the
+    fields of `perf.measure.machine.fingerprint_differences`) the same model and video (``identity``; None: any,
+    `perf.subject.subject_differences`). A run that recorded no identity is taken as this model's. The gate's
+    history (`history_runs`), ``perf-history changes`` (`comparable_groups`) and the reports use it."""
+    from perf.measure.machine import fingerprint_differences
+    from perf.subject import subject_differences
+
+    if fingerprint is not None and fingerprint_differences(run.fingerprint, fingerprint):
+        return False
+    saved_subject = run.machine_info.get("perf_subject")
+    return identity is None or not saved_subject or not subject_differences(saved_subject, identity)
+
+
+def comparable_groups(runs: Sequence[SavedRun]) -> list[list[SavedRun]]:
+    """``runs`` (oldest first) split into histories of comparable runs (`comparable` with the group's newest run
+    that recorded an identity), each oldest first; a run comparable with several groups (one saved before
+    identities were recorded) is in each. What ``perf-history changes`` finds change points in, so that a run of
+    another model, video or machine is never a change point of this one's history."""
+    heads: list[SavedRun] = []
+    newest_first = [*reversed(runs)]
+    for run in sorted(newest_first, key=lambda r: _identity(r) is None):  # the newest run of each subject heads
+        if not any(comparable(run, fingerprint=head.fingerprint, identity=_identity(head)) and
+                   comparable(head, fingerprint=run.fingerprint, identity=_identity(run)) for head in heads):
+            heads.append(run)
+    heads.sort(key=lambda head: -newest_first.index(head))  # the group of the oldest subject first
+    return [[run for run in runs if comparable(run, fingerprint=head.fingerprint, identity=_identity(head))]
+            for head in heads]  # fmt: skip
+
+
+def _identity(run: SavedRun) -> Mapping[str, Any] | None:
+    return run.machine_info.get("perf_subject") or None
 
 
 @dataclass(frozen=True)
@@ -96,13 +126,13 @@ def reference_for(runs: Sequence[SavedRun], fullname: str, metric: str = PRIMARY
                   seed_medians_s: Sequence[float] = ()) -> HistoryReference | None:  # fmt: skip
     """The reference of one metric from ``runs`` (oldest first) and, while they are fewer than `MIN_REFERENCE`,
     the noise profile's per-process medians ``seed_medians_s``; None when there are still too few."""
-    from perf.store.changepoints import find_change_points
+    from perf.store.changepoints import history_change_points
 
     pairs = [(run, value) for run in runs if (value := metric_median(run, fullname, metric)) is not None]
     values = [value for _, value in pairs]
     restarted, spread = None, None
-    changes = [c for c in (find_change_points(values) if len(values) >= 2 * MIN_REFERENCE else [])
-               if c.points_after >= MIN_AFTER]  # one run alone cannot tell a slow run from a new level
+    # every level at least MIN_AFTER runs long: one run alone cannot tell a slow run from a new level
+    changes = history_change_points(values) if len(values) >= 2 * MIN_REFERENCE else []
     if changes:
         at = changes[-1].index
         if len(values) - at < MIN_REFERENCE and at >= MIN_REFERENCE:

@@ -100,6 +100,14 @@ def _compare_fail_given(config: pytest.Config) -> bool:
         getattr(config, "_benchmarksession", None), "compare_fail", None))
 
 
+#: What a refusal says when no saved run is comparable with this one ("latest" is the latest comparable run).
+NO_COMPARABLE_RUN = (
+    "None of the {runs} saved run(s) in '{storage}' measured this machine, model and video, so there is no latest "
+    "comparable run: record a baseline of this one (--benchmark-autosave), or pick a run: --perf-compare=NUM (with "
+    "--perf-allow-model-mismatch or --perf-allow-machine-mismatch); `perf-history runs` lists each run's model and "
+    "`perf-history comparable RUN` says whether a run's machine matches this one.")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Read main's history before measuring; a storage with no comparable run is a usage error."""
@@ -159,7 +167,10 @@ def _history(config: pytest.Config, storage: Any, wanted: Any, quiet: bool = Fal
         if quiet:
             return None
         path, data = clean[-1]
-        check_saved_run(config, data, str(Path(str(storage)) / path), "--perf-compare")  # names what differs
+        try:  # names what differs from the latest run
+            check_saved_run(config, data, str(Path(str(storage)) / path), "--perf-compare")
+        except pytest.UsageError as e:
+            raise pytest.UsageError(f"{e}\n{NO_COMPARABLE_RUN.format(storage=storage, runs=len(clean))}") from None
         kept = runs[-config.getoption("perf_history"):]
     else:  # the latest run judged against: its warnings (allowed mismatches, a run without identity) are said once
         check_saved_run(config, kept[-1].raw, str(kept[-1].path), "--perf-compare")
@@ -352,7 +363,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     perf = config.stash[PERF_SESSION]
     state["path"] = write_verdicts(_reports_dir(config), rows, state["baseline"], state["settings"], _header(state),
                                    run=config.stash.get(RUN_KEY, None), budget=state["budget"],
-                                   current={"run_id": perf.run_id, "injected": perf.options.injected})  # fmt: skip
+                                   current={"run_id": perf.run_id, "injected": perf.options.injected},
+                                   subject=perf.described())  # fmt: skip
     state["summary"] = summary(rows, state["settings"])
     if state["summary"]["failed"] and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -14,7 +14,7 @@ from typing import Any
 from detector.fileio import atomic_write_text
 from perf.gate.compare import FORMAT, INCONCLUSIVE, SLOWER, VERDICTS, Baseline, GateSettings, Row
 from perf.gate.judge import Budget
-from perf.verdicts import VERDICT_FILE
+from perf.verdicts import VERDICT_FILE, note_phrase
 
 
 def summary(rows: list[Row], settings: GateSettings) -> dict[str, Any]:
@@ -56,7 +56,8 @@ def _detectable(row: Row) -> str:
 
 
 def _note(row: Row) -> str:
-    return "; ".join(part for part in (row.moved, row.note) if part)
+    """The note column: one phrase (`perf.verdicts.note_phrase`); the figures stay in the JSON's row."""
+    return note_phrase({"moved": row.moved, "note": row.note})
 
 
 def why_lines(row: Row) -> list[str]:
@@ -93,10 +94,13 @@ def format_lines(rows: list[Row]) -> list[str]:
     return out
 
 
-def to_markdown(rows: list[Row], header: str) -> str:
-    """The verdict table as markdown, under ``header`` (lines naming the history, the budget and the settings)."""
+def to_markdown(rows: list[Row], header: str, subject: Mapping[str, str] | None = None) -> str:
+    """The verdict table as markdown, under ``header`` (lines naming the history, the budget and the settings) and
+    the run's ``subject`` (`perf.subject.describe_subject`: what was judged)."""
+    from perf.subject import subject_markdown
+
     failed = [r for r in rows if r.verdict == SLOWER]
-    lines = [header, ""]
+    lines = [header, ""] + ([subject_markdown(subject)] if subject else [])
     if failed:
         lines += [f"**{len(failed)} benchmark(s) slower** (each a failed test):", ""]
         for r in failed:
@@ -110,15 +114,17 @@ def to_markdown(rows: list[Row], header: str) -> str:
 
 def write_verdicts(folder: Path, rows: list[Row], baseline: Baseline, settings: GateSettings, header: str,
                    run: str | None = None, current: Mapping[str, Any] | None = None,
-                   budget: Budget | None = None) -> Path:  # fmt: skip
+                   budget: Budget | None = None, subject: Mapping[str, str] | None = None) -> Path:  # fmt: skip
     """Write ``perf-compare.json`` and ``perf-compare.md`` into ``folder`` atomically; return the JSON path. With
     ``run`` (this run's name, as its report's) they are first written as ``perf-compare-<run>.json`` / ``.md``, the
     run's own, so runs sharing the folder never overwrite each other's verdicts; the plain names are the latest.
     ``current``: the run judged (``{"run_id", "injected"}``, as its saved run's ``machine_info`` has them), so that
-    a report attaches the verdicts to that run only."""
+    a report attaches the verdicts to that run only. ``subject``: what the judged run measured and where
+    (`perf.subject.describe_subject`), the JSON's ``"subject"`` and the markdown's first section."""
     latest = baseline.latest
     document = {
         "format": FORMAT,
+        "subject": dict(subject or {}),
         "baseline": {"path": str(latest.path), "number": latest.number, "datetime": latest.datetime,
                      "commit": latest.commit, "run_id": latest.run_id, "history_runs": len(baseline.runs),
                      "history": [run.run_id or run.name for run in baseline.runs]},
@@ -128,7 +134,7 @@ def write_verdicts(folder: Path, rows: list[Row], baseline: Baseline, settings: 
         "summary": summary(rows, settings),
         "rows": [asdict(row) for row in rows],
     }  # fmt: skip
-    text, markdown = json.dumps(document, indent=2) + "\n", to_markdown(rows, header)
+    text, markdown = json.dumps(document, indent=2) + "\n", to_markdown(rows, header, subject)
     if run is not None:
         atomic_write_text(folder / VERDICT_FILE.replace(".json", f"-{run}.json"), text)
         atomic_write_text(folder / f"perf-compare-{run}.md", markdown)

@@ -70,6 +70,15 @@ class Case:
     def id(self) -> str:
         return f"{self.variant}-{self.precision}-b{self.batch}"
 
+    def to_json(self) -> dict[str, Any]:
+        """The case as a saved run's ``params["case"]`` (what ``pytest-benchmark compare --csv`` prints):
+        variant, backend, precision, batch (images), the variant's runner options and the source as
+        ``--perf-sources`` writes it (`perf.runs.param_json` calls this)."""
+        from perf.runs import param_json
+
+        return {"id": self.id, "variant": self.variant, "backend": self.backend, "precision": self.precision,
+                "batch": self.batch, "options": param_json(self.options), "source": self.source.spec}
+
     @property
     def label(self) -> str:
         """Human name for tables, e.g. ``torch-graph fp16`` (``torch-graph fp16, h264 video, nvdec decode, no encode``

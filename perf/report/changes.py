@@ -1,9 +1,11 @@
 """The history of each benchmark across saved runs, with its changes marked (pure functions, no plotting).
 
-A point is *marked* when its median moved by more than ``threshold`` (a fraction: 0.10 = 10 %) against the
-previous normal run that has the same benchmark, or when the compare verdict of its run says ``slower`` or
-``faster`` (the verdicts belong to the run they judged, matched by run id: `perf.verdicts.Verdicts.judges`). Commit
-changes (a different ``commit_info.id`` than the previous normal run) are flagged as well.
+A point is *marked* with the gate's verdict word when the compare verdicts judged its run (``slower``, ``faster``,
+``no change``, ``inconclusive``: the verdicts belong to the run they judged, matched by run id:
+`perf.verdicts.Verdicts.judges`), and never with a word of the report's own: a point without a verdict whose median
+moved by more than ``threshold`` (a fraction: 0.10 = 10 %) against the previous normal run that has the same
+benchmark is marked ``moved``. Commit changes (a different ``commit_info.id`` than the previous normal run) are
+flagged as well.
 
 A run made with test-only options (``--perf-inject-delay``, ``--perf-regression``: `perf.runs.SavedRun.injected`)
 is a point of its own kind: compared with the normal run before it and marked like any other (that is how one sees
@@ -45,7 +47,7 @@ class Point:
     run: SavedRun
     bench: BenchmarkRecord
     change: float | None  # (median - base median) / base median, base: the previous normal run; None for none
-    mark: str | None  # "slower", "faster" or None
+    mark: str | None  # the gate's verdict word for this run ("slower", "no change", ...), else "moved", or None
     reason: str  # why it is marked ("median +23% vs 0002", "compare verdict: slower"), or ""
     commit_changed: bool  # the run's commit differs from the previous normal run's
     #: "slower" / "faster" when a change point of the history starts at this run (`perf.store.changepoints`).
@@ -77,9 +79,15 @@ def bench_names(runs: list[SavedRun]) -> list[str]:
     return list(names)
 
 
-def _verdict_mark(verdict: dict | None) -> str | None:
+#: The mark of a point whose median moved beyond the threshold and that no verdict judged.
+MOVED = "moved"
+
+
+def verdict_word(verdict: dict | None) -> str | None:
+    """The gate's word of a verdict entry (another tool's "regression" is "slower", "improved" is "faster"), or
+    None without one."""
     word = str((verdict or {}).get("verdict", "")).lower()
-    return "slower" if word in SLOWER else "faster" if word in FASTER else None
+    return "slower" if word in SLOWER else "faster" if word in FASTER else word or None
 
 
 def history(inputs: ReportInputs, fullname: str, threshold: float = DEFAULT_THRESHOLD) -> list[Point]:
@@ -94,15 +102,15 @@ def history(inputs: ReportInputs, fullname: str, threshold: float = DEFAULT_THRE
         change, mark, reasons = None, None, []
         if run.injected:
             reasons.append(f"injected ({describe_injected(run.injected)})")
+        verdict = verdict_word(inputs.verdict_for(run, bench))
+        if verdict is not None:
+            mark = verdict
+            reasons.append(f"compare verdict: {verdict}")
         if base is not None and base.median > 0:
             change = (bench.stat("median") - base.median) / base.median
             if abs(change) > threshold:
-                mark = "slower" if change > 0 else "faster"
+                mark = mark or MOVED
                 reasons.append(f"median {change:+.0%} vs {base.run.name}")
-        verdict_mark = _verdict_mark(inputs.verdict_for(run, bench))
-        if verdict_mark is not None:
-            mark = verdict_mark
-            reasons.append(f"compare verdict: {verdict_mark}")
         level = None
         found = inputs.change_at(index, fullname)
         if found is not None:

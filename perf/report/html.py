@@ -1,7 +1,7 @@
 """The suite's HTML report and markdown summary, built from saved runs and the suite's report.
 
-``build_report`` reads the inputs (:mod:`perf.report.inputs`), renders ``summary.md`` (what the newest run is and
-where it ran, a banner for an injected run, and the narrow tables, for ``$GITHUB_STEP_SUMMARY``) and
+``build_report`` reads the inputs (:mod:`perf.report.inputs`), renders ``summary.md`` (its subject -- model and
+digests, input size, classes, video and frames, backends, device, machine -- what the newest run is and where it ran, a banner for an injected run, and the narrow tables, for ``$GITHUB_STEP_SUMMARY``) and
 ``index.html`` (one self-contained file): the same notices and tables with every column, then the figures,
 embedded as base64 PNGs -- the latency distribution per benchmark group, the end-to-end stage breakdown, one
 history figure with a panel per benchmark, parity IoU histograms per candidate -- and last the suite's own tables
@@ -86,6 +86,8 @@ class Report:
     suite: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     device: str | None = None
     captures: list[Any] = field(default_factory=list)  # perf.report.captures.CaptureRow
+    #: What the newest run measured and where (`perf.subject.describe_subject`), shown first.
+    subject: dict[str, str] = field(default_factory=dict)
 
 
 def _latency_figures(inputs: ReportInputs) -> list[Figure]:
@@ -115,7 +117,7 @@ def _history_figure(inputs: ReportInputs, threshold: float) -> Figure | None:
     panels = [((f"{b.group or 'ungrouped'} · " if grouped else "") + plots.short_name(b), by_name[b.fullname])
               for b in order]  # fmt: skip
     labels = [str(r.number) if r.number is not None else r.path.stem[:8] for r in inputs.runs]
-    marks = tuple(f"{plots.short_name(p.bench)}, run {p.run.name}: {p.mark or p.level}, {p.reason}"
+    marks = tuple(f"{plots.short_name(p.bench)}, run {p.run.name}: {p.mark or 'change point'}, {p.reason}"
                   for _, points in panels for p in points if p.mark or p.level)  # fmt: skip
     caption = (f"{len(panels)} benchmark(s) over {len(inputs.runs)} saved run(s), each panel in its own time unit; "
                f"{len(marks) or 'no'} point(s) marked.")  # fmt: skip
@@ -147,10 +149,11 @@ def render(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> Report
     """Tables, markdown and figures of ``inputs`` (nothing written)."""
     tables = all_tables(inputs, threshold)
     said = notices(inputs)
-    markdown = "\n".join(part for part in (to_markdown(tables, inputs.warnings, said=said),
+    subject = inputs.subject
+    markdown = "\n".join(part for part in (to_markdown(tables, inputs.warnings, said=said, subject=subject),
                                             captures_markdown(inputs.captures)) if part)  # fmt: skip
     report = Report(markdown, tables, warnings=list(inputs.warnings), notices=said, suite=dict(inputs.tables),
-                    device=inputs.device, captures=list(inputs.captures))
+                    device=inputs.device, captures=list(inputs.captures), subject=subject)
     report.figures = _figures(inputs, threshold)
     return report
 
@@ -162,8 +165,9 @@ def _td(column: str, text: str) -> str:
     return f"<td class='{' '.join(classes)}'>{html.escape(text)}</td>" if classes else f"<td>{html.escape(text)}</td>"
 
 
-def _table(title: str, columns: list[str], rows: list[list[str]], notes: list[str]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+def _table(title: str, columns: list[str], rows: list[list[str]], notes: list[str],
+           headers: list[str] | None = None) -> str:  # fmt: skip
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in headers or columns)
     body = "".join("<tr>" + "".join(_td(c, v) for c, v in zip(columns, row)) + "</tr>" for row in rows)
     said = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in notes)
     table = f"<table><tr>{head}</tr>{body}</table>" if columns else ""
@@ -187,15 +191,22 @@ def _suite_tables(tables: dict[str, list[dict[str, Any]]], device: str | None) -
         else:
             notes = spec.notes(device)
             columns = [] if spec.gpu_only and schema.on_cpu(device) else spec.names(rows, device=device)
-        out.append(_table(title, columns, [[cell(row.get(c)) for c in columns] for row in rows], notes))
+        out.append(_table(title, columns, [[cell(row.get(c)) for c in columns] for row in rows], notes,
+                          [spec.header(c) for c in columns] if spec is not None else None))
     return out
 
 
 def to_html(report: Report, title: str = "Performance report") -> str:
     """One self-contained HTML page: notices (an injected run as a banner), warnings, tables, the figures by
     section (PNGs inlined as base64), then the suite's tables."""
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    model = report.subject.get("model", "").split(" (")[0]
+    size = report.subject.get("input size", "").removesuffix(" px")
+    full = f"{title}: {model} {size}".rstrip() if model else title
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(full)}</title>",
+             f"<style>{_CSS}</style></head><body><h1>{html.escape(full)}</h1>"]
+    if report.subject:
+        items = "".join(f"<li>{html.escape(key)}: {html.escape(value)}</li>" for key, value in report.subject.items())
+        parts.append(f"<ul class='subject'>{items}</ul>")
     for notice in report.notices:
         kind = "injected" if notice.kind == "injected" else "run"
         parts.append(f"<div class='{kind}'>{html.escape(notice.text)}</div>" if kind == "injected" else

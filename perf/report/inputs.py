@@ -59,6 +59,17 @@ class ReportInputs:
         return self.report_device or (self.latest.device if self.latest is not None else None)
 
     @property
+    def subject(self) -> dict[str, str]:
+        """What the newest run measured and where (`perf.subject.describe_subject`); {} without runs."""
+        from perf.subject import describe_subject
+
+        latest = self.latest
+        if latest is None:
+            return {}
+        info = latest.machine_info
+        return describe_subject(info.get("perf_subject"), latest.fingerprint, info.get("node") or latest.machine_id)
+
+    @property
     def judged_run(self) -> SavedRun | None:
         """The run the compare verdicts judged, when it is one of :attr:`runs`; else None."""
         return next((run for run in self.runs if self.verdicts is not None and self.verdicts.judges(run)), None)
@@ -164,6 +175,26 @@ def storage_profile(storage: Path, runs: list[SavedRun]) -> Any:
         return None
 
 
+def same_subject(runs: list[SavedRun]) -> tuple[list[SavedRun], list[str]]:
+    """The runs comparable with the newest (same machine, model and video: `perf.gate.history.comparable`, the
+    gate's one rule), oldest first, and a warning naming the others: a report never draws, marks or change-points
+    one model's runs with another's."""
+    if not runs:
+        return runs, []
+    from perf.gate.history import comparable
+    from perf.subject import subject_line
+
+    newest = runs[-1]
+    identity = newest.machine_info.get("perf_subject") or None
+    kept = [run for run in runs if comparable(run, fingerprint=newest.fingerprint, identity=identity)]
+    others = [run for run in runs if all(run is not k for k in kept)]
+    if not others:
+        return runs, []
+    what = "; ".join(sorted({subject_line(run.machine_info.get("perf_subject")) for run in others}))
+    return kept, [(f"{len(others)} saved run(s) of another model, video or machine are not in this report ({what}): "
+                   f"this report is of {subject_line(identity)}")]
+
+
 def find_changes(runs: list[SavedRun], profile: Any = None) -> tuple[list[Any], list[str]]:
     """The change points of ``runs``' histories (`perf.store.changepoints`; each benchmark's floor from
     ``profile`` where it has one), and a warning when ruptures is missing (no change points then)."""
@@ -193,6 +224,8 @@ def load_inputs(storage: Path | None, reports: Path | None, *, machine_id: str |
         if not inputs.runs:
             inputs.warnings.append(f"benchmark storage '{storage}' holds no saved runs")
         profile = storage_profile(storage, inputs.runs)
+    inputs.runs, warnings = same_subject(inputs.runs)
+    inputs.warnings += warnings
     if len(inputs.runs) >= 3:
         inputs.changes, warnings = find_changes(inputs.runs, profile)
         inputs.warnings += warnings

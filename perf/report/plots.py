@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from perf.report.changes import Point
     from perf.runs import BenchmarkRecord
 
-#: Colours of the marks: slower, faster, commit change, injected run.
-SLOWER, FASTER, COMMIT, INJECTED = "#d62728", "#2ca02c", "#7f7f7f", "#8c8c8c"
+#: Colours of the marks: the gate's slower and faster, any other mark (a move no verdict judged, another verdict),
+#: a change point of the history, commit change, injected run.
+SLOWER, FASTER, MOVED, LEVEL, COMMIT, INJECTED = "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#7f7f7f", "#8c8c8c"
 _PALETTE = ("#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 DPI = 100
 #: Figure width (inches): the page's width at `DPI`.
@@ -230,9 +231,12 @@ def _history_panel(ax: Axes, points: Sequence[Point]) -> None:
     for p in points:
         if p.commit_changed:
             ax.axvline(p.index - 0.5, color=COMMIT, ls="--", lw=1)
-        if (circled := p.mark or p.level) is not None:  # a move, a verdict or a change point of the history
-            ax.plot([p.index], [p.median / scale], "o", ms=11, mfc="none", mec=SLOWER if circled == "slower" else
-                    FASTER, mew=2)  # fmt: skip
+        if p.mark is not None:  # the gate's verdict (red: slower, green: faster), or a move no verdict judged
+            colour = {"slower": SLOWER, "faster": FASTER}.get(p.mark, MOVED)
+            ax.plot([p.index], [p.median / scale], "o", ms=11, mfc="none", mec=colour, mew=2,
+                    ls="none")  # fmt: skip
+        if p.level is not None:  # a change point of the history: where a new level starts
+            ax.plot([p.index], [p.median / scale], "s", ms=13, mfc="none", mec=LEVEL, mew=1.5, ls="none")
     top = max(max(p.q3, p.median) if p.q3 == p.q3 else p.median for p in points) / scale
     ax.set_ylim(0, top * 1.2 or 1.0)
     ax.set_ylabel(unit)
@@ -246,8 +250,9 @@ def history_grid(panels: Sequence[tuple[str, Sequence[Point]]], run_labels: Sequ
     """The history of every benchmark in one figure: a panel per ``(title, points)``, 2 to 4 a row
     (`HISTORY_COLUMNS`), sharing the x axis (``run_labels[i]`` names run ``i``, e.g. ``"3"``); the median per run
     with its IQR band,
-    runs marked slower / faster (median moved beyond ``threshold``, or the compare verdict) ringed, injected runs
-    as grey crosses, commit changes as dashed lines. One legend above the panels."""
+    runs the gate judged slower / faster ringed red / green, a move beyond ``threshold`` that no verdict judged (or
+    another verdict) ringed orange, change points of the history squared, injected runs as grey crosses, commit
+    changes as dashed lines. One legend above the panels."""
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
@@ -270,12 +275,14 @@ def history_grid(panels: Sequence[tuple[str, Sequence[Point]]], run_labels: Sequ
             lambda v, _pos: run_labels[int(v)] if v == int(v) and 0 <= v <= last else ""))  # fmt: skip
         ax.tick_params(axis="x", labelbottom=True)
     handles = [Line2D([], [], color=_PALETTE[0], marker="o", ms=4, label="median (band: IQR)"),
-               Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec=SLOWER, mew=2,
-                      label=f"slower (> {threshold:.0%}, verdict or change point)"),
-               Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec=FASTER, mew=2, label="faster"),
+               Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec=SLOWER, mew=2, label="gate: slower"),
+               Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec=FASTER, mew=2, label="gate: faster"),
+               Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec=MOVED, mew=2,
+                      label=f"moved > {threshold:.0%} (no verdict) or another verdict"),
+               Line2D([], [], ls="none", marker="s", ms=10, mfc="none", mec=LEVEL, mew=1.5, label="change point"),
                Line2D([], [], ls="none", marker="X", ms=8, color=INJECTED, mec="black", mew=0.5,
                       label="injected run (not a base)"),
                Line2D([], [], color=COMMIT, ls="--", lw=1, label="commit changed")]  # fmt: skip
-    fig.legend(handles=handles, ncols=len(handles), loc="outside upper center", frameon=False)
+    fig.legend(handles=handles, ncols=4, loc="outside upper center", frameon=False)
     fig.supxlabel("saved run (number)")
     return png(fig)

@@ -13,7 +13,9 @@ here, is refused with a `SchemaError` (so a column cannot silently go missing fr
 markdown and HTML show every declared column, in the order declared here (blank where a row has no value).
 ``kept`` columns are saved in the JSON but not shown (long lists such as the IoU of every matched pair).
 A column name holding ``{}`` is a family (``slower @ min effect {}``): each key it matches is shown as a column.
-A ``detail`` column is shown in the HTML page only, so that the markdown summary fits a GitHub page (at most
+A column's ``header`` (when given) is shown instead of its name, where the name alone would not say which
+measurement a figure comes from (the inference table's host I/O loop). A ``detail`` column is shown in the HTML
+page only, so that the markdown summary fits a GitHub page (at most
 `MARKDOWN_COLUMNS` columns).
 
 What a figure means can depend on the device: a table's ``note`` says what its columns mean, shown with it
@@ -52,6 +54,8 @@ class Column:
     detail: bool = False
     #: Meaningless on a CPU run: left out of a table of one (the table's ``cpu_note`` says why).
     gpu_only: bool = False
+    #: The heading shown for it when it says more than the row key (which loop a figure comes from); "" = ``name``.
+    header: str = ""
     pattern: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -66,9 +70,9 @@ class Column:
         return key == self.name if self.pattern is None else self.pattern.fullmatch(key) is not None
 
 
-def num(name: str, unit: str = "", *, detail: bool = False, gpu_only: bool = False) -> Column:
+def num(name: str, unit: str = "", *, detail: bool = False, gpu_only: bool = False, header: str = "") -> Column:
     """A `NUMBER` column."""
-    return Column(name, unit, NUMBER, detail=detail, gpu_only=gpu_only)
+    return Column(name, unit, NUMBER, detail=detail, gpu_only=gpu_only, header=header)
 
 
 def text(name: str, unit: str = "", *, detail: bool = False, gpu_only: bool = False) -> Column:
@@ -126,6 +130,11 @@ class TableSpec:
             out += [column.name] if column.pattern is None else [k for k in keys if column.matches(k)]
         return out
 
+    def header(self, name: str) -> str:
+        """The heading of row key ``name``: its column's ``header`` when it has one, else the key itself."""
+        column = self.column(name)
+        return column.header if column is not None and column.header else name
+
     def notes(self, device: str | None = None) -> list[str]:
         """What to say under the title on ``device``: the note, and on a CPU run the CPU note."""
         return [n for n in (self.note, self.cpu_note if on_cpu(device) else "") if n]
@@ -141,10 +150,19 @@ STAGES_TABLE = TableSpec("STAGES_TABLE", "End-to-end stages (ms per frame)", (
     text("Model Type"), num("frames", "frames"), *_STAGE_MS, num("e2e FPS", "FPS")))
 STAGE_SPREAD = TableSpec("STAGE_SPREAD", "End-to-end stage spread (IQR of the blocks, ms per frame)", (
     text("Model Type"), num("blocks"), num("frames per block", "frames"), *_STAGE_MS))
+_HOST_IO = "(host I/O loop)"
 INFERENCE = TableSpec("INFERENCE", "Inference", (
     text("case"), num("batch", "images"), num("median ms", "ms"), num("p99 ms", "ms"), num("images/s", "img/s"),
-    num("h2d ms", "ms", gpu_only=True), num("compute ms", "ms"), num("d2h ms", "ms", gpu_only=True),
-    num("enqueue ms", "ms", gpu_only=True), num("host ms (sync)", "ms"), num("warm-up s", "s")),
+    num("h2d ms", "ms", gpu_only=True, header=f"h2d ms {_HOST_IO}"),
+    num("compute ms", "ms", header=f"compute ms {_HOST_IO}"),
+    num("d2h ms", "ms", gpu_only=True, header=f"d2h ms {_HOST_IO}"),
+    num("enqueue ms", "ms", gpu_only=True, header=f"enqueue ms {_HOST_IO}"), num("host ms (sync)", "ms"),
+    num("warm-up s", "s")),
+    note="Three measurements. median ms, p99 ms, images/s: the benchmark itself (input and output on the device; GPU "
+    "time from CUDA events on a GPU, host time on a CPU), what --perf-compare judges. Columns marked (host I/O loop): "
+    "a separate loop of a few calls with the input and output on the host (what a pipeline pays), each stage timed "
+    "on its own; its compute is not a part of the median and may exceed it. host ms (sync): a third loop, host wall "
+    "time of each call with synchronisation.",
     cpu_note="On a CPU there are no host-device copies and no asynchronous launches: h2d, d2h and enqueue are left "
     "out.")
 SPEEDUP = TableSpec("SPEEDUP", "Speed-up vs torch fp32 (same run)", (

@@ -6,7 +6,9 @@ written to ``<reports>/perf-report.json`` and ``perf-report.md`` (atomically) at
 each pytest-xdist worker writes its own ``perf-report-<worker>.json`` and the controller merges them.
 Every table and column is declared in `perf.report.schema`; a row the schema does not describe is refused.
 ``device`` (the device type the run measured on, saved as the JSON's ``"device"``) decides what is shown: on a
-CPU run the GPU-only tables and columns are left out and each table's CPU note says why.
+CPU run the GPU-only tables and columns are left out and each table's CPU note says why. ``subject`` (the JSON's
+``"subject"``, the markdown's first section) names what was measured: model files and digests, input size,
+classes, video and frames, backends, device and machine (`perf.subject.describe_subject`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ class PerfReport:
 
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     device: str | None = None
+    #: What the run measured and where (`perf.subject.describe_subject`: model, input size, classes, video,
+    #: backends, device, machine), shown first; {} when not known.
+    subject: dict[str, str] = field(default_factory=dict)
 
     def add(self, table: TableSpec | str, row: Mapping[str, Any]) -> None:
         """Append ``row`` to ``table`` (a `perf.report.schema` table, or its title; created on first use).
@@ -80,13 +85,16 @@ class PerfReport:
                 self.add(name, row)
 
     def to_json(self) -> dict[str, Any]:
-        return {"tables": self.tables, **({"device": self.device} if self.device else {})}
+        return {**({"subject": self.subject} if self.subject else {}), "tables": self.tables,
+                **({"device": self.device} if self.device else {})}
 
     def to_markdown(self) -> str:
         """Every table as a markdown table, in insertion order, with every column its schema declares for
         :attr:`device` (`perf.report.schema.TableSpec.names`) and its notes; a GPU-only table of a CPU run is its
-        title and CPU note only."""
-        parts = []
+        title and CPU note only. The subject comes first (`perf.subject.subject_markdown`)."""
+        from perf.subject import subject_markdown
+
+        parts = [subject_markdown(self.subject)] if self.subject else []
         for name, rows in self.tables.items():
             if not rows:
                 continue
@@ -97,7 +105,7 @@ class PerfReport:
             if spec.gpu_only and schema.on_cpu(self.device):
                 continue
             columns = spec.names(rows, device=self.device)
-            parts.append("| " + " | ".join(columns) + " |")
+            parts.append("| " + " | ".join(spec.header(c) for c in columns) + " |")
             parts.append("|" + "|".join("---" for _ in columns) + "|")
             for row in rows:
                 parts.append("| " + " | ".join(cell(row.get(c)) for c in columns) + " |")

@@ -22,7 +22,7 @@ from perf.report.inputs import ReportInputs
 from perf.report.readable import change, duration, natural_key, number, ratio
 from perf.report.schema import TableSpec
 from perf.runs import BenchmarkRecord, describe_injected
-from perf.verdicts import Verdicts
+from perf.verdicts import Verdicts, note_phrase
 
 
 @dataclass(frozen=True)
@@ -124,15 +124,16 @@ def benchmark_table(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) 
     rows = []
     for bench in ordered(list(latest.benchmarks.values())):
         point = history(inputs, bench.fullname, threshold)[-1]
-        moved = change(point.change) + (f" ({point.mark})" if point.mark else "")
+        moved = change(point.change)
         rows.append({
             "benchmark": bench.name, "group": bench.group or "ungrouped", "median": duration(bench.stat("median")),
             "IQR": duration(bench.stat("iqr")), "p99": duration(p99_seconds(bench)),
             "rounds": number(bench.stats.get("rounds")), "images/s": number(throughput(bench)),
             "vs previous": moved, "verdict": (inputs.verdict_for(latest, bench) or {}).get("verdict", ""),
         })  # fmt: skip
-    note = (f"vs previous: the median against the previous normal run, (slower) / (faster) beyond {threshold:.0%}. "
-            "verdict: this run's compare verdict, when it was the run judged.")
+    note = ("vs previous: the median against the previous normal run (a difference of two runs, not a verdict). "
+            "verdict: the gate's verdict of this run (slower, faster, no change, inconclusive), when it was the run "
+            "judged; none otherwise.")
     return Table(schema.SUMMARY_BENCHMARKS, rows, note)
 
 
@@ -213,15 +214,8 @@ def _verdict_note(inputs: ReportInputs, verdicts: Verdicts) -> str:
 
 
 def _verdict_detail(entry: dict[str, Any]) -> str:
-    """A verdict's note: what moved, why unstable, and for a slower one the kernels that moved most ("why
-    slower", `perf.profile.kernels`)."""
-    from perf.profile.kernels import describe_changes
-
-    parts = [str(entry.get(key) or "") for key in ("moved", "note")]
-    why = entry.get("why") or []
-    if isinstance(why, list) and why:
-        parts.append("why slower: " + "; ".join(describe_changes([w for w in why if isinstance(w, dict)][:3])))
-    return "; ".join(part for part in parts if part)
+    """A verdict's note, one short phrase (`perf.verdicts.note_phrase`); its figures are in the verdict file."""
+    return note_phrase(entry)
 
 
 def verdict_table(inputs: ReportInputs) -> Table | None:
@@ -276,10 +270,15 @@ def _md_cell(text: str) -> str:
 
 
 def to_markdown(tables: Sequence[Table], warnings: Sequence[str], title: str = "Performance report",
-                said: Sequence[Notice] = ()) -> str:  # fmt: skip
-    """The summary: the notices (an injected run as a bold quote), the warnings as a quoted list, then one markdown
-    table per :class:`Table` without its detail columns (those are in the HTML page)."""
+                said: Sequence[Notice] = (), subject: Mapping[str, str] | None = None) -> str:  # fmt: skip
+    """The summary: the subject (`perf.subject.describe_subject`), the notices (an injected run as a bold quote),
+    the warnings as a quoted list, then one markdown table per :class:`Table` without its detail columns (those
+    are in the HTML page)."""
+    from perf.subject import subject_markdown
+
     lines = [f"## {title}", ""]
+    if subject:
+        lines += [subject_markdown(subject)]
     for notice in said:
         lines += [f"> **{_md_cell(notice.text)}**" if notice.kind == "injected" else _md_cell(notice.text), ""]
     for w in warnings:

@@ -12,9 +12,11 @@ One history is one benchmark on one machine (`perf.store.db.machine_key`) and br
    with the floor, which counts as ``PRIOR_DF`` degrees of freedom, and the bar is Student's t on the pooled degrees
    of freedom at the same tail probability as ``z`` (a short noisy history needs a larger shift); within the floor,
    the floor is taken as the known scatter and the bar is ``z``. The weakest
-   failing candidate is dropped and the others judged again, until all pass. A shift seen in one run only (the newest) can be a
-   change point: a history cannot tell a single slow run from a new level until the next run, so the table says
-   how many runs are after it.
+   failing candidate is dropped and the others judged again, until all pass.
+3. *How long*: a history's levels are at least `MIN_SEGMENT` runs long (`history_change_points`, the rule of the
+   gate, of ``perf-history changes`` and of the reports): a history cannot tell a single slow run from a new level,
+   so a noisy runner's odd process is no change point, and a shift of the newest run only becomes one with the
+   next run that agrees. The table says how many runs are after each.
 
 The floor matters most in a short history: with a handful of runs the data cannot estimate their own scatter,
 so a benchmark that moves more than the floor between identical processes can show a false change point there.
@@ -48,6 +50,8 @@ Z = 4.0
 #: of 3 runs whose scatter just crosses the floor is judged on t with 5 degrees of freedom (a bar of about 10
 #: standard errors), not on t with 1 (a bar of about 10,000, which no real step could pass).
 PRIOR_DF = 4
+#: Runs a level of a history needs at least, before and after a change point (`history_change_points`).
+MIN_SEGMENT = 2
 
 
 @dataclass(frozen=True)
@@ -86,10 +90,12 @@ def _robust_sigma(values: np.ndarray) -> float:
 
 
 def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, noise_floor: float = NOISE_FLOOR,
-                       z: float = Z) -> list[ChangePoint]:  # fmt: skip
-    """The change points of a series of medians (seconds, oldest first; at least 3 points, all > 0)."""
-    if not min_effect >= 0 or not noise_floor > 0 or not z > 0:
-        raise ValueError(f"min_effect {min_effect!r} >= 0, noise_floor {noise_floor!r} > 0 and z {z!r} > 0 expected")
+                       z: float = Z, min_size: int = 1) -> list[ChangePoint]:  # fmt: skip
+    """The change points of a series of medians (seconds, oldest first; at least 3 points, all > 0), every level
+    at least ``min_size`` points long (`history_change_points`: `MIN_SEGMENT`)."""
+    if not min_effect >= 0 or not noise_floor > 0 or not z > 0 or min_size < 1:
+        raise ValueError(f"min_effect {min_effect!r} >= 0, noise_floor {noise_floor!r} > 0, z {z!r} > 0 and "
+                         f"min_size {min_size!r} >= 1 expected")  # fmt: skip
     values = np.asarray(medians_s, dtype=np.float64)
     if values.size < 3 or not np.all(np.isfinite(values)) or np.any(values <= 0):
         return []
@@ -100,7 +106,7 @@ def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, 
     # Candidates are generous (the smaller of two robust scales: of successive differences, blind to a level
     # change, and of the values, blind to one odd point); step 2 decides.
     scatter = max(floor, min(_robust_sigma(np.diff(x)) / math.sqrt(2), _robust_sigma(x)))
-    breaks = ruptures.Pelt(model="l2", min_size=1, jump=1).fit(x.reshape(-1, 1)).predict(
+    breaks = ruptures.Pelt(model="l2", min_size=min_size, jump=1).fit(x.reshape(-1, 1)).predict(
         pen=2 * scatter**2 * math.log(x.size))[:-1]  # fmt: skip
     kept = list(breaks)
     while True:  # drop the weakest candidate that fails, judge the others again without it
@@ -116,6 +122,15 @@ def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, 
         out.append(ChangePoint(int(at), math.exp(before), math.exp(after), math.exp(after - before),
                                judged[at][0], int(right - at)))  # fmt: skip
     return out
+
+
+def history_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02,
+                          noise_floor: float = NOISE_FLOOR) -> list[ChangePoint]:  # fmt: skip
+    """The change points of a benchmark's history of runs: `find_change_points` with every level at least
+    `MIN_SEGMENT` runs long. The one rule of the gate's history (`perf.gate.history.reference_for`), of
+    ``perf-history changes`` and of the reports: one run alone cannot tell a slow process from a new level, so a
+    noisy runner's odd run is never a change point (nor the newest run, until the next one agrees)."""
+    return find_change_points(medians_s, min_effect=min_effect, noise_floor=noise_floor, min_size=MIN_SEGMENT)
 
 
 def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float, z: float) -> dict[int, tuple[float, bool]]:
@@ -164,7 +179,7 @@ def history_changes(points: Sequence[HistoryPoint], *, min_effect: float = 0.02,
     out = []
     for (fullname, key, branch), series in sorted(histories.items(), key=lambda item: str(item[0])):
         floor = max(noise_floor, (floors or {}).get(fullname, 0.0))
-        for change in find_change_points([p.median_s for p in series], min_effect=min_effect, noise_floor=floor):
+        for change in history_change_points([p.median_s for p in series], min_effect=min_effect, noise_floor=floor):
             first = series[change.index]
             out.append(HistoryChange(fullname, first.name, key, branch, first.run_id, first.commit, first.saved_at,
                                      change))  # fmt: skip

@@ -1,8 +1,9 @@
 """``perf-history``: the history store from the command line.
 
     perf-history import [.benchmarks]        store every saved run of a benchmark storage (once each)
-    perf-history runs                        the stored runs, oldest first
-    perf-history changes [--branch main]     the change points of every benchmark's history (a markdown table)
+    perf-history runs                        the stored runs, oldest first, each with its model and video
+    perf-history changes [--branch main]     the change points of every benchmark's history (a markdown table);
+                                             one history per machine, model and video
     perf-history comparable RUN              exit 0 if saved run RUN can be a baseline on this machine, else 1
     perf-history judge [--storage DIR]       a saved run judged against the history before it, as --perf-compare
                                              judges (exit 1 when slower); runs made on a time-limited machine
@@ -45,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     imported = sub.add_parser("import", help="store every saved run of a benchmark storage")
     imported.add_argument("storage", nargs="?", default=".benchmarks", help="the storage folder (default .benchmarks)")
-    sub.add_parser("runs", help="list the stored runs, oldest first")
+    sub.add_parser("runs", help="list the stored runs, oldest first, each with its model and video")
     changes = sub.add_parser("changes", help="change points of every benchmark's history, as a markdown table")
     changes.add_argument("--branch", default=None, help="only this branch's runs (default: every branch, each its "
                          "own history)")  # fmt: skip
@@ -141,9 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if where == "none":
         print("perf-history: error: --store none: there is no store to read", file=sys.stderr)
         return 2
+    from perf.gate.history import comparable_groups
     from perf.runs import HistoryError, load_run, run_files
-    from perf.store.changepoints import floors_from_profile, history_changes
+    from perf.store import changepoints
     from perf.store.db import import_runs, open_store
+    from perf.subject import subject_line
 
     try:
         if args.command == "comparable":
@@ -169,17 +172,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open_store(where) as store:
                 for run in store.runs(include_injected=True):
                     marked = f" [injected: {run.injected}]" if run.injected else ""
-                    print(f"{run.run_id}  {run.label}  {len(run.benchmarks)} benchmark(s){marked}")
+                    print(f"{run.run_id}  {run.label}  {subject_line(run.machine_info.get('perf_subject'))}  "
+                          f"{len(run.benchmarks)} benchmark(s){marked}")  # fmt: skip
         else:
             with open_store(where) as store:
-                points = store.history(branch=args.branch)
-                # Each machine's history against that machine's own noise profile, where one is stored.
-                found = [change for key, _, _ in store.machines() for change in history_changes(
-                    [p for p in points if p.machine_key == key], min_effect=args.min_effect,
-                    floors=floors_from_profile(store.noise_profile(key)))]  # fmt: skip
+                runs = store.runs(branch=args.branch)
+                profiles = {key: changepoints.floors_from_profile(store.noise_profile(key))
+                            for key, _, _ in store.machines()}  # fmt: skip
+            # One history per machine, model and video (the gate's comparability rule), each judged against its
+            # machine's own noise profile where one is stored.
+            found = []
+            for group in comparable_groups(runs):
+                points = changepoints.points_from_runs(group)
+                found += changepoints.history_changes(points, min_effect=args.min_effect,
+                                                      floors=profiles.get(points[0].machine_key) if points else None)
+            found = sorted({(c.fullname, c.machine_key, c.branch, c.run_id): c for c in found}.values(),
+                           key=lambda c: (c.fullname, c.saved_at or ""))  # fmt: skip
             print(changes_table(found), end="")
-            print(f"{len(found)} change point(s) in {len({p.fullname for p in points})} benchmark(s) of "
-                  f"{len({p.run_id for p in points})} run(s)")  # fmt: skip
+            names = {b for run in runs for b in run.benchmarks}
+            print(f"{len(found)} change point(s) in {len(names)} benchmark(s) of {len(runs)} run(s)")
     except HistoryError as e:
         print(f"perf-history: error: {e}", file=sys.stderr)
         return 2
@@ -191,6 +202,7 @@ def _judge_command(args: argparse.Namespace, where: str) -> int:
     from perf.gate.table import format_lines, summary, write_verdicts
     from perf.runs import load_runs
     from perf.store.db import open_store
+    from perf.subject import describe_subject
 
     if args.storage is not None:
         runs = load_runs(args.storage)
@@ -211,8 +223,11 @@ def _judge_command(args: argparse.Namespace, where: str) -> int:
     settings = GateSettings(args.min_effect)
     counts = summary(rows, settings)
     if args.out is not None:
+        info = judged[-1].machine_info
         write_verdicts(args.out, rows, baseline, settings, header, budget=plan,
-                       current={"run_id": judged[-1].run_id, "injected": dict(judged[-1].injected)})  # fmt: skip
+                       current={"run_id": judged[-1].run_id, "injected": dict(judged[-1].injected)},
+                       subject=describe_subject(info.get("perf_subject"), judged[-1].fingerprint,
+                                                info.get("node") or judged[-1].machine_id))  # fmt: skip
     print(", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "inconclusive", "missing")))
     return 1 if counts["failed"] else 0
 

@@ -145,3 +145,66 @@ def test_identities_differ_only_on_what_makes_figures_incomparable() -> None:
     assert subject_differences(saved, {**saved, "precisions": ["fp16"]}) == []
     assert subject_differences(saved, {**saved, "frames": 60}) == [("frames", 300, 60)]
     assert subject_differences(None, saved) == []  # a run saved before identities: compared, with a warning
+
+
+@pytest.fixture(scope="module")
+def user_run(user: Path) -> Path:
+    """One saved run of the user's 320x320 3-class model (torch inference), its report in ``reports-run/`` and its
+    storage in ``storage-run/``."""
+    result = _pytest(user, "--perf-cfg=model320.cfg", "--perf-weights=model320.weights", "--perf-video=clip.mp4",
+                     "-k", "inference_speed and torch", "--perf-reports-dir=reports-run",
+                     "--benchmark-storage=file://storage-run", "--benchmark-autosave", "--perf-store=none")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    return user
+
+
+def test_the_report_of_a_user_model_names_its_model_input_size_and_classes(user_run: Path) -> None:
+    markdown = (user_run / "reports-run" / "perf-report.md").read_text()
+    subject = markdown.split("### Inference")[0]
+    assert subject.startswith("### Subject") and "- model: model320.cfg (cfg sha256 " in subject
+    assert "- input size: 320x320 px" in subject and "- classes: 3: kind0, kind1, kind2" in subject
+    assert "- video: clip.mp4 (sha256 " in subject and "all frames" in subject
+    assert "- backends: torch, onnxruntime, tensorrt" in subject and "- device: cpu" in subject and "- machine: " in subject
+    saved = json.loads((user_run / "reports-run" / "perf-report.json").read_text())["subject"]
+    assert saved["input size"] == "320x320 px" and saved["classes"] == "3: kind0, kind1, kind2"
+
+
+def test_the_html_report_and_the_verdict_files_of_a_user_model_name_it(user_run: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from perf.report_cli import main as report_main
+    from perf.store.cli import main as history_main
+
+    (run,) = sorted((user_run / "storage-run").glob("*/0001_*.json"))
+    storage = tmp_path / "storage" / run.parent.name
+    storage.mkdir(parents=True)
+    shutil.copy(run, storage / run.name)
+    again = json.loads(run.read_text())  # the same run once more: a history of one to judge it against
+    again["perf_run"]["run_id"] = "second-process"
+    (storage / run.name.replace("0001_", "0002_")).write_text(json.dumps(again))
+    assert report_main(["--storage", str(tmp_path / "storage"), "--reports", str(user_run / "reports-run"),
+                        "--out", str(tmp_path / "html")]) == 0  # fmt: skip
+    page = (tmp_path / "html" / "index.html").read_text()
+    assert "<title>Performance report: model320.cfg 320x320</title>" in page
+    assert "<li>classes: 3: kind0, kind1, kind2</li>" in page and "<li>input size: 320x320 px</li>" in page
+    assert "- model: model320.cfg (cfg sha256 " in (tmp_path / "html" / "summary.md").read_text()
+    history_main(["--store", str(tmp_path / "unused.sqlite"), "judge", "--storage", str(tmp_path / "storage"), "--out",
+                  str(tmp_path / "v")])
+    verdicts = json.loads((tmp_path / "v" / "perf-compare.json").read_text())
+    assert verdicts["subject"]["model"].startswith("model320.cfg") and verdicts["subject"]["input size"] == "320x320 px"
+    assert "- classes: 3: kind0, kind1, kind2" in (tmp_path / "v" / "perf-compare.md").read_text()
+
+
+def test_saved_params_are_json_that_pytest_benchmark_compare_prints_as_fields(user_run: Path) -> None:
+    (run,) = sorted((user_run / "storage-run").glob("*/0001_*.json"))
+    saved = json.loads(run.read_text())["benchmarks"]
+    assert "UNSERIALIZABLE" not in run.read_text()
+    case = next(b for b in saved if b["name"] == "test_inference_speed[torch-fp32-b1]")["params"]["case"]
+    assert case == {"id": "torch-fp32-b1", "variant": "torch", "backend": "torch", "precision": "fp32", "batch": 1,
+                    "options": {}, "source": "mp4v"}  # fmt: skip
+    csv = run.parent / "compare.csv"
+    result = subprocess.run([sys.executable, "-c", "from pytest_benchmark.cli import main; main()", "compare",
+                             str(run), f"--csv={csv.with_suffix('')}"], capture_output=True, text=True, timeout=120,
+                            check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "UNSERIALIZABLE" not in csv.read_text() and "'precision': 'fp32'" in csv.read_text()

@@ -80,12 +80,12 @@ def _marks(storage: Path, reports: Path | None = None) -> list[str | None]:
 def test_verdicts_mark_the_run_they_judged_not_the_newest(tmp_path: Path) -> None:
     storage = _storage(tmp_path, _run(0.1, run_id="r1"), _run(0.13, run_id="r2"), _run(0.034, run_id="r3"))
     reports = _verdicts(tmp_path, "slower", {"run_id": "r2", "injected": {}})
-    # The newest run fell 74%: it is marked faster by its change, never "slower" by run 0002's verdict.
-    assert _marks(storage, reports) == [None, "slower", "faster"]
+    # The newest run fell 74%: it is marked as moved (no verdict judged it), never "slower" by run 0002's verdict.
+    assert _marks(storage, reports) == [None, "slower", "moved"]
     markdown, page = _report(storage, tmp_path / "out", reports)
     assert "Verdicts of run 0002; baseline run 0001 (commit abc1234, file 0001_run.json)" in markdown
     row = next(ln for ln in markdown.splitlines() if ln.startswith("| test_inference_speed[torch-fp32-b8] | 34.0 ms"))
-    assert row.endswith("| -73.8% (faster) |  |")  # no verdict on the newest run
+    assert row.endswith("| -73.8% |  |")  # no verdict on the newest run, and no word of the report's own
     assert "compare verdict: slower" in page and "run 0002: slower" in page
 
 
@@ -136,7 +136,7 @@ def test_an_injected_run_is_never_the_base_of_a_change(tmp_path: Path) -> None:
                        _run(0.104, run_id="r3"))  # fmt: skip
     points = history(load_inputs(storage, None), BENCH, threshold=0.1)
     assert [p.injected for p in points] == [False, True, False]
-    assert points[1].change == pytest.approx(4.0) and points[1].mark == "slower"
+    assert points[1].change == pytest.approx(4.0) and points[1].mark == "moved"
     assert points[1].reason == "injected (--perf-inject-delay=400 (ms)); median +400% vs 0001"
     assert points[2].change == pytest.approx(0.04) and points[2].mark is None  # against 0001, not the injected 0002
     markdown, _ = _report(storage, tmp_path / "out")

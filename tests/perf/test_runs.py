@@ -206,3 +206,15 @@ def test_reading_runs_does_not_import_the_gate() -> None:
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = json.loads(result.stdout)
     assert "perf.runs" in loaded and not [m for m in loaded if m.startswith(("perf.gate", "perf.measure"))], loaded
+
+
+def test_a_run_saved_with_unserializable_params_is_read_with_the_cases_fields(tmp_path: Path) -> None:
+    doc = _run("perf/test_inference_speed.py::test_inference_speed[torch-fp32-b1]")
+    doc["benchmarks"][0]["params"] = {"case": "UNSERIALIZABLE[Case(variant='torch', backend='torch', precision='fp32', "
+                                      "batch=1, options={}, source=Source(codec='mp4v', decoder='opencv', "
+                                      "encode=True))]", "streams": 2, "odd": "UNSERIALIZABLE[<object at 0x1>]"}
+    run = load_run(_save(tmp_path, "0001_old.json", doc))
+    (bench,) = run.benchmarks.values()
+    assert bench.params["case"] == {"variant": "torch", "backend": "torch", "precision": "fp32", "batch": 1,
+                                    "options": {}, "source": "Source(codec='mp4v', decoder='opencv', encode=True)"}
+    assert bench.params["streams"] == 2 and bench.params["odd"] == "UNSERIALIZABLE[<object at 0x1>]"
