@@ -359,6 +359,7 @@ def test_saved_runs_go_under_the_rootdir_when_pytest_starts_elsewhere(perf_pytes
     elsewhere = perf_pytester.path / "sub"
     elsewhere.mkdir()
     with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("PYTEST_XDIST_WORKER", raising=False)  # pytest-benchmark would switch itself off
         mp.chdir(elsewhere)
         result = perf_pytester.runpytest("--perf-device=cpu", "--benchmark-save=x", "--rootdir",
                                          str(perf_pytester.path), str(perf_pytester.path / "test_saved.py"))
