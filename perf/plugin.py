@@ -20,7 +20,7 @@ from perf.measure.clock import SUITE_CLOCK
 from perf.measure.controls import Controls
 from perf.options import add_options, bad_values, benchmark_option_errors
 from perf.runs import describe_injected
-from perf.session import PERF_SESSION, PerfOptions, PerfSession, check_saved_run
+from perf.session import PERF_SESSION, PerfOptions, PerfSession, SubjectWarning, check_saved_run
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped when --perf-device is cpu, or auto and no CUDA device is visible.",
@@ -60,6 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if errors:
         raise pytest.UsageError("\n".join(errors))
     config.stash[PERF_SESSION] = session
+    for message in session.warnings():
+        config.issue_config_time_warning(SubjectWarning(message), stacklevel=2)
     SUITE_CLOCK.configure(lambda: session.device, config.getoption("perf_clock_lead_in"))  # CUDA events on a GPU
 
 
