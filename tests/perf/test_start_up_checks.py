@@ -98,7 +98,8 @@ BAD_FILES = {
               r"--perf-names: .*two\.names: 2 names for the 3 classes of '.*c3\.cfg'"),
     "onnx-of-another-model": ({"cfg": "c3.cfg", "onnx": "c2-128.onnx"},
                               r"--perf-onnx: ONNX model '.*c2-128\.onnx' outputs \[1, \d+, 6\]; cfg '.*c3\.cfg' has 3"),
-    "text-as-video": ({"video": "notes.mp4"}, r"--perf-video: cannot open '.*notes\.mp4': it is a text file, not a video"),
+    "text-as-video": ({"video": "notes.mp4"},
+                      r"--perf-video: cannot open '.*notes\.mp4': it is a text file, not a video"),
     "ground-truth": ({"video": "clip.mp4", "ground_truth": "broken.json"},
                      r"--perf-ground-truth: ground truth '.*broken\.json': not valid JSON at line 1 column 2"),
 }
