@@ -65,6 +65,16 @@ class EvalResult:
             "num_detections": self.num_detections,
         }
 
+    def summary(self) -> str:
+        """One line: ``mAP@0.5 0.812, mAP@0.5:0.95 0.604 (AP@0.5: person 0.811, vehicle 0.990)`` (a class without
+        ground-truth boxes: ``-``)."""
+
+        def fmt(v: float) -> str:
+            return "-" if math.isnan(v) else f"{v:.3f}"
+
+        per_class = ", ".join(f"{name} {fmt(c.ap50)}" for name, c in self.per_class.items())
+        return f"mAP@0.5 {fmt(self.map50)}, mAP@0.5:0.95 {fmt(self.map50_95)} (AP@0.5: {per_class})"
+
     def table(self) -> str:
         """A small text table: ``class | AP@0.5 | AP@0.5:0.95``, one row per class and a final ``all`` row."""
         rows = [(name, c.ap50, c.ap50_95) for name, c in self.per_class.items()]
