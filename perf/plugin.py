@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from perf.diskfull import stop_if_disk_full
 from perf.measure.clock import SUITE_CLOCK
 from perf.measure.controls import Controls
 from perf.options import add_options, bad_values, benchmark_option_errors
@@ -90,6 +91,15 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     calibration = getattr(funcargs.get("runner_pool"), "calibration", None)
     if marks and bench is not None and calibration:
         bench.extra_info.setdefault("regression_calibration", calibration)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A test failing on a full disk stops the run in one line (`perf.diskfull`)."""
+    report = yield
+    if report.failed and call.excinfo is not None:
+        stop_if_disk_full(item.config, call.excinfo.value)
+    return report
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
