@@ -293,8 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "last boxes over the skipped frames; needs --batch 1 (default: 0)")
     p.add_argument("--decoder", type=str.lower, choices=("opencv", "nvdec"), default="opencv",
                    help="opencv decodes on the CPU; nvdec on the GPU's hardware decoder into device memory, with "
-                   "preprocess and postprocess on the GPU (needs a CUDA device and pip install PyNvVideoCodec) "
-                   "(default: opencv)")
+                   "preprocess and postprocess on the GPU (needs a CUDA device and PyNvVideoCodec: pip install -e "
+                   "'.[gpu]') (default: opencv)")
     p.add_argument("--no-video", action="store_true",
                    help="write no detected video, only the results JSON: no CPU encoding in the loop (default: write it)")
     p.set_defaults(func=cmd_detect)

@@ -673,7 +673,8 @@ def check_weights_size(path: str | os.PathLike[str], cfg: NetConfig) -> None:
     if size > total:
         raise _trailing(path, size, total, cfg)
     if size < total:
-        raise WeightsError(f"{path}: truncated: file has {size} bytes, cfg '{cfg.path.name}' needs {total}")
+        raise WeightsError(f"{path}: truncated: file has {size} bytes, cfg '{cfg.path.name}' needs {total}: wrong cfg "
+                           "for these weights, or an incomplete file?")
 
 
 def weights_to_bytes(weights: DarknetWeights) -> bytes:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
-import json
 import logging
 import math
 import os
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from detector.errors import DetectorError
+from detector.groundtruth import load_ground_truth
 from detector.postprocess import Detections
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,16 @@ class EvalResult:
             "num_detections": self.num_detections,
         }
 
+    def summary(self) -> str:
+        """One line: ``mAP@0.5 0.812, mAP@0.5:0.95 0.604 (AP@0.5: person 0.811, vehicle 0.990)`` (a class without
+        ground-truth boxes: ``-``)."""
+
+        def fmt(v: float) -> str:
+            return "-" if math.isnan(v) else f"{v:.3f}"
+
+        per_class = ", ".join(f"{name} {fmt(c.ap50)}" for name, c in self.per_class.items())
+        return f"mAP@0.5 {fmt(self.map50)}, mAP@0.5:0.95 {fmt(self.map50_95)} (AP@0.5: {per_class})"
+
     def table(self) -> str:
         """A small text table: ``class | AP@0.5 | AP@0.5:0.95``, one row per class and a final ``all`` row."""
         rows = [(name, c.ap50, c.ap50_95) for name, c in self.per_class.items()]
@@ -77,44 +87,6 @@ class EvalResult:
         lines = [f"{'class':<{width}} | AP@0.5 | AP@0.5:0.95", f"{'-' * width}-+--------+------------"]
         lines += [f"{name:<{width}} | {fmt(a):>6} | {fmt(b):>11}" for name, a, b in rows]
         return "\n".join(lines)
-
-
-def _load_ground_truth(path: Path) -> dict[str, Any]:
-    """Read and check a COCO json; fills ``area`` / ``iscrowd`` / ``id`` where absent (pycocotools needs them)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise DetectorError(f"cannot read ground truth '{path}': no such file") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise DetectorError(f"cannot read ground truth '{path}': {e}") from e
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DetectorError(f"ground truth '{path}': not valid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
-    if not isinstance(data, dict):
-        raise DetectorError(f"ground truth '{path}': expected a COCO json object, got {type(data).__name__}")
-    for key in ("images", "annotations", "categories"):
-        if not isinstance(data.get(key), list):
-            raise DetectorError(f"ground truth '{path}': missing list {key!r} (a COCO json has images, annotations, "
-                                "categories)")
-    try:
-        image_ids = {int(img["id"]) for img in data["images"]}
-        category_ids = {int(cat["id"]) for cat in data["categories"]}
-    except (KeyError, TypeError, ValueError) as e:
-        raise DetectorError(f"ground truth '{path}': every image and category needs an integer 'id' ({e!r})") from e
-    for i, ann in enumerate(data["annotations"]):
-        try:
-            bbox = [float(v) for v in ann["bbox"]]
-            ok = len(bbox) == 4 and int(ann["image_id"]) in image_ids and int(ann["category_id"]) in category_ids
-        except (KeyError, TypeError, ValueError) as e:
-            raise DetectorError(f"ground truth '{path}': annotation {i} is malformed ({e!r})") from e
-        if not ok:
-            raise DetectorError(f"ground truth '{path}': annotation {i} needs bbox [x, y, w, h] and an image_id and "
-                                "category_id listed in images / categories")
-        ann.setdefault("area", bbox[2] * bbox[3])
-        ann.setdefault("iscrowd", 0)
-        ann.setdefault("id", i + 1)
-    return data
 
 
 def evaluate_coco(
@@ -146,7 +118,7 @@ def evaluate_coco(
     from pycocotools.cocoeval import COCOeval
 
     path = Path(gt_json_path)
-    data = _load_ground_truth(path)
+    data = load_ground_truth(path)
     if image_ids is not None:
         wanted = {int(i) for i in image_ids}
         data = {**data, "images": [img for img in data["images"] if int(img["id"]) in wanted],

@@ -11,9 +11,10 @@ read by :func:`detector.video.open_video` differ by at most 3 levels, 1.4 on ave
 and on the CPU through PyAV's planes; ``tests/detector/test_gpudecode.py``). The decoder's own RGB conversion
 differs by up to 21 levels, 4 on average.
 
-PyNvVideoCodec is optional (``pip install PyNvVideoCodec``); :func:`nvdec_unavailable` says, in one line, why this
-machine cannot decode on NVDEC (not a CUDA device, the package missing or failing to load). torchcodec decodes on
-CUDA too, but its CUDA builds come from PyTorch's own package index, which is not PyPI: it is not used here.
+PyNvVideoCodec is optional (the ``gpu`` extra: ``pip install -e '.[gpu]'``); :func:`nvdec_unavailable` says, in one
+line, why this machine cannot decode on NVDEC (not a CUDA device, the package missing or failing to load). torchcodec
+decodes on CUDA too, but its CUDA builds come from PyTorch's own package index, which is not PyPI: it is not used
+here.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def nvdec_unavailable(device: str, *, load: bool = True) -> str | None:
     if not device.startswith("cuda"):
         return f"nvdec decodes into CUDA memory; the runner is on {device}"
     if importlib.util.find_spec(PACKAGE) is None:
-        return f"nvdec needs {PACKAGE} (pip install {PACKAGE}: NVIDIA's hardware video decoder bindings); not installed"
+        return (f"nvdec needs {PACKAGE} (NVIDIA's hardware video decoder bindings, in the gpu extra: pip install -e "
+                "'.[gpu]'); not installed")
     if not load:
         return None
     try:

@@ -502,14 +502,16 @@ def all_options() -> tuple[Option, ...]:
         # -- the history store (perf/store/) ----------------------------------------------------------------------
         Option("--perf-store", "WHERE", "History store every saved run (--benchmark-autosave / --benchmark-save) also "
                "goes into, with its verdicts and noise profile: a path (an SQLite file), sqlite:///path, "
-               "postgresql://user@host/db (one store for a fleet of runners; the PERF_STORE environment variable "
-               "keeps a password off the command line), or none.",
+               "postgresql://user@host/db (one store for a fleet of runners, with the postgres extra: pip install -e "
+               "'.[postgres]'; the PERF_STORE environment variable keeps a password off the command line), or none. "
+               "A green run the store cannot take exits with status 6, the run saved.",
                "$PERF_STORE, else history.sqlite in the benchmark storage", parse_store, ini=True),
         # -- reports (perf/fixtures/reporting.py) --------------------------------------------------------------------
         Option("--perf-reports-dir", "DIR", "Folder for the suite's reports (tables, detected videos, profiles).",
                "reports in the rootdir"),
         Option("--perf-html", "DIR", "At the end of the session write DIR/index.html (figures) and DIR/summary.md "
-               "from the saved runs and the reports (see python -m perf.report_cli).", "off"),
+               "from the saved runs and the reports (see python -m perf.report_cli; the report extra: pip install -e "
+               "'.[report]').", "off"),
     )  # fmt: skip
 
 

@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
+from perf.diskfull import stop_if_disk_full
 from perf.measure.clock import SUITE_CLOCK
 from perf.measure.controls import Controls
 from perf.options import add_options, anchor_benchmark_storage, bad_values, benchmark_option_errors
 from perf.runs import describe_injected
-from perf.session import PERF_SESSION, PerfOptions, PerfSession, check_saved_run
+from perf.session import PERF_SESSION, PerfOptions, PerfSession, SubjectWarning, check_saved_run
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped when --perf-device is cpu, or auto and no CUDA device is visible.",
@@ -61,6 +62,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if errors:
         raise pytest.UsageError("\n".join(errors))
     config.stash[PERF_SESSION] = session
+    for message in session.warnings():
+        config.issue_config_time_warning(SubjectWarning(message), stacklevel=2)
     SUITE_CLOCK.configure(lambda: session.device, config.getoption("perf_clock_lead_in"))  # CUDA events on a GPU
 
 
@@ -89,6 +92,15 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     calibration = getattr(funcargs.get("runner_pool"), "calibration", None)
     if marks and bench is not None and calibration:
         bench.extra_info.setdefault("regression_calibration", calibration)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A test failing on a full disk stops the run in one line (`perf.diskfull`)."""
+    report = yield
+    if report.failed and call.excinfo is not None:
+        stop_if_disk_full(item.config, call.excinfo.value)
+    return report
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

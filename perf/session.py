@@ -143,6 +143,11 @@ class PerfSession:
                 "CUPTI and would distort each other; run them separately"
             )
 
+    def warnings(self) -> Iterable[str]:
+        """One line per setting that works but is likely wrong (`perf.subject.Subject.warnings`): issued as a
+        `SubjectWarning` at start-up, after `usage_errors` found nothing."""
+        yield from self.subject.warnings()
+
     @functools.cached_property
     def _device(self) -> tuple[str, str | None]:
         from perf.measure.machine import cuda_device_count
@@ -233,6 +238,11 @@ PERF_SESSION = pytest.StashKey[PerfSession]()
 class MachineMismatchWarning(pytest.PytestWarning):
     """A compare with a saved run of another machine, model or video, allowed by --perf-allow-machine-mismatch or
     --perf-allow-model-mismatch."""
+
+
+class SubjectWarning(pytest.PytestWarning):
+    """A model or video setting that works but is likely wrong, such as ground-truth categories that are not the
+    model's class names."""
 
 
 def check_saved_run(config: pytest.Config, saved_run: Mapping[str, Any], location: str, option: str) -> None:

@@ -97,7 +97,9 @@ class Subject:
     # -- checks before anything heavy -------------------------------------------------------------------------
     def problems(self) -> list[str]:
         """One line per setting that cannot work: a missing file, weights without a cfg, an engine without the
-        model it was built from, a bad precision or floor, a cfg that does not parse. Empty when all is well."""
+        model it was built from, a bad precision or floor; then the files themselves (`_file_problems`): a cfg that
+        does not parse, weights that do not fit it, a names file, ONNX file, video or ground truth that cannot be
+        used. Empty when all is well."""
         out = []
         for name in PATHS:
             path = getattr(self, name)
@@ -114,15 +116,76 @@ class Subject:
                        f"{', '.join(ENGINE_PRECISIONS)}")
         if self.min_map is not None and not _fraction(self.min_map):
             out.append(f"{self.origin['min_map']}: {self.min_map!r}; expected a number from 0 to 1")
-        if not out and not self.shipped_model:
-            from detector.errors import DetectorError
+        if not out:
+            out += self._file_problems()
+        return out
 
-            key = "cfg" if self.cfg is not None else "onnx"
-            try:  # the cfg parses (CfgError names file:line), an ONNX model alone has static input and classes
-                self.model_spec(Path(".")).input_size  # noqa: B018
+    def _file_problems(self) -> list[str]:
+        """What the files themselves get wrong, in the order they depend on each other (the first failure per
+        step): the cfg parses (CfgError names file:line) or an ONNX model alone has static input and classes; the
+        weights' header and size fit the cfg (read: 20 bytes); the names file has one name per class; a given ONNX
+        file loads and fits the cfg; the video opens; the ground truth is a COCO json. No torch is imported."""
+        from detector.errors import DetectorError
+
+        out: list[str] = []
+        spec = self.model_spec(Path("."))
+        steps: list[tuple[str, Callable[[], object]]] = []
+        if not self.shipped_model:
+            steps.append(("cfg" if self.cfg is not None else "onnx", lambda: spec.input_size))
+        if self.weights is not None:
+            steps.append(("weights", spec.check_files))
+        if self.names is not None:
+            steps.append(("names", lambda: spec.names))
+        if self.onnx is not None and self.cfg is not None:
+            steps.append(("onnx", spec.onnx_path))
+        for key, check in steps:
+            try:
+                check()
             except DetectorError as e:
                 out.append(f"{self.origin[key]}: {e}")
+                break
+        video = self._user_video
+        if video is not None:
+            from detector.video import open_video
+
+            try:
+                open_video(video.path).close()
+            except DetectorError as e:
+                out.append(f"{self.origin['video']}: {e}")
+        if video is not None and video.ground_truth is not None:
+            from detector.groundtruth import load_ground_truth
+
+            try:
+                load_ground_truth(video.ground_truth)
+            except DetectorError as e:
+                out.append(f"{self._ground_truth_origin}: {e}")
         return out
+
+    def warnings(self) -> list[str]:
+        """One line per setting that works but is likely wrong: the ground truth's categories are not the model's
+        class names (category id k + 1 is scored as class k, whatever its name). Call after `problems` is empty."""
+        from detector.errors import DetectorError
+        from detector.groundtruth import check_categories, load_ground_truth
+
+        video = self._user_video
+        if video is None or video.ground_truth is None:
+            return []
+        try:
+            check_categories(load_ground_truth(video.ground_truth), self.model_spec(Path(".")).names,
+                             video.ground_truth, fix="give the class names it lists, in category-id order "
+                             "(--perf-names)")  # fmt: skip
+        except DetectorError as e:
+            return [f"{self._ground_truth_origin}: {e}; the accuracy figures score category id k + 1 as class k"]
+        return []
+
+    @property
+    def _user_video(self) -> VideoCase | None:
+        """The user's video and its ground truth (given, or found beside it), or None for the synthetic video."""
+        return None if self.video is None else self.video_case(lambda: VideoCase(Path(), None, None))
+
+    @property
+    def _ground_truth_origin(self) -> str:
+        return self.origin.get("ground_truth", f"{self.origin.get('video', '--perf-video')} (its ground truth)")
 
     # -- what the fixtures use --------------------------------------------------------------------------------
     @property

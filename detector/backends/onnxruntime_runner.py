@@ -35,6 +35,8 @@ __all__ = ["OnnxRuntimeRunner"]
 
 _CUDA_PROVIDER = "CUDAExecutionProvider"
 _CPU_PROVIDER = "CPUExecutionProvider"
+#: ONNX Runtime's log severity for its default logger and each session: 4 (FATAL) only; see ``_activate``.
+_ORT_LOG_SEVERITY = 4
 
 
 class OnnxRuntimeRunner(Runner):
@@ -84,7 +86,10 @@ class OnnxRuntimeRunner(Runner):
         session_options = ort.SessionOptions()
         session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         session_options.intra_op_num_threads = self.options["intra_op_threads"]
-        session_options.log_severity_level = 3  # errors only
+        # ONNX Runtime's own log (coloured lines on stderr, also for the errors it raises as exceptions) stays off
+        # up to ERROR: every failure it logs is raised, and becomes this runner's one-line error. 4 = FATAL.
+        ort.set_default_logger_severity(_ORT_LOG_SEVERITY)
+        session_options.log_severity_level = _ORT_LOG_SEVERITY
         if self.device_type == "cuda":
             providers: list[Any] = [(_CUDA_PROVIDER, {"device_id": self.torch_device.index}), _CPU_PROVIDER]
         else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -152,13 +151,6 @@ def cmd_anchors(args: argparse.Namespace) -> int:
     return 0
 
 
-def _verbose() -> None:
-    """Let the training/eval progress through even when the CLI logs warnings only."""
-    logging.getLogger("detector.train").setLevel(logging.INFO)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     """Handler of ``detector train``."""
     device_name(args.device)  # a mistyped device or a bad cfg fails before torch loads
@@ -166,7 +158,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     from detector.train.data import DataParams
     from detector.train.loop import TrainConfig, train
 
-    _verbose()
     net = (args.net_size, args.net_size) if args.net_size else cfg_size
     data = DataParams(frames=args.frames, frames_per_seed=args.frames_per_seed, stride=args.frame_stride,
                       seed_base=args.seed_base, net_size=net, codec=None if args.no_codec else "mp4v")
@@ -209,7 +200,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_video_file(args.video)
     model_spec(args.cfg, args.weights, args.cache_dir)
     check_runs_here([args.backend], args.device, args.precision)
-    _verbose()
     if args.video:
         return _eval_video(args)
     seeds = tuple(args.video_seeds or (7,))

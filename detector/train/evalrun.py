@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detector.errors import DetectorError
+from detector.groundtruth import check_categories, load_ground_truth
 from detector.progress import progress
 
 if TYPE_CHECKING:
@@ -252,23 +253,6 @@ def default_ground_truth(video: str | os.PathLike[str]) -> Path:
     return Path(video).with_suffix(".json")
 
 
-def check_categories(data: dict[str, Any], names: Sequence[str], path: str | os.PathLike[str]) -> None:
-    """DetectorError (naming ``path``) unless the COCO ``categories`` of ``data`` are the model's classes: ids
-    ``1..C`` for the ``C`` ``names``, category id ``k + 1`` named ``names[k]`` (the synthetic ground truth's
-    convention, which :func:`detector.evaluate.evaluate_coco` scores by)."""
-    found = sorted((int(c["id"]), str(c.get("name", ""))) for c in data["categories"])
-    wanted = [(k + 1, str(name)) for k, name in enumerate(names)]
-    if found != wanted:
-        raise DetectorError(f"ground truth '{path}': its {len(found)} categories ({_id_names(found)}) do not match the "
-                            f"model's {len(wanted)} classes ({_id_names(wanted)}; category id = class index + 1); "
-                            "relabel the file or give the --cfg whose classes.names lists its categories")
-
-
-def _id_names(pairs: Sequence[tuple[int, str]], most: int = 6) -> str:
-    text = ", ".join(f"{i}={n!r}" for i, n in pairs[:most])
-    return text + (f", ... {len(pairs) - most} more" if len(pairs) > most else "")
-
-
 @dataclasses.dataclass(frozen=True)
 class VideoScore:
     """The score of a labelled video: ``result`` over its first ``frames`` frames against ``ground_truth``."""
@@ -301,14 +285,14 @@ def evaluate_video(video: str | os.PathLike[str], ground_truth: str | os.PathLik
             video is decoded).
     """
     from detector.backends import create_runner
-    from detector.evaluate import _load_ground_truth, evaluate_coco
+    from detector.evaluate import evaluate_coco
     from detector.video import open_video
 
     require_pycocotools()
     video = Path(video)
     gt_path = Path(ground_truth) if ground_truth is not None else default_ground_truth(video)
     open_video(video).close()
-    data = _load_ground_truth(gt_path)
+    data = load_ground_truth(gt_path)
     spec, device = _spec_and_device(cfg, weights, cache_dir, device)
     check_categories(data, spec.names, gt_path)
     image_ids = {int(img["id"]) for img in data["images"]}

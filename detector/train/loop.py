@@ -243,8 +243,8 @@ def _evaluate(ema: ModelEMA, cfg: TrainConfig, label: str) -> tuple[EvalResult |
         log.warning("%s evaluation skipped: %s", label, e)
         return None, time.monotonic() - start
     seconds = time.monotonic() - start
-    log.info("%s evaluation (held-out seeds %s, %d frames each, EMA weights, fp32, %.1f s):\n%s", label,
-             ",".join(map(str, cfg.eval_seeds)), cfg.eval_frames, seconds, result.table())
+    log.info("%s evaluation (held-out seeds %s, %d frames each, EMA weights, fp32, %.1f s): %s", label,
+             ",".join(map(str, cfg.eval_seeds)), cfg.eval_frames, seconds, result.summary())
     return result, seconds
 
 

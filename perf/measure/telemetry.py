@@ -150,7 +150,7 @@ class NvmlSampler:
         try:
             nvml = _nvml()
         except ImportError as e:
-            return False, f"pynvml not importable (install nvidia-ml-py): {e}"
+            return False, f"pynvml not importable (nvidia-ml-py, in the gpu extra: pip install -e '.[gpu]'): {e}"
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as e:

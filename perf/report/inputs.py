@@ -201,7 +201,7 @@ def find_changes(runs: list[SavedRun], profile: Any = None) -> tuple[list[Any], 
     try:
         import ruptures  # noqa: F401 - the change-point finder's library
     except ImportError:
-        return [], ["no change points: they need ruptures (pip install -e '.[report]')"]
+        return [], ["no change points: they need ruptures, a dependency of this package (pip install -e .)"]
     from perf.store.changepoints import floors_from_profile, history_changes, points_from_runs
 
     return history_changes(points_from_runs(runs), floors=floors_from_profile(profile)), []

@@ -9,8 +9,8 @@ Where a store is (``--perf-store`` / ``perf-history --store``):
 
 * a path (``.benchmarks/history.sqlite``): an SQLite file, created with its folder;
 * ``sqlite:///path``: the same, as a URL;
-* ``postgresql://user:password@host:port/dbname`` (or ``postgres://``): PostgreSQL through psycopg 3
-  (``pip install 'detector-perf[postgres]'``); the tables are created on first use.
+* ``postgresql://user:password@host:port/dbname`` (or ``postgres://``): PostgreSQL through psycopg 3, the
+  ``postgres`` extra (``pip install -e '.[postgres]'``); the tables are created on first use.
 
 API::
 
@@ -124,7 +124,11 @@ class HistoryStore:
         try:
             self.engine = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
         except Exception as e:  # a missing driver, a malformed URL
-            raise StoreError(f"store '{self.shown}': {_reason(e)}") from e
+            reason = _reason(e)
+            if isinstance(e, ImportError) and url.startswith("postgresql"):  # psycopg 3: the postgres extra
+                reason = (f"PostgreSQL needs psycopg 3, which is not installed here ({reason}): "
+                          "pip install -e '.[postgres]'")
+            raise StoreError(f"store '{self.shown}': {reason}") from e
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_foreign_keys)
         migrate(self)

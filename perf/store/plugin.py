@@ -6,8 +6,12 @@
 * When: only a run that is saved (``--benchmark-autosave`` / ``--benchmark-save``), and never a pytest-xdist worker.
   The store is opened (created, migrated) when the session starts, so a wrong address is a usage error before
   anything is measured, and written once at the end, in one transaction, after the saved file and the verdicts.
-* A store given explicitly that cannot be opened is a usage error, one that cannot be written fails the run (exit
-  1), each with one line; the default SQLite file failing is a warning line. The saved file in ``.benchmarks/`` is never affected: nothing saved is lost.
+* A store given explicitly that cannot be opened is a usage error (exit 4, one line). One that cannot be written at
+  the end (PostgreSQL stopped mid-run, a read-only SQLite file) is one ``NOT STORED`` line after the short test
+  summary, naming the store, the error, the saved file and the ``perf-history ... import`` command that stores it
+  later; the final line counts it (``2 passed, 1 not stored``) and a run that was otherwise green exits with
+  `NOT_STORED` (6). The default SQLite file failing is the same line without changing the exit status. The saved
+  file in ``.benchmarks/`` is never affected: nothing saved is lost.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from perf.runs import run_marks
 
 STORE = pytest.StashKey[dict[str, Any]]()
 ENV = "PERF_STORE"
+#: The exit status of a run whose tests passed but whose saved run did not go into the store asked for (pytest's
+#: own statuses are 0-5).
+NOT_STORED = 6
 
 
 def _where(config: pytest.Config, session: Any) -> tuple[str | None, bool]:
@@ -76,23 +83,45 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
     document = state["document"]
     store = state["store"]
+    source = _saved_file(config, document)
     try:
-        rid, _ = store.save_run(document, source=_saved_file(config, document), verdicts=_verdicts(config, document),
-                                noise=_noise(config))  # fmt: skip
+        rid, _ = store.save_run(document, source=source, verdicts=_verdicts(config, document), noise=_noise(config))
         state["line"] = (f"history store: run {rid} stored in {store.shown}", False)
     except StoreError as e:
-        state["line"] = (f"history store: NOT STORED: {e} (the run is saved in the benchmark storage)", True)
-        if state["asked"] and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        status = state["asked"] and session.exitstatus == pytest.ExitCode.OK
+        if status:
+            session.exitstatus = NOT_STORED
+        storage = getattr(config._benchmarksession.storage, "path", None)
+        state["not_stored"] = not_stored_line(e, store.shown, source, storage, exit_status=status)
     finally:
         store.close()
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+def not_stored_line(error: Exception, shown: str, saved: str | None, storage: str | Path | None, *,
+                    exit_status: bool) -> str:  # fmt: skip
+    """The one line of a run the store could not take: the store's error, where the run is saved and the command
+    that stores it later (``shown``: the store as `perf.store.db` names it, its password hidden); with
+    ``exit_status``, that the run exits with `NOT_STORED` for it."""
+    where = f"'{saved}'" if saved else "the benchmark storage"
+    folder = f" '{storage}'" if storage else ""
+    status = f" (exit status {NOT_STORED})" if exit_status else ""
+    return (f"NOT STORED: {error}; the run is saved in {where}: store it later with "
+            f"perf-history --store '{shown}' import{folder}{status}")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> Any:
+    """The store's line after the rest of the summary (the short test summary included), just above the final
+    line, which counts a run the store could not take as "1 not stored"."""
+    result = yield
     state = config.stash.get(STORE, None)
     if state is not None and state["line"] is not None:
         line, failed = state["line"]
         terminalreporter.write_line(line, red=failed)
+    if state is not None and state.get("not_stored"):
+        terminalreporter.write_line(state["not_stored"], red=True, bold=True)
+        terminalreporter.stats.setdefault("not stored", []).append(state["not_stored"])
+    return result
 
 
 def _saved_file(config: pytest.Config, document: dict[str, Any]) -> str | None:

@@ -273,3 +273,32 @@ def test_verbose_is_accepted_before_and_after_the_subcommand(argv: list[str], ve
 def test_precision_names_are_case_insensitive(given: str) -> None:
     assert build_parser().parse_args(["detect", "--precision", given]).precision == "fp16"
     assert build_parser().parse_args(["eval", "--precision", given]).precision == "fp16"
+
+
+def _conv_of_wrong_channels(path: Path) -> Path:
+    """An ONNX model that passes onnx.checker and fits the packaged cfg's input and classes but that ONNX Runtime
+    refuses when it runs: a convolution whose kernel expects 4 input channels, fed 3."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    size, columns = 416, 4 + 2
+    rows = 3 * size * size // columns
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["images", "w"], ["x"]), helper.make_node("Reshape", ["x", "shape"], ["decoded"])],
+        "wrong-channels", [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["B", 3, size, size])],
+        [helper.make_tensor_value_info("decoded", TensorProto.FLOAT, ["B", rows, columns])],
+        [numpy_helper.from_array(np.zeros((3, 4, 1, 1), np.float32), "w"),
+         helper.make_tensor("shape", TensorProto.INT64, [3], [-1, rows, columns])])  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_a_model_onnx_runtime_refuses_is_our_one_line_without_its_own_log(
+    short_video: Path, tmp_path: Path, cache: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    model = _conv_of_wrong_channels(tmp_path / "wrong.onnx")
+    assert main(["detect", "--backend", "onnxruntime", "--onnx", str(model), "--video", str(short_video), "--out",
+                 str(tmp_path / "out"), "--device", "cpu", "--cache-dir", cache, "--no-video"]) == 2  # fmt: skip
+    err = capfd.readouterr().err.strip().splitlines()  # file descriptor 2: ONNX Runtime logs from C++
+    assert len(err) == 1, err
+    assert err[0].startswith("detector: error: runner 'onnxruntime': inference failed: [ONNXRuntimeError]")

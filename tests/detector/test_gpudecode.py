@@ -85,7 +85,8 @@ def test_nvdec_is_unavailable_on_the_cpu_with_the_reason() -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("PyNvVideoCodec") is not None, reason="PyNvVideoCodec is installed")
 def test_nvdec_names_the_missing_package() -> None:
-    assert "nvdec needs PyNvVideoCodec (pip install PyNvVideoCodec" in str(nvdec_unavailable("cuda"))
+    assert "nvdec needs PyNvVideoCodec (NVIDIA's hardware video decoder bindings, in the gpu extra: pip install -e " \
+           "'.[gpu]'); not installed" == str(nvdec_unavailable("cuda"))
 
 
 def test_nvdec_reader_names_a_missing_file_before_anything_else(tmp_path: Path) -> None:

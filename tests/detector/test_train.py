@@ -339,3 +339,22 @@ def test_parsers_register_train_and_eval_subcommands():
     assert e.video_seeds == [7, 8] and e.precision == "fp16" and e.frames is None  # 300 per seed, all of a --video
     with pytest.raises(SystemExit):
         parser.parse_args(["train", "--out", "x", "--net-size", "100"])
+
+
+def test_train_logs_progress_only_with_verbose_and_its_evaluation_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from detector.cli import main
+
+    args = ["--out", str(tmp_path / "w.weights"), "--frames", "2", "--frames-per-seed", "2", "--frame-stride", "1",
+            "--net-size", "64", "--batch", "2", "--steps", "1", "--workers", "0", "--eval-frames", "2",
+            "--no-mid-eval", "--no-codec", "--cache-dir", str(tmp_path)]  # fmt: skip
+    assert main(["train", *args]) == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno < logging.WARNING] == []  # no -v: no INFO
+    caplog.clear()
+    caplog.set_level(logging.INFO)  # as -v sets it (pytest's own handler keeps main from configuring logging)
+    assert main(["train", "-v", *args]) == 0
+    (evaluation,) = [r.getMessage() for r in caplog.records if "final evaluation" in r.getMessage()]
+    assert "\n" not in evaluation and "mAP@0.5 " in evaluation and "(AP@0.5: person " in evaluation

@@ -230,3 +230,11 @@ def test_the_page_and_the_markdown_fit_a_screen_when_a_browser_draws_them(report
     rendered.write_text(_markdown_page((report / "summary.md").read_text()))
     bottom, right = _screenshot(rendered, tmp_path / "summary.png", GITHUB_WIDTH, 3000)
     assert right < GITHUB_WIDTH - 16 and bottom < 2000
+
+
+def test_without_ruptures_the_report_says_it_is_a_dependency_not_an_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perf.report.inputs import find_changes
+
+    monkeypatch.setitem(sys.modules, "ruptures", None)  # as in a broken install
+    warning = "no change points: they need ruptures, a dependency of this package (pip install -e .)"
+    assert find_changes([]) == ([], [warning])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -278,3 +279,72 @@ def test_comparable_says_whether_a_saved_run_can_be_a_baseline_on_this_machine(t
     assert updated.returncode == 1 and updated.stdout.startswith("driver_version: saved '1.0-before-the-update'")
     missing = subprocess.run([*cli, str(tmp_path / "none.json")], capture_output=True, text=True, check=False)
     assert missing.returncode == 2 and "none.json" in missing.stderr and len(missing.stderr.splitlines()) == 1
+
+
+@pytest.fixture
+def read_only() -> Iterator[object]:
+    """``read_only(path)``: makes a file unwritable for this process, root included (``chattr +i``, undone after the
+    test; skipped where that is not allowed), else by its mode."""
+    made: list[Path] = []
+
+    def make(path: Path) -> None:
+        if os.geteuid() == 0:
+            if subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False).returncode != 0:
+                pytest.skip("running as root and chattr +i is not allowed here: no file is unwritable to root")
+            made.append(path)
+        else:
+            path.chmod(0o444)
+
+    yield make
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)], capture_output=True, check=False)
+
+
+def test_a_failed_store_write_is_one_summary_line_with_its_own_exit_status_and_the_run_is_saved(
+    tmp_path: Path, read_only: object
+) -> None:
+    import json
+    import sys
+
+    from tiny_bench import child_env, write_project
+
+    plugins = ["perf.plugin", "perf.gate.plugin", "perf.store.plugin", "perf.fixtures.reporting"]
+    folder = write_project(tmp_path, plugins)
+    where = folder / "history.sqlite"
+    open_store(str(where)).close()  # created and migrated: opening it at start-up only reads it
+    read_only(where)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-rA",
+                             "--perf-device=cpu", "--benchmark-storage=storage", "--benchmark-max-time=0.02",
+                             "--benchmark-min-rounds=5", "--benchmark-warmup=off", "--perf-reports-dir=reports",
+                             f"--perf-store={where}", "--benchmark-autosave"], cwd=folder, env=child_env(),
+                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert result.returncode == 6, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    (saved,) = (folder / "storage").glob("*/0001_*.json")
+    assert json.loads(saved.read_text())["benchmarks"]  # nothing lost: the run is saved as JSON
+    not_stored = [line for line in lines if "NOT STORED" in line]
+    assert len(not_stored) == 1 and not_stored[0] == lines[-2], lines[-12:]  # after the short summary, above the end
+    assert not_stored[0].startswith(f"NOT STORED: store 'sqlite:///{where}': cannot save run ")
+    assert "readonly database" in not_stored[0]
+    assert f"the run is saved in '{saved}': store it later with perf-history --store 'sqlite:///{where}' import " \
+           f"'{folder / 'storage'}' (exit status 6)" in not_stored[0]
+    assert re.match(r"=+ 1 passed, 1 not stored in ", lines[-1]), lines[-1]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_postgresql_store_without_the_postgres_extra_is_one_line_naming_the_extra(tmp_path: Path) -> None:
+    import sys
+
+    from tiny_bench import child_env, write_project
+
+    folder = write_project(tmp_path, ["perf.plugin", "perf.gate.plugin", "perf.store.plugin"])
+    without_psycopg = "import sys; sys.modules['psycopg'] = None; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+    result = subprocess.run([sys.executable, "-c", without_psycopg, "-p", "no:cacheprovider", "--perf-device=cpu",
+                             "--benchmark-storage=storage", "--perf-store=postgresql://perf@/history?host=/nowhere",
+                             "--benchmark-autosave"], cwd=folder, env=child_env(), capture_output=True, text=True,
+                            timeout=120, check=False)  # fmt: skip
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("ERROR: --perf-store: store 'postgresql+psycopg://perf@/history?host=%2Fnowhere': "
+                           "PostgreSQL needs psycopg 3, which is not installed here (")  # fmt: skip
+    assert line.endswith("): pip install -e '.[postgres]'")
