@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perf.gate.history import HistoryReference, record_median, reference_for
-from perf.gate.judge import (DEFAULT_FLOOR, FASTER, INCONCLUSIVE, NO_CHANGE, SLOWER, Budget, Reference, judge,
-                             judge_pairs, within_reference)  # fmt: skip
+from perf.gate.judge import (DEFAULT_FLOOR, FASTER, INCONCLUSIVE, MIN_REFERENCE, NO_CHANGE, SLOWER, Budget, Reference,
+                             judge, judge_pairs, within_reference)  # fmt: skip
 from perf.measure.stability import StabilityRule
 from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
 
@@ -108,8 +108,11 @@ class Baseline:
 
     def describe(self) -> str:
         first, last = self.runs[0], self.latest
+        short = ("; too short to know how far identical code moves between processes (no noise profile): judged "
+                 "against the latest run's own spread; seed a history with --perf-noise=10"
+                 if len(self.runs) < MIN_REFERENCE and self.noise is None else "")  # fmt: skip
         return (f"main's history of {len(self.runs)} comparable run(s) on this runner ({first.name} .. {last.name}, "
-                f"latest commit {str(last.commit or 'unknown')[:12]})")
+                f"latest commit {str(last.commit or 'unknown')[:12]}){short}")
 
 
 @dataclass

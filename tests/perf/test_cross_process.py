@@ -1,5 +1,5 @@
 """--perf-noise and --perf-selftest-processes for real: child pytest processes of a tiny benchmark on a virtual
-clock (each process draws its own noise, as real processes do), the profile they leave, and --perf-compare
+clock (each process draws its own noise, as real processes do: the k-th process of a folder seed k), the profile they leave, and --perf-compare
 using it; plus how the parent's options reach the children."""
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def test_noise_runs_fresh_processes_and_saves_the_profile_the_compare_then_uses(
     assert row.split()[-3:] == ["5", "no", "change"]  # the saved run and the profile's 4 processes
 
     plain = _pytest(project, "--perf-compare", "--perf-noise-profile=none", "--perf-confirm=0")
-    assert "history too short (1 comparable run(s), no noise profile)" in plain.stdout
+    assert "history of 1 comparable run(s)" in plain.stdout and "seed a history with --perf-noise=10" in plain.stdout
+    assert "no change  (history too short)" in plain.stdout  # the row's note, its figures in the verdict file
 
 
 def test_a_saved_plan_resumes_and_a_different_one_is_refused(project: Path) -> None:

@@ -143,10 +143,11 @@ def test_batches_are_listed_in_numeric_order(report: Path) -> None:
 def test_no_number_is_written_in_scientific_notation_and_seconds_read_as_seconds(report: Path) -> None:
     markdown, page = (report / "summary.md").read_text(), _text((report / "index.html").read_text())
     for text in (markdown, page):
+        text = re.sub(r"sha256[: ][0-9a-f]+", "sha256 <digest>", text)  # a digest's hex is no number
         assert not re.search(r"\d[eE][+-]?\d", text), re.search(r".{40}\d[eE][+-]?\d.{20}", text)
     row = next(_cells(ln) for ln in markdown.splitlines() if ln.startswith("| test_infer[torch-b32]"))
     assert re.fullmatch(r"1[89]\.\d s", row[1]) and re.fullmatch(r"1\.\d\d", row[2]), row  # 12.33 s x 1.5 (jittered)
-    assert re.fullmatch(r"\+\d\d\.\d% \(slower\)", row[3]), row
+    assert re.fullmatch(r"\+\d\d\.\d%", row[3]), row  # the move alone: a verdict word is the gate's
 
 
 def test_the_history_is_one_figure_with_a_panel_per_benchmark(report: Path) -> None:

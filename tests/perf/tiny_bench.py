@@ -1,7 +1,7 @@
 """A tiny benchmark project on a virtual clock, for tests that run the gate in real pytest subprocesses.
 
 A call of the benchmark moves the clock by 1 ms times a per-process offset (``OFFSET`` in the generated module:
-identical code that differs between processes, as on a real runner) times a seeded log-normal factor, plus
+identical code that differs between processes, as on a real runner) times a seeded log-normal factor (the k-th process started in the folder draws seed k: its own noise, the same in every test run), plus
 ``--perf-inject-delay``'s milliseconds; each reading moves it by 1 ns (pytest-benchmark's precision probe needs a
 clock that moves). pytest, pytest-benchmark, the stability gate, the compare and the cross-process runs all run for
 real; only the time source is fixed: a CPU clock on a 2-core machine read the same work as 1.01 ms and 1.77 ms a
@@ -28,10 +28,20 @@ import numpy as np
 import pytest
 
 
+def _process_number():
+    # The k-th process started in this folder draws seed k: each process its own noise, the same in every test run
+    fd = os.open(os.path.join(os.path.dirname(__file__), ".processes"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, b"x")
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
 class VirtualClock:
     def __init__(self):
         self.now = 0.0
-        self.rng = np.random.default_rng(os.getpid())
+        self.rng = np.random.default_rng(_process_number())
         self.offset = 1 + self.rng.uniform(-{offset}, {offset})
         self.__name__ = "VirtualClock"
 
