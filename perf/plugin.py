@@ -68,10 +68,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    options = config.stash[PERF_SESSION].options
+    session = config.stash[PERF_SESSION]
+    options = session.options
     lines = [
         f"perf: device={options.device} backends={','.join(options.backends)} "
-        f"batch-sizes={','.join(map(str, options.batch_sizes))} precisions={','.join(options.precisions)} "
+        f"batch-sizes={','.join(map(str, options.batch_sizes_for(session.device)))} "
+        f"precisions={','.join(options.precisions)} "
         f"cache-dir={options.cache_dir}"
     ]
     if options.injected:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from perf.options import DEFAULT_FRAMES, DEFAULT_SKIP_INTERVALS, DEFAULT_STREAMS, backend_names
+from perf.options import DEFAULT_BATCH_SIZES, DEFAULT_FRAMES, DEFAULT_SKIP_INTERVALS, DEFAULT_STREAMS, backend_names
 from perf.runs import describe_injected, injected_of
 from perf.subject import Subject, subject_differences, subject_mismatch_message
 
@@ -26,12 +26,12 @@ class PerfOptions:
     """The perf suite's options as parsed (what the ``perf_options`` fixture returns).
 
     ``device`` is the *requested* device ("auto" included); the ``perf_device`` fixture gives the resolved one.
-    ``frames`` is None unless --perf-frames was given; see `frames_for`.
+    ``frames`` is None unless --perf-frames was given; see `frames_for` (``batch_sizes`` likewise, `batch_sizes_for`).
     """
 
     backends: tuple[str, ...]
     device: str
-    batch_sizes: tuple[int, ...]
+    batch_sizes: tuple[int, ...] | None
     precisions: tuple[str, ...]
     allow_machine_mismatch: bool
     cache_dir: Path
@@ -48,6 +48,10 @@ class PerfOptions:
     regression: Any = None
     #: --perf-sources: `perf.measure.sources.Source` of the end-to-end and pipelined tests (mp4v alone if empty).
     sources: tuple[Any, ...] = ()
+
+    def batch_sizes_for(self, device: str) -> tuple[int, ...]:
+        """Batch sizes of the inference benchmarks on `device`: --perf-batch-sizes, else `DEFAULT_BATCH_SIZES`."""
+        return self.batch_sizes or DEFAULT_BATCH_SIZES["cpu" if device == "cpu" else "cuda"]
 
     def streams_for(self, device: str) -> tuple[int, ...]:
         """Stream counts of the multi-stream test on `device`: --perf-streams, else `DEFAULT_STREAMS`."""

@@ -35,7 +35,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         from perf.session import PERF_SESSION
 
         session = metafunc.config.stash[PERF_SESSION]
-        sizes = {1, max(session.options.batch_sizes)} if session.device.startswith("cuda") else {1}  # CPU: one skip
+        sizes = {1, max(session.options.batch_sizes_for(session.device))} if session.device.startswith("cuda") else {1}  # CPU: one skip
         metafunc.parametrize("batch", sorted(sizes), ids=lambda b: f"b{b}")
 
 

@@ -56,7 +56,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
         session = metafunc.config.stash[PERF_SESSION]
         o = session.options
-        metafunc.parametrize("case", make_cases(o.backends, o.precisions, o.batch_sizes, session.device,
+        metafunc.parametrize("case", make_cases(o.backends, o.precisions, o.batch_sizes_for(session.device), session.device,
                                                 nsys_first=True))
 
 

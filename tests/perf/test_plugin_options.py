@@ -337,6 +337,20 @@ def test_fixtures_give_parsed_options_device_frames_and_cache_dir(perf_pytester:
     result.assert_outcomes(passed=1)
 
 
+def test_batch_sizes_default_to_a_smoke_pass_on_the_cpu(perf_pytester: pytest.Pytester) -> None:
+    """Batch 32 of the shipped model takes seconds a call on a CPU: the CPU pass measures 1 and 8; a GPU 1, 8, 32."""
+    perf_pytester.makepyfile(
+        "def test_sizes(pytestconfig, perf_device):\n"
+        "    from perf.session import PERF_SESSION\n"
+        "    options = pytestconfig.stash[PERF_SESSION].options\n"
+        "    assert options.batch_sizes is None\n"
+        "    assert options.batch_sizes_for('cpu') == (1, 8) and options.batch_sizes_for('cuda:0') == (1, 8, 32)\n"
+    )
+    result = perf_pytester.runpytest("--perf-device=cpu")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["perf: device=cpu * batch-sizes=1,8 *"])
+
+
 def test_cache_dir_defaults_to_the_detector_clis_cache(perf_pytester: pytest.Pytester,
                                                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The suite and `detector` share one cache: $DETECTOR_CACHE (else ~/.cache/detector)."""
