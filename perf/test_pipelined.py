@@ -9,11 +9,13 @@ batch, per pipeline batch size), the sequential loop (:func:`detector.pipeline.r
 pipelined loop (:func:`detector.pipelined.run_pipelined`) at each of ``PIPELINE_BATCHES``. The benchmark's
 samples are the pipelined passes at batch 1, cut into blocks (`perf.measure.samples`): seconds per frame between
 frames leaving the writer, after the first ``FILL`` frames of each pass (the pipeline filling up), so the
-figure is the pipeline's steady throughput, wall clock. On a GPU a CPU reference reading (`perf.measure.speedref`) is
-taken on the calling thread after every block, through ``on_batch``, and the normalised blocks are kept as the
-``normalised`` metric: the writer thread bounds this loop, not the calling thread the reference runs on, and on
-the H100 machine the normalised figure moved more between processes than the wall clock (CV 13.7% against 5.0%
-over 8 processes). Each stage's busy time per frame rides along as ``stage:<name>``.
+figure is the pipeline's steady throughput. On a GPU they are in CPU-reference units *of the writer's CPU*
+(`perf.measure.speedref`): the writer thread bounds this loop, and the ``pin`` control puts it on a CPU of its own,
+so the reference is read on that CPU (`perf.measure.controls.reading_on`) before and after each pass, and each
+pass's blocks are divided by the mean of its two readings (over 11 processes on the H100 machine: 10.6% CV against
+14.7% for the wall clock). The wall clock is kept as the ``wall`` metric, and the calling thread's in-band readings
+(after every block, through ``on_batch``) give the ``normalised`` metric. Each stage's busy time per frame rides
+along as ``stage:<name>``.
 The report gets a ``| path | FPS | ms/frame |`` table and the two ratios: the best pipelined FPS over the
 slowest stage alone (the bound, target >= 0.9) and over the sequential loop. On the CPU the video is cut to
 ``CPU_FRAMES`` frames: the numbers are a smoke test only.
