@@ -184,8 +184,8 @@ def _on_stream(runner: Any) -> Any:
 
 
 def calibrate_layer(spec: ModelSpec, device: str, fraction: float, batch: Any) -> tuple[int, dict[str, float]]:
-    """The bottleneck width that makes a bare-loop call on ``batch`` (float32 [B, 3, H, W], host) ``fraction``
-    slower, and the readings it was chosen from. Each width's cost is the median ratio of `CALIBRATION_ROUNDS`
+    """The bottleneck width that makes a call on ``batch`` (float32 [B, 3, H, W], host) ``fraction`` slower as the
+    suite's clock reads it (`_clock_ms`), and the readings it was chosen from. Each width's cost is the median ratio of `CALIBRATION_ROUNDS`
     readings alternating with the unchanged model (so a drift of the GPU's clock between readings cancels), each
     reading at least `CALIBRATION_READING_S` long: a trial width (`TRIAL_WIDTH`, grown fourfold while its cost is
     under half the target, so noise cannot pass for cost), a linear step to the target, then the chosen width is
