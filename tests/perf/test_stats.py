@@ -55,6 +55,7 @@ def test_block_bootstrap_sees_the_spread_of_autocorrelated_rounds_that_single_ro
     assert iid < 0.6 * true_sd and 0.6 * true_sd < blocks < 1.6 * true_sd
 
 
+@settings(deadline=None)  # the first call imports scipy.stats
 @given(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=60))
 def test_robust_sd_through_scipy_gives_the_hand_written_mad_bit_for_bit(data: list[float]) -> None:
     # the formula every robust scale of the gate and the history used before scipy's median_abs_deviation did it
@@ -62,6 +63,7 @@ def test_robust_sd_through_scipy_gives_the_hand_written_mad_bit_for_bit(data: li
     assert robust_sd(x) == float(1.4826 * np.median(np.abs(x - np.median(x))))
 
 
+@settings(deadline=None)  # the first call imports scipy.stats
 @given(timings)
 def test_robust_cv_is_unchanged_by_scipy(data: list[float]) -> None:
     x = np.asarray(data)
