@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from detector.backends.base import DEVICES, PRECISIONS
 from detector.backends.registry import (
     availability,
     available_backends,
@@ -19,13 +18,11 @@ from detector.backends.registry import (
     backend_names,
     runner_class,
 )
+from detector.devices import DEVICE_FORMS, PRECISIONS, parse_device
 from detector.errors import BackendError, BackendUnavailable
 
 __all__ = ["DEVICE_FORMS", "backend_list", "canonical_backend", "check_names", "check_runs_here", "device_name",
            "resolve_device"]
-
-#: The device names a command line accepts, as its help and errors list them.
-DEVICE_FORMS = "auto, cpu, cuda or cuda:N"
 
 
 def backend_list(text: str) -> list[str]:
@@ -40,12 +37,14 @@ def canonical_backend(name: str) -> str:
 
 
 def device_name(text: str) -> str:
-    """``text`` in lower case when it is auto, cpu, cuda or cuda:N; else :class:`BackendError` (``unknown device``)."""
+    """``text`` stripped and in lower case when :func:`detector.devices.parse_device` accepts it (auto, cpu, cuda or
+    cuda:N); else :class:`BackendError` (``unknown device``)."""
     name = text.strip().lower()
-    kind, colon, index = name.partition(":")
-    if name == "auto" or (kind in DEVICES and not colon) or (kind == "cuda" and index.isdigit()):
-        return name
-    raise BackendError(f"unknown device {text!r} for --device; allowed: {DEVICE_FORMS}")
+    try:
+        parse_device(name)
+    except ValueError as e:
+        raise BackendError(f"unknown device {text!r} for --device; allowed: {DEVICE_FORMS}") from e
+    return name
 
 
 def resolve_device(device: str) -> str:

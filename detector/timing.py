@@ -192,6 +192,7 @@ class StageTimer:
 
 def percentile(samples: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0..100) of ``samples`` by linear interpolation; NaN when empty."""
+    # by hand: numpy.percentile(method="linear") rounds differently in the last digit (8.13 for 8.129999999999999)
     if not samples:
         return math.nan
     ordered = sorted(samples)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from detector import devices
+from detector.devices import DEVICE_FORMS, PRECISIONS
 
 if TYPE_CHECKING:
     import pytest
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
     from perf.gate.regressions import Regression
     from perf.measure.controls import Controls
 
-PRECISIONS = ("fp32", "fp16", "int8")
 PROFILERS = ("none", "torch")
 #: Batch sizes of the inference benchmarks when --perf-batch-sizes is not given; the CPU pass is a smoke test (batch
 #: 32 of the shipped model took 2.9 s a call on the 2-core CI machine, 150 s of its 275 s pass with ONNX Runtime's).
@@ -38,7 +39,6 @@ DEFAULT_STREAMS = {"cuda": (1, 2, 4, 8, 16), "cpu": (1, 2)}
 DEFAULT_SKIP_INTERVALS = (0, 1, 2, 4)
 #: Regressions --perf-selftest-processes injects when --perf-selftest-regressions is not given.
 DEFAULT_REGRESSIONS = "layer:5%,preprocess:5%"
-_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 @dataclass(frozen=True)
@@ -139,10 +139,13 @@ def parse_sources(value: str) -> tuple[Any, ...]:
 
 
 def parse_device(value: str) -> str:
-    """``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (case-insensitive) -> the same, lower-cased."""
+    """``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (case-insensitive) -> the same, lower-cased; the rule is
+    :func:`detector.devices.parse_device`'s."""
     device = value.strip().lower()
-    if not _DEVICE.fullmatch(device):
-        raise _fail(value, "Expected auto, cpu, cuda or cuda:N.")
+    try:
+        devices.parse_device(device)
+    except ValueError:
+        raise _fail(value, f"Expected {DEVICE_FORMS}.") from None
     return device
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from detector.devices import parse_device
 from perf.options import DEFAULT_BATCH_SIZES, DEFAULT_FRAMES, DEFAULT_SKIP_INTERVALS, DEFAULT_STREAMS, backend_names
 from perf.runs import describe_injected, injected_of
 from perf.subject import Subject, subject_differences, subject_mismatch_message
@@ -78,13 +79,14 @@ def resolve_device(requested: str, cuda_device_count: int) -> tuple[str, str | N
     "auto" is "cuda" when a CUDA device is visible, else "cpu". "cuda" / "cuda:N" stay as asked; without that
     device the reason is "no CUDA device (found 0)" or "no CUDA device N (found K)", which
     `PerfSession.usage_errors` reports: a device asked for by name must exist, only "auto" falls back to the CPU.
+    ``requested`` is parsed by `detector.devices.parse_device` (ValueError for another name).
     """
-    if requested == "auto":
+    kind, index = parse_device(requested)
+    if kind == "auto":
         return ("cuda" if cuda_device_count > 0 else "cpu"), None
-    if requested == "cpu":
+    if kind == "cpu":
         return "cpu", None
-    _, colon, index = requested.partition(":")
-    if colon and int(index) >= cuda_device_count:
+    if index is not None and index >= cuda_device_count:
         return requested, f"no CUDA device {index} (found {cuda_device_count})"
     if cuda_device_count == 0:
         return requested, "no CUDA device (found 0)"

@@ -36,11 +36,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from detector.devices import PRECISIONS
+
 if TYPE_CHECKING:
     from detector.spec import ModelSpec
 
 PATHS = ("cfg", "weights", "names", "onnx", "engine", "video", "ground_truth")
-ENGINE_PRECISIONS = ("fp32", "fp16", "int8")
 #: The shipped model's floor: catches broken pre/post-processing or weights (random weights score ~0).
 SHIPPED_MIN_MAP50 = 0.50
 #: Identity fields that make two runs incomparable (the rest is recorded only).
@@ -111,9 +112,9 @@ class Subject:
         if self.engine is not None and self.cfg is None and self.onnx is None:
             out.append(f"{self.origin['engine']}: a prebuilt engine needs the model it was built from (its input "
                        "size and classes, and the reference): give --perf-cfg or --perf-onnx")
-        if self.engine_precision is not None and self.engine_precision not in ENGINE_PRECISIONS:
+        if self.engine_precision is not None and self.engine_precision not in PRECISIONS:
             out.append(f"{self.origin['engine_precision']}: {self.engine_precision!r}; expected one of "
-                       f"{', '.join(ENGINE_PRECISIONS)}")
+                       f"{', '.join(PRECISIONS)}")
         if self.min_map is not None and not _fraction(self.min_map):
             out.append(f"{self.origin['min_map']}: {self.min_map!r}; expected a number from 0 to 1")
         if not out:

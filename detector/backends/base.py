@@ -56,6 +56,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from detector.devices import DEVICES, PRECISIONS, parse_device
 from detector.errors import BackendError, BackendUnavailable
 from detector.progress import spinner
 from detector.timing import annotate
@@ -70,10 +71,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEVICES", "PRECISIONS", "InferTiming", "Runner"]
 
-#: Every precision name any runner may support (a runner declares its own subset in ``precisions``).
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
-#: Every device type any runner may support; "cuda:N" selects GPU N.
-DEVICES: tuple[str, ...] = ("cpu", "cuda")
 
 
 @dataclasses.dataclass
@@ -474,12 +471,16 @@ def _resolve(events: list[Any], copied: bool, to_host: bool, enqueue_ms: float, 
 
 
 def _parse_device(runner: str, device: str, allowed: tuple[str, ...]) -> tuple[str, int | None]:
+    """``device`` parsed by :func:`detector.devices.parse_device` and checked against the runner's ``allowed``."""
     text = str(device)
-    kind, _, index = text.partition(":")
-    if kind not in allowed or (index and (kind != "cuda" or not index.isdigit())):
+    try:
+        kind, index = parse_device(text, allow_auto=False)
+    except ValueError:
+        kind, index = "", None
+    if kind not in allowed:
         raise BackendError(f"runner '{runner}': unknown device {text!r}; allowed: "
                            f"{', '.join(allowed)}{' (or cuda:N)' if 'cuda' in allowed else ''}")
-    return kind, (int(index) if index else None)
+    return kind, index
 
 
 def _check_precision(runner: str, precision: str, allowed: tuple[str, ...]) -> None:

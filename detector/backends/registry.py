@@ -24,7 +24,7 @@ import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from detector.backends.base import DEVICES
+from detector.devices import DEVICES
 from detector.errors import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:

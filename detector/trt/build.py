@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detector import fileio
+from detector.devices import PRECISIONS
 from detector.errors import BackendError, BackendUnavailable, ModelFileError
 from detector.progress import progress as progress_bar
 from detector.progress import spinner
@@ -248,9 +249,9 @@ def build_serialized_engine(
     reason = precision_unavailable_reason(trt, flavor, precision)
     if reason is not None:
         raise BackendUnavailable(f"cannot build a {precision} engine from '{onnx_path}': {reason}")
-    if precision not in ("fp32", "fp16", "int8"):
+    if precision not in PRECISIONS:
         raise BackendError(f"cannot build an engine from '{onnx_path}': unknown precision {precision!r}; "
-                           "allowed: fp32, fp16, int8")
+                           f"allowed: {', '.join(PRECISIONS)}")
     if precision == "int8" and calibrator is None:
         raise BackendError(f"cannot build an int8 engine from '{onnx_path}': pass an int8 calibrator")
     if not onnx_path.is_file():

@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from perf.gate.stats import robust_sd
+
 SLOWER, FASTER, NO_CHANGE, INCONCLUSIVE = "slower", "faster", "no change", "inconclusive"
 #: Probability that a CI run of unchanged code fails (any judged metric "slower"), all metrics together.
 RUN_BUDGET = 0.01
@@ -140,7 +142,7 @@ def reference(medians_s: Sequence[float]) -> Reference:
     if x.size < MIN_REFERENCE:
         raise ValueError(f"a reference needs >= {MIN_REFERENCE} processes, got {x.size}")
     centre = float(np.median(x))
-    scale = max(1.4826 * float(np.median(np.abs(x - centre))), SD_FLOOR)
+    scale = max(robust_sd(x), SD_FLOOR)
     distance = np.abs(x - centre) / scale
     order = np.argsort(-distance)
     out = [int(i) for i in order[: x.size // 4] if distance[i] > OUTLIER_Z]

@@ -1,6 +1,6 @@
 """Statistics of one process's rounds: the spread of its median, and whether its timings were stable.
 
-Pure functions of per-round timings (1-D arrays of seconds, in the order the rounds ran); numpy only. Verdicts are
+Pure functions of per-round timings (1-D arrays of seconds, in the order the rounds ran); numpy and scipy. Verdicts are
 not drawn here: the one judge is `perf.gate.judge`, which works on per-process medians.
 
 *The median's spread.* `log_median_se` is the standard error of a process's log median from a seeded, vectorised
@@ -13,7 +13,7 @@ autocorrelation time estimated from its lag-1 autocorrelation ``r`` as ``(1 + r)
 the noise profile to split a spread into its within- and between-process parts.
 
 *Stability.* A sample is unstable when it has fewer than ``min_rounds`` rounds, when its robust coefficient of
-variation (``1.4826 * MAD / median``, blind to a few outliers such as a garbage collection, which the median
+variation (`robust_sd` / median, blind to a few outliers such as a garbage collection, which the median
 ignores too) exceeds ``max_cv``, or when it drifts: the medians of ``windows`` consecutive windows spread by
 more than ``max_drift`` of the median *and* by more than `DRIFT_NOISE_FACTOR` standard errors of a window
 median (so that a short, noisy sample is not called drifting because of its noise alone).
@@ -38,6 +38,9 @@ MIN_ROUNDS = 5
 DRIFT_NOISE_FACTOR = 5.3
 #: Resamples per vectorised chunk (bounds memory to ~ chunk * n * 16 bytes).
 _CHUNK = 250
+#: A normal sample's standard deviation per unit of median absolute deviation, as the gate has always rounded it
+#: (scipy's ``scale="normal"`` is 1/0.67449 = 1.482602...: every figure would move in its last digits).
+MAD_TO_SD = 1.4826
 
 
 @dataclass(frozen=True)
@@ -106,13 +109,21 @@ def log_median_se(x: np.ndarray, resamples: int = 400, seed: int = 0) -> float:
     return float(np.std(np.log(boot), ddof=1)) if boot.size > 1 else 0.0
 
 
+def robust_sd(values: Sequence[float] | np.ndarray) -> float:
+    """``MAD_TO_SD * MAD`` (`scipy.stats.median_abs_deviation`): a normal sample's standard deviation, blind to a
+    few outliers; in the values' unit. NaN for an empty sample."""
+    from scipy.stats import median_abs_deviation
+
+    return MAD_TO_SD * float(median_abs_deviation(np.asarray(values, dtype=float)))
+
+
 def robust_cv(values: Sequence[float] | np.ndarray) -> float:
-    """``1.4826 * MAD / median`` (the CV of a normal sample, insensitive to outliers); 0 for a zero median."""
+    """`robust_sd` / median (the CV of a normal sample, insensitive to outliers); 0 for a zero median."""
     x = _as_sample(values, "sample")
     median = float(np.median(x))
     if median <= 0:
         return 0.0
-    return float(1.4826 * np.median(np.abs(x - median)) / median)
+    return robust_sd(x) / median
 
 
 def window_drift(values: Sequence[float] | np.ndarray, windows: int = DEFAULT_WINDOWS) -> tuple[float, float] | None:
@@ -127,7 +138,7 @@ def window_drift(values: Sequence[float] | np.ndarray, windows: int = DEFAULT_WI
         return 0.0, 0.0
     parts = np.array_split(x, windows)
     medians = np.array([np.median(p) for p in parts])
-    sigma = 1.4826 * float(np.median(np.abs(x - median)))
+    sigma = robust_sd(x)
     shortest = min(p.size for p in parts)
     noise = DRIFT_NOISE_FACTOR * 1.2533 * sigma / math.sqrt(shortest)
     return float(medians.max() - medians.min()) / median, noise / median

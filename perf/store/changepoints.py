@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from perf.gate.stats import robust_sd
+
 if TYPE_CHECKING:
     from perf.gate.noise import NoiseProfile
     from perf.runs import SavedRun
@@ -86,7 +88,7 @@ def _robust_sigma(values: np.ndarray) -> float:
     """The scale of ``values`` from the median absolute deviation (a normal's standard deviation)."""
     if values.size == 0:
         return 0.0
-    return float(1.4826 * np.median(np.abs(values - np.median(values))))
+    return robust_sd(values)
 
 
 def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, noise_floor: float = NOISE_FLOOR,

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perf.gate.stats import (assess_stability, auto_block_length, block_length, bootstrap_medians, log_median_se,
-                             robust_cv, window_drift)  # fmt: skip
+                             robust_cv, robust_sd, window_drift)  # fmt: skip
 
 timings = st.lists(st.floats(min_value=1e-4, max_value=1.0, allow_nan=False), min_size=5, max_size=60)
 
@@ -53,6 +53,22 @@ def test_block_bootstrap_sees_the_spread_of_autocorrelated_rounds_that_single_ro
                      for k, x in enumerate(samples)])  # fmt: skip
     blocks = np.median([log_median_se(x, resamples=300, seed=k) for k, x in enumerate(samples)])
     assert iid < 0.6 * true_sd and 0.6 * true_sd < blocks < 1.6 * true_sd
+
+
+@settings(deadline=None)  # the first call imports scipy.stats
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=60))
+def test_robust_sd_through_scipy_gives_the_hand_written_mad_bit_for_bit(data: list[float]) -> None:
+    # the formula every robust scale of the gate and the history used before scipy's median_abs_deviation did it
+    x = np.asarray(data)
+    assert robust_sd(x) == float(1.4826 * np.median(np.abs(x - np.median(x))))
+
+
+@settings(deadline=None)  # the first call imports scipy.stats
+@given(timings)
+def test_robust_cv_is_unchanged_by_scipy(data: list[float]) -> None:
+    x = np.asarray(data)
+    median = float(np.median(x))
+    assert robust_cv(x) == float(1.4826 * np.median(np.abs(x - median)) / median)
 
 
 def test_a_constant_sample_has_no_spread() -> None:
