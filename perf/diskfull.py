@@ -52,8 +52,7 @@ def full_disk_line(error: BaseException, folders: Mapping[str, Path]) -> str | N
 
 def stop_if_disk_full(config: pytest.Config, error: BaseException) -> None:
     """``pytest.exit`` with `full_disk_line` when ``error`` (a test's failure) comes from a full disk."""
-    from perf.fixtures.reporting import reports_dir
-    from perf.session import PERF_SESSION
+    from perf.session import PERF_SESSION, reports_dir
 
     folders = {"--perf-cache-dir": config.stash[PERF_SESSION].options.cache_dir, "--perf-reports-dir":
                reports_dir(config)}  # fmt: skip

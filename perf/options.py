@@ -26,17 +26,7 @@ if TYPE_CHECKING:
     from perf.measure.controls import Controls
 
 PROFILERS = ("none", "torch")
-#: Batch sizes of the inference benchmarks when --perf-batch-sizes is not given; the CPU pass is a smoke test (batch
-#: 32 of the shipped model took 2.9 s a call on the 2-core CI machine, 150 s of its 275 s pass with ONNX Runtime's).
-DEFAULT_BATCH_SIZES = {"cuda": (1, 8, 32), "cpu": (1, 8)}
 DEFAULT_PRECISIONS = ("fp32", "fp16")
-#: Frames of the synthetic video for e2e/parity tests when --perf-frames is not given: 10 s of 30 fps video on a
-#: GPU; 2 s on CPU, where the torch backend runs at a few frames per second and the CPU pass must stay short.
-DEFAULT_FRAMES = {"cuda": 300, "cpu": 60}
-#: Stream counts of the multi-stream test when --perf-streams is not given (the CPU run is a smoke test).
-DEFAULT_STREAMS = {"cuda": (1, 2, 4, 8, 16), "cpu": (1, 2)}
-#: Skip intervals of the skip-interval test when --perf-skip-interval is not given: NVIDIA's DeepStream lab table.
-DEFAULT_SKIP_INTERVALS = (0, 1, 2, 4)
 #: Regressions --perf-selftest-processes injects when --perf-selftest-regressions is not given.
 DEFAULT_REGRESSIONS = "layer:5%,preprocess:5%"
 
@@ -99,12 +89,11 @@ def parse_skip_intervals(value: str) -> tuple[int, ...]:
 
 
 def backend_names() -> tuple[str, ...]:
-    """Backend names from the registry (:func:`detector.backends.backend_names`), in registration order: the
-    choices of ``--perf-backends`` and its default."""
-    # imported when the option is parsed, not with this module
-    from detector.backends import backend_names as registered
+    """Backend names from the registry, in registration order: the choices of ``--perf-backends`` and its
+    default (`perf.session.backend_names`)."""
+    from perf.session import backend_names as registered  # imported when the option is parsed
 
-    return tuple(registered())
+    return registered()
 
 
 def parse_backends(value: str) -> tuple[str, ...]:
@@ -370,7 +359,7 @@ def all_options() -> tuple[Option, ...]:
     """Every option of the suite, in the order --help lists them (defaults that come from the measuring and gate
     modules are imported here, when pytest registers the options)."""
     from perf.gate.judge import DEFAULT_FLOOR as DEFAULT_MIN_EFFECT
-    from perf.gate.stats import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT
+    from perf.measure.stability import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT
     from perf.measure.clock import DEFAULT_LEAD_IN_MS
     from perf.measure.controls import NAMES as CONTROL_NAMES
     from perf.measure.controls import Controls
@@ -378,6 +367,7 @@ def all_options() -> tuple[Option, ...]:
     from perf.measure.stability import DEFAULT_MAX_REMEASURE
     from perf.profile.kernels import DEFAULT_CALLS as KERNEL_CALLS
     from perf.profile.nsys import NSYS_CHILD_FLAG
+    from perf.session import DEFAULT_BATCH_SIZES, DEFAULT_FRAMES, DEFAULT_SKIP_INTERVALS, DEFAULT_STREAMS
 
     return (
         # -- what runs, where, and what it is compared with ------------------------------------------------------

@@ -102,8 +102,7 @@ def _check_compared_runs(config: pytest.Config) -> None:
 
 
 def _check_folders(config: pytest.Config, *, reports: bool, cache: bool, storage: bool) -> None:
-    from perf.fixtures.reporting import reports_dir
-    from perf.session import PERF_SESSION
+    from perf.session import PERF_SESSION, reports_dir
 
     if reports:
         folder = reports_dir(config)

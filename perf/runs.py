@@ -209,6 +209,16 @@ def describe_injected(injected: Mapping[str, Any]) -> str:
     return ", ".join(INJECTED_OPTIONS.get(str(key), f"{key}={{}}").format(value) for key, value in injected.items())
 
 
+def mismatch_lines(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, option: str,
+                   what: str) -> list[str]:  # fmt: skip
+    """The head of a refusal to compare with a saved run: which run (where, when, commit), ``what`` is wrong
+    with it, then one line per differing field (saved value, current value)."""
+    commit = str((saved_run.get("commit_info") or {}).get("id") or "unknown")[:12]
+    when = saved_run.get("datetime", "at an unknown time")
+    lines = [f"{option}: the saved run in '{location}' (recorded {when}, commit {commit}) {what}:"]
+    return lines + [f"  {field}: saved {saved!r}, current {current!r}" for field, saved, current in differences]
+
+
 def run_marks(document: Mapping[str, Any]) -> Mapping[str, Any]:
     """A saved run's own marks, ``perf_run`` (``{"run_id", "injected"}``), or {} for a run saved without them."""
     marks = document.get("perf_run")

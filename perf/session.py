@@ -17,9 +17,27 @@ from typing import Any
 import pytest
 
 from detector.devices import parse_device
-from perf.options import DEFAULT_BATCH_SIZES, DEFAULT_FRAMES, DEFAULT_SKIP_INTERVALS, DEFAULT_STREAMS, backend_names
+from perf.report.suite import PerfReport
 from perf.runs import describe_injected, injected_of
 from perf.subject import Subject, subject_differences, subject_mismatch_message
+
+#: Batch sizes of the inference benchmarks when --perf-batch-sizes is not given; the CPU pass is a smoke test (batch
+#: 32 of the shipped model took 2.9 s a call on the 2-core CI machine, 150 s of its 275 s pass with ONNX Runtime's).
+DEFAULT_BATCH_SIZES = {"cuda": (1, 8, 32), "cpu": (1, 8)}
+#: Frames of the synthetic video for e2e/parity tests when --perf-frames is not given: 10 s of 30 fps video on a
+#: GPU; 2 s on CPU, where the torch backend runs at a few frames per second and the CPU pass must stay short.
+DEFAULT_FRAMES = {"cuda": 300, "cpu": 60}
+#: Stream counts of the multi-stream test when --perf-streams is not given (the CPU run is a smoke test).
+DEFAULT_STREAMS = {"cuda": (1, 2, 4, 8, 16), "cpu": (1, 2)}
+#: Skip intervals of the skip-interval test when --perf-skip-interval is not given: NVIDIA's DeepStream lab table.
+DEFAULT_SKIP_INTERVALS = (0, 1, 2, 4)
+
+
+def backend_names() -> tuple[str, ...]:
+    """Backend names from the registry (:func:`detector.backends.backend_names`), in registration order."""
+    from detector.backends import backend_names as registered  # on first use, not with this module
+
+    return tuple(registered())
 
 
 @dataclass(frozen=True)
@@ -239,6 +257,14 @@ class PerfSession:
 
 
 PERF_SESSION = pytest.StashKey[PerfSession]()
+REPORT_KEY = pytest.StashKey[PerfReport]()  # the suite's report, `perf.fixtures.reporting` fills and writes it
+RUN_KEY = pytest.StashKey[str]()  # this run's name in the report files, shared with its xdist workers
+
+
+def reports_dir(config: pytest.Config) -> Path:
+    """The reports folder, ``--perf-reports-dir`` or ``reports/`` in the rootdir (not created)."""
+    value = config.getoption("perf_reports_dir")
+    return (config.invocation_params.dir / value).resolve() if value else config.rootpath / "reports"
 
 
 class MachineMismatchWarning(pytest.PytestWarning):

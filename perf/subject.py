@@ -339,7 +339,7 @@ def subject_differences(saved: Mapping[str, Any] | None, current: Mapping[str, A
 def subject_mismatch_message(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str,
                              *, allowed: bool, option: str) -> str:  # fmt: skip
     """Explain `subject_differences` between a saved run (its JSON) and this run, one field a line."""
-    from perf.measure.machine import mismatch_lines
+    from perf.runs import mismatch_lines
 
     lines = mismatch_lines(differences, saved_run, location, option, "measured another model or video")
     if allowed:

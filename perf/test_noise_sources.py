@@ -72,7 +72,7 @@ def test_noise_sources(pytestconfig: pytest.Config, perf_device: str, runner_poo
     import torch
 
     from detector.pipeline import run_pipeline
-    from perf.gate.stats import robust_cv
+    from perf.measure.stability import robust_cv
     from perf.measure.controls import NAMES, Controls, controlled, scratch_dir, warm_page_cache
     from perf.measure.samples import block_samples, block_size
     from perf.measure.speedref import CpuReference

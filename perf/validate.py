@@ -17,10 +17,22 @@ what pytest-benchmark's own compare table reads (``machine_info`` and the `BENCH
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
-from perf.report.schema import NUMBER, NUMBERS, TEXTS, TableSpec, find_suite_table
+#: The kinds of a report column (`perf.report.schema` declares each column's): a number (None or NaN when not
+#: measured), text (anything, shown as written), a list of numbers, a list of strings.
+NUMBER, TEXT, NUMBERS, TEXTS = "number", "text", "numbers", "texts"
+
+
+class Table(Protocol):
+    """What `row_problem` reads of a report table (`perf.report.schema.TableSpec`)."""
+
+    title: str
+
+    def column(self, key: str) -> Any:
+        """The declared column ``key`` (with a ``kind``), or None."""
+        ...
 
 #: The stats pytest-benchmark's ``--benchmark-compare`` table reads from every benchmark of a saved run.
 BENCHMARK_STATS = ("min", "max", "mean", "stddev", "median", "iqr", "rounds", "iterations")
@@ -114,7 +126,7 @@ def run_problem(doc: Any, *, complete: bool = False) -> str | None:
     return _first(_benchmark_problem(bench, i, complete) for i, bench in enumerate(doc["benchmarks"]))
 
 
-def row_problem(table: TableSpec, row: Mapping[str, Any], where: str | None = None) -> str | None:
+def row_problem(table: Table, row: Mapping[str, Any], where: str | None = None) -> str | None:
     """What makes a value of ``row`` the wrong kind for its column of ``table`` (`perf.report.schema`: a number,
     a list of numbers or of strings; text is anything), or None. Keys the table does not declare are not looked
     at here (`perf.report.schema.TableSpec.check` refuses them when a row is added)."""
@@ -134,25 +146,25 @@ def row_problem(table: TableSpec, row: Mapping[str, Any], where: str | None = No
     return None
 
 
-def _row_problem(table: str, i: int, row: Any) -> str | None:
+def _row_problem(spec: Table | None, table: str, i: int, row: Any) -> str | None:
     where = f"table {table!r} row {i}"
     if not isinstance(row, dict):
         return f"{where} is {_kind(row)}, expected an object"
-    spec = find_suite_table(table)
     return None if spec is None else row_problem(spec, row, where)
 
 
-def report_problem(doc: Any) -> str | None:
+def report_problem(doc: Any, find_table: Callable[[str], Table | None]) -> str | None:
     """What makes ``doc`` unusable as the suite's ``perf-report.json`` (``{"tables": {title: [row objects]}}``,
-    each cell of a table declared in `perf.report.schema` of its column's kind), or None. Tables the schema
-    does not declare (a report of another version) are only checked for shape."""
+    each cell of a table that ``find_table`` knows (`perf.report.schema.find_suite_table`) of its column's kind),
+    or None. Tables it does not know (a report of another version) are only checked for shape."""
     tables = doc.get("tables") if isinstance(doc, dict) else None
     if not isinstance(tables, dict):
         return 'not a perf report: expected {"tables": {name: [rows]}}'
     for name, rows in tables.items():
         if not isinstance(rows, list):
             return f"table {name!r} is {_kind(rows)}, expected a list of rows"
-        problem = _first(_row_problem(name, i, row) for i, row in enumerate(rows))
+        spec = find_table(name)
+        problem = _first(_row_problem(spec, name, i, row) for i, row in enumerate(rows))
         if problem:
             return problem
     return None

@@ -31,7 +31,7 @@ import pytest
 
 from perf.options import DEFAULT_REGRESSIONS, parse_regression, parse_regressions
 from perf.report import schema
-from perf.session import PERF_SESSION
+from perf.session import PERF_SESSION, REPORT_KEY, reports_dir
 
 STATE = pytest.StashKey[dict[str, Any]]()
 DEFAULT_COMPARE_FAIL = "median:5%"
@@ -100,8 +100,6 @@ def _batch(item: pytest.Item) -> int:
 
 
 def _runs_dir(config: pytest.Config) -> tuple[Path, bool]:
-    from perf.fixtures.reporting import reports_dir
-
     given = config.getoption("perf_runs_dir")
     if given:
         return (config.invocation_params.dir / given).resolve(), True
@@ -169,7 +167,6 @@ def _check_text(checks: Any) -> str | None:
 
 def _analyse(config: pytest.Config, state: dict[str, Any]) -> None:
     from perf.crossprocess import IDENTICAL, compare_fail_rows, identical_rows, regression_rows, simulate
-    from perf.fixtures.reporting import REPORT_KEY, reports_dir
     from perf.gate.noise import benchmark_rows, compute_profile, family_rows, save_profile
     from perf.gate.plugin import GATE
     from perf.runs import load_run

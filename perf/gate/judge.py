@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from perf.gate.stats import robust_sd
+from perf.measure.stability import robust_sd
 
 SLOWER, FASTER, NO_CHANGE, INCONCLUSIVE = "slower", "faster", "no change", "inconclusive"
 #: Probability that a CI run of unchanged code fails (any judged metric "slower"), all metrics together.

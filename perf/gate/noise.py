@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from detector.fileio import atomic_write_text
-from perf.gate.stats import assess_stability, log_median_se
+from perf.gate.stats import log_median_se
 from perf.measure.machine import COMPARED_FIELDS
+from perf.measure.stability import assess_stability
 from perf.runs import SavedRun
 
 FORMAT = 1
@@ -54,7 +55,7 @@ class NoiseEntry:
     ``total_sd``: sample standard deviation of the log medians; ``within_se``: root mean square of each
     process's bootstrap standard error of its log median; ``between_sd``: ``sqrt(max(0, total_sd ** 2 -
     within_se ** 2))``, the part no within-process interval sees; ``max_cv`` / ``max_drift``: the largest robust
-    CV and window drift (`perf.gate.stats.assess_stability`) any of the processes' samples had -- this runner's normal
+    CV and window drift (`perf.measure.stability.assess_stability`) any of the processes' samples had -- this runner's normal
     within-run noise.
     """
 
@@ -236,6 +237,20 @@ def find_profile(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]
     """This runner's profile in ``storage``, or None when none was measured here."""
     path = profile_path(storage, fingerprint)
     return load_profile(path) if path.is_file() else None
+
+
+def floors_from_profile(profile: NoiseProfile | None) -> dict[str, float]:
+    """Each benchmark's between-process scatter (relative, of its primary metric) in a noise profile:
+    the floor its history's change points are judged with
+    (`perf.store.changepoints.history_changes`)."""
+    if profile is None:
+        return {}
+    out = {}
+    for fullname in profile.entries:
+        between = profile.between(fullname, "time")
+        if between is not None:
+            out[fullname] = math.expm1(between.sd)
+    return out
 
 
 def family_rows(profile: NoiseProfile, metric: str = "time") -> list[dict[str, Any]]:

@@ -34,14 +34,13 @@ import pytest
 
 from perf.gate.compare import GateSettings
 from perf.gate.judge import MIN_REFERENCE
+from perf.gate.processes import COMPARE_FAIL_LINE
 from perf.measure.stability import StabilityRule
 from perf.runs import injected_of
-from perf.session import PERF_SESSION, check_saved_run
+from perf.session import PERF_SESSION, RUN_KEY, check_saved_run, reports_dir
 
 GATE = pytest.StashKey[dict[str, Any]]()
 SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
-#: The line that replaces pytest-benchmark's PerformanceRegression traceback (read back by perf.gate.processes).
-COMPARE_FAIL_LINE = "--benchmark-compare-fail: {n} benchmark(s) regressed; each is a failed test above"
 #: The line that says why --benchmark-compare-fail's verdicts cannot be trusted where the gate has no history.
 COMPARE_FAIL_UNTRUSTED = ("--benchmark-compare-fail: applied as pytest-benchmark has it, against one saved process; this "
                           "runner's history has {runs} comparable run(s), fewer than the {need} the gate needs to know "
@@ -283,10 +282,8 @@ def _compare_fail_failure(config: pytest.Config, metadata: Any) -> list[str]:
 
 def _reports_dir(config: pytest.Config) -> Path:
     try:
-        from perf.fixtures.reporting import reports_dir
-
         return reports_dir(config)
-    except ValueError:  # the reporting plugin is not loaded
+    except ValueError:  # --perf-reports-dir is not registered (perf.plugin is not loaded)
         return config.rootpath / "reports"
 
 
@@ -301,7 +298,6 @@ def _header(state: dict[str, Any]) -> str:
 
 def _confirm(config: pytest.Config, state: dict[str, Any], rows: list[Any]) -> None:
     """Confirm the suspects in fresh processes (`perf.gate.confirm`), the base in a worktree where one is needed."""
-    from perf.fixtures.reporting import RUN_KEY
     from perf.gate.confirm import Sides, confirm_rows
     from perf.gate.processes import (DROPPED, INJECTING, GitError, base_worktree, forwarded_options, git,
                                      remove_worktree, same_code)  # fmt: skip
@@ -358,7 +354,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if row.verdict == SLOWER and row.fullname in current:
             explain_slower(row, state["baseline"], current[row.fullname])
     state["rows"] = rows
-    from perf.fixtures.reporting import RUN_KEY
 
     perf = config.stash[PERF_SESSION]
     state["path"] = write_verdicts(_reports_dir(config), rows, state["baseline"], state["settings"], _header(state),

@@ -71,6 +71,9 @@ NSYS_DROPPED: dict[str, Arity] = {
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 #: What pytest-benchmark prints when --benchmark-compare-fail finds a regression.
 REGRESSED = "Performance has regressed"
+#: The line the gate's plugin prints instead of pytest-benchmark's PerformanceRegression traceback; a child's log
+#: is read for it (`_failed_tests`).
+COMPARE_FAIL_LINE = "--benchmark-compare-fail: {n} benchmark(s) regressed; each is a failed test above"
 PLAN = "plan.json"
 #: The last line of a child's log: how it ended, read again when a later call resumes the plan.
 FOOTER = "# perf child: exit {code} after {seconds:.1f} s"
@@ -163,8 +166,6 @@ def _failed_tests(log_text: str, returncode: int) -> int:
     """Tests that failed or errored in a child, from pytest's last summary line, less those failed by the
     --benchmark-compare-fail check (a verdict, not a broken test: `COMPARE_FAIL_LINE` counts them); a non-zero
     exit without a failed test (a crash, a usage error) counts as one."""
-    from perf.gate.plugin import COMPARE_FAIL_LINE
-
     matches = re.findall(r"(\d+) (?:failed|errors?)\b", log_text.rsplit("\n= ", 1)[-1])
     pattern = re.escape(COMPARE_FAIL_LINE).replace(re.escape("{n}"), r"(\d+)")
     regressed = sum(int(n) for n in re.findall(pattern, log_text))

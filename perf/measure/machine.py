@@ -107,22 +107,14 @@ def fingerprint_differences(
     return [(f, saved.get(f), current.get(f)) for f in COMPARED_FIELDS if saved.get(f) != current.get(f)]
 
 
-def mismatch_lines(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, option: str,
-                   what: str) -> list[str]:  # fmt: skip
-    """The head of a refusal to compare with a saved run: which run (where, when, commit), ``what`` is wrong
-    with it, then one line per differing field (saved value, current value)."""
-    commit = str((saved_run.get("commit_info") or {}).get("id") or "unknown")[:12]
-    when = saved_run.get("datetime", "at an unknown time")
-    lines = [f"{option}: the saved run in '{location}' (recorded {when}, commit {commit}) {what}:"]
-    return lines + [f"  {field}: saved {saved!r}, current {current!r}" for field, saved, current in differences]
-
-
 def mismatch_message(
     differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, *, allowed: bool,
     option: str = "--benchmark-compare",
 ) -> str:
     """Explain `fingerprint_differences` between a saved pytest-benchmark run (its JSON) and this machine;
     ``option`` is the comparing option the message names."""
+    from perf.runs import mismatch_lines
+
     lines = mismatch_lines(differences, saved_run, location, option, "comes from a different machine")
     if allowed:
         lines.append("Comparing anyway (--perf-allow-machine-mismatch); the timings may not be comparable.")

@@ -1,7 +1,7 @@
 """The stability gate at measurement time: a benchmark whose rounds are too noisy or drift is measured again.
 
 `measure_stable` runs ``benchmark(fn, *args, **kwargs)`` as usual, then judges the rounds with
-`perf.gate.stats.assess_stability`. While they are unstable (and not merely too few, which another measurement of
+`assess_stability`. While they are unstable (and not merely too few, which another measurement of
 as many rounds would not change) it measures again, up to ``max_remeasure`` more times,
 with the same timer, iterations and number of rounds as pytest-benchmark chose (`time_rounds` is
 pytest-benchmark's own round loop), and the new rounds replace the old ones in the benchmark's statistics (so
@@ -12,20 +12,123 @@ the saved run, the table and ``--perf-compare`` see the last measurement). The o
      "rounds": 18, "measurements": 3, "attempts": [{"cv": ..., "drift": ..., "median_s": ..., "reason": ...}]}
 
 ``attempts`` keeps the summary of every measurement, the discarded ones included.
+
+*Stability.* A sample is unstable when it has fewer than ``min_rounds`` rounds, when its robust coefficient of
+variation (`robust_sd` / median, blind to a few outliers such as a garbage collection, which the median
+ignores too) exceeds ``max_cv``, or when it drifts: the medians of ``windows`` consecutive windows spread by
+more than ``max_drift`` of the median *and* by more than `DRIFT_NOISE_FACTOR` standard errors of a window
+median (so that a short, noisy sample is not called drifting because of its noise alone).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from perf.gate.stats import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT, MIN_ROUNDS, Stability, assess_stability
+import numpy as np
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_REMEASURE = 2
+DEFAULT_MAX_CV = 0.10
+DEFAULT_MAX_DRIFT = 0.05
+DEFAULT_WINDOWS = 4
+#: Fewer rounds than this and a sample is "unstable": no interval from 4 numbers is worth a verdict.
+MIN_ROUNDS = 5
+#: Window-median spread (in standard errors of one window median) that independent noise exceeds with
+#: probability ~1e-3 for 4 windows (the studentized range's 99.9% point for 4 groups is 5.3).
+DRIFT_NOISE_FACTOR = 5.3
+
+
+@dataclass(frozen=True)
+class Stability:
+    """Noise and drift of one sample. ``cv`` is robust (MAD-based); ``drift`` is the spread of window medians
+    over the median (None below ``2 * windows`` rounds); ``reason`` says why it is unstable ("" when stable)."""
+
+    n: int
+    median: float
+    cv: float
+    drift: float | None
+    stable: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: A normal sample's standard deviation per unit of median absolute deviation, as the gate has always rounded it
+#: (scipy's ``scale="normal"`` is 1/0.67449 = 1.482602...: every figure would move in its last digits).
+MAD_TO_SD = 1.4826
+
+
+def _as_sample(values: Sequence[float] | np.ndarray, what: str) -> np.ndarray:
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if x.size == 0:
+        raise ValueError(f"{what}: empty sample; need at least one timing")
+    if not np.all(np.isfinite(x)) or np.any(x < 0):
+        raise ValueError(f"{what}: timings must be finite and >= 0")
+    return x
+
+
+def robust_sd(values: Sequence[float] | np.ndarray) -> float:
+    """``MAD_TO_SD * MAD`` (`scipy.stats.median_abs_deviation`): a normal sample's standard deviation, blind to a
+    few outliers; in the values' unit. NaN for an empty sample."""
+    from scipy.stats import median_abs_deviation
+
+    return MAD_TO_SD * float(median_abs_deviation(np.asarray(values, dtype=float)))
+
+
+def robust_cv(values: Sequence[float] | np.ndarray) -> float:
+    """`robust_sd` / median (the CV of a normal sample, insensitive to outliers); 0 for a zero median."""
+    x = _as_sample(values, "sample")
+    median = float(np.median(x))
+    if median <= 0:
+        return 0.0
+    return robust_sd(x) / median
+
+
+def window_drift(values: Sequence[float] | np.ndarray, windows: int = DEFAULT_WINDOWS) -> tuple[float, float] | None:
+    """``(drift, noise)``: the spread (max - min) of the medians of ``windows`` consecutive windows, and the
+    spread independent noise would rarely exceed (`DRIFT_NOISE_FACTOR` standard errors of a window median),
+    both as fractions of the overall median; None below ``2 * windows`` rounds."""
+    x = _as_sample(values, "sample")
+    if x.size < 2 * windows:
+        return None
+    median = float(np.median(x))
+    if median <= 0:
+        return 0.0, 0.0
+    parts = np.array_split(x, windows)
+    medians = np.array([np.median(p) for p in parts])
+    sigma = robust_sd(x)
+    shortest = min(p.size for p in parts)
+    noise = DRIFT_NOISE_FACTOR * 1.2533 * sigma / math.sqrt(shortest)
+    return float(medians.max() - medians.min()) / median, noise / median
+
+
+def assess_stability(
+    values: Sequence[float] | np.ndarray,
+    *,
+    max_cv: float = DEFAULT_MAX_CV,
+    max_drift: float = DEFAULT_MAX_DRIFT,
+    windows: int = DEFAULT_WINDOWS,
+    min_rounds: int = MIN_ROUNDS,
+) -> Stability:
+    """Whether a sample is stable enough to compare (see the module docstring for the rules)."""
+    x = _as_sample(values, "sample")
+    cv = robust_cv(x)
+    drift_noise = window_drift(x, windows)
+    drift = None if drift_noise is None else drift_noise[0]
+    reasons = []
+    if x.size < min_rounds:
+        reasons.append(f"only {x.size} round{'s' if x.size != 1 else ''} (need >= {min_rounds})")
+    if cv > max_cv:
+        reasons.append(f"robust CV {cv:.1%} > {max_cv:.1%}")
+    if drift_noise is not None and drift_noise[0] > max(max_drift, drift_noise[1]):
+        reasons.append(f"drift {drift_noise[0]:.1%} across {windows} windows > {max(max_drift, drift_noise[1]):.1%}")
+    return Stability(int(x.size), float(np.median(x)), cv, drift, not reasons, "; ".join(reasons))
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def child_options(config: pytest.Config, env: Mapping[str, str]) -> tuple[list[s
 
 def _profile(item: pytest.Item) -> None:
     from perf.profile.nsys import NsysError, find_nsys, nsys_not_found_reason, run_child_under_nsys, summarize_report
-    from perf.fixtures.reporting import reports_dir
+    from perf.session import reports_dir
 
     config = item.config
     explicit = config.getoption("perf_nsys_path")

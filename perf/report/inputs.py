@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perf.report.captures import load_captures
-from perf.report.schema import TableSpec
+from perf.report.schema import TableSpec, find_suite_table
 from perf.report.suite import REPORT_STEM
 from perf.runs import BenchmarkRecord, HistoryError, SavedRun, load_runs, read_json, run_files
 from perf.validate import report_problem
@@ -136,7 +136,7 @@ def load_tables(reports: Path) -> tuple[dict[str, list[dict[str, Any]]], str | N
     if not path.exists():
         return {}, None, [f"no {PERF_REPORT} in '{reports}': no end-to-end stage table from the report, no parity"]
     doc = read_json(path, "the suite's report")
-    problem = report_problem(doc)
+    problem = report_problem(doc, find_suite_table)
     if problem is not None:
         raise HistoryError(f"'{path}': not a usable perf report: {problem}")
     device = doc.get("device")
@@ -147,6 +147,7 @@ def load_store_runs(where: str) -> tuple[list[SavedRun], Any, list[str]]:
     """The runs of the history store ``where`` (`perf.store.db`) of the machine of its newest run, oldest first,
     test-only runs included (the report draws them apart), that machine's newest noise profile (or None), and
     warnings naming the other machines' histories."""
+    from perf.gate.noise import NoiseProfile
     from perf.store.db import machine_key, open_store
 
     with open_store(where) as store:
@@ -155,9 +156,10 @@ def load_store_runs(where: str) -> tuple[list[SavedRun], Any, list[str]]:
             return [], None, [f"history store '{store.shown}' holds no runs"]
         key = machine_key(every[-1].machine_info)
         others = [m for m in store.machines() if m[0] != key]
-        profile = store.noise_profile(key)
+        profile_json = store.noise_profile_json(key)
     warnings = [f"history of machine {host or '?'} ({runs} runs) in the store is not in this report"
                 for _, host, runs in others]  # fmt: skip
+    profile = None if profile_json is None else NoiseProfile.from_json(profile_json)
     return [run for run in every if machine_key(run.machine_info) == key], profile, warnings
 
 
@@ -202,7 +204,8 @@ def find_changes(runs: list[SavedRun], profile: Any = None) -> tuple[list[Any], 
         import ruptures  # noqa: F401 - the change-point finder's library
     except ImportError:
         return [], ["no change points: they need ruptures, a dependency of this package (pip install -e .)"]
-    from perf.store.changepoints import floors_from_profile, history_changes, points_from_runs
+    from perf.gate.noise import floors_from_profile
+    from perf.store.changepoints import history_changes, points_from_runs
 
     return history_changes(points_from_runs(runs), floors=floors_from_profile(profile)), []
 

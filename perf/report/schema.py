@@ -23,7 +23,8 @@ everywhere; a ``gpu_only`` column (or table) means nothing on a CPU run (no CUDA
 input), so on a run known to be a CPU one it is left out and the table's ``cpu_note`` says why.
 
 Kinds: `NUMBER` (an int or float; None or NaN when not measured), `TEXT` (shown as written), `NUMBERS` and
-`TEXTS` (lists). `perf.validate.report_problem` checks a saved report's cells against these kinds.
+`TEXTS` (lists), defined with their check in `perf.validate`: `report_problem` checks a saved report's cells against
+them.
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from detector.timing import STAGES
-
-NUMBER, TEXT, NUMBERS, TEXTS = "number", "text", "numbers", "texts"
+from perf.validate import NUMBER, NUMBERS, TEXT, TEXTS
 
 
 class SchemaError(ValueError):

@@ -20,7 +20,7 @@ One history is one benchmark on one machine (`perf.store.db.machine_key`) and br
 
 The floor matters most in a short history: with a handful of runs the data cannot estimate their own scatter,
 so a benchmark that moves more than the floor between identical processes can show a false change point there.
-This runner's noise profile (``--perf-noise``) gives each benchmark its own floor (`floors_from_profile`); the
+This runner's noise profile (``--perf-noise``) gives each benchmark its own floor (`perf.gate.noise.floors_from_profile`); the
 report and ``perf-history changes`` use it when the storage or the store holds one.
 
 The sizes are ratios of geometric means (``after / before``) of the segments' medians, the change point is the
@@ -37,10 +37,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perf.gate.stats import robust_sd
+from perf.measure.stability import robust_sd
 
 if TYPE_CHECKING:
-    from perf.gate.noise import NoiseProfile
     from perf.runs import SavedRun
     from perf.store.db import HistoryPoint
 
@@ -153,19 +152,6 @@ def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float, z:
         shift = x[at:right].mean() - x[left:at].mean()
         score = abs(shift) / (sigma * math.sqrt(1 / (at - left) + 1 / (right - at)))
         out[at] = (float(score), score > critical and abs(shift) > math.log1p(min_effect))
-    return out
-
-
-def floors_from_profile(profile: NoiseProfile | None) -> dict[str, float]:
-    """Each benchmark's between-process scatter (relative, of its primary metric) in a noise profile
-    (`perf.gate.noise`): the floor its history's change points are judged with."""
-    if profile is None:
-        return {}
-    out = {}
-    for fullname in profile.entries:
-        between = profile.between(fullname, "time")
-        if between is not None:
-            out[fullname] = math.expm1(between.sd)
     return out
 
 

@@ -143,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("perf-history: error: --store none: there is no store to read", file=sys.stderr)
         return 2
     from perf.gate.history import comparable_groups
+    from perf.gate.noise import NoiseProfile, floors_from_profile
     from perf.runs import HistoryError, load_run, run_files
     from perf.store import changepoints
     from perf.store.db import import_runs, open_store
@@ -177,8 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             with open_store(where) as store:
                 runs = store.runs(branch=args.branch)
-                profiles = {key: changepoints.floors_from_profile(store.noise_profile(key))
-                            for key, _, _ in store.machines()}  # fmt: skip
+                stored = {key: store.noise_profile_json(key) for key, _, _ in store.machines()}
+            profiles = {key: floors_from_profile(None if text is None else NoiseProfile.from_json(text))
+                        for key, text in stored.items()}  # fmt: skip
             # One history per machine, model and video (the gate's comparability rule), each judged against its
             # machine's own noise profile where one is stored.
             found = []

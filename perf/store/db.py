@@ -228,12 +228,11 @@ class HistoryStore:
                                  .group_by(r.machine_key).order_by(func.count().desc())).all()  # fmt: skip
         return [(row[0], row[1], int(row[2])) for row in found]
 
-    def noise_profile(self, machine_key: str | None = None) -> Any:
-        """The noise profile (`perf.gate.noise.NoiseProfile`) the newest run (of one history) was judged with, or
-        None."""
+    def noise_profile_json(self, machine_key: str | None = None) -> str | None:
+        """The noise profile the newest run (of one history) was judged with, as JSON text for
+        `perf.gate.noise.NoiseProfile.from_json` (the store keeps it, the gate reads it), or None."""
         from sqlalchemy import select
 
-        from perf.gate.noise import NoiseProfile
         from perf.store import schema
 
         r, n = schema.runs.c, schema.noise.c
@@ -242,7 +241,7 @@ class HistoryStore:
             query = query.where(r.machine_key == machine_key)
         with self._begin() as conn:
             found = conn.execute(query.order_by(r.saved_at.desc(), r.id.desc()).limit(1)).first()
-        return None if found is None else NoiseProfile.from_json(json.dumps(found[0]))
+        return None if found is None else json.dumps(found[0])
 
     def verdicts(self, run_id: str) -> list[dict[str, Any]]:
         """The verdict rows that judged run ``run_id`` (each the gate's row, as written)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perf import options
+from perf import options, session
 from perf.measure.machine import cuda_device_count
 from perf.plugin import MARKERS
 from perf.session import resolve_device
@@ -150,7 +150,7 @@ def test_frames_reject_non_positive_integers(value: str) -> None:
 @pytest.mark.parametrize(("value", "expected"), [("0,1,2,4", (0, 1, 2, 4)), (" 4, 0 ", (4, 0)), ("2,2,0,", (2, 0))])
 def test_skip_intervals_parse_to_unique_integers_of_zero_or_more(value: str, expected: tuple[int, ...]) -> None:
     assert options.parse_skip_intervals(value) == expected
-    assert options.DEFAULT_SKIP_INTERVALS == (0, 1, 2, 4)
+    assert session.DEFAULT_SKIP_INTERVALS == (0, 1, 2, 4)
 
 
 @pytest.mark.parametrize("value", ["-1", "x", "1.5", "", ",", "0,two", "\u00b2"])

@@ -167,7 +167,7 @@ def test_every_row_the_writer_saves_the_reader_reads_back(tmp_path: Path) -> Non
                                "ious": [0.9, 0.95], "failures": []})  # fmt: skip
     report.write(tmp_path)
     saved = json.loads((tmp_path / "perf-report.json").read_text())
-    assert report_problem(saved) is None
+    assert report_problem(saved, schema.find_suite_table) is None
     tables, device, warnings = load_tables(tmp_path)
     assert tables == report.tables and warnings == [] and device is None
     assert tables[schema.PARITY.title][-1]["match rate"] == 0.5 and tables[schema.PARITY.title][-1]["borderline"] == 3

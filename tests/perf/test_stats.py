@@ -1,5 +1,5 @@
-"""The statistics of one process's rounds (perf/gate/stats.py): the block bootstrap of the median, stability;
-property tests for the math. The verdicts are perf.gate.judge's (tests/perf/test_judge.py)."""
+"""The statistics of one process's rounds: the block bootstrap of the median (perf/gate/stats.py), stability
+(perf/measure/stability.py); property tests for the math. The verdicts are perf.gate.judge's (tests/perf/test_judge.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perf.gate.stats import (assess_stability, auto_block_length, block_length, bootstrap_medians, log_median_se,
-                             robust_cv, robust_sd, window_drift)  # fmt: skip
+from perf.gate.stats import auto_block_length, block_length, bootstrap_medians, log_median_se
+from perf.measure.stability import assess_stability, robust_cv, robust_sd, window_drift
 
 timings = st.lists(st.floats(min_value=1e-4, max_value=1.0, allow_nan=False), min_size=5, max_size=60)
 
