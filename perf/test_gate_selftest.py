@@ -60,7 +60,7 @@ def test_gate_detects_injected_slowdowns_without_false_alarms(
     on_gpu = runner.stream is not None
     x = runner.as_input(torch.from_numpy(input_frames(1)).to(runner.torch_device)) if on_gpu else input_frames(1)
     index = (runner.torch_device.index or 0) if on_gpu else None
-    settings = pytestconfig.stash[GATE]["settings"]
+    settings = pytestconfig.stash[GATE].settings
     levels = pytestconfig.getoption("perf_selftest_levels") or LEVELS[device_type]
     trials = pytestconfig.getoption("perf_selftest_trials") or TRIALS[device_type]
     bench = pytestconfig._benchmarksession.options  # the round count and timing the suite's benchmarks use

@@ -96,6 +96,8 @@ def note_phrase(entry: Mapping[str, Any]) -> str:
     note = str(entry.get("note") or "")
     first = _without_details(note.split(";")[0].split(": ")[0]).strip()
     found = _CANNOT_RULE_OUT.search(note)
+    if first == str(entry.get("verdict") or ""):  # "inconclusive: cannot rule out ...": the verdict column says it
+        first = ""
     parts += [p for p in (first, found.group(0) if found else "") if p and p not in parts]
     return "; ".join(parts)
 

@@ -24,6 +24,7 @@ import dataclasses
 import datetime as _dt
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,26 @@ from perf.options import DEFAULT_REGRESSIONS, parse_regression, parse_regression
 from perf.report import schema
 from perf.session import PERF_SESSION, REPORT_KEY, reports_dir
 
-STATE = pytest.StashKey[dict[str, Any]]()
+@dataclass
+class ProcessesState:
+    """What the cross-process hooks share in one session (``config.stash[STATE]``): the mode (``noise`` or
+    ``selftest``) and its process count, when it started (monotonic s), the runs folder and the children's results,
+    and what the terminal summary says."""
+
+    mode: str
+    k: int
+    started: float
+    folder: Path | None = None
+    results: list[Any] = field(default_factory=list)
+    compare_fail: Any = None
+    error: str | None = None
+    incomplete: str | None = None
+    failed: list[Any] = field(default_factory=list)
+    profile_path: Path | None = None
+    summary_path: Path | None = None
+
+
+STATE = pytest.StashKey[ProcessesState]()
 DEFAULT_COMPARE_FAIL = "median:5%"
 
 
@@ -57,7 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("perf_compare", None) is not None:
         raise pytest.UsageError("--perf-noise / --perf-selftest-processes measure, they do not compare: drop "
                                 "--perf-compare")  # fmt: skip
-    config.stash[STATE] = {"mode": mode[0], "k": mode[1], "started": time.monotonic()}
+    config.stash[STATE] = ProcessesState(mode[0], mode[1], time.monotonic())
 
 
 def _group(item: pytest.Item) -> str | None:
@@ -114,13 +134,13 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     if state is None or session.config.option.collectonly:
         return None
     if not session.items:
-        state["error"] = "no tests selected: nothing to run in the child processes"
+        state.error = "no tests selected: nothing to run in the child processes"
         return True
     from perf.gate.processes import forwarded_options, load_plan, run_children, save_plan
 
     config = session.config
     folder, resumable = _runs_dir(config)
-    plan = _plan(config, session.items, state["mode"], state["k"])
+    plan = _plan(config, session.items, state.mode, state.k)
     existing = load_plan(folder) if resumable else None
     if existing is not None and existing != plan:
         raise pytest.UsageError(f"--perf-runs-dir: '{folder}' holds another plan (other tests, K or regressions); "
@@ -129,7 +149,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     values = {"--perf-compare": None, "--benchmark-compare": _str(config.getoption("benchmark_compare", None))}
     options = forwarded_options(config.invocation_params.args, config.args, values)
     compare_fail = None
-    if state["mode"] == "selftest":
+    if state.mode == "selftest":
         given = config.getoption("benchmark_compare_fail", None)
         compare_fail = _check_text(given) or DEFAULT_COMPARE_FAIL
     reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -141,12 +161,12 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
                                 f"{result.seconds:.0f} s, exit {result.returncode}, {status}")  # fmt: skip
 
     budget = config.getoption("perf_processes_budget")
-    deadline = None if budget is None else state["started"] + budget
+    deadline = None if budget is None else state.started + budget
     results = run_children(plan, options, folder, config.invocation_params.dir, compare_fail=compare_fail,
                            on_done=progress, deadline=deadline)  # fmt: skip
-    state.update(folder=folder, results=results, compare_fail=compare_fail)
+    state.folder, state.results, state.compare_fail = folder, results, compare_fail
     if len(results) < len(plan):
-        state["incomplete"] = (f"{len(results)} of {len(plan)} planned processes ran within --perf-processes-budget; "
+        state.incomplete = (f"{len(results)} of {len(plan)} planned processes ran within --perf-processes-budget; "
                                f"resume with --perf-runs-dir={folder}")  # fmt: skip
     _analyse(config, state)
     return True
@@ -165,48 +185,48 @@ def _check_text(checks: Any) -> str | None:
     return f"{check.field}:{check.threshold}{unit}"
 
 
-def _analyse(config: pytest.Config, state: dict[str, Any]) -> None:
+def _analyse(config: pytest.Config, state: ProcessesState) -> None:
     from perf.crossprocess import IDENTICAL, compare_fail_rows, identical_rows, regression_rows, simulate
     from perf.gate.noise import benchmark_rows, compute_profile, family_rows, save_profile
     from perf.gate.plugin import GATE
     from perf.runs import load_run
 
     report = config.stash[REPORT_KEY]
-    results = state["results"]
+    results = state.results
     for r in results:
         report.add(schema.CROSSPROCESS_RUNS, {"run": r.label, "kind": r.kind, "exit": r.returncode,
                                               "seconds": round(r.seconds, 1), "saved": r.run.name if r.run else "-",
                                               "compare-fail": r.compare_fail or "-"})  # fmt: skip
     failed = [r for r in results if r.run is None or r.extra.get("failed_tests")]
-    state["failed"] = failed
+    state.failed = failed
     identical = {r.label: load_run(r.run) for r in results if r.kind == IDENTICAL and r.run is not None}
     regressed: dict[str, dict[str, Any]] = {}
     for r in results:
         if r.kind != IDENTICAL and r.run is not None:
             regressed.setdefault(r.kind, {})[r.label] = load_run(r.run)
     if len(identical) < 2:
-        state["error"] = f"only {len(identical)} identical process(es) saved a run: no noise profile"
+        state.error = f"only {len(identical)} identical process(es) saved a run: no noise profile"
         return
     fingerprint = config.stash[PERF_SESSION].fingerprint
     profile = compute_profile(list(identical.values()), fingerprint)
     bench = getattr(config, "_benchmarksession", None)
     storage = getattr(getattr(bench, "storage", None), "path", None)
     if storage is not None:
-        state["profile_path"] = save_profile(storage, profile)
+        state.profile_path = save_profile(storage, profile)
     for row in family_rows(profile):
         report.add(schema.NOISE_FAMILY, row)
     for row in benchmark_rows(profile):
         report.add(schema.NOISE_BENCHMARK, row)
-    summary: dict[str, Any] = {"runs_dir": str(state["folder"]), "profile": str(state.get("profile_path")),
+    summary: dict[str, Any] = {"runs_dir": str(state.folder), "profile": str(state.profile_path),
                                "family": family_rows(profile)}  # fmt: skip
-    if state["mode"] == "selftest":
-        settings = config.stash[GATE]["settings"]
+    if state.mode == "selftest":
+        settings = config.stash[GATE].settings
         groups = {kind: parse_regression(kind) for kind in regressed}
         verdicts = simulate(identical, regressed, settings, history=config.getoption("perf_history"),
                             regressions=groups)  # fmt: skip
         summary["identical"] = identical_rows(verdicts)
         summary["regressed"] = regression_rows(verdicts)
-        summary["compare_fail"] = compare_fail_rows(identical, state["compare_fail"])
+        summary["compare_fail"] = compare_fail_rows(identical, state.compare_fail)
         real = [r for r in results if r.compare_fail is not None]
         summary["compare_fail"]["consecutive processes run with it"] = (
             f"{sum(r.compare_fail == 'passed' for r in real)}/{len(real)} passed")
@@ -219,30 +239,30 @@ def _analyse(config: pytest.Config, state: dict[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     from detector.fileio import atomic_write_text
 
-    name = "selftest-processes.json" if state["mode"] == "selftest" else "noise-profile.json"
-    state["summary_path"] = atomic_write_text(folder / name, json.dumps(summary, indent=2, default=str) + "\n")
+    name = "selftest-processes.json" if state.mode == "selftest" else "noise-profile.json"
+    state.summary_path = atomic_write_text(folder / name, json.dumps(summary, indent=2, default=str) + "\n")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
     if state is None:
         return
-    if (state.get("error") or state.get("failed")) and session.exitstatus == pytest.ExitCode.OK:
+    if (state.error or state.failed) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
-    if state is None or "folder" not in state and "error" not in state:
+    if state is None or state.folder is None and state.error is None:
         return
-    terminalreporter.write_sep("=", f"perf {'noise' if state['mode'] == 'noise' else 'self-test'} across processes")
-    if state.get("error"):
-        terminalreporter.write_line(f"perf processes: {state['error']}", red=True)
-    if state.get("incomplete"):
-        terminalreporter.write_line(f"perf processes: {state['incomplete']}", yellow=True)
-    for r in state.get("failed", []):
+    terminalreporter.write_sep("=", f"perf {'noise' if state.mode == 'noise' else 'self-test'} across processes")
+    if state.error:
+        terminalreporter.write_line(f"perf processes: {state.error}", red=True)
+    if state.incomplete:
+        terminalreporter.write_line(f"perf processes: {state.incomplete}", yellow=True)
+    for r in state.failed:
         terminalreporter.write_line(f"perf processes: {r.label} exited {r.returncode}; log: {r.log}", red=True)
-    if state.get("profile_path"):
-        terminalreporter.write_line(f"noise profile saved: {state['profile_path']}")
-    if state.get("summary_path"):
-        terminalreporter.write_line(f"summary: {state['summary_path']}; runs and logs: {state['folder']}")
+    if state.profile_path:
+        terminalreporter.write_line(f"noise profile saved: {state.profile_path}")
+    if state.summary_path:
+        terminalreporter.write_line(f"summary: {state.summary_path}; runs and logs: {state.folder}")

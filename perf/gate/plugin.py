@@ -26,7 +26,7 @@ history with confirmation, the stability gate and ``--perf-selftest`` (options i
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,6 @@ from perf.measure.stability import StabilityRule
 from perf.runs import injected_of
 from perf.session import PERF_SESSION, RUN_KEY, check_saved_run, reports_dir
 
-GATE = pytest.StashKey[dict[str, Any]]()
 SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
 #: The line that says why --benchmark-compare-fail's verdicts cannot be trusted where the gate has no history.
 COMPARE_FAIL_UNTRUSTED = ("--benchmark-compare-fail: applied as pytest-benchmark has it, against one saved process; this "
@@ -71,6 +70,31 @@ class GateFailure:
         return self.message
 
 
+@dataclass
+class GateState:
+    """What the gate's hooks share in one session (``config.stash[GATE]``): its settings, main's history
+    (`perf.gate.compare.Baseline`, None without --perf-compare), the expected benchmarks and the first-pass rows as
+    each test ended, the final rows, the run's error budget, and what the terminal summary says."""
+
+    settings: GateSettings
+    session: pytest.Session | None = None
+    baseline: Any = None
+    expected: list[str] | None = None
+    judged: dict[str, Any] = field(default_factory=dict)
+    rows: list[Any] | None = None
+    budget: Any = None
+    compare_fail: int = 0  #: benchmarks --benchmark-compare-fail flagged (pytest-benchmark's own check)
+    replaced: int = 0  #: of those, where the gate judged instead
+    untrusted: str | None = None  #: COMPARE_FAIL_UNTRUSTED, filled in
+    confirm_note: str | None = None
+    confirm_seconds: float | None = None
+    path: Path | None = None  #: the verdict file written
+    summary: dict[str, Any] | None = None
+
+
+GATE = pytest.StashKey[GateState]()
+
+
 def gate_settings(config: pytest.Config) -> GateSettings:
     """The gate's settings from the options."""
     rule = StabilityRule(config.getoption("perf_max_cv"), config.getoption("perf_max_drift"),
@@ -83,8 +107,7 @@ def gate_settings(config: pytest.Config) -> GateSettings:
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "benchmark_save_data"):
         config.option.benchmark_save_data = True  # raw rounds in every saved run (read before pytest-benchmark's)
-    config.stash[GATE] = {"settings": gate_settings(config), "baseline": None, "rows": None, "expected": None,
-                          "judged": {}, "compare_fail": 0, "replaced": 0}  # fmt: skip
+    config.stash[GATE] = GateState(gate_settings(config))
 
 
 def _benchmark_session(config: pytest.Config) -> Any:
@@ -111,7 +134,7 @@ NO_COMPARABLE_RUN = (
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Read main's history before measuring; a storage with no comparable run is a usage error."""
     config = session.config
-    config.stash[GATE]["session"] = session
+    config.stash[GATE].session = session
     wanted = config.getoption("perf_compare")
     takeover = wanted is None and _compare_fail_given(config)
     if (wanted is None and not takeover) or hasattr(config, "workerinput"):
@@ -126,9 +149,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     state = config.stash[GATE]
     if takeover and (baseline is None or (len(baseline.runs) < MIN_REFERENCE and baseline.noise is None)):
         runs = 0 if baseline is None else len(baseline.runs)
-        state["untrusted"] = COMPARE_FAIL_UNTRUSTED.format(runs=runs, need=MIN_REFERENCE)
+        state.untrusted = COMPARE_FAIL_UNTRUSTED.format(runs=runs, need=MIN_REFERENCE)
         return
-    state["baseline"] = baseline
+    state.baseline = baseline
 
 
 def _history(config: pytest.Config, storage: Any, wanted: Any, quiet: bool = False) -> Any:
@@ -204,11 +227,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     state = session.config.stash[GATE]
-    state["expected"] = [item.nodeid for item in session.items]
-    if state["baseline"] is not None:
+    state.expected = [item.nodeid for item in session.items]
+    if state.baseline is not None:
         from perf.gate.compare import budget
 
-        state["budget"] = budget(state["baseline"], state["settings"], state["expected"])
+        state.budget = budget(state.baseline, state.settings, state.expected)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -240,15 +263,15 @@ def _perf_compare_failure(config: pytest.Config, metadata: Any) -> list[str]:
     """The first pass on one benchmark, kept for the session's table; the reason when it fails the test now
     (a "slower" with no confirmation to come)."""
     state = config.stash[GATE]
-    baseline, settings = state["baseline"], state["settings"]
+    baseline, settings = state.baseline, state.settings
     if baseline is None:
         return []
     from perf.gate.compare import SLOWER, explain_slower, judge_benchmark
     from perf.gate.table import describe_failure
 
     record = _record(metadata)
-    row = judge_benchmark(baseline, record, state["budget"], settings.min_effect)
-    state["judged"][metadata.fullname] = row
+    row = judge_benchmark(baseline, record, state.budget, settings.min_effect)
+    state.judged[metadata.fullname] = row
     if row.verdict == SLOWER and settings.confirm <= 0:
         explain_slower(row, baseline, record)
         return [describe_failure(row, settings, baseline)]
@@ -272,11 +295,11 @@ def _compare_fail_failure(config: pytest.Config, metadata: Any) -> list[str]:
             if failure:
                 out.append(f"--benchmark-compare-fail against {Path(str(path)).name}: {failure}")
     state = config.stash[GATE]
-    if out and state["baseline"] is not None:
-        state["replaced"] += 1
+    if out and state.baseline is not None:
+        state.replaced += 1
         return []
     if out:
-        state["compare_fail"] += 1
+        state.compare_fail += 1
     return out
 
 
@@ -287,22 +310,22 @@ def _reports_dir(config: pytest.Config) -> Path:
         return config.rootpath / "reports"
 
 
-def _header(state: dict[str, Any]) -> str:
-    baseline, settings = state["baseline"], state["settings"]
+def _header(state: GateState) -> str:
+    baseline, settings = state.baseline, state.settings
     confirm = (f"suspects confirmed in at most {settings.confirm} pair(s) of fresh processes"
                if settings.confirm > 0 else "no confirmation (--perf-confirm=0)")
-    spent = f" ({state['confirm_seconds']:.0f} s of processes)" if state.get("confirm_seconds") else ""
-    return (f"--perf-compare against {baseline.describe()}: {state['budget'].describe()}; slower/faster = "
+    spent = f" ({state.confirm_seconds:.0f} s of processes)" if state.confirm_seconds else ""
+    return (f"--perf-compare against {baseline.describe()}: {state.budget.describe()}; slower/faster = "
             f"significant and beyond {settings.min_effect:.1%}; {confirm}{spent}")
 
 
-def _confirm(config: pytest.Config, state: dict[str, Any], rows: list[Any]) -> None:
+def _confirm(config: pytest.Config, state: GateState, rows: list[Any]) -> None:
     """Confirm the suspects in fresh processes (`perf.gate.confirm`), the base in a worktree where one is needed."""
     from perf.gate.confirm import Sides, confirm_rows
     from perf.gate.processes import (DROPPED, INJECTING, GitError, base_worktree, forwarded_options, git,
                                      remove_worktree, same_code)  # fmt: skip
 
-    baseline, settings = state["baseline"], state["settings"]
+    baseline, settings = state.baseline, state.settings
     folder = _reports_dir(config) / "confirm" / str(config.stash.get(RUN_KEY, None) or "run")
     repo = config.rootpath
     commit = baseline.latest.commit
@@ -313,7 +336,7 @@ def _confirm(config: pytest.Config, state: dict[str, Any], rows: list[Any]) -> N
             tree = base_worktree(repo, str(commit), folder / "base-src")
             base_dir = tree / repo.resolve().relative_to(top.resolve())  # the rootdir's place in the base tree
         except (GitError, ValueError) as e:
-            state["confirm_note"] = f"base commit {str(commit)[:12]} not checked out ({e}): candidate processes only"
+            state.confirm_note = f"base commit {str(commit)[:12]} not checked out ({e}): candidate processes only"
     values = {"--perf-compare": None, "--benchmark-compare": None}
     options = forwarded_options(config.invocation_params.args, config.args, values, {**DROPPED, **INJECTING})
     injected = forwarded_options(config.invocation_params.args, config.args, values,
@@ -330,7 +353,7 @@ def _confirm(config: pytest.Config, state: dict[str, Any], rows: list[Any]) -> N
     if reporter is not None:
         reporter.write("\n")  # after the progress line of the tests
     try:
-        state["confirm_seconds"] = confirm_rows(rows, baseline, settings, sides, folder, options, progress)
+        state.confirm_seconds = confirm_rows(rows, baseline, settings, sides, folder, options, progress)
     finally:
         if tree is not None:
             remove_worktree(repo, tree)
@@ -340,28 +363,28 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Judge, confirm the suspects, write the verdicts, and fail the session on a confirmed slowdown."""
     config = session.config
     state = config.stash.get(GATE, None)
-    if state is None or state["baseline"] is None or session.exitstatus == pytest.ExitCode.USAGE_ERROR:
+    if state is None or state.baseline is None or session.exitstatus == pytest.ExitCode.USAGE_ERROR:
         return  # refused before measuring (perf.preflight): nothing to compare
     from perf.gate.compare import SLOWER, compare_runs, explain_slower
     from perf.gate.table import summary, write_verdicts
 
     current = {m.fullname: _record(m) for m in _benchmark_session(config).benchmarks if m and not m.has_error}
-    rows = compare_runs(state["baseline"], current, state["settings"], state["expected"],
-                        judged=state["judged"])  # the first pass as each test ended, not drawn again
-    if state["settings"].confirm > 0 and any(row.verdict == SLOWER for row in rows):
+    rows = compare_runs(state.baseline, current, state.settings, state.expected,
+                        judged=state.judged)  # the first pass as each test ended, not drawn again
+    if state.settings.confirm > 0 and any(row.verdict == SLOWER for row in rows):
         _confirm(config, state, rows)
     for row in rows:
         if row.verdict == SLOWER and row.fullname in current:
-            explain_slower(row, state["baseline"], current[row.fullname])
-    state["rows"] = rows
+            explain_slower(row, state.baseline, current[row.fullname])
+    state.rows = rows
 
     perf = config.stash[PERF_SESSION]
-    state["path"] = write_verdicts(_reports_dir(config), rows, state["baseline"], state["settings"], _header(state),
-                                   run=config.stash.get(RUN_KEY, None), budget=state["budget"],
+    state.path = write_verdicts(_reports_dir(config), rows, state.baseline, state.settings, _header(state),
+                                   run=config.stash.get(RUN_KEY, None), budget=state.budget,
                                    current={"run_id": perf.run_id, "injected": perf.options.injected},
                                    subject=perf.described())  # fmt: skip
-    state["summary"] = summary(rows, state["settings"])
-    if state["summary"]["failed"] and session.exitstatus == pytest.ExitCode.OK:
+    state.summary = summary(rows, state.settings)
+    if state.summary["failed"] and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -374,15 +397,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
     _write_verdicts(terminalreporter, config)
     state = config.stash[GATE]
-    if state.get("untrusted"):
-        terminalreporter.write_line(state["untrusted"], yellow=True)
+    if state.untrusted:
+        terminalreporter.write_line(state.untrusted, yellow=True)
     try:
         return (yield)
     except PerformanceRegression:
-        if state["baseline"] is not None:
+        if state.baseline is not None:
             return None  # COMPARE_FAIL_REPLACED said why, above
-        terminalreporter.write_line(COMPARE_FAIL_LINE.format(n=state["compare_fail"]), red=True)
-        session = state.get("session")
+        terminalreporter.write_line(COMPARE_FAIL_LINE.format(n=state.compare_fail), red=True)
+        session = state.session
         if session is not None and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return None
@@ -412,34 +435,34 @@ def _spread(baseline: Any) -> float:
 def _write_verdicts(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     """The perf-compare section: the header, one line per benchmark, the failures, the count."""
     state = config.stash.get(GATE, None)
-    if state is None or state.get("rows") is None:
+    if state is None or state.rows is None:
         return
     from perf.gate.compare import SLOWER
     from perf.gate.table import describe_failure, format_lines, why_lines
 
-    counts = state["summary"]
+    counts = state.summary
     terminalreporter.write_sep("=", "perf-compare")
     terminalreporter.write_line(_header(state))
-    if state.get("confirm_note"):
-        terminalreporter.write_line(state["confirm_note"], yellow=True)
-    for line in format_lines(state["rows"]):
+    if state.confirm_note:
+        terminalreporter.write_line(state.confirm_note, yellow=True)
+    for line in format_lines(state.rows):
         terminalreporter.write_line(line)
-    for row in state["rows"]:
+    for row in state.rows:
         if row.verdict == SLOWER:
-            terminalreporter.write_line(describe_failure(row, state["settings"], state["baseline"]), red=True)
+            terminalreporter.write_line(describe_failure(row, state.settings, state.baseline), red=True)
         if why := why_lines(row):
             terminalreporter.write_line(f"why {row.name} is slower (kernels by change in time per call):")
             for line in why:
                 terminalreporter.write_line(f"  {line}")
     text = ", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "inconclusive", "missing"))
     verdict = "FAILED" if counts["failed"] else "passed"
-    terminalreporter.write_line(f"perf-compare {verdict}: {text}; verdicts in {state['path']} (and .md)",
+    terminalreporter.write_line(f"perf-compare {verdict}: {text}; verdicts in {state.path} (and .md)",
                                 red=counts["failed"], green=not counts["failed"])  # fmt: skip
     if _compare_fail_given(config):
         checks = " ".join(_check_text(check) for check in config.getoption("benchmark_compare_fail"))
         terminalreporter.write_line(COMPARE_FAIL_REPLACED.format(
-            checks=checks, spread=100 * _spread(state["baseline"]), runs=len(state["baseline"].runs),
-            n=state["replaced"], verdict=text), yellow=True)
+            checks=checks, spread=100 * _spread(state.baseline), runs=len(state.baseline.runs),
+            n=state.replaced, verdict=text), yellow=True)
 
 
 @pytest.fixture
@@ -448,7 +471,7 @@ def perf_samples(pytestconfig: pytest.Config) -> Any:
     benchmark's rounds, judged by the stability rule (`perf.measure.samples.record_samples`)."""
     from perf.measure.samples import record_samples
 
-    return functools.partial(record_samples, rule=pytestconfig.stash[GATE]["settings"].rule)
+    return functools.partial(record_samples, rule=pytestconfig.stash[GATE].settings.rule)
 
 
 @pytest.fixture
@@ -456,4 +479,4 @@ def perf_measure(pytestconfig: pytest.Config) -> Any:
     """``perf_measure(benchmark, fn, *args, **kwargs)``: ``benchmark(fn, ...)`` re-measured while unstable."""
     from perf.measure.stability import measure_stable
 
-    return functools.partial(measure_stable, rule=pytestconfig.stash[GATE]["settings"].rule)
+    return functools.partial(measure_stable, rule=pytestconfig.stash[GATE].settings.rule)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,25 @@ import pytest
 
 from perf.runs import run_marks
 
-STORE = pytest.StashKey[dict[str, Any]]()
 ENV = "PERF_STORE"
 #: The exit status of a run whose tests passed but whose saved run did not go into the store asked for (pytest's
 #: own statuses are 0-5).
 NOT_STORED = 6
+
+
+@dataclass
+class StoreState:
+    """What the store's hooks share in one session (``config.stash[STORE]``): the open store (None when off),
+    whether it was asked for, the document pytest-benchmark saves, and the lines for the terminal summary."""
+
+    store: Any = None
+    asked: bool = False
+    document: dict[str, Any] | None = None
+    line: tuple[str, bool] | None = None  #: (text, red)
+    not_stored: str | None = None  #: `not_stored_line`, when the store could not take the run
+
+
+STORE = pytest.StashKey[StoreState]()
 
 
 def _where(config: pytest.Config, session: Any) -> tuple[str | None, bool]:
@@ -58,17 +73,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     except (StoreError, ImportError) as e:
         if asked:
             raise pytest.UsageError(f"--perf-store: {e}") from None
-        config.stash[STORE] = {"store": None, "asked": False, "document": None,
-                               "line": (f"history store off: {e} (the run is saved in the benchmark storage)", True)}
+        config.stash[STORE] = StoreState(line=(f"history store off: {e} (the run is saved in the benchmark storage)",
+                                               True))  # fmt: skip
         return
-    config.stash[STORE] = {"store": store, "asked": asked, "document": None, "line": None}
+    config.stash[STORE] = StoreState(store, asked)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]) -> None:
     state = config.stash.get(STORE, None)
-    if state is not None and state["store"] is not None:
-        state["document"] = output_json  # the document pytest-benchmark saves (the last call is the save's)
+    if state is not None and state.store is not None:
+        state.document = output_json  # the document pytest-benchmark saves (the last call is the save's)
 
 
 @pytest.hookimpl(trylast=True)
@@ -77,22 +92,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     wrote the verdicts)."""
     config = session.config
     state = config.stash.get(STORE, None)
-    if state is None or state["store"] is None or state["document"] is None:
+    if state is None or state.store is None or state.document is None:
         return
     from perf.store.db import StoreError
 
-    document = state["document"]
-    store = state["store"]
+    document = state.document
+    store = state.store
     source = _saved_file(config, document)
     try:
         rid, _ = store.save_run(document, source=source, verdicts=_verdicts(config, document), noise=_noise(config))
-        state["line"] = (f"history store: run {rid} stored in {store.shown}", False)
+        state.line = (f"history store: run {rid} stored in {store.shown}", False)
     except StoreError as e:
-        status = state["asked"] and session.exitstatus == pytest.ExitCode.OK
+        status = state.asked and session.exitstatus == pytest.ExitCode.OK
         if status:
             session.exitstatus = NOT_STORED
         storage = getattr(config._benchmarksession.storage, "path", None)
-        state["not_stored"] = not_stored_line(e, store.shown, source, storage, exit_status=status)
+        state.not_stored = not_stored_line(e, store.shown, source, storage, exit_status=status)
     finally:
         store.close()
 
@@ -115,12 +130,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     line, which counts a run the store could not take as "1 not stored"."""
     result = yield
     state = config.stash.get(STORE, None)
-    if state is not None and state["line"] is not None:
-        line, failed = state["line"]
+    if state is not None and state.line is not None:
+        line, failed = state.line
         terminalreporter.write_line(line, red=failed)
-    if state is not None and state.get("not_stored"):
-        terminalreporter.write_line(state["not_stored"], red=True, bold=True)
-        terminalreporter.stats.setdefault("not stored", []).append(state["not_stored"])
+    if state is not None and state.not_stored:
+        terminalreporter.write_line(state.not_stored, red=True, bold=True)
+        terminalreporter.stats.setdefault("not stored", []).append(state.not_stored)
     return result
 
 
@@ -144,7 +159,7 @@ def _verdicts(config: pytest.Config, document: dict[str, Any]) -> dict[str, Any]
     from perf.gate.plugin import GATE
 
     state = config.stash.get(GATE, None)
-    path = None if state is None else state.get("path")
+    path = None if state is None else state.path
     if path is None:
         return None
     verdicts = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -156,5 +171,5 @@ def _noise(config: pytest.Config) -> dict[str, Any] | None:
     from perf.gate.plugin import GATE
 
     state = config.stash.get(GATE, None)
-    profile = None if state is None else state["settings"].noise
+    profile = None if state is None else state.settings.noise
     return None if profile is None else json.loads(profile.to_json())

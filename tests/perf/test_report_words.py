@@ -96,3 +96,10 @@ def test_the_inference_table_says_which_loop_each_figure_comes_from() -> None:
     assert "| h2d ms (host I/O loop) |" in header and "| d2h ms (host I/O loop) |" in header
     assert "its compute is not a part of the median and may exceed it" in markdown
     assert report.to_json()["tables"]["Inference"][0]["compute ms"] == pytest.approx(0.653)  # the key stays
+
+
+def test_an_inconclusive_rows_note_does_not_repeat_its_verdict() -> None:
+    from perf.verdicts import note_phrase
+
+    entry = {"verdict": "inconclusive", "note": "inconclusive: cannot rule out +21.3% after 4 fresh process(es)"}
+    assert note_phrase(entry) == "cannot rule out +21.3%"
