@@ -32,6 +32,7 @@ video's digest and the frames measured, and the precisions asked for -- under ``
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -153,28 +154,24 @@ class Subject:
                 open_video(video.path).close()
             except DetectorError as e:
                 out.append(f"{self.origin['video']}: {e}")
-        if video is not None and video.ground_truth is not None:
-            from detector.groundtruth import load_ground_truth
-
-            try:
-                load_ground_truth(video.ground_truth)
-            except DetectorError as e:
-                out.append(f"{self._ground_truth_origin}: {e}")
+        try:
+            self._ground_truth  # noqa: B018 -- loaded (and checked) once, for `warnings` too
+        except DetectorError as e:
+            out.append(f"{self._ground_truth_origin}: {e}")
         return out
 
     def warnings(self) -> list[str]:
         """One line per setting that works but is likely wrong: the ground truth's categories are not the model's
         class names (category id k + 1 is scored as class k, whatever its name). Call after `problems` is empty."""
         from detector.errors import DetectorError
-        from detector.groundtruth import check_categories, load_ground_truth
+        from detector.groundtruth import check_categories
 
-        video = self._user_video
-        if video is None or video.ground_truth is None:
+        data, video = self._ground_truth, self._user_video
+        if data is None or video is None:
             return []
         try:
-            check_categories(load_ground_truth(video.ground_truth), self.model_spec(Path(".")).names,
-                             video.ground_truth, fix="give the class names it lists, in category-id order "
-                             "(--perf-names)")  # fmt: skip
+            check_categories(data, self.model_spec(Path(".")).names, video.ground_truth,
+                             fix="give the class names it lists, in category-id order (--perf-names)")  # fmt: skip
         except DetectorError as e:
             return [f"{self._ground_truth_origin}: {e}; the accuracy figures score category id k + 1 as class k"]
         return []
@@ -183,6 +180,15 @@ class Subject:
     def _user_video(self) -> VideoCase | None:
         """The user's video and its ground truth (given, or found beside it), or None for the synthetic video."""
         return None if self.video is None else self.video_case(lambda: VideoCase(Path(), None, None))
+
+    @functools.cached_property
+    def _ground_truth(self) -> dict[str, Any] | None:
+        """The user video's ground truth, read and checked once (`detector.groundtruth.load_ground_truth`: a
+        DetectorError names the file); None without one."""
+        from detector.groundtruth import load_ground_truth
+
+        video = self._user_video
+        return None if video is None or video.ground_truth is None else load_ground_truth(video.ground_truth)
 
     @property
     def _ground_truth_origin(self) -> str:
