@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from detector.backends import variant
-from perf.measure.clock import SUITE_CLOCK
+from perf.measure.clock import SUITE_CLOCK, max_time_given, max_time_s
 from perf.report import schema
 
 #: (variant, precision) under test, per device type.
@@ -75,7 +75,8 @@ def test_gate_detects_injected_slowdowns_without_false_alarms(
         median_s = sorted(pilot)[len(pilot) // 2]
         min_time = max(float(bench["min_time"]), compute_timer_precision(SUITE_CLOCK) * bench["calibration_precision"])
         iterations = max(1, math.ceil(min_time / median_s))
-        rounds = suite_rounds(median_s * iterations, bench["min_rounds"], float(bench["max_time"]))
+        rounds = suite_rounds(median_s * iterations, bench["min_rounds"],
+                              max_time_s(bench["max_time"], max_time_given(pytestconfig)))
         results = run_selftest(call, lambda ms: delay_call(ms, index), SUITE_CLOCK, median_s=median_s, rounds=rounds,
                                levels=levels, trials=trials, settings=settings, iterations=iterations)  # fmt: skip
 

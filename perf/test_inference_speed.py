@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from perf.measure.cases import Case, make_cases
-from perf.measure.clock import SUITE_CLOCK
+from perf.measure.clock import SUITE_CLOCK, gpu_time_budget, max_time_given
 from perf.report import schema
 
 pytestmark = pytest.mark.benchmark(group="inference", timer=SUITE_CLOCK, warmup=False)
@@ -66,7 +66,8 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_frames: Any, measured_region: Any,
-                         perf_report: Any, perf_measure: Any, perf_controls: Any, perf_kernels: Any) -> None:
+                         perf_report: Any, perf_measure: Any, perf_controls: Any, perf_kernels: Any,
+                         pytestconfig: pytest.Config) -> None:
     for record in runner_pool.release_others(case.backend):  # one backend on the GPU at a time
         perf_report.add(MEMORY_TABLE, {**record, "why": f"next backend: {case.backend}"})
     reason = None
@@ -77,7 +78,7 @@ def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_fra
         if runner.max_batch_size is not None and case.batch > runner.max_batch_size:
             pytest.skip(f"batch {case.batch} exceeds the runner's maximum batch {runner.max_batch_size}")
         _measure(benchmark, case, runner, input_frames, measured_region, perf_report, perf_measure, perf_controls,
-                 perf_kernels)
+                 perf_kernels, max_time_given(pytestconfig))
     except Exception as exc:  # only out-of-memory becomes a skip; everything else fails the test as before
         from perf.measure.gpu_memory import oom_skip_reason
 
@@ -141,7 +142,7 @@ def _device_name(device: str) -> str:
 
 
 def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measured_region: Any,
-             perf_report: Any, perf_measure: Any, perf_controls: Any, perf_kernels: Any) -> None:
+             perf_report: Any, perf_measure: Any, perf_controls: Any, perf_kernels: Any, given: bool) -> None:
     """Warm up, benchmark and measure ``runner`` on a batch of ``case.batch`` frames (tensors die with this frame)."""
     import torch
 
@@ -175,6 +176,7 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
                                              "unit": "s per call"}})  # fmt: skip
     # The GPU clock records its events on the current stream: make it the runner's.
     on_stream = torch.cuda.stream(runner.stream) if on_gpu else contextlib.nullcontext()
+    benchmark.extra_info["max_time_s"] = gpu_time_budget(benchmark, given) if on_gpu else None
     with measured_region(f"inference[{case.id}]", runner, benchmark.extra_info), on_stream, \
             SUITE_CLOCK.covering(enqueue_ms or 0.0) as lead_in_ms:
         perf_measure(benchmark, runner.infer, x, to_host=not on_gpu)  # re-measured while unstable

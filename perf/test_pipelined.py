@@ -10,12 +10,15 @@ pipelined loop (:func:`detector.pipelined.run_pipelined`) at each of ``PIPELINE_
 samples are the pipelined passes at batch 1, cut into blocks (`perf.measure.samples`): seconds per frame between
 frames leaving the writer, after the first ``FILL`` frames of each pass (the pipeline filling up), so the
 figure is the pipeline's steady throughput. On a GPU they are in CPU-reference units *of the writer's CPU*
-(`perf.measure.speedref`): the writer thread bounds this loop, and the ``pin`` control puts it on a CPU of its own,
-so the reference is read on that CPU (`perf.measure.controls.reading_on`) before and after each pass, and each
-pass's blocks are divided by the mean of its two readings (over 11 processes on the H100 machine: 10.6% CV against
-14.7% for the wall clock). The wall clock is kept as the ``wall`` metric, and the calling thread's in-band readings
-(after every block, through ``on_batch``) give the ``normalised`` metric. Each stage's busy time per frame rides
-along as ``stage:<name>``.
+(`perf.measure.speedref`): the writer thread bounds this loop, and the ``pin`` control puts it on a CPU of its own.
+A vCPU of the H100 machine toggles between two speeds 1.5x apart every few tenths of a second, so the reference is
+read *in-band on the writer thread* after every block of frames (`perf.measure.speedref.FrameProbe`, through
+``on_frame``; the reading's own time is taken out of the next frame's interval and out of the pass's FPS) and
+each block is divided by its reading. Until 2026-11-25 the readings were taken before and after each pass
+(`perf.measure.controls.reading_on`), which left 10.6% CV between 11 processes; those pass-level figures stay as
+the ``writer_passes`` metric. The wall clock is kept as the ``wall`` metric, and the calling thread's in-band
+readings (after every block, through ``on_batch``) give the ``normalised`` metric. Each stage's busy time per frame
+rides along as ``stage:<name>``.
 The report gets a ``| path | FPS | ms/frame |`` table and the two ratios: the best pipelined FPS over the
 slowest stage alone (the bound, target >= 0.9) and over the sequential loop. On the CPU the video is cut to
 ``CPU_FRAMES`` frames: the numbers are a smoke test only.
@@ -94,6 +97,7 @@ def _regressed_writes(config: pytest.Config, warm: Any, frames: list[Any], extra
 def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any, source_video: Any,
                               perf_reports_dir: Any, perf_report: Any, tmp_path: Any, measured_region: Any,
                               perf_controls: Any, perf_samples: Any, pytestconfig: pytest.Config) -> None:  # fmt: skip
+    import dataclasses
     import statistics
 
     import numpy as np
@@ -106,7 +110,7 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     from detector.video import open_video, read_frames
     from perf.measure.controls import keep_output, reading_on, scratch_dir, warm_page_cache
     from perf.measure.samples import block_samples, block_size, stage_metrics
-    from perf.measure.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
+    from perf.measure.speedref import NOMINAL_S, CpuReference, FrameProbe, ReferenceProbe, normalize
     from perf.measure.speedref import summary as reference_summary
 
     source = pipe_case.source
@@ -147,6 +151,7 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     pipelined: dict[int, Any] = {}
     passes: list[Any] = []
     probes: list[Any] = []
+    frame_probes: list[Any] = []  # in-band readings on the writer thread
     writer_readings: list[tuple[float, float]] = []  # the reference on the writer's CPU before and after each pass
     skip = min(FILL[kind], frames // 2)
     block = block_size(frames - skip)
@@ -157,11 +162,16 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
 
         def one_pass() -> None:
             probe = ReferenceProbe(reference, block) if reference is not None else None
+            in_band = FrameProbe(reference, block, skip) if reference is not None else None
             before = reading_on(WRITER, reference) if reference is not None else None
-            passes.append(run_pipelined(runner, perf_video.path, out_b1, batch=1, names=names,
-                                        max_frames=frames, keep_detections=False, on_batch=probe,
-                                        **decoder))  # fmt: skip
+            result = run_pipelined(runner, perf_video.path, out_b1, batch=1, names=names, max_frames=frames,
+                                   keep_detections=False, on_batch=probe, on_frame=in_band, **decoder)
+            if in_band is not None:  # the readings' own time is not the loop's
+                result = dataclasses.replace(result, wall_s=result.wall_s - in_band.spent_s,
+                                             iteration_ms=in_band.exclude(result.iteration_ms))
+            passes.append(result)
             probes.append(probe)
+            frame_probes.append(in_band)
             if before is not None:
                 writer_readings.append((before, reading_on(WRITER, reference)))
 
@@ -189,8 +199,14 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
         benchmark.extra_info["cpu_reference"] = {**reference_summary(readings), "nominal_ms": NOMINAL_S * 1e3,
                                                  "writer_ms": [[1e3 * r for r in pair] for pair in writer_readings]}
         stages["wall"] = {"label": "frame interval (wall clock)", "unit": "s per frame", "data": wall_flat}
-        samples = [x * NOMINAL_S / statistics.fmean(pair) for pass_, pair in zip(wall, writer_readings) for x in pass_]
-        label, unit = "frame interval (CPU-reference units, writer's CPU)", "s per frame at reference speed"
+        stages["writer_passes"] = {
+            "label": "frame interval (CPU-reference units, writer's CPU before and after each pass)",
+            "unit": "s per frame at reference speed",
+            "data": [x * NOMINAL_S / statistics.fmean(pair) for pass_, pair in zip(wall, writer_readings) for x in pass_]}
+        in_band_readings = [f.readings_s for f in frame_probes]
+        benchmark.extra_info["cpu_reference"]["writer_in_band_ms"] = reference_summary(in_band_readings)
+        samples = normalize(wall, in_band_readings, NOMINAL_S)
+        label, unit = "frame interval (CPU-reference units, writer's CPU, in-band)", "s per frame at reference speed"
     perf_samples(benchmark, samples, label=label, unit=unit, block=block, metrics=stages)
     for b in batches[1:]:
         pipelined[b] = run_pipelined(runner, perf_video.path, outputs[b] if source.encode else None, batch=b,

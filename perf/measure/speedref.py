@@ -25,6 +25,8 @@ from typing import Any
 FRAME_HW = (540, 960)
 #: Calls of the workload per reading (their best is kept: a reading measures speed, not interruptions).
 CALLS = 3
+#: Calls per in-band reading on the writer thread (`FrameProbe`): one, so the bottleneck loses ~3% of its time.
+FRAME_CALLS = 1
 #: The workload's nominal time (s): normalised samples are seconds per frame (or tick) had a reading taken this.
 NOMINAL_S = 1e-3
 
@@ -51,9 +53,9 @@ class CpuReference:
         float(chw.sum())
         cv2.imencode(".jpg", self.frame[:270, :480])
 
-    def __call__(self) -> float:
+    def __call__(self, calls: int = CALLS) -> float:
         best = float("inf")
-        for _ in range(CALLS):
+        for _ in range(calls):
             start = time.perf_counter()
             self.run_once()
             best = min(best, time.perf_counter() - start)
@@ -71,6 +73,36 @@ class ReferenceProbe:
     def __call__(self, done: int) -> None:
         if done // self.block > len(self.readings_s):
             self.readings_s.append(self.reference())
+
+
+class FrameProbe:
+    """The pipelined loop's ``on_frame`` hook, on its writer thread: after every ``block``-th frame past the first
+    ``skip``, one reference reading (`FRAME_CALLS` calls) on the writer's own CPU, in-band.
+
+    Measured on the H100 machine, a vCPU's speed toggles between two levels 1.5x apart every few tenths of a
+    second (the host's other hyperthread of its core busy or not); the writer, the loop's bottleneck, runs at the
+    speed of its CPU *at that moment*, which readings before and after a pass do not see. ``spent_ms[i]``: the
+    time the reading after frame ``i - 1`` took, which frame ``i``'s interval holds; `exclude` takes it out."""
+
+    def __init__(self, reference: CpuReference, block: int, skip: int = 0) -> None:
+        self.reference, self.block, self.skip = reference, block, skip
+        self.readings_s: list[float] = []
+        self.spent_ms: dict[int, float] = {}
+
+    def __call__(self, index: int, _frame: Any = None, _detections: Any = None) -> None:
+        done = index + 1 - self.skip
+        if done > 0 and done % self.block == 0:
+            start = time.perf_counter()
+            self.readings_s.append(self.reference(FRAME_CALLS))
+            self.spent_ms[index + 1] = (time.perf_counter() - start) * 1e3
+
+    def exclude(self, intervals_ms: Sequence[float]) -> list[float]:
+        """``intervals_ms`` (one per frame, in order) less the time the readings took."""
+        return [ms - self.spent_ms.get(i, 0.0) for i, ms in enumerate(intervals_ms)]
+
+    @property
+    def spent_s(self) -> float:
+        return sum(self.spent_ms.values()) / 1e3
 
 
 def smoothed(readings: Sequence[float], index: int) -> float:

@@ -91,3 +91,28 @@ def test_clock_reading_errors_are_relative_to_the_known_duration() -> None:
     r = reading(cycles=2000, cycles_per_ms=1000.0, event_ms=2.02, host_ms=2.1)
     assert r.known_ms == 2.0 and r.event_error == pytest.approx(0.01) and r.host_error == pytest.approx(0.05)
     assert r.offset_us == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize(("device", "given", "expected"), [("cuda", False, 0.2), ("cuda", True, 1.0),
+                                                            ("cpu", False, 1.0)])
+def test_gpu_clock_budget_is_short_unless_the_user_gave_one(monkeypatch: pytest.MonkeyPatch, device: str,
+                                                            given: bool, expected: float) -> None:
+    """Rounds past ~100 do not narrow the between-process spread: on the GPU clock pytest-benchmark's default 1 s
+    becomes `GPU_MAX_TIME_S`; a ``--benchmark-max-time`` the user gave, or the host clock, keeps its own."""
+    from perf.measure.clock import GPU_MAX_TIME_S, SUITE_CLOCK, max_time_s
+
+    monkeypatch.setattr(SUITE_CLOCK, "_device", lambda: device)
+    assert GPU_MAX_TIME_S == 0.2
+    assert max_time_s(1.0, given) == expected
+    assert max_time_s(0.05, False) == 0.05  # a shorter budget stays
+
+
+def test_a_max_time_on_the_command_line_in_addopts_or_the_environment_counts_as_given(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    from perf.measure.clock import max_time_given
+
+    pytester.makeini("[pytest]\n")
+    assert not max_time_given(pytester.parseconfig())
+    assert max_time_given(pytester.parseconfig("--benchmark-max-time=0.5"))
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--benchmark-max-time 2")
+    assert max_time_given(pytester.parseconfig())

@@ -19,7 +19,7 @@ from perf.measure.controls import NAMES, Controls, controlled, keep_output, scra
 from perf.gate.regressions import LayerRegressedSpec, SlowedStage, calibrate_stage, regressed_spec
 from perf.options import parse_controls, parse_regression
 from perf.measure.samples import block_samples, block_size, pass_frames, record_sequential_passes, stage_metrics
-from perf.measure.speedref import CpuReference, ReferenceProbe, normalize, smoothed
+from perf.measure.speedref import CpuReference, FrameProbe, ReferenceProbe, normalize, smoothed
 
 # -- block samples -------------------------------------------------------------------------------------------------
 
@@ -114,6 +114,37 @@ def test_reference_probe_reads_once_per_block_whatever_steps_the_count_takes() -
     for done in (1, 2, 3, 4, 8, 9, 12):
         probe(done)
     assert probe.readings_s == [1e-3] * 4 and Counting.calls == 4
+
+
+def test_writer_probe_reads_after_every_block_past_the_fill_and_takes_its_time_out_of_the_next_interval() -> None:
+    probe = FrameProbe(lambda calls=1: 1e-3, block=3, skip=2)  # type: ignore[arg-type]
+    for index in range(12):
+        probe(index, None, None)
+    assert probe.readings_s == [1e-3] * 3  # after frames 4, 7 and 10 (the 3rd, 6th and 9th past the fill)
+    assert sorted(probe.spent_ms) == [5, 8, 11]
+    intervals = [10.0] * 12
+    excluded = probe.exclude(intervals)
+    assert [i for i, (a, b) in enumerate(zip(intervals, excluded)) if a != b] == [5, 8, 11]
+    assert sum(intervals) - sum(excluded) == pytest.approx(probe.spent_s * 1e3)
+
+
+def test_writer_probe_in_the_pipelined_loop_reads_on_the_writer_thread_once_per_block(cpu_runner: Any,
+                                                                                      clip: Path) -> None:
+    import threading
+
+    from detector.pipelined import run_pipelined
+
+    threads: set[str] = set()
+
+    def reference(calls: int = 1) -> float:
+        threads.add(threading.current_thread().name)
+        return CpuReference()(calls)
+
+    probe = FrameProbe(reference, block=2, skip=1)  # type: ignore[arg-type]
+    result = run_pipelined(cpu_runner, clip, None, batch=1, on_frame=probe, keep_detections=False)
+    assert len(probe.readings_s) == 2 and threads == {"pipelined-write"}  # frames 2 and 4 end blocks; 6 is short
+    excluded = probe.exclude(result.iteration_ms)
+    assert min(excluded) >= 0 and sum(result.iteration_ms) - sum(excluded) == pytest.approx(probe.spent_s * 1e3)
 
 
 def test_reference_workload_takes_a_positive_time_and_touches_no_detector_code() -> None:
