@@ -98,12 +98,24 @@ def _mark_sessions(runs: Sequence[SavedRun]) -> None:
         object.__setattr__(run, "_session", float(session))
 
 
-def _take(labels: list[str], runs: Mapping[str, SavedRun], session: float) -> str | None:
-    """Pop a label of ``session`` from ``labels`` if there is one, else any (None when empty)."""
-    for i in range(len(labels) - 1, -1, -1):
-        if _session(runs[labels[i]]) == session:
-            return labels.pop(i)
-    return labels.pop() if labels else None
+def _when(run: SavedRun) -> float:
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromisoformat(run.datetime or "").timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _take(labels: list[str], runs: Mapping[str, SavedRun], session: float, near: SavedRun | None = None) -> str | None:
+    """Pop a label of ``session`` from ``labels`` if there is one, else any (None when empty); with ``near``, the
+    one saved closest in time to it (CI runs a confirmation pair back to back: slow drifts of the runner cancel)."""
+    same = [i for i in range(len(labels)) if _session(runs[labels[i]]) == session] or list(range(len(labels)))
+    if not same:
+        return None
+    if near is None:
+        return labels.pop(same[-1])
+    return labels.pop(min(same, key=lambda i: abs(_when(runs[labels[i]]) - _when(near))))
 
 
 def _pair(kind: str, first: SavedRun, spare: list[str], cand_spare: list[str], pool: Mapping[str, SavedRun],
@@ -119,7 +131,7 @@ def _pair(kind: str, first: SavedRun, spare: list[str], cand_spare: list[str], p
         if not cand_spare or not spare:
             return None
         cand = same_kind[_take(cand_spare, same_kind, _session(first))]  # type: ignore[index]
-    return pool[_take(spare, pool, _session(cand))], cand  # type: ignore[index]
+    return pool[_take(spare, pool, _session(cand), near=cand)], cand  # type: ignore[index]
 
 
 def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_kind: Mapping[str, SavedRun],

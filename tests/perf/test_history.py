@@ -101,6 +101,27 @@ def test_a_stage_that_grew_by_a_tenth_of_the_frame_makes_the_pipeline_slower_and
     assert same.verdict == "no change"
 
 
+def test_a_slower_frame_names_the_stage_with_most_of_the_change_when_no_stage_is_beyond_its_own_noise() -> None:
+    def loop(write_s: float, read_s: float, frame_s: float, seed: int) -> dict[str, Any]:
+        noisy = np.random.default_rng(seed)
+        stages = {name: {"label": name.replace(":", " "), "judged": True,
+                         "data": list(s * np.exp(0.15 * noisy.standard_normal(40)))}
+                  for name, s in (("stage:write", write_s), ("stage:read", read_s))}  # a wall clock: 15% per block
+        return _bench("pipe", frame_s, seed, "pipelined", spread=0.01, metrics=stages)
+
+    rng = np.random.default_rng(3)
+    runs = [_run(k + 1, loop(3e-3 * np.exp(0.12 * rng.standard_normal()), 0.6e-3 * np.exp(0.08 * rng.standard_normal()),
+                             2e-3 * np.exp(0.01 * rng.standard_normal()), k)) for k in range(12)]  # fmt: skip
+    baseline = Baseline(runs)
+    level = budget(baseline, GateSettings()).first_level
+    row = judge_benchmark(baseline, BenchmarkRecord.from_json(loop(3.3e-3, 0.6e-3, 2.2e-3, 60)), level)
+    assert row.verdict == "slower" and row.metrics[0].verdict == "slower"
+    assert [m.verdict for m in row.metrics[1:]] == ["no change", "no change"]
+    assert row.moved.endswith("moved most") and "stage write" in row.moved.split("; ")[-1]
+    same = judge_benchmark(baseline, BenchmarkRecord.from_json(loop(3e-3, 0.6e-3, 2e-3, 61)), level)
+    assert "moved most" not in same.moved
+
+
 def test_launch_bound_calls_are_also_judged_on_host_latency() -> None:
     def bench(gpu_s: float, host_s: float, seed: int, bound: bool = True) -> dict[str, Any]:
         host = {"host": {"label": "host latency (sync)", "data": [host_s] * 30}}
@@ -228,3 +249,13 @@ def test_a_suspect_is_confirmed_cleared_or_left_inconclusive_by_its_confirmation
     assert not judge_suspect(open_, baseline, GateSettings(), pairs([1.03, 0.99]), 0.025, True, final=False)
     assert judge_suspect(open_, baseline, GateSettings(), pairs([1.03, 0.99]), 0.025, True, final=True)
     assert open_.verdict == "inconclusive" and open_.note.startswith("inconclusive: cannot rule out +")
+
+
+def test_a_simulated_confirmation_pairs_each_candidate_process_with_the_base_saved_closest_in_time() -> None:
+    from perf.crossprocess import _take
+
+    runs = {f"p{k}": _run(k, _bench("a", 1e-3, k)) for k in (1, 5, 9, 30)}  # saved 00:01, 00:05, 00:09, 00:30
+    labels = list(runs)
+    assert _take(labels, runs, 0.0, near=_run(8, _bench("a", 1e-3, 8))) == "p9"
+    assert _take(labels, runs, 0.0, near=_run(28, _bench("a", 1e-3, 28))) == "p30"
+    assert _take(labels, runs, 0.0) == "p5" and labels == ["p1"]  # without a time: the last one, as before

@@ -82,6 +82,32 @@ def test_pairs_are_judged_on_their_ratios_and_borrow_the_references_spread() -> 
         judge_pairs(base[:1], cand[:1], 0.05)
 
 
+def test_one_odd_pair_does_not_confirm_a_slowdown_that_the_other_pairs_do_not_show() -> None:
+    ref = reference([1e-3 * (1 + 0.01 * k) for k in range(-4, 5)])  # a calm history: 1% between processes
+    base = [1.00e-3, 1.00e-3, 1.00e-3]
+    odd = [1.004e-3, 1.003e-3, 1.30e-3]  # one candidate process 30% slow, the others as the base
+    assert judge_pairs(base, odd, 0.05, prior=ref, robust=False).verdict == SLOWER  # the mean alone is fooled
+    assert judge_pairs(base, odd, 0.05, prior=ref).verdict == NO_CHANGE
+    shifted = [1.10e-3, 1.09e-3, 1.12e-3]  # every pair about +10%: it stands without any one of them
+    assert judge_pairs(base, shifted, 0.05, prior=ref).verdict == SLOWER
+
+
+def test_confirmations_of_unchanged_code_with_heavy_tailed_processes_stay_within_their_level() -> None:
+    """Processes as the H100 gave them: most within 1.5%, one in ten 10-25% slower; a history with its outliers left
+    out; confirmations of 2 and 4 identical pairs at the confirmation level."""
+    rng = np.random.default_rng(7)
+
+    def draw(n: int) -> np.ndarray:
+        tail = rng.random(n) < 0.1
+        return 1e-3 * np.exp(0.015 * rng.standard_normal(n) + tail * rng.uniform(0.10, 0.25, n))
+
+    level, trials, wrong = CONFIRM_LEVEL / 2, 2000, 0
+    for i in range(trials):
+        k = 2 if i % 2 else 4
+        wrong += judge_pairs(draw(k), draw(k), level, prior=reference(draw(8))).verdict == SLOWER
+    assert wrong / trials <= level
+
+
 def test_one_process_alone_is_judged_on_its_own_within_process_spread() -> None:
     ref = within_reference(1e-3, 0.004)
     assert judge(ref, [1.05e-3], 0.01).verdict == SLOWER
