@@ -14,6 +14,7 @@ from typing import Any
 from detector.fileio import atomic_write_text
 from perf.gate.compare import FORMAT, INCONCLUSIVE, SLOWER, VERDICTS, Baseline, GateSettings, Row
 from perf.gate.judge import Budget
+from perf.tabletext import markdown_table, text_table
 from perf.verdicts import VERDICT_FILE, note_phrase
 
 
@@ -85,13 +86,8 @@ def _cells(r: Row) -> tuple[str, ...]:
 def format_lines(rows: list[Row]) -> list[str]:
     """One aligned text line per row: name, the history's median, this run's, ratio [interval], the smallest
     slowdown it could detect, the runs its reference rests on, verdict, then what moved and the note."""
-    table = [HEADINGS, *(_cells(r) for r in rows)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    out = []
-    for line, row in zip(table, [None, *rows]):
-        text = "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
-        out.append(text + (f"  ({_note(row)})" if row is not None and _note(row) else ""))
-    return out
+    header, *lines = text_table(HEADINGS, [_cells(r) for r in rows])
+    return [header, *(line + (f"  ({_note(r)})" if _note(r) else "") for line, r in zip(lines, rows))]
 
 
 def to_markdown(rows: list[Row], header: str, subject: Mapping[str, str] | None = None) -> str:
@@ -107,8 +103,7 @@ def to_markdown(rows: list[Row], header: str, subject: Mapping[str, str] | None 
             lines.append(f"* `{r.name}`: {_ratio(r)}" + (f" -- {r.moved}" if r.moved else ""))
             lines += [f"  * {line}" for line in why_lines(r)]
         lines.append("")
-    lines += ["| " + " | ".join(HEADINGS) + " | what moved / note |", "|---" * (len(HEADINGS) + 1) + "|"]
-    lines += ["| " + " | ".join(_cells(r)) + f" | {_note(r)} |" for r in rows]
+    lines += markdown_table([*HEADINGS, "what moved / note"], [[*_cells(r), _note(r)] for r in rows])
     return "\n".join(lines) + "\n"
 
 

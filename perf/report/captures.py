@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perf.profile.critical_path_summary import CriticalPathSummary
+from perf.tabletext import markdown_table
 
 #: Where the captures are, relative to the reports folder (`perf.profile.nsys.DEFAULT_REPORT_ROOT`'s last part).
 CAPTURES = "nsys"
@@ -69,9 +70,8 @@ def captures_markdown(rows: list[CaptureRow]) -> str:
     """The section of the markdown summary: one table row per capture (empty without captures)."""
     if not rows:
         return ""
-    lines = [f"### {SECTION}", "", "| " + " | ".join(_COLUMNS) + " |", "|---|---:|---:|---|---|"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(row)) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    table = markdown_table(_COLUMNS, [_cells(row) for row in rows], right=("region ms", "GPU idle"))
+    return "\n".join([f"### {SECTION}", "", *table]) + "\n"
 
 
 def captures_html(rows: list[CaptureRow]) -> str:

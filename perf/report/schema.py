@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from detector.timing import STAGES
+from perf.tabletext import markdown_table
 from perf.validate import NUMBER, NUMBERS, TEXT, TEXTS
 
 
@@ -134,6 +135,12 @@ class TableSpec:
         """The heading of row key ``name``: its column's ``header`` when it has one, else the key itself."""
         column = self.column(name)
         return column.header if column is not None and column.header else name
+
+    def markdown(self, columns: Sequence[str], rows: Iterable[Sequence[str]], numbers_right: bool = False) -> list[str]:
+        """`perf.tabletext.markdown_table` of ``rows`` (text cells in ``columns`` order) under the columns' `header`;
+        ``numbers_right``: columns with a unit right-aligned (perf-report's summary; the suite's report is all left)."""
+        right = [self.header(c) for c in columns if numbers_right and (column := self.column(c)) and column.unit]
+        return markdown_table([self.header(c) for c in columns], rows, right)
 
     def notes(self, device: str | None = None) -> list[str]:
         """What to say under the title on ``device``: the note, and on a CPU run the CPU note."""

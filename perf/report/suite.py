@@ -105,11 +105,7 @@ class PerfReport:
             if spec.gpu_only and schema.on_cpu(self.device):
                 continue
             columns = spec.names(rows, device=self.device)
-            parts.append("| " + " | ".join(spec.header(c) for c in columns) + " |")
-            parts.append("|" + "|".join("---" for _ in columns) + "|")
-            for row in rows:
-                parts.append("| " + " | ".join(cell(row.get(c)) for c in columns) + " |")
-            parts.append("")
+            parts += [*spec.markdown(columns, [[cell(row.get(c)) for c in columns] for row in rows]), ""]
         return "\n".join(parts)
 
     def add_speedups(self) -> None:

@@ -22,6 +22,7 @@ from perf.report.inputs import ReportInputs
 from perf.report.readable import change, duration, natural_key, number, ratio
 from perf.report.schema import TableSpec
 from perf.runs import BenchmarkRecord, describe_injected
+from perf.tabletext import markdown_cell
 from perf.verdicts import Verdicts, note_phrase
 
 
@@ -259,16 +260,6 @@ def all_tables(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> li
     return [t for t in tables if t is not None]
 
 
-def _numeric(spec: TableSpec, name: str) -> bool:
-    """Whether a column holds measured values (it has a unit): right-aligned, as numbers read."""
-    column = spec.column(name)
-    return column is not None and bool(column.unit)
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def to_markdown(tables: Sequence[Table], warnings: Sequence[str], title: str = "Performance report",
                 said: Sequence[Notice] = (), subject: Mapping[str, str] | None = None) -> str:  # fmt: skip
     """The summary: the subject (`perf.subject.describe_subject`), the notices (an injected run as a bold quote),
@@ -280,20 +271,16 @@ def to_markdown(tables: Sequence[Table], warnings: Sequence[str], title: str = "
     if subject:
         lines += [subject_markdown(subject)]
     for notice in said:
-        lines += [f"> **{_md_cell(notice.text)}**" if notice.kind == "injected" else _md_cell(notice.text), ""]
+        lines += [f"> **{markdown_cell(notice.text)}**" if notice.kind == "injected" else markdown_cell(notice.text), ""]
     for w in warnings:
-        lines.append(f"> warning: {_md_cell(w)}")
+        lines.append(f"> warning: {markdown_cell(w)}")
     if warnings:
         lines.append("")
     for table in tables:
         lines += [f"### {table.title}", ""]
         if table.note:
             lines += [table.note, ""]
-        columns = table.columns(detail=False)
-        lines.append("| " + " | ".join(_md_cell(c) for c in columns) + " |")
-        lines.append("|" + "|".join("---:" if _numeric(table.spec, c) else "---" for c in columns) + "|")
-        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.cells(detail=False)]
-        lines.append("")
+        lines += [*table.spec.markdown(table.columns(detail=False), table.cells(detail=False), numbers_right=True), ""]
     if tables:
         lines += ["IQR, p99, rounds, every stage and the figures (latency, history, parity) are in the HTML report.",
                   ""]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perf.options import parse_count, parse_fraction, parse_positive_int, parse_store
+from perf.tabletext import markdown_table
 
 if TYPE_CHECKING:
     from perf.runs import SavedRun
@@ -125,14 +126,11 @@ def comparable_lines(run: Path, device: str) -> list[str]:
 def changes_table(changes: Sequence[HistoryChange]) -> str:
     """The change points as a markdown table: benchmark, commit where it changed, before / after medians, size,
     runs at the new level."""
-    lines = ["| benchmark | changed at (commit, run date) | before | after | size | runs after |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
-    for item in changes:
-        c = item.change
-        lines.append(f"| {item.name} | {str(item.commit or '?')[:12]} ({item.saved_at or 'no date'}) | "
-                     f"{c.before_s * 1e3:.4g} ms | {c.after_s * 1e3:.4g} ms | {100 * (c.ratio - 1):+.1f}% | "
-                     f"{c.points_after} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+    rows = [[item.name, f"{str(item.commit or '?')[:12]} ({item.saved_at or 'no date'})", f"{c.before_s * 1e3:.4g} ms",
+             f"{c.after_s * 1e3:.4g} ms", f"{100 * (c.ratio - 1):+.1f}%", str(c.points_after)]
+            for item in changes for c in [item.change]]  # fmt: skip
+    headers = ["benchmark", "changed at (commit, run date)", "before", "after", "size", "runs after"]
+    return "\n".join(markdown_table(headers, rows)) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,7 @@ function (a lazy import is still an arrow). The floors, top to bottom:
     options   perf/options.py: every --perf-* option and its parser
     session   perf/session.py: the state the hooks share
     library   perf/measure, gate, store, report, profile (one floor; no cycle between the subpackages)
-    models    perf/runs.py, subject.py, verdicts.py, validate.py: what every part reads
+    models    perf/runs.py, subject.py, verdicts.py, validate.py, tabletext.py: what every part reads
     detector  the package under test; it never imports perf
 
 An import from a floor to itself or one below is allowed; anything else fails the test naming the import.
@@ -50,6 +50,7 @@ PLACES = (
     ("perf/subject.py", "models", "the model and video under test, their identity"),
     ("perf/verdicts.py", "models", "the gate's verdict files, read back"),
     ("perf/validate.py", "models", "the one validator of saved runs"),
+    ("perf/tabletext.py", "models", "the one table renderer: markdown and terminal text"),
     ("perf/__init__.py", "models", "the package's docstring; imports nothing"),
     ("detector/*", "detector", "the package under test"),
 )
