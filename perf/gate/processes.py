@@ -211,6 +211,7 @@ def run_children(
     result records whether that check passed. ``deadline`` (``time.monotonic()`` seconds): no child starts that
     would likely end after it (judged by the longest child so far); the plan can be resumed later. A progress
     bar (`detector.progress`) counts the processes where stderr is a terminal, or with ``DETECTOR_PROGRESS=1``.
+    Each child runs through `perf.profile.child.run_pytest_child` (its log: the command, its output, `FOOTER`).
     """
     from detector.progress import progress
 
