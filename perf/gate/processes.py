@@ -20,13 +20,13 @@ import logging
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from detector.fileio import atomic_write_text
+from perf.profile.child import pytest_command, run_pytest_child
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +211,7 @@ def run_children(
     result records whether that check passed. ``deadline`` (``time.monotonic()`` seconds): no child starts that
     would likely end after it (judged by the longest child so far); the plan can be resumed later. A progress
     bar (`detector.progress`) counts the processes where stderr is a terminal, or with ``DETECTOR_PROGRESS=1``.
+    Each child runs through `perf.profile.child.run_pytest_child` (its log: the command, its output, `FOOTER`).
     """
     from detector.progress import progress
 
@@ -232,20 +233,15 @@ def run_children(
             compare = [f"--benchmark-compare={previous_identical.name[:4]}", f"--benchmark-compare-fail={compare_fail}",
                        "--perf-confirm=0"]  # one process judged as pytest-benchmark's users run it, no children
         if run is None:
-            command = [sys.executable, "-m", "pytest", *options, "-p", "no:cacheprovider",
-                       f"--benchmark-storage=file://{storage}", f"--benchmark-save={child.label}",
-                       f"--perf-reports-dir={folder / ('reports-' + child.label)}", *compare, *child.options,
-                       *child.nodeids]  # fmt: skip
-            start = time.perf_counter()
-            with open(log_path, "w", encoding="utf-8") as out:
-                out.write("$ " + " ".join(command) + "\n")
-                out.flush()
-                env = {**os.environ, "PYTHONUNBUFFERED": "1", "PERF_STORE": "none"}  # children's runs are not history
-                if child.cwd is not None:  # that tree's packages, not the installed (editable) ones
-                    env["PYTHONPATH"] = os.pathsep.join(p for p in (child.cwd, os.environ.get("PYTHONPATH")) if p)
-                code = subprocess.run(command, cwd=child.cwd or cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                      check=False).returncode  # fmt: skip
-            seconds = time.perf_counter() - start
+            command = pytest_command([*options, "-p", "no:cacheprovider", f"--benchmark-storage=file://{storage}",
+                                      f"--benchmark-save={child.label}",
+                                      f"--perf-reports-dir={folder / ('reports-' + child.label)}", *compare,
+                                      *child.options, *child.nodeids])  # fmt: skip
+            env = {**os.environ, "PERF_STORE": "none"}  # children's runs are not history
+            if child.cwd is not None:  # that tree's packages, not the installed (editable) ones
+                env["PYTHONPATH"] = os.pathsep.join(p for p in (child.cwd, os.environ.get("PYTHONPATH")) if p)
+            done = run_pytest_child(command, child.cwd or cwd, env, log_path, echo_command=True)
+            code, seconds = done.returncode, done.seconds
             with open(log_path, "a", encoding="utf-8") as out:
                 out.write("\n" + FOOTER.format(code=code, seconds=seconds) + "\n")
             run = _saved_run(storage, child.label)

@@ -5,7 +5,8 @@ The tables read (missing ones are empty data; times are ns on one clock, host an
 * ``StringIds(id, value)``: every interned name; ``ThreadNames(nameId, globalTid)``: OS thread names.
 * ``NVTX_EVENTS``: push/pop ranges (``eventType`` 59) with ``text`` or ``textId``; the region is the range
   named `perf.profile.torch_profiler.MEASURED_RANGE` (first start to last end), else first to last GPU activity
-  (the model's: the suite's busy-wait kernels left out unless there is nothing else, as in `perf.profile.nsys_stats`).
+  (the model's: the suite's busy-wait kernels, `is_suite_kernel`, left out unless there is nothing else); push/pop
+  and start/end ranges (``eventType`` 60) are summed per name over the whole capture.
 * ``CUPTI_ACTIVITY_KIND_RUNTIME``: CUDA API calls per host thread (``correlationId`` links the GPU work they
   launched); ``OSRT_API``: OS runtime calls per thread (nsys traces only calls longer than its threshold).
 * ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET``: GPU work per device and stream.
@@ -13,6 +14,9 @@ The tables read (missing ones are empty data; times are ns on one clock, host an
   record) a synchronising call waited for, where CUPTI says.
 
 A ``globalTid`` packs the process id and the thread id (``(gtid >> 24) & 0xFFFFFF`` and ``gtid & 0xFFFFFF``).
+Besides the records inside the region, a `Capture` holds totals over the whole capture (kernels by demangled name,
+CUDA API calls, NVTX ranges, host<->device copies), as ``nsys stats`` sums them, for the summary
+(`perf.profile.nsys_summary`).
 """
 
 from __future__ import annotations
@@ -22,24 +26,39 @@ import logging
 import os
 import re
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from detector.errors import DetectorError
 from perf.profile.kernels import short_name
-from perf.profile.nsys_stats import is_suite_kernel
 from perf.profile.torch_profiler import MEASURED_RANGE
 
 log = logging.getLogger(__name__)
 
-#: ``NVTX_EVENTS.eventType`` of a push/pop range (ENUM_NSYS_EVENT_TYPE "NvtxPushPopRange").
+#: ``NVTX_EVENTS.eventType`` of a push/pop range (ENUM_NSYS_EVENT_TYPE "NvtxPushPopRange") and of a start/end one.
 NVTX_PUSH_POP = 59
+NVTX_START_END = 60
 #: ``streamId`` / CUPTI's "no stream" marker in synchronization records.
 NO_STREAM = 0xFFFFFFFF
 #: ``ENUM_CUDA_MEMCPY_OPER`` ids as short names (others: "[memcpy]").
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
                 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}  # fmt: skip
+#: The source of the empty region of a capture with no region at all.
+NOTHING = "nothing traced"
+#: ``copyKind`` ids of host-to-device and device-to-host copies (plain and unified memory).
+COPY_DIRECTIONS = {1: "h2d", 11: "h2d", 2: "d2h", 12: "d2h"}
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+#: Kernels that the perf suite itself launches and the model never does, found by name. ``torch.cuda._sleep`` runs
+#: ATen's ``spin_kernel`` (aten/src/ATen/cuda/Sleep.cu), a GPU busy-wait that `detector.timing.CudaEventClock`
+#: enqueues before each start event (its ``lead_in_ms``) and that `perf.measure.slowdown` injects as a slowdown;
+#: counted as model work it topped the kernel table and made an idle GPU look busy. Names come demangled with or
+#: without arguments and with either spelling of the anonymous namespace ("at::cuda::(anonymous
+#: namespace)::spin_kernel(long)", "void at::cuda::<unnamed>::spin_kernel(long)"), bare ("spin_kernel") or mangled
+#: ("_ZN2at4cuda12_GLOBAL__N_111spin_kernelEl": the second alternative). A whole identifier is required, so
+#: "spin_kernels" or "my_spin_kernel" are model kernels.
+SUITE_KERNEL_NAME = re.compile(r"(?<!\w)spin_kernel(?!\w)|11spin_kernelE")
 
 
 class CaptureError(DetectorError):
@@ -49,6 +68,28 @@ class CaptureError(DetectorError):
 def api_name(name: str) -> str:
     """A CUDA API name without nsys's version suffix: ``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``."""
     return _VERSION_SUFFIX.sub("", name)
+
+
+def stats_api_name(name: str) -> str:
+    """A CUDA API name as ``nsys stats`` prints it: a 4-digit version suffix cut (``cudaLaunchKernel_v7000`` ->
+    ``cudaLaunchKernel``), a longer one kept (``cudaLaunchKernelExC_v11060``)."""
+    return name[:-6] if name[-6:-4] == "_v" else name
+
+
+def is_suite_kernel(name: str) -> bool:
+    """True for a kernel name (any nsys spelling) that the perf suite launches itself: see `SUITE_KERNEL_NAME`."""
+    return SUITE_KERNEL_NAME.search(name) is not None
+
+
+def busy_ns(intervals: Iterable[tuple[int, int]], start_ns: int, end_ns: int) -> int:
+    """Length in ns of the union of ``[a, b)`` intervals clipped to ``[start_ns, end_ns)`` (overlaps count once)."""
+    total, reach = 0, start_ns
+    for a, b in sorted((max(a, start_ns), min(b, end_ns)) for a, b in intervals):
+        if b <= reach or b <= a:
+            continue
+        total += b - max(a, reach)
+        reach = b
+    return total
 
 
 @dataclass(frozen=True)
@@ -128,9 +169,23 @@ class SyncTarget:
     before_correlation: int | None = None
 
 
+@dataclass(frozen=True)
+class Total:
+    """One name's total over the whole capture: ``ns`` (summed durations), ``count`` (calls, launches or range
+    instances) and ``bytes`` (copies only)."""
+
+    name: str
+    ns: int
+    count: int
+    bytes: int = 0
+
+
 @dataclass
 class Capture:
-    """The records of one export inside ``region`` (anything overlapping it), sorted by start."""
+    """The records of one export inside ``region`` (anything overlapping it), sorted by start, and the whole
+    capture's totals (each list largest ``ns`` first): ``kernels`` by demangled name, ``api`` by CUDA API name
+    (`stats_api_name`), ``nvtx`` by range name (push/pop and start/end, any domain), ``copies`` by direction
+    ("h2d", "d2h"); ``memsets`` counts memsets and ``pushpop`` push/pop ranges, whole capture."""
 
     path: Path
     region: Region
@@ -143,6 +198,17 @@ class Capture:
     #: The thread holding the region's NVTX range (else the one with the most CUDA API time); None without one.
     region_thread: int | None = None
     range_name: str = MEASURED_RANGE
+    kernels: list[Total] = field(default_factory=list)
+    api: list[Total] = field(default_factory=list)
+    nvtx: list[Total] = field(default_factory=list)
+    copies: dict[str, Total] = field(default_factory=dict)
+    memsets: int = 0
+    pushpop: int = 0
+
+    @property
+    def found(self) -> bool:
+        """Whether the capture had a region (a range, GPU work or one given), not an empty one at 0."""
+        return self.region.source != NOTHING
 
     def thread(self, gtid: int) -> ThreadInfo:
         return self.threads.get(gtid) or ThreadInfo(gtid, "thread")
@@ -266,6 +332,31 @@ def _region(db: _Db, range_name: str) -> tuple[Region, int | None] | None:
     return Region(min(o.start_ns for o in model), max(o.end_ns for o in model), "first to last GPU activity"), None
 
 
+def _totals(rows: Iterable[tuple[str, int, int | None]]) -> list[Total]:
+    """(name, ns, bytes) rows summed per name, largest ``ns`` first (then by name)."""
+    sums: dict[str, list[int]] = {}
+    for name, ns, size in rows:
+        entry = sums.setdefault(name, [0, 0, 0])
+        entry[0], entry[1], entry[2] = entry[0] + ns, entry[1] + 1, entry[2] + (size or 0)
+    return sorted((Total(name, *v) for name, v in sums.items()), key=lambda t: (-t.ns, t.name))
+
+
+def _read_totals(db: _Db, capture: Capture) -> None:
+    """The whole capture's totals into ``capture`` (see `Capture`)."""
+    kernels = db.rows("CUPTI_ACTIVITY_KIND_KERNEL", ("demangledName", "start", "end"))
+    capture.kernels = _totals((db.strings.get(n, "kernel"), e - s, 0) for n, s, e in kernels)
+    api = db.rows("CUPTI_ACTIVITY_KIND_RUNTIME", ("nameId", "start", "end"))
+    capture.api = _totals((stats_api_name(db.strings.get(n, "?")), e - s, 0) for n, s, e in api)
+    where = f"WHERE eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND end IS NOT NULL"
+    nvtx = db.rows("NVTX_EVENTS", ("text", "textId", "start", "end", "eventType"), where)
+    capture.nvtx = _totals((db.text(t, i), e - s, 0) for t, i, s, e, _ in nvtx)
+    capture.pushpop = sum(1 for *_, kind in nvtx if kind == NVTX_PUSH_POP)
+    copies = db.rows("CUPTI_ACTIVITY_KIND_MEMCPY", ("copyKind", "start", "end", "bytes"))
+    capture.copies = {t.name: t for t in _totals((COPY_DIRECTIONS[k], e - s, b) for k, s, e, b in copies
+                                                 if k in COPY_DIRECTIONS)}  # fmt: skip
+    capture.memsets = len(db.rows("CUPTI_ACTIVITY_KIND_MEMSET", ("start",)))
+
+
 def _busiest_thread(calls: list[HostCall]) -> int | None:
     time: dict[int, int] = {}
     for c in calls:
@@ -290,7 +381,7 @@ def read_capture(path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
         if region is not None:
             chosen = Region(region[0], region[1], "given")
         else:
-            chosen = found[0] if found else Region(0, 0, "nothing traced")
+            chosen = found[0] if found else Region(0, 0, NOTHING)
         span = (chosen.start_ns, chosen.end_ns)
         names = {g: db.strings.get(n, "thread") for n, g in db.rows("ThreadNames", ("nameId", "globalTid"))}
         capture = Capture(path, chosen, range_name=range_name)
@@ -302,6 +393,7 @@ def read_capture(path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
         capture.region_thread = owner if owner is not None else _busiest_thread(capture.cuda_calls)
         seen = {c.gtid for c in (*capture.cuda_calls, *capture.os_calls)} | {r.gtid for r in capture.ranges}
         capture.threads = {g: ThreadInfo(g, names.get(g, "thread")) for g in sorted(seen)}
+        _read_totals(db, capture)
     except sqlite3.DatabaseError as e:
         raise CaptureError(f"cannot read nsys SQLite export '{path}': {e}") from e
     finally:

@@ -38,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from perf.profile.capture_db import Capture, HostCall, read_capture
+from perf.profile.capture_db import Capture, HostCall, busy_ns, read_capture
 from perf.profile.critical_path_summary import (
     CriticalPathSummary,
     PathShare,
@@ -47,7 +47,6 @@ from perf.profile.critical_path_summary import (
     ThreadLoad,
     Wait,
 )
-from perf.profile.nsys_stats import busy_ns
 from perf.profile.timeline import Timeline, merge_runs
 from perf.profile.torch_profiler import MEASURED_RANGE
 

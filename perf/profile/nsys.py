@@ -1,7 +1,7 @@
 """Nsight Systems captures of single tests: find nsys, run a test in a child pytest under ``nsys profile``,
-export ``nsys stats`` reports as CSV and boil them down to a short summary (JSON + markdown beside the report),
-with the critical path and the waits of the measured region from the report's SQLite export
-(``nsys export --type sqlite``, `perf.profile.critical_path`).
+export the report to SQLite once (``nsys export --type sqlite``) and boil that export down to a short summary
+(JSON + markdown beside the report) with the critical path and the waits of the measured region
+(`perf.profile.nsys_summary`, `perf.profile.critical_path`, both from one `perf.profile.capture_db.Capture`).
 
 The parent pytest process never loads CUDA for a profiled test: it runs
 
@@ -13,13 +13,6 @@ and the child (which sees `NSYS_CHILD_FLAG`) runs the test with NVTX ranges on, 
 with cudaProfilerStart/Stop (`detector.timing.profiler_capture`), so engine builds and warm-up stay out of the report.
 The child's JUnit XML says whether the *test* passed, failed or skipped; a missing report or an nsys error message
 means *nsys* failed, which raises `NsysError` quoting the end of nsys's output.
-
-CSV facts (Nsight Systems stats reports, ``--format csv --output <base>`` writes ``<base>_<report>.csv``): times are
-in ns ("Total Time (ns)", "Start (ns)"), sizes in decimal MB with 3 decimals ("Total (MB)", "Bytes (MB)"), NVTX
-ranges are named ``<domain>:<name>`` (``:infer`` in the default domain) and are host (CPU) time. A report with no
-data prints "SKIPPED: ... does not contain ..." and writes no file; `export_stats` leaves it out and the summary
-treats it as an empty table. The ``parse_*`` functions (through `read_table`) skip anything nsys printed before
-the header row and read units from the headers.
 """
 
 from __future__ import annotations
@@ -31,17 +24,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from detector.errors import DetectorError, one_line
-from perf.profile.capture_db import CaptureError
-from perf.profile.critical_path import critical_path_summary
-from perf.profile.critical_path_summary import CriticalPathSummary
-from perf.profile.nsys_stats import STATS_REPORTS, NsysSummary, summarize, write_summary
+from perf.profile.capture_db import CaptureError, read_capture
+from perf.profile.child import pytest_command, run_pytest_child
+from perf.profile.critical_path import analyze, summarize_path
+from perf.profile.nsys_summary import NsysSummary, summarize, write_summary
 from perf.profile.torch_profiler import MEASURED_RANGE
 
 log = logging.getLogger(__name__)
@@ -69,7 +61,6 @@ _NSYS_FAILURE = re.compile(
     re.IGNORECASE,
 )
 _TAIL_LINES = 30
-#: The ``nsys stats`` reports `export_stats` asks for (Nsight Systems 2023.2+ names).
 
 
 class NsysError(DetectorError):
@@ -254,26 +245,20 @@ def run_child_under_nsys(
         stale.unlink(missing_ok=True)
     junit = report_dir / "child-junit.xml"
     path, sep, rest = nodeid.partition("::")
-    child = [sys.executable, "-m", "pytest", f"{rootdir / path}{sep}{rest}", f"--rootdir={rootdir}",
-             "-p", "no:cacheprovider", NSYS_CHILD_FLAG, f"--junitxml={junit}", "-q", "-rfEs",
-             *extra_pytest_args]  # fmt: skip
+    child = pytest_command([f"{rootdir / path}{sep}{rest}", f"--rootdir={rootdir}", "-p", "no:cacheprovider",
+                            NSYS_CHILD_FLAG, f"--junitxml={junit}", "-q", "-rfEs", *extra_pytest_args])  # fmt: skip
     command = nsys_profile_command(nsys, report_dir / "capture", child)
-    child_env = {key: value for key, value in (os.environ if env is None else env).items()
-                 if not key.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}  # the child is a plain session
-    child_env["PYTHONUNBUFFERED"] = "1"
+    log_path = report_dir / "nsys-run.log"
     log.info("profiling %s: %s", nodeid, " ".join(command))
     try:
-        proc = subprocess.run(command, cwd=rootdir if cwd is None else cwd, env=child_env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout_s,
-                              check=False)  # fmt: skip
-        output, returncode = proc.stdout or "", proc.returncode
+        run = run_pytest_child(command, rootdir if cwd is None else cwd, os.environ if env is None else env, log_path,
+                               timeout_s=timeout_s)  # fmt: skip
     except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        raise nsys_error(f"nsys profile of {nodeid} did not finish within {timeout_s:.0f} s", out) from e
+        output = log_path.read_text(encoding="utf-8", errors="replace")
+        raise nsys_error(f"nsys profile of {nodeid} did not finish within {timeout_s:.0f} s", output) from e
     except OSError as e:
         raise NsysError(f"cannot run nsys at {os.fspath(nsys)!r} for {nodeid}: {e}") from e
-    log_path = report_dir / "nsys-run.log"
-    log_path.write_text(output, encoding="utf-8")
+    output, returncode = run.output(), run.returncode
     reports = sorted(report_dir.glob("*.nsys-rep"))
     result = NsysResult(nodeid, command, returncode, "passed", report_dir, reports, _tail(output), None, log_path)
     verdict = _junit_outcome(junit)
@@ -293,59 +278,7 @@ def run_child_under_nsys(
     return result
 
 
-# --- nsys stats -----------------------------------------------------------------------------------------------------
-
-
-def stats_command(nsys: str | os.PathLike[str], rep_path: Path, output_base: Path, reports: Sequence[str]) -> list[str]:
-    """``nsys stats`` argv writing one CSV per report, named ``<output_base>_<report>.csv``. ``rep_path`` is a
-    ``.nsys-rep`` (exported to SQLite afresh, beside it) or its SQLite export (read as it is)."""
-    export = ["--force-export=true"] if rep_path.suffix != ".sqlite" else []
-    return [os.fspath(nsys), "stats", "--report", ",".join(reports), "--format", "csv",
-            "--output", os.fspath(output_base), *export, os.fspath(rep_path)]  # fmt: skip
-
-
-def export_stats(
-    nsys: str | os.PathLike[str],
-    rep_path: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
-    reports: Sequence[str] = STATS_REPORTS,
-    *,
-    timeout_s: float = 600.0,
-) -> dict[str, Path]:
-    """Run ``nsys stats`` on ``rep_path``; return ``{report name: csv path}`` for the CSVs it wrote.
-
-    Reports without data ("SKIPPED: ... does not contain ...") write no file and are left out of the result, so
-    the summary treats them as empty. Raises `NsysError` (quoting nsys's output) when nsys fails and wrote nothing.
-    """
-    rep_path, out_dir = Path(rep_path), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    base = out_dir / rep_path.name.removesuffix(".nsys-rep").removesuffix(".sqlite")
-    for name in reports:
-        Path(f"{base}_{name}.csv").unlink(missing_ok=True)
-    command = stats_command(nsys, rep_path, base, reports)
-    try:
-        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              errors="replace", timeout=timeout_s, check=False)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise NsysError(f"cannot run nsys stats on {rep_path}: {e}") from e
-    written = {name: Path(f"{base}_{name}.csv") for name in reports if Path(f"{base}_{name}.csv").is_file()}
-    (out_dir / "nsys-stats.log").write_text(proc.stdout or "", encoding="utf-8")
-    if not written and (proc.returncode != 0 or _NSYS_FAILURE.search(proc.stdout or "")):
-        raise nsys_error(f"nsys stats failed on {rep_path} (exit {proc.returncode})", proc.stdout or "")
-    for name in sorted(set(reports) - set(written)):
-        log.info("nsys stats wrote no %s for %s (no such data in the capture)", name, rep_path)
-    return written
-
-
-def csvs_in(folder: str | os.PathLike[str], base: str | None = None) -> dict[str, Path]:
-    """``{report: path}`` for the ``<base>_<report>.csv`` files in ``folder`` (any base if None; first one wins)."""
-    found: dict[str, Path] = {}
-    for report in STATS_REPORTS:
-        pattern = f"{base}_{report}.csv" if base else f"*_{report}.csv"
-        matches = sorted(Path(folder).glob(pattern))
-        if matches:
-            found[report] = matches[0]
-    return found
+# --- the SQLite export and the summary ----------------------------------------------------------------------------
 
 
 def export_command(nsys: str | os.PathLike[str], rep_path: Path, out: Path) -> list[str]:
@@ -376,37 +309,21 @@ def export_sqlite(
     return out
 
 
-def critical_path_of(sqlite: Path, range_name: str = MEASURED_RANGE) -> tuple[CriticalPathSummary | None, str | None]:
-    """(the critical-path summary of the SQLite export ``sqlite``, None), or (None, why not): an unreadable export is
-    said, never raised, so that the stats summary is kept."""
-    try:
-        return critical_path_summary(sqlite, range_name), None
-    except CaptureError as e:
-        return None, _no_critical_path(sqlite, e)
-
-
-def _no_critical_path(path: Path, error: Exception) -> str:
-    headline = str(error).splitlines()[0]
-    log.warning("no critical path for %s: %s", path, headline)
-    return f"critical path: {headline}"
-
-
-def summarize_report(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], **summary_options) -> NsysSummary:
-    """Export ``rep_path`` to SQLite once (``<report>.sqlite`` beside it), run the stats on that export (into
-    ``<its folder>/stats``), summarize them, add the critical path of the export (`critical_path_of`) and write
-    ``summary.json`` and ``summary.md`` beside the report; return the summary. A failed export leaves the stats to
-    export the report themselves and names the missing critical path in ``missing``."""
+def summarize_report(
+    nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
+    **summary_options,
+) -> NsysSummary:  # fmt: skip
+    """Export ``rep_path`` to SQLite once (``<report>.sqlite`` beside it), read it once (`read_capture`), summarize
+    it with the critical path of its region (`perf.profile.nsys_summary.summarize`, `perf.profile.critical_path`)
+    and write ``summary.json`` and ``summary.md`` beside the report; return the summary. Raises `NsysError` when
+    the export fails or is not a readable Nsight Systems export."""
     rep_path = Path(rep_path)
+    sqlite = export_sqlite(nsys, rep_path, rep_path.with_suffix(".sqlite"))
     try:
-        sqlite: Path | None = export_sqlite(nsys, rep_path, rep_path.with_suffix(".sqlite"))
-        problem = None
-    except NsysError as e:
-        sqlite, problem = None, _no_critical_path(rep_path, e)
-    csvs = export_stats(nsys, sqlite or rep_path, rep_path.parent / "stats")
-    summary = summarize(csvs, report_path=rep_path, **summary_options)
-    if sqlite is not None:
-        summary.critical_path, problem = critical_path_of(sqlite, summary_options.get("range_name", MEASURED_RANGE))
-    if problem is not None:
-        summary.missing.append(problem)
+        capture = read_capture(sqlite, range_name)
+    except CaptureError as e:
+        raise NsysError(f"cannot summarize {rep_path}: {e}") from e
+    summary = summarize(capture, report_path=rep_path, **summary_options)
+    summary.critical_path = summarize_path(analyze(capture))
     write_summary(summary, rep_path.parent)
     return summary

@@ -2,7 +2,7 @@
 critical-path details (folded) in the HTML page.
 
 ``pytest perf -m nsys`` leaves ``<reports>/nsys/<test>/summary.json`` beside each capture
-(`perf.profile.nsys_stats.NsysSummary`); `load_captures` reads them back. A summary that cannot be read is
+(`perf.profile.nsys_summary.NsysSummary`); `load_captures` reads them back. A summary that cannot be read is
 skipped with a warning naming the file; one without a critical path (an older summary, a failed SQLite
 export) is shown without it.
 """

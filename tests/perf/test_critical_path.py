@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nsys_capture import DATA, MAIN, MS, PID, US, HandMade
 from perf.profile.capture_db import (
-    NO_STREAM,
     Capture,
     CaptureError,
     GpuOp,
@@ -27,77 +27,6 @@ from perf.profile.capture_db import (
 from perf.profile.critical_path import analyze, critical_path_summary, summarize_path
 from perf.profile.critical_path_summary import CriticalPathSummary, Segment
 from perf.profile.timeline import innermost_pieces
-
-DATA = Path(__file__).parents[1] / "data" / "nsys"
-US, MS = 1_000, 1_000_000
-PID = 4242
-MAIN = (PID << 24) | PID  # globalTid of the process's main thread
-
-_COLUMNS = {
-    "StringIds": "id INTEGER PRIMARY KEY, value TEXT NOT NULL",
-    "ThreadNames": "nameId INTEGER, priority INTEGER, globalTid INTEGER",
-    "NVTX_EVENTS": "start INTEGER, end INTEGER, eventType INTEGER, text TEXT, globalTid INTEGER, textId INTEGER",
-    "CUPTI_ACTIVITY_KIND_RUNTIME": "start INTEGER, end INTEGER, globalTid INTEGER, correlationId INTEGER, "
-                                   "nameId INTEGER",
-    "CUPTI_ACTIVITY_KIND_KERNEL": "start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER, "
-                                  "correlationId INTEGER, demangledName INTEGER",
-    "CUPTI_ACTIVITY_KIND_MEMCPY": "start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER, "
-                                  "correlationId INTEGER, copyKind INTEGER, bytes INTEGER",
-    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": "start INTEGER, end INTEGER, streamId INTEGER, correlationId INTEGER, "
-                                           "syncType INTEGER, eventId INTEGER, eventSyncId INTEGER",
-    "CUPTI_ACTIVITY_KIND_CUDA_EVENT": "streamId INTEGER, correlationId INTEGER, eventId INTEGER, eventSyncId INTEGER",
-    "OSRT_API": "start INTEGER, end INTEGER, globalTid INTEGER, nameId INTEGER",
-}  # fmt: skip
-
-
-class HandMade:
-    """The subset of an nsys SQLite export that the analysis reads, filled by hand (times in ns)."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, list[tuple]] = {table: [] for table in _COLUMNS}
-        self.strings: dict[str, int] = {}
-        self.corr = 0
-
-    def sid(self, text: str) -> int:
-        if text not in self.strings:
-            self.strings[text] = len(self.strings) + 1
-            self.rows["StringIds"].append((self.strings[text], text))
-        return self.strings[text]
-
-    def thread(self, name: str, tid: int) -> int:
-        gtid = (PID << 24) | tid
-        self.rows["ThreadNames"].append((self.sid(name), 0, gtid))
-        return gtid
-
-    def nvtx(self, gtid: int, name: str, start: int, end: int) -> None:
-        self.rows["NVTX_EVENTS"].append((start, end, 59, name, gtid, None))
-
-    def cuda(self, gtid: int, name: str, start: int, end: int) -> int:
-        self.corr += 1
-        self.rows["CUPTI_ACTIVITY_KIND_RUNTIME"].append((start, end, gtid, self.corr, self.sid(name)))
-        return self.corr
-
-    def kernel(self, corr: int, start: int, end: int, name: str = "void conv_kernel(float*)", stream: int = 7) -> None:
-        self.rows["CUPTI_ACTIVITY_KIND_KERNEL"].append((start, end, 0, stream, corr, self.sid(name)))
-
-    def event_sync(self, record_corr: int, sync_corr: int, stream: int = 7, event: int = 1) -> None:
-        self.rows["CUPTI_ACTIVITY_KIND_CUDA_EVENT"].append((stream, record_corr, event, sync_corr))
-        self.rows["CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"].append((0, 0, NO_STREAM, sync_corr, 1, event, sync_corr))
-
-    def os(self, gtid: int, name: str, start: int, end: int) -> None:
-        self.rows["OSRT_API"].append((start, end, gtid, self.sid(name)))
-
-    def write(self, path: Path, tables: tuple[str, ...] | None = None) -> Path:
-        conn = sqlite3.connect(path)
-        for table, columns in _COLUMNS.items():
-            if tables is None or table in tables or table == "StringIds":
-                conn.execute(f"CREATE TABLE {table} ({columns})")
-                marks = ", ".join("?" * len(columns.split(",")))
-                conn.executemany(f"INSERT INTO {table} VALUES ({marks})", self.rows[table])
-        conn.commit()
-        conn.close()
-        return path
-
 
 def _launch_then_sync(c: HandMade) -> HandMade:
     """Host work 2 ms (preprocess), a launch (10 us), a 5 ms kernel starting 40 us after the launch returned, an
@@ -382,15 +311,14 @@ def test_segment_is_a_plain_record() -> None:
 
 
 def test_report_lists_each_capture_with_what_bounded_it(tmp_path: Path) -> None:
-    from perf.profile.nsys import csvs_in
-    from perf.profile.nsys_stats import summarize, write_summary
+    from perf.profile.nsys_summary import summarize, write_summary
     from perf.report.captures import load_captures
     from perf.report.html import render, to_html
     from perf.report.inputs import ReportInputs
 
     folder = tmp_path / "reports" / "nsys" / "test_end_to_end.py-test_end_to_end-torch-fp32-1234abcd"
     folder.mkdir(parents=True)
-    summary = summarize(csvs_in(DATA, "handmade"), report_path=folder / "capture.nsys-rep")
+    summary = summarize(read_capture(DATA / "h100_e2e_torch_fp32.sqlite"), report_path=folder / "capture.nsys-rep")
     summary.critical_path = critical_path_summary(DATA / "h100_e2e_torch_fp32.sqlite")
     write_summary(summary, folder)
     (tmp_path / "reports" / "nsys" / "broken").mkdir()

@@ -1,0 +1,70 @@
+"""One child pytest process, run to the end with its output in a log file: the cross-process runs and ``perf-ab``
+(`perf.gate.processes.run_children`) and the Nsight Systems captures (`perf.profile.nsys.run_child_under_nsys`,
+which wraps the command in ``nsys profile``) all start their children here.
+
+It lives on the library floor's lowest common part (perf/gate imports perf/profile, never the other way).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: Environment variables of the parent's own pytest session that a child, a plain session of its own, must not see.
+PARENT_SESSION_ENV = ("PYTEST_XDIST_", "PYTEST_CURRENT_TEST")
+
+
+def pytest_command(args: Sequence[str]) -> list[str]:
+    """``python -m pytest <args>`` under this interpreter."""
+    return [sys.executable, "-m", "pytest", *args]
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """How a child ended: its exit status, wall-clock seconds and the log holding its output (stdout and stderr)."""
+
+    returncode: int
+    seconds: float
+    log_path: Path
+
+    def output(self) -> str:
+        """The log's text (undecodable bytes replaced)."""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+
+def run_pytest_child(
+    command: Sequence[str],
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str],
+    log_path: str | os.PathLike[str],
+    *,
+    timeout_s: float | None = None,
+    echo_command: bool = False,
+) -> ChildRun:
+    """Run ``command`` (a child pytest, `pytest_command`, or such a command wrapped by a profiler) in ``cwd`` and wait.
+
+    The child gets ``env`` less the parent session's variables (`PARENT_SESSION_ENV`) with ``PYTHONUNBUFFERED=1``;
+    its stdout and stderr go, in order, to ``log_path`` (overwritten; first ``$ <command>`` when ``echo_command``).
+    Raises `subprocess.TimeoutExpired` (the child killed; its output so far in the log) after ``timeout_s`` seconds,
+    and `OSError` when the command cannot start.
+    """
+    log_path = Path(log_path)
+    child_env = {key: value for key, value in env.items() if not key.startswith(PARENT_SESSION_ENV)}
+    child_env["PYTHONUNBUFFERED"] = "1"
+    log.debug("child in %s: %s", cwd, " ".join(command))
+    start = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as out:
+        if echo_command:
+            out.write("$ " + " ".join(command) + "\n")
+            out.flush()
+        code = subprocess.run(list(command), cwd=cwd, env=child_env, stdout=out, stderr=subprocess.STDOUT,
+                              timeout=timeout_s, check=False).returncode  # fmt: skip
+    return ChildRun(code, time.perf_counter() - start, log_path)
