@@ -14,7 +14,7 @@ figure is the pipeline's steady throughput. On a GPU they are in CPU-reference u
 so the reference is read on that CPU (`perf.measure.controls.reading_on`) before and after each pass, and each
 pass's blocks are divided by the mean of its two readings (over 11 processes on the H100 machine: 10.6% CV against
 14.7% for the wall clock). The wall clock is kept as the ``wall`` metric, and the calling thread's in-band readings
-(after every block, through ``on_batch``) give the ``normalised`` metric. Each stage's busy time per frame rides
+(after every block, through ``on_progress``) give the ``normalised`` metric. Each stage's busy time per frame rides
 along as ``stage:<name>``.
 The report gets a ``| path | FPS | ms/frame |`` table and the two ratios: the best pipelined FPS over the
 slowest stage alone (the bound, target >= 0.9) and over the sequential loop. On the CPU the video is cut to
@@ -100,7 +100,8 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     import torch
 
     from detector.pipeline import default_output_path, draw_detections, run_pipeline
-    from detector.pipelined import frame_device, run_pipelined
+    from detector.frames import frame_device
+    from detector.pipelined import run_pipelined
     from detector.preprocess import preprocess_torch
     from detector.stagespeed import decode_speed, encode_speed, infer_speed, slowest
     from detector.video import open_video, read_frames
@@ -159,7 +160,7 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
             probe = ReferenceProbe(reference, block) if reference is not None else None
             before = reading_on(WRITER, reference) if reference is not None else None
             passes.append(run_pipelined(runner, perf_video.path, out_b1, batch=1, names=names,
-                                        max_frames=frames, keep_detections=False, on_batch=probe,
+                                        max_frames=frames, keep_detections=False, on_progress=probe,
                                         **decoder))  # fmt: skip
             probes.append(probe)
             if before is not None:
