@@ -173,8 +173,10 @@ def cfg_processing(spec: ModelSpec, letterbox: bool | None = None,
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """What a pass over a video does with its frames; the same for the sequential loop (:func:`run_pipeline`) and
-    the pipelined one (:func:`detector.pipelined.run_pipelined`), which take these fields as keywords.
+    """What a pass over a video does with its frames; the same for the sequential loop (:func:`run_pipeline`), the
+    pipelined one (:func:`detector.pipelined.run_pipelined`) and the multi-stream one
+    (:func:`detector.multistream.run_multistream`), which take these fields as keywords; a pass's
+    :class:`detector.stages.StageChain` is made of them (:meth:`detector.stages.StageChain.of`).
 
     Attributes:
         batch: frames per inference (>= 1; the pipelined loop pads the last batch).
