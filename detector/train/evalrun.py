@@ -3,7 +3,8 @@
 The video is the cached synthetic video (:func:`detector.synthetic.synthetic_video`, mp4v, 960x540) of each
 held-out seed, read through :func:`detector.frames.open_frames` (OpenCV) and run through the loops' stage chain
 (:class:`detector.stages.StageChain`: letterbox, a runner (``evaluate_weights``) or an in-memory model
-(``evaluate_model``, used during training), postprocess) and scored by :func:`detector.evaluate.evaluate_coco` (pycocotools). Several seeds are scored as one data set
+(``evaluate_model``, used during training), postprocess) and scored by :func:`detector.evaluate.evaluate_coco`
+(pycocotools). Several seeds are scored as one data set
 (their ground truths merged, image ids offset per seed). :func:`evaluate_video` scores a user's labelled video
 the same way against its COCO ground truth (image id = frame index + 1, category id = class + 1, as
 :func:`detector.synthetic.make_synthetic_video` writes them).
@@ -37,8 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_EVAL_SEEDS", "VideoScore", "check_categories", "default_ground_truth", "detect_video", "eval_chain",
-           "evaluate_model", "evaluate_seeds", "evaluate_video", "evaluate_weights", "require_pycocotools",
+__all__ = ["DEFAULT_EVAL_SEEDS", "VideoScore", "check_categories", "default_ground_truth", "detect_video",
+           "eval_chain", "evaluate_model", "evaluate_seeds", "evaluate_video", "evaluate_weights", "require_pycocotools",
            "video_cache"]
 
 DEFAULT_EVAL_SEEDS = (7,)
