@@ -105,15 +105,15 @@ def _video_out(out: str, backends: Sequence[str], video: str | None) -> Path | N
 
 
 def _advancing(bar: Any) -> Callable[[int], None]:
-    """An ``on_iteration(frames_done)`` callback of the pipelines that moves ``bar`` on to ``frames_done``."""
+    """An ``on_progress(frames_done)`` callback of the loops that moves ``bar`` on to ``frames_done``."""
     shown = 0
 
-    def on_iteration(frames_done: int) -> None:
+    def on_progress(frames_done: int) -> None:
         nonlocal shown
         bar.update(frames_done - shown)
         shown = frames_done
 
-    return on_iteration
+    return on_progress
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
@@ -181,7 +181,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
                 max_frames=args.frames if args.video else None,
                 skip_interval=args.skip_interval,
                 decoder=args.decoder,
-                on_iteration=_advancing(bar),
+                on_progress=_advancing(bar),
                 **_processing_overrides(args),
             )
         h, w = spec.input_size

@@ -21,21 +21,22 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detector.errors import VideoError
 from detector.handoff import BoundedQueue, BufferPool, Control, start_worker
-from detector.pipeline import cfg_processing
-from detector.pipelined import frame_device
+from detector.frames import frame_device
+from detector.pipeline import LoopSettings
+from detector.stages import Progress, StageChain
 from detector.timing import percentile
 
 if TYPE_CHECKING:
     from detector.backends.base import Runner
-    from detector.darknet import NmsConfig
+    from detector.frames import HostFrames
     from detector.postprocess import Detections
-    from detector.video import VideoReader
 
 log = logging.getLogger(__name__)
 
@@ -110,12 +111,9 @@ def run_multistream(
     offsets: Sequence[int] | None = None,
     warmup_ticks: int = 2,
     queue_depth: int = 2,
-    conf_threshold: float = 0.25,
-    iou_threshold: float = 0.45,
-    letterbox: bool | None = None,
-    nms: NmsConfig | str | None = None,
-    keep_detections: bool = True,
-    on_tick: Callable[[int], None] | None = None,
+    settings: LoopSettings | None = None,
+    on_progress: Progress | None = None,
+    **keywords: Any,
 ) -> MultistreamResult:
     """Run ``len(videos)`` streams batched into one inference per tick, for ``warmup_ticks + ticks`` ticks.
 
@@ -127,20 +125,28 @@ def run_multistream(
         offsets: frames each stream skips before its first frame (default 0 for every stream).
         warmup_ticks: ticks run first and not measured.
         queue_depth: frames each stream's reader may decode ahead (its bounded queue's capacity).
-        letterbox, nms: preprocessing (True: letterbox, False: plain resize) and NMS; None (default): the
-            runner's cfg's (:func:`detector.pipeline.cfg_processing`).
-        keep_detections: keep each frame's :class:`Detections` in ``per_stream``.
-        on_tick: called on the calling thread after each measured tick with the measured ticks so far, outside
-            the tick's time (``tick_ms``) but inside ``wall_s`` (a progress display, a benchmark's probe).
+        settings, keywords: the pass's :class:`~detector.pipeline.LoopSettings` (``keywords`` replace its fields):
+            ``conf_threshold``, ``iou_threshold``, ``letterbox``, ``nms`` (None: the runner's cfg's) and
+            ``keep_detections`` (each frame's :class:`Detections` kept in ``per_stream``) apply; the batch is one
+            frame per stream and ``ticks`` the length, so ``batch``, ``max_frames``, ``skip_interval`` and
+            ``decoder`` keep their defaults (1, None, 0, ``opencv``); ``warmup`` and ``names`` are not used.
+        on_progress: called on the calling thread after each measured tick with the measured ticks so far, outside
+            the tick's time (``tick_ms``) but inside ``wall_s`` (:data:`detector.stages.Progress`).
 
     Raises:
         VideoError: a video cannot be opened or its frame size differs from the first stream's.
-        ValueError: no videos, ``ticks < 1``, or offsets of another length or negative.
+        ValueError: no videos, ``ticks < 1``, offsets of another length or negative, or settings this loop does
+            not take.
     """
     import torch
 
-    from detector.video import open_video
+    from detector.frames import open_frames
 
+    loop = LoopSettings.of(settings, keywords)
+    if (loop.batch, loop.max_frames, loop.skip_interval, loop.decoder) != (1, None, 0, "opencv"):
+        raise ValueError(f"the multi-stream loop infers one frame of each stream per tick, decoded by opencv, for "
+                         f"`ticks` ticks; got batch={loop.batch}, max_frames={loop.max_frames}, skip_interval="
+                         f"{loop.skip_interval}, decoder={loop.decoder!r} (leave them at 1, None, 0, 'opencv')")
     n = len(videos)
     offsets = list(offsets) if offsets is not None else [0] * n
     if n < 1 or ticks < 1 or warmup_ticks < 0 or queue_depth < 1:
@@ -149,15 +155,16 @@ def run_multistream(
     if len(offsets) != n or any(o < 0 for o in offsets):
         raise ValueError(f"offsets must be {n} integers >= 0, got {offsets}")
     device = frame_device(runner)
+    chain = StageChain.of(runner.spec, loop)
     total = warmup_ticks + ticks
     control = Control()
     with contextlib.ExitStack() as stack:
-        readers = [stack.enter_context(open_video(v)) for v in videos]
+        readers = [stack.enter_context(open_frames(v)) for v in videos]
         size = (readers[0].height, readers[0].width)
-        for reader in readers[1:]:
+        for video, reader in zip(videos[1:], readers[1:]):
             if (reader.height, reader.width) != size:
-                raise VideoError(f"cannot batch '{reader.path}': frames are {reader.width}x{reader.height}, the "
-                                 f"first stream's '{readers[0].path}' are {size[1]}x{size[0]}")
+                raise VideoError(f"cannot batch '{Path(video)}': frames are {reader.width}x{reader.height}, the "
+                                 f"first stream's '{Path(videos[0])}' are {size[1]}x{size[0]}")
         if device.type == "cuda":
             stack.enter_context(torch.cuda.device(device))
             stack.enter_context(torch.cuda.stream(torch.cuda.Stream(device)))
@@ -165,10 +172,9 @@ def run_multistream(
         queues: list[BoundedQueue[Any]] = [BoundedQueue(queue_depth, control, f"stream{k}") for k in range(n)]
         threads = [start_worker(f"stream{k}-read", _reader_body(readers[k], offsets[k], total, pools[k], queues[k]),
                                 control) for k in range(n)]
-        ticker = _Ticker(runner, device, n, size, *cfg_processing(runner.spec, letterbox, nms), conf_threshold,
-                         iou_threshold)
+        ticker = _Ticker(runner, device, n, size, chain)
         try:
-            result = ticker.run(pools, queues, warmup_ticks, ticks, keep_detections, on_tick)
+            result = ticker.run(pools, queues, warmup_ticks, ticks, loop.keep_detections, on_progress)
         except BaseException as e:  # noqa: BLE001 -- re-raised below, after the threads have stopped
             control.fail(e)
         control.stop.set()  # readers may still be decoding ahead
@@ -182,7 +188,7 @@ def run_multistream(
     return result
 
 
-def _reader_body(reader: VideoReader, offset: int, frames: int, pool: BufferPool, out: BoundedQueue[Any]) -> Any:
+def _reader_body(reader: HostFrames, offset: int, frames: int, pool: BufferPool, out: BoundedQueue[Any]) -> Any:
     """The reader thread of one stream: skip ``offset`` frames, then decode ``frames`` frames (looping)."""
     import numpy as np
 
@@ -209,19 +215,15 @@ def _reader_body(reader: VideoReader, offset: int, frames: int, pool: BufferPool
 class _Ticker:
     """The calling thread's loop: gather one frame per stream, infer at batch N, scatter the detections."""
 
-    def __init__(self, runner: Runner, device: Any, n: int, size: tuple[int, int], mode: str, nms: NmsConfig,
-                 conf: float, iou: float) -> None:
+    def __init__(self, runner: Runner, device: Any, n: int, size: tuple[int, int], chain: StageChain) -> None:
         import torch
 
-        self.runner, self.n, self.mode, self.nms, self.conf, self.iou = runner, n, mode, nms, conf, iou
+        self.runner, self.n, self.chain = runner, n, chain
         self.frames_dev = torch.zeros((n, *size, 3), dtype=torch.uint8, device=device)
         self.stage_ms = {"wait": 0.0, "preprocess": 0.0, "infer": 0.0, "postprocess": 0.0}
 
     def run(self, pools: list[BufferPool], queues: list[BoundedQueue[Any]], warmup_ticks: int, ticks: int,
-            keep: bool, on_tick: Callable[[int], None] | None = None) -> MultistreamResult:
-        from detector.postprocess import postprocess
-        from detector.preprocess import preprocess_torch
-
+            keep: bool, on_progress: Progress | None = None) -> MultistreamResult:
         runner = self.runner
         result = MultistreamResult(self.n, ticks, 0.0, 0, runner.name, runner.precision, runner.device,
                                    per_stream=[[] for _ in range(self.n)], stage_ms=self.stage_ms)
@@ -235,11 +237,11 @@ class _Ticker:
             t1 = time.perf_counter()
             for k, (_, _, slot, _) in enumerate(items):
                 self.frames_dev[k].copy_(pools[k].tensors[slot], non_blocking=True)
-            x, transforms = preprocess_torch(self.frames_dev, runner.spec.input_size, self.mode)
+            x, transforms = self.chain.prepare_device(self.frames_dev)
             t2 = time.perf_counter()
             decoded = runner.infer(x, to_host=False)
             t3 = time.perf_counter()
-            dets = postprocess(decoded, transforms, conf_threshold=self.conf, iou_threshold=self.iou, nms=self.nms)
+            dets = self.chain.postprocess(decoded, transforms)
             done = time.perf_counter()  # postprocess waited for the stream: the uploads are complete too
             for ms, key in zip((t1 - t0, t2 - t1, t3 - t2, done - t3), self.stage_ms):
                 self.stage_ms[key] += ms * 1e3
@@ -252,8 +254,8 @@ class _Ticker:
                                                             det if keep else None))
             if tick >= warmup_ticks:
                 result.tick_ms.append((time.perf_counter() - t0) * 1e3)
-                if on_tick is not None:
-                    on_tick(tick - warmup_ticks + 1)
+                if on_progress is not None:
+                    on_progress(tick - warmup_ticks + 1)
         result.wall_s = time.perf_counter() - start
         return result
 

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from detector.errors import VideoError
+from detector.frames import DECODERS
 from detector.progress import spinner
+from detector.stages import Progress
 from detector.timing import STAGES, StageTimer
 
 if TYPE_CHECKING:
@@ -32,9 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Where a pass decodes its video: ``opencv`` on the CPU (:func:`detector.video.open_video`), ``nvdec`` on the GPU's
-#: hardware decoder into device memory (:class:`detector.gpudecode.NvdecReader`).
-DECODERS: tuple[str, ...] = ("opencv", "nvdec")
 #: BGR colours per class index for drawn boxes.
 _COLOURS = ((0, 200, 255), (255, 120, 0), (80, 220, 80), (200, 80, 220))
 
@@ -174,8 +173,10 @@ def cfg_processing(spec: ModelSpec, letterbox: bool | None = None,
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """What a pass over a video does with its frames; the same for the sequential loop (:func:`run_pipeline`) and
-    the pipelined one (:func:`detector.pipelined.run_pipelined`), which take these fields as keywords.
+    """What a pass over a video does with its frames; the same for the sequential loop (:func:`run_pipeline`), the
+    pipelined one (:func:`detector.pipelined.run_pipelined`) and the multi-stream one
+    (:func:`detector.multistream.run_multistream`), which take these fields as keywords; a pass's
+    :class:`detector.stages.StageChain` is made of them (:meth:`detector.stages.StageChain.of`).
 
     Attributes:
         batch: frames per inference (>= 1; the pipelined loop pads the last batch).
@@ -257,7 +258,7 @@ def run_pipeline(
     *,
     settings: LoopSettings | None = None,
     preprocess_fn: Callable[..., tuple[Any, Any]] | None = None,
-    on_iteration: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
     **keywords: Any,
 ) -> PipelineResult:
     """Run the sequential pipeline over ``video`` with an activated ``runner``.
@@ -272,22 +273,24 @@ def run_pipeline(
     tracker's time, ``predict`` there and ``update`` on inferred frames, counts in the ``postprocess`` stage.
     ``preprocess_fn(frames, (h, w), mode=...) -> (float32 [B, 3, h, w], transforms)`` replaces
     :func:`detector.preprocess.preprocess` (same contract), e.g. for a custom preprocessing.
-    ``on_iteration(frames_done)`` is called after each loop iteration, outside the iteration's and the stages'
-    times (a progress display, or a benchmark's probe); its time counts in ``wall_s``.
+    ``on_progress(frames_done)`` is called after each loop iteration, outside the iteration's and the stages'
+    times (:data:`detector.stages.Progress`); its time counts in ``wall_s``.
+
+    With ``decoder="nvdec"`` the frames stay on the device (:class:`detector.frames.DeviceFrames`): each stage waits
+    for the device before its time ends, so the stage times stay each stage's own (as ``infer`` always did).
     """
     import numpy as np
 
-    from detector.postprocess import postprocess
-    from detector.preprocess import preprocess
-    from detector.video import VideoWriter, open_video
+    from detector.frames import open_frames
+    from detector.stages import StageChain
+    from detector.video import VideoWriter
 
     loop = LoopSettings.of(settings, keywords)
     batch, max_frames = loop.batch, loop.max_frames
     if loop.decoder == "nvdec" and preprocess_fn is not None:
         raise ValueError("preprocess_fn takes host frames; decoder='nvdec' decodes into device memory")
-    preprocess = preprocess_fn or preprocess
-    net_h, net_w = runner.spec.input_size
-    mode, nms = loop.processing(runner.spec)
+    chain = StageChain.of(runner.spec, loop, preprocess_fn)
+    net_h, net_w = chain.net_size
     timer = StageTimer()
     detections: list[Detections] = []
     iteration_ms: list[float] = []
@@ -300,23 +303,23 @@ def run_pipeline(
     inferred = 0
 
     with contextlib.ExitStack() as stack:
-        device = _NvdecStages.open(stack, video, runner) if loop.decoder == "nvdec" else None
-        reader = device.reader if device is not None else stack.enter_context(open_video(video))
-        width, height, fps = reader.width, reader.height, reader.fps or 30.0
+        source = stack.enter_context(open_frames(video, loop.decoder, runner.device))
+        to_host = not source.on_device  # on the device, postprocess runs there too
+        width, height, fps = source.width, source.height, source.fps or 30.0
         writer = None
         if output is not None:
             writer = stack.enter_context(VideoWriter(output, fps=fps, size=(width, height)))
         blank = np.zeros((batch, 3, net_h, net_w), dtype=np.float32)
         with spinner(f"warming up {runner.name}"):
             for _ in range(loop.warmup):
-                runner.infer(blank if device is None else device.upload(blank), to_host=device is None)
-        frames_iter = iter(reader)
+                runner.infer(source.upload(blank), to_host=to_host)
         start = time.perf_counter()
         while max_frames is None or frames_done < max_frames:
             began = time.perf_counter()
             want = batch if max_frames is None else min(batch, max_frames - frames_done)
             with timer.stage("read"):
-                frames = [f for _, f in zip(range(want), frames_iter)] if device is None else device.read(want)
+                frames = source.read(want)
+                source.wait()
             if not len(frames):
                 timer.samples_ms["read"].pop()  # the read that found the end is no iteration
                 break
@@ -327,28 +330,25 @@ def run_pipeline(
                     dets = [tracker.predict(frames_done, (width, height))]
             else:
                 with timer.stage("preprocess"):
-                    tensor, transforms = (preprocess if device is None else device.preprocess)(frames, (net_h, net_w),
-                                                                                              mode=mode)
+                    tensor, transforms = source.preprocess(frames, chain)
                 with timer.stage("infer"):
-                    decoded = runner.infer(tensor, to_host=device is None)  # on nvdec, postprocess runs on the device
-                    if device is not None:
-                        device.wait()  # the GPU's inference time stays in infer, as the host copy keeps it there
+                    decoded = runner.infer(tensor, to_host=to_host)
+                    source.wait()  # the GPU's inference time stays in infer, as the host copy keeps it there
                 with timer.stage("postprocess"):
-                    dets = postprocess(decoded, transforms, conf_threshold=loop.conf_threshold,
-                                       iou_threshold=loop.iou_threshold, nms=nms)
+                    dets = chain.postprocess(decoded, transforms)
                     if tracker is not None:
                         tracker.update(dets[0], frames_done)
                 inferred += len(frames)
             with timer.stage("write"):
                 if writer is not None:
-                    for frame, det in zip(frames if device is None else device.download(frames), dets):
+                    for frame, det in zip(source.download(frames), dets):
                         writer.write(draw_detections(frame, det, loop.names))
             if loop.keep_detections:
                 detections.extend(dets)
             frames_done += len(frames)
             iteration_ms.append((time.perf_counter() - began) * 1e3)
-            if on_iteration is not None:
-                on_iteration(frames_done)
+            if on_progress is not None:
+                on_progress(frames_done)
         wall_s = time.perf_counter() - start
         if frames_done == 0:
             raise VideoError(f"{video}: no frames could be read")
@@ -356,47 +356,5 @@ def run_pipeline(
     log.info("pipeline %s/%s: %d frames, e2e %.1f FPS", runner.name, runner.precision, frames_done, frames_done / wall_s)
     return PipelineResult.of_pass(runner, video, output, batch=batch, frames=frames_done, frame_size=(width, height),
                                   wall_s=wall_s, timer=timer, detections=detections, iteration_ms=iteration_ms,
-                                  preprocess=mode, nms=nms, decoder=loop.decoder, skip_interval=loop.skip_interval,
-                                  inferred_frames=inferred)
-
-
-class _NvdecStages:
-    """The stages of :func:`run_pipeline` that differ when NVDEC decodes into the runner's device memory: each waits
-    for the device before its stage time ends, so the stage times stay each stage's own (as ``infer`` always did)."""
-
-    def __init__(self, reader: Any, device: Any) -> None:
-        self.reader, self.device = reader, device
-
-    @classmethod
-    def open(cls, stack: contextlib.ExitStack, video: str | os.PathLike[str], runner: Runner) -> _NvdecStages:
-        from detector.gpudecode import NvdecReader
-
-        return cls(stack.enter_context(NvdecReader(video, runner.device)), runner.device)
-
-    def wait(self) -> None:
-        """Wait for the work queued on the current stream of the runner's device."""
-        import torch
-
-        torch.cuda.current_stream(self.device).synchronize()
-
-    def upload(self, array: np.ndarray) -> Any:
-        import torch
-
-        return torch.from_numpy(array).to(self.device)
-
-    def read(self, count: int) -> Any:
-        """Up to ``count`` BGR uint8 frames ``[B, H, W, 3]`` decoded on the device."""
-        frames = self.reader.read(count)
-        self.wait()
-        return frames
-
-    def preprocess(self, frames: Any, net_size: tuple[int, int], *, mode: str) -> tuple[Any, Any]:
-        from detector.preprocess import preprocess_torch
-
-        out = preprocess_torch(frames, net_size, mode)
-        self.wait()
-        return out
-
-    def download(self, frames: Any) -> np.ndarray:
-        """The frames on the host, to be drawn on and encoded (counted in ``write``)."""
-        return frames.cpu().numpy()
+                                  preprocess=chain.mode, nms=chain.nms, decoder=loop.decoder,
+                                  skip_interval=loop.skip_interval, inferred_frames=inferred)

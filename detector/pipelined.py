@@ -45,9 +45,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from detector.errors import VideoError
+from detector.frames import frame_device
 from detector.handoff import BoundedQueue, BufferPool, Control, start_worker
 from detector.pipeline import LoopSettings, PipelineResult, draw_detections
 from detector.progress import spinner
+from detector.stages import Progress, StageChain
 from detector.timing import StageTimer
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PipelinedResult", "frame_device", "pool_size_for", "run_pipelined"]
+__all__ = ["PipelinedResult", "pool_size_for", "run_pipelined"]
 
 _END = object()  # end-of-stream marker on both queues
 
@@ -91,13 +93,6 @@ def pool_size_for(batch: int, queue_depth: int) -> int:
     return 2 * queue_depth + 2 * batch + 1
 
 
-def frame_device(runner: Runner) -> torch.device:
-    """Where the pipelined loops put frames: the runner's CUDA device, else the CPU."""
-    import torch
-
-    return torch.device(runner.device) if runner.device.startswith("cuda") else torch.device("cpu")
-
-
 def run_pipelined(
     runner: Runner,
     video: str | os.PathLike[str],
@@ -109,7 +104,7 @@ def run_pipelined(
     frames: Iterable[np.ndarray] | None = None,
     fps: float = 30.0,
     on_frame: Callable[[int, np.ndarray, Detections], None] | None = None,
-    on_batch: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
     **keywords: Any,
 ) -> PipelinedResult:
     """Run the pipelined loop over ``video`` with an activated ``runner``; see the module docstring.
@@ -133,8 +128,8 @@ def run_pipelined(
         on_frame: called on the writer thread as ``on_frame(index, frame, detections)`` for every frame in
             order, after drawing (``frame`` is a pool buffer: copy it to keep it). An exception it raises
             stops the run like any other.
-        on_batch: called on the calling thread after each batch went to the writer, with the frames handed on
-            so far (a progress display, a benchmark's probe); the writer works on meanwhile.
+        on_progress: called on the calling thread after each batch went to the writer, with the frames handed on
+            so far (:data:`detector.stages.Progress`); the writer works on meanwhile.
 
     Returns:
         A :class:`PipelinedResult`; ``detections`` (when kept) in frame order, frame pixels.
@@ -145,7 +140,8 @@ def run_pipelined(
     """
     import torch
 
-    from detector.video import VideoWriter, open_video
+    from detector.frames import HostFrames, open_frames
+    from detector.video import VideoWriter
 
     settings = LoopSettings.of(settings, keywords)
     if settings.skip_interval:
@@ -161,29 +157,18 @@ def run_pipelined(
         raise ValueError("decoder='nvdec' decodes the video file into device memory: it takes no host frames and "
                          "preprocesses on the device (gpu_preprocess=False is not allowed)")
     with contextlib.ExitStack() as stack:
-        read_stream = None
-        if nvdec:
-            from detector.gpudecode import NvdecReader
-
-            read_stream = torch.cuda.Stream(device)
-            with torch.cuda.device(device), torch.cuda.stream(read_stream):  # the decoder works on this stream
-                nv_reader = stack.enter_context(NvdecReader(video, device))
-            height, width, fps = nv_reader.height, nv_reader.width, nv_reader.fps or 30.0
-            source: Iterator[Any] = iter(nv_reader)  # converted on the reader thread's current stream: read_stream
-        elif frames is None:
-            reader = stack.enter_context(open_video(video))
-            source = iter(reader)
-            fps = reader.fps or 30.0
-        else:
-            source = iter(frames)
-        if not nvdec:
-            first = next(source, None)
-            if first is None:
-                raise VideoError(f"{video}: no frames could be read")
-            height, width = first.shape[:2]
-            source = itertools.chain([first], source)
+        read_stream = torch.cuda.Stream(device) if nvdec else None
+        if frames is not None:
+            source = HostFrames(frames, fps=fps, name=str(video))
+        else:  # NVDEC decodes on the reader thread's stream, read_stream, from its opening on
+            with torch.cuda.device(device) if nvdec else contextlib.nullcontext(), \
+                    torch.cuda.stream(read_stream) if nvdec else contextlib.nullcontext():
+                source = stack.enter_context(open_frames(video, settings.decoder, device))
+            fps = source.fps or 30.0
+        height, width = source.height, source.width
+        frame_iter: Iterator[Any] = iter(source)
         if settings.max_frames is not None:
-            source = itertools.islice(source, settings.max_frames)
+            frame_iter = itertools.islice(frame_iter, settings.max_frames)
         writer = None
         if output is not None:
             writer = stack.enter_context(VideoWriter(output, fps=fps, size=(width, height)))
@@ -193,7 +178,7 @@ def run_pipelined(
         loop = _Loop(runner, device, settings, queue_depth, (height, width), gpu_preprocess, read_stream)
         loop.warm_up(settings.warmup)
         start = time.perf_counter()
-        written = loop.run(source, writer, settings.names if writer is not None else None, on_frame, on_batch)
+        written = loop.run(frame_iter, writer, settings.names if writer is not None else None, on_frame, on_progress)
         wall_s = time.perf_counter() - start
         if written == 0:
             raise VideoError(f"{video}: no frames could be read")
@@ -203,7 +188,7 @@ def run_pipelined(
         runner, video, output, batch=settings.batch, frames=written, frame_size=(width, height), wall_s=wall_s,
         timer=loop.timer, detections=loop.detections,
         iteration_ms=[(b - a) * 1e3 for a, b in zip([start, *loop.written_at], loop.written_at)],
-        preprocess=loop.mode, nms=loop.nms, pool_size=loop.pool.size,
+        preprocess=loop.chain.mode, nms=loop.chain.nms, pool_size=loop.pool.size,
         peak_in_flight=loop.pool.peak_in_use,
         queue_sizes={"decoded": loop.decoded.maxsize, "detected": loop.detected.maxsize},
         queue_peaks={"decoded": loop.decoded.peak, "detected": loop.detected.peak},
@@ -225,8 +210,7 @@ class _Loop:
 
         batch = settings.batch
         self.runner, self.device, self.batch, self.keep = runner, device, batch, settings.keep_detections
-        self.mode, self.nms = settings.processing(runner.spec)
-        self.gpu_preprocess, self.conf, self.iou = gpu_preprocess, settings.conf_threshold, settings.iou_threshold
+        self.chain, self.gpu_preprocess = StageChain.of(runner.spec, settings), gpu_preprocess
         self.control = Control()
         self.pool = BufferPool(pool_size_for(batch, queue_depth), (*frame_hw, 3), self.control,
                                pinned=device.type == "cuda")
@@ -245,23 +229,20 @@ class _Loop:
 
     def warm_up(self, iterations: int) -> None:
         """Run preprocess, infer and postprocess on the (blank) device batch: graph capture, autotuning."""
-        from detector.postprocess import postprocess
-
         with spinner(f"warming up {self.runner.name}"):
             for _ in range(iterations):
-                decoded, transforms = self._infer_batch([0] * self.batch, upload=False)
-                postprocess(decoded, transforms, conf_threshold=self.conf, iou_threshold=self.iou, nms=self.nms)
+                self.chain.postprocess(*self._infer_batch([0] * self.batch, upload=False))
         self.timer = StageTimer()
 
     def run(self, source: Iterator[np.ndarray], writer: Any, names: Sequence[str] | None,
-            on_frame: Callable[..., None] | None, on_batch: Callable[[int], None] | None = None) -> int:
+            on_frame: Callable[..., None] | None, on_progress: Progress | None = None) -> int:
         """``names`` None: nothing is drawn (no output video)."""
         threads = [
             start_worker("pipelined-read", lambda: self._read(source), self.control),
             start_worker("pipelined-write", lambda: self._write(writer, on_frame), self.control),
         ]
         try:
-            self._process(names, on_batch)
+            self._process(names, on_progress)
         except BaseException as e:  # noqa: BLE001 -- re-raised below, after the threads have stopped
             self.control.fail(e)
         for thread in threads:
@@ -303,12 +284,10 @@ class _Loop:
         self.decoded.put(_END)
 
     # -- calling thread -----------------------------------------------------------------------------
-    def _process(self, names: Sequence[str] | None, on_batch: Callable[[int], None] | None = None) -> None:
+    def _process(self, names: Sequence[str] | None, on_progress: Progress | None = None) -> None:
         """Batch, infer, postprocess; then draw each frame's boxes into its pool buffer here, so the writer
         thread -- the slowest stage with an mp4v encoder -- only encodes (the draw time goes with the frame
         and is counted in its write stage)."""
-        from detector.postprocess import postprocess
-
         pending: list[tuple[int, int]] = []
         done = False
         while not done:
@@ -321,8 +300,7 @@ class _Loop:
                 decoded, transforms = self._infer_batch(slots, upload=True)
                 with self.timer.stage("postprocess"):
                     n = len(pending)
-                    dets = postprocess(decoded[:n], transforms[:n], conf_threshold=self.conf,
-                                       iou_threshold=self.iou, nms=self.nms)
+                    dets = self.chain.postprocess(decoded[:n], transforms[:n])
                 if self.keep:
                     self.detections.extend(dets)
                 # postprocess waited for the stream, so the uploads out of the buffers are complete: draw in place
@@ -338,8 +316,8 @@ class _Loop:
                 self.detected.put(items)
                 handed = items[-1][0] + 1
                 pending = []
-                if on_batch is not None:
-                    on_batch(handed)
+                if on_progress is not None:
+                    on_progress(handed)
         self.detected.put(_END)
 
     def _download(self, slots: list[int]) -> float:
@@ -357,9 +335,6 @@ class _Loop:
         """Upload (or reuse) the frames of ``slots``, pad to the batch size, preprocess, infer (no sync)."""
         import torch
 
-        from detector.preprocess import preprocess, preprocess_torch
-
-        net_size = self.runner.spec.input_size
         n = len(slots)
         with self.timer.stage("preprocess"):
             if self.gpu_preprocess:
@@ -369,11 +344,11 @@ class _Loop:
                         self.frames_dev[i].copy_(frames[slot], non_blocking=True)
                     for i in range(n, self.batch):  # pad: one batch size for the whole run
                         self.frames_dev[i].copy_(self.frames_dev[n - 1])
-                x, transforms = preprocess_torch(self.frames_dev, net_size, self.mode)
+                x, transforms = self.chain.prepare_device(self.frames_dev)
             else:
                 arrays = [self.pool.arrays[s] for s in slots]
                 arrays += [arrays[-1]] * (self.batch - n)
-                host, transforms = preprocess(arrays, net_size, self.mode)
+                host, transforms = self.chain.prepare_host(arrays)
                 x = torch.from_numpy(host)
         with self.timer.stage("infer"):
             decoded = self.runner.infer(x, to_host=False)

@@ -56,46 +56,30 @@ def decode_speed(video: str | os.PathLike[str], max_frames: int | None = None, k
     """Decode the first ``max_frames`` frames (all when None) of ``video``; also return the first ``keep`` (BGR uint8
     host arrays).
 
-    ``decoder`` "opencv" decodes on the CPU (keeping a frame costs nothing: OpenCV returns a new array per frame,
-    kept by reference); "nvdec" decodes into the memory of ``device`` (:class:`detector.gpudecode.NvdecReader`,
-    batches of 8 on the current stream, waited for at the end), and the kept frames are copied to the host after
-    the clock stops.
+    The frames are read 8 at a time from :func:`detector.frames.open_frames`: ``decoder`` "opencv" decodes on the
+    CPU (keeping a frame costs nothing: OpenCV returns a new array per frame, kept by reference); "nvdec" decodes
+    into the memory of ``device`` (on the current stream, waited for at the end), and the kept frames are copied to
+    the host after the clock stops.
     """
-    if decoder == "nvdec":
-        return _nvdec_decode_speed(video, max_frames, keep, device)
-    from detector.video import open_video
+    from detector.frames import open_frames
 
-    kept: list[np.ndarray] = []
+    kept: list[Any] = []
     frames = 0
-    with open_video(video) as reader:
-        start = time.perf_counter()
-        for frame in itertools.islice(reader, max_frames):
-            if len(kept) < keep:
-                kept.append(frame)
-            frames += 1
-        seconds = time.perf_counter() - start
-    return StageSpeed("decode", frames, seconds), kept
-
-
-def _nvdec_decode_speed(video: str | os.PathLike[str], max_frames: int | None, keep: int,
-                        device: str) -> tuple[StageSpeed, list[np.ndarray]]:
-    import torch
-
-    from detector.gpudecode import NvdecReader
-
-    kept: list[torch.Tensor] = []
-    frames = 0
-    with NvdecReader(video, device) as reader:
+    with open_frames(video, decoder, device) as source:
+        if source.on_device:
+            import torch
         start = time.perf_counter()
         while max_frames is None or frames < max_frames:
-            batch = reader.read(8 if max_frames is None else min(8, max_frames - frames))
+            batch = source.read(8 if max_frames is None else min(8, max_frames - frames))
             if not len(batch):
                 break
-            kept.extend(batch[: max(keep - len(kept), 0)].clone())
+            wanted = batch[: max(keep - len(kept), 0)]
+            kept.extend(wanted.clone() if source.on_device else wanted)  # device frames: the decoder reuses its memory
             frames += len(batch)
-        torch.cuda.synchronize(reader.device)
+        if source.on_device:
+            torch.cuda.synchronize(source.device)
         seconds = time.perf_counter() - start
-    return StageSpeed("decode", frames, seconds), [frame.cpu().numpy() for frame in kept]
+    return StageSpeed("decode", frames, seconds), [frame.cpu().numpy() if source.on_device else frame for frame in kept]
 
 
 def encode_speed(frames: Sequence[np.ndarray], count: int, path: str | os.PathLike[str], fps: float = 30.0,

@@ -81,7 +81,7 @@ def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, source_vid
             probe = ReferenceProbe(reference, block) if reference is not None else None
             result = run_pipeline(runner, perf_video.path, output if source.encode else None, batch=1,
                                   names=runner.spec.names, max_frames=frames, keep_detections=False,
-                                  preprocess_fn=preprocess_fn, on_iteration=probe, decoder=source.decoder)  # fmt: skip
+                                  preprocess_fn=preprocess_fn, on_progress=probe, decoder=source.decoder)  # fmt: skip
             return result, probe
 
         warm, _ = one_pass(frames=WARMUP_FRAMES)

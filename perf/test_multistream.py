@@ -6,7 +6,7 @@ frames after the previous one (so a batch holds different frames) and looping at
 N (and of the exact input layout the ticks hand over) happens there, not in the measured region. The
 benchmark's samples are seconds per tick in blocks of ticks (`perf.measure.samples`); on a GPU in CPU-reference units
 (`perf.measure.speedref`: a reference reading on the calling thread, which does the ticks' work, after every block of
-ticks through ``on_tick``; over 8 processes on the H100 machine the normalised figure's CV was 3.6% against
+ticks through ``on_progress``; over 8 processes on the H100 machine the normalised figure's CV was 3.6% against
 9.4% for the wall clock, which is kept as the ``wall`` metric and gives the FPS); the report's table gives
 aggregate FPS (N over the median tick time), FPS per stream and per-frame latency (decoded -> detections on the
 host) p50/p99 per N.
@@ -73,10 +73,10 @@ def test_multistream(benchmark: Any, ms_case: Any, streams: int, runner_pool: An
     reference = CpuReference() if "cpu-reference" in perf_controls and kind == "cuda" else None
     probe = ReferenceProbe(reference, block) if reference is not None else None
 
-    def run(ticks: int, warmup_ticks: int, on_tick: Any = None) -> Any:
+    def run(ticks: int, warmup_ticks: int, on_progress: Any = None) -> Any:
         return run_multistream(runner, [perf_video.path] * streams, ticks=ticks, warmup_ticks=warmup_ticks,
                                offsets=[k * OFFSET for k in range(streams)], queue_depth=QUEUE_DEPTH,
-                               keep_detections=False, on_tick=on_tick)  # fmt: skip
+                               keep_detections=False, on_progress=on_progress)  # fmt: skip
 
     run(WARMUP_TICKS[kind], 1)  # untimed: capture / compile at batch N through the ticks' own path
     readers: list[list[float]] = []  # the reference on each reader's CPU, before and after the measured run

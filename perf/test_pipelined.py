@@ -17,7 +17,7 @@ read *in-band on the writer thread* after every block of frames (`perf.measure.s
 each block is divided by its reading. Until 2026-11-25 the readings were taken before and after each pass
 (`perf.measure.controls.reading_on`), which left 10.6% CV between 11 processes; those pass-level figures stay as
 the ``writer_passes`` metric. The wall clock is kept as the ``wall`` metric, and the calling thread's in-band
-readings (after every block, through ``on_batch``) give the ``normalised`` metric. Each stage's busy time per frame
+readings (after every block, through ``on_progress``) give the ``normalised`` metric. Each stage's busy time per frame
 rides along as ``stage:<name>``.
 The report gets a ``| path | FPS | ms/frame |`` table and the two ratios: the best pipelined FPS over the
 slowest stage alone (the bound, target >= 0.9) and over the sequential loop. On the CPU the video is cut to
@@ -104,7 +104,8 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     import torch
 
     from detector.pipeline import default_output_path, draw_detections, run_pipeline
-    from detector.pipelined import frame_device, run_pipelined
+    from detector.frames import frame_device
+    from detector.pipelined import run_pipelined
     from detector.preprocess import preprocess_torch
     from detector.stagespeed import decode_speed, encode_speed, infer_speed, slowest
     from detector.video import open_video, read_frames
@@ -165,7 +166,7 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
             in_band = FrameProbe(reference, block, skip) if reference is not None else None
             before = reading_on(WRITER, reference) if reference is not None else None
             result = run_pipelined(runner, perf_video.path, out_b1, batch=1, names=names, max_frames=frames,
-                                   keep_detections=False, on_batch=probe, on_frame=in_band, **decoder)
+                                   keep_detections=False, on_progress=probe, on_frame=in_band, **decoder)
             if in_band is not None:  # the readings' own time is not the loop's
                 result = dataclasses.replace(result, wall_s=result.wall_s - in_band.spent_s,
                                              iteration_ms=in_band.exclude(result.iteration_ms))

@@ -74,7 +74,7 @@ def test_skip_interval(benchmark: Any, skip_interval: int, runner_pool: Any, per
     def one_pass(max_frames: int | None) -> tuple[Any, Any]:
         probe = ReferenceProbe(reference, block) if reference is not None else None
         result = run_pipeline(runner, perf_video.path, None, batch=1, names=runner.spec.names, max_frames=max_frames,
-                              skip_interval=skip_interval, on_iteration=probe)  # fmt: skip
+                              skip_interval=skip_interval, on_progress=probe)  # fmt: skip
         return result, probe
 
     one_pass(min(frames or WARMUP_FRAMES[kind], WARMUP_FRAMES[kind]))

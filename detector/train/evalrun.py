@@ -1,10 +1,10 @@
 """Accuracy on held-out synthetic videos through the real pipeline pieces.
 
 The video is the cached synthetic video (:func:`detector.synthetic.synthetic_video`, mp4v, 960x540) of each
-held-out seed, decoded with :func:`detector.video.open_video`, letterboxed by
-:func:`detector.preprocess.preprocess`, run by a runner (``evaluate_weights``) or an in-memory model
-(``evaluate_model``, used during training), turned into detections by :func:`detector.postprocess.postprocess`
-and scored by :func:`detector.evaluate.evaluate_coco` (pycocotools). Several seeds are scored as one data set
+held-out seed, read through :func:`detector.frames.open_frames` (OpenCV) and run through the loops' stage chain
+(:class:`detector.stages.StageChain`: letterbox, a runner (``evaluate_weights``) or an in-memory model
+(``evaluate_model``, used during training), postprocess) and scored by :func:`detector.evaluate.evaluate_coco`
+(pycocotools). Several seeds are scored as one data set
 (their ground truths merged, image ids offset per seed). :func:`evaluate_video` scores a user's labelled video
 the same way against its COCO ground truth (image id = frame index + 1, category id = class + 1, as
 :func:`detector.synthetic.make_synthetic_video` writes them).
@@ -33,11 +33,13 @@ if TYPE_CHECKING:
     from detector.darknet import NmsConfig
     from detector.evaluate import EvalResult
     from detector.postprocess import Detections
+    from detector.spec import ModelSpec
+    from detector.stages import StageChain
 
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_EVAL_SEEDS", "VideoScore", "check_categories", "default_ground_truth", "detect_video",
-           "evaluate_model", "evaluate_seeds", "evaluate_video", "evaluate_weights", "require_pycocotools",
+           "eval_chain", "evaluate_model", "evaluate_seeds", "evaluate_video", "evaluate_weights", "require_pycocotools",
            "video_cache"]
 
 DEFAULT_EVAL_SEEDS = (7,)
@@ -58,29 +60,32 @@ def require_pycocotools() -> None:
                             "(or a carried wheel); the weights are saved, score them later with 'detector eval'") from e
 
 
-def detect_video(infer: Infer, video: str | os.PathLike[str], *, net_size: tuple[int, int], frames: int | None = None,
-                 batch: int = 16, conf_threshold: float = EVAL_CONF_THRESHOLD,
-                 iou_threshold: float = EVAL_IOU_THRESHOLD, letterbox: bool = True,
-                 nms: NmsConfig | None = None) -> dict[int, Detections]:
-    """Detections (frame pixels) of the first ``frames`` frames of ``video``, keyed by COCO image id
-    (frame index + 1, the synthetic ground truth's convention); ``nms`` as :func:`detector.postprocess.postprocess`."""
-    import itertools
+def eval_chain(spec: ModelSpec, *, conf_threshold: float = EVAL_CONF_THRESHOLD,
+               iou_threshold: float = EVAL_IOU_THRESHOLD, letterbox: bool | None = None,
+               nms: NmsConfig | str | None = None) -> StageChain:
+    """The stage chain that scores a model of ``spec``: the loops' :class:`~detector.pipeline.LoopSettings` with the
+    evaluation's thresholds; ``letterbox`` and ``nms`` None: the cfg's (:func:`detector.pipeline.cfg_processing`)."""
+    from detector.pipeline import LoopSettings
+    from detector.stages import StageChain
 
-    from detector.postprocess import postprocess
-    from detector.preprocess import preprocess
-    from detector.video import open_video
+    settings = LoopSettings(conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=letterbox, nms=nms)
+    return StageChain.of(spec, settings)
+
+
+def detect_video(infer: Infer, video: str | os.PathLike[str], chain: StageChain, *, frames: int | None = None,
+                 batch: int = 16) -> dict[int, Detections]:
+    """Detections (frame pixels) of the first ``frames`` frames of ``video``, ``batch`` frames per ``infer`` call,
+    through ``chain``, keyed by COCO image id (frame index + 1, the synthetic ground truth's convention)."""
+    from detector.frames import open_frames
 
     out: dict[int, Detections] = {}
-    mode = "letterbox" if letterbox else "resize"
-    with open_video(video) as reader:
-        it = iter(reader) if frames is None else itertools.islice(reader, frames)
-        known = [n for n in (frames, reader.frame_count) if n]  # frame_count 0: the container does not say
+    with open_frames(video) as source:
+        known = [n for n in (frames, source.frame_count) if n]  # frame_count 0: the container does not say
         total = min(known) if known else None
         index = 0
         with progress(total=total, desc=f"detecting {Path(video).name}", unit="frame") as bar:
-            while chunk := list(itertools.islice(it, batch)):
-                x, transforms = preprocess(chunk, net_size, mode=mode)
-                for det in postprocess(infer(x), transforms, conf_threshold, iou_threshold, nms=nms):
+            while chunk := source.read(batch if frames is None else min(batch, frames - index)):
+                for det in chain.detect(source, chunk, infer):
                     index += 1
                     out[index] = det
                 bar.update(len(chunk))
@@ -107,9 +112,8 @@ def _merged_ground_truth(gt_paths: Sequence[Path], frames: int, folder: Path) ->
     return path
 
 
-def _evaluate(infer: Infer, *, net_size: tuple[int, int], names: Sequence[str] | None, video_seeds: Sequence[int],
-              frames: int, cache_dir: Path, batch: int, conf_threshold: float, iou_threshold: float,
-              letterbox: bool, per_seed: bool = False, nms: NmsConfig | None = None) -> dict[str, EvalResult]:
+def _evaluate(infer: Infer, chain: StageChain, *, names: Sequence[str] | None, video_seeds: Sequence[int],
+              frames: int, cache_dir: Path, batch: int, per_seed: bool = False) -> dict[str, EvalResult]:
     """``{"all": result}`` over all seeds together, plus ``{"seed N": result}`` each when ``per_seed``."""
     from detector.evaluate import evaluate_coco
     from detector.synthetic import synthetic_video
@@ -122,9 +126,7 @@ def _evaluate(infer: Infer, *, net_size: tuple[int, int], names: Sequence[str] |
     for seed in video_seeds:
         video = synthetic_video(cache_dir, seed=int(seed), frames=frames)
         gts.append(video.gt_json)
-        detections.append(detect_video(infer, video.video, net_size=net_size, frames=frames, batch=batch,
-                                       conf_threshold=conf_threshold, iou_threshold=iou_threshold,
-                                       letterbox=letterbox, nms=nms))
+        detections.append(detect_video(infer, video.video, chain, frames=frames, batch=batch))
     results = {}
     with tempfile.TemporaryDirectory(prefix="detector-eval-") as tmp:
         merged = {k * _IMAGE_ID_STRIDE + i: d for k, dets in enumerate(detections) for i, d in dets.items()}
@@ -153,6 +155,8 @@ def evaluate_model(model: torch.nn.Module, *, video_seeds: Sequence[int] = DEFAU
     the call) on held-out videos, cached under ``<cache_dir>/videos`` (see :func:`video_cache`)."""
     import torch
 
+    from detector.stages import StageChain
+
     param = next(model.parameters())
     was_training = model.training
     model.eval()
@@ -166,10 +170,9 @@ def evaluate_model(model: torch.nn.Module, *, video_seeds: Sequence[int] = DEFAU
             return model(t).float()
 
     try:
-        return _evaluate(infer, net_size=net_size or model.input_size, names=names or model.names,
-                         video_seeds=video_seeds, frames=frames,
-                         cache_dir=video_cache(cache_dir), batch=batch,
-                         conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=True)["all"]
+        chain = StageChain(tuple(net_size or model.input_size), "letterbox", None, conf_threshold, iou_threshold)
+        return _evaluate(infer, chain, names=names or model.names, video_seeds=video_seeds, frames=frames,
+                         cache_dir=video_cache(cache_dir), batch=batch)["all"]
     finally:
         model.train(was_training)
 
@@ -226,16 +229,13 @@ def evaluate_seeds(cfg: str | os.PathLike[str] | None = None, weights: str | os.
         name -> :class:`detector.evaluate.EvalResult` (``.table()`` prints the per-class AP table).
     """
     from detector.backends import create_runner
-    from detector.pipeline import cfg_processing
 
     spec, device = _spec_and_device(cfg, weights, cache_dir, device)
     require_pycocotools()
-    mode, nms = cfg_processing(spec, letterbox, nms)
+    chain = eval_chain(spec, conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=letterbox, nms=nms)
     with create_runner(backend, spec, device=device, precision=precision, **(runner_options or {})) as runner:
-        return _evaluate(lambda x: runner.infer(x), net_size=spec.input_size, names=spec.names,
-                         video_seeds=video_seeds, frames=frames, cache_dir=video_cache(spec.cache_dir), batch=batch,
-                         conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=mode == "letterbox",
-                         per_seed=True, nms=nms)
+        return _evaluate(lambda x: runner.infer(x), chain, names=spec.names, video_seeds=video_seeds, frames=frames,
+                         cache_dir=video_cache(spec.cache_dir), batch=batch, per_seed=True)
 
 
 def evaluate_weights(cfg: str | os.PathLike[str] | None = None, weights: str | os.PathLike[str] | None = None, *,
@@ -304,13 +304,9 @@ def evaluate_video(video: str | os.PathLike[str], ground_truth: str | os.PathLik
         which = "no image" if not image_ids else f"no image of the first {frames} frames"
         raise DetectorError(f"ground truth '{gt_path}' lists {which}, so there is nothing to score (image id = "
                             "frame index + 1)")
-    from detector.pipeline import cfg_processing
-
-    mode, nms = cfg_processing(spec, letterbox, nms)
+    chain = eval_chain(spec, conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=letterbox, nms=nms)
     with create_runner(backend, spec, device=device, precision=precision, **(runner_options or {})) as runner:
-        detections = detect_video(lambda x: runner.infer(x), video, net_size=spec.input_size, frames=frames,
-                                  batch=batch, conf_threshold=conf_threshold, iou_threshold=iou_threshold,
-                                  letterbox=mode == "letterbox", nms=nms)
+        detections = detect_video(lambda x: runner.infer(x), video, chain, frames=frames, batch=batch)
     decoded = len(detections)
     if max(scored) > decoded:
         raise DetectorError(f"ground truth '{gt_path}' labels image id {max(scored)} (frame {max(scored) - 1}) but "

@@ -8,8 +8,8 @@ processes of identical code and within one: no statistic of wall-clock times can
 `CpuReference` is a small workload of the same kinds of work as the pipeline's CPU stages (an OpenCV resize and
 colour conversion, numpy arithmetic, a JPEG encode -- library code only, none of the code under test, so a
 regression in the detector cannot hide in it), 0.6-2 ms on a server core. The video benchmarks run it on the
-calling thread after every block of frames or ticks (`ReferenceProbe`, through the loops' ``on_iteration`` /
-``on_batch`` / ``on_tick`` hooks, outside the timed spans) and divide each block's time by it: their primary
+calling thread after every block of frames or ticks (`ReferenceProbe`, through the loops' ``on_progress``
+hook, outside the timed spans) and divide each block's time by it: their primary
 figure is then *time in reference units*, which a common slowdown of the CPU cancels out of while a slower
 stage of the pipeline does not. The wall-clock figures stay beside it (``wall`` metric, FPS).
 """
@@ -63,7 +63,7 @@ class CpuReference:
 
 
 class ReferenceProbe:
-    """A loop hook (``on_iteration`` / ``on_batch`` / ``on_tick``) taking a reference reading each time the count
+    """A loop hook (``on_progress``) taking a reference reading each time the count
     it is given (frames or ticks done) passes another multiple of ``block``; readings in ``readings_s``."""
 
     def __init__(self, reference: CpuReference, block: int) -> None:

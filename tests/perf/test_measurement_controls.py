@@ -234,15 +234,15 @@ def test_each_loop_calls_its_hook_outside_its_timed_spans(cpu_runner: Any, clip:
     from detector.pipelined import run_pipelined
 
     seen: list[int] = []
-    result = run_pipeline(cpu_runner, clip, None, on_iteration=seen.append, keep_detections=False)
+    result = run_pipeline(cpu_runner, clip, None, on_progress=seen.append, keep_detections=False)
     assert seen == [1, 2, 3, 4, 5, 6] and len(result.iteration_ms) == 6
     assert sum(result.iteration_ms) <= result.wall_s * 1e3
     assert all(len(v) == 6 for v in result.stage_samples_ms.values())  # the read that met the end is no sample
     seen.clear()
-    piped = run_pipelined(cpu_runner, clip, None, batch=2, on_batch=seen.append, keep_detections=False)
+    piped = run_pipelined(cpu_runner, clip, None, batch=2, on_progress=seen.append, keep_detections=False)
     assert seen == [2, 4, 6] and len(piped.iteration_ms) == 6
     seen.clear()
-    streams = run_multistream(cpu_runner, [clip, clip], ticks=4, warmup_ticks=1, on_tick=seen.append)
+    streams = run_multistream(cpu_runner, [clip, clip], ticks=4, warmup_ticks=1, on_progress=seen.append)
     assert seen == [1, 2, 3, 4] and len(streams.tick_ms) == 4
 
 
