@@ -511,6 +511,15 @@ def all_options() -> tuple[Option, ...]:
     )  # fmt: skip
 
 
+def start_up_errors(config: pytest.Config) -> list[str]:
+    """What is wrong with the option values (`bad_values`, `benchmark_option_errors`: one line each, not a block);
+    none, the benchmark storage is anchored (`anchor_benchmark_storage`, before pytest-benchmark opens it)."""
+    errors = bad_values(config.option) + benchmark_option_errors(config.getoption)
+    if not errors:
+        anchor_benchmark_storage(config.option, config.rootpath)
+    return errors
+
+
 def add_options(parser: pytest.Parser) -> None:
     """Register `all_options` in the ``perf`` group of ``parser``, and the ini settings of those that have one."""
     group = parser.getgroup("perf", "perf suite (perf/)")
