@@ -86,9 +86,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _session(item.config).on_runtest_setup(item)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    return (yield from _session(item.config).on_runtest_call(item))
+@pytest.hookimpl(hookwrapper=True)  # after the call whatever its outcome
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
+    yield from _session(item.config).on_runtest_call(item)
 
 
 @pytest.hookimpl(wrapper=True)

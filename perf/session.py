@@ -238,7 +238,7 @@ class PerfSession:
         if reason is not None:
             pytest.skip(reason)
 
-    def on_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+    def on_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
         """Around a test's call: mark the benchmarks of a run with injected slowdowns, so no one mistakes them for
         the real thing (and the calibration of an injected regression, after the call)."""
         marks = self.options.injected

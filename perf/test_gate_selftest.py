@@ -42,13 +42,14 @@ def test_gate_detects_injected_slowdowns_without_false_alarms(
     pytestconfig: pytest.Config, perf_device: str, runner_pool: Any, input_frames: Any, perf_report: Any,
     perf_reports_dir: Path,
 ) -> None:
-    if not pytestconfig.getoption("perf_selftest"):
+    from perf.session import PERF_SESSION
+
+    if not pytestconfig.stash[PERF_SESSION].options.selftest:
         pytest.skip("the gate self-test runs with --perf-selftest (pytest perf --perf-selftest)")
     import torch
     from pytest_benchmark.timers import compute_timer_precision
 
     from detector.fileio import atomic_write_text
-    from perf.session import PERF_SESSION
     from perf.gate.selftest import run_selftest, suite_rounds, table_rows, threshold
     from perf.measure.slowdown import delay_call
     from perf.measure.stability import time_rounds
