@@ -230,6 +230,8 @@ def test_saved_runs_go_into_the_store_with_their_verdicts_and_the_command_reads_
         assert len(runs) == 2
         current = json.loads((folder / "reports" / "perf-compare.json").read_text())["current"]["run_id"]
         assert runs[1].run_id == current and [r["verdict"] for r in store.verdicts(current)] != []
+        saved = sorted((folder / "storage").glob("*/0*.json"))  # the files pytest-benchmark saved, 3 runs
+        assert [Path(str(r.path)) for r in runs] == saved[:2]  # each stored with its own file
     cli = [sys.executable, "-m", "perf.store.cli", "--store", str(folder / "storage" / "history.sqlite")]
     listed = subprocess.run([*cli, "runs"], capture_output=True, text=True, env=env, check=False)
     assert listed.returncode == 0 and len(listed.stdout.splitlines()) == 2
