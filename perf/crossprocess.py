@@ -1,6 +1,6 @@
 """The gate judged as CI uses it: simulated CI runs drawn from separate processes, identical and regressed.
 
-``pytest perf --perf-selftest-processes=K`` (`perf.gate.crossprocess_plugin`) runs K processes of identical code and
+``pytest perf --perf-selftest-processes=K`` (`perf.roles.processes`) runs K processes of identical code and
 K / 5 of each injected regression (`perf.gate.regressions`: a real extra layer, a slower pipeline stage),
 interleaved; ``python -m perf.crossprocess DIR ...`` (or ``perf-history simulate``) judges saved runs made so. A
 *simulated CI run* (`simulate_run`) is what CI does on one commit, with the real gate's code:

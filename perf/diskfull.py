@@ -50,12 +50,9 @@ def full_disk_line(error: BaseException, folders: Mapping[str, Path]) -> str | N
     return f"the disk is full: {text}; free space there and run again"
 
 
-def stop_if_disk_full(config: pytest.Config, error: BaseException) -> None:
-    """``pytest.exit`` with `full_disk_line` when ``error`` (a test's failure) comes from a full disk."""
-    from perf.session import PERF_SESSION, reports_dir
-
-    folders = {"--perf-cache-dir": config.stash[PERF_SESSION].options.cache_dir, "--perf-reports-dir":
-               reports_dir(config)}  # fmt: skip
+def stop_if_disk_full(folders: Mapping[str, Path], error: BaseException) -> None:
+    """``pytest.exit`` with `full_disk_line` when ``error`` (a test's failure) comes from a full disk under one of
+    ``folders`` (option -> folder)."""
     line = full_disk_line(error, folders)
     if line is not None:
         pytest.exit(line, returncode=pytest.ExitCode.INTERRUPTED)

@@ -446,8 +446,8 @@ def all_options() -> tuple[Option, ...]:
                "torch.profiler and keep its top kernels with the run: what --perf-compare shows under a slower "
                "benchmark (perf/profile/kernels.py); 0 = off. Off inside nsys and with --perf-profile.",
                str(KERNEL_CALLS), parse_count, default=KERNEL_CALLS),
-        Option(NSYS_CHILD_FLAG, None, None),  # the run inside nsys (perf/profile/plugin.py)
-        # -- the regression gate (perf/gate/plugin.py) ---------------------------------------------------------------
+        Option(NSYS_CHILD_FLAG, None, None),  # the run inside nsys (perf/roles/nsys.py)
+        # -- the regression gate (perf/roles/gate.py) ----------------------------------------------------------------
         Option("--perf-compare", "NUM|ID", "Judge this run against main's history on this runner (the last "
                "--perf-history comparable saved runs; up to run NUM / ID when given): one line per benchmark with the "
                "ratio to the history, its interval, the smallest slowdown it could detect and the verdict slower / "
@@ -482,7 +482,7 @@ def all_options() -> tuple[Option, ...]:
                "20 on a GPU, 30 on a CPU", parse_positive_int),
         Option("--perf-selftest-levels", "PERCENTS", "Slowdowns injected by --perf-selftest, in percent of the "
                "median.", "2,5,10 on a GPU, 2,5,10,20 on a CPU", parse_levels),
-        # -- measurements across processes (perf/gate/crossprocess_plugin.py) --------------------------------------
+        # -- measurements across processes (perf/roles/processes.py) -----------------------------------------------
         Option("--perf-noise", "K", "Run the selected benchmarks in K fresh processes of this code and save this "
                "runner's noise profile (the spread of per-process medians), which --perf-compare uses.", "off",
                parse_processes),
@@ -502,13 +502,22 @@ def all_options() -> tuple[Option, ...]:
                "'.[postgres]'; the PERF_STORE environment variable keeps a password off the command line), or none. "
                "A green run the store cannot take exits with status 6, the run saved.",
                "$PERF_STORE, else history.sqlite in the benchmark storage", parse_store, ini=True),
-        # -- reports (perf/fixtures/reporting.py) --------------------------------------------------------------------
+        # -- reports (perf/roles/report.py) --------------------------------------------------------------------------
         Option("--perf-reports-dir", "DIR", "Folder for the suite's reports (tables, detected videos, profiles).",
                "reports in the rootdir"),
         Option("--perf-html", "DIR", "At the end of the session write DIR/index.html (figures) and DIR/summary.md "
                "from the saved runs and the reports (see python -m perf.report_cli; the report extra: pip install -e "
                "'.[report]').", "off"),
     )  # fmt: skip
+
+
+def start_up_errors(config: pytest.Config) -> list[str]:
+    """What is wrong with the option values (`bad_values`, `benchmark_option_errors`: one line each, not a block);
+    none, the benchmark storage is anchored (`anchor_benchmark_storage`, before pytest-benchmark opens it)."""
+    errors = bad_values(config.option) + benchmark_option_errors(config.getoption)
+    if not errors:
+        anchor_benchmark_storage(config.option, config.rootpath)
+    return errors
 
 
 def add_options(parser: pytest.Parser) -> None:

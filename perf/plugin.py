@@ -1,27 +1,28 @@
-"""pytest hooks of the perf suite: options, markers, start-up checks, the session's fixtures and the
-pytest-benchmark machine-info hooks.
+"""The perf suite's pytest plugin: its hooks, options and fixtures; the state lives in a `perf.session.PerfSession`.
 
-Registered by the root conftest.py (``pytest_plugins = ["perf.plugin", ...]``). Every option of the suite is
-registered here, from the one table in `perf.options`; the role plugins (perf/gate/, perf/profile/, perf/preflight.py,
-perf/fixtures/reporting.py) only read them. State lives in a `perf.session.PerfSession` kept in
-``config.stash[PERF_SESSION]``. Saved benchmark runs carry ``machine_info["perf"]``
-(`perf.measure.machine.machine_fingerprint`), and ``--benchmark-compare`` refuses a saved run from another GPU,
-driver, CUDA or device unless ``--perf-allow-machine-mismatch`` is given (`perf.session.check_saved_run`).
+Registered by the root conftest.py (``pytest_plugins = ["perf.plugin", "perf.fixtures.reporting", ...]``), the one
+module of perf/ with hooks (besides the benchmark modules' own ``pytest_generate_tests``). Every option of the suite
+is registered here, from the one table in `perf.options`; `PerfSession.start` reads them once, and each hook is a
+call into the session kept in ``config.stash[PERF_SESSION]`` (`perf.session`), which owns the gate, the store,
+the reports, the Nsight Systems captures and the cross-process runs (`perf.roles`). Saved benchmark runs carry
+``machine_info["perf"]`` (`perf.measure.machine.machine_fingerprint`), and ``--benchmark-compare`` refuses a saved
+run from another GPU, driver, CUDA or device unless ``--perf-allow-machine-mismatch`` is given
+(`perf.session.PerfSession.check_saved_run`).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from perf.diskfull import stop_if_disk_full
-from perf.measure.clock import SUITE_CLOCK
 from perf.measure.controls import Controls
-from perf.options import add_options, anchor_benchmark_storage, bad_values, benchmark_option_errors
-from perf.runs import describe_injected
-from perf.session import PERF_SESSION, PerfOptions, PerfSession, SubjectWarning, check_saved_run
+from perf.options import add_options, start_up_errors
+from perf.roles.processes import ProcessesRun
+from perf.session import PERF_SESSION, PerfOptions, PerfSession
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped when --perf-device is cpu, or auto and no CUDA device is visible.",
@@ -34,114 +35,110 @@ MARKERS = {
 }
 
 
-def backend_markers() -> dict[str, str]:
-    """The markers backends registered for their cases (``register(..., marks=...)``): marker -> description."""
-    from detector.backends import backend, backend_names
-
-    return {mark: f"a case of backend {name!r}; skipped where it cannot run (no CUDA device, not installed)."
-            for name in backend_names() for mark in backend(name).marks}
+def _session(config: pytest.Config) -> PerfSession:
+    return config.stash[PERF_SESSION]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark (trylast) opens its storage and loads a compared run
 def pytest_configure(config: pytest.Config) -> None:
-    from perf.measure.multigpu import bind_worker_gpu
+    PerfSession.start(config, MARKERS, start_up_errors, ProcessesRun.start)
 
-    bind_worker_gpu()  # an xdist worker gets its own GPU, before anything initialises CUDA
-    for name, description in {**backend_markers(), **MARKERS}.items():
-        config.addinivalue_line("markers", f"{name}: {description}")
-    errors = bad_values(config.option) + benchmark_option_errors(config.getoption)  # one line each, not a block
-    if errors:
-        raise pytest.UsageError("\n".join(errors))
-    anchor_benchmark_storage(config.option, config.rootpath)  # before pytest-benchmark opens it (trylast)
-    session = PerfSession.from_config(config)
-    errors = list(session.usage_errors(autosave=bool(config.getoption("benchmark_autosave", False))))
-    if errors:
-        raise pytest.UsageError("\n".join(errors))
-    config.stash[PERF_SESSION] = session
-    for message in session.warnings():
-        config.issue_config_time_warning(SubjectWarning(message), stacklevel=2)
-    SUITE_CLOCK.configure(lambda: session.device, config.getoption("perf_clock_lead_in"))  # CUDA events on a GPU
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Give each xdist worker the controller's run name (its report part is then this run's, no other's)."""
+    node.workerinput["perf_run"] = _session(node.config).run_name
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    session = config.stash[PERF_SESSION]
-    options = session.options
-    lines = [
-        f"perf: device={options.device} backends={','.join(options.backends)} "
-        f"batch-sizes={','.join(map(str, options.batch_sizes_for(session.device)))} "
-        f"precisions={','.join(options.precisions)} "
-        f"cache-dir={options.cache_dir}"
-    ]
-    if options.injected:
-        lines.append(f"perf: INJECTED SLOWDOWN ({describe_injected(options.injected)}): a test-only run, marked as "
-                     "such in every saved benchmark; never a baseline")  # fmt: skip
-    return lines
+    return _session(config).header()
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Any:
-    """Mark benchmarks of a run with injected slowdowns, so no one mistakes them for the real thing."""
-    marks = item.config.stash[PERF_SESSION].options.injected
-    funcargs = getattr(item, "funcargs", {})
-    bench = funcargs.get("benchmark")
-    if marks and bench is not None:
-        bench.extra_info["injected"] = marks
-    yield
-    calibration = getattr(funcargs.get("runner_pool"), "calibration", None)
-    if marks and bench is not None and calibration:
-        bench.extra_info.setdefault("regression_calibration", calibration)
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's session exists
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _session(session.config).on_sessionstart(session)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """A test failing on a full disk stops the run in one line (`perf.diskfull`)."""
-    report = yield
-    if report.failed and call.excinfo is not None:
-        stop_if_disk_full(item.config, call.excinfo.value)
-    return report
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _session(config).gate.select(config, items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _session(session.config).on_collection_finish(session)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    processes = _session(session.config).processes  # --perf-noise / --perf-selftest-processes: orchestrate instead
+    return None if processes is None else processes.run(session)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    return _session(item.config).nsys.run_test(item)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    session = item.config.stash[PERF_SESSION]
-    markers = {mark.name for mark in item.iter_markers()} & session.gated_markers
-    if markers:
-        reason = session.skip_reason(markers)
-        if reason is not None:
-            pytest.skip(reason)
+    _session(item.config).on_runtest_setup(item)
+
+
+@pytest.hookimpl(hookwrapper=True)  # after the call whatever its outcome
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
+    yield from _session(item.config).on_runtest_call(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    _session(item.config).on_makereport(item, call, report)
+    return report
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
-    session = config.stash[PERF_SESSION]
-    machine_info["perf"] = session.fingerprint
-    machine_info["perf_subject"] = session.identity
+    machine_info["perf"], machine_info["perf_subject"] = _session(config).fingerprint, _session(config).identity
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]) -> None:
-    """The run's own marks, beside machine_info (which must stay the same from run to run on one machine, or
-    pytest-benchmark warns at every compare): ``perf_run`` = ``{"run_id", "injected"}``; and every benchmark's
-    ``params`` as JSON (`perf.runs.param_json`), not pytest-benchmark's ``UNSERIALIZABLE[...]`` strings."""
-    from perf.runs import param_json
-
-    session = config.stash[PERF_SESSION]
-    output_json["perf_run"] = {"run_id": session.run_id, "injected": session.options.injected}
-    for bench in output_json.get("benchmarks") or ():
-        if isinstance(bench.get("params"), dict):
-            bench["params"] = param_json(bench["params"])
+    _session(config).on_update_json(config._benchmarksession, output_json)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_compare_machine_info(
     config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any], compared_benchmark: dict[str, Any]
 ) -> None:
-    """Refuse (pytest.UsageError) to compare with a run from another GPU/driver/CUDA/device, or of another model
-    or video, unless allowed (`perf.session.check_saved_run`)."""
-    check_saved_run(config, compared_benchmark, str(benchmarksession.storage), "--benchmark-compare")
+    _session(config).check_saved_run(compared_benchmark, str(benchmarksession.storage), "--benchmark-compare")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _session(session.config).on_sessionfinish(session)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)  # inside pytest's own: after its failures, around pytest-benchmark's table
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> Generator[None]:
+    from pytest_benchmark.session import PerformanceRegression
+
+    _session(config).write_summary(terminalreporter)
+    try:
+        return (yield)
+    except PerformanceRegression:  # a failed --benchmark-compare-fail check: one line, not a traceback
+        _session(config).gate.compare_failed(terminalreporter)
+        return None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
+def pytest_terminal_summary_last(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> Generator[None]:
+    """After the whole summary (pytest's short test summary included), just above the final line: the store's."""
+    result = yield
+    store = _session(config).store
+    if store is not None:
+        store.write_summary(terminalreporter)
+    return result
 
 
 @pytest.fixture(scope="session")
@@ -160,7 +157,7 @@ def perf_device(pytestconfig: pytest.Config) -> str:
 @pytest.fixture(scope="session")
 def perf_controls(pytestconfig: pytest.Config) -> Controls:
     """The noise controls in force while measuring (``--perf-controls``, see perf/measure/controls.py)."""
-    return pytestconfig.getoption("perf_controls")
+    return pytestconfig.stash[PERF_SESSION].options.controls
 
 
 @pytest.fixture(scope="session")
@@ -174,3 +171,21 @@ def perf_cache_dir(perf_options: PerfOptions) -> Path:
     """--perf-cache-dir (default $DETECTOR_CACHE or ~/.cache/detector, the CLI's), created; shared by xdist workers."""
     perf_options.cache_dir.mkdir(parents=True, exist_ok=True)
     return perf_options.cache_dir
+
+
+@pytest.fixture
+def perf_samples(pytestconfig: pytest.Config) -> Any:
+    """``perf_samples(benchmark, samples_s, label=, unit=, block=, metrics=)``: make per-block samples the
+    benchmark's rounds, judged by the stability rule (`perf.measure.samples.record_samples`)."""
+    from perf.measure.samples import record_samples
+
+    return functools.partial(record_samples, rule=pytestconfig.stash[PERF_SESSION].gate.settings.rule)
+
+
+@pytest.fixture
+def perf_measure(pytestconfig: pytest.Config) -> Any:
+    """``perf_measure(benchmark, fn, *args, **kwargs)``: ``benchmark(fn, ...)`` re-measured while unstable (the
+    stability gate, `perf.measure.stability`)."""
+    from perf.measure.stability import measure_stable
+
+    return functools.partial(measure_stable, rule=pytestconfig.stash[PERF_SESSION].gate.settings.rule)

@@ -1,4 +1,4 @@
-"""pytest plugin: refuse at start-up, in one usage line (exit 4), a run that would lose its results or crash after
+"""Refuse at start-up (`check_options` at configure, `check_selection` after collection), in one usage line (exit 4), a run that would lose its results or crash after
 measuring.
 
 * Saving or comparing under pytest-xdist: pytest-benchmark switches itself off when ``-n`` is given (a warning,
@@ -21,11 +21,14 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from perf.validate import run_problem
+
+if TYPE_CHECKING:
+    from perf.session import PerfOptions
 
 SAVING = ("benchmark_autosave", "benchmark_save", "benchmark_json", "benchmark_compare", "perf_compare")
 RUN_FILES = "[0-9][0-9][0-9][0-9]_"  # pytest-benchmark's glob of saved runs
@@ -101,17 +104,16 @@ def _check_compared_runs(config: pytest.Config) -> None:
                                         "remove it, or compare with another run (NUM|ID)")  # fmt: skip
 
 
-def _check_folders(config: pytest.Config, *, reports: bool, cache: bool, storage: bool) -> None:
-    from perf.session import PERF_SESSION, reports_dir
-
+def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool, cache: bool,
+                   storage: bool) -> None:  # fmt: skip
     if reports:
-        folder = reports_dir(config)
+        folder = options.reports_dir
         why = unwritable(folder)
         if why:
             raise pytest.UsageError(f"--perf-reports-dir: cannot write the reports to '{folder}': {why}; make it "
                                     "writable or choose another folder with --perf-reports-dir")  # fmt: skip
-    if cache and PERF_SESSION in config.stash:
-        folder = config.stash[PERF_SESSION].options.cache_dir
+    if cache:
+        folder = options.cache_dir
         empty = not folder.is_dir() or not any(folder.iterdir())
         why = unwritable(folder) if empty else None
         if why:
@@ -128,8 +130,8 @@ def _saving(config: pytest.Config) -> bool:
     return bool(_option(config, "benchmark_save") or _option(config, "benchmark_autosave"))
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """Before pytest-benchmark (trylast) loads a compared run or xdist starts workers."""
+def check_options(config: pytest.Config, options: PerfOptions) -> None:
+    """At configure, before pytest-benchmark (trylast) loads a compared run or xdist starts workers."""
     if hasattr(config, "workerinput") or _option(config, "help") or _option(config, "version"):
         return
     if _xdist(config):
@@ -139,17 +141,17 @@ def pytest_configure(config: pytest.Config) -> None:
                                     "switches itself off under xdist, so nothing would be saved or compared; run "
                                     "the benchmarks without -n")  # fmt: skip
         if not _option(config, "collectonly"):
-            _check_folders(config, reports=True, cache=True, storage=False)
+            _check_folders(config, options, reports=True, cache=True, storage=False)
         return
     _check_compared_runs(config)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Check the folders the selected tests will write, before any of them runs."""
+def check_selection(session: pytest.Session, options: PerfOptions) -> None:
+    """After collection: check the folders the selected tests will write, before any of them runs."""
     config = session.config
     if hasattr(config, "workerinput") or _option(config, "collectonly"):
         return
     used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
-    _check_folders(config, reports=bool(used & {"perf_report", "perf_reports_dir"}) or
-                   _option(config, "perf_compare") is not None,
+    _check_folders(config, options, reports=bool(used & {"perf_report", "perf_reports_dir"}) or
+                   options.compare is not None,
                    cache="perf_cache_dir" in used, storage=_saving(config) and "benchmark" in used)  # fmt: skip

@@ -1,25 +1,36 @@
 """The state the perf suite's hooks share: the options as parsed (`PerfOptions`) and the run's `PerfSession`.
 
-`perf.plugin` builds one `PerfSession` in ``pytest_configure`` and keeps it in ``config.stash[PERF_SESSION]``;
-hooks, fixtures and tests read it from there. `check_saved_run` is the one refusal to compare with a saved run of
-another model, video or machine, or of a run made with a deliberate slowdown, used by ``--perf-compare`` and
-``--benchmark-compare`` alike.
+`perf.plugin` builds one `PerfSession` in ``pytest_configure`` (`PerfSession.start`) and keeps it in
+``config.stash[PERF_SESSION]``; each of its hooks is one call into it (the pytest-benchmark way). The session owns
+every option (read once), the run id, the reports folder and the parts of a run, each a typed object of
+`perf.roles`: the report (`ReportRun`), the gate (`GateRun`), the history store (`StoreRun`), the Nsight Systems
+captures (`NsysRun`) and the cross-process measurements (`ProcessesRun`); it calls them in the order their effects
+need (the gate's verdicts before the report and the store). `PerfSession.check_saved_run` is the one refusal to
+compare with a saved run of another model, video or machine, or of a run made with a deliberate slowdown, used by
+``--perf-compare`` and ``--benchmark-compare`` alike.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+import os
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from detector.devices import parse_device
-from perf.report.suite import PerfReport
 from perf.runs import describe_injected, injected_of
 from perf.subject import Subject, subject_differences, subject_mismatch_message
+
+if TYPE_CHECKING:
+    from perf.roles.gate import GateRun
+    from perf.roles.nsys import NsysRun
+    from perf.roles.report import ReportRun
+    from perf.roles.store import StoreRun
 
 #: Batch sizes of the inference benchmarks when --perf-batch-sizes is not given; the CPU pass is a smoke test (batch
 #: 32 of the shipped model took 2.9 s a call on the 2-core CI machine, 150 s of its 275 s pass with ONNX Runtime's).
@@ -38,6 +49,14 @@ def backend_names() -> tuple[str, ...]:
     from detector.backends import backend_names as registered  # on first use, not with this module
 
     return tuple(registered())
+
+
+def backend_markers() -> dict[str, str]:
+    """The markers backends registered for their cases (``register(..., marks=...)``): marker -> description."""
+    from detector.backends import backend
+
+    return {mark: f"a case of backend {name!r}; skipped where it cannot run (no CUDA device, not installed)."
+            for name in backend_names() for mark in backend(name).marks}
 
 
 @dataclass(frozen=True)
@@ -67,6 +86,33 @@ class PerfOptions:
     regression: Any = None
     #: --perf-sources: `perf.measure.sources.Source` of the end-to-end and pipelined tests (mp4v alone if empty).
     sources: tuple[Any, ...] = ()
+    #: --perf-controls (`perf.measure.controls.Controls`), --perf-clock-lead-in (ms), --perf-kernels (calls, 0: off).
+    controls: Any = None
+    clock_lead_in_ms: float = 0.0
+    kernels: int = 0
+    #: The hidden flag of a run inside Nsight Systems (`perf.profile.nsys.NSYS_CHILD_FLAG`).
+    nsys_child: bool = False
+    #: --perf-reports-dir, resolved (default ``reports/`` in the rootdir); --perf-html's folder as given, or None.
+    reports_dir: Path = Path("reports")
+    html: str | None = None
+    #: --perf-compare (None: off, True: the latest comparable run, else NUM / ID), --perf-history (runs),
+    #: --perf-noise-profile (a path, "none", or None: this runner's own).
+    compare: Any = None
+    history: int = 20
+    noise_profile: str | None = None
+    #: --perf-selftest and its --perf-selftest-trials / --perf-selftest-levels (None: the device's defaults).
+    selftest: bool = False
+    selftest_trials: int | None = None
+    selftest_levels: tuple[float, ...] | None = None
+    #: --perf-noise / --perf-selftest-processes (K processes, None: off), --perf-selftest-regressions,
+    #: --perf-processes-budget (s), --perf-runs-dir (as given).
+    noise: int | None = None
+    selftest_processes: int | None = None
+    selftest_regressions: tuple[Any, ...] | None = None
+    processes_budget: float | None = None
+    runs_dir: str | None = None
+    #: --perf-store, else the ini setting ``perf_store`` (None: neither given).
+    store: str | None = None
 
     def batch_sizes_for(self, device: str) -> tuple[int, ...]:
         """Batch sizes of the inference benchmarks on `device`: --perf-batch-sizes, else `DEFAULT_BATCH_SIZES`."""
@@ -118,6 +164,148 @@ class PerfSession:
     def __init__(self, options: PerfOptions, subject: Subject | None = None) -> None:
         self.options = options
         self.subject = subject if subject is not None else Subject()
+        # the parts of a run, set by `start`
+        self.config: pytest.Config
+        self.report: ReportRun
+        self.gate: GateRun
+        self.nsys: NsysRun
+        self.processes: Any = None  #: `perf.roles.processes.ProcessesRun` (built by the plugin's factory) or None
+        self.store: StoreRun | None = None
+
+    @classmethod
+    def start(cls, config: pytest.Config, markers: Mapping[str, str], option_errors: Callable[[pytest.Config], list[str]],
+              processes: Callable[[PerfSession, pytest.Config], Any]) -> PerfSession:  # fmt: skip
+        """``pytest_configure``: check the options, build the session and its parts; a usage error (one line per
+        problem) for what cannot work. ``markers``: the suite's own markers (name -> description);
+        ``option_errors``: the options' own check (`perf.options.start_up_errors`); ``processes``: the factory of
+        the cross-process run (`perf.roles.processes.ProcessesRun.start`)."""
+        from perf.measure.clock import SUITE_CLOCK
+        from perf.measure.multigpu import bind_worker_gpu
+        from perf.preflight import check_options
+        from perf.roles.gate import GateRun, gate_settings
+        from perf.roles.nsys import NsysRun, nsys_selected
+        from perf.roles.report import ReportRun
+
+        bind_worker_gpu()  # an xdist worker gets its own GPU, before anything initialises CUDA
+        for name, description in {**backend_markers(), **markers}.items():
+            config.addinivalue_line("markers", f"{name}: {description}")
+        errors = option_errors(config)
+        if errors:
+            raise pytest.UsageError("\n".join(errors))
+        session = cls.from_config(config)
+        errors = list(session.usage_errors(autosave=bool(config.getoption("benchmark_autosave", False))))
+        if errors:
+            raise pytest.UsageError("\n".join(errors))
+        session.config = config
+        config.stash[PERF_SESSION] = session
+        for message in session.warnings():
+            config.issue_config_time_warning(SubjectWarning(message), stacklevel=2)
+        SUITE_CLOCK.configure(lambda: session.device, session.options.clock_lead_in_ms)  # CUDA events on a GPU
+        worker = getattr(config, "workerinput", None)
+        run = worker.get("perf_run") if worker is not None else None
+        session.report = ReportRun(session, run or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+                                   None if worker is None else worker.get("workerid"))  # fmt: skip
+        session.processes = processes(session, config)
+        check_options(config, session.options)
+        if hasattr(config.option, "benchmark_save_data"):
+            config.option.benchmark_save_data = True  # raw rounds in every saved run (before pytest-benchmark reads it)
+        session.gate = GateRun(session, gate_settings(config))
+        session.nsys = NsysRun(session.options, nsys_selected(session.options, config.getoption("markexpr", "")))
+        return session
+
+    @property
+    def run_name(self) -> str:
+        """This run's name in the report files (start time and process id), shared with its xdist workers."""
+        return self.report.run
+
+    def on_sessionstart(self, session: pytest.Session) -> None:
+        """Open the history store, then read main's history: both refuse a wrong setting before measuring."""
+        from perf.roles.store import StoreRun
+
+        self.store = StoreRun.open(session.config, self.options.store)
+        self.gate.start(session)
+
+    def on_collection_finish(self, session: pytest.Session) -> None:
+        from perf.preflight import check_selection
+
+        check_selection(session, self.options)
+        self.gate.collected(session.items)
+
+    def on_runtest_setup(self, item: pytest.Item) -> None:
+        """Skip a test whose markers need what this machine lacks (`skip_reason`)."""
+        markers = {mark.name for mark in item.iter_markers()} & self.gated_markers
+        reason = self.skip_reason(markers) if markers else None
+        if reason is not None:
+            pytest.skip(reason)
+
+    def on_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
+        """Around a test's call: mark the benchmarks of a run with injected slowdowns, so no one mistakes them for
+        the real thing (and the calibration of an injected regression, after the call)."""
+        marks = self.options.injected
+        funcargs = getattr(item, "funcargs", {})
+        bench = funcargs.get("benchmark")
+        if marks and bench is not None:
+            bench.extra_info["injected"] = marks
+        yield
+        calibration = getattr(funcargs.get("runner_pool"), "calibration", None)
+        if marks and bench is not None and calibration:
+            bench.extra_info.setdefault("regression_calibration", calibration)
+
+    def on_makereport(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+        """A test failing on a full disk stops the run in one line (`perf.diskfull`); a passed benchmark the gate
+        judges slower fails."""
+        from perf.diskfull import stop_if_disk_full
+
+        if report.failed and call.excinfo is not None:
+            stop_if_disk_full({"--perf-cache-dir": self.options.cache_dir,
+                               "--perf-reports-dir": self.options.reports_dir}, call.excinfo.value)  # fmt: skip
+        self.gate.judge_test(item, call, report)
+
+    def on_update_json(self, benchmarks: Any, output_json: dict[str, Any]) -> None:
+        """The run's own marks, beside machine_info (which must stay the same from run to run on one machine, or
+        pytest-benchmark warns at every compare): ``perf_run`` = ``{"run_id", "injected"}``; and every benchmark's
+        ``params`` as JSON (`perf.runs.param_json`), not pytest-benchmark's ``UNSERIALIZABLE[...]`` strings. The
+        store keeps the document and the file it is saved in."""
+        from perf.runs import param_json
+
+        output_json["perf_run"] = {"run_id": self.run_id, "injected": self.options.injected}
+        for bench in output_json.get("benchmarks") or ():
+            if isinstance(bench.get("params"), dict):
+                bench["params"] = param_json(bench["params"])
+        if self.store is not None:
+            self.store.saving(benchmarks, output_json)
+
+    def on_sessionfinish(self, session: pytest.Session) -> None:
+        """After pytest-benchmark saved the run (its hookwrapper): the cross-process verdict, the gate's verdicts,
+        the report, then the store, which keeps the saved run with the gate's verdicts."""
+        if self.processes is not None:
+            self.processes.finish(session)
+        self.gate.finish(session)
+        self.report.finish(session.config)
+        if self.store is not None:
+            self.store.finish(session, self.gate.document, self.gate.settings.noise)
+
+    def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """The run's sections, after pytest's failures and before pytest-benchmark's table."""
+        self.gate.write_summary(terminalreporter)
+        self.report.write_summary(terminalreporter)
+        if self.processes is not None:
+            self.processes.write_summary(terminalreporter)
+        self.nsys.write_summary(terminalreporter)
+
+    def header(self) -> list[str]:
+        """``pytest_report_header``: what the run measures, and a warning line for an injected slowdown."""
+        options = self.options
+        lines = [
+            f"perf: device={options.device} backends={','.join(options.backends)} "
+            f"batch-sizes={','.join(map(str, options.batch_sizes_for(self.device)))} "
+            f"precisions={','.join(options.precisions)} "
+            f"cache-dir={options.cache_dir}"
+        ]
+        if options.injected:
+            lines.append(f"perf: INJECTED SLOWDOWN ({describe_injected(options.injected)}): a test-only run, marked "
+                         "as such in every saved benchmark; never a baseline")  # fmt: skip
+        return lines
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> PerfSession:
@@ -127,7 +315,7 @@ class PerfSession:
 
         getoption, invocation_dir = config.getoption, config.invocation_params.dir
         ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
-        cache_dir = getoption("perf_cache_dir")
+        cache_dir, reports = getoption("perf_cache_dir"), getoption("perf_reports_dir")
         return cls(
             PerfOptions(
                 backends=getoption("perf_backends") or backend_names(),
@@ -146,6 +334,24 @@ class PerfSession:
                 inject_delay_ms=getoption("perf_inject_delay"),
                 regression=getoption("perf_regression"),
                 sources=getoption("perf_sources"),
+                controls=getoption("perf_controls"),
+                clock_lead_in_ms=getoption("perf_clock_lead_in"),
+                kernels=getoption("perf_kernels"),
+                nsys_child=bool(getoption("perf_nsys_child")),
+                reports_dir=(invocation_dir / reports).resolve() if reports else config.rootpath / "reports",
+                html=getoption("perf_html"),
+                compare=getoption("perf_compare"),
+                history=getoption("perf_history"),
+                noise_profile=getoption("perf_noise_profile"),
+                selftest=bool(getoption("perf_selftest")),
+                selftest_trials=getoption("perf_selftest_trials"),
+                selftest_levels=getoption("perf_selftest_levels"),
+                noise=getoption("perf_noise"),
+                selftest_processes=getoption("perf_selftest_processes"),
+                selftest_regressions=getoption("perf_selftest_regressions"),
+                processes_budget=getoption("perf_processes_budget"),
+                runs_dir=getoption("perf_runs_dir"),
+                store=getoption("perf_store") or config.getini("perf_store"),
             ),
             Subject.from_config(getoption, config.getini, invocation_dir, ini_dir),
         )
@@ -171,6 +377,36 @@ class PerfSession:
         """One line per setting that works but is likely wrong (`perf.subject.Subject.warnings`): issued as a
         `SubjectWarning` at start-up, after `usage_errors` found nothing."""
         yield from self.subject.warnings()
+
+    def check_saved_run(self, saved_run: Mapping[str, Any], location: str, option: str) -> None:
+        """Refuse (pytest.UsageError) to compare with ``saved_run`` (a saved run's JSON, found in ``location``, for
+        ``option``) when it measured another model or video, unless --perf-allow-model-mismatch, or comes from another
+        GPU, driver, CUDA version or device, unless --perf-allow-machine-mismatch; allowed, each is a warning. A saved
+        run that recorded no model or video identity (saved before identities were saved) is compared with a warning.
+        A run made with a deliberate slowdown (`perf.runs.injected_of`) is never a baseline: always refused."""
+        from perf.measure.machine import fingerprint_differences, mismatch_message
+
+        config, session = self.config, self
+        injected = injected_of(saved_run)
+        if injected:
+            raise pytest.UsageError(f"{option}: the saved run in '{location}' (saved {saved_run.get('datetime')}) was made "
+                                    f"with {describe_injected(injected)}, a deliberate slowdown: it is not a baseline; "
+                                    "compare with another run (NUM or ID)")  # fmt: skip
+        machine_info = saved_run.get("machine_info") or {}
+        saved_subject = machine_info.get("perf_subject")
+        if not saved_subject:
+            config.issue_config_time_warning(MachineMismatchWarning(
+                f"{option}: the saved run in '{location}' records no model or video identity (saved before they were "
+                "recorded); it is compared as if it measured this model and video"), stacklevel=2)
+        elif differences := subject_differences(saved_subject, session.identity):
+            allowed = session.options.allow_model_mismatch
+            _refuse_or_warn(config, subject_mismatch_message(differences, saved_run, location, allowed=allowed,
+                                                             option=option), allowed)  # fmt: skip
+        differences = fingerprint_differences(machine_info.get("perf"), session.fingerprint)
+        if differences:
+            allowed = session.options.allow_machine_mismatch
+            _refuse_or_warn(config, mismatch_message(differences, saved_run, location, allowed=allowed, option=option),
+                            allowed)  # fmt: skip
 
     @functools.cached_property
     def _device(self) -> tuple[str, str | None]:
@@ -257,14 +493,6 @@ class PerfSession:
 
 
 PERF_SESSION = pytest.StashKey[PerfSession]()
-REPORT_KEY = pytest.StashKey[PerfReport]()  # the suite's report, `perf.fixtures.reporting` fills and writes it
-RUN_KEY = pytest.StashKey[str]()  # this run's name in the report files, shared with its xdist workers
-
-
-def reports_dir(config: pytest.Config) -> Path:
-    """The reports folder, ``--perf-reports-dir`` or ``reports/`` in the rootdir (not created)."""
-    value = config.getoption("perf_reports_dir")
-    return (config.invocation_params.dir / value).resolve() if value else config.rootpath / "reports"
 
 
 class MachineMismatchWarning(pytest.PytestWarning):
@@ -275,37 +503,6 @@ class MachineMismatchWarning(pytest.PytestWarning):
 class SubjectWarning(pytest.PytestWarning):
     """A model or video setting that works but is likely wrong, such as ground-truth categories that are not the
     model's class names."""
-
-
-def check_saved_run(config: pytest.Config, saved_run: Mapping[str, Any], location: str, option: str) -> None:
-    """Refuse (pytest.UsageError) to compare with ``saved_run`` (a saved run's JSON, found in ``location``, for
-    ``option``) when it measured another model or video, unless --perf-allow-model-mismatch, or comes from another
-    GPU, driver, CUDA version or device, unless --perf-allow-machine-mismatch; allowed, each is a warning. A saved
-    run that recorded no model or video identity (saved before identities were saved) is compared with a warning.
-    A run made with a deliberate slowdown (`perf.runs.injected_of`) is never a baseline: always refused."""
-    from perf.measure.machine import fingerprint_differences, mismatch_message
-
-    session = config.stash[PERF_SESSION]
-    injected = injected_of(saved_run)
-    if injected:
-        raise pytest.UsageError(f"{option}: the saved run in '{location}' (saved {saved_run.get('datetime')}) was made "
-                                f"with {describe_injected(injected)}, a deliberate slowdown: it is not a baseline; "
-                                "compare with another run (NUM or ID)")  # fmt: skip
-    machine_info = saved_run.get("machine_info") or {}
-    saved_subject = machine_info.get("perf_subject")
-    if not saved_subject:
-        config.issue_config_time_warning(MachineMismatchWarning(
-            f"{option}: the saved run in '{location}' records no model or video identity (saved before they were "
-            "recorded); it is compared as if it measured this model and video"), stacklevel=2)
-    elif differences := subject_differences(saved_subject, session.identity):
-        allowed = session.options.allow_model_mismatch
-        _refuse_or_warn(config, subject_mismatch_message(differences, saved_run, location, allowed=allowed,
-                                                         option=option), allowed)  # fmt: skip
-    differences = fingerprint_differences(machine_info.get("perf"), session.fingerprint)
-    if differences:
-        allowed = session.options.allow_machine_mismatch
-        _refuse_or_warn(config, mismatch_message(differences, saved_run, location, allowed=allowed, option=option),
-                        allowed)  # fmt: skip
 
 
 def _refuse_or_warn(config: pytest.Config, message: str, allowed: bool) -> None:

@@ -142,7 +142,9 @@ def _regressed_preprocess(config: pytest.Config, video: Any, runner: Any, warm: 
                           controls: Any) -> Any:  # fmt: skip
     """With ``--perf-regression=preprocess:P``: the slowed preprocess, calibrated on the warm-up pass's frame
     time and a bare loop of the preprocess (`perf.gate.regressions`); else None."""
-    regression = config.getoption("perf_regression")
+    from perf.session import PERF_SESSION
+
+    regression = config.stash[PERF_SESSION].options.regression
     if regression is None or regression.kind != "preprocess":
         return None
     from detector.preprocess import preprocess

@@ -42,13 +42,14 @@ def test_gate_detects_injected_slowdowns_without_false_alarms(
     pytestconfig: pytest.Config, perf_device: str, runner_pool: Any, input_frames: Any, perf_report: Any,
     perf_reports_dir: Path,
 ) -> None:
-    if not pytestconfig.getoption("perf_selftest"):
+    from perf.session import PERF_SESSION
+
+    if not pytestconfig.stash[PERF_SESSION].options.selftest:
         pytest.skip("the gate self-test runs with --perf-selftest (pytest perf --perf-selftest)")
     import torch
     from pytest_benchmark.timers import compute_timer_precision
 
     from detector.fileio import atomic_write_text
-    from perf.gate.plugin import GATE
     from perf.gate.selftest import run_selftest, suite_rounds, table_rows, threshold
     from perf.measure.slowdown import delay_call
     from perf.measure.stability import time_rounds
@@ -60,9 +61,9 @@ def test_gate_detects_injected_slowdowns_without_false_alarms(
     on_gpu = runner.stream is not None
     x = runner.as_input(torch.from_numpy(input_frames(1)).to(runner.torch_device)) if on_gpu else input_frames(1)
     index = (runner.torch_device.index or 0) if on_gpu else None
-    settings = pytestconfig.stash[GATE].settings
-    levels = pytestconfig.getoption("perf_selftest_levels") or LEVELS[device_type]
-    trials = pytestconfig.getoption("perf_selftest_trials") or TRIALS[device_type]
+    settings = pytestconfig.stash[PERF_SESSION].gate.settings
+    levels = pytestconfig.stash[PERF_SESSION].options.selftest_levels or LEVELS[device_type]
+    trials = pytestconfig.stash[PERF_SESSION].options.selftest_trials or TRIALS[device_type]
     bench = pytestconfig._benchmarksession.options  # the round count and timing the suite's benchmarks use
 
     def call() -> None:

@@ -66,7 +66,9 @@ def _spread(values: list[float]) -> float:
 
 def test_noise_sources(pytestconfig: pytest.Config, perf_device: str, runner_pool: Any, perf_video: Any,
                        perf_reports_dir: Path, perf_report: Any, perf_controls: Any, input_frames: Any) -> None:  # fmt: skip
-    if not pytestconfig.getoption("perf_selftest"):
+    from perf.session import PERF_SESSION
+
+    if not pytestconfig.stash[PERF_SESSION].options.selftest:
         pytest.skip("the noise-source study runs with --perf-selftest (pytest perf --perf-selftest)")
     import numpy as np
     import torch

@@ -82,7 +82,9 @@ def _regressed_writes(config: pytest.Config, warm: Any, frames: list[Any], extra
     import contextlib
     import statistics
 
-    regression = config.getoption("perf_regression")
+    from perf.session import PERF_SESSION
+
+    regression = config.stash[PERF_SESSION].options.regression
     if regression is None or regression.kind != "write" or not warm.iteration_ms:
         return contextlib.nullcontext()
     from perf.gate.regressions import calibrate_stage, encode_jpeg, slowed_writes

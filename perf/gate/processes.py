@@ -6,7 +6,7 @@ then runs each planned child (`Child`) as ``python -m pytest <the user's options
 benchmark storage (``<runs dir>/storage``, ``--benchmark-save=<label>``) and reports folder, and reads the saved
 runs back. The user's options reach every child unchanged, except those that would save, compare or report in
 the user's places (`DROPPED`); nothing is kept in a hand-written list of options to forward. `forwarded_options`
-is the one place that decides what a child repeats: the Nsight Systems child of perf.profile.plugin uses it too, with
+is the one place that decides what a child repeats: the Nsight Systems child of perf.roles.nsys uses it too, with
 `NSYS_DROPPED`.
 
 A plan (``plan.json``) is written first; with an explicit ``--perf-runs-dir`` a later call with the same plan
@@ -60,7 +60,7 @@ DROPPED: dict[str, Arity] = {**PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNIN
                              "--perf-reports-dir": 1, "--perf-regression": 1}  # fmt: skip
 #: The test-only options that change the code measured: a confirmation's base processes run without them.
 INJECTING: dict[str, Arity] = {"--perf-inject-delay": 1, "--perf-regression": 1}
-#: What a Nsight Systems child of one test (perf.profile.plugin) does not get: the above but its reports folder and
+#: What a Nsight Systems child of one test (perf.roles.nsys) does not get: the above but its reports folder and
 #: regression (it measures what the parent would have), and the parent's selection (the child is given the one
 #: node id), xdist workers and the switch that profiles (the child would profile again).
 NSYS_DROPPED: dict[str, Arity] = {

@@ -107,17 +107,12 @@ def to_markdown(rows: list[Row], header: str, subject: Mapping[str, str] | None 
     return "\n".join(lines) + "\n"
 
 
-def write_verdicts(folder: Path, rows: list[Row], baseline: Baseline, settings: GateSettings, header: str,
-                   run: str | None = None, current: Mapping[str, Any] | None = None,
-                   budget: Budget | None = None, subject: Mapping[str, str] | None = None) -> Path:  # fmt: skip
-    """Write ``perf-compare.json`` and ``perf-compare.md`` into ``folder`` atomically; return the JSON path. With
-    ``run`` (this run's name, as its report's) they are first written as ``perf-compare-<run>.json`` / ``.md``, the
-    run's own, so runs sharing the folder never overwrite each other's verdicts; the plain names are the latest.
-    ``current``: the run judged (``{"run_id", "injected"}``, as its saved run's ``machine_info`` has them), so that
-    a report attaches the verdicts to that run only. ``subject``: what the judged run measured and where
-    (`perf.subject.describe_subject`), the JSON's ``"subject"`` and the markdown's first section."""
+def verdict_document(rows: list[Row], baseline: Baseline, settings: GateSettings, *,
+                     current: Mapping[str, Any] | None = None, budget: Budget | None = None,
+                     subject: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """What ``perf-compare.json`` holds (`write_verdicts`): the baseline, the run judged, settings, budget, rows."""
     latest = baseline.latest
-    document = {
+    return {
         "format": FORMAT,
         "subject": dict(subject or {}),
         "baseline": {"path": str(latest.path), "number": latest.number, "datetime": latest.datetime,
@@ -129,6 +124,18 @@ def write_verdicts(folder: Path, rows: list[Row], baseline: Baseline, settings: 
         "summary": summary(rows, settings),
         "rows": [asdict(row) for row in rows],
     }  # fmt: skip
+
+
+def write_verdicts(folder: Path, rows: list[Row], baseline: Baseline, settings: GateSettings, header: str,
+                   run: str | None = None, current: Mapping[str, Any] | None = None,
+                   budget: Budget | None = None, subject: Mapping[str, str] | None = None) -> Path:  # fmt: skip
+    """Write ``perf-compare.json`` and ``perf-compare.md`` into ``folder`` atomically; return the JSON path. With
+    ``run`` (this run's name, as its report's) they are first written as ``perf-compare-<run>.json`` / ``.md``, the
+    run's own, so runs sharing the folder never overwrite each other's verdicts; the plain names are the latest.
+    ``current``: the run judged (``{"run_id", "injected"}``, as its saved run's ``machine_info`` has them), so that
+    a report attaches the verdicts to that run only. ``subject``: what the judged run measured and where
+    (`perf.subject.describe_subject`), the JSON's ``"subject"`` and the markdown's first section."""
+    document = verdict_document(rows, baseline, settings, current=current, budget=budget, subject=subject)
     text, markdown = json.dumps(document, indent=2) + "\n", to_markdown(rows, header, subject)
     if run is not None:
         atomic_write_text(folder / VERDICT_FILE.replace(".json", f"-{run}.json"), text)

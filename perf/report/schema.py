@@ -238,7 +238,7 @@ GATE_SELFTEST = TableSpec("GATE_SELFTEST", "Gate self-test", (
     text("slower @ min effect {}", "trials")))
 GPU_THROTTLING = TableSpec("GPU_THROTTLING", "GPU throttling", (text("test"), text("reasons")))
 
-# The cross-process self-test and noise profile (perf.gate.crossprocess_plugin; shorter titles: the
+# The cross-process self-test and noise profile (perf.roles.processes; shorter titles: the
 # `python -m perf.crossprocess` command).
 _FAMILY_NOISE = (
     text("family"), num("benchmarks"), num("processes"), num("median CV %", "%"), num("max CV %", "%"),

@@ -26,7 +26,7 @@ def _git(folder: Path, *args: str) -> None:
 def repo(tmp_path: Path) -> Path:
     """A git repository with the tiny benchmark committed on main."""
     (tmp_path / "repo").mkdir()
-    folder = write_project(tmp_path / "repo", ["perf.plugin", "perf.gate.plugin", "perf.fixtures.reporting"])
+    folder = write_project(tmp_path / "repo", ["perf.plugin", "perf.fixtures.reporting"])
     (folder / ".gitignore").write_text("ab/\n.benchmarks/\n.perf-cache/\nreports/\n")
     _git(folder, "init", "-q", "-b", "main")
     _git(folder, "add", ".")

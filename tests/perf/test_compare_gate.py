@@ -28,8 +28,7 @@ RUN = (
 @pytest.fixture(scope="module")
 def _saved_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny benchmark and one saved baseline run (storage/<machine>/0001_*.json), made once per module."""
-    folder = write_project(tmp_path_factory.mktemp("gate"), ["perf.plugin", "perf.gate.plugin",
-                                                             "perf.fixtures.reporting"])
+    folder = write_project(tmp_path_factory.mktemp("gate"), ["perf.plugin", "perf.fixtures.reporting"])
     result = _pytest(folder, "--benchmark-autosave")
     assert result.ret == 0, result.stdout.str()
     return folder

@@ -32,7 +32,7 @@ def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     # Each process's clock runs up to 3% off and calls vary by 1%: a spread only a cross-process view sees.
-    return write_project(tmp_path, ["perf.plugin", "perf.gate.plugin", "perf.gate.crossprocess_plugin", "perf.fixtures.reporting"],
+    return write_project(tmp_path, ["perf.plugin", "perf.fixtures.reporting"],
                          offset=0.03, spread=0.01)
 
 

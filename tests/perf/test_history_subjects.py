@@ -120,7 +120,7 @@ def test_perf_compare_without_a_comparable_run_suggests_a_run_number_and_perf_hi
         tmp_path: Path) -> None:  # fmt: skip
     from tiny_bench import child_env, write_project
 
-    folder = write_project(tmp_path, ["perf.plugin", "perf.gate.plugin", "perf.fixtures.reporting"])
+    folder = write_project(tmp_path, ["perf.plugin", "perf.fixtures.reporting"])
     run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
            "--perf-device=cpu", "--benchmark-storage=storage", "--benchmark-max-time=0.02", "--benchmark-min-rounds=5",
            "--benchmark-warmup=off", "--perf-reports-dir=reports", "--perf-store=none"]  # fmt: skip

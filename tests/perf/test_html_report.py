@@ -1,5 +1,5 @@
 """The report CLI (perf.report_cli) on real saved runs: pytest-benchmark runs made in a subprocess, in a git
-repository (so runs carry commits), plus the suite's own report written by perf.fixtures.reporting."""
+repository (so runs carry commits), plus the suite's own report written by the session (perf.roles.report)."""
 
 from __future__ import annotations
 

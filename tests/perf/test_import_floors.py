@@ -3,9 +3,9 @@
 Every module of perf/ and detector/ is parsed with `ast`; every import counts, at module level or inside a
 function (a lazy import is still an arrow). The floors, top to bottom:
 
-    face      the pytest face: hooks, fixtures, benchmark modules, commands
+    face      the pytest face: perf/plugin.py (the hooks), fixtures, benchmark modules, commands
     options   perf/options.py: every --perf-* option and its parser
-    session   perf/session.py: the state the hooks share
+    session   perf/session.py, perf/roles/ (processes.py: face), preflight.py, diskfull.py: the state the hooks share
     library   perf/measure, gate, store, report, profile (one floor; no cycle between the subpackages)
     models    perf/runs.py, subject.py, verdicts.py, validate.py, tabletext.py: what every part reads
     detector  the package under test; it never imports perf
@@ -28,19 +28,19 @@ FLOORS = ("face", "options", "session", "library", "models", "detector")
 
 #: (glob of a path relative to the repository root, floor, why it is there); the first match wins.
 PLACES = (
-    ("perf/plugin.py", "face", "the suite's pytest hooks"),
-    ("perf/*/plugin.py", "face", "a role's pytest hooks"),
-    ("perf/*/*_plugin.py", "face", "a role's pytest hooks (cross-process runs)"),
+    ("perf/plugin.py", "face", "the suite's pytest hooks, the one module with hooks"),
     ("perf/fixtures/*", "face", "fixtures: pytest loads them, nothing imports them (`FIXTURES`)"),
-    ("perf/preflight.py", "face", "start-up refusals, a pytest_configure hook"),
-    ("perf/diskfull.py", "face", "a full disk stops the run: a pytest hook"),
     ("perf/test_*.py", "face", "benchmark modules, collected by pytest"),
     ("perf/*_cli.py", "face", "a command (perf-report)"),
     ("perf/store/cli.py", "face", "a command (perf-history)"),
     ("perf/abtest.py", "face", "a command (perf-ab)"),
-    ("perf/crossprocess.py", "face", "a command (python -m perf.crossprocess, perf-history simulate)"),
     ("perf/options.py", "options", "every --perf-* option and its parser"),
-    ("perf/session.py", "session", "the state the hooks share: options as parsed, run id, reports folder"),
+    ("perf/session.py", "session", "the state the hooks share: options as parsed, run id, the run's parts"),
+    ("perf/roles/processes.py", "face", "the cross-process runs: they call the perf.crossprocess command's parts"),
+    ("perf/roles/*", "session", "the parts of a run the session owns: gate, store, report, nsys, processes"),
+    ("perf/preflight.py", "session", "start-up refusals, called by the session"),
+    ("perf/diskfull.py", "session", "a full disk stops the run, called by the session"),
+    ("perf/crossprocess.py", "face", "a command (python -m perf.crossprocess, perf-history simulate)"),
     ("perf/measure/*", "library", "how a figure is taken"),
     ("perf/gate/*", "library", "how a figure is judged"),
     ("perf/store/*", "library", "the results history"),
@@ -197,12 +197,12 @@ def test_the_walk_finds_lazy_imports_and_submodules() -> None:
 
 
 def test_an_arrow_up_a_floor_a_fixture_import_and_a_cycle_are_each_found() -> None:
-    arrows = [Arrow("perf.runs", "perf.session", 1), Arrow("perf.diskfull", "perf.fixtures.reporting", 2),
+    arrows = [Arrow("perf.runs", "perf.session", 1), Arrow("perf.abtest", "perf.fixtures.reporting", 2),
               Arrow("perf.gate.compare", "perf.measure.clock", 3), Arrow("perf.measure.cases", "perf.gate.judge", 4),
               Arrow("perf.report.html", "perf.gate.judge", 5), Arrow("perf.session", "perf.runs", 6)]  # fmt: skip
     assert floor_violations(arrows) == {
         "perf.runs -> perf.session": "floor models -> floor session, line 1",
-        "perf.diskfull -> perf.fixtures.reporting": "a fixture module imported outside perf.fixtures, line 2"}
+        "perf.abtest -> perf.fixtures.reporting": "a fixture module imported outside perf.fixtures, line 2"}
     assert set(cycle_violations(arrows)) == {"perf.gate.compare -> perf.measure.clock",
                                              "perf.measure.cases -> perf.gate.judge"}
 
@@ -221,3 +221,16 @@ def test_detector_never_imports_perf() -> None:
     wrong = [f"{a.key}, line {a.line}" for a in all_arrows()
              if a.importer.startswith("detector") and a.imported.startswith("perf")]  # fmt: skip
     assert not wrong, "detector/ imports perf/:\n" + "\n".join(wrong)
+
+
+def test_only_perf_plugin_defines_pytest_hooks() -> None:
+    """One module of perf/ holds the hooks (the benchmark modules may parametrise with pytest_generate_tests)."""
+    found = []
+    for path in sorted(ROOT.glob("perf/**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("pytest_"):
+                name = path.relative_to(ROOT).as_posix()
+                if name != "perf/plugin.py" and not (name.startswith("perf/test_") and node.name ==
+                                                      "pytest_generate_tests"):  # fmt: skip
+                    found.append(f"{name}: {node.name}")
+    assert not found, "pytest hooks outside perf/plugin.py:\n" + "\n".join(found)

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:Benchmark machine_info is diffe
 # The inner runs' conftest: the perf plugin and the gate's (--perf-compare), and pytest-benchmark's own
 # machine_info without py-cpuinfo's one-second probe (machine_info["perf"] is what these tests are about).
 CONFTEST = """
-pytest_plugins = ["perf.plugin", "perf.gate.plugin"]
+pytest_plugins = ["perf.plugin"]
 
 def pytest_benchmark_generate_machine_info():
     return {"node": "test"}

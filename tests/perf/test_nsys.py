@@ -586,8 +586,7 @@ def parent_project(tmp_path: Path) -> Path:
     (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:randomly --benchmark-autosave\nperf_names = names.txt\n")
     (root / "conftest.py").write_text(
         "import pytest\n"
-        "pytest_plugins = ['perf.plugin', 'perf.profile.plugin', 'perf.gate.plugin', 'perf.preflight',\n"
-        "                  'perf.gate.crossprocess_plugin', 'perf.fixtures.reporting']\n"
+        "pytest_plugins = ['perf.plugin', 'perf.fixtures.reporting']\n"
         "def pytest_addoption(parser):\n    parser.addoption('--perf-future-knob', default=None)\n"
     )  # fmt: skip
     (root / "test_marked.py").write_text(

@@ -16,7 +16,7 @@ from perf.session import resolve_device
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("lazy_imports_done_outside_pytester")
 
-#: Every option of the suite: perf.plugin registers them all (the role plugins only read them).
+#: Every option of the suite: perf.plugin registers them all (the session reads them once).
 OPTIONS = (
     "--perf-backends", "--perf-device", "--perf-video", "--perf-batch-sizes", "--perf-precisions",
     "--perf-allow-machine-mismatch", "--perf-cache-dir", "--perf-frames", "--perf-nsys", "--perf-nsys-path",

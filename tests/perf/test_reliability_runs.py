@@ -15,7 +15,7 @@ from perf.runs import HistoryError, load_run
 from perf.report_cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFTEST = 'pytest_plugins = ["perf.plugin", "perf.preflight", "perf.fixtures.reporting"]\n'
+CONFTEST = 'pytest_plugins = ["perf.plugin", "perf.fixtures.reporting"]\n'
 TESTS = """
 import os, time
 

@@ -208,7 +208,7 @@ def test_saved_runs_go_into_the_store_with_their_verdicts_and_the_command_reads_
 
     from tiny_bench import child_env, write_project
 
-    folder = write_project(tmp_path, ["perf.plugin", "perf.gate.plugin", "perf.store.plugin", "perf.fixtures.reporting"])
+    folder = write_project(tmp_path, ["perf.plugin", "perf.fixtures.reporting"])
     run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--perf-device=cpu",
            "--benchmark-storage=storage", "--benchmark-max-time=0.05", "--benchmark-min-rounds=20",
            "--benchmark-warmup=off", "--perf-reports-dir=reports"]  # fmt: skip
@@ -230,6 +230,8 @@ def test_saved_runs_go_into_the_store_with_their_verdicts_and_the_command_reads_
         assert len(runs) == 2
         current = json.loads((folder / "reports" / "perf-compare.json").read_text())["current"]["run_id"]
         assert runs[1].run_id == current and [r["verdict"] for r in store.verdicts(current)] != []
+        saved = sorted((folder / "storage").glob("*/0*.json"))  # the files pytest-benchmark saved, 3 runs
+        assert [Path(str(r.path)) for r in runs] == saved[:2]  # each stored with its own file
     cli = [sys.executable, "-m", "perf.store.cli", "--store", str(folder / "storage" / "history.sqlite")]
     listed = subprocess.run([*cli, "runs"], capture_output=True, text=True, env=env, check=False)
     assert listed.returncode == 0 and len(listed.stdout.splitlines()) == 2
@@ -308,7 +310,7 @@ def test_a_failed_store_write_is_one_summary_line_with_its_own_exit_status_and_t
 
     from tiny_bench import child_env, write_project
 
-    plugins = ["perf.plugin", "perf.gate.plugin", "perf.store.plugin", "perf.fixtures.reporting"]
+    plugins = ["perf.plugin", "perf.fixtures.reporting"]
     folder = write_project(tmp_path, plugins)
     where = folder / "history.sqlite"
     open_store(str(where)).close()  # created and migrated: opening it at start-up only reads it
@@ -337,7 +339,7 @@ def test_a_postgresql_store_without_the_postgres_extra_is_one_line_naming_the_ex
 
     from tiny_bench import child_env, write_project
 
-    folder = write_project(tmp_path, ["perf.plugin", "perf.gate.plugin", "perf.store.plugin"])
+    folder = write_project(tmp_path, ["perf.plugin"])
     without_psycopg = "import sys; sys.modules['psycopg'] = None; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
     result = subprocess.run([sys.executable, "-c", without_psycopg, "-p", "no:cacheprovider", "--perf-device=cpu",
                              "--benchmark-storage=storage", "--perf-store=postgresql://perf@/history?host=/nowhere",

@@ -1,0 +1,427 @@
+"""The regression gate of a session (`GateRun`, owned by `perf.session.PerfSession`): raw rounds in saved runs,
+``--perf-compare`` judged against main's history with confirmation, and ``--perf-selftest``.
+
+* Every run saves its raw rounds: ``--benchmark-save-data`` is switched on, so ``--benchmark-autosave`` files
+  hold ``stats.data`` (read them with `perf.runs`).
+* ``--perf-compare[=NUM|ID]`` reads the storage before the tests run and keeps main's history on this runner
+  (`perf.gate.history.history_runs`: the last ``--perf-history`` comparable runs, up to NUM / ID when given). A
+  storage with runs but none comparable is refused with the fields that differ, as ``--benchmark-compare`` does
+  (unless ``--perf-allow-machine-mismatch`` / ``--perf-allow-model-mismatch``).
+* Each benchmark is judged as soon as its test has run (`perf.gate.compare.judge_benchmark`, at the first-pass
+  level of the run's budget). With ``--perf-confirm=0`` a "slower" fails that test at once (`GateFailure`: one line,
+  also in JUnit XML); otherwise it is a suspect, and at the end of the session the suspects are measured again in
+  fresh processes (`perf.gate.confirm`): a confirmed one fails the run (exit 1, one line each), an unconfirmed one
+  is "no change" or "inconclusive: cannot rule out +X%". The verdicts go to ``<reports>/perf-compare.json`` / ``.md``.
+* ``--benchmark-compare-fail`` (pytest-benchmark's fixed threshold against one saved process) is not trusted where a
+  history exists (3 comparable runs, or a noise profile): the gate judges instead, and one line says so and what the
+  gate said (`COMPARE_FAIL_REPLACED`). Without one it runs as pytest-benchmark has it, one line says its verdicts
+  cannot be trusted here (`COMPARE_FAIL_UNTRUSTED`), and its end-of-run ``PerformanceRegression`` becomes a line
+  (`COMPARE_FAIL_LINE`), not a traceback.
+* ``--perf-selftest`` runs only the gate's self-checks: perf/test_gate_selftest.py, perf/test_clock_truth.py and
+  perf/test_noise_sources.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from perf.gate.compare import GateSettings
+from perf.gate.judge import MIN_REFERENCE
+from perf.gate.processes import COMPARE_FAIL_LINE
+from perf.measure.stability import StabilityRule
+from perf.runs import injected_of
+
+if TYPE_CHECKING:
+    from perf.session import PerfOptions, PerfSession
+
+SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
+#: The line that says why --benchmark-compare-fail's verdicts cannot be trusted where the gate has no history.
+COMPARE_FAIL_UNTRUSTED = ("--benchmark-compare-fail: applied as pytest-benchmark has it, against one saved process; this "
+                          "runner's history has {runs} comparable run(s), fewer than the {need} the gate needs to know "
+                          "how far identical code moves between processes, so its verdicts cannot be trusted here "
+                          "(seed a history: pytest perf -m ci --perf-noise=10)")
+#: The line that says why --benchmark-compare-fail was not applied, and what the gate judged instead.
+COMPARE_FAIL_REPLACED = ("--benchmark-compare-fail={checks} not applied: it compares one saved process, and identical "
+                         "code moved up to {spread:.1f}% between the {runs} processes of this runner's history; it "
+                         "flagged {n} benchmark(s); the gate judged against that history instead: {verdict}")
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    """A test's failure by the gate: ``message`` is its one line. Shaped as pytest's crash report (``reprcrash``
+    with ``message``, ``toterminal``) so that the short summary, JUnit XML and the failures section show the
+    line and nothing else."""
+
+    message: str
+
+    @property
+    def reprcrash(self) -> GateFailure:
+        return self
+
+    def toterminal(self, out: Any) -> None:
+        out.line(self.message, red=True, bold=True)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def gate_settings(config: pytest.Config) -> GateSettings:
+    """The gate's settings from the options (the stability rule's included), read once per session."""
+    get = config.getoption
+    rule = StabilityRule(get("perf_max_cv"), get("perf_max_drift"), get("perf_max_remeasure"))
+    return GateSettings(get("perf_min_effect"), rule=rule, fail_inconclusive=get("perf_fail_inconclusive"),
+                        confirm=get("perf_confirm"))  # fmt: skip
+
+
+#: What a refusal says when no saved run is comparable with this one ("latest" is the latest comparable run).
+NO_COMPARABLE_RUN = (
+    "None of the {runs} saved run(s) in '{storage}' measured this machine, model and video, so there is no latest "
+    "comparable run: record a baseline of this one (--benchmark-autosave), or pick a run: --perf-compare=NUM (with "
+    "--perf-allow-model-mismatch or --perf-allow-machine-mismatch); `perf-history runs` lists each run's model and "
+    "`perf-history comparable RUN` says whether a run's machine matches this one.")
+
+
+def _benchmark_session(config: pytest.Config) -> Any:
+    session = getattr(config, "_benchmarksession", None)
+    if session is None:
+        raise pytest.UsageError("--perf-compare needs pytest-benchmark (it is disabled: drop -p no:benchmark)")
+    return session
+
+
+def _compare_fail(config: pytest.Config) -> list[Any]:
+    """pytest-benchmark's parsed ``--benchmark-compare-fail`` checks ([] when not given or pytest-benchmark is off)."""
+    return list(getattr(getattr(config, "_benchmarksession", None), "compare_fail", None) or ())
+
+
+def _record(metadata: Any) -> Any:
+    """pytest-benchmark's in-memory result of one benchmark as the saved-run model's record."""
+    import numpy as np
+
+    from perf.runs import BenchmarkRecord
+
+    return BenchmarkRecord(metadata.fullname, metadata.name, metadata.group,
+                           np.asarray(metadata.stats.data, dtype=np.float64), {}, metadata.extra_info)  # fmt: skip
+
+
+@dataclass
+class GateRun:
+    """The gate of one session: its settings, main's history (`perf.gate.compare.Baseline`, None without
+    --perf-compare), the expected benchmarks and the first-pass rows as each test ended, the final rows and their
+    verdict document, the run's error budget, and what the terminal summary says."""
+
+    perf: PerfSession
+    settings: GateSettings
+    session: pytest.Session | None = None
+    baseline: Any = None
+    expected: list[str] | None = None
+    judged: dict[str, Any] = field(default_factory=dict)
+    rows: list[Any] | None = None
+    budget: Any = None
+    compare_fail: int = 0  #: benchmarks --benchmark-compare-fail flagged (pytest-benchmark's own check)
+    replaced: int = 0  #: of those, where the gate judged instead
+    untrusted: str | None = None  #: COMPARE_FAIL_UNTRUSTED, filled in
+    confirm_note: str | None = None
+    confirm_seconds: float | None = None
+    path: Path | None = None  #: the verdict file written
+    document: dict[str, Any] | None = None  #: what the verdict file holds, for the store
+    summary: dict[str, Any] | None = None
+
+    @property
+    def options(self) -> PerfOptions:
+        return self.perf.options
+
+    def start(self, session: pytest.Session) -> None:
+        """Read main's history before measuring; a storage with no comparable run is a usage error."""
+        config = session.config
+        self.session = session
+        wanted = self.options.compare
+        takeover = wanted is None and bool(_compare_fail(config))
+        if (wanted is None and not takeover) or hasattr(config, "workerinput"):
+            return
+        benchmarks = _benchmark_session(config)
+        if benchmarks.disabled:
+            if takeover:
+                return
+            raise pytest.UsageError("--perf-compare: benchmarks are disabled (--benchmark-disable, or pytest-xdist's "
+                                    "-n turns them off): there would be nothing to compare; run without them")
+        baseline = self._history(benchmarks.storage, True if takeover else wanted, quiet=takeover)
+        if takeover and (baseline is None or (len(baseline.runs) < MIN_REFERENCE and baseline.noise is None)):
+            runs = 0 if baseline is None else len(baseline.runs)
+            self.untrusted = COMPARE_FAIL_UNTRUSTED.format(runs=runs, need=MIN_REFERENCE)
+            return
+        self.baseline = baseline
+
+    def _history(self, storage: Any, wanted: Any, quiet: bool = False) -> Any:
+        """The `perf.gate.compare.Baseline` of ``--perf-compare[=wanted]``: see the module docstring. ``quiet``: None
+        instead of a usage error when nothing can be judged (pytest-benchmark's own compare then runs as it is)."""
+        from perf.gate.compare import Baseline
+        from perf.gate.history import history_runs
+        from perf.runs import HistoryError, run_from_json
+
+        check = self.perf.check_saved_run
+        every = list(storage.load())
+        if wanted is not True:
+            chosen = list(storage.load(wanted))
+            if not chosen:
+                raise pytest.UsageError(f"--perf-compare: no saved run matching {wanted!r} in '{storage}'")
+            if injected_of(chosen[-1][1]):
+                check(chosen[-1][1], str(Path(str(storage)) / chosen[-1][0]), "--perf-compare")
+            upto = [str(path) for path, _ in every].index(str(chosen[-1][0]))
+            every = every[: upto + 1]
+        clean = [(path, data) for path, data in every if not injected_of(data)]
+        if not clean:
+            if quiet:
+                return None
+            which = "no saved run" if wanted is True else f"no saved run up to {wanted!r}"
+            raise pytest.UsageError(f"--perf-compare: {which} in '{storage}' (runs made with test-only options are "
+                                    "never a baseline); record one with --benchmark-autosave")  # fmt: skip
+        try:
+            runs = [run_from_json(data, Path(str(storage)) / path) for path, data in clean]
+        except HistoryError as e:  # the start-up check (perf.preflight) refuses these first
+            raise pytest.UsageError(f"--perf-compare: {e}") from None
+        perf, last = self.perf, self.options.history
+        fingerprint = None if perf.options.allow_machine_mismatch else perf.fingerprint
+        identity = None if perf.options.allow_model_mismatch else perf.identity
+        kept = history_runs(runs, fingerprint=fingerprint, identity=identity, last=last)
+        if not kept:
+            if quiet:
+                return None
+            path, data = clean[-1]
+            try:  # names what differs from the latest run
+                check(data, str(Path(str(storage)) / path), "--perf-compare")
+            except pytest.UsageError as e:
+                raise pytest.UsageError(f"{e}\n{NO_COMPARABLE_RUN.format(storage=storage, runs=len(clean))}") from None
+            kept = runs[-last:]
+        else:  # the latest run judged against: its warnings (allowed mismatches, a run without identity) are said once
+            check(kept[-1].raw, str(kept[-1].path), "--perf-compare")
+        return Baseline(kept, self._noise_profile(storage))
+
+    def _noise_profile(self, storage: Any) -> Any:
+        """The profile that seeds a short history: --perf-noise-profile's file, none, or this runner's in the
+        storage."""
+        from perf.gate.noise import NoiseProfileError, find_profile, load_profile
+
+        wanted = self.options.noise_profile
+        try:
+            if wanted is None:
+                folder = getattr(storage, "path", None)  # file storage only
+                return None if folder is None else find_profile(folder, self.perf.fingerprint)
+            if wanted.strip().lower() == "none":
+                return None
+            return load_profile(self.perf.config.invocation_params.dir / wanted)
+        except NoiseProfileError as e:
+            raise pytest.UsageError(f"--perf-noise-profile: {e}") from None
+
+    def select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """--perf-selftest: keep only the gate's self-checks."""
+        if not self.options.selftest:
+            return
+        kept = [item for item in items if item.path.name in SELFTEST_FILES]
+        dropped = [item for item in items if item.path.name not in SELFTEST_FILES]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+
+    def collected(self, items: list[pytest.Item]) -> None:
+        self.expected = [item.nodeid for item in items]
+        if self.baseline is not None:
+            from perf.gate.compare import budget
+
+            self.budget = budget(self.baseline, self.settings, self.expected)
+
+    def judge_test(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+        """Fail a passed benchmark's call when the gate judges it (see the module docstring)."""
+        if call.when != "call" or not report.passed:
+            return
+        bench = getattr(item, "funcargs", {}).get("benchmark")
+        metadata = getattr(bench, "stats", None)
+        if metadata is not None:
+            reasons = [*self._perf_compare_failure(metadata), *self._compare_fail_failure(item.config, metadata)]
+            if reasons:
+                report.outcome = "failed"
+                report.longrepr = GateFailure("; ".join(reasons))  # type: ignore[assignment]
+
+    def _perf_compare_failure(self, metadata: Any) -> list[str]:
+        """The first pass on one benchmark, kept for the session's table; the reason when it fails the test now
+        (a "slower" with no confirmation to come)."""
+        baseline, settings = self.baseline, self.settings
+        if baseline is None:
+            return []
+        from perf.gate.compare import SLOWER, explain_slower, judge_benchmark
+        from perf.gate.table import describe_failure
+
+        record = _record(metadata)
+        row = judge_benchmark(baseline, record, self.budget, settings.min_effect)
+        self.judged[metadata.fullname] = row
+        if row.verdict == SLOWER and settings.confirm <= 0:
+            explain_slower(row, baseline, record)
+            return [describe_failure(row, settings, baseline)]
+        return []
+
+    def _compare_fail_failure(self, config: pytest.Config, metadata: Any) -> list[str]:
+        """pytest-benchmark's own ``--benchmark-compare-fail`` checks on one benchmark (its code, its message); where
+        the gate judges against a history they are counted, not applied."""
+        checks = _compare_fail(config)
+        if not checks:
+            return []
+        out = []
+        for path, mapping in getattr(config._benchmarksession, "compared_mapping", {}).items():
+            compared = mapping.get(metadata.fullname)
+            if compared is None:
+                continue
+            for check in checks:
+                failure = check.fails(metadata, compared["stats"])
+                if failure:
+                    out.append(f"--benchmark-compare-fail against {Path(str(path)).name}: {failure}")
+        if out and self.baseline is not None:
+            self.replaced += 1
+            return []
+        if out:
+            self.compare_fail += 1
+        return out
+
+    def _header(self) -> str:
+        baseline, settings = self.baseline, self.settings
+        confirm = (f"suspects confirmed in at most {settings.confirm} pair(s) of fresh processes"
+                   if settings.confirm > 0 else "no confirmation (--perf-confirm=0)")
+        spent = f" ({self.confirm_seconds:.0f} s of processes)" if self.confirm_seconds else ""
+        return (f"--perf-compare against {baseline.describe()}: {self.budget.describe()}; slower/faster = "
+                f"significant and beyond {settings.min_effect:.1%}; {confirm}{spent}")
+
+    def _confirm(self, config: pytest.Config, rows: list[Any]) -> None:
+        """Confirm the suspects in fresh processes (`perf.gate.confirm`), the base in a worktree where one is
+        needed."""
+        from perf.gate.confirm import Sides, confirm_rows
+        from perf.gate.processes import (DROPPED, INJECTING, GitError, base_worktree, forwarded_options, git,
+                                         remove_worktree, same_code)  # fmt: skip
+
+        baseline, settings = self.baseline, self.settings
+        folder = self.options.reports_dir / "confirm" / self.perf.run_name
+        repo = config.rootpath
+        commit = baseline.latest.commit
+        tree, base_dir = None, None
+        if same_code(repo, commit) is False:
+            try:
+                top = Path(git(repo, "rev-parse", "--show-toplevel"))
+                tree = base_worktree(repo, str(commit), folder / "base-src")
+                base_dir = tree / repo.resolve().relative_to(top.resolve())  # the rootdir's place in the base tree
+            except (GitError, ValueError) as e:
+                self.confirm_note = f"base commit {str(commit)[:12]} not checked out ({e}): candidate processes only"
+        values = {"--perf-compare": None, "--benchmark-compare": None}
+        options = forwarded_options(config.invocation_params.args, config.args, values, {**DROPPED, **INJECTING})
+        injected = forwarded_options(config.invocation_params.args, config.args, values,
+                                     {k: v for k, v in DROPPED.items() if k not in INJECTING})  # fmt: skip
+        extra = tuple(token for token in injected if token not in options)
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+        def progress(result: Any, done: int, total: int) -> None:
+            if reporter is not None:
+                reporter.write_line(f"perf-compare confirmation: {result.label} ({result.kind}) "
+                                    f"{result.seconds:.0f} s, exit {result.returncode}")  # fmt: skip
+
+        sides = Sides(repo, base_dir, folder / "cache-base" if base_dir else None, extra)
+        if reporter is not None:
+            reporter.write("\n")  # after the progress line of the tests
+        try:
+            self.confirm_seconds = confirm_rows(rows, baseline, settings, sides, folder, options, progress)
+        finally:
+            if tree is not None:
+                remove_worktree(repo, tree)
+
+    def finish(self, session: pytest.Session) -> None:
+        """Judge, confirm the suspects, write the verdicts, and fail the session on a confirmed slowdown."""
+        if self.baseline is None or session.exitstatus == pytest.ExitCode.USAGE_ERROR:
+            return  # refused before measuring (perf.preflight): nothing to compare
+        from perf.gate.compare import SLOWER, compare_runs, explain_slower
+        from perf.gate.table import summary, verdict_document, write_verdicts
+
+        config = session.config
+        current = {m.fullname: _record(m) for m in _benchmark_session(config).benchmarks if m and not m.has_error}
+        rows = compare_runs(self.baseline, current, self.settings, self.expected,
+                            judged=self.judged)  # the first pass as each test ended, not drawn again
+        if self.settings.confirm > 0 and any(row.verdict == SLOWER for row in rows):
+            self._confirm(config, rows)
+        for row in rows:
+            if row.verdict == SLOWER and row.fullname in current:
+                explain_slower(row, self.baseline, current[row.fullname])
+        self.rows = rows
+        perf = self.perf
+        marks = {"run_id": perf.run_id, "injected": perf.options.injected}
+        self.path = write_verdicts(self.options.reports_dir, rows, self.baseline, self.settings, self._header(),
+                                   run=perf.run_name, budget=self.budget, current=marks,
+                                   subject=perf.described())  # fmt: skip
+        self.document = verdict_document(rows, self.baseline, self.settings, current=marks, budget=self.budget,
+                                         subject=perf.described())  # fmt: skip
+        self.summary = summary(rows, self.settings)
+        if self.summary["failed"] and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """The perf-compare section: the header, one line per benchmark, the failures, the count; then the line
+        saying why --benchmark-compare-fail cannot be trusted here, if it cannot."""
+        if self.rows is not None:
+            self._write_verdicts(terminalreporter)
+        if self.untrusted:
+            terminalreporter.write_line(self.untrusted, yellow=True)
+
+    def compare_failed(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """pytest-benchmark raised PerformanceRegression (a ~60-line traceback) for a failed --benchmark-compare-fail
+        check: one line instead, and no failure where the gate judged against a history."""
+        if self.baseline is not None:
+            return  # COMPARE_FAIL_REPLACED said why, above
+        terminalreporter.write_line(COMPARE_FAIL_LINE.format(n=self.compare_fail), red=True)
+        if self.session is not None and self.session.exitstatus == pytest.ExitCode.OK:
+            self.session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _write_verdicts(self, terminalreporter: pytest.TerminalReporter) -> None:
+        from perf.gate.compare import SLOWER
+        from perf.gate.table import describe_failure, format_lines, why_lines
+
+        counts, rows = self.summary, self.rows or []
+        terminalreporter.write_sep("=", "perf-compare")
+        terminalreporter.write_line(self._header())
+        if self.confirm_note:
+            terminalreporter.write_line(self.confirm_note, yellow=True)
+        for line in format_lines(rows):
+            terminalreporter.write_line(line)
+        for row in rows:
+            if row.verdict == SLOWER:
+                terminalreporter.write_line(describe_failure(row, self.settings, self.baseline), red=True)
+            if why := why_lines(row):
+                terminalreporter.write_line(f"why {row.name} is slower (kernels by change in time per call):")
+                for line in why:
+                    terminalreporter.write_line(f"  {line}")
+        text = ", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "inconclusive", "missing"))
+        verdict = "FAILED" if counts["failed"] else "passed"
+        terminalreporter.write_line(f"perf-compare {verdict}: {text}; verdicts in {self.path} (and .md)",
+                                    red=counts["failed"], green=not counts["failed"])  # fmt: skip
+        checks = _compare_fail(self.perf.config)
+        if checks:
+            terminalreporter.write_line(COMPARE_FAIL_REPLACED.format(
+                checks=" ".join(_check_text(check) for check in checks), spread=100 * _spread(self.baseline),
+                runs=len(self.baseline.runs), n=self.replaced, verdict=text), yellow=True)
+
+
+def _check_text(check: Any) -> str:
+    """A parsed --benchmark-compare-fail check as the user typed it (``median:5%``)."""
+    field, threshold = getattr(check, "field", None), getattr(check, "threshold", None)
+    if field is None or threshold is None:
+        return str(check)
+    percent = "Percentage" in type(check).__name__
+    return f"{field}:{threshold:g}{'%' if percent else ''}"
+
+
+def _spread(baseline: Any) -> float:
+    """The largest between-process move (max / min - 1) of a benchmark's primary median over the history."""
+    from perf.gate.history import metric_median
+
+    worst = 0.0
+    for name in baseline.benchmarks:
+        values = [v for run in baseline.runs if (v := metric_median(run, name)) is not None]
+        if len(values) > 1:
+            worst = max(worst, max(values) / min(values) - 1)
+    return worst

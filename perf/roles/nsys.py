@@ -1,0 +1,115 @@
+"""The Nsight Systems captures of a session (``pytest perf -m nsys`` or ``--perf-nsys``; `NsysRun`).
+
+In the parent run, each test marked ``nsys`` is not run in-process: it runs again in a child pytest under
+``nsys profile --capture-range=cudaProfilerApi``, where the ``measured_region`` fixture brackets only the
+measured calls with ``cudaProfilerStart``/``Stop`` and switches NVTX ranges on. The parent test passes, fails
+or skips with the child; after a passing child, ``nsys stats`` is exported and summarised (top kernels, time
+per NVTX stage, host<->device copies, GPU idle fraction in the measured region; from the SQLite export, the
+critical path and the longest waits, `perf.profile.critical_path`), saved as ``summary.json`` /
+``summary.md`` beside the ``.nsys-rep`` and printed in the terminal summary. Without the marker selection,
+marked tests run as usual. The child gets the parent's own options (`child_options`), not a list kept here.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from perf.session import PerfOptions
+
+#: Options of the child's own: pytest-benchmark's collector off, test order as collected.
+_CHILD_OWN = ("--benchmark-disable-gc", "-p", "no:randomly")
+
+
+def nsys_selected(options: PerfOptions, markexpr: str | None) -> bool:
+    """True in the parent run when captures were asked for: ``--perf-nsys`` or a ``-m`` selecting ``nsys``."""
+    if options.nsys_child:
+        return False
+    markexpr = (markexpr or "").replace(" ", "")
+    return options.nsys or ("nsys" in markexpr and "notnsys" not in markexpr)
+
+
+def child_options(config: pytest.Config, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The child's pytest options and environment: the parent's own, less `perf.gate.processes.NSYS_DROPPED`.
+
+    The parent's command line, its ``PYTEST_ADDOPTS`` and its ini ``addopts`` all reach the child without what
+    saves, compares or selects (the child saves nothing, compares nothing and runs one node id); settings read from
+    the ini file reach it through the same ini file (``-c``), and relative paths keep their meaning because the
+    child starts in the directory the parent was started in (see `NsysRun.capture`).
+    """
+    from perf.gate.processes import NSYS_DROPPED, forwarded_options
+
+    options = forwarded_options(config.invocation_params.args, config.args, dropped=NSYS_DROPPED)
+    ini = [str(arg) for arg in config.getini("addopts")]
+    kept = forwarded_options(ini, (), dropped=NSYS_DROPPED)
+    if kept != ini:
+        options += ["-o", "addopts=" + shlex.join(kept)]
+    if config.inipath is not None:
+        options += ["-c", str(config.inipath)]
+    child_env = dict(env)
+    if child_env.get("PYTEST_ADDOPTS"):
+        child_env["PYTEST_ADDOPTS"] = shlex.join(
+            forwarded_options(shlex.split(child_env["PYTEST_ADDOPTS"]), (), dropped=NSYS_DROPPED))
+    return [*options, *_CHILD_OWN], child_env
+
+
+@dataclass
+class NsysRun:
+    """The captures of one session: whether they were asked for, and each test's summary (node id, `NsysSummary`)."""
+
+    options: PerfOptions
+    selected: bool
+    summaries: list[tuple[str, Any]] = field(default_factory=list)
+
+    def run_test(self, item: pytest.Item) -> bool | None:
+        """``pytest_runtest_protocol``: a test marked ``nsys`` runs in a child under nsys instead of here (True),
+        when captures were asked for; else None (pytest runs it)."""
+        if item.get_closest_marker("nsys") is None or not self.selected:
+            return None
+        ihook = item.ihook
+        ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        call = pytest.CallInfo.from_call(lambda: self.capture(item), when="call")
+        report = pytest.TestReport.from_item_and_call(item, call)
+        ihook.pytest_runtest_logreport(report=report)
+        ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    def capture(self, item: pytest.Item) -> None:
+        from perf.profile.nsys import (NsysError, find_nsys, nsys_not_found_reason, run_child_under_nsys,
+                                       summarize_report)  # fmt: skip
+
+        config = item.config
+        explicit = self.options.nsys_path
+        nsys = find_nsys(explicit if explicit != "nsys" else None, os.environ)
+        if nsys is None:
+            pytest.skip(nsys_not_found_reason(explicit if explicit != "nsys" else None, os.environ))
+        try:
+            options, env = child_options(config, os.environ)
+            result = run_child_under_nsys(nsys, item.nodeid, config.rootpath, options,
+                                          self.options.reports_dir / "nsys", env,
+                                          cwd=config.invocation_params.dir)  # fmt: skip
+            if result.outcome == "skipped":
+                pytest.skip(result.skip_reason or "skipped in the nsys child")
+            if result.outcome == "failed":
+                pytest.fail(f"child test failed under nsys (log: {result.log_path})\n{result.output_tail}",
+                            pytrace=False)  # fmt: skip
+            summary = summarize_report(nsys, result.report)
+        except NsysError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        self.summaries.append((item.nodeid, summary))
+
+    def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.summaries:
+            return
+        terminalreporter.write_sep("=", "nsys summaries")
+        for nodeid, summary in self.summaries:
+            terminalreporter.write_line(f"## {nodeid}")
+            terminalreporter.write_line(summary.to_markdown())
+            if summary.report:
+                terminalreporter.write_line(f"saved beside {summary.report}: summary.md, summary.json")
