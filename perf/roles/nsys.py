@@ -3,9 +3,10 @@
 In the parent run, each test marked ``nsys`` is not run in-process: it runs again in a child pytest under
 ``nsys profile --capture-range=cudaProfilerApi``, where the ``measured_region`` fixture brackets only the
 measured calls with ``cudaProfilerStart``/``Stop`` and switches NVTX ranges on. The parent test passes, fails
-or skips with the child; after a passing child, ``nsys stats`` is exported and summarised (top kernels, time
-per NVTX stage, host<->device copies, GPU idle fraction in the measured region; from the SQLite export, the
-critical path and the longest waits, `perf.profile.critical_path`), saved as ``summary.json`` /
+or skips with the child; after a passing child, the capture is exported to SQLite once and read once
+(`perf.profile.capture_db.Capture`) into the summary (top kernels, time per NVTX stage, host<->device copies, GPU
+idle fraction in the measured region) and the critical path with the longest waits (`perf.profile.critical_path`),
+saved as ``summary.json`` /
 ``summary.md`` beside the ``.nsys-rep`` and printed in the terminal summary. Without the marker selection,
 marked tests run as usual. The child gets the parent's own options (`child_options`), not a list kept here.
 """
