@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from detector.fileio import atomic_write_text
-from perf.profile.child import pytest_command, run_pytest_child
+from perf.profile.child import child_command, run_pytest_child
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ def run_children(
             compare = [f"--benchmark-compare={previous_identical.name[:4]}", f"--benchmark-compare-fail={compare_fail}",
                        "--perf-confirm=0"]  # one process judged as pytest-benchmark's users run it, no children
         if run is None:
-            command = pytest_command([*options, "-p", "no:cacheprovider", f"--benchmark-storage=file://{storage}",
+            command = child_command([*options, "-p", "no:cacheprovider", f"--benchmark-storage=file://{storage}",
                                       f"--benchmark-save={child.label}",
                                       f"--perf-reports-dir={folder / ('reports-' + child.label)}", *compare,
                                       *child.options, *child.nodeids])  # fmt: skip

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 PARENT_SESSION_ENV = ("PYTEST_XDIST_", "PYTEST_CURRENT_TEST")
 
 
-def pytest_command(args: Sequence[str]) -> list[str]:
+def child_command(args: Sequence[str]) -> list[str]:
     """``python -m pytest <args>`` under this interpreter."""
     return [sys.executable, "-m", "pytest", *args]
 
@@ -49,7 +49,7 @@ def run_pytest_child(
     timeout_s: float | None = None,
     echo_command: bool = False,
 ) -> ChildRun:
-    """Run ``command`` (a child pytest, `pytest_command`, or such a command wrapped by a profiler) in ``cwd`` and wait.
+    """Run ``command`` (a child pytest, `child_command`, or such a command wrapped by a profiler) in ``cwd`` and wait.
 
     The child gets ``env`` less the parent session's variables (`PARENT_SESSION_ENV`) with ``PYTHONUNBUFFERED=1``;
     its stdout and stderr go, in order, to ``log_path`` (overwritten; first ``$ <command>`` when ``echo_command``).

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from detector.errors import DetectorError, one_line
 from perf.profile.capture_db import CaptureError, read_capture
-from perf.profile.child import pytest_command, run_pytest_child
+from perf.profile.child import child_command, run_pytest_child
 from perf.profile.critical_path import analyze, summarize_path
 from perf.profile.nsys_summary import NsysSummary, summarize, write_summary
 from perf.profile.torch_profiler import MEASURED_RANGE
@@ -245,7 +245,7 @@ def run_child_under_nsys(
         stale.unlink(missing_ok=True)
     junit = report_dir / "child-junit.xml"
     path, sep, rest = nodeid.partition("::")
-    child = pytest_command([f"{rootdir / path}{sep}{rest}", f"--rootdir={rootdir}", "-p", "no:cacheprovider",
+    child = child_command([f"{rootdir / path}{sep}{rest}", f"--rootdir={rootdir}", "-p", "no:cacheprovider",
                             NSYS_CHILD_FLAG, f"--junitxml={junit}", "-q", "-rfEs", *extra_pytest_args])  # fmt: skip
     command = nsys_profile_command(nsys, report_dir / "capture", child)
     log_path = report_dir / "nsys-run.log"

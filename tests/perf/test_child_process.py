@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perf.profile.child import pytest_command, run_pytest_child
+from perf.profile.child import child_command, run_pytest_child
 
 
 def _project(tmp_path: Path) -> Path:
@@ -28,7 +28,7 @@ def _project(tmp_path: Path) -> Path:
 def test_child_logs_its_command_and_output_and_sees_a_plain_session_env(tmp_path: Path) -> None:
     root = _project(tmp_path)
     env = {**os.environ, "PYTEST_XDIST_WORKER": "gw1", "PYTEST_CURRENT_TEST": "x", "KEPT": "yes"}
-    command = pytest_command(["test_env.py", "-p", "no:cacheprovider", "-p", "no:randomly", "-s"])
+    command = child_command(["test_env.py", "-p", "no:cacheprovider", "-p", "no:randomly", "-s"])
     run = run_pytest_child(command, root, env, tmp_path / "child.log", echo_command=True)
     text = run.output()
     assert run.returncode == 0 and run.seconds > 0, text
@@ -38,7 +38,7 @@ def test_child_logs_its_command_and_output_and_sees_a_plain_session_env(tmp_path
 
 def test_failing_child_returns_its_exit_status_without_raising(tmp_path: Path) -> None:
     root = _project(tmp_path)
-    run = run_pytest_child(pytest_command(["test_env.py", "-p", "no:cacheprovider"]), root, dict(os.environ),
+    run = run_pytest_child(child_command(["test_env.py", "-p", "no:cacheprovider"]), root, dict(os.environ),
                            tmp_path / "child.log")  # fmt: skip
     assert run.returncode == 1 and "KEPT" in run.output() and not run.output().startswith("$ ")
 
