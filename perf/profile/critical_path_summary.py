@@ -10,12 +10,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from perf.tabletext import markdown_table
+
 #: Kinds of path segments: the thread's own CPU work, GPU work, launch latency (the API call returned, the work had
 #: not started), and a wait the walk could not follow.
 KINDS = ("host", "gpu", "launch", "wait")
 _KIND_LABEL = {"host": "host CPU", "gpu": "GPU", "launch": "launch latency", "wait": "waits"}
-#: Rows of each markdown table.
-SHOWN = 8
+#: Rows of each markdown table, and the widest name in a cell (characters).
+SHOWN, CELL = 8, 60
+#: The critical path's tables (`perf.tabletext.markdown_table`).
+LOAD_COLUMNS = ("Thread / stream", "Active ms", "Busy ms", "GPU-sync wait ms", "OS wait ms", "On path %")
+LONGEST_COLUMNS = ("Longest on the path", "Kind", "Where", "ms", "At ms")
+WAIT_COLUMNS = ("Longest waits", "Thread", "ms", "Released by")
+TOTAL_COLUMNS = ("Waits in all", "Kind", "Calls", "Threads", "Total ms")
 
 
 @dataclass(frozen=True)
@@ -153,34 +160,28 @@ class CriticalPathSummary:
                  f"- {self.bounded_by()}"]  # fmt: skip
         lines += [f"- {note}" for note in self.notes]
         if self.threads or self.streams:
-            lines += ["", "| Thread / stream | Active ms | Busy ms | GPU-sync wait ms | OS wait ms | On path % |",
-                      "|:--|--:|--:|--:|--:|--:|"]  # fmt: skip
-            for t in self.threads[:SHOWN]:
-                lines.append(f"| {_cell(t.where)} | {_ms(t.active_ns)} | {_ms(t.busy_ns)} | {_ms(t.gpu_wait_ns)} | "
-                             f"{_ms(t.os_wait_ns)} | {_pct(t.on_path_ns, region, '')} |")  # fmt: skip
+            rows = [[_short(t.where, CELL), _ms(t.active_ns), _ms(t.busy_ns), _ms(t.gpu_wait_ns), _ms(t.os_wait_ns),
+                     _pct(t.on_path_ns, region, "")] for t in self.threads[:SHOWN]]  # fmt: skip
             if len(self.threads) > SHOWN:
                 rest = self.threads[SHOWN:]
-                lines.append(f"| {len(rest)} more threads | | {_ms(sum(t.busy_ns for t in rest))} | | | "
-                             f"{_pct(sum(t.on_path_ns for t in rest), region, '')} |")  # fmt: skip
-            for s in self.streams[:SHOWN]:
-                lines.append(f"| {_cell(s.where)} | {_ms(region)} | {_ms(s.busy_ns)} | | idle {_ms(s.idle_ns)} | "
-                             f"{_pct(s.on_path_ns, region, '')} |")  # fmt: skip
+                rows.append([f"{len(rest)} more threads", "", _ms(sum(t.busy_ns for t in rest)), "", "",
+                             _pct(sum(t.on_path_ns for t in rest), region, "")])  # fmt: skip
+            rows += [[_short(s.where, CELL), _ms(region), _ms(s.busy_ns), "", f"idle {_ms(s.idle_ns)}", _pct(s.on_path_ns, region, "")]
+                     for s in self.streams[:SHOWN]]  # fmt: skip
+            lines += ["", *markdown_table(LOAD_COLUMNS, rows, right=LOAD_COLUMNS[1:])]
         if self.longest:
-            lines += ["", "| Longest on the path | Kind | Where | ms | At ms |", "|:--|:--|:--|--:|--:|"]
             start = int(self.region["start_ns"])
-            for s in self.longest[:SHOWN]:
-                lines.append(f"| {_cell(s.name)} | {s.kind} | {_cell(s.where)} | {_ms(s.duration_ns)} | "
-                             f"{_ms(s.start_ns - start)} |")  # fmt: skip
+            lines += ["", *markdown_table(LONGEST_COLUMNS, ([_short(s.name, CELL), s.kind, _short(s.where, CELL), _ms(s.duration_ns),
+                                                             _ms(s.start_ns - start)] for s in self.longest[:SHOWN]),
+                                          right=LONGEST_COLUMNS[3:])]  # fmt: skip
         if self.top_waits:
-            lines += ["", "| Longest waits | Thread | ms | Released by |", "|:--|:--|--:|:--|"]
-            for w in self.top_waits[:SHOWN]:
-                lines.append(f"| {_cell(w.name)} | {_cell(w.where)} | {_ms(w.duration_ns)} | "
-                             f"{_cell(w.released_by or 'not found')} |")  # fmt: skip
+            lines += ["", *markdown_table(WAIT_COLUMNS, ([_short(w.name, CELL), _short(w.where, CELL), _ms(w.duration_ns),
+                                                          _short(w.released_by or "not found", CELL)]
+                                                         for w in self.top_waits[:SHOWN]), right=("ms",))]  # fmt: skip
         if self.wait_totals:
-            lines += ["", "| Waits in all | Kind | Calls | Threads | Total ms |", "|:--|:--|--:|--:|--:|"]
-            for w in self.wait_totals[:SHOWN]:
-                lines.append(f"| {_cell(w['name'])} | {w['kind']} | {w['calls']:,} | {w['threads']} | "
-                             f"{_ms(w['ns'])} |")  # fmt: skip
+            lines += ["", *markdown_table(TOTAL_COLUMNS, ([_short(w["name"], CELL), w["kind"], f"{w['calls']:,}", str(w["threads"]),
+                                                           _ms(w["ns"])] for w in self.wait_totals[:SHOWN]),
+                                          right=TOTAL_COLUMNS[2:])]  # fmt: skip
         return "\n".join(lines) + "\n"
 
 
@@ -194,7 +195,3 @@ def _pct(ns: float, total: float, unit: str = " %") -> str:
 
 def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _cell(text: str, width: int = 60) -> str:
-    return _short(text, width).replace("|", "\\|")

@@ -19,6 +19,12 @@ from pathlib import Path
 from detector.fileio import atomic_write_text
 from detector.timing import STAGES
 from perf.profile.capture_db import Capture, GpuOp, Total, busy_ns, is_suite_kernel
+from perf.tabletext import markdown_table
+
+#: The summary's tables (`perf.tabletext.markdown_table`): top kernels, NVTX ranges, CUDA API calls.
+KERNEL_COLUMNS = ("#", "Kernel", "Time %", "Total ms", "Calls", "Avg µs")
+NVTX_COLUMNS = ("NVTX range (host time)", "Total ms", "Calls", "Avg ms")
+API_COLUMNS = ("CUDA API", "Total ms", "Calls")
 from perf.profile.critical_path_summary import CriticalPathSummary
 
 #: The names under which a summary lists data a capture lacks (``missing``): the ``nsys stats`` reports that hold
@@ -103,9 +109,8 @@ class NsysSummary:
     def to_markdown(self, name_width: int = 90) -> str:
         """A few lines and tables for a terminal, a CI job summary or a pull request."""
 
-        def cell(text: str) -> str:
-            text = text if len(text) <= name_width else text[: name_width - 1] + "…"
-            return text.replace("|", "\\|")
+        def short(text: str) -> str:
+            return text if len(text) <= name_width else text[: name_width - 1] + "…"
 
         title = Path(self.report).name if self.report else "capture"
         lines = [f"### Nsight Systems: {title}", ""]
@@ -123,18 +128,18 @@ class NsysSummary:
         if self.missing:
             lines.append(f"- No data: {', '.join(self.missing)}")
         if self.top_kernels:
-            lines += ["", "| # | Kernel | Time % | Total ms | Calls | Avg µs |", "|--:|:--|--:|--:|--:|--:|"]
-            for i, k in enumerate(self.top_kernels, 1):
-                lines.append(f"| {i} | `{cell(k['name'])}` | {k['percent']:.1f} | {k['total_ns'] / 1e6:.3f} | "
-                             f"{k['instances']} | {k['avg_ns'] / 1e3:.1f} |")  # fmt: skip
+            lines += ["", *markdown_table(KERNEL_COLUMNS, ([
+                str(i), f"`{short(k['name'])}`", f"{k['percent']:.1f}", f"{k['total_ns'] / 1e6:.3f}",
+                str(k["instances"]), f"{k['avg_ns'] / 1e3:.1f}"] for i, k in enumerate(self.top_kernels, 1)),
+                right=KERNEL_COLUMNS[:1] + KERNEL_COLUMNS[2:])]  # fmt: skip
         if self.stages or self.nvtx_ranges:
-            lines += ["", "| NVTX range (host time) | Total ms | Calls | Avg ms |", "|:--|--:|--:|--:|"]
-            for name, s in [*self.stages.items(), *((r["name"], r) for r in self.nvtx_ranges)]:
-                lines.append(f"| {cell(name)} | {s['total_ns'] / 1e6:.3f} | {s['instances']} | "
-                             f"{s['total_ns'] / max(s['instances'], 1) / 1e6:.3f} |")  # fmt: skip
+            ranges = [*self.stages.items(), *((r["name"], r) for r in self.nvtx_ranges)]
+            lines += ["", *markdown_table(NVTX_COLUMNS, ([
+                short(name), f"{s['total_ns'] / 1e6:.3f}", str(s["instances"]),
+                f"{s['total_ns'] / max(s['instances'], 1) / 1e6:.3f}"] for name, s in ranges), right=NVTX_COLUMNS[1:])]
         if self.top_api:
-            lines += ["", "| CUDA API | Total ms | Calls |", "|:--|--:|--:|"]
-            lines += [f"| {cell(a['name'])} | {a['total_ns'] / 1e6:.3f} | {a['calls']} |" for a in self.top_api]
+            lines += ["", *markdown_table(API_COLUMNS, ([short(a["name"]), f"{a['total_ns'] / 1e6:.3f}", str(a["calls"])]
+                                                        for a in self.top_api), right=API_COLUMNS[1:])]
         if self.critical_path is not None:
             lines += ["", self.critical_path.to_markdown().rstrip("\n")]
         return "\n".join(lines) + "\n"
