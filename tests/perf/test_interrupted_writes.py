@@ -226,8 +226,8 @@ def test_killed_benchmark_autosave_keeps_the_baseline(tmp_path: Path, monkeypatc
     assert not lost and killed
     with pytest.raises(ValueError):  # the killed run's file is incomplete...
         json.loads(killed[0].read_text() or "")
-    compared = subprocess.run([sys.executable, *_pytest(tmp_path, "--benchmark-compare=0001",
-                                                        "--benchmark-compare-fail=mean:1000%")],
+    compared = subprocess.run([sys.executable, *_pytest(tmp_path, "--benchmark-compare=0001")],  # no timing check:
+                              # a stall of a loaded machine would fail it, and what is tested is that 0001 loads
                               cwd=tmp_path, env=child_env(), capture_output=True, text=True, check=False)
     assert compared.returncode == 0, compared.stdout[-2000:]  # ...and the baseline still loads and compares
     assert "0001" in compared.stdout
