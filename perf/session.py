@@ -12,11 +12,11 @@ compare with a saved run of another model, video or machine, or of a run made wi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
