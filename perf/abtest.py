@@ -2,21 +2,11 @@
 
     perf-ab --base origin/main --pairs 5 -- perf -m ci --perf-device cuda
 
-What it does:
-
-1. The base is ``git merge-base HEAD <--base>`` (default ``origin/main``, else ``main``), checked out as a git
-   worktree under the output folder; the candidate is this working tree, as it is.
-2. K pairs of fresh pytest processes (`perf.gate.processes.run_children`: each saves its run, logs in the output
-   folder, a plan that a second call resumes), alternating the order (base first in odd pairs, candidate first in
-   even ones), so that a runner warming up or slowing down in the course of the job favours neither side. Each side
-   keeps its own cache folder (exported models, engines): a change to the exporter must not reach the other side.
-3. Per benchmark, every judged metric on the K pair ratios (`perf.gate.compare.judge_paired`, the gate's one judge:
-   `perf.gate.judge.judge_pairs`), at the first-pass level of the run's error budget (`perf.gate.judge.Budget`). A
-   pair is back to back on one runner, so the between-process noise is in the pairs' scatter; where ``--history``
-   holds main's runs of this machine, their spread is pooled in (more degrees of freedom, a tighter interval).
-4. Suspects are confirmed as ``--perf-compare`` confirms them (`perf.gate.confirm`): up to ``--confirm`` more pairs
-   of only their tests; a confirmed one is "slower", an unconfirmed one "no change" or "inconclusive".
-
+The merge base (a git worktree) against this working tree in K pairs of fresh processes
+(`perf.gate.processes.run_children`), the order alternating so that a runner warming up or slowing down favours
+neither side, each side with its own cache folder (a change to the exporter must not reach the other side); every
+judged metric judged on the pair ratios (`perf.gate.compare.judge_paired`, the one judge's `judge_pairs`), main's
+``--history`` pooled in, suspects confirmed as ``--perf-compare`` confirms them (docs/method.md, section 11).
 Writes ``<out>/perf-ab.json`` and ``perf-ab.md`` (a verdict table), prints the table and the seconds the processes
 took, and exits 1 when a benchmark is slower, 2 on bad input (one line, nothing run).
 """

@@ -70,22 +70,36 @@ def _split(value: str) -> list[str]:
     return list(dict.fromkeys(item.strip() for item in value.split(",") if item.strip()))
 
 
-def parse_batch_sizes(value: str) -> tuple[int, ...]:
-    """``"1,8,32"`` -> ``(1, 8, 32)``; every item a positive integer, duplicates dropped."""
-    items = _split(value)
-    if not items or not all(item.isdecimal() and int(item) > 0 for item in items):
-        raise _fail(value, "Expected comma-separated positive integers, e.g. '1,8,32'.")
-    return tuple(int(item) for item in items)
+def _integer(minimum: int, expected: str) -> Callable[[str], int]:
+    """A parser of one integer >= ``minimum`` (``"60"`` -> 60); ``expected`` says what is allowed."""
+
+    def parse(value: str) -> int:
+        if not value.strip().isdecimal() or int(value) < minimum:
+            raise _fail(value, expected)
+        return int(value)
+
+    return parse
 
 
-def parse_skip_intervals(value: str) -> tuple[int, ...]:
-    """``"0,1,2,4"`` -> ``(0, 1, 2, 4)``: frames skipped between inferences (DeepStream's ``interval``), each an
-    integer >= 0, duplicates dropped."""
-    items = _split(value)
-    if not items or not all(item.isdecimal() for item in items):
-        raise _fail(value, "Expected comma-separated integers >= 0 (frames skipped between inferences), e.g. "
-                    "'0,1,2,4'.")
-    return tuple(int(item) for item in items)
+def _integers(minimum: int, expected: str) -> Callable[[str], tuple[int, ...]]:
+    """A parser of comma-separated integers >= ``minimum`` (``"1,8,32"`` -> ``(1, 8, 32)``), duplicates dropped."""
+
+    def parse(value: str) -> tuple[int, ...]:
+        items = _split(value)
+        if not items or not all(item.isdecimal() and int(item) >= minimum for item in items):
+            raise _fail(value, expected)
+        return tuple(int(item) for item in items)
+
+    return parse
+
+
+parse_batch_sizes = _integers(1, "Expected comma-separated positive integers, e.g. '1,8,32'.")
+#: Frames skipped between inferences (DeepStream's ``interval``).
+parse_skip_intervals = _integers(0, "Expected comma-separated integers >= 0 (frames skipped between inferences), "
+                                 "e.g. '0,1,2,4'.")
+parse_positive_int = _integer(1, "Expected a positive integer.")
+parse_count = _integer(0, "Expected an integer >= 0.")
+parse_processes = _integer(2, "Expected a number of processes >= 2.")
 
 
 def backend_names() -> tuple[str, ...]:
@@ -150,13 +164,6 @@ def parse_store(value: str) -> str:
     return text
 
 
-def parse_positive_int(value: str) -> int:
-    """``"60"`` -> ``60``; a positive integer."""
-    if not value.strip().isdecimal() or int(value) <= 0:
-        raise _fail(value, "Expected a positive integer.")
-    return int(value)
-
-
 def parse_profiler(value: str) -> str:
     """``"torch"`` -> ``"torch"``; one of `PROFILERS` (case-insensitive)."""
     name = value.strip().lower()
@@ -188,13 +195,6 @@ def parse_fraction(value: str) -> float:
     return number
 
 
-def parse_count(value: str) -> int:
-    """``"2"`` -> 2; an integer >= 0."""
-    if not value.strip().isdecimal():
-        raise _fail(value, "Expected an integer >= 0.")
-    return int(value)
-
-
 def parse_levels(value: str) -> tuple[float, ...]:
     """``"2,5,10"`` -> (0.02, 0.05, 0.1): slowdowns in percent, each > 0, sorted, duplicates dropped."""
     try:
@@ -204,13 +204,6 @@ def parse_levels(value: str) -> tuple[float, ...]:
     if not levels or not all(0 < level < 10 for level in levels):
         raise _fail(value, "Expected percentages > 0, e.g. 2,5,10.")
     return tuple(levels)
-
-
-def parse_processes(value: str) -> int:
-    """``"10"`` -> 10; a number of processes >= 2."""
-    if not value.strip().isdecimal() or int(value) < 2:
-        raise _fail(value, "Expected a number of processes >= 2.")
-    return int(value)
 
 
 def parse_seconds(value: str) -> float:

@@ -12,6 +12,7 @@ compare with a saved run of another model, video or machine, or of a run made wi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -315,44 +316,20 @@ class PerfSession:
 
         getoption, invocation_dir = config.getoption, config.invocation_params.dir
         ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
-        cache_dir, reports = getoption("perf_cache_dir"), getoption("perf_reports_dir")
+        # every field is the option ``perf_<field>`` (its dest), but for these three
+        dests = {"skip_intervals": "perf_skip_interval", "inject_delay_ms": "perf_inject_delay",
+                 "clock_lead_in_ms": "perf_clock_lead_in"}  # fmt: skip
+        values = {f.name: getoption(dests.get(f.name, f"perf_{f.name}")) for f in dataclasses.fields(PerfOptions)}
+        cache_dir, reports = values["cache_dir"], values["reports_dir"]
+        values.update(
+            backends=values["backends"] or backend_names(),
+            cache_dir=(invocation_dir / cache_dir).resolve() if cache_dir else default_cache_dir(),
+            reports_dir=(invocation_dir / reports).resolve() if reports else config.rootpath / "reports",
+            store=values["store"] or config.getini("perf_store"),
+            **{flag: bool(values[flag]) for flag in ("allow_model_mismatch", "nsys_child", "selftest")},
+        )
         return cls(
-            PerfOptions(
-                backends=getoption("perf_backends") or backend_names(),
-                device=getoption("perf_device"),
-                batch_sizes=getoption("perf_batch_sizes"),
-                precisions=getoption("perf_precisions"),
-                allow_machine_mismatch=getoption("perf_allow_machine_mismatch"),
-                cache_dir=(invocation_dir / cache_dir).resolve() if cache_dir else default_cache_dir(),
-                frames=getoption("perf_frames"),
-                nsys=getoption("perf_nsys"),
-                nsys_path=getoption("perf_nsys_path"),
-                profile=getoption("perf_profile"),
-                streams=getoption("perf_streams"),
-                skip_intervals=getoption("perf_skip_interval"),
-                allow_model_mismatch=bool(getoption("perf_allow_model_mismatch")),
-                inject_delay_ms=getoption("perf_inject_delay"),
-                regression=getoption("perf_regression"),
-                sources=getoption("perf_sources"),
-                controls=getoption("perf_controls"),
-                clock_lead_in_ms=getoption("perf_clock_lead_in"),
-                kernels=getoption("perf_kernels"),
-                nsys_child=bool(getoption("perf_nsys_child")),
-                reports_dir=(invocation_dir / reports).resolve() if reports else config.rootpath / "reports",
-                html=getoption("perf_html"),
-                compare=getoption("perf_compare"),
-                history=getoption("perf_history"),
-                noise_profile=getoption("perf_noise_profile"),
-                selftest=bool(getoption("perf_selftest")),
-                selftest_trials=getoption("perf_selftest_trials"),
-                selftest_levels=getoption("perf_selftest_levels"),
-                noise=getoption("perf_noise"),
-                selftest_processes=getoption("perf_selftest_processes"),
-                selftest_regressions=getoption("perf_selftest_regressions"),
-                processes_budget=getoption("perf_processes_budget"),
-                runs_dir=getoption("perf_runs_dir"),
-                store=getoption("perf_store") or config.getini("perf_store"),
-            ),
+            PerfOptions(**values),
             Subject.from_config(getoption, config.getini, invocation_dir, ini_dir),
         )
 

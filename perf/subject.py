@@ -1,28 +1,10 @@
 """What the suite measures -- the model and the video -- from its options or ini settings, and their identity.
 
-A repository pins its own model and video in its pytest ini file (``pytest.ini``, ``[tool.pytest.ini_options]``
-in ``pyproject.toml`` ...); the command-line options override it for one run:
-
-============================  ===================  =================================================================
-option                        ini setting          what
-============================  ===================  =================================================================
-``--perf-cfg``                ``perf_cfg``         Darknet ``.cfg``: input size and classes come from it
-``--perf-weights``            ``perf_weights``     its ``.weights`` (default: seeded random weights)
-``--perf-names``              ``perf_names``       class names, one a line (default: ``classes.names`` beside the model)
-``--perf-onnx``               ``perf_onnx``        an ONNX file: run by ONNX Runtime and TensorRT instead of the cfg's
-                                                   export; alone, it is the model (torch backends skip)
-``--perf-engine``             ``perf_engine``      a prebuilt TensorRT engine, loaded (never built); needs the cfg or
-                                                   the ONNX file it was built from
-``--perf-engine-precision``   ``perf_engine_precision``  what that engine was built as (default fp16)
-``--perf-video``              ``perf_video``       the video of the end-to-end and parity tests
-``--perf-ground-truth``       ``perf_ground_truth``  its COCO JSON (default: ``<video stem>.json`` beside it, if any)
-``--perf-min-map``            ``perf_min_map``     mAP@0.5 floor of the reference (default: 0.5 for the shipped model,
-                                                   none for another: reported, not checked)
-============================  ===================  =================================================================
-
-Both are registered with the suite's other options (perf/options.py). Relative paths are taken from the directory
-pytest was started in (options) or from the ini file's folder (ini settings). With none of them the suite measures
-the shipped model on the synthetic video with its ground truth.
+A repository pins its own model and video in its pytest ini file (``perf_cfg``, ``perf_weights``, ``perf_names``,
+``perf_onnx``, ``perf_engine``, ``perf_engine_precision``, ``perf_video``, ``perf_ground_truth``,
+``perf_min_map``); the ``--perf-*`` options of the same names override it for one run (docs/options.md).
+Relative paths are taken from the directory pytest was started in (options) or from the ini file's folder (ini
+settings). With none of them the suite measures the shipped model on the synthetic video with its ground truth.
 
 Every saved run records :meth:`Subject.identity` -- digests of the model files, the input size and classes, the
 video's digest and the frames measured, and the precisions asked for -- under ``machine_info["perf_subject"]``;

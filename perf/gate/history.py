@@ -1,20 +1,11 @@
-"""Main's history as the gate's noise model: which saved runs a new run is judged against, and each metric's
-`perf.gate.judge.Reference` from them.
+"""Main's history as the gate's noise model: which saved runs a new run is judged against (`history_runs`,
+`comparable`), and each metric's `perf.gate.judge.Reference` from them (`reference_for`); docs/method.md, section 8.
 
-*Which runs* (`history_runs`): every saved run is a separate process. Kept are the runs of the same machine (the
-fingerprint fields that make timings comparable, `perf.measure.machine.fingerprint_differences`) and the same
-model and video (`perf.subject.subject_differences`), made without test-only options (`perf.runs.injected_of`), of
-the branch asked for where runs record one, and the last `DEFAULT_LAST` of them. A run that recorded no model or
-video identity (saved before identities were saved) is taken as this model's.
-
-*Each metric's reference* (`reference_for`): the per-process medians of that metric in those runs, oldest first.
-A change point in them (`perf.store.changepoints.history_change_points`: a regression that landed, an improvement)
-with at least `MIN_AFTER` runs after it starts the reference anew (one run alone cannot tell a slow run from a new
-level: a noisy runner showed such a one-run "change" in a history of 6 identical processes): only the runs after the
-last one give its level; while fewer than
-`perf.gate.judge.MIN_REFERENCE` runs follow it, the spread comes from the runs before it (a change moves the level,
-not the scatter). A noise profile's processes (``--perf-noise``, `perf.gate.noise`) seed a history that is still
-too short.
+A run that recorded no model or video identity (saved before identities were saved) is taken as this model's. A
+change point needs at least `MIN_AFTER` runs after it to start the reference anew: one run alone cannot tell a slow
+run from a new level (a noisy runner showed such a one-run "change" in a history of 6 identical processes); while
+fewer than `perf.gate.judge.MIN_REFERENCE` runs follow it, the spread comes from the runs before it (a change moves
+the level, not the scatter).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""This runner's noise profile: what identical code does between separate pytest processes.
+"""This runner's noise profile: what identical code does between separate pytest processes (docs/method.md,
+section 3).
 
 CI compares two processes, so a figure's truth is its spread *between* processes (pyperf's lesson), not the
-spread of its rounds inside one. ``pytest perf --perf-noise=K`` (`perf.gate.processes`) runs the selected benchmarks
-in K fresh processes of unchanged code; `compute_profile` turns those K saved runs into one `NoiseEntry` per
-benchmark and metric (the per-process medians, their CV, the largest ratio between two of them, and the
-between-process standard deviation of the log median beyond what the within-process bootstrap explains).
-
-The profile is saved beside the runs, ``<storage>/noise/<key>.json``, ``key`` a digest of the machine fingerprint
-fields that make timings comparable plus the CPU (`profile_key`): one profile per runner. Its per-process
-medians seed a new runner's history: ``--perf-compare`` judges against main's history of saved runs
-(`perf.gate.history`), and while that holds fewer than three runs the profile's processes stand in for them.
+spread of its rounds inside one. `compute_profile` turns the K saved runs of ``--perf-noise=K`` into one
+`NoiseEntry` per benchmark and metric; the profile is saved as ``<storage>/noise/<key>.json`` (`profile_key`: one
+profile per runner) and its per-process medians seed a history of fewer than three runs (`perf.gate.history`).
 """
 
 from __future__ import annotations

@@ -104,7 +104,6 @@ class ChildResult:
     run: Path | None
     log: Path
     compare_fail: str | None = None
-    compared_with: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -255,7 +254,6 @@ def run_children(
                              extra={"failed_tests": _failed_tests(text, code)})
         if compare:
             result.compare_fail = "failed" if REGRESSED in text else "passed"
-            result.compared_with = previous_identical.name if previous_identical else None
         results.append(result)
         if child.kind == "identical" and run is not None:
             previous_identical = run

@@ -2,27 +2,11 @@
 
 ``--perf-regression=KIND:PERCENT`` is a test-only option (like ``--perf-inject-delay``; a run made with it is
 marked in every benchmark's ``extra_info["injected"]``). Unlike a GPU sleep, each kind changes real code, and
-PERCENT is calibrated with a bare loop of the code it slows:
-
-``layer``
-    The model gets one more block: a residual 1x1 bottleneck (conv C -> m, leaky ReLU, conv m -> C, added to its
-    input) after convolution `LAYER_AFTER` (13x13x512 in YOLOv4-tiny), in the PyTorch model that every torch
-    runner and the ONNX export build (`LayerRegressedSpec`; the export's cache key includes it). Its weights
-    are small and seeded, so detections barely move. The width m is calibrated on the suite's own clock (`_clock_ms`:
-    each call timed alone between CUDA events, as the inference benchmarks read it) on the suite's fastest torch
-    path -- torch-graph on a GPU, eager torch on a CPU -- at `CALIBRATION_BATCH`, alternating with the unchanged
-    model, so that a call there costs PERCENT more.
-``layer1``
-    The same block, its width calibrated at batch 1 on the same path instead: a change that costs PERCENT at batch 1,
-    where the call is launch-bound and an extra layer costs what its kernels and launches cost.
-``write``
-    The pipelined loop's writer, its bottleneck, encodes each frame r more times on average as JPEG (after the
-    real write, inside the write stage's time), r calibrated from a bare loop of that encode and the pipelined
-    loop's frame time in its untimed warm-up pass, so that the pipelined frame time grows by PERCENT.
-``preprocess``
-    The sequential pipeline's preprocess stage letterboxes and normalises each frame r more times on average
-    (the extra calls spread evenly over the frames), r calibrated from the bare loop of the preprocess on the
-    video's frames and the pipeline's frame time, so that the time per frame grows by PERCENT.
+PERCENT is calibrated with a bare loop of the code it slows. The kinds (docs/method.md, section 5): ``layer``
+(a residual 1x1 bottleneck after convolution `LAYER_AFTER`, `LayerRegressedSpec`, its width calibrated on the
+suite's own clock, `_clock_ms`, on the fastest torch path at `CALIBRATION_BATCH`), ``layer1`` (the same block
+calibrated at batch 1), ``write`` (the pipelined writer JPEG-encodes each frame r more times) and ``preprocess``
+(the sequential loop preprocesses each frame r more times).
 """
 
 from __future__ import annotations

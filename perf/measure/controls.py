@@ -1,45 +1,10 @@
-"""Noise sources the suite controls while it measures, each switchable (``--perf-controls``).
-
-Every control exists because a measurement showed that it moves the figures of identical code between runs
-(``pytest perf --perf-selftest`` measures each one again on the machine at hand, `perf/test_noise_sources.py`;
-the figures are in docs/results.md):
-
-``gc``
-    A garbage collection in the middle of a timed loop (Python's cyclic collector runs after enough
-    allocations, at moments no two processes share). The region starts with a full collection, freezes what
-    survives and disables the collector; both are undone afterwards.
-``torch-threads``
-    PyTorch's intra-op (OpenMP) pool: after each small CPU op its threads spin, waiting for the next. Measured on
-    the H100 machine: the pipeline's process burnt 115-130 ms of CPU per 10 ms frame, 12 of 16 cores spinning
-    next to the three that do the work (fewer turbo bins, shared caches), against 9-11 ms with one thread. One
-    thread for the whole of a GPU run, set before any model is built (`session_controls`): torch.compile guards on
-    the thread count, and switching it around a timed region re-traced the compiled model inside the region (5
-    rounds of 0.2-8 ms instead of thousands of 0.2 ms). A CPU run keeps the pool: inference needs it.
-``cv2-threads``
-    OpenCV's parallel_for pool (resize, colour conversion) competes with the pipeline's own threads for cores
-    and wakes up on whichever core is free. One thread inside the region; restored afterwards.
-``decode-threads``
-    OpenCV opens FFmpeg's decoder with one thread per CPU (16 frame threads for a 960x540 mp4v clip). Videos opened
-    inside the region decode with `DECODE_THREADS` (`detector.video.set_decode_threads`); on the H100 machine
-    2 threads decoded as fast as 16 (0.43-0.46 ms a frame against 0.39-0.82) and 1 took 1.2-1.4 ms.
-``pin``
-    Thread placement (GPU runs only; on a CPU run torch's own threads need the cores): the calling thread runs on
-    a fixed set of `CALLER_CPUS` CPUs (the threads it starts natively, FFmpeg's decoder and encoder threads,
-    inherit them and need more than one: pinned to one CPU, decoding took 1.4-1.9 ms a frame instead of 0.5-0.8)
-    and each pipeline worker (writer, stream readers) on a CPU of its own outside that set, the same ones in every
-    process, so a GIL hand-over or a cache miss costs the same every time.
-``telemetry``
-    The NVML sampler thread wakes up every 50 ms and calls the driver; inside a timed region it samples once a
-    second instead (`TELEMETRY_INTERVAL_S`), which still flags throttling.
-``page-cache``
-    The first pass over a video reads it from disk, later ones from the page cache: the video is read once,
-    untimed, before any pass is measured (`warm_page_cache`).
-``scratch``
-    Output videos of timed passes go to a RAM-backed folder (`scratch_dir`: ``/dev/shm``) instead of the reports
-    folder's disk, whose write-back stalls come at random; the last output is then moved to the reports folder.
-``cpu-reference``
-    The CPU's own speed moves on a shared host (`perf.measure.speedref`): the sequential end-to-end benchmark reads a fixed
-    reference workload after every block of frames and reports frame time in reference units.
+"""Noise sources the suite controls while it measures, each switchable (``--perf-controls``): ``gc``,
+``torch-threads``, ``cv2-threads``, ``decode-threads``, ``pin``, ``telemetry``, ``page-cache``, ``scratch``,
+``cpu-reference``. Each exists because a measurement showed it moves the figures of identical code between runs;
+what each does and the figures that justify it: docs/method.md, section 2 (``pytest perf --perf-selftest``
+measures each one again, `perf/test_noise_sources.py`). torch's thread count is set once per GPU run, before any
+model is built (`session_controls`): torch.compile guards on it, and switching it around a region re-traced the
+model inside the region.
 """
 
 from __future__ import annotations

@@ -42,21 +42,15 @@ _GPU_FIELDS = (
 
 
 def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
-    """Describe this machine for benchmark records; unreadable values are None.
+    """This machine, for benchmark records, GPU ``gpu_index`` (the N of ``cuda:N``); unreadable values are None.
 
-    Args:
-        gpu_index: CUDA device index as torch numbers it (the N of ``cuda:N``); describes that GPU.
-
-    Returns:
-        A JSON-serialisable dict with ``gpu_index``, ``gpu_count``, ``gpu_name``, ``compute_capability`` ("8.9"),
-        ``gpu_memory_mib``, ``driver_version``, ``cuda_version`` (torch.version.cuda), ``cuda_driver_version``
-        (highest CUDA the driver supports, "12.8"), ``cudnn_version`` (int), ``sm_clock_max_mhz`` /
-        ``mem_clock_max_mhz``, ``power_limit_w`` (enforced limit, W). Current clocks are left out on purpose:
-        they change between runs, and pytest-benchmark flags any machine_info difference on compare (the
-        clocks during each benchmark are in its ``extra_info["gpu_telemetry"]``);
-        ``torch_version``, ``onnxruntime_version``, ``tensorrt_version`` (with ``tensorrt_module``: "tensorrt" or
-        "tensorrt_rtx"), ``opencv_version``, ``numpy_version``, ``cpu_model`` and ``cpu_count`` (CPUs this process
-        may run on).
+    A JSON-serialisable dict: ``gpu_index``, ``gpu_count``, ``gpu_name``, ``compute_capability`` ("8.9"),
+    ``gpu_memory_mib``, ``driver_version``, ``cuda_version`` (torch.version.cuda), ``cuda_driver_version`` (highest
+    CUDA the driver supports, "12.8"), ``cudnn_version`` (int), ``sm_clock_max_mhz`` / ``mem_clock_max_mhz``,
+    ``power_limit_w`` (enforced limit, W), the versions of `_VERSIONED_MODULES` (with ``tensorrt_module``:
+    "tensorrt" or "tensorrt_rtx"), ``cpu_model`` and ``cpu_count`` (CPUs this process may run on). Current clocks
+    are left out on purpose: they change between runs, and pytest-benchmark flags any machine_info difference on
+    compare (the clocks during each benchmark are in its ``extra_info["gpu_telemetry"]``).
     """
     info: dict[str, Any] = {"gpu_index": gpu_index, "gpu_count": None, "cuda_version": None, "cudnn_version": None}
     info.update(dict.fromkeys(_GPU_FIELDS))

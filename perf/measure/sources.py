@@ -1,16 +1,11 @@
 """Where the end-to-end and pipelined benchmarks get their frames and what they do with them: a *source* is the
 synthetic video's codec, the decoder, and whether the annotated output is encoded.
 
-``--perf-sources`` lists them as ``<codec>[+nvdec][+noencode]``: codec ``mp4v`` (MPEG-4 Part 2, OpenCV's own
-encoder) or ``h264`` (libx264 through PyAV, what cameras write); ``+nvdec`` decodes on the GPU's hardware decoder
-into device memory (:class:`detector.gpudecode.NvdecReader`) instead of OpenCV on the CPU; ``+noencode`` runs the loop
-without writing a video (CPU encoding bounds the sequential loop at about 3 ms a frame). With ``--perf-video`` the
-codec is the user's video's own, so sources differing only in codec are one.
-
-Every runner case runs on the default source ``mp4v`` (OpenCV decode, encoded output: the ids and baselines the suite
-always had); the other sources run for the family's key cases (`perf.measure.cases.KEY_CASES`, e.g. torch-graph
-fp16 on a GPU), under ids that end in the source's suffix (``torch-graph-fp16-h264-nvdec``), so their FPS stand in
-the same tables beside the OpenCV pipelines. They carry no ``ci`` marker: the CI gate keeps its cost.
+``--perf-sources`` lists them as ``<codec>[+nvdec][+noencode]`` (docs/options.md, docs/method.md section 14). With
+``--perf-video`` the codec is the user's video's own, so sources differing only in codec are one. Every runner case
+runs on the default source ``mp4v``; the other sources run for the family's key cases (`perf.measure.cases.KEY_CASES`)
+under ids that end in the source's suffix (``torch-graph-fp16-h264-nvdec``), without the ``ci`` marker (the CI gate
+keeps its cost).
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """The critical path through a capture's region, walked back from its end (after nvprof's dependency analysis),
 and how long each host thread and GPU stream worked and waited (`analyze`, `critical_path_summary`).
 
-The walk starts on the region's thread (the one holding the ``measured`` NVTX range; else the one with the most
-CUDA API time; else the GPU work that ended last) at the region's end and goes back in time until the start:
-
-* **Host thread, outside any wait**: the thread's own CPU work, back to its previous wait. Each piece is named by
-  the innermost NVTX range around it (``write``, ``torch.infer``), or ``<thread> (no range)``.
-* **Inside a GPU-synchronising CUDA call** (`GPU_SYNC_CALLS`): jump to the GPU work whose end released it: the
-  latest-ending kernel/copy/memset that ended during the call, on the stream (and before the event record) CUPTI
-  names for it, else among the work this thread launched, else any. The stretch from that end to the call's
-  return is host time. No such work (the GPU was already done): the call is host time.
-* **GPU work**: its own time, then the work it was queued behind: the previous work on its stream, when that
-  ended no earlier than the launch call returned (less `STREAM_TOLERANCE_NS`; without a launch record, when it
-  ended within the tolerance of the start). When the work started more than the tolerance after that end (or
-  after its launch call returned), work on another stream of its device that ended within the tolerance of its
-  start is taken instead (a stream-wait dependency). The gap between that end and the start counts with the work.
-  Else its launching API call (``correlationId``): the time from the call's return to the start is ``launch``
-  latency, and the walk goes on on the launching thread at the call's return (inside the call when the work
-  started before it returned).
-* **Inside a blocking OS call** (`BLOCKING_OS_CALLS`, a heuristic): jump to the thread that released it: the one
-  that made the last wake-up call (`WAKE_CALLS`) started during the wait, at that call's end (the time from there
-  to the wait's end stays on the path as ``<call> (wake-up)``); else the thread, not waiting itself when the wait
-  ended, whose last traced event (during the wait) came last, at the wait's end. None found, or a sleep
-  (`SLEEP_CALLS`): the wait stays on the path as ``wait`` (``<call> (unresolved)``, or the sleep's name).
-* Before a thread's first traced event the walk goes on on the region's thread. A thread visited twice at one
-  instant takes no second jump (its wait counts as unresolved), so the walk always moves back in time.
-
-The segments tile the region exactly. Host CPU time is inferred: nsys traces calls, not CPU use, so time between
-traced calls counts as work, even where the thread was blocked in an untraced call or descheduled.
+The walk's rules (host work, `GPU_SYNC_CALLS`, GPU work queued on a stream within `STREAM_TOLERANCE_NS` or on
+another stream, launch latency, `BLOCKING_OS_CALLS` released by `WAKE_CALLS`, `SLEEP_CALLS`) and its limits:
+docs/method.md, section 13. Beyond it: a launch whose work started before the call returned goes on inside the
+call; a thread visited twice at one instant takes no second jump (its wait counts as unresolved), so the walk
+always moves back in time, and the segments tile the region exactly.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-""""Why slower": a short per-kernel table of a benchmark, kept with its saved run, and what moved between two.
+""""Why slower": a short per-kernel table of a benchmark, kept with its saved run, and what moved between two
+(docs/method.md, section 11).
 
-After an inference benchmark is measured, ``--perf-kernels=CALLS`` (default `DEFAULT_CALLS`; 0: off) runs the same
-call CALLS more times under ``torch.profiler`` and keeps the `TOP` kernels by time in
-``extra_info["kernels"]``: ``{"source": "torch.profiler", "device": "cuda" | "cpu", "calls": CALLS, "rows":
-[{"name", "us_per_call", "count_per_call"}]}`` -- device (CUDA kernel) time on a GPU, CPU self time of each
-operator on a CPU. The measured rounds are over by then, so the profiler does not touch them.
-
-When the gate finds a benchmark slower, `kernel_changes` sets the candidate's table against the baseline run's
-and lists the kernels whose time per call moved most (new ones, gone ones included): the candidate's "why slower",
-in the terminal, the verdict file's markdown (the job summary) and the report. A stage that moved (end to end)
-is named by the gate's own stage metrics (`perf.gate.compare`).
+``--perf-kernels=CALLS`` (default `DEFAULT_CALLS`; 0: off) keeps the `TOP` kernels of CALLS more calls under
+``torch.profiler``, after the measured rounds, in ``extra_info["kernels"]``: ``{"source": "torch.profiler",
+"device": "cuda" | "cpu", "calls": CALLS, "rows": [{"name", "us_per_call", "count_per_call"}]}`` -- CUDA kernel
+time on a GPU, operators' CPU self time on a CPU. `kernel_changes` sets a slower candidate's table against the
+baseline's.
 """
 
 from __future__ import annotations

@@ -128,9 +128,6 @@ class Timeline:
         """First to last traced event of the thread, clipped to the region (the region's thread: all of it)."""
         return self._spans.get(gtid, (self.c.region.start_ns, self.c.region.start_ns))
 
-    def waits_of(self, gtid: int) -> list[WaitSpan]:
-        return self._waits.get(gtid, [])
-
     def wait_calls(self, gtid: int) -> list[HostCall]:
         """The thread's blocking calls one by one (GPU-synchronising and OS), by start."""
         return self._wait_calls.get(gtid, [])

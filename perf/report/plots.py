@@ -1,12 +1,8 @@
 """The HTML report's figures, each returned as PNG bytes (matplotlib, imported lazily, Agg canvas only).
 
 Figures are built on ``matplotlib.figure.Figure`` without pyplot, so nothing touches a global backend or the
-user's interactive session. Each figure is as wide as the page (`WIDTH` inches at `DPI`) and picks the time unit
-its values read best in (`perf.report.readable.time_unit`: µs, ms or s), with positional tick labels. A
-distribution is drawn as its rounds allow: a violin from `VIOLIN_MIN_ROUNDS` rounds on, a box with every round
-as a dot below that, a single dot for one round. The history of every benchmark is one figure of small
-multiples, one panel per benchmark; points of injected runs (`perf.runs.SavedRun.injected`) are grey crosses off
-the median line.
+user's interactive session. Each is as wide as the page (`WIDTH` inches at `DPI`) and reads its times in the unit
+that fits (`perf.report.readable.time_unit`); what each figure draws: docs/method.md, section 9.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """The regression gate of a session (`GateRun`, owned by `perf.session.PerfSession`): raw rounds in saved runs,
-``--perf-compare`` judged against main's history with confirmation, and ``--perf-selftest``.
+``--perf-compare`` judged against main's history with confirmation, and ``--perf-selftest`` (docs/method.md,
+section 8).
 
-* Every run saves its raw rounds: ``--benchmark-save-data`` is switched on, so ``--benchmark-autosave`` files
-  hold ``stats.data`` (read them with `perf.runs`).
-* ``--perf-compare[=NUM|ID]`` reads the storage before the tests run and keeps main's history on this runner
-  (`perf.gate.history.history_runs`: the last ``--perf-history`` comparable runs, up to NUM / ID when given). A
-  storage with runs but none comparable is refused with the fields that differ, as ``--benchmark-compare`` does
-  (unless ``--perf-allow-machine-mismatch`` / ``--perf-allow-model-mismatch``).
-* Each benchmark is judged as soon as its test has run (`perf.gate.compare.judge_benchmark`, at the first-pass
-  level of the run's budget). With ``--perf-confirm=0`` a "slower" fails that test at once (`GateFailure`: one line,
-  also in JUnit XML); otherwise it is a suspect, and at the end of the session the suspects are measured again in
-  fresh processes (`perf.gate.confirm`): a confirmed one fails the run (exit 1, one line each), an unconfirmed one
-  is "no change" or "inconclusive: cannot rule out +X%". The verdicts go to ``<reports>/perf-compare.json`` / ``.md``.
-* ``--benchmark-compare-fail`` (pytest-benchmark's fixed threshold against one saved process) is not trusted where a
-  history exists (3 comparable runs, or a noise profile): the gate judges instead, and one line says so and what the
-  gate said (`COMPARE_FAIL_REPLACED`). Without one it runs as pytest-benchmark has it, one line says its verdicts
-  cannot be trusted here (`COMPARE_FAIL_UNTRUSTED`), and its end-of-run ``PerformanceRegression`` becomes a line
-  (`COMPARE_FAIL_LINE`), not a traceback.
-* ``--perf-selftest`` runs only the gate's self-checks: perf/test_gate_selftest.py, perf/test_clock_truth.py and
-  perf/test_noise_sources.py.
+``--benchmark-save-data`` is switched on, so saved runs hold ``stats.data``. Each benchmark is judged as its test
+ends (`perf.gate.compare.judge_benchmark`); with ``--perf-confirm=0`` a "slower" fails that test at once
+(`GateFailure`: one line, also in JUnit XML), else the suspects are confirmed at the end of the session
+(`perf.gate.confirm`). ``--benchmark-compare-fail`` is replaced by the gate where a history exists
+(`COMPARE_FAIL_REPLACED`), else said untrusted (`COMPARE_FAIL_UNTRUSTED`), its ``PerformanceRegression`` one line
+(`COMPARE_FAIL_LINE`).
 """
 
 from __future__ import annotations

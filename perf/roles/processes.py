@@ -1,21 +1,9 @@
-"""The cross-process measurements of a session (`ProcessesRun`): ``--perf-noise=K`` and
-``--perf-selftest-processes=K``.
-
-* ``pytest perf -m ci --perf-noise=10`` runs the selected benchmarks in 10 fresh processes of this code
-  (`perf.gate.processes`), prints per benchmark and per family the spread of the per-process medians (CV, largest
-  |ratio - 1|, the between-process standard deviation), and saves this runner's noise profile beside the runs
-  (``<storage>/noise/<key>.json``, `perf.gate.noise`), which ``--perf-compare`` then uses.
-* ``pytest perf -m ci --perf-selftest-processes=10`` measures what CI sees: 10 processes of identical code and
-  K / 5 per injected regression (``--perf-selftest-regressions``: a real extra layer in the model, a slower
-  preprocess or write stage; `perf.gate.regressions`), interleaved; then simulated CI runs, each with a history
-  drawn from the other identical processes and suspects confirmed on processes not yet used (`perf.crossprocess`):
-  red runs of identical code, inconclusive rows, detections, and pytest-benchmark's ``--benchmark-compare-fail``
-  (``median:5%`` unless given) between identical processes. It saves the noise profile of its identical processes
-  too.
+"""The cross-process measurements of a session (`ProcessesRun`): ``--perf-noise=K`` (docs/method.md, section 3)
+and ``--perf-selftest-processes=K`` (section 5), each in K fresh processes (`perf.gate.processes`).
 
 The process the user starts only collects and orchestrates: no test runs in it. Tables go to the terminal and
-the suite's report; the children's runs and logs stay in ``--perf-runs-dir`` (default: a new folder under
-``<reports>/processes/``).
+the suite's report; the noise profile of the identical processes is saved beside the runs (`perf.gate.noise`); the
+children's runs and logs stay in ``--perf-runs-dir`` (default: a new folder under ``<reports>/processes/``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
-"""The history store of a session (`StoreRun`, owned by `perf.session.PerfSession`): every run pytest-benchmark saves also goes into the store
-(`perf.store.db`), with the verdicts that judged it and the noise profile they used.
+"""The history store of a session (`StoreRun`, owned by `perf.session.PerfSession`): every run pytest-benchmark
+saves also goes into the store (`perf.store.db`), with the verdicts that judged it and the noise profile they used.
 
-* Where: ``--perf-store`` (or the ini setting ``perf_store``), else the ``PERF_STORE`` environment variable, else
-  ``history.sqlite`` in pytest-benchmark's file storage (``.benchmarks/history.sqlite``); ``none`` turns it off.
-* When: only a run that is saved (``--benchmark-autosave`` / ``--benchmark-save``), and never a pytest-xdist worker.
-  The store is opened (created, migrated) when the session starts, so a wrong address is a usage error before
-  anything is measured, and written once at the end, in one transaction, after the saved file and the verdicts.
-* A store given explicitly that cannot be opened is a usage error (exit 4, one line). One that cannot be written at
-  the end (PostgreSQL stopped mid-run, a read-only SQLite file) is one ``NOT STORED`` line after the short test
-  summary, naming the store, the error, the saved file and the ``perf-history ... import`` command that stores it
-  later; the final line counts it (``2 passed, 1 not stored``) and a run that was otherwise green exits with
-  `NOT_STORED` (6). The default SQLite file failing is the same line without changing the exit status. The saved
-  file in ``.benchmarks/`` is never affected: nothing saved is lost.
+Where: ``--perf-store`` / ``perf_store``, else ``$PERF_STORE``, else ``.benchmarks/history.sqlite``; ``none`` turns
+it off. Only a saved run, never from a pytest-xdist worker. The store is opened (created, migrated) when the session
+starts, so a wrong address is a usage error (exit 4) before anything is measured, and written once at the end, in
+one transaction, after the saved file and the verdicts. A store that cannot take the run is one ``NOT STORED``
+line and, for a store given explicitly, exit `NOT_STORED` (6) of an otherwise green run (docs/options.md); the saved
+file in ``.benchmarks/`` is never affected.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The history store: every saved run, also in a database (SQLite by default, PostgreSQL for a fleet).
 
-``.benchmarks/`` (pytest-benchmark's files) keeps working as it does; the store is a second home for the same
-runs, which a CI cache eviction or a new runner does not lose, and which reports and the change-point finder
-query. Every run goes in with one transaction (its run row, its benchmarks, its verdicts, its noise profile): a
-run killed while writing leaves nothing behind, and storing a run twice stores it once (``run_id`` is unique).
-
-Where a store is (``--perf-store`` / ``perf-history --store``):
-
-* a path (``.benchmarks/history.sqlite``): an SQLite file, created with its folder;
-* ``sqlite:///path``: the same, as a URL;
-* ``postgresql://user:password@host:port/dbname`` (or ``postgres://``): PostgreSQL through psycopg 3, the
-  ``postgres`` extra (``pip install -e '.[postgres]'``); the tables are created on first use.
+A second home for the runs of ``.benchmarks/`` that a CI cache eviction or a new runner does not lose; one
+transaction per run (its run row, benchmarks, verdicts, noise profile), a run stored twice stored once
+(``run_id`` is unique); docs/method.md, section 11. Where (``--perf-store`` / ``perf-history --store``): a path or
+``sqlite:///path`` (SQLite, created with its folder), or ``postgresql://user:password@host:port/dbname`` (or
+``postgres://``: psycopg 3, the ``postgres`` extra; tables created on first use).
 
 API::
 
