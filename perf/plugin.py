@@ -1,7 +1,8 @@
 """The perf suite's pytest plugin: its hooks, options and fixtures; the state lives in a `perf.session.PerfSession`.
 
 Registered by the root conftest.py (``pytest_plugins = ["perf.plugin", "perf.fixtures.reporting", ...]``), the one
-module of perf/ with hooks (besides the benchmark modules' own ``pytest_generate_tests``). Every option of the suite
+module of perf/ with hooks; the benchmark modules' case fixtures are parametrised here too, from the one table
+`perf.measure.cases.CASE_FIXTURES`. Every option of the suite
 is registered here, from the one table in `perf.options`; `PerfSession.start` reads them once, and each hook is a
 call into the session kept in ``config.stash[PERF_SESSION]`` (`perf.session`), which owns the gate, the store,
 the reports, the Nsight Systems captures and the cross-process runs (`perf.roles`). Saved benchmark runs carry
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from perf.measure.cases import parametrize
 from perf.measure.controls import Controls
 from perf.options import add_options, start_up_errors
 from perf.roles.processes import ProcessesRun
@@ -61,6 +63,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's session exists
 def pytest_sessionstart(session: pytest.Session) -> None:
     _session(session.config).on_sessionstart(session)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.module.__name__.startswith("perf.test_"):  # tests elsewhere keep their own params of these names
+        session = _session(metafunc.config)
+        parametrize(metafunc, session.options, session.device, session.subject)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

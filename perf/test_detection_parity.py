@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from perf.measure.cases import Case, make_cases
+from perf.measure.cases import Case, reference_case
 from perf.measure.parity import TOLERANCES, compare_detections, compare_tensors, format_worst_frames, report_row
 from perf.report import schema
 
@@ -29,25 +29,13 @@ pytestmark = pytest.mark.parity
 
 #: Frames per inference call in the parity runs.
 PARITY_BATCH = 8
-#: The reference, (variant, precision): torch fp32, or ONNX Runtime fp32 for a model given as an ONNX file only.
-REFERENCE = ("torch", "fp32")
-ONNX_REFERENCE = ("onnxruntime", "fp32")
 
 
 def _reference(config: pytest.Config) -> tuple[str, str]:
+    """The reference (variant, precision) of this run's model (`perf.measure.cases.reference_case`)."""
     from perf.session import PERF_SESSION
 
-    return ONNX_REFERENCE if config.stash[PERF_SESSION].subject.onnx_only else REFERENCE
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "candidate" in metafunc.fixturenames:
-        from perf.session import PERF_SESSION
-
-        session = metafunc.config.stash[PERF_SESSION]
-        o = session.options
-        metafunc.parametrize("candidate", make_cases(o.backends, o.precisions, None, session.device,
-                                                     exclude=_reference(metafunc.config), family="parity"))
+    return reference_case(config.stash[PERF_SESSION].subject)
 
 
 def _run(runner: Any, batches: list[Any]) -> tuple[Any, list[Any]]:

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from perf.measure.cases import Case, make_cases
-from perf.measure.sources import for_video, skip_unless_decodes, with_sources
+from perf.measure.cases import Case
+from perf.measure.sources import skip_unless_decodes
 from perf.report import schema
 
 pytestmark = [pytest.mark.e2e, pytest.mark.benchmark(group="end-to-end", warmup=False)]
@@ -35,17 +35,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.benchmark(group="end-to-end", warmup=
 PASSES = {"cuda": 2, "cpu": 1}
 #: Frames of the untimed warm-up pass.
 WARMUP_FRAMES = 30
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "e2e_case" in metafunc.fixturenames:
-        from perf.session import PERF_SESSION
-
-        session = metafunc.config.stash[PERF_SESSION]
-        o = session.options
-        cases = make_cases(o.backends, o.precisions, None, session.device, nsys_first=True, family="end-to-end")
-        metafunc.parametrize("e2e_case", with_sources(cases, for_video(o.sources, session.subject.video is not None),
-                                                      session.device))
 
 
 def _quartiles_ms(samples_s: list[float]) -> dict[str, float]:
@@ -60,8 +49,7 @@ def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, source_vid
     from detector.pipeline import default_output_path, run_pipeline
     from detector.video import open_video
     from perf.measure.controls import keep_output, scratch_dir, warm_page_cache
-    from perf.measure.samples import block_samples, block_size, pass_frames, record_sequential_passes
-    from perf.measure.speedref import CpuReference, ReferenceProbe
+    from perf.measure.samples import TimedPasses, block_samples, block_size, pass_frames
 
     source = e2e_case.source
     perf_video = source_video(source)
@@ -71,40 +59,27 @@ def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, source_vid
     final = default_output_path(perf_video.path, e2e_case.id, perf_reports_dir / "e2e")
     if "page-cache" in perf_controls:
         warm_page_cache(perf_video.path)
-    results, probes = [], []
     block = block_size(pass_frames(perf_video.path, perf_video.frames, WARMUP_FRAMES))
-    reference = CpuReference() if "cpu-reference" in perf_controls and kind == "cuda" else None
+    passes = TimedPasses(block, perf_controls, on_gpu=kind == "cuda")
     with scratch_dir(perf_controls, final.parent) as scratch:
         output = scratch / final.name
 
-        def one_pass(preprocess_fn: Any = None, frames: int | None = perf_video.frames) -> Any:
-            probe = ReferenceProbe(reference, block) if reference is not None else None
-            result = run_pipeline(runner, perf_video.path, output if source.encode else None, batch=1,
-                                  names=runner.spec.names, max_frames=frames, keep_detections=False,
-                                  preprocess_fn=preprocess_fn, on_progress=probe, decoder=source.decoder)  # fmt: skip
-            return result, probe
+        def one_pass(probe: Any, preprocess_fn: Any = None, frames: int | None = perf_video.frames) -> Any:
+            return run_pipeline(runner, perf_video.path, output if source.encode else None, batch=1,
+                                names=runner.spec.names, max_frames=frames, keep_detections=False,
+                                preprocess_fn=preprocess_fn, on_progress=probe, decoder=source.decoder)  # fmt: skip
 
-        warm, _ = one_pass(frames=WARMUP_FRAMES)
+        warm = one_pass(passes.probe(), frames=WARMUP_FRAMES)
         slowed = None if source.suffix else _regressed_preprocess(pytestconfig, perf_video, runner, warm,
                                                                   benchmark.extra_info, perf_controls)  # fmt: skip
-
-        def timed() -> None:
-            result, probe = one_pass(slowed)
-            results.append(result)
-            probes.append(probe)
-
-        with measured_region(f"end-to-end[{e2e_case.id}]", runner, benchmark.extra_info):
-            benchmark.pedantic(timed, rounds=PASSES[kind], iterations=1, warmup_rounds=0)
-        if not results:  # --benchmark-disable still runs the function once; --benchmark-skip never reaches here
-            timed()
+        passes.run(benchmark, lambda probe: one_pass(probe, slowed), PASSES[kind],
+                   measured_region(f"end-to-end[{e2e_case.id}]", runner, benchmark.extra_info))
         if source.encode:
             keep_output(output, final)
 
-    readings = [p.readings_s for p in probes] if reference is not None else None
-    recorded = record_sequential_passes(benchmark, perf_samples, results, readings, block)
+    recorded = passes.record(benchmark, perf_samples)
     samples, stage_passes, stages = recorded.wall, recorded.stage_passes, recorded.stages  # FPS, tables: wall clock
-
-    result = results[-1]
+    result = passes.results[-1]
     if source.encode:
         with open_video(final) as written:
             frames_written = sum(1 for _ in written)
@@ -119,7 +94,7 @@ def test_end_to_end(benchmark: Any, e2e_case: Case, runner_pool: Any, source_vid
     infer = spread.get("infer", {}).get("median")
     benchmark.extra_info.update({
         "backend": e2e_case.backend, "variant": e2e_case.variant, "precision": e2e_case.precision,
-        "frames": result.frames, "passes": len(results), "e2e_fps": e2e_fps,
+        "frames": result.frames, "passes": len(passes.results), "e2e_fps": e2e_fps,
         "infer_fps": 1e3 / infer if infer else result.infer_fps, "stage_ms_per_frame": per_frame,
         "stage_spread_ms": spread, "stage_fps": result.stage_fps(), "video": str(perf_video.path),
         "source": source.spec,

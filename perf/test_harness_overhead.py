@@ -30,15 +30,6 @@ MIN_CALLS = 100
 TABLE = schema.HARNESS
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "batch" in metafunc.fixturenames:
-        from perf.session import PERF_SESSION
-
-        session = metafunc.config.stash[PERF_SESSION]
-        sizes = {1, max(session.options.batch_sizes_for(session.device))} if session.device.startswith("cuda") else {1}  # CPU: one skip
-        metafunc.parametrize("batch", sorted(sizes), ids=lambda b: f"b{b}")
-
-
 def _per_call_events_ms(x: Any, runner: Any, calls: int) -> float:
     """The suite's clock around each call, without pytest-benchmark: median ms."""
     clock = SUITE_CLOCK

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from perf.measure.cases import Case, make_cases
+from perf.measure.cases import Case
 from perf.measure.clock import SUITE_CLOCK, gpu_time_budget, max_time_given
 from perf.report import schema
 
@@ -48,16 +48,6 @@ HOST_LOOP_S, HOST_LOOP_CALLS = 0.5, (50, 2000)
 ENQUEUE_CALLS = 10
 #: Host-latency calls between two readings of the CPU reference.
 HOST_BLOCK = 25
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "case" in metafunc.fixturenames:
-        from perf.session import PERF_SESSION
-
-        session = metafunc.config.stash[PERF_SESSION]
-        o = session.options
-        metafunc.parametrize("case", make_cases(o.backends, o.precisions, o.batch_sizes_for(session.device), session.device,
-                                                nsys_first=True))
 
 
 def _median(values: list[float | None]) -> float | None:

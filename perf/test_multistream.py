@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from perf.measure.cases import make_cases
 from perf.report import schema
 
 pytestmark = [pytest.mark.benchmark(group="multistream", warmup=False)]
@@ -34,44 +33,21 @@ QUEUE_DEPTH = 2
 TABLE = schema.MULTISTREAM
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "ms_case" in metafunc.fixturenames:
-        from perf.session import PERF_SESSION
-
-        session = metafunc.config.stash[PERF_SESSION]
-        o = session.options
-        cases = make_cases(o.backends, o.precisions, None, session.device, family="multistream")
-        streams = o.streams_for(session.device)
-        metafunc.parametrize(("ms_case", "streams"), [
-            pytest.param(*case.values, streams_n, id=f"{case.id}-x{streams_n}",
-                         marks=[m for m in case.marks if m.name != "ci" or streams_n == key_streams(streams)])
-            for case in cases for streams_n in streams
-        ])  # fmt: skip
-
-
-def key_streams(streams: tuple[int, ...]) -> int:
-    """The stream count the CI selection (``-m ci``) gates: 4 when measured, else the middle one."""
-    return 4 if 4 in streams else sorted(streams)[len(streams) // 2]
-
-
 def test_multistream(benchmark: Any, ms_case: Any, streams: int, runner_pool: Any, perf_video: Any,
                      perf_report: Any, measured_region: Any, perf_controls: Any, perf_samples: Any) -> None:
+    import contextlib
     import statistics
+    from collections.abc import Iterator
 
     from detector.multistream import run_multistream
     from perf.measure.controls import reading_on, warm_page_cache
-    from perf.measure.samples import block_samples, block_size
-    from perf.measure.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
-    from perf.measure.speedref import summary as reference_summary
+    from perf.measure.samples import TimedPasses, block_size
 
     runner = runner_pool.get(ms_case.backend, ms_case.precision, **ms_case.options)
     kind = "cuda" if runner.device.startswith("cuda") else "cpu"
     if "page-cache" in perf_controls:
         warm_page_cache(perf_video.path)
-    results = []
-    block = block_size(TICKS[kind])
-    reference = CpuReference() if "cpu-reference" in perf_controls and kind == "cuda" else None
-    probe = ReferenceProbe(reference, block) if reference is not None else None
+    passes = TimedPasses(block_size(TICKS[kind]), perf_controls, on_gpu=kind == "cuda")
 
     def run(ticks: int, warmup_ticks: int, on_progress: Any = None) -> Any:
         return run_multistream(runner, [perf_video.path] * streams, ticks=ticks, warmup_ticks=warmup_ticks,
@@ -82,28 +58,22 @@ def test_multistream(benchmark: Any, ms_case: Any, streams: int, runner_pool: An
     readers: list[list[float]] = []  # the reference on each reader's CPU, before and after the measured run
 
     def read_readers() -> None:
-        if reference is not None:
-            readers.append([reading_on(f"stream{k}-read", reference) for k in range(streams)])
+        if passes.reference is not None:
+            readers.append([reading_on(f"stream{k}-read", passes.reference) for k in range(streams)])
 
-    with measured_region(f"multistream[{ms_case.id}-x{streams}]", runner, benchmark.extra_info):
+    @contextlib.contextmanager
+    def around_run() -> Iterator[None]:
         read_readers()
-        benchmark.pedantic(lambda: results.append(run(TICKS[kind], 2, probe)), rounds=1, iterations=1,
-                           warmup_rounds=0)  # fmt: skip
+        yield
         read_readers()
-    if not results:
-        results.append(run(TICKS[kind], 2, probe))
-    result = results[-1]
+
+    passes.run(benchmark, lambda probe: run(TICKS[kind], 2, probe), 1,
+               measured_region(f"multistream[{ms_case.id}-x{streams}]", runner, benchmark.extra_info), around_run())
+    result = passes.results[-1]
     assert result.frames == streams * TICKS[kind] == len(result.latencies_ms)
-    wall = block_samples([result.tick_ms], block)
-    metrics = {"wall": {"label": "tick time (wall clock)", "unit": "s per tick", "data": wall}}
-    samples, label, unit = wall, "tick time", "s per tick"
-    if probe is not None:
-        samples = normalize([wall], [probe.readings_s], NOMINAL_S)
-        label, unit = "tick time (CPU-reference units)", "s per tick at reference speed"
-        benchmark.extra_info["cpu_reference"] = {**reference_summary([probe.readings_s]),
-                                                 "nominal_ms": NOMINAL_S * 1e3,
-                                                 "readers_ms": [[1e3 * r for r in at] for at in readers]}  # fmt: skip
-    perf_samples(benchmark, samples, label=label, unit=unit, block=block, metrics=metrics)
+    wall = passes.record(benchmark, perf_samples, per="tick").wall
+    if passes.reference is not None:
+        benchmark.extra_info["cpu_reference"]["readers_ms"] = [[1e3 * r for r in at] for at in readers]
     tick_s = statistics.median(wall)
     perf_report.add(TABLE, {
         "case": f"{ms_case.label} ({runner.device})", "streams": streams, "ticks": result.ticks,

@@ -31,12 +31,14 @@ decode and inference.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from perf.measure.cases import Case, make_cases
-from perf.measure.sources import for_video, skip_unless_decodes, with_sources
+from perf.measure.cases import Case
+from perf.measure.sources import skip_unless_decodes
 from perf.report import schema
 
 pytestmark = [pytest.mark.e2e, pytest.mark.benchmark(group="pipelined", warmup=False)]
@@ -65,35 +67,28 @@ TABLE = schema.PIPELINED_PATHS
 RATIOS = schema.PIPELINED_RATIOS
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "pipe_case" in metafunc.fixturenames:
-        from perf.session import PERF_SESSION
-
-        session = metafunc.config.stash[PERF_SESSION]
-        o = session.options
-        cases = make_cases(o.backends, o.precisions, None, session.device, family="pipelined")
-        metafunc.parametrize("pipe_case", with_sources(cases, for_video(o.sources, session.subject.video is not None),
-                                                       session.device))
-
-
-def _regressed_writes(config: pytest.Config, warm: Any, frames: list[Any], extra_info: dict[str, Any]) -> Any:
-    """With ``--perf-regression=write:P``: every frame write also JPEG-encodes extra times, calibrated on the warm-up
-    pass's frame time and a bare loop of the encode (`perf.gate.regressions`); else a context that does nothing."""
-    import contextlib
+@contextlib.contextmanager
+def _regressed_writes(config: pytest.Config, warm: Any, frames: list[Any],
+                      extra_info: dict[str, Any]) -> Iterator[None]:  # fmt: skip
+    """With ``--perf-regression=write:P``: every frame write also JPEG-encodes extra times, calibrated (on entering,
+    inside the measured region) on the warm-up pass's frame time and a bare loop of the encode
+    (`perf.gate.regressions`); else nothing."""
     import statistics
 
     from perf.session import PERF_SESSION
 
     regression = config.stash[PERF_SESSION].options.regression
     if regression is None or regression.kind != "write" or not warm.iteration_ms:
-        return contextlib.nullcontext()
+        yield
+        return
     from perf.gate.regressions import calibrate_stage, encode_jpeg, slowed_writes
 
     frame_ms = statistics.median(warm.iteration_ms[len(warm.iteration_ms) // 3:])
     extra, bare_ms = calibrate_stage(encode_jpeg, frames[:20], (), frame_ms, regression.fraction)
     extra_info["regression_calibration"] = {"frame_ms": frame_ms, "encode_bare_ms": bare_ms,
                                             "extra_encodes_per_frame": extra}  # fmt: skip
-    return slowed_writes(extra)
+    with slowed_writes(extra):
+        yield
 
 
 def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any, source_video: Any,
@@ -112,8 +107,8 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     from detector.stagespeed import decode_speed, encode_speed, infer_speed, slowest
     from detector.video import open_video, read_frames
     from perf.measure.controls import keep_output, reading_on, scratch_dir, warm_page_cache
-    from perf.measure.samples import block_samples, block_size, stage_metrics
-    from perf.measure.speedref import NOMINAL_S, CpuReference, FrameProbe, ReferenceProbe, normalize
+    from perf.measure.samples import TimedPasses, block_samples, block_size, stage_metrics
+    from perf.measure.speedref import NOMINAL_S, FrameProbe, normalize
     from perf.measure.speedref import summary as reference_summary
 
     source = pipe_case.source
@@ -152,19 +147,17 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
         del sequence
 
     pipelined: dict[int, Any] = {}
-    passes: list[Any] = []
-    probes: list[Any] = []
     frame_probes: list[Any] = []  # in-band readings on the writer thread
     writer_readings: list[tuple[float, float]] = []  # the reference on the writer's CPU before and after each pass
     skip = min(FILL[kind], frames // 2)
     block = block_size(frames - skip)
-    reference = CpuReference() if "cpu-reference" in perf_controls and kind == "cuda" else None
+    timed = TimedPasses(block, perf_controls, on_gpu=kind == "cuda")
+    reference = timed.reference
     outputs = {b: default_output_path(perf_video.path, f"{pipe_case.id}-pipelined-b{b}", out_dir) for b in batches}
     with scratch_dir(perf_controls, out_dir) as scratch:
         scratch_b1 = scratch / outputs[1].name
 
-        def one_pass() -> None:
-            probe = ReferenceProbe(reference, block) if reference is not None else None
+        def one_pass(probe: Any) -> Any:
             in_band = FrameProbe(reference, block, skip) if reference is not None else None
             before = reading_on(WRITER, reference) if reference is not None else None
             result = run_pipelined(runner, perf_video.path, out_b1, batch=1, names=names, max_frames=frames,
@@ -172,22 +165,20 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
             if in_band is not None:  # the readings' own time is not the loop's
                 result = dataclasses.replace(result, wall_s=result.wall_s - in_band.spent_s,
                                              iteration_ms=in_band.exclude(result.iteration_ms))
-            passes.append(result)
-            probes.append(probe)
             frame_probes.append(in_band)
             if before is not None:
                 writer_readings.append((before, reading_on(WRITER, reference)))
+            return result
 
         out_b1 = scratch_b1 if source.encode else None
         warm = run_pipelined(runner, perf_video.path, out_b1, batch=1, names=names, max_frames=min(frames, 30),
                              keep_detections=False, **decoder)  # untimed: threads, pinned buffers, encoder set-up
-        with measured_region(f"pipelined[{pipe_case.id}]", runner, benchmark.extra_info), \
-                _regressed_writes(pytestconfig, warm, kept, benchmark.extra_info):
-            benchmark.pedantic(one_pass, rounds=ROUNDS[kind], iterations=1, warmup_rounds=0)
-        if not passes:  # --benchmark-disable runs it once; make sure
-            one_pass()
+        timed.run(benchmark, one_pass, ROUNDS[kind],
+                  measured_region(f"pipelined[{pipe_case.id}]", runner, benchmark.extra_info),
+                  _regressed_writes(pytestconfig, warm, kept, benchmark.extra_info))
         if source.encode:
             keep_output(scratch_b1, outputs[1])
+    passes = timed.results
     pipelined[1] = max(passes, key=lambda r: r.e2e_fps)
     wall = [block_samples([r.iteration_ms], block, skip=skip) for r in passes]
     stages = stage_metrics([{k: v[: r.frames] for k, v in r.stage_samples_ms.items() if k in ("read", "write")}
@@ -195,7 +186,7 @@ def test_pipelined_end_to_end(benchmark: Any, pipe_case: Case, runner_pool: Any,
     wall_flat = [x for pass_ in wall for x in pass_]
     samples, label, unit = wall_flat, "frame interval", "s per frame"
     if reference is not None:
-        readings = [p.readings_s for p in probes]
+        readings = timed.readings_s
         offset = round((skip + QUEUE_DEPTH) / block)  # the calling thread runs ahead of the writer by the queue
         stages["normalised"] = {"label": "frame interval (CPU-reference units, calling thread)", "unit": "s per "
                                 "frame at reference speed", "data": normalize(wall, readings, NOMINAL_S, offset)}

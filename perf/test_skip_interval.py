@@ -11,7 +11,7 @@ reference accuracy and every row differs from it by the skipping alone. The test
 cases (`perf.measure.cases`), only over N.
 
 Measured as `perf.test_end_to_end` measures the loop: an untimed warm-up pass, then ``PASSES`` timed passes cut into
-blocks, on a GPU normalised by the CPU reference (`perf.measure.samples.record_sequential_passes`). No video is
+blocks, on a GPU normalised by the CPU reference (`perf.measure.samples.TimedPasses`). No video is
 written, as DeepStream's figures are taken with a fake sink: the mp4v encoder's 3 ms or more a frame is the same for
 every N, bounds the loop and moves between processes by up to 25%, so it would hide what skipping buys. A block holds a whole number of inference periods (N + 1 frames), so
 every block holds as many inferences and the median block is the loop's frame time, which gives the FPS. The last
@@ -42,22 +42,12 @@ WARMUP_FRAMES = {"cuda": 30, "cpu": 3}
 CPU_FRAMES = 12
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "skip_interval" in metafunc.fixturenames:
-        from perf.session import PERF_SESSION
-
-        backend, precision = _reference(metafunc.config)
-        intervals = metafunc.config.stash[PERF_SESSION].options.skip_intervals
-        metafunc.parametrize("skip_interval", intervals, ids=[f"{backend}-{precision}-N{n}" for n in intervals])
-
-
 def test_skip_interval(benchmark: Any, skip_interval: int, runner_pool: Any, perf_video: Any, measured_region: Any,
                        perf_report: Any, perf_controls: Any, perf_samples: Any,
                        pytestconfig: pytest.Config) -> None:  # fmt: skip
     from detector.pipeline import run_pipeline
     from perf.measure.controls import warm_page_cache
-    from perf.measure.samples import block_size, pass_frames, record_sequential_passes
-    from perf.measure.speedref import CpuReference, ReferenceProbe
+    from perf.measure.samples import TimedPasses, block_size, pass_frames
 
     backend, precision = _reference(pytestconfig)
     runner = runner_pool.get(backend, precision)
@@ -68,30 +58,17 @@ def test_skip_interval(benchmark: Any, skip_interval: int, runner_pool: Any, per
         warm_page_cache(perf_video.path)
     period = skip_interval + 1
     block = period * max(1, round(block_size(pass_frames(perf_video.path, frames, WARMUP_FRAMES[kind])) / period))
-    results, probes = [], []
-    reference = CpuReference() if "cpu-reference" in perf_controls and kind == "cuda" else None
+    passes = TimedPasses(block, perf_controls, on_gpu=kind == "cuda")
 
-    def one_pass(max_frames: int | None) -> tuple[Any, Any]:
-        probe = ReferenceProbe(reference, block) if reference is not None else None
-        result = run_pipeline(runner, perf_video.path, None, batch=1, names=runner.spec.names, max_frames=max_frames,
-                              skip_interval=skip_interval, on_progress=probe)  # fmt: skip
-        return result, probe
+    def one_pass(probe: Any, max_frames: int | None = frames) -> Any:
+        return run_pipeline(runner, perf_video.path, None, batch=1, names=runner.spec.names, max_frames=max_frames,
+                            skip_interval=skip_interval, on_progress=probe)  # fmt: skip
 
-    one_pass(min(frames or WARMUP_FRAMES[kind], WARMUP_FRAMES[kind]))
-
-    def timed() -> None:
-        result, probe = one_pass(frames)
-        results.append(result)
-        probes.append(probe)
-
-    with measured_region(f"skip-interval[{name}]", runner, benchmark.extra_info):
-        benchmark.pedantic(timed, rounds=PASSES[kind], iterations=1, warmup_rounds=0)
-    if not results:  # --benchmark-disable still runs the function once; --benchmark-skip never reaches here
-        timed()
-
-    readings = [p.readings_s for p in probes] if reference is not None else None
-    wall = record_sequential_passes(benchmark, perf_samples, results, readings, block).wall
-    result = results[-1]
+    one_pass(passes.probe(), min(frames or WARMUP_FRAMES[kind], WARMUP_FRAMES[kind]))
+    passes.run(benchmark, one_pass, PASSES[kind],
+               measured_region(f"skip-interval[{name}]", runner, benchmark.extra_info))
+    wall = passes.record(benchmark, perf_samples).wall
+    result = passes.results[-1]
     assert result.inferred_frames == math.ceil(result.frames / period), (
         f"N={skip_interval}: {result.inferred_frames} of {result.frames} frames inferred, expected one in {period}")
 
@@ -99,7 +76,7 @@ def test_skip_interval(benchmark: Any, skip_interval: int, runner_pool: Any, per
     map50, map50_95, note = _accuracy(perf_video, result.detections, runner.spec.names)
     benchmark.extra_info.update({
         "backend": backend, "variant": backend, "precision": precision,
-        "frames": result.frames, "passes": len(results), "skip_interval": skip_interval,
+        "frames": result.frames, "passes": len(passes.results), "skip_interval": skip_interval,
         "inferred_frames": result.inferred_frames, "fps": fps, "map50": map50, "map50_95": map50_95,
         "map_note": note or None, "video": str(perf_video.path),
     })  # fmt: skip

@@ -11,11 +11,14 @@ carries the ``gpu`` marker, so on a CPU run the suite's gate says ``needs a CUDA
 
 The ``ci`` marker picks the key benchmarks of every family (`KEY_CASES`): ``pytest perf -m ci`` is the
 selection a CI gate runs on every change (a few minutes on one H100); the full suite stays the default.
+
+`CASE_FIXTURES` is the one table of what each benchmark module is parametrised over (fixture name -> how its cases
+are made); the plugin's one ``pytest_generate_tests`` calls `parametrize`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +28,8 @@ from detector.backends import Variant, availability, runner_class, variants
 from detector.backends import backend as registered_backend
 from detector.errors import BackendError, BackendUnavailable
 from perf.measure.sources import DEFAULT as DEFAULT_SOURCE
-from perf.measure.sources import Source
+from perf.measure.sources import Source, for_video, with_sources
+from perf.subject import Subject
 
 #: The key (variant, precision) pairs of each family per device type, which ``-m ci`` selects; inference also
 #: only at batch 1 and the largest selected batch size (batch 1 only on a CPU, where a large batch takes seconds).
@@ -167,3 +171,74 @@ def make_cases(
                 params.append(pytest.param(case, id=case.id if batch_sizes else case.label.replace(" ", "-"),
                                            marks=marks))
     return params
+
+
+#: The reference of the parity and skip-interval tests, (variant, precision): torch fp32, or ONNX Runtime fp32 for a
+#: model given as an ONNX file only.
+REFERENCE, ONNX_REFERENCE = ("torch", "fp32"), ("onnxruntime", "fp32")
+
+
+def reference_case(subject: Subject) -> tuple[str, str]:
+    """The (variant, precision) the parity and skip-interval tests take as the reference for ``subject``."""
+    return ONNX_REFERENCE if subject.onnx_only else REFERENCE
+
+
+def key_streams(streams: tuple[int, ...]) -> int:
+    """The stream count the CI selection (``-m ci``) gates: 4 when measured, else the middle one."""
+    return 4 if 4 in streams else sorted(streams)[len(streams) // 2]
+
+
+#: How a case fixture's params are made: (`perf.session.PerfOptions`, resolved device, subject) -> pytest params.
+MakeParams = Callable[[Any, str, Subject], list[Any]]
+
+
+def _video_cases(family: str, nsys_first: bool = False) -> MakeParams:
+    """The cases of a video family on the mp4v video, the key ones also on the other ``--perf-sources``."""
+
+    def make(o: Any, device: str, subject: Subject) -> list[Any]:
+        cases = make_cases(o.backends, o.precisions, None, device, nsys_first=nsys_first, family=family)
+        return with_sources(cases, for_video(o.sources, subject.video is not None), device)
+
+    return make
+
+
+def _stream_cases(o: Any, device: str, _subject: Subject) -> list[Any]:
+    """(case, stream count) pairs; ``ci`` only on the key stream count."""
+    streams = o.streams_for(device)
+    return [pytest.param(*case.values, n, id=f"{case.id}-x{n}",
+                         marks=[m for m in case.marks if m.name != "ci" or n == key_streams(streams)])
+            for case in make_cases(o.backends, o.precisions, None, device, family="multistream")
+            for n in streams]  # fmt: skip
+
+
+def _skip_intervals(o: Any, _device: str, subject: Subject) -> list[Any]:
+    backend, precision = reference_case(subject)
+    return [pytest.param(n, id=f"{backend}-{precision}-N{n}") for n in o.skip_intervals]
+
+
+def _harness_batches(o: Any, device: str, _subject: Subject) -> list[Any]:
+    """Batch 1 and the largest batch size on a GPU; batch 1 alone on a CPU (where the test skips)."""
+    sizes = {1, max(o.batch_sizes_for(device))} if device.startswith("cuda") else {1}
+    return [pytest.param(b, id=f"b{b}") for b in sorted(sizes)]
+
+
+#: Every case fixture of the benchmark modules (comma-separated names for one joint parametrisation) -> its params.
+CASE_FIXTURES: dict[str, MakeParams] = {
+    "case": lambda o, device, _: make_cases(o.backends, o.precisions, o.batch_sizes_for(device), device,
+                                            nsys_first=True),  # inference
+    "e2e_case": _video_cases("end-to-end", nsys_first=True),
+    "pipe_case": _video_cases("pipelined"),
+    "ms_case,streams": _stream_cases,
+    "candidate": lambda o, device, subject: make_cases(o.backends, o.precisions, None, device,
+                                                       exclude=reference_case(subject), family="parity"),
+    "skip_interval": _skip_intervals,
+    "batch": _harness_batches,  # the harness-overhead test
+}  # fmt: skip
+
+
+def parametrize(metafunc: pytest.Metafunc, options: Any, device: str, subject: Subject) -> None:
+    """Parametrise the case fixtures (`CASE_FIXTURES`) a benchmark module's test asks for, from ``options``
+    (`perf.session.PerfOptions`), the resolved ``device`` and the ``subject``."""
+    for names, make in CASE_FIXTURES.items():
+        if names.partition(",")[0] in metafunc.fixturenames:
+            metafunc.parametrize(names, make(options, device, subject))

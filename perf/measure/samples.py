@@ -7,22 +7,28 @@ stage that is slow now and then) while giving dozens of samples per pass, and th
 what autocorrelation is left. The benchmark's rounds (``stats.data``, which pytest-benchmark's own statistics
 and ``--benchmark-compare-fail`` read) are replaced by these samples, so the saved figure is the stable one:
 the median seconds per frame. The same blocks of each stage's time go into ``extra_info["metrics"]`` as
-``stage:<name>``, so a verdict can name the stage that moved. `record_sequential_passes` does all of this for
-passes of the sequential loop (:func:`detector.pipeline.run_pipeline`), the end-to-end and skip-interval benchmarks.
+``stage:<name>``, so a verdict can name the stage that moved. `TimedPasses` is the video benchmarks' one driver:
+timed passes through ``benchmark.pedantic`` with a probe of the CPU reference, recorded as such samples (the
+end-to-end, skip-interval and multi-stream benchmarks; the pipelined one runs its passes through it and records
+its own figures, read on its writer thread).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from perf.measure.stability import StabilityRule, replace_rounds, stability_record, summary
 from perf.runs import PRIMARY
 
 #: Blocks per pass the block size aims at.
 TARGET_BLOCKS = 30
+#: A loop's result of one pass.
+R = TypeVar("R")
 
 
 def block_size(iterations: int, target_blocks: int = TARGET_BLOCKS) -> int:
@@ -97,9 +103,9 @@ def stage_metrics(passes: Sequence[Mapping[str, Sequence[float]]], block: int, f
 
 
 @dataclass(frozen=True)
-class SequentialSamples:
-    """What `record_sequential_passes` recorded: ``wall``, the wall-clock seconds per frame of every block, pass after
-    pass (what FPS is computed from); ``stage_passes``, each pass's milliseconds per iteration of every stage;
+class PassSamples:
+    """What `TimedPasses.record` recorded: ``wall``, the wall-clock seconds per frame (or tick) of every block, pass
+    after pass (what FPS is computed from); ``stage_passes``, each pass's milliseconds per iteration of every stage;
     ``stages``, the ``stage:<name>`` metrics as recorded (normalised like the primary samples where they are)."""
 
     wall: list[float]
@@ -107,30 +113,76 @@ class SequentialSamples:
     stages: dict[str, dict[str, Any]]
 
 
-def record_sequential_passes(benchmark: Any, record: Callable[..., None], results: Sequence[Any],
-                             readings_s: Sequence[Sequence[float]] | None, block: int) -> SequentialSamples:
-    """Make the timed passes of the sequential loop (``results``: :class:`detector.pipeline.PipelineResult`, one
-    frame per iteration) the benchmark's samples through ``record`` (the ``perf_samples`` fixture): each block's
-    seconds per frame, divided by the CPU reference (`perf.measure.speedref`) where ``readings_s`` holds each pass's
-    readings (then ``extra_info["cpu_reference"]`` summarises them), with the ``stage:<name>`` metrics normalised
-    alike and the wall-clock blocks as the ``wall`` metric."""
-    from perf.measure.speedref import NOMINAL_S, normalize
-    from perf.measure.speedref import summary as reference_summary
+class TimedPasses(Generic[R]):
+    """The benchmark driver of the video loops: timed passes through ``benchmark.pedantic``, each with a probe of
+    the CPU reference (`perf.measure.speedref`), then recorded as block samples. ``results`` (each pass's loop
+    result) and ``probes`` (its `ReferenceProbe`, None without the reference) are filled by `run`; ``reference`` is
+    read where the ``cpu-reference`` control is on and the loop runs on a GPU, else None."""
 
-    wall = [block_samples([r.iteration_ms], block) for r in results]
-    stage_passes = [{k: v[: len(r.iteration_ms)] for k, v in r.stage_samples_ms.items()} for r in results]
-    stages = stage_metrics(stage_passes, block)
-    wall_flat = [x for pass_ in wall for x in pass_]
-    if readings_s is not None:
-        samples = normalize(wall, readings_s, NOMINAL_S)
-        for name, metric in stages.items():
-            per_pass = [block_samples([p[name.removeprefix("stage:")]], block) for p in stage_passes]
-            metric["data"] = normalize(per_pass, readings_s, NOMINAL_S)
-            metric["unit"] = "s per frame at reference speed"
-        label, unit = "frame time (CPU-reference units)", "s per frame at reference speed"
-        benchmark.extra_info["cpu_reference"] = {**reference_summary(readings_s), "nominal_ms": NOMINAL_S * 1e3}
-    else:
-        samples, label, unit = wall_flat, "frame time", "s per frame"
-    metrics = {**stages, "wall": {"label": "frame time (wall clock)", "unit": "s per frame", "data": wall_flat}}
-    record(benchmark, samples, label=label, unit=unit, block=block, metrics=metrics)
-    return SequentialSamples(wall_flat, stage_passes, stages)
+    def __init__(self, block: int, controls: Collection[str], on_gpu: bool) -> None:
+        from perf.measure.speedref import CpuReference
+
+        self.block = block
+        self.reference = CpuReference() if "cpu-reference" in controls and on_gpu else None
+        self.results: list[R] = []
+        self.probes: list[Any] = []
+
+    def probe(self) -> Any:
+        """A fresh `ReferenceProbe` (a loop's ``on_progress``: a reading after every block), or None."""
+        from perf.measure.speedref import ReferenceProbe
+
+        return ReferenceProbe(self.reference, self.block) if self.reference is not None else None
+
+    def run(self, benchmark: Any, one_pass: Callable[[Any], R], rounds: int,
+            *regions: AbstractContextManager[Any]) -> None:  # fmt: skip
+        """``rounds`` timed passes, ``one_pass(probe)`` each with a fresh `probe`, through ``benchmark.pedantic`` (one
+        iteration a round, no warm-up round) inside ``regions`` (entered in order: the ``measured_region`` first)."""
+
+        def timed() -> None:
+            probe = self.probe()
+            self.results.append(one_pass(probe))
+            self.probes.append(probe)
+
+        with contextlib.ExitStack() as stack:
+            for region in regions:
+                stack.enter_context(region)
+            benchmark.pedantic(timed, rounds=rounds, iterations=1, warmup_rounds=0)
+        if not self.results:  # --benchmark-disable still runs the function once; --benchmark-skip never reaches here
+            timed()
+
+    @property
+    def readings_s(self) -> list[list[float]] | None:
+        """Each pass's reference readings (s), or None without the reference."""
+        return None if self.reference is None else [p.readings_s for p in self.probes]
+
+    def record(self, benchmark: Any, record: Callable[..., None], per: str = "frame") -> PassSamples:
+        """Make the passes the benchmark's samples through ``record`` (the ``perf_samples`` fixture): each block's
+        seconds per ``per``, divided by the CPU reference where it was read (then ``extra_info["cpu_reference"]``
+        summarises the readings), with the ``stage:<name>`` metrics normalised alike and the wall-clock blocks as the
+        ``wall`` metric. ``per`` "frame": passes of the sequential loop (:class:`detector.pipeline.PipelineResult`,
+        one frame per iteration, with its stages); "tick": of the multi-stream loop (its ``tick_ms``, no stages)."""
+        from perf.measure.speedref import NOMINAL_S, normalize
+        from perf.measure.speedref import summary as reference_summary
+
+        if per == "frame":
+            iterations = [r.iteration_ms for r in self.results]
+            stage_passes = [{k: v[: len(r.iteration_ms)] for k, v in r.stage_samples_ms.items()} for r in self.results]
+        else:
+            iterations, stage_passes = [r.tick_ms for r in self.results], []
+        block, readings_s = self.block, self.readings_s
+        wall = [block_samples([i], block) for i in iterations]
+        stages = stage_metrics(stage_passes, block)
+        wall_flat = [x for pass_ in wall for x in pass_]
+        if readings_s is not None:
+            samples = normalize(wall, readings_s, NOMINAL_S)
+            for name, metric in stages.items():
+                per_pass = [block_samples([p[name.removeprefix("stage:")]], block) for p in stage_passes]
+                metric["data"] = normalize(per_pass, readings_s, NOMINAL_S)
+                metric["unit"] = "s per frame at reference speed"
+            label, unit = f"{per} time (CPU-reference units)", f"s per {per} at reference speed"
+            benchmark.extra_info["cpu_reference"] = {**reference_summary(readings_s), "nominal_ms": NOMINAL_S * 1e3}
+        else:
+            samples, label, unit = wall_flat, f"{per} time", f"s per {per}"
+        metrics = {**stages, "wall": {"label": f"{per} time (wall clock)", "unit": f"s per {per}", "data": wall_flat}}
+        record(benchmark, samples, label=label, unit=unit, block=block, metrics=metrics)
+        return PassSamples(wall_flat, stage_passes, stages)

@@ -4,17 +4,31 @@ that a selected case which cannot run here is collected under its id and skipped
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-from perf.measure.cases import make_cases, unavailable_reason, variants_for
+import pytest
+
+from perf.measure.cases import CASE_FIXTURES, make_cases, unavailable_reason, variants_for
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Every benchmark file of the suite that is parametrised over the cases.
-CASE_FILES = sorted(p for p in (ROOT / "perf").glob("test_*.py") if "make_cases(" in p.read_text(encoding="utf-8"))
+#: The fixtures of `CASE_FIXTURES` made from the selected cases (`make_cases`), and every benchmark file of the suite
+#: whose tests take one.
+CASE_ARGS = frozenset({"case", "e2e_case", "pipe_case", "ms_case", "candidate"})
+
+
+def _takes_a_case(path: Path) -> bool:
+    """Whether a test function of ``path`` takes one of `CASE_ARGS`."""
+    tests = [n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]  # fmt: skip
+    return any(a.arg in CASE_ARGS for test in tests for a in test.args.args)
+
+
+CASE_FILES = sorted(p for p in (ROOT / "perf").glob("test_*.py") if _takes_a_case(p))
 #: What the suite says where a case has vanished into an empty parameter set.
 VANISHED = ("NOTSET", "empty parameter set")
 
@@ -85,6 +99,16 @@ def test_ci_marker_picks_the_key_variant_at_batch_one_and_the_largest_batch_in_e
     assert ci(make_cases(("torch",), ("fp32", "fp16"), None, "cuda", family="end-to-end")) == ["torch-graph-fp16"]
     parity = make_cases(("torch",), ("fp32", "fp16"), None, "cuda", exclude=("torch", "fp32"), family="parity")
     assert ci(parity) == ["torch-graph-fp16", "torch-compile-fp16"]
+
+
+def test_every_case_fixture_is_parametrised_from_the_one_table() -> None:
+    assert CASE_ARGS <= {names.partition(",")[0] for names in CASE_FIXTURES}
+    assert {"skip_interval", "batch", "ms_case,streams"} <= set(CASE_FIXTURES)
+
+
+@pytest.mark.parametrize("case", ["its own"])
+def test_a_test_outside_the_benchmark_modules_keeps_its_own_params_of_a_case_fixtures_name(case: str) -> None:
+    assert case == "its own"  # perf.plugin's pytest_generate_tests parametrises perf/test_*.py only
 
 
 def test_a_backend_that_cannot_run_here_is_collected_under_its_case_ids(tmp_path: Path) -> None:

@@ -4,9 +4,11 @@ hooks, and the real code changes the self-test injects."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from hypothesis import strategies as st
 from perf.measure.controls import NAMES, Controls, controlled, keep_output, scratch_dir, warm_page_cache
 from perf.gate.regressions import LayerRegressedSpec, SlowedStage, calibrate_stage, regressed_spec
 from perf.options import parse_controls, parse_regression
-from perf.measure.samples import block_samples, block_size, pass_frames, record_sequential_passes, stage_metrics
+from perf.measure.samples import TimedPasses, block_samples, block_size, pass_frames, stage_metrics
 from perf.measure.speedref import CpuReference, FrameProbe, ReferenceProbe, normalize, smoothed
 
 # -- block samples -------------------------------------------------------------------------------------------------
@@ -53,10 +55,17 @@ def test_stage_metrics_use_the_same_blocks_and_say_whether_they_are_judged() -> 
 
 
 class _Benchmark:
-    """What `record_sequential_passes` reads of pytest-benchmark's fixture: ``extra_info``."""
+    """What `TimedPasses` uses of pytest-benchmark's fixture: ``extra_info``, and ``pedantic``, which calls the
+    function once a round (``rounds=0``: as if it never ran it)."""
 
     def __init__(self) -> None:
         self.extra_info: dict[str, Any] = {}
+        self.pedantic_calls: list[dict[str, int]] = []
+
+    def pedantic(self, fn: Any, **kwargs: int) -> None:
+        self.pedantic_calls.append(kwargs)
+        for _ in range(kwargs["rounds"]):
+            fn()
 
 
 def _pass(iteration_ms: list[float], infer_ms: list[float]) -> Any:
@@ -66,21 +75,85 @@ def _pass(iteration_ms: list[float], infer_ms: list[float]) -> Any:
                           {}, stage_samples_ms={"infer": infer_ms}, iteration_ms=iteration_ms)
 
 
+def _driver(normalised: bool, block: int = 2) -> TimedPasses[Any]:
+    """A driver as on a GPU (the reference read) or a CPU; the reference reads 2 ms, half its nominal speed."""
+    passes: TimedPasses[Any] = TimedPasses(block, Controls(), on_gpu=normalised)
+    if normalised:
+        passes.reference = lambda calls=3: 2e-3  # type: ignore[assignment]
+    return passes
+
+
+def _loop(result: Any) -> Any:
+    """One pass of a loop that reports each frame done to its ``on_progress`` probe."""
+
+    def one_pass(probe: Any) -> Any:
+        for done in range(1, len(result.iteration_ms) + 1):
+            if probe is not None:
+                probe(done)
+        return result
+
+    return one_pass
+
+
+def test_timed_passes_run_every_round_inside_the_regions_each_with_a_fresh_probe() -> None:
+    log: list[str] = []
+
+    @contextlib.contextmanager
+    def region(name: str) -> Iterator[None]:
+        log.append(f"enter {name}")
+        yield
+        log.append(f"exit {name}")
+
+    passes, benchmark = _driver(True), _Benchmark()
+    passes.run(benchmark, lambda probe: log.append("pass") or _loop(_pass([1.0] * 4, [0.5] * 4))(probe), 3,
+               region("measured"), region("slowed"))  # fmt: skip
+    assert log == ["enter measured", "enter slowed", "pass", "pass", "pass", "exit slowed", "exit measured"]
+    assert benchmark.pedantic_calls == [{"rounds": 3, "iterations": 1, "warmup_rounds": 0}]
+    assert len(passes.results) == 3 and len({id(p) for p in passes.probes}) == 3
+    assert passes.readings_s == [[2e-3, 2e-3]] * 3
+
+
+def test_timed_passes_run_once_outside_the_regions_when_the_benchmark_ran_no_round() -> None:
+    log: list[str] = []
+    passes = _driver(False)
+    passes.run(_Benchmark(), lambda probe: log.append(f"pass, probe {probe}"), 0, contextlib.nullcontext())
+    assert log == ["pass, probe None"] and passes.readings_s is None and passes.reference is None
+
+
 @pytest.mark.parametrize("normalised", [False, True])
 def test_sequential_passes_become_block_samples_with_stage_and_wall_metrics(normalised: bool) -> None:
-    results = [_pass([10.0, 10.0, 20.0, 20.0], [4.0, 4.0, 0.0, 0.0]), _pass([30.0, 30.0], [6.0, 6.0])]
-    readings = [[2e-3, 2e-3], [2e-3]] if normalised else None  # a CPU at half the reference's nominal speed
+    results = iter([_pass([10.0, 10.0, 20.0, 20.0], [4.0, 4.0, 0.0, 0.0]), _pass([30.0, 30.0], [6.0, 6.0])])
     recorded: dict[str, Any] = {}
-    benchmark = _Benchmark()
-    out = record_sequential_passes(benchmark, lambda b, samples, **kw: recorded.update(samples=samples, **kw),
-                                   results, readings, 2)  # fmt: skip
+    passes, benchmark = _driver(normalised), _Benchmark()
+    passes.run(benchmark, lambda probe: _loop(next(results))(probe), 2)
+    out = passes.record(benchmark, lambda b, samples, **kw: recorded.update(samples=samples, **kw))
     assert out.wall == pytest.approx([0.010, 0.020, 0.030]) and out.stage_passes[1] == {"infer": [6.0, 6.0]}
     scale = 0.5 if normalised else 1.0
     assert recorded["samples"] == pytest.approx([0.010 * scale, 0.020 * scale, 0.030 * scale])
     assert recorded["metrics"]["wall"]["data"] == pytest.approx(out.wall) and recorded["block"] == 2
+    assert recorded["metrics"]["wall"]["label"] == "frame time (wall clock)"
     assert recorded["metrics"]["stage:infer"]["data"] == pytest.approx([0.004 * scale, 0.0, 0.006 * scale])
     assert ("cpu_reference" in benchmark.extra_info) is normalised
     assert recorded["label"] == ("frame time (CPU-reference units)" if normalised else "frame time")
+    assert recorded["unit"] == ("s per frame at reference speed" if normalised else "s per frame")
+
+
+@pytest.mark.parametrize("normalised", [False, True])
+def test_multistream_ticks_become_block_samples_per_tick_without_stages(normalised: bool) -> None:
+    import types
+
+    ticks = types.SimpleNamespace(tick_ms=[10.0, 10.0, 20.0, 20.0], iteration_ms=[0.0] * 4)  # 4 ticks to probe
+    recorded: dict[str, Any] = {}
+    passes, benchmark = _driver(normalised), _Benchmark()
+    passes.run(benchmark, _loop(ticks), 1)
+    out = passes.record(benchmark, lambda b, samples, **kw: recorded.update(samples=samples, **kw), per="tick")
+    assert out.wall == pytest.approx([0.010, 0.020]) and out.stages == {}
+    assert list(recorded["metrics"]) == ["wall"] and recorded["metrics"]["wall"] == {
+        "label": "tick time (wall clock)", "unit": "s per tick", "data": pytest.approx([0.010, 0.020])}
+    scale = 0.5 if normalised else 1.0
+    assert recorded["samples"] == pytest.approx([0.010 * scale, 0.020 * scale])
+    assert (recorded["label"], recorded["unit"]) == (("tick time (CPU-reference units)", "s per tick at reference speed")
+                                                     if normalised else ("tick time", "s per tick"))  # fmt: skip
 
 
 def test_a_pass_runs_the_frames_asked_for_else_the_containers_count(tmp_path: Path) -> None:
