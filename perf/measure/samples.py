@@ -22,6 +22,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from perf.measure.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
+from perf.measure.speedref import summary as reference_summary
 from perf.measure.stability import StabilityRule, replace_rounds, stability_record, summary
 from perf.runs import PRIMARY
 
@@ -120,20 +122,16 @@ class TimedPasses(Generic[R]):
     read where the ``cpu-reference`` control is on and the loop runs on a GPU, else None."""
 
     def __init__(self, block: int, controls: Collection[str], on_gpu: bool) -> None:
-        from perf.measure.speedref import CpuReference
-
         self.block = block
         self.reference = CpuReference() if "cpu-reference" in controls and on_gpu else None
         self.results: list[R] = []
-        self.probes: list[Any] = []
+        self.probes: list[ReferenceProbe | None] = []
 
-    def probe(self) -> Any:
+    def probe(self) -> ReferenceProbe | None:
         """A fresh `ReferenceProbe` (a loop's ``on_progress``: a reading after every block), or None."""
-        from perf.measure.speedref import ReferenceProbe
-
         return ReferenceProbe(self.reference, self.block) if self.reference is not None else None
 
-    def run(self, benchmark: Any, one_pass: Callable[[Any], R], rounds: int,
+    def run(self, benchmark: Any, one_pass: Callable[[ReferenceProbe | None], R], rounds: int,
             *regions: AbstractContextManager[Any]) -> None:  # fmt: skip
         """``rounds`` timed passes, ``one_pass(probe)`` each with a fresh `probe`, through ``benchmark.pedantic`` (one
         iteration a round, no warm-up round) inside ``regions`` (entered in order: the ``measured_region`` first)."""
@@ -153,7 +151,7 @@ class TimedPasses(Generic[R]):
     @property
     def readings_s(self) -> list[list[float]] | None:
         """Each pass's reference readings (s), or None without the reference."""
-        return None if self.reference is None else [p.readings_s for p in self.probes]
+        return None if self.reference is None else [p.readings_s for p in self.probes if p is not None]
 
     def record(self, benchmark: Any, record: Callable[..., None], per: str = "frame") -> PassSamples:
         """Make the passes the benchmark's samples through ``record`` (the ``perf_samples`` fixture): each block's
@@ -161,9 +159,6 @@ class TimedPasses(Generic[R]):
         summarises the readings), with the ``stage:<name>`` metrics normalised alike and the wall-clock blocks as the
         ``wall`` metric. ``per`` "frame": passes of the sequential loop (:class:`detector.pipeline.PipelineResult`,
         one frame per iteration, with its stages); "tick": of the multi-stream loop (its ``tick_ms``, no stages)."""
-        from perf.measure.speedref import NOMINAL_S, normalize
-        from perf.measure.speedref import summary as reference_summary
-
         if per == "frame":
             iterations = [r.iteration_ms for r in self.results]
             stage_passes = [{k: v[: len(r.iteration_ms)] for k, v in r.stage_samples_ms.items()} for r in self.results]
