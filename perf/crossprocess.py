@@ -81,30 +81,28 @@ def _session(run: SavedRun) -> float:
     return getattr(run, "_session", 0.0)
 
 
-def _mark_sessions(runs: Sequence[SavedRun]) -> None:
-    """Number the machine sessions of ``runs`` by their save times (`SESSION_GAP_S`), on each run."""
-    import datetime as dt
-
-    timed = sorted(runs, key=lambda r: r.datetime or "")
-    session, last = 0, None
-    for run in timed:
-        try:
-            when = dt.datetime.fromisoformat(run.datetime or "").timestamp()
-        except ValueError:  # no date saved: one session with the runs before it
-            when = last or 0.0
-        if last is not None and when - last > SESSION_GAP_S:
-            session += 1
-        last = when
-        object.__setattr__(run, "_session", float(session))
-
-
-def _when(run: SavedRun) -> float:
+def _when(run: SavedRun) -> float | None:
+    """When ``run`` was saved (POSIX seconds), or None when it has no readable date."""
     import datetime as dt
 
     try:
         return dt.datetime.fromisoformat(run.datetime or "").timestamp()
     except ValueError:
-        return 0.0
+        return None
+
+
+def _mark_sessions(runs: Sequence[SavedRun]) -> None:
+    """Number the machine sessions of ``runs`` by their save times (`SESSION_GAP_S`), on each run."""
+    timed = sorted(runs, key=lambda r: r.datetime or "")
+    session, last = 0, None
+    for run in timed:
+        when = _when(run)
+        if when is None:  # no date saved: one session with the runs before it
+            when = last or 0.0
+        if last is not None and when - last > SESSION_GAP_S:
+            session += 1
+        last = when
+        object.__setattr__(run, "_session", float(session))
 
 
 def _take(labels: list[str], runs: Mapping[str, SavedRun], session: float, near: SavedRun | None = None) -> str | None:
@@ -115,7 +113,8 @@ def _take(labels: list[str], runs: Mapping[str, SavedRun], session: float, near:
         return None
     if near is None:
         return labels.pop(same[-1])
-    return labels.pop(min(same, key=lambda i: abs(_when(runs[labels[i]]) - _when(near))))
+    at = _when(near) or 0.0
+    return labels.pop(min(same, key=lambda i: abs((_when(runs[labels[i]]) or 0.0) - at)))
 
 
 def _pair(kind: str, first: SavedRun, spare: list[str], cand_spare: list[str], pool: Mapping[str, SavedRun],
