@@ -412,6 +412,13 @@ class PerfSession:
         return uuid.uuid4().hex
 
     @functools.cached_property
+    def max_time_given(self) -> bool:
+        """Whether the user gave ``--benchmark-max-time`` (`perf.measure.clock.max_time_given`), read once."""
+        from perf.measure.clock import max_time_given
+
+        return max_time_given(self.config)
+
+    @functools.cached_property
     def gated_markers(self) -> frozenset[str]:
         """The markers whose tests may be skipped here: "gpu" and every backend's own (``register(..., marks=)``)."""
         from detector.backends import backend

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from detector.backends import variant
-from perf.measure.clock import SUITE_CLOCK, max_time_given, max_time_s
+from perf.measure.clock import SUITE_CLOCK, max_time_s
 from perf.report import schema
 
 #: (variant, precision) under test, per device type.
@@ -77,7 +77,7 @@ def test_gate_detects_injected_slowdowns_without_false_alarms(
         min_time = max(float(bench["min_time"]), compute_timer_precision(SUITE_CLOCK) * bench["calibration_precision"])
         iterations = max(1, math.ceil(min_time / median_s))
         rounds = suite_rounds(median_s * iterations, bench["min_rounds"],
-                              max_time_s(bench["max_time"], max_time_given(pytestconfig)))
+                              max_time_s(bench["max_time"], pytestconfig.stash[PERF_SESSION].max_time_given))
         results = run_selftest(call, lambda ms: delay_call(ms, index), SUITE_CLOCK, median_s=median_s, rounds=rounds,
                                levels=levels, trials=trials, settings=settings, iterations=iterations)  # fmt: skip
 

@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 
 from perf.measure.cases import Case
-from perf.measure.clock import SUITE_CLOCK, gpu_time_budget, max_time_given
+from perf.measure.clock import SUITE_CLOCK, gpu_time_budget
+from perf.session import PERF_SESSION
 from perf.report import schema
 
 pytestmark = pytest.mark.benchmark(group="inference", timer=SUITE_CLOCK, warmup=False)
@@ -68,7 +69,7 @@ def test_inference_speed(benchmark: Any, case: Case, runner_pool: Any, input_fra
         if runner.max_batch_size is not None and case.batch > runner.max_batch_size:
             pytest.skip(f"batch {case.batch} exceeds the runner's maximum batch {runner.max_batch_size}")
         _measure(benchmark, case, runner, input_frames, measured_region, perf_report, perf_measure, perf_controls,
-                 perf_kernels, max_time_given(pytestconfig))
+                 perf_kernels, pytestconfig.stash[PERF_SESSION].max_time_given)
     except Exception as exc:  # only out-of-memory becomes a skip; everything else fails the test as before
         from perf.measure.gpu_memory import oom_skip_reason
 
