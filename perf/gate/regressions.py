@@ -3,9 +3,9 @@
 ``--perf-regression=KIND:PERCENT`` is a test-only option (like ``--perf-inject-delay``; a run made with it is
 marked in every benchmark's ``extra_info["injected"]``). Unlike a GPU sleep, each kind changes real code, and
 PERCENT is calibrated with a bare loop of the code it slows. The kinds (docs/method.md, section 5): ``layer``
-(a residual 1x1 bottleneck after convolution `LAYER_AFTER`, `LayerRegressedSpec`, its width calibrated on the
-suite's own clock, `_clock_ms`, on the fastest torch path at `CALIBRATION_BATCH`), ``layer1`` (the same block
-calibrated at batch 1), ``write`` (the pipelined writer JPEG-encodes each frame r more times) and ``preprocess``
+(a residual 1x1 bottleneck after convolution `LAYER_AFTER`, `LayerRegressedSpec`, its width calibrated in each
+process on each variant's own runner and the suite's own clock, `_clock_ms`, at `CALIBRATION_BATCH`), ``layer1``
+(the same block calibrated at batch 1), ``write`` (the pipelined writer JPEG-encodes each frame r more times) and ``preprocess``
 (the sequential loop preprocesses each frame r more times).
 """
 
@@ -167,35 +167,39 @@ def _on_stream(runner: Any) -> Any:
     return torch.cuda.stream(runner.stream) if runner.stream is not None else contextlib.nullcontext()
 
 
-def calibrate_layer(spec: ModelSpec, device: str, fraction: float, batch: Any) -> tuple[int, dict[str, float]]:
-    """The bottleneck width that makes a call on ``batch`` (float32 [B, 3, H, W], host) ``fraction`` slower as the
-    suite's clock reads it (`_clock_ms`), and the readings it was chosen from. Each width's cost is the median ratio of `CALIBRATION_ROUNDS`
-    readings alternating with the unchanged model (so a drift of the GPU's clock between readings cancels), each
-    reading at least `CALIBRATION_READING_S` long: a trial width (`TRIAL_WIDTH`, grown fourfold while its cost is
-    under half the target, so noise cannot pass for cost), a linear step to the target, then the chosen width is
-    scaled by target / measured (`SECANT_STEPS` at most) until within a fifth of the target."""
-    from detector.backends import create_runner
-
+def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callable[[ModelSpec], Any],
+                    device: str) -> tuple[Any, int, dict[str, float]]:  # fmt: skip
+    """The runner whose model carries the bottleneck width that makes a call on ``batch`` (float32 [B, 3, H, W],
+    host) ``fraction`` slower as the suite's clock reads it (`_clock_ms`), that width, and the readings it was
+    chosen from. ``build(spec)`` makes an activated runner of the judged variant itself (backend, precision,
+    options): each variant gets its own width, and the runner returned is the one the benchmark then times, since
+    another instance of the same model (another CUDA graph, other kernels chosen) can read another cost for a block
+    of a few microseconds. Each width's cost is the median ratio of `CALIBRATION_ROUNDS` readings alternating with
+    the unchanged model (a drift of the GPU's clock cancels), each at least `CALIBRATION_READING_S` long: a trial
+    width (`TRIAL_WIDTH`, grown fourfold while its cost is under half the target, so noise cannot pass for cost),
+    a linear step to the target, then the width scaled by target / measured (`SECANT_STEPS` at most) until within a
+    fifth of the target. Only the base runner and the latest candidate are alive at a time."""
     on_gpu = device.startswith("cuda")
-    precision, options = ("fp16", {"fuse_bn": True, "channels_last": True, "cuda_graph": True}) if on_gpu else (
-        "fp32", {})  # fmt: skip
     fewest = CALIBRATION_CALLS["cuda" if on_gpu else "cpu"]
     rounds = CALIBRATION_ROUNDS["cuda" if on_gpu else "cpu"]
-    with create_runner("torch", spec, device=device, precision=precision, **options) as base_runner:
+    candidate: list[Any] = []  # the latest candidate runner, kept for the benchmark
+    base_runner = build(spec)
+    try:
         base_x = _warm_input(base_runner, batch, max(1, fewest // 10))
         base = _clock_ms(base_runner, base_x, fewest)
         calls = max(fewest, math.ceil(CALIBRATION_READING_S * 1e3 / max(base, 1e-6))) if on_gpu else fewest
 
         def cost(width: int) -> float:
             """The fraction a call of the model with the block of ``width`` costs more than without it."""
-            with create_runner("torch", regressed_spec(spec, width), device=device, precision=precision,
-                               **options) as runner:  # fmt: skip
-                x = _warm_input(runner, batch, max(1, calls // 10))
-                ratios = []
-                for _ in range(rounds):
-                    before = _clock_ms(base_runner, base_x, calls)
-                    ratios.append(_clock_ms(runner, x, calls) / before)
-                return statistics.median(ratios) - 1
+            while candidate:
+                candidate.pop().deactivate()
+            candidate.append(build(regressed_spec(spec, width)))
+            x = _warm_input(candidate[0], batch, max(1, calls // 10))
+            ratios = []
+            for _ in range(rounds):
+                before = _clock_ms(base_runner, base_x, calls)
+                ratios.append(_clock_ms(candidate[0], x, calls) / before)
+            return statistics.median(ratios) - 1
 
         trial_width = TRIAL_WIDTH
         trial = cost(trial_width)
@@ -206,17 +210,26 @@ def calibrate_layer(spec: ModelSpec, device: str, fraction: float, batch: Any) -
             trial = cost(trial_width)
         per_channel = max(trial / trial_width, 1e-12)
         width = min(max(8, 8 * round(fraction / per_channel / 8)), trial_width * 4)
-        got = cost(width)
+        got = cost(width) if width != trial_width else trial
         for _ in range(SECANT_STEPS):  # a block's cost is not linear in its width at small batches: step again
             if abs(got - fraction) <= fraction / 5 or got <= 0:
                 break
-            width = min(max(8, 8 * round(width * fraction / got / 8)), trial_width * 16)
-            got = cost(width)
-    readings = {"base_ms": base, "calls_per_reading": calls, "trial_width": trial_width, "trial_fraction": trial,
+            step = min(max(8, 8 * round(width * fraction / got / 8)), trial_width * 16)
+            if step == width:
+                break
+            width, got = step, cost(step)
+    except BaseException:
+        while candidate:
+            candidate.pop().deactivate()
+        raise
+    finally:
+        base_runner.deactivate()
+    readings = {"width": width, "batch": int(batch.shape[0]), "target": fraction, "base_ms": base,
+                "calls_per_reading": calls, "trial_width": trial_width, "trial_fraction": trial,
                 "measured_fraction": got}  # fmt: skip
     log.info("layer regression: width %d adds %.1f%% at batch %d (target %.1f%%)", width, 100 * got,
              batch.shape[0], 100 * fraction)  # fmt: skip
-    return width, readings
+    return candidate[0], width, readings
 
 
 def _fields(spec: ModelSpec) -> dict[str, Any]:

@@ -384,6 +384,35 @@ def test_the_injected_layer_is_real_work_in_the_model_and_changes_the_export_key
     model.fuse_batchnorm()  # the runners fold batch norm: the injected block must survive it
 
 
+def test_the_layer_calibration_hands_back_the_runner_it_measured_last_and_releases_every_other() -> None:
+    import torch
+
+    from detector.backends import create_runner
+    from detector.spec import ModelSpec
+    from perf.gate.regressions import calibrate_layer
+
+    spec = ModelSpec.default()
+    built: list[tuple[int, Any]] = []
+
+    def build(model: Any) -> Any:
+        runner = create_runner("torch", model, device="cpu", precision="fp32")
+        runner.activate()
+        built.append((getattr(model, "width", 0), runner))
+        return runner
+
+    batch = torch.rand(1, 3, *spec.input_size)
+    runner, width, readings = calibrate_layer(spec, 0.05, batch, build, "cpu")
+    try:
+        assert built[0][0] == 0 and len(built) >= 2  # the unchanged model, then at least the trial width
+        assert runner is built[-1][1] and width == built[-1][0] == readings["width"] > 0
+        assert all(other._model is None for _, other in built[:-1]) and runner._model is not None
+        block = runner._model.layers[26].act[1]
+        assert block.reduce.out_channels == width  # the benchmark times this runner: the width it was measured at
+        assert readings["batch"] == 1 and readings["target"] == 0.05 and readings["base_ms"] > 0
+    finally:
+        runner.deactivate()
+
+
 def test_a_slowed_stage_does_its_work_again_as_often_as_asked_on_average() -> None:
     calls: list[int] = []
     slowed = SlowedStage(lambda x: calls.append(x) or x, 0.35)
