@@ -102,12 +102,15 @@ class Baseline:
         return self._cache[key]
 
     def judged_metrics(self, expected: Iterable[str] | None = None) -> int:
-        """How many metrics a run of the ``expected`` benchmarks (None: the latest run's) is judged on: the
-        latest run's judged metrics of those benchmarks, at least 1 (the budget is split over them)."""
-        wanted = None if expected is None else set(expected)
-        count = sum(len(judged_names(bench)) for name, bench in self.benchmarks.items()
-                    if wanted is None or name in wanted)  # fmt: skip
-        return max(1, count)
+        """How many metrics a run of the ``expected`` benchmarks (None: the latest run's) is judged on, at least 1
+        (the budget is split over them): each benchmark with its judged metrics in the latest history run that
+        measured it, so a run of part of the selection on main (``-k``, a failed test) does not shrink the count;
+        a benchmark no run has measured is not judged and not counted."""
+        newest: dict[str, BenchmarkRecord] = {}
+        for run in self.runs:  # oldest first: a later run's record replaces an earlier one's
+            newest.update(run.benchmarks)
+        names = self.benchmarks if expected is None else expected
+        return max(1, sum(len(judged_names(newest[name])) for name in names if name in newest))
 
     def describe(self) -> str:
         first, last = self.runs[0], self.latest

@@ -85,3 +85,16 @@ def test_a_slower_row_lists_the_kernels_that_moved_and_how_much_of_the_change_th
     assert same.verdict == "no change" and same.why == [] and why_lines(same) == []
     with pytest.raises(ValueError, match="at least one saved run"):
         Baseline([])
+
+
+def test_the_budget_counts_every_benchmark_of_the_selection_when_mains_latest_run_measured_only_some() -> None:
+    def run(k: int, *names: str) -> object:
+        doc = {"benchmarks": [_bench(name, 1e-3, k) for name in names], "datetime": f"2026-01-0{k + 1}",
+               "machine_info": {"perf": {"device": "cpu"}}, "commit_info": {"id": f"abc{k}"}}  # fmt: skip
+        return run_from_json(doc, Path("storage/m") / f"{k + 1:04d}_base.json")
+
+    full = ("t::a", "t::b", "t::c")
+    partial = Baseline([run(0, *full), run(1, *full), run(2, "t::c")])  # main's latest run: `-k c` only
+    assert budget(partial, GateSettings(), [*full, "t::new"]).metrics == budget(
+        Baseline([run(0, *full), run(1, *full)]), GateSettings(), full).metrics == 3  # a new benchmark: not judged
+    assert partial.judged_metrics() == 1  # without a selection: the latest run's own benchmarks
