@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchmark
-from perf.gate.confirm import BASE, CANDIDATE, PAIRS_PER_LOOK, Process, judge_suspect, looks
-from perf.gate.judge import FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER, confirm_level
+from perf.gate.confirm import BASE, CANDIDATE, PAIRS_PER_LOOK, Process, judge_suspect, level_per_look, looks
+from perf.gate.judge import FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER
 from perf.runs import SavedRun
 
 IDENTICAL = "identical"
@@ -165,7 +165,7 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
                     break  # the pool is spent: the confirmation has fewer pairs
                 processes += [Process(BASE, pair[0]), Process(CANDIDATE, pair[1])]
             pending = [row for row in pending if not judge_suspect(
-                row, base, settings, processes, confirm_level(total), True, final=look == total)]
+                row, base, settings, processes, level_per_look(settings.confirm), True, final=look == total)]
             if not pending:
                 break
         used = len(processes)

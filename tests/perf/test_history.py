@@ -240,8 +240,13 @@ def test_a_suspect_is_confirmed_cleared_or_left_inconclusive_by_its_confirmation
         return out
 
     confirmed = suspect()
-    assert judge_suspect(confirmed, baseline, GateSettings(), pairs([1.1, 1.1]), 0.025, True, final=False)
-    assert confirmed.verdict == "slower" and confirmed.confirmation["processes"] == 2
+    assert not judge_suspect(confirmed, baseline, GateSettings(), pairs([1.1, 1.1]), 0.025, True, final=False)
+    assert confirmed.verdict == "slower" and confirmed.confirmation is None  # two pairs confirm nothing yet
+    assert judge_suspect(confirmed, baseline, GateSettings(), pairs([1.1, 1.1, 1.1]), 0.025, True, final=False)
+    assert confirmed.verdict == "slower" and confirmed.confirmation["processes"] == 3
+    last = suspect()  # a --perf-confirm of 2 pairs: its last look may confirm on them
+    assert judge_suspect(last, baseline, GateSettings(), pairs([1.1, 1.1]), 0.025, True, final=True)
+    assert last.verdict == "slower" and last.confirmation["processes"] == 2
     cleared = suspect()
     assert judge_suspect(cleared, baseline, GateSettings(), pairs([1.0, 1.0]), 0.025, True, final=False)
     assert cleared.verdict == "no change" and "cleared by 2 pair(s)" in cleared.note

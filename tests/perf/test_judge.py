@@ -141,3 +141,12 @@ def test_faster_which_nothing_confirms_needs_the_whole_budgets_level() -> None:
     assert strict.lo == loose.lo and strict.hi > loose.hi  # only the high end moves
     plan = Budget(20, confirm=True)
     assert plan.faster_level == pytest.approx(RUN_BUDGET / 20) and plan.faster_level < plan.first_level
+
+
+def test_a_confirmation_spends_its_level_only_on_the_looks_that_may_confirm() -> None:
+    from perf.gate.confirm import level_per_look
+    from perf.gate.judge import CONFIRM_LEVEL
+
+    assert level_per_look(4) == CONFIRM_LEVEL  # looks of 2 and 4 pairs: only the second may confirm
+    assert level_per_look(8) == CONFIRM_LEVEL / 3  # 4, 6 and 8 pairs
+    assert level_per_look(2) == CONFIRM_LEVEL  # a small --perf-confirm: its one look
