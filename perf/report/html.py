@@ -29,15 +29,7 @@ from perf.report.captures import captures_html, captures_markdown
 from perf.report.changes import DEFAULT_THRESHOLD, bench_names, history
 from perf.report.inputs import ReportInputs, load_inputs
 from perf.report.suite import PerfReport
-from perf.report.tables import (
-    Notice,
-    Table,
-    all_tables,
-    notices,
-    ordered,
-    stage_rows,
-    to_markdown,
-)
+from perf.report.tables import Notice, Table, all_tables, notices, ordered, stage_rows, to_markdown
 from perf.runs import HistoryError
 
 log = logging.getLogger(__name__)
@@ -154,11 +146,8 @@ def render(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> Report
     subject = inputs.subject
     markdown = "\n".join(part for part in (to_markdown(tables, inputs.warnings, said=said, subject=subject),
                                             captures_markdown(inputs.captures)) if part)  # fmt: skip
-    report = Report(markdown, tables, warnings=list(inputs.warnings), notices=said,
-                    suite=PerfReport(dict(inputs.tables), inputs.device), captures=list(inputs.captures),
-                    subject=subject)
-    report.figures = _figures(inputs, threshold)
-    return report
+    return Report(markdown, tables, _figures(inputs, threshold), list(inputs.warnings), said,
+                  PerfReport(dict(inputs.tables), inputs.device), list(inputs.captures), subject)
 
 
 def _section(title: str, notes: list[str], table: str) -> str:

@@ -30,8 +30,6 @@ from perf.validate import row_problem
 
 #: The report's file name without suffix: ``perf-report.json`` and ``perf-report.md`` (the latest run's copy).
 REPORT_STEM = "perf-report"
-#: Derived at the end of a run from the "Inference" table: every case against eager torch fp32, same batch.
-SPEEDUP_TABLE = schema.SPEEDUP.title
 
 
 def speedup_rows(inference_rows: Sequence[dict[str, Any]], reference: str = "torch fp32") -> list[dict[str, Any]]:
@@ -111,10 +109,11 @@ class PerfReport:
         return "\n".join(parts)
 
     def add_speedups(self) -> None:
-        """(Re)make the :data:`SPEEDUP_TABLE` from the "Inference" table (call once every row is in)."""
+        """(Re)make `perf.report.schema.SPEEDUP` from the "Inference" table: every case against eager torch fp32,
+        same batch (call once every row is in)."""
         rows = speedup_rows(self.tables.get(schema.INFERENCE.title, []))
         if rows:
-            self.tables.pop(SPEEDUP_TABLE, None)
+            self.tables.pop(schema.SPEEDUP.title, None)
             for row in rows:
                 self.add(schema.SPEEDUP, row)
 

@@ -214,11 +214,6 @@ def _verdict_note(inputs: ReportInputs, verdicts: Verdicts) -> str:
     return f"{whose}; baseline {verdicts.baseline_label}. From `{verdicts.path}`.{marked}"
 
 
-def _verdict_detail(entry: dict[str, Any]) -> str:
-    """A verdict's note, one short phrase (`perf.verdicts.note_phrase`); its figures are in the verdict file."""
-    return note_phrase(entry)
-
-
 def verdict_table(inputs: ReportInputs) -> Table | None:
     """The compare verdicts: benchmark, verdict, baseline and current medians, ratio current/baseline, note; the
     table's note names the run judged and the baseline."""
@@ -230,7 +225,7 @@ def verdict_table(inputs: ReportInputs) -> Table | None:
                    for k, key in (("baseline", "baseline_median_s"), ("current", "current_median_s"))}
         rows.append({"benchmark": str(e.get("name") or e.get("fullname")), "verdict": str(e["verdict"]), **medians,
                      "ratio [CI]": _verdict_ratio(e), "detectable": _detectable(e),
-                     "note": _verdict_detail(e)})  # fmt: skip
+                     "note": note_phrase(e)})  # fmt: skip
     return Table(schema.SUMMARY_VERDICTS, rows, _verdict_note(inputs, inputs.verdicts))
 
 
