@@ -5,9 +5,10 @@ digests, input size, classes, video and frames, backends, device, machine -- wha
 ``index.html`` (one self-contained file): the same notices and tables with every column, then the figures,
 embedded as base64 PNGs -- the latency distribution per benchmark group, the end-to-end stage breakdown, one
 history figure with a panel per benchmark, parity IoU histograms per candidate -- and last the suite's own tables
-(``perf-report.json``, folded), shown as the device they were measured on allows (`perf.report.schema`: GPU-only columns
-left out of a CPU run, with a note saying why). Both files are rendered in memory first and then written
-atomically, so bad input leaves no partial output.
+(``perf-report.json``, folded), shown as the device they were measured on allows (`perf.report.suite.PerfReport.shown`:
+GPU-only columns left out of a CPU run, with a note saying why). The page is one `string.Template` (`_PAGE`); every
+table in it is `perf.tabletext.html_table`'s. Both files are rendered in memory first and then written atomically,
+so bad input leaves no partial output.
 """
 
 from __future__ import annotations
@@ -88,11 +89,9 @@ def _latency_figures(inputs: ReportInputs) -> list[Figure]:
     latest = inputs.latest
     if latest is None:
         return []
-    groups: dict[str, list] = {}
-    for bench in ordered(list(latest.benchmarks.values())):
-        groups.setdefault(bench.group or "ungrouped", []).append(bench)
     out = []
-    for group, benches in groups.items():
+    for group, each in groupby(ordered(list(latest.benchmarks.values())), key=lambda b: b.group or "ungrouped"):
+        benches = list(each)
         raw = "every round" if all(b.has_rounds for b in benches) else "saved statistics (no rounds saved)"
         caption = (f"{group}: run {latest.label}, from {raw}; a violin from {plots.VIOLIN_MIN_ROUNDS} rounds on, "
                    "else a box (min to max) with each round as a dot")
@@ -100,11 +99,12 @@ def _latency_figures(inputs: ReportInputs) -> list[Figure]:
     return out
 
 
-def _history_figure(inputs: ReportInputs, threshold: float) -> Figure | None:
-    """One figure of small multiples: a panel per benchmark, grouped and in numeric order of their names."""
+def _history_figure(inputs: ReportInputs, threshold: float) -> list[Figure]:
+    """One figure of small multiples (none without runs): a panel per benchmark, grouped and in numeric order of
+    their names."""
     series = [points for name in bench_names(inputs.runs) if (points := history(inputs, name, threshold))]
     if not series:
-        return None
+        return []
     order = ordered([points[-1].bench for points in series])
     by_name = {points[-1].bench.fullname: points for points in series}
     grouped = len({b.group for b in order}) > 1
@@ -115,20 +115,17 @@ def _history_figure(inputs: ReportInputs, threshold: float) -> Figure | None:
                   for _, points in panels for p in points if p.mark or p.level)  # fmt: skip
     caption = (f"{len(panels)} benchmark(s) over {len(inputs.runs)} saved run(s), each panel in its own time unit; "
                f"{len(marks) or 'no'} point(s) marked.")  # fmt: skip
-    return Figure(HISTORY, caption, plots.history_grid(panels, labels, threshold), kind="history", details=marks)
+    return [Figure(HISTORY, caption, plots.history_grid(panels, labels, threshold), kind="history", details=marks)]
 
 
 def _figures(inputs: ReportInputs, threshold: float) -> list[Figure]:
     from perf.measure.parity import TOLERANCES
 
     out = _latency_figures(inputs)
-    rows = stage_rows(inputs)
-    if rows:
+    if rows := stage_rows(inputs):
         out.append(Figure("End-to-end stages", "ms per frame of each pipeline stage",
                           plots.stage_breakdown(rows, STAGES)))
-    figure = _history_figure(inputs, threshold)
-    if figure is not None:
-        out.append(figure)
+    out += _history_figure(inputs, threshold)
     for row in inputs.rows(schema.PARITY):
         ious = [float(v) for v in row.get("ious") or [] if isinstance(v, (int, float))]
         if ious:

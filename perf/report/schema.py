@@ -306,13 +306,13 @@ SUMMARY_PARITY = TableSpec("SUMMARY_PARITY", "Parity vs torch fp32", (
     text("min IoU", "IoU"), text("p1 IoU", "IoU", detail=True), text("matched pairs", "pairs", detail=True),
     text("failures")))
 
-#: perf-report's summary tables, in report order.
 SUMMARY_CHANGES = TableSpec("SUMMARY_CHANGES", "Change points in the history", (
     text("benchmark"), text("changed at"), text("before", "time"), text("after", "time"), text("size", "%"),
     num("runs after", "runs")),
     note="where a benchmark's level changed in this machine's history (perf.store.changepoints: PELT on the log "
          "medians, kept when beyond the minimum effect and 4 standard errors); changed at: the commit and run of "
          "the first run at the new level; runs after: how many runs are at it (one alone may be a slow run)")
+#: perf-report's summary tables, in report order.
 SUMMARY: tuple[TableSpec, ...] = (SUMMARY_BENCHMARKS, SUMMARY_VERDICTS, SUMMARY_CHANGES, SUMMARY_STAGES, SUMMARY_PARITY)
 
 _SUITE_BY_TITLE = {spec.title: spec for spec in SUITE}
