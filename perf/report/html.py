@@ -174,7 +174,8 @@ def to_html(report: Report, title: str = "Performance report") -> str:
     lines += [f"<div class='injected'>{escape(n.text)}</div>" if n.kind == "injected" else
               f"<p class='run'>{escape(n.text)}</p>" for n in report.notices]  # fmt: skip
     lines += [f"<p class='warn'>warning: {escape(w)}</p>" for w in report.warnings]
-    lines += [_section(t.title, [t.note] if t.note else [], t.spec.html(t.columns(), t.cells())) for t in report.tables]
+    lines += [_section(t.spec.title, [t.note] if t.note else [], t.spec.html(t.columns(), t.cells()))
+              for t in report.tables]  # fmt: skip
     for section, figures in groupby(report.figures, key=lambda figure: figure.section):
         lines += [f"<h2>{escape(section)}</h2>", *map(_figure, figures)]
     lines.append(captures_html(report.captures))

@@ -39,10 +39,6 @@ class Table:
         for row in self.rows:
             self.spec.check(row)
 
-    @property
-    def title(self) -> str:
-        return self.spec.title
-
     def columns(self, detail: bool = True) -> list[str]:
         """The schema's columns in its order; ``detail=False``: without its detail columns (the markdown)."""
         return self.spec.names(self.rows, detail=detail)
@@ -272,7 +268,7 @@ def to_markdown(tables: Sequence[Table], warnings: Sequence[str], title: str = "
     if warnings:
         lines.append("")
     for table in tables:
-        lines += [f"### {table.title}", ""]
+        lines += [f"### {table.spec.title}", ""]
         if table.note:
             lines += [table.note, ""]
         lines += [*table.spec.markdown(table.columns(detail=False), table.cells(detail=False), numbers_right=True), ""]
