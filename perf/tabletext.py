@@ -1,10 +1,16 @@
-"""Every table the suite writes as text: `markdown_table` (the reports, the verdict files, the commands' output)
-and `text_table` (aligned columns for the terminal). Cells come in as formatted text; what a column means is the
-caller's (`perf.report.schema` for the declared tables)."""
+"""Every table the suite writes: `markdown_table` (the reports, the verdict files, the commands' output),
+`text_table` (aligned columns for the terminal) and `html_table` (the HTML report). Cells come in as formatted
+text; what a column means is the caller's (`perf.report.schema` for the declared tables)."""
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Collection, Iterable, Sequence
+
+_NUMBER_LIKE = re.compile(r"[-+]?[\d.]")
+#: Cell words the page colours (`html_table`): the gate's verdicts.
+_COLOURED = ("slower", "faster")
 
 
 def markdown_cell(text: str) -> str:
@@ -30,6 +36,28 @@ def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[st
     table = [headers, *(_checked(row, headers) for row in rows)]
     widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table]
+
+
+def html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[str] | None = None,
+               prose: Collection[str] = ()) -> str:
+    """One HTML ``<table>``: a row of ``headers``, then one row per row of cells (in ``headers`` order), every
+    header and cell escaped. A cell's CSS class says how it reads: in a ``prose`` column ``prose`` (wrapped);
+    else ``text`` (aligned left) in a column not in ``right``, or, with ``right`` None, when the cell does not
+    start like a number (the page aligns an unclassed cell right, a row's first cell left); a cell reading
+    ``slower`` or ``faster``, alone or in closing parentheses (``+12% (slower)``), also that word (coloured)."""
+    if right is not None and (unknown := set(right) - set(headers)):
+        raise ValueError(f"right-aligned column(s) {sorted(unknown)!r} are not among the headers {list(headers)!r}")
+
+    def td(header: str, text: str) -> str:
+        word = text.split(" (")[-1].rstrip(")") if text.endswith(")") else text
+        left = not _NUMBER_LIKE.match(text) if right is None else header not in right
+        classes = [word] * (word in _COLOURED) + (["prose"] if header in prose else ["text"] if left else [])
+        attr = f" class='{' '.join(classes)}'" if classes else ""
+        return f"<td{attr}>{html.escape(text)}</td>"
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(f"<tr>{''.join(map(td, headers, _checked(row, headers)))}</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _checked(cells: Sequence[str], headers: Sequence[str]) -> Sequence[str]:

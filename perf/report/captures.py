@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perf.profile.critical_path_summary import CriticalPathSummary
-from perf.tabletext import markdown_table
+from perf.tabletext import html_table, markdown_table
 
 #: Where the captures are, relative to the reports folder (`perf.profile.nsys.DEFAULT_REPORT_ROOT`'s last part).
 CAPTURES = "nsys"
@@ -78,10 +78,7 @@ def captures_html(rows: list[CaptureRow]) -> str:
     """The section of the HTML page: the table, then each capture's critical-path summary (markdown), folded."""
     if not rows:
         return ""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in _COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td class='text'>{html.escape(c)}</td>" for c in _cells(row)) + "</tr>"
-                   for row in rows)  # fmt: skip
-    parts = [f"<h2>{html.escape(SECTION)}</h2><table><tr>{head}</tr>{body}</table>"]
+    parts = [f"<h2>{html.escape(SECTION)}</h2>{html_table(_COLUMNS, [_cells(row) for row in rows], right=())}"]
     for row in rows:
         if row.critical_path is not None:
             parts.append(f"<details><summary>{html.escape(row.name)}: critical path and waits</summary>"

@@ -5,20 +5,22 @@ digests, input size, classes, video and frames, backends, device, machine -- wha
 ``index.html`` (one self-contained file): the same notices and tables with every column, then the figures,
 embedded as base64 PNGs -- the latency distribution per benchmark group, the end-to-end stage breakdown, one
 history figure with a panel per benchmark, parity IoU histograms per candidate -- and last the suite's own tables
-(``perf-report.json``, folded), shown as the device they were measured on allows (`perf.report.schema`: GPU-only columns
-left out of a CPU run, with a note saying why). Both files are rendered in memory first and then written
-atomically, so bad input leaves no partial output.
+(``perf-report.json``, folded), shown as the device they were measured on allows (`perf.report.suite.PerfReport.shown`:
+GPU-only columns left out of a CPU run, with a note saying why). The page is one `string.Template` (`_PAGE`); every
+table in it is `perf.tabletext.html_table`'s. Both files are rendered in memory first and then written atomically,
+so bad input leaves no partial output.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import importlib
 import logging
-import re
 from dataclasses import dataclass, field
+from html import escape
+from itertools import groupby
 from pathlib import Path
+from string import Template
 from typing import Any
 
 from detector.fileio import atomic_write_text
@@ -27,16 +29,8 @@ from perf.report import plots, schema
 from perf.report.captures import captures_html, captures_markdown
 from perf.report.changes import DEFAULT_THRESHOLD, bench_names, history
 from perf.report.inputs import ReportInputs, load_inputs
-from perf.report.suite import cell
-from perf.report.tables import (
-    Notice,
-    Table,
-    all_tables,
-    notices,
-    ordered,
-    stage_rows,
-    to_markdown,
-)
+from perf.report.suite import PerfReport
+from perf.report.tables import Notice, Table, all_tables, notices, ordered, stage_rows, to_markdown
 from perf.runs import HistoryError
 
 log = logging.getLogger(__name__)
@@ -56,9 +50,11 @@ p.note{font-size:13px;color:#444;margin:.2em 0}
 margin:.6em 0;font-weight:600}
 figure{margin:0 0 1.4em}figcaption{font-size:13px;color:#555}img{max-width:100%}summary{cursor:pointer}
 .slower{color:#d62728;font-weight:bold}.faster{color:#2ca02c;font-weight:bold}"""
-#: Columns whose cells are prose (wrapped); any cell that does not start like a number is left-aligned.
-_PROSE_COLUMNS = frozenset({"note", "failures", "why", "per class AP@0.5", "reasons"})
-_NUMBER_LIKE = re.compile(r"^[-+]?[\d.]")
+#: The page; ``body``: its parts, a line each.
+_PAGE = Template("""<!DOCTYPE html><html><head><meta charset='utf-8'><title>$title</title>
+<style>$css</style></head><body><h1>$title</h1>
+$body
+</body></html>""")
 
 
 @dataclass(frozen=True)
@@ -75,16 +71,15 @@ class Figure:
 
 @dataclass
 class Report:
-    """The rendered report: markdown, HTML tables, the figures, what is said of the runs, the suite's tables
-    (title -> rows) and the device they were measured on."""
+    """The rendered report: markdown, the summary's tables, the figures, what is said of the runs and the suite's
+    report (its tables and the device they were measured on)."""
 
     markdown: str
     tables: list[Table]
     figures: list[Figure] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
-    suite: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    device: str | None = None
+    suite: PerfReport = field(default_factory=PerfReport)
     captures: list[Any] = field(default_factory=list)  # perf.report.captures.CaptureRow
     #: What the newest run measured and where (`perf.subject.describe_subject`), shown first.
     subject: dict[str, str] = field(default_factory=dict)
@@ -94,11 +89,9 @@ def _latency_figures(inputs: ReportInputs) -> list[Figure]:
     latest = inputs.latest
     if latest is None:
         return []
-    groups: dict[str, list] = {}
-    for bench in ordered(list(latest.benchmarks.values())):
-        groups.setdefault(bench.group or "ungrouped", []).append(bench)
     out = []
-    for group, benches in groups.items():
+    for group, each in groupby(ordered(list(latest.benchmarks.values())), key=lambda b: b.group or "ungrouped"):
+        benches = list(each)
         raw = "every round" if all(b.has_rounds for b in benches) else "saved statistics (no rounds saved)"
         caption = (f"{group}: run {latest.label}, from {raw}; a violin from {plots.VIOLIN_MIN_ROUNDS} rounds on, "
                    "else a box (min to max) with each round as a dot")
@@ -106,11 +99,12 @@ def _latency_figures(inputs: ReportInputs) -> list[Figure]:
     return out
 
 
-def _history_figure(inputs: ReportInputs, threshold: float) -> Figure | None:
-    """One figure of small multiples: a panel per benchmark, grouped and in numeric order of their names."""
+def _history_figure(inputs: ReportInputs, threshold: float) -> list[Figure]:
+    """One figure of small multiples (none without runs): a panel per benchmark, grouped and in numeric order of
+    their names."""
     series = [points for name in bench_names(inputs.runs) if (points := history(inputs, name, threshold))]
     if not series:
-        return None
+        return []
     order = ordered([points[-1].bench for points in series])
     by_name = {points[-1].bench.fullname: points for points in series}
     grouped = len({b.group for b in order}) > 1
@@ -121,20 +115,17 @@ def _history_figure(inputs: ReportInputs, threshold: float) -> Figure | None:
                   for _, points in panels for p in points if p.mark or p.level)  # fmt: skip
     caption = (f"{len(panels)} benchmark(s) over {len(inputs.runs)} saved run(s), each panel in its own time unit; "
                f"{len(marks) or 'no'} point(s) marked.")  # fmt: skip
-    return Figure(HISTORY, caption, plots.history_grid(panels, labels, threshold), kind="history", details=marks)
+    return [Figure(HISTORY, caption, plots.history_grid(panels, labels, threshold), kind="history", details=marks)]
 
 
 def _figures(inputs: ReportInputs, threshold: float) -> list[Figure]:
     from perf.measure.parity import TOLERANCES
 
     out = _latency_figures(inputs)
-    rows = stage_rows(inputs)
-    if rows:
+    if rows := stage_rows(inputs):
         out.append(Figure("End-to-end stages", "ms per frame of each pipeline stage",
                           plots.stage_breakdown(rows, STAGES)))
-    figure = _history_figure(inputs, threshold)
-    if figure is not None:
-        out.append(figure)
+    out += _history_figure(inputs, threshold)
     for row in inputs.rows(schema.PARITY):
         ious = [float(v) for v in row.get("ious") or [] if isinstance(v, (int, float))]
         if ious:
@@ -152,87 +143,48 @@ def render(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> Report
     subject = inputs.subject
     markdown = "\n".join(part for part in (to_markdown(tables, inputs.warnings, said=said, subject=subject),
                                             captures_markdown(inputs.captures)) if part)  # fmt: skip
-    report = Report(markdown, tables, warnings=list(inputs.warnings), notices=said, suite=dict(inputs.tables),
-                    device=inputs.device, captures=list(inputs.captures), subject=subject)
-    report.figures = _figures(inputs, threshold)
-    return report
+    return Report(markdown, tables, _figures(inputs, threshold), list(inputs.warnings), said,
+                  PerfReport(dict(inputs.tables), inputs.device), list(inputs.captures), subject)
 
 
-def _td(column: str, text: str) -> str:
-    word = text.split(" (")[-1].rstrip(")") if text.endswith(")") else text
-    classes = [word] if word in ("slower", "faster") else []
-    classes += ["prose"] if column in _PROSE_COLUMNS else [] if _NUMBER_LIKE.match(text) else ["text"]
-    return f"<td class='{' '.join(classes)}'>{html.escape(text)}</td>" if classes else f"<td>{html.escape(text)}</td>"
+def _section(title: str, notes: list[str], table: str) -> str:
+    """A table's heading, notes and table (``""``: none) on one line of the page."""
+    said = "".join(f"<p class='note'>{escape(n)}</p>" for n in notes)
+    return f"<h3>{escape(title)}</h3>{said}{table}"
 
 
-def _table(title: str, columns: list[str], rows: list[list[str]], notes: list[str],
-           headers: list[str] | None = None) -> str:  # fmt: skip
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in headers or columns)
-    body = "".join("<tr>" + "".join(_td(c, v) for c, v in zip(columns, row)) + "</tr>" for row in rows)
-    said = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in notes)
-    table = f"<table><tr>{head}</tr>{body}</table>" if columns else ""
-    return f"<h3>{html.escape(title)}</h3>{said}{table}"
-
-
-def _html_table(table: Table) -> str:
-    return _table(table.title, table.columns(), table.cells(), [table.note] if table.note else [])
-
-
-def _suite_tables(tables: dict[str, list[dict[str, Any]]], device: str | None) -> list[str]:
-    """The suite's tables as the device allows: GPU-only tables and columns of a CPU run left out, notes said."""
-    out = []
-    for title, rows in tables.items():
-        spec = schema.find_suite_table(title)
-        if not rows:
-            continue
-        if spec is None:  # a report of another version: its columns as saved
-            columns = list(dict.fromkeys(k for row in rows for k in row))
-            notes: list[str] = []
-        else:
-            notes = spec.notes(device)
-            columns = [] if spec.gpu_only and schema.on_cpu(device) else spec.names(rows, device=device)
-        out.append(_table(title, columns, [[cell(row.get(c)) for c in columns] for row in rows], notes,
-                          [spec.header(c) for c in columns] if spec is not None else None))
-    return out
+def _figure(figure: Figure) -> str:
+    """``figure`` as a ``<figure>``: its PNG inlined as base64, its caption, its details folded."""
+    kind = f" class='{figure.kind}'" if figure.kind else ""
+    details = "".join(f"<li>{escape(line)}</li>" for line in figure.details)
+    details = f"<details><summary>what is marked</summary><ul>{details}</ul></details>" if details else ""
+    png = base64.b64encode(figure.png).decode("ascii")
+    return (f"<figure{kind}><img alt='{escape(figure.caption)}' src='data:image/png;base64,{png}'>"
+            f"<figcaption>{escape(figure.caption)}{details}</figcaption></figure>")  # fmt: skip
 
 
 def to_html(report: Report, title: str = "Performance report") -> str:
-    """One self-contained HTML page: notices (an injected run as a banner), warnings, tables, the figures by
-    section (PNGs inlined as base64), then the suite's tables."""
+    """One self-contained HTML page (`_PAGE`): notices (an injected run as a banner), warnings, tables, the
+    figures by section (PNGs inlined as base64), the captures, then the suite's tables, folded."""
     model = report.subject.get("model", "").split(" (")[0]
     size = report.subject.get("input size", "").removesuffix(" px")
     full = f"{title}: {model} {size}".rstrip() if model else title
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(full)}</title>",
-             f"<style>{_CSS}</style></head><body><h1>{html.escape(full)}</h1>"]
-    if report.subject:
-        items = "".join(f"<li>{html.escape(key)}: {html.escape(value)}</li>" for key, value in report.subject.items())
-        parts.append(f"<ul class='subject'>{items}</ul>")
-    for notice in report.notices:
-        kind = "injected" if notice.kind == "injected" else "run"
-        parts.append(f"<div class='{kind}'>{html.escape(notice.text)}</div>" if kind == "injected" else
-                     f"<p class='run'>{html.escape(notice.text)}</p>")  # fmt: skip
-    parts += [f"<p class='warn'>warning: {html.escape(w)}</p>" for w in report.warnings]
-    parts += [_html_table(t) for t in report.tables]
-    section = None
-    for figure in report.figures:
-        if figure.section != section:
-            parts.append(f"<h2>{html.escape(figure.section)}</h2>")
-            section = figure.section
-        encoded = base64.b64encode(figure.png).decode("ascii")
-        kind = f" class='{figure.kind}'" if figure.kind else ""
-        details = "".join(f"<li>{html.escape(line)}</li>" for line in figure.details)
-        details = f"<details><summary>what is marked</summary><ul>{details}</ul></details>" if details else ""
-        parts.append(f"<figure{kind}><img alt='{html.escape(figure.caption, quote=True)}' "
-                     f"src='data:image/png;base64,{encoded}'><figcaption>{html.escape(figure.caption)}{details}"
-                     "</figcaption></figure>")  # fmt: skip
-    parts.append(captures_html(report.captures))
-    suite = _suite_tables(report.suite, report.device)
+    items = "".join(f"<li>{escape(key)}: {escape(value)}</li>" for key, value in report.subject.items())
+    lines = [f"<ul class='subject'>{items}</ul>"] if report.subject else []
+    lines += [f"<div class='injected'>{escape(n.text)}</div>" if n.kind == "injected" else
+              f"<p class='run'>{escape(n.text)}</p>" for n in report.notices]  # fmt: skip
+    lines += [f"<p class='warn'>warning: {escape(w)}</p>" for w in report.warnings]
+    lines += [_section(t.spec.title, [t.note] if t.note else [], t.spec.html(t.columns(), t.cells()))
+              for t in report.tables]  # fmt: skip
+    for section, figures in groupby(report.figures, key=lambda figure: figure.section):
+        lines += [f"<h2>{escape(section)}</h2>", *map(_figure, figures)]
+    lines.append(captures_html(report.captures))
+    suite = [_section(spec.title, notes, spec.html(columns, cells) if columns else "")
+             for spec, notes, columns, cells in report.suite.shown()]  # fmt: skip
     if suite:  # detail: folded, so that the page stays a glance long
-        opening = (f"<h2>{html.escape(SUITE_SECTION)}</h2><details class='suite'><summary>{len(suite)} table(s) of "
-                   "the run's own report: show</summary>")
-        parts += [opening, *suite, "</details>"]
-    parts.append("</body></html>")
-    return "\n".join(parts)
+        lines += [f"<h2>{escape(SUITE_SECTION)}</h2><details class='suite'><summary>{len(suite)} table(s) of the "
+                  "run's own report: show</summary>", *suite, "</details>"]  # fmt: skip
+    return _PAGE.substitute(title=escape(full), css=_CSS, body="\n".join(lines))
 
 
 def build_report(storage: Path | None, reports: Path | None, out: Path, *, machine_id: str | None = None,

@@ -17,6 +17,7 @@ Bad input that leaves nothing to report raises `perf.runs.HistoryError`, one lin
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,13 +98,6 @@ class ReportInputs:
         return self.verdicts.entry(bench.fullname, bench.name)
 
 
-def _newest_machine(files: list[Path]) -> str:
-    newest: dict[str, float] = {}
-    for path in files:
-        newest[path.parent.name] = max(newest.get(path.parent.name, 0.0), path.stat().st_mtime)
-    return max(newest, key=lambda m: newest[m])
-
-
 def load_machine_runs(storage: Path, machine_id: str | None = None) -> tuple[list[SavedRun], list[str]]:
     """One machine's saved runs, oldest first, and warnings (skipped files, other machines' runs).
 
@@ -114,11 +108,8 @@ def load_machine_runs(storage: Path, machine_id: str | None = None) -> tuple[lis
     if machine_id is None:
         if not files:
             return [], []
-        machine_id = _newest_machine(files)
-    others: dict[str, int] = {}
-    for path in files:
-        if path.parent.name != machine_id:
-            others[path.parent.name] = others.get(path.parent.name, 0) + 1
+        machine_id = max(files, key=lambda path: path.stat().st_mtime).parent.name
+    others = Counter(path.parent.name for path in files if path.parent.name != machine_id)
     warnings = [f"runs of machine '{m}' ({n} files) are not in this report; choose it with --machine-id"
                 for m, n in sorted(others.items())]  # fmt: skip
     skipped: list[str] = []

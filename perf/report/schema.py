@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from detector.timing import STAGES
-from perf.tabletext import markdown_table
+from perf.tabletext import html_table, markdown_table
 from perf.validate import NUMBER, NUMBERS, TEXT, TEXTS
 
 
@@ -83,6 +83,8 @@ def text(name: str, unit: str = "", *, detail: bool = False, gpu_only: bool = Fa
 
 #: The most columns a markdown table may have: what fits a GitHub page (job summary, pull request) unscrolled.
 MARKDOWN_COLUMNS = 6
+#: Columns whose cells are prose: wrapped in the HTML page (`TableSpec.html`).
+PROSE = frozenset({"note", "failures", "why", "per class AP@0.5", "reasons"})
 
 
 def on_cpu(device: str | None) -> bool:
@@ -121,7 +123,9 @@ class TableSpec:
               device: str | None = None) -> list[str]:  # fmt: skip
         """The headers to render, in declared order: every shown column, a family as the keys of ``rows`` that
         match it (in the order they first appear). ``detail=False`` (the markdown summary) leaves out the detail
-        columns; a CPU ``device`` (`on_cpu`) the GPU-only ones."""
+        columns; a CPU ``device`` (`on_cpu`) the GPU-only ones, and every column of a GPU-only table."""
+        if self.gpu_only and on_cpu(device):
+            return []
         families = any(c.pattern is not None for c in self.columns)
         keys = list(dict.fromkeys(k for row in rows for k in row)) if families else []
         out: list[str] = []
@@ -141,6 +145,11 @@ class TableSpec:
         ``numbers_right``: columns with a unit right-aligned (perf-report's summary; the suite's report is all left)."""
         right = [self.header(c) for c in columns if numbers_right and (column := self.column(c)) and column.unit]
         return markdown_table([self.header(c) for c in columns], rows, right)
+
+    def html(self, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+        """`perf.tabletext.html_table` of ``rows`` (text cells in ``columns`` order) under the columns' `header`:
+        each cell aligned by what it holds, the `PROSE` columns wrapped."""
+        return html_table([self.header(c) for c in columns], rows, prose=PROSE)
 
     def notes(self, device: str | None = None) -> list[str]:
         """What to say under the title on ``device``: the note, and on a CPU run the CPU note."""
@@ -297,13 +306,13 @@ SUMMARY_PARITY = TableSpec("SUMMARY_PARITY", "Parity vs torch fp32", (
     text("min IoU", "IoU"), text("p1 IoU", "IoU", detail=True), text("matched pairs", "pairs", detail=True),
     text("failures")))
 
-#: perf-report's summary tables, in report order.
 SUMMARY_CHANGES = TableSpec("SUMMARY_CHANGES", "Change points in the history", (
     text("benchmark"), text("changed at"), text("before", "time"), text("after", "time"), text("size", "%"),
     num("runs after", "runs")),
     note="where a benchmark's level changed in this machine's history (perf.store.changepoints: PELT on the log "
          "medians, kept when beyond the minimum effect and 4 standard errors); changed at: the commit and run of "
          "the first run at the new level; runs after: how many runs are at it (one alone may be a slow run)")
+#: perf-report's summary tables, in report order.
 SUMMARY: tuple[TableSpec, ...] = (SUMMARY_BENCHMARKS, SUMMARY_VERDICTS, SUMMARY_CHANGES, SUMMARY_STAGES, SUMMARY_PARITY)
 
 _SUITE_BY_TITLE = {spec.title: spec for spec in SUITE}
@@ -323,6 +332,13 @@ def suite_table(table: TableSpec | str) -> TableSpec:
 def find_suite_table(title: str) -> TableSpec | None:
     """The suite report's table titled ``title``, or None (a saved report of another version)."""
     return _SUITE_BY_TITLE.get(title)
+
+
+def shown_table(title: str, rows: Iterable[Mapping[str, object]]) -> TableSpec:
+    """The suite report's table titled ``title``, or for a table this version does not declare (a saved report of
+    another version) one whose text columns are its rows' keys, as saved."""
+    return _SUITE_BY_TITLE.get(title) or TableSpec(title, title, tuple(
+        text(str(key)) for key in dict.fromkeys(k for row in rows for k in row)))  # fmt: skip
 
 
 def all_tables() -> Sequence[TableSpec]:

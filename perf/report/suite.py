@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +30,6 @@ from perf.validate import row_problem
 
 #: The report's file name without suffix: ``perf-report.json`` and ``perf-report.md`` (the latest run's copy).
 REPORT_STEM = "perf-report"
-#: Derived at the end of a run from the "Inference" table: every case against eager torch fp32, same batch.
-SPEEDUP_TABLE = schema.SPEEDUP.title
 
 
 def speedup_rows(inference_rows: Sequence[dict[str, Any]], reference: str = "torch fp32") -> list[dict[str, Any]]:
@@ -88,31 +86,34 @@ class PerfReport:
         return {**({"subject": self.subject} if self.subject else {}), "tables": self.tables,
                 **({"device": self.device} if self.device else {})}
 
+    def shown(self) -> Iterator[tuple[TableSpec, list[str], list[str], list[list[str]]]]:
+        """Each table with rows, in insertion order, as :attr:`device` shows it: its schema (`schema.shown_table`),
+        notes, the columns it shows (`perf.report.schema.TableSpec.names`: none for a GPU-only table of a CPU
+        run) and their cells as text (`cell`)."""
+        for title, rows in self.tables.items():
+            if rows:
+                spec = schema.shown_table(title, rows)
+                columns = spec.names(rows, device=self.device)
+                yield spec, spec.notes(self.device), columns, [[cell(row.get(c)) for c in columns] for row in rows]
+
     def to_markdown(self) -> str:
-        """Every table as a markdown table, in insertion order, with every column its schema declares for
-        :attr:`device` (`perf.report.schema.TableSpec.names`) and its notes; a GPU-only table of a CPU run is its
-        title and CPU note only. The subject comes first (`perf.subject.subject_markdown`)."""
+        """Every table as :meth:`shown`: its title, its notes (a quoted paragraph each), then a markdown table when
+        it shows columns. The subject comes first (`perf.subject.subject_markdown`)."""
         from perf.subject import subject_markdown
 
         parts = [subject_markdown(self.subject)] if self.subject else []
-        for name, rows in self.tables.items():
-            if not rows:
-                continue
-            spec = schema.suite_table(name)
-            parts.append(f"### {name}\n")
-            notes = spec.notes(self.device)
-            parts += ["\n>\n".join(f"> {note}" for note in notes), ""] if notes else []  # a paragraph each
-            if spec.gpu_only and schema.on_cpu(self.device):
-                continue
-            columns = spec.names(rows, device=self.device)
-            parts += [*spec.markdown(columns, [[cell(row.get(c)) for c in columns] for row in rows]), ""]
+        for spec, notes, columns, cells in self.shown():
+            parts.append(f"### {spec.title}\n")
+            parts += ["\n>\n".join(f"> {note}" for note in notes), ""] if notes else []
+            parts += [*spec.markdown(columns, cells), ""] if columns else []
         return "\n".join(parts)
 
     def add_speedups(self) -> None:
-        """(Re)make the :data:`SPEEDUP_TABLE` from the "Inference" table (call once every row is in)."""
+        """(Re)make `perf.report.schema.SPEEDUP` from the "Inference" table: every case against eager torch fp32,
+        same batch (call once every row is in)."""
         rows = speedup_rows(self.tables.get(schema.INFERENCE.title, []))
         if rows:
-            self.tables.pop(SPEEDUP_TABLE, None)
+            self.tables.pop(schema.SPEEDUP.title, None)
             for row in rows:
                 self.add(schema.SPEEDUP, row)
 

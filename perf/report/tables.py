@@ -39,10 +39,6 @@ class Table:
         for row in self.rows:
             self.spec.check(row)
 
-    @property
-    def title(self) -> str:
-        return self.spec.title
-
     def columns(self, detail: bool = True) -> list[str]:
         """The schema's columns in its order; ``detail=False``: without its detail columns (the markdown)."""
         return self.spec.names(self.rows, detail=detail)
@@ -214,11 +210,6 @@ def _verdict_note(inputs: ReportInputs, verdicts: Verdicts) -> str:
     return f"{whose}; baseline {verdicts.baseline_label}. From `{verdicts.path}`.{marked}"
 
 
-def _verdict_detail(entry: dict[str, Any]) -> str:
-    """A verdict's note, one short phrase (`perf.verdicts.note_phrase`); its figures are in the verdict file."""
-    return note_phrase(entry)
-
-
 def verdict_table(inputs: ReportInputs) -> Table | None:
     """The compare verdicts: benchmark, verdict, baseline and current medians, ratio current/baseline, note; the
     table's note names the run judged and the baseline."""
@@ -230,7 +221,7 @@ def verdict_table(inputs: ReportInputs) -> Table | None:
                    for k, key in (("baseline", "baseline_median_s"), ("current", "current_median_s"))}
         rows.append({"benchmark": str(e.get("name") or e.get("fullname")), "verdict": str(e["verdict"]), **medians,
                      "ratio [CI]": _verdict_ratio(e), "detectable": _detectable(e),
-                     "note": _verdict_detail(e)})  # fmt: skip
+                     "note": note_phrase(e)})  # fmt: skip
     return Table(schema.SUMMARY_VERDICTS, rows, _verdict_note(inputs, inputs.verdicts))
 
 
@@ -277,7 +268,7 @@ def to_markdown(tables: Sequence[Table], warnings: Sequence[str], title: str = "
     if warnings:
         lines.append("")
     for table in tables:
-        lines += [f"### {table.title}", ""]
+        lines += [f"### {table.spec.title}", ""]
         if table.note:
             lines += [table.note, ""]
         lines += [*table.spec.markdown(table.columns(detail=False), table.cells(detail=False), numbers_right=True), ""]

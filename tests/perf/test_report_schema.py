@@ -133,12 +133,15 @@ def test_a_gpu_only_column_is_left_out_of_a_cpu_run_with_a_note_saying_why() -> 
     assert schema.HARNESS.cpu_note not in on_gpu and f"> {schema.HARNESS.note}" in on_gpu
 
 
-def test_a_gpu_only_table_of_a_cpu_run_is_its_title_and_why() -> None:
+def test_a_gpu_only_table_of_a_cpu_run_is_its_title_and_why_in_the_markdown_and_the_page() -> None:
     report = PerfReport(device="cpu")
     report.add(schema.GPU_MEMORY, {"backend": "torch", "runners": 1, "why": "next backend"})
     markdown = report.to_markdown()
     assert f"### {schema.GPU_MEMORY.title}\n\n> {schema.GPU_MEMORY.cpu_note}" in markdown
     assert "| backend |" not in markdown
+    page = to_html(Report("", [], suite=report))
+    assert (f"<h3>{html.escape(schema.GPU_MEMORY.title)}</h3><p class='note'>"
+            f"{html.escape(schema.GPU_MEMORY.cpu_note)}</p>\n</details>") in page and "<th>backend</th>" not in page
 
 
 def test_a_run_of_unknown_device_shows_every_column_with_its_meaning() -> None:

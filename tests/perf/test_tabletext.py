@@ -1,5 +1,6 @@
 """The one table renderer (perf.tabletext): markdown with escaped cells and column alignment, aligned terminal
-text, and every table of the reports, the verdict files and the commands rendered through it."""
+text, HTML with escaped and classed cells, and every table of the reports, the verdict files and the commands
+rendered through it."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from perf.gate.table import format_lines
 from perf.gate.table import to_markdown as verdicts_markdown
 from perf.report import schema
 from perf.report.captures import CaptureRow, captures_markdown
+from perf.report.html import Report, to_html
 from perf.report.suite import PerfReport
 from perf.report.tables import Table, to_markdown
 from perf.store.changepoints import ChangePoint, HistoryChange
 from perf.store.cli import changes_table
-from perf.tabletext import markdown_cell, markdown_table, text_table
+from perf.tabletext import html_table, markdown_cell, markdown_table, text_table
 
 WRONG = "a|b\nc"  # a pipe would end the cell, a newline the table
 ESCAPED = "a\\|b c"
@@ -38,12 +40,36 @@ def test_a_row_of_the_wrong_length_or_an_unknown_right_aligned_column_is_refused
         text_table(["x", "y"], [["a", "b", "c"]])
     with pytest.raises(ValueError, match=r"right-aligned column\(s\) \['ms'\] are not among the headers \['x'\]"):
         markdown_table(["x"], [], right=["ms"])
+    with pytest.raises(ValueError, match=r"row \['a'\]: 1 cell\(s\) for 2 column\(s\)"):
+        html_table(["x", "y"], [["a"]])
+    with pytest.raises(ValueError, match=r"right-aligned column\(s\) \['ms'\] are not among the headers \['x'\]"):
+        html_table(["x"], [], right=["ms"])
 
 
 def test_text_table_pads_each_column_to_its_widest_cell_without_trailing_spaces() -> None:
     assert text_table(["benchmark", "ms"], [["a", "12.5"], ["long_name", ""]]) == [
         "benchmark  ms", "a          12.5", "long_name"]  # fmt: skip
     assert text_table(["x", "y"], []) == ["x  y"]
+
+
+def test_html_table_escapes_every_cell_and_classes_it_by_what_it_holds() -> None:
+    table = html_table(["name <x>", "ms", "note"], [["a & b", "1.5", "it's"], ["-2", "+4% (slower)", "faster"]],
+                       prose={"note"})  # fmt: skip
+    assert table == (
+        "<table><tr><th>name &lt;x&gt;</th><th>ms</th><th>note</th></tr>"
+        "<tr><td class='text'>a &amp; b</td><td>1.5</td><td class='prose'>it&#x27;s</td></tr>"
+        "<tr><td>-2</td><td class='slower'>+4% (slower)</td><td class='faster prose'>faster</td></tr></table>")
+    assert html_table(["x", "ms"], [["1", "a"]], right={"ms"}) == (
+        "<table><tr><th>x</th><th>ms</th></tr><tr><td class='text'>1</td><td>a</td></tr></table>")  # as told
+
+
+def test_every_html_table_escapes_its_cells() -> None:
+    """perf-report's summary tables, the suite's tables (declared or of another version) and the captures."""
+    suite = PerfReport({"Accuracy vs ground truth": [{"backend": "<b>"}], "Old <t>": [{"<c>": "<b>"}]})
+    page = to_html(Report("", [Table(schema.SUMMARY_BENCHMARKS, [{"benchmark": "<b>"}])], suite=suite,
+                          captures=[CaptureRow("<b>", 1.0, 0.5, None)]))  # fmt: skip
+    assert page.count("<td class='text'>&lt;b&gt;</td>") == 4 and "<b>" not in page
+    assert "<h3>Old &lt;t&gt;</h3><table><tr><th>&lt;c&gt;</th></tr>" in page
 
 
 def test_every_markdown_table_escapes_its_cells() -> None:
