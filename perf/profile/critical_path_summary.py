@@ -1,8 +1,5 @@
-"""The critical-path summary of one capture: what bounded the region, who waited, for how long, on what.
-
-`perf.profile.critical_path` computes it; this module holds its records, their JSON form (``to_dict`` /
-``from_dict``, plain types only, as ``summary.json`` stores them) and the markdown (``to_markdown``). Times are
-ns; shares are fractions 0..1 of the region.
+"""The critical-path summary of one capture (`perf.profile.critical_path` computes it): its records, their JSON form
+(``to_dict`` / ``from_dict``, as ``summary.json`` stores them) and markdown. Times are ns, shares fractions 0..1.
 """
 
 from __future__ import annotations
@@ -12,8 +9,7 @@ from typing import Any
 
 from perf.tabletext import markdown_table
 
-#: Kinds of path segments: the thread's own CPU work, GPU work, launch latency (the API call returned, the work had
-#: not started), and a wait the walk could not follow.
+#: Kinds of path segments: a thread's CPU work, GPU work, launch latency, a wait (docs/method.md, section 13).
 KINDS = ("host", "gpu", "launch", "wait")
 _KIND_LABEL = {"host": "host CPU", "gpu": "GPU", "launch": "launch latency", "wait": "waits"}
 #: Rows of each markdown table, and the widest name in a cell (characters).
@@ -27,9 +23,8 @@ TOTAL_COLUMNS = ("Waits in all", "Kind", "Calls", "Threads", "Total ms")
 
 @dataclass(frozen=True)
 class Segment:
-    """One piece of the critical path: ``kind`` (see `KINDS`), ``where`` (a thread label such as ``python:2092``
-    or a stream label such as ``stream 13``), ``name`` (innermost NVTX range, kernel, API or OS call) and
-    ``[start_ns, end_ns)``."""
+    """A piece ``[start_ns, end_ns)`` of the path: ``kind`` (`KINDS`), ``where`` (``python:2092``, ``stream 13``),
+    ``name`` (innermost NVTX range, kernel, API or OS call)."""
 
     kind: str
     where: str
@@ -44,8 +39,8 @@ class Segment:
 
 @dataclass(frozen=True)
 class Wait:
-    """One blocking call of a host thread inside the region (clipped to it): ``kind`` "gpu" (a GPU-synchronising
-    CUDA call) or "os" (a blocking OS call); ``released_by`` the GPU work or thread that ended it, when found."""
+    """A blocking call in the region (clipped): ``kind`` "gpu" (GPU-synchronising) or "os"; ``released_by`` the GPU
+    work or thread that ended it, when found."""
 
     where: str
     name: str
@@ -61,10 +56,8 @@ class Wait:
 
 @dataclass(frozen=True)
 class ThreadLoad:
-    """A host thread in the region. ``active_ns``: from its first traced event to its last (the whole region for
-    the region's own thread); ``gpu_wait_ns`` / ``os_wait_ns``: inside GPU-synchronising CUDA calls / blocking OS
-    calls (union, overlaps once); ``busy_ns`` = active - waits: its CPU work *as inferred*, since untraced time
-    counts as busy; ``on_path_ns``: its host and wait time on the critical path."""
+    """A host thread in the region (docs/method.md, section 13: active, busy, waits): ``busy_ns`` = active - waits,
+    untraced time counting as busy; ``on_path_ns`` its host and wait time on the path."""
 
     where: str
     active_ns: int
@@ -76,9 +69,8 @@ class ThreadLoad:
 
 @dataclass(frozen=True)
 class StreamLoad:
-    """A GPU stream in the region: ``busy_ns`` the union of its kernels, copies and memsets, ``idle_ns`` the rest
-    of the region (busy + idle = region), ``on_path_ns`` its GPU time on the critical path (with the gaps of up
-    to `perf.profile.critical_path.STREAM_TOLERANCE_NS` between work queued back to back)."""
+    """A GPU stream in the region: ``busy_ns`` (union of its work) + ``idle_ns`` = region; ``on_path_ns`` its GPU
+    time on the path."""
 
     where: str
     busy_ns: int
@@ -98,11 +90,9 @@ class PathShare:
 
 @dataclass
 class CriticalPathSummary:
-    """What bounded a capture's region: the path summed per kind (``by_kind``: ns) and per (kind, name)
-    (``shares``, largest first; they add up to the region), its longest stretches (``longest``: consecutive
-    segments of one kind, place and name merged), per-thread and per-stream loads, the longest waits and the wait
-    totals per call name (``wait_totals``: ``{"name", "kind", "ns", "calls", "threads"}``) of the threads that
-    matter (those with CUDA calls or NVTX ranges, or on the path)."""
+    """What bounded a region: the path per kind (``by_kind``, ns) and per (kind, name) (``shares``, largest first),
+    its ``longest`` stretches, the loads, the ``top_waits`` and ``wait_totals`` per call name (``{"name", "kind",
+    "ns", "calls", "threads"}``) of the threads that matter."""
 
     source: str
     region: dict[str, Any]

@@ -1,9 +1,6 @@
-"""Profiling without Nsight Systems: a ``torch.profiler`` trace (Chrome/Perfetto JSON) of the measured region, with
-the same stage names as the NVTX ranges; the measured-region bracket both profilers share; NVTX overhead.
-
-``--perf-profile=torch`` wraps a benchmark's measured region in `torch_profile`; `detector.timing.annotate` labels
-(read, preprocess, infer, postprocess, write) become ``record_function`` events in the trace, which opens in
-https://ui.perfetto.dev or chrome://tracing. torch is imported inside the functions only.
+"""Profiling without Nsight Systems: a ``torch.profiler`` trace (Chrome/Perfetto JSON, ``--perf-profile=torch``) of
+the measured region with the NVTX stage names as ``record_function`` labels; the measured-region bracket both
+profilers share (`capture_range`); the annotations' own cost. torch is imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -27,14 +24,6 @@ log = logging.getLogger(__name__)
 MEASURED_RANGE = "measured"
 
 
-def default_activities() -> list[Any]:
-    """``[ProfilerActivity.CPU]`` plus ``ProfilerActivity.CUDA`` when a CUDA device is visible."""
-    import torch
-    from torch.profiler import ProfilerActivity
-
-    return [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])]
-
-
 @contextlib.contextmanager
 def _annotations(*, nvtx: bool | None = None, torch_profiler: bool | None = None) -> Iterator[None]:
     """Switch annotation kinds for the block, then restore what was set before."""
@@ -48,17 +37,14 @@ def _annotations(*, nvtx: bool | None = None, torch_profiler: bool | None = None
 
 @contextlib.contextmanager
 def torch_profile(trace_path: str | os.PathLike[str], *, activities: Sequence[Any] | None = None) -> Iterator[Any]:
-    """Record the block with ``torch.profiler`` and write a Chrome/Perfetto JSON trace to ``trace_path`` atomically.
-
-    Inside, `detector.timing.annotate` emits ``record_function`` labels (stage names), and the whole block is one
-    `MEASURED_RANGE` label. ``activities`` defaults to `default_activities` (CPU, plus CUDA on a GPU). Yields the
-    ``torch.profiler.profile`` object. The trace is written only if the block succeeds.
-    """
+    """Record the block (one `MEASURED_RANGE` label, stage labels inside) with ``torch.profiler`` (``activities``:
+    CPU, plus CUDA on a GPU) and, if it succeeds, write its Chrome/Perfetto trace to ``trace_path`` atomically."""
     import torch
-    from torch.profiler import profile, record_function
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     trace_path = Path(trace_path)
-    acts = list(activities) if activities is not None else default_activities()
+    cuda = [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+    acts = list(activities) if activities is not None else [ProfilerActivity.CPU, *cuda]
     with _annotations(torch_profiler=True), profile(activities=acts) as prof:
         with record_function(MEASURED_RANGE):
             yield prof
@@ -103,12 +89,8 @@ def _ns_per_call(n: int, repeats: int = 5) -> float:
 
 
 def measure_annotation_overhead(n: int = 10000) -> dict[str, float | int | bool]:
-    """Host cost of `detector.timing.annotate` per call, in ns: switched off, with NVTX ranges, with profiler labels.
-
-    ``nvtx_emitted`` is False where no CUDA device is visible (annotate then skips the NVTX push/pop, so the NVTX
-    figure is only the Python overhead). The profiler-label figure is measured with no profiler running.
-    Best of 5 runs of ``n`` calls each; the previous annotation switches are restored.
-    """
+    """Host ns per `detector.timing.annotate` call (best of 5 runs of ``n``): off, NVTX, profiler labels (no profiler
+    running); ``nvtx_emitted`` False without a CUDA device (no NVTX push/pop, Python overhead only)."""
     import torch
 
     with _annotations(nvtx=False, torch_profiler=False):
