@@ -1,22 +1,20 @@
 """Profiling without Nsight Systems: a ``torch.profiler`` trace (Chrome/Perfetto JSON, ``--perf-profile=torch``) of
 the measured region with the NVTX stage names as ``record_function`` labels; the measured-region bracket both
-profilers share (`capture_range`); the annotations' own cost. torch is imported inside the functions only.
+profilers share (`capture_range`). torch is imported inside the functions only.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from detector import timing
 from detector.fileio import atomic_path
-from detector.timing import STAGES, annotate, enable_annotations, profiler_capture
+from detector.timing import annotate, enable_annotations, profiler_capture
 
 log = logging.getLogger(__name__)
 
@@ -62,48 +60,3 @@ def capture_range(*, capture: bool) -> Iterator[None]:
     annotation inside (an NVTX range / profiler label when those are switched on)."""
     with profiler_capture(capture), annotate(MEASURED_RANGE):
         yield
-
-
-def trace_event_names(trace_path: str | os.PathLike[str]) -> set[str]:
-    """Names of all events in a Chrome trace JSON (``{"traceEvents": [...]}`` or a bare list)."""
-    data = json.loads(Path(trace_path).read_text(encoding="utf-8"))
-    events = data.get("traceEvents", []) if isinstance(data, dict) else data
-    return {event["name"] for event in events if isinstance(event, dict) and "name" in event}
-
-
-def trace_stage_names(trace_path: str | os.PathLike[str], stages: Sequence[str] = STAGES) -> set[str]:
-    """The pipeline stage names (of ``stages``) that appear as events in the trace at ``trace_path``."""
-    return trace_event_names(trace_path) & set(stages)
-
-
-def _ns_per_call(n: int, repeats: int = 5) -> float:
-    """Best-of-``repeats`` host time of one empty ``with annotate("infer")`` block, in ns."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter_ns()
-        for _ in range(n):
-            with annotate("infer"):
-                pass
-        best = min(best, (time.perf_counter_ns() - start) / n)
-    return best
-
-
-def measure_annotation_overhead(n: int = 10000) -> dict[str, float | int | bool]:
-    """Host ns per `detector.timing.annotate` call (best of 5 runs of ``n``): off, NVTX, profiler labels (no profiler
-    running); ``nvtx_emitted`` False without a CUDA device (no NVTX push/pop, Python overhead only)."""
-    import torch
-
-    with _annotations(nvtx=False, torch_profiler=False):
-        off = _ns_per_call(n)
-    with _annotations(nvtx=True, torch_profiler=False):
-        nvtx = _ns_per_call(n)
-    with _annotations(nvtx=False, torch_profiler=True):
-        label = _ns_per_call(n)
-    return {
-        "calls": n,
-        "disabled_ns_per_call": off,
-        "nvtx_ns_per_call": nvtx,
-        "nvtx_overhead_ns_per_call": nvtx - off,
-        "torch_label_ns_per_call": label,
-        "nvtx_emitted": torch.cuda.is_available(),
-    }
