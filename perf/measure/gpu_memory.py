@@ -32,14 +32,10 @@ def oom_skip_reason(exc: BaseException, batch: int, device_name: str) -> str | N
 
 
 def _is_oom(error: BaseException) -> bool:
-    try:
-        import torch
+    import torch
 
-        if isinstance(error, torch.cuda.OutOfMemoryError):
-            return True
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
-    return isinstance(error, (RuntimeError, MemoryError)) and bool(_OOM_TEXT.search(str(error)))
+    return isinstance(error, torch.cuda.OutOfMemoryError) or (
+        isinstance(error, (RuntimeError, MemoryError)) and bool(_OOM_TEXT.search(str(error))))
 
 
 def release_cuda_memory() -> None:

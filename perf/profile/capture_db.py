@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,13 +88,9 @@ class ThreadInfo:
     name: str
 
     @property
-    def tid(self) -> int:
-        return self.gtid & 0xFFFFFF
-
-    @property
     def label(self) -> str:
         """``python:2092``: the name and the OS thread id (Python threads all share the process's name)."""
-        return f"{self.name}:{self.tid}"
+        return f"{self.name}:{self.gtid & 0xFFFFFF}"
 
 
 @dataclass(frozen=True)
@@ -318,10 +315,10 @@ def _read_totals(db: _Db, capture: Capture) -> None:
 
 
 def _busiest_thread(calls: list[HostCall]) -> int | None:
-    time: dict[int, int] = {}
+    time: Counter[int] = Counter()
     for c in calls:
-        time[c.gtid] = time.get(c.gtid, 0) + c.end_ns - c.start_ns
-    return max(time, key=lambda g: time[g]) if time else None
+        time[c.gtid] += c.end_ns - c.start_ns
+    return max(time, key=time.__getitem__) if time else None
 
 
 def read_capture(path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
@@ -335,10 +332,7 @@ def read_capture(path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
         db.strings = dict(db.conn.execute("SELECT id, value FROM StringIds"))
         found = _region(db, range_name)
         owner = found[1] if found else None
-        if region is not None:
-            chosen = Region(region[0], region[1], "given")
-        else:
-            chosen = found[0] if found else Region(0, 0, NOTHING)
+        chosen = Region(*region, "given") if region is not None else found[0] if found else Region(0, 0, NOTHING)
         span = (chosen.start_ns, chosen.end_ns)
         names = {g: db.strings.get(n, "thread") for n, g in db.rows("ThreadNames", ("nameId", "globalTid"))}
         capture = Capture(path, chosen, range_name=range_name)

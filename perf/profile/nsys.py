@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from detector.errors import DetectorError, one_line
 from perf.profile.capture_db import CaptureError, read_capture
@@ -31,23 +32,15 @@ NSYS_CHILD_FLAG = "--perf-nsys-child"
 #: Where captures go, relative to the rootdir, unless the caller chooses otherwise (reports/ is git-ignored).
 DEFAULT_REPORT_ROOT = Path("reports") / "nsys"
 #: Install locations searched after --nsys-path, $NSYS and PATH, in this order; newest version first within each.
-NSYS_GLOBS = (
-    "opt/nvidia/nsight-systems/*/bin/nsys",
-    "opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
-    "usr/local/cuda*/bin/nsys",
-    "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
-)
-NSYS_NOT_FOUND_REASON = (
-    "nsys (Nsight Systems) not found: looked at --nsys-path, $NSYS, PATH, /opt/nvidia/nsight-systems/*/, "
-    "/usr/local/cuda*/bin and /opt/nvidia/nsight-compute/*/host/target-linux-x64; "
-    "point at it with --nsys-path=/path/to/nsys or NSYS=/path/to/nsys"
-)
+NSYS_GLOBS = ("opt/nvidia/nsight-systems/*/bin/nsys", "opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
+              "usr/local/cuda*/bin/nsys", "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys")  # fmt: skip
+NSYS_NOT_FOUND_REASON = ("nsys (Nsight Systems) not found: looked at --nsys-path, $NSYS, PATH, "
+                         "/opt/nvidia/nsight-systems/*/, /usr/local/cuda*/bin and /opt/nvidia/nsight-compute/*/host/"
+                         "target-linux-x64; point at it with --nsys-path=/path/to/nsys or NSYS=/path/to/nsys")
 #: nsys output that means its importer or exporter broke (the report is missing or incomplete).
-_NSYS_FAILURE = re.compile(
-    r"error while loading shared libraries|cannot open shared object file|Importer error|Importation failed"
-    r"|QdstrmImporter.*(?:error|fail)|Failed to create .*\.nsys-rep|Report file .* could not be generated",
-    re.IGNORECASE,
-)
+_NSYS_FAILURE = re.compile(r"error while loading shared libraries|cannot open shared object file|Importer error"
+                           r"|Importation failed|QdstrmImporter.*(?:error|fail)|Failed to create .*\.nsys-rep"
+                           r"|Report file .* could not be generated", re.IGNORECASE)  # fmt: skip
 _TAIL_LINES = 30
 
 
@@ -111,9 +104,8 @@ def nsys_not_found_reason(explicit: str | None, env: Mapping[str, str] = os.envi
     return NSYS_NOT_FOUND_REASON
 
 
-def nsys_profile_command(
-    nsys: str | os.PathLike[str], output_base: str | os.PathLike[str], child_argv: Sequence[str]
-) -> list[str]:
+def nsys_profile_command(nsys: str | os.PathLike[str], output_base: str | os.PathLike[str],
+                         child_argv: Sequence[str]) -> list[str]:  # fmt: skip
     """``nsys profile`` argv recording ``child_argv`` from cudaProfilerStart to the first cudaProfilerStop into
     ``<output_base>.nsys-rep``: CUDA, NVTX and OS calls, kernels inside CUDA graphs one by one, no CPU sampling."""
     return [os.fspath(nsys), "profile", "--trace=cuda,nvtx,osrt", "--capture-range=cudaProfilerApi",
@@ -159,9 +151,7 @@ def _junit_outcome(path: Path) -> tuple[str, str | None] | None:
     except (OSError, ET.ParseError):
         return None
     cases = list(root.iter("testcase"))
-    if not cases or any(case.find("failure") is not None or case.find("error") is not None for case in cases):
-        return "failed", None
-    if any(node.tag == "error" for node in root.iter()):
+    if not cases or any(case.find("failure") is not None for case in cases) or any(n.tag == "error" for n in root.iter()):
         return "failed", None
     skipped = [case.find("skipped") for case in cases]
     if all(node is not None for node in skipped):
@@ -169,17 +159,10 @@ def _junit_outcome(path: Path) -> tuple[str, str | None] | None:
     return "passed", None
 
 
-def run_child_under_nsys(
-    nsys: str | os.PathLike[str],
-    nodeid: str,
-    rootdir: str | os.PathLike[str],
-    extra_pytest_args: Sequence[str] = (),
-    report_root: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    *,
-    cwd: str | os.PathLike[str] | None = None,
-    timeout_s: float = 1800.0,
-) -> NsysResult:
+def run_child_under_nsys(nsys: str | os.PathLike[str], nodeid: str, rootdir: str | os.PathLike[str],
+                         extra_pytest_args: Sequence[str] = (), report_root: str | os.PathLike[str] | None = None,
+                         env: Mapping[str, str] | None = None, *, cwd: str | os.PathLike[str] | None = None,
+                         timeout_s: float = 1800.0) -> NsysResult:  # fmt: skip
     """Run test ``nodeid`` in a child pytest under ``nsys profile`` into `report_dir_for` (under ``report_root``,
     default ``rootdir/reports/nsys``), its output in ``nsys-run.log`` there. The child starts in ``cwd`` (default
     ``rootdir``; ``extra_pytest_args``, the parent's options, read relative paths from it). A failing or skipped
@@ -188,9 +171,9 @@ def run_child_under_nsys(
     rootdir = Path(rootdir).resolve()
     report_dir = report_dir_for(nodeid, Path(report_root) if report_root is not None else rootdir / DEFAULT_REPORT_ROOT)
     report_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (*report_dir.glob("*.nsys-rep"), report_dir / "child-junit.xml"):
-        stale.unlink(missing_ok=True)
     junit = report_dir / "child-junit.xml"
+    for stale in (*report_dir.glob("*.nsys-rep"), junit):
+        stale.unlink(missing_ok=True)
     path, sep, rest = nodeid.partition("::")
     child = child_command([f"{rootdir / path}{sep}{rest}", f"--rootdir={rootdir}", "-p", "no:cacheprovider",
                             NSYS_CHILD_FLAG, f"--junitxml={junit}", "-q", "-rfEs", *extra_pytest_args])  # fmt: skip
@@ -201,8 +184,8 @@ def run_child_under_nsys(
         run = run_pytest_child(command, rootdir if cwd is None else cwd, os.environ if env is None else env, log_path,
                                timeout_s=timeout_s)  # fmt: skip
     except subprocess.TimeoutExpired as e:
-        output = log_path.read_text(encoding="utf-8", errors="replace")
-        raise nsys_error(f"nsys profile of {nodeid} did not finish within {timeout_s:.0f} s", output) from e
+        raise nsys_error(f"nsys profile of {nodeid} did not finish within {timeout_s:.0f} s",
+                         log_path.read_text(encoding="utf-8", errors="replace")) from e  # fmt: skip
     except OSError as e:
         raise NsysError(f"cannot run nsys at {os.fspath(nsys)!r} for {nodeid}: {e}") from e
     output, returncode = run.output(), run.returncode
@@ -213,13 +196,14 @@ def run_child_under_nsys(
         raise nsys_error(f"nsys profile of {nodeid} failed (exit {returncode}) before the child test finished "
                          f"(no {junit.name}); full output in {log_path}", output)  # fmt: skip
     result.outcome, result.skip_reason = verdict
-    broken = _NSYS_FAILURE.search(output) if result.outcome == "passed" else None  # a failed test's own errors
-    if broken:
+    if result.outcome != "passed":  # a failed test's own errors are never taken for nsys's
+        return result
+    if broken := _NSYS_FAILURE.search(output):
         raise nsys_error(f"nsys failed while profiling {nodeid}: {broken.group(0)!r} (exit {returncode}); "
                          f"full output in {log_path}", output)  # fmt: skip
-    if result.outcome == "passed" and returncode != 0:
+    if returncode != 0:
         raise nsys_error(f"nsys exited {returncode} although {nodeid} passed; full output in {log_path}", output)
-    if result.outcome == "passed" and not reports:
+    if not reports:
         raise nsys_error(f"nsys wrote no .nsys-rep for {nodeid} in {report_dir} (did the test reach "
                          f"cudaProfilerStart?); full output in {log_path}", output)  # fmt: skip
     return result
@@ -231,10 +215,8 @@ def export_command(nsys: str | os.PathLike[str], rep_path: Path, out: Path) -> l
             os.fspath(rep_path)]  # fmt: skip
 
 
-def export_sqlite(
-    nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
-    timeout_s: float = 600.0,
-) -> Path:  # fmt: skip
+def export_sqlite(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                  timeout_s: float = 600.0) -> Path:  # fmt: skip
     """``nsys export --type sqlite`` of ``rep_path`` into ``out`` (returned), its output in ``nsys-export.log``
     beside it; `NsysError` quoting nsys when it cannot run, fails or writes no file."""
     rep_path, out = Path(rep_path), Path(out)
@@ -252,10 +234,8 @@ def export_sqlite(
     return out
 
 
-def summarize_report(
-    nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
-    **summary_options,
-) -> NsysSummary:  # fmt: skip
+def summarize_report(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
+                     **summary_options: Any) -> NsysSummary:  # fmt: skip
     """Export ``rep_path`` to ``<report>.sqlite`` once, read it once, summarize it with its critical path and write
     ``summary.json`` / ``summary.md`` beside the report; `NsysError` when the export fails or cannot be read."""
     rep_path = Path(rep_path)
