@@ -57,7 +57,8 @@ def is_suite_kernel(name: str) -> bool:
 
 
 def busy_ns(intervals: Iterable[tuple[int, int]], start_ns: int, end_ns: int) -> int:
-    """Length in ns of the union of ``[a, b)`` intervals clipped to ``[start_ns, end_ns)`` (overlaps count once)."""
+    """Length in ns of the union of ``[a, b)`` intervals clipped to ``[start_ns, end_ns)`` (overlaps count once);
+    a sweep over the sorted intervals (neither numpy nor the stdlib has an interval union)."""
     total, reach = 0, start_ns
     for a, b in sorted((max(a, start_ns), min(b, end_ns)) for a, b in intervals):
         if b <= reach or b <= a:

@@ -137,7 +137,7 @@ class CriticalPathSummary:
             top = [s for s in self.shares if s.kind == kind and s.share >= least]
             if top and kind != "launch":
                 more = len([s for s in self.shares if s.kind == kind]) > min(len(top), names)
-                listed = ", ".join(f"{_short(s.name, 40)} {100 * s.share:.1f} %" for s in top[:names])
+                listed = ", ".join(f"{shorten(s.name, 40)} {100 * s.share:.1f} %" for s in top[:names])
                 part += f" ({listed}{', ...' if more else ''})"
             parts.append(part)
         return "Bounded by: " + (", ".join(parts) if parts else "nothing traced")
@@ -150,26 +150,26 @@ class CriticalPathSummary:
                  f"- {self.bounded_by()}"]  # fmt: skip
         lines += [f"- {note}" for note in self.notes]
         if self.threads or self.streams:
-            rows = [[_short(t.where, CELL), _ms(t.active_ns), _ms(t.busy_ns), _ms(t.gpu_wait_ns), _ms(t.os_wait_ns),
+            rows = [[shorten(t.where, CELL), _ms(t.active_ns), _ms(t.busy_ns), _ms(t.gpu_wait_ns), _ms(t.os_wait_ns),
                      _pct(t.on_path_ns, region, "")] for t in self.threads[:SHOWN]]  # fmt: skip
             if len(self.threads) > SHOWN:
                 rest = self.threads[SHOWN:]
                 rows.append([f"{len(rest)} more threads", "", _ms(sum(t.busy_ns for t in rest)), "", "",
                              _pct(sum(t.on_path_ns for t in rest), region, "")])  # fmt: skip
-            rows += [[_short(s.where, CELL), _ms(region), _ms(s.busy_ns), "", f"idle {_ms(s.idle_ns)}", _pct(s.on_path_ns, region, "")]
+            rows += [[shorten(s.where, CELL), _ms(region), _ms(s.busy_ns), "", f"idle {_ms(s.idle_ns)}", _pct(s.on_path_ns, region, "")]
                      for s in self.streams[:SHOWN]]  # fmt: skip
             lines += ["", *markdown_table(LOAD_COLUMNS, rows, right=LOAD_COLUMNS[1:])]
         if self.longest:
             start = int(self.region["start_ns"])
-            lines += ["", *markdown_table(LONGEST_COLUMNS, ([_short(s.name, CELL), s.kind, _short(s.where, CELL), _ms(s.duration_ns),
+            lines += ["", *markdown_table(LONGEST_COLUMNS, ([shorten(s.name, CELL), s.kind, shorten(s.where, CELL), _ms(s.duration_ns),
                                                              _ms(s.start_ns - start)] for s in self.longest[:SHOWN]),
                                           right=LONGEST_COLUMNS[3:])]  # fmt: skip
         if self.top_waits:
-            lines += ["", *markdown_table(WAIT_COLUMNS, ([_short(w.name, CELL), _short(w.where, CELL), _ms(w.duration_ns),
-                                                          _short(w.released_by or "not found", CELL)]
+            lines += ["", *markdown_table(WAIT_COLUMNS, ([shorten(w.name, CELL), shorten(w.where, CELL), _ms(w.duration_ns),
+                                                          shorten(w.released_by or "not found", CELL)]
                                                          for w in self.top_waits[:SHOWN]), right=("ms",))]  # fmt: skip
         if self.wait_totals:
-            lines += ["", *markdown_table(TOTAL_COLUMNS, ([_short(w["name"], CELL), w["kind"], f"{w['calls']:,}", str(w["threads"]),
+            lines += ["", *markdown_table(TOTAL_COLUMNS, ([shorten(w["name"], CELL), w["kind"], f"{w['calls']:,}", str(w["threads"]),
                                                            _ms(w["ns"])] for w in self.wait_totals[:SHOWN]),
                                           right=TOTAL_COLUMNS[2:])]  # fmt: skip
         return "\n".join(lines) + "\n"
@@ -183,5 +183,6 @@ def _pct(ns: float, total: float, unit: str = " %") -> str:
     return f"{100 * ns / total:.1f}{unit}" if total else "n/a"
 
 
-def _short(text: str, width: int) -> str:
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the last one "…"."""
     return text if len(text) <= width else text[: width - 1] + "…"

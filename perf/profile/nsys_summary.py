@@ -5,6 +5,7 @@ own activity apart (docs/method.md, section 6). Whole-capture figures are summed
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 from detector.fileio import atomic_write_text
 from detector.timing import STAGES
 from perf.profile.capture_db import Capture, GpuOp, Total, busy_ns, is_suite_kernel
-from perf.profile.critical_path_summary import CriticalPathSummary
+from perf.profile.critical_path_summary import CriticalPathSummary, shorten
 from perf.tabletext import markdown_table
 
 #: The summary's tables (`perf.tabletext.markdown_table`): top kernels, NVTX ranges, CUDA API calls.
@@ -86,9 +87,7 @@ class NsysSummary:
 
     def to_markdown(self, name_width: int = 90) -> str:
         """A few lines and tables for a terminal, a CI job summary or a pull request."""
-
-        def short(text: str) -> str:
-            return text if len(text) <= name_width else text[: name_width - 1] + "…"
+        short = functools.partial(shorten, width=name_width)
 
         title = Path(self.report).name if self.report else "capture"
         lines = [f"### Nsight Systems: {title}", ""]

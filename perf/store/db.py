@@ -102,7 +102,6 @@ class HistoryStore:
     """An open store (see the module docstring). Methods raise `StoreError` naming the store."""
 
     def __init__(self, where: str) -> None:
-        self.where = where
         self.shown = _shown(where)
         url = engine_url(where)
         if url.startswith("sqlite:///"):
