@@ -135,13 +135,9 @@ def _torch_cuda_info(index: int) -> dict[str, Any]:
     except (RuntimeError, AssertionError) as e:  # broken driver / CUDA init failure
         log.debug("torch cannot describe cuda:%d: %s", index, e)
         return info
-    info.update(
-        gpu_name=props.name,
-        compute_capability=f"{props.major}.{props.minor}",
-        gpu_memory_mib=props.total_memory // 2**20,
-        _uuid=f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None,
-    )
-    return info
+    return {**info, "gpu_name": props.name, "compute_capability": f"{props.major}.{props.minor}",
+            "gpu_memory_mib": props.total_memory // 2**20,
+            "_uuid": f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None}  # fmt: skip
 
 
 def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
@@ -196,14 +192,12 @@ def _nvml_handle(pynvml: Any, read: Callable[..., Any], index: int, uuid: str | 
     if visible is None:
         return read(pynvml.nvmlDeviceGetHandleByIndex, index)
     entries = [e.strip() for e in visible.split(",") if e.strip()]
-    if index >= len(entries):
-        return None
-    entry = entries[index]
+    entry = entries[index] if index < len(entries) else ""
     if entry.isdigit():
         return read(pynvml.nvmlDeviceGetHandleByIndex, int(entry))
     if entry.startswith("GPU-"):
         return read(pynvml.nvmlDeviceGetHandleByUUID, entry)
-    return None  # MIG-... entries and UUID prefixes: not resolvable through NVML
+    return None  # none, MIG-... entries and UUID prefixes: not resolvable through NVML
 
 
 def _text(value: Any) -> str | None:
