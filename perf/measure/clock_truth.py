@@ -33,9 +33,6 @@ class ClockReading:
     host_error: float
     offset_us: float  # event_ms - known_ms, in microseconds
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def _host_sleep_ms(cycles: int) -> float:
     """Host ms of a ``cycles`` sleep from an idle GPU (earlier work is waited for first, outside the reading)."""
@@ -89,7 +86,7 @@ def clock_truth(clock: Callable[[], float], rough_cycles_per_ms: float,
     after = calibrate(rough_cycles_per_ms)
     rate = (before.cycles_per_ms + after.cycles_per_ms) / 2
     return {
-        "readings": [reading(c, rate, *r).to_dict() for c, r in zip(cycles, raw)],
+        "readings": [asdict(reading(c, rate, *r)) for c, r in zip(cycles, raw)],
         "calibration_before": asdict(before),
         "calibration_after": asdict(after),
         "clock_drift": after.cycles_per_ms / before.cycles_per_ms - 1,
