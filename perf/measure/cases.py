@@ -1,19 +1,8 @@
-"""What the suite measures: the (backend, variant, precision, batch) cases, made from the perf options.
-
-Cases are parametrised at collection time from ``--perf-backends``, ``--perf-precisions`` and
-``--perf-batch-sizes``, over every variant the backend registry holds for the selected backends
-(:func:`detector.backends.variants`; a variant registered there is measured, with nothing to add here). Every
-combination is collected under its own id, also one that cannot run here: it is skipped at set-up, before any
-fixture runs, with the reason, instead of silently vanishing (an empty parameter set). A variant made for CUDA
-carries the ``gpu`` marker, so on a CPU run the suite's gate says ``needs a CUDA device; --perf-device is cpu``
-(`perf.session.PerfSession.skip_reason`); a backend or precision this machine cannot run carries a skip with
-`unavailable_reason` (``tensorrt not installed (...)``, ``onnxruntime has no fp16 mode (it runs fp32)``).
-
-The ``ci`` marker picks the key benchmarks of every family (`KEY_CASES`): ``pytest perf -m ci`` is the
-selection a CI gate runs on every change (a few minutes on one H100); the full suite stays the default.
-
-`CASE_FIXTURES` is the one table of what each benchmark module is parametrised over (fixture name -> how its cases
-are made); the plugin's one ``pytest_generate_tests`` calls `parametrize`.
+"""What the suite measures: the (backend, variant, precision, batch) cases, from ``--perf-backends``,
+``--perf-precisions``, ``--perf-batch-sizes`` and every variant the backend registry holds. Every case is collected,
+also one that cannot run here: it skips at set-up with its reason (docs/options.md). `KEY_CASES` adds the ``ci``
+marker (docs/method.md, section 6); `CASE_FIXTURES` is the one table of what each benchmark module is parametrised
+over, which the plugin's one ``pytest_generate_tests`` applies (`parametrize`).
 """
 
 from __future__ import annotations
@@ -31,9 +20,8 @@ from perf.measure.sources import DEFAULT as DEFAULT_SOURCE
 from perf.measure.sources import Source, for_video, with_sources
 from perf.subject import Subject
 
-#: The key (variant, precision) pairs of each family per device type, which ``-m ci`` selects; inference also
-#: only at batch 1 and the largest selected batch size (batch 1 only on a CPU, where a large batch takes seconds).
-#: This only marks cases: a registered variant missing here is still measured by the full suite.
+#: The key (variant, precision) pairs of each family per device type, which ``-m ci`` selects (inference at batch 1
+#: and, on a GPU, the largest batch size); only marks: a variant missing here is still measured by the full suite.
 KEY_CASES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
     "inference": {"cuda": (("torch", "fp32"), ("torch-graph", "fp16"), ("torch-compile", "fp16"),
                            ("onnxruntime", "fp32"), ("tensorrt", "fp16")),
@@ -52,10 +40,7 @@ def is_key(family: str, variant: str, precision: str, batch: int | None, batch_s
     device_type = device.partition(":")[0]
     if (variant, precision) not in KEY_CASES.get(family, {}).get(device_type, ()):
         return False
-    if batch is None or not batch_sizes:
-        return True
-    sizes = tuple(batch_sizes)
-    return batch == 1 or (device_type == "cuda" and batch == max(sizes))
+    return batch is None or not batch_sizes or batch == 1 or (device_type == "cuda" and batch == max(batch_sizes))
 
 
 @dataclass(frozen=True)
@@ -75,9 +60,7 @@ class Case:
         return f"{self.variant}-{self.precision}-b{self.batch}"
 
     def to_json(self) -> dict[str, Any]:
-        """The case as a saved run's ``params["case"]`` (what ``pytest-benchmark compare --csv`` prints):
-        variant, backend, precision, batch (images), the variant's runner options and the source as
-        ``--perf-sources`` writes it (`perf.runs.param_json` calls this)."""
+        """The case as a saved run's ``params["case"]`` (batch in images, the source as ``--perf-sources`` writes it)."""
         from perf.runs import param_json
 
         return {"id": self.id, "variant": self.variant, "backend": self.backend, "precision": self.precision,
@@ -85,24 +68,14 @@ class Case:
 
     @property
     def label(self) -> str:
-        """Human name for tables, e.g. ``torch-graph fp16`` (``torch-graph fp16, h264 video, nvdec decode, no encode``
-        on another source)."""
-        base = f"{self.variant} {self.precision}"
-        return f"{base}, {self.source.label}" if self.source.suffix else base
-
-
-def variants_for(backends: Iterable[str], device: str) -> list[str]:
-    """Registered variant names whose backend was selected and which apply to ``device`` ("cpu", "cuda",
-    "cuda:N"), in registration order (see :mod:`detector.backends.registry`)."""
-    return [v.name for v in variants(backends, device)]
+        """For tables: ``torch-graph fp16`` (``torch-graph fp16, h264 video, nvdec decode, no encode`` elsewhere)."""
+        return f"{self.variant} {self.precision}" + (f", {self.source.label}" if self.source.suffix else "")
 
 
 def unavailable_reason(backend: str, device: str, precision: str) -> str | None:
-    """Why backend ``backend`` cannot run ``precision`` on ``device`` ("cpu", "cuda", "cuda:N") on this machine, in
-    one line, or None when it can: its module missing (``tensorrt not installed (tried ...)``), a precision its
-    runner lacks (``onnxruntime has no fp16 mode (it runs fp32)``), then the runner's own checks
-    (:func:`detector.backends.availability`: ``fp16 needs a CUDA device (the CPU runs fp32 only)``, no CUDA device).
-    The one wording of these skips: the cases and `perf.fixtures.models.RunnerPool` both use it."""
+    """Why ``backend`` cannot run ``precision`` on ``device`` here, in one line (its module missing, a precision its
+    runner lacks, :func:`detector.backends.availability`), or None: the one wording of these skips (the cases and
+    `perf.fixtures.models.RunnerPool`)."""
     try:
         supported = runner_class(backend).precisions
     except BackendUnavailable as e:
@@ -116,16 +89,14 @@ def unavailable_reason(backend: str, device: str, precision: str) -> str | None:
 
 
 def _marks(preset: Variant, device: str) -> list[pytest.MarkDecorator]:
-    """``gpu`` on a CUDA device or for a variant made for CUDA only, then the markers its backend registered
-    (:attr:`detector.backends.Backend.marks`)."""
-    needs_cuda = "cpu" not in preset.devices
-    marks = [pytest.mark.gpu] if device.startswith("cuda") or needs_cuda else []
+    """``gpu`` on a CUDA device or for a CUDA-only variant, then the markers its backend registered."""
+    marks = [pytest.mark.gpu] if device.startswith("cuda") or "cpu" not in preset.devices else []
     return marks + [getattr(pytest.mark, name) for name in registered_backend(preset.backend).marks]
 
 
 def _skip(preset: Variant, precision: str, device: str, known: dict[tuple[str, str], str | None]) -> str | None:
-    """Why the case cannot run here, for a ``skip`` mark, or None. A CUDA-only variant on the CPU gets none: its
-    ``gpu`` marker has the suite skip it at set-up, in the words of ``--perf-device`` (auto or cpu)."""
+    """Why the case cannot run here, for a ``skip`` mark, or None (a CUDA-only variant on the CPU: its ``gpu``
+    marker has the suite skip it at set-up, in the words of ``--perf-device``)."""
     device_type = device.partition(":")[0]
     if device_type not in preset.devices:
         if device_type == "cpu" and "cuda" in preset.devices:
@@ -140,13 +111,9 @@ def make_cases(
     backends: Iterable[str], precisions: Iterable[str], batch_sizes: Iterable[int] | None, device: str,
     *, nsys_first: bool = False, exclude: tuple[str, str] | None = None, family: str | None = None,
 ) -> list[Any]:
-    """pytest params for every variant x precision (x batch size, when ``batch_sizes`` is given) of ``backends``,
-    those that cannot run on ``device`` included (skipped with their reason, see the module's docstring).
-
-    ``nsys_first`` adds the ``nsys`` marker to the first case of each variant that is not known to skip (one
-    profiled benchmark per backend); ``exclude`` drops one (variant, precision) pair, e.g. the parity reference
-    itself; ``family`` ("inference" by default with batch sizes, else none) adds the ``ci`` marker to its key cases.
-    """
+    """pytest params for every variant x precision (x batch size) of ``backends``, those that cannot run on
+    ``device`` skipped with their reason. ``nsys_first``: the ``nsys`` marker on each variant's first runnable case;
+    ``exclude``: a (variant, precision) left out; ``family`` (default "inference" with batch sizes): ``ci`` marks."""
     family = family or ("inference" if batch_sizes else None)
     device_type = device.partition(":")[0]
     known: dict[tuple[str, str], str | None] = {}
@@ -159,8 +126,7 @@ def make_cases(
                 continue
             reason = _skip(registered, precision, device, known)
             for batch in batch_sizes or (1,):
-                case = Case(variant, backend, precision, batch, dict(options))
-                marks = _marks(registered, device)
+                case, marks = Case(variant, backend, precision, batch, dict(options)), _marks(registered, device)
                 if reason is not None:
                     marks.append(pytest.mark.skip(reason=reason))
                 elif nsys_first and not profiled and device_type in registered.devices:
@@ -237,8 +203,8 @@ CASE_FIXTURES: dict[str, MakeParams] = {
 
 
 def parametrize(metafunc: pytest.Metafunc, options: Any, device: str, subject: Subject) -> None:
-    """Parametrise the case fixtures (`CASE_FIXTURES`) a benchmark module's test asks for, from ``options``
-    (`perf.session.PerfOptions`), the resolved ``device`` and the ``subject``."""
+    """Parametrise the `CASE_FIXTURES` a test asks for from ``options`` (`perf.session.PerfOptions`), the resolved
+    ``device`` and the ``subject``."""
     for names, make in CASE_FIXTURES.items():
         if names.partition(",")[0] in metafunc.fixturenames:
             metafunc.parametrize(names, make(options, device, subject))

@@ -1,19 +1,5 @@
-"""Clock truth: time GPU work of known duration with the suite's CUDA-event clock and with the host clock.
-
-The work is ``torch.cuda._sleep(cycles)``, a kernel that spins for a number of GPU clock cycles. Its rate is
-calibrated against the host clock on long sleeps, where host overheads vanish: the median host time (launch,
-then ``synchronize``) of sleeps of ``c1`` and ``c2`` cycles (about 100 and 400 ms) gives
-``cycles_per_ms = (c2 - c1) / (t2 - t1)`` -- the slope cancels the fixed launch + synchronize overhead, which
-the intercept estimates. Calibrating before and after the measurements shows whether the GPU clock moved.
-A sleep of ``d`` ms is then ``d * cycles_per_ms`` cycles, and each short duration is timed
-
-* with the suite's clock (`perf.measure.clock.SUITE_CLOCK`, CUDA events): ``clock(); _sleep(c); clock()``, exactly as
-  a benchmark round is timed;
-* with the host clock: ``perf_counter(); _sleep(c); synchronize(); perf_counter()``.
-
-Errors are relative to the known duration (median over repetitions). The event clock's error at a short
-duration is mostly a fixed offset: the gap between its start event (on an idle stream) and the kernel's start,
-i.e. the launch latency, which every benchmark round includes too (``offset_us`` reports it).
+"""Clock truth: GPU work of known duration (``torch.cuda._sleep``, calibrated against the host clock) timed with the
+suite's CUDA-event clock and with the host clock (docs/method.md, section 7, ``perf/test_clock_truth.py``).
 """
 
 from __future__ import annotations
@@ -47,13 +33,9 @@ class ClockReading:
     host_error: float
     offset_us: float  # event_ms - known_ms, in microseconds
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def _host_sleep_ms(cycles: int) -> float:
-    """Host ms of a ``cycles`` sleep from an idle GPU (earlier work, e.g. the event clock's lead-in, is waited
-    for first, outside the reading)."""
+    """Host ms of a ``cycles`` sleep from an idle GPU (earlier work is waited for first, outside the reading)."""
     import torch
 
     torch.cuda.synchronize()
@@ -63,9 +45,7 @@ def _host_sleep_ms(cycles: int) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def calibrate(
-    rough_cycles_per_ms: float, lengths_ms: Sequence[float] = CALIBRATION_MS, repeats: int = 3
-) -> Calibration:
+def calibrate(rough_cycles_per_ms: float, lengths_ms: Sequence[float] = CALIBRATION_MS, repeats: int = 3) -> Calibration:
     """Fit host time = overhead + cycles / rate on sleeps of about ``lengths_ms`` (two lengths)."""
     short, long = (int(rough_cycles_per_ms * ms) for ms in lengths_ms)
     _host_sleep_ms(short // 10)  # warm-up
@@ -96,19 +76,17 @@ def reading(cycles: int, cycles_per_ms: float, event_ms: float, host_ms: float) 
     return ClockReading(exact, event_ms, host_ms, event_ms / exact - 1, host_ms / exact - 1, (event_ms - exact) * 1e3)
 
 
-def clock_truth(
-    clock: Callable[[], float], rough_cycles_per_ms: float, durations_ms: Sequence[float] = DURATIONS_MS
-) -> dict[str, Any]:
-    """Calibrate, read both clocks at each duration, calibrate again; the known durations use the mean of the
-    two calibrations. A JSON-ready dict with ``readings`` (`ClockReading` dicts), ``calibration_before`` /
-    ``after`` and ``clock_drift`` (relative change of the sleep rate between them)."""
+def clock_truth(clock: Callable[[], float], rough_cycles_per_ms: float,
+                durations_ms: Sequence[float] = DURATIONS_MS) -> dict[str, Any]:  # fmt: skip
+    """Calibrate, read both clocks at each duration, calibrate again (the known durations from the mean rate): a
+    JSON-ready dict of ``readings``, ``calibration_before`` / ``_after`` and ``clock_drift`` (relative)."""
     before = calibrate(rough_cycles_per_ms)
     cycles = [int(round(ms * before.cycles_per_ms)) for ms in durations_ms]
     raw = [read_clocks(c, clock) for c in cycles]
     after = calibrate(rough_cycles_per_ms)
     rate = (before.cycles_per_ms + after.cycles_per_ms) / 2
     return {
-        "readings": [reading(c, rate, *r).to_dict() for c, r in zip(cycles, raw)],
+        "readings": [asdict(reading(c, rate, *r)) for c, r in zip(cycles, raw)],
         "calibration_before": asdict(before),
         "calibration_after": asdict(after),
         "clock_drift": after.cycles_per_ms / before.cycles_per_ms - 1,

@@ -1,10 +1,6 @@
-"""Noise sources the suite controls while it measures, each switchable (``--perf-controls``): ``gc``,
-``torch-threads``, ``cv2-threads``, ``decode-threads``, ``pin``, ``telemetry``, ``page-cache``, ``scratch``,
-``cpu-reference``. Each exists because a measurement showed it moves the figures of identical code between runs;
-what each does and the figures that justify it: docs/method.md, section 2 (``pytest perf --perf-selftest``
-measures each one again, `perf/test_noise_sources.py`). torch's thread count is set once per GPU run, before any
-model is built (`session_controls`): torch.compile guards on it, and switching it around a region re-traced the
-model inside the region.
+"""Noise sources the suite controls while it measures, each switchable (``--perf-controls``, `NAMES`); what each does
+and the figures that justify it: docs/method.md, section 2. torch's thread count is set once per GPU run, before any
+model is built (`session_controls`): torch.compile guards on it.
 """
 
 from __future__ import annotations
@@ -14,8 +10,8 @@ import gc
 import logging
 import os
 import shutil
-import tempfile
 import statistics
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,23 +20,16 @@ log = logging.getLogger(__name__)
 
 NAMES = ("gc", "torch-threads", "cv2-threads", "decode-threads", "pin", "telemetry", "page-cache", "scratch",
          "cpu-reference")
-#: FFmpeg decoder threads inside a controlled region.
-DECODE_THREADS = 2
-#: NVML sampling period inside a controlled region (s); 0.05 s without the control.
-TELEMETRY_INTERVAL_S = 1.0
-DEFAULT_TELEMETRY_INTERVAL_S = 0.05
-#: CPUs of the calling thread (and of the native threads it starts), and the fewest CPUs worth pinning on.
-CALLER_CPUS = 4
-MIN_CPUS_TO_PIN = 8
+DECODE_THREADS = 2  # FFmpeg decoder threads inside a controlled region
+TELEMETRY_INTERVAL_S, DEFAULT_TELEMETRY_INTERVAL_S = 1.0, 0.05  # NVML sampling period (s) with and without the control
+CALLER_CPUS, MIN_CPUS_TO_PIN = 4, 8  # CPUs of the calling thread (and its native threads); fewest worth pinning on
 _SHM = Path("/dev/shm")
-#: Reference readings per `reading_on`, their median kept.
-WORKER_READINGS = 5
+WORKER_READINGS = 5  # reference readings per `reading_on`, their median kept
 
 
 @dataclass(frozen=True)
 class Controls:
-    """Which controls are on (see the module docstring); parsed from ``--perf-controls`` by
-    `perf.options.parse_controls`."""
+    """Which controls are on; parsed from ``--perf-controls`` by `perf.options.parse_controls`."""
 
     active: frozenset[str] = frozenset(NAMES)
 
@@ -95,15 +84,21 @@ def _pinned(info: dict[str, object]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _one_cv2_thread() -> Iterator[None]:
-    import cv2
-
-    before = cv2.getNumThreads()
-    cv2.setNumThreads(1)
+def _swapped(swap: Callable[[int | None], int | None], value: int) -> Iterator[None]:
+    """``swap(value)``, which returns the setting before, for the block; then that setting back."""
+    before = swap(value)
     try:
         yield
     finally:
-        cv2.setNumThreads(before)
+        swap(before)
+
+
+def _cv2_threads(threads: int | None) -> int:
+    import cv2
+
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(threads)
+    return before
 
 
 #: torch's intra-op threads before `session_controls` changed them (None: untouched).
@@ -138,17 +133,6 @@ def _torch_threads(on: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _decode_threads(threads: int) -> Iterator[None]:
-    from detector.video import set_decode_threads
-
-    before = set_decode_threads(threads)
-    try:
-        yield
-    finally:
-        set_decode_threads(before)
-
-
-@contextlib.contextmanager
 def _no_gc() -> Iterator[None]:
     was_enabled = gc.isenabled()
     gc.collect()
@@ -166,6 +150,8 @@ def _no_gc() -> Iterator[None]:
 def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object]]:
     """Apply the in-region controls (gc, torch-threads, cv2-threads, decode-threads, pin) for the block; yields
     what was applied (for ``extra_info["controls"]``)."""
+    from detector.video import set_decode_threads
+
     info: dict[str, object] = {"active": controls.describe()}
     with contextlib.ExitStack() as stack:
         if on_gpu:
@@ -173,9 +159,9 @@ def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object
         elif "torch-threads" in controls:
             info["torch-threads"] = "off: CPU run (inference needs the pool)"
         if "cv2-threads" in controls:
-            stack.enter_context(_one_cv2_thread())
+            stack.enter_context(_swapped(_cv2_threads, 1))
         if "decode-threads" in controls:
-            stack.enter_context(_decode_threads(DECODE_THREADS))
+            stack.enter_context(_swapped(set_decode_threads, DECODE_THREADS))
         if "pin" in controls:
             if on_gpu:
                 stack.enter_context(_pinned(info))
@@ -187,10 +173,8 @@ def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object
 
 
 def reading_on(worker: str, reference: Callable[[], float], readings: int = WORKER_READINGS) -> float:
-    """The median of ``readings`` calls of ``reference`` (a `perf.measure.speedref.CpuReference`: seconds) on a
-    thread named ``worker``, which the ``pin`` control's placement puts on the CPU of that loop's worker of the
-    same name: the speed of *its* CPU (the calling thread's readings say nothing of it). Between passes, while the
-    worker is idle."""
+    """The median of ``readings`` calls of ``reference`` (s) on a thread named ``worker``, which the ``pin`` placement
+    puts on the CPU of that loop's worker of the same name: *its* CPU's speed (between passes, the worker idle)."""
     from detector.handoff import Control, start_worker
 
     control, out = Control(), []
@@ -211,8 +195,8 @@ def warm_page_cache(path: str | os.PathLike[str], chunk: int = 1 << 20) -> int:
 
 @contextlib.contextmanager
 def scratch_dir(controls: Controls, fallback: Path) -> Iterator[Path]:
-    """A folder for the outputs of timed passes: a fresh one under ``/dev/shm`` with the ``scratch`` control
-    (when it exists and is writable), else ``fallback`` (created). The ``/dev/shm`` folder is removed after."""
+    """A folder for timed passes' outputs: a fresh one under a writable ``/dev/shm`` (removed after) with the
+    ``scratch`` control, else ``fallback`` (created)."""
     if "scratch" in controls and _SHM.is_dir() and os.access(_SHM, os.W_OK):
         folder = Path(tempfile.mkdtemp(prefix="perf-scratch-", dir=_SHM))
         try:

@@ -1,9 +1,6 @@
-"""GPU memory for the suite: out-of-memory errors as skip reasons, and memory figures around releasing a backend.
-
-A batch size that does not fit on the GPU is not a failure of the suite: the benchmark skips with a reason such
-as ``batch 65536 does not fit on NVIDIA H100 80GB HBM3 (out of memory: tried to allocate 126.75 GiB)`` and the
-run goes on with the other sizes. Runners of one backend are released before the next backend runs, and the
-memory in use before and after is recorded (MiB).
+"""GPU memory for the suite: an out-of-memory error as a skip reason (``batch 65536 does not fit on NVIDIA H100 ...
+(out of memory: tried to allocate 126.75 GiB)``: the run goes on with the other sizes), and the memory (MiB) around
+releasing a backend's runners before the next backend runs.
 """
 
 from __future__ import annotations
@@ -11,8 +8,6 @@ from __future__ import annotations
 import gc
 import re
 from typing import Any
-
-__all__ = ["cuda_memory", "oom_skip_reason", "release_cuda_memory"]
 
 #: Messages of out-of-memory failures that do not come as ``torch.cuda.OutOfMemoryError``: TensorRT's
 #: allocator and builder, ONNX Runtime's CUDA provider, cuBLAS/cuDNN workspaces.
@@ -22,8 +17,7 @@ _TRIED = re.compile(r"tried to allocate ([\d.]+ [KMGT]?i?B)", re.IGNORECASE)
 
 
 def oom_skip_reason(exc: BaseException, batch: int, device_name: str) -> str | None:
-    """The skip reason for an out-of-memory ``exc`` while running ``batch`` on ``device_name``; ``None`` if ``exc``
-    (or an exception it was raised from) is not an out-of-memory error."""
+    """The skip reason for an out-of-memory ``exc`` (or one it was raised from) running ``batch``, else None."""
     seen: set[int] = set()
     error: BaseException | None = exc
     while error is not None and id(error) not in seen:
@@ -38,14 +32,10 @@ def oom_skip_reason(exc: BaseException, batch: int, device_name: str) -> str | N
 
 
 def _is_oom(error: BaseException) -> bool:
-    try:
-        import torch
+    import torch
 
-        if isinstance(error, torch.cuda.OutOfMemoryError):
-            return True
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
-    return isinstance(error, (RuntimeError, MemoryError)) and bool(_OOM_TEXT.search(str(error)))
+    return isinstance(error, torch.cuda.OutOfMemoryError) or (
+        isinstance(error, (RuntimeError, MemoryError)) and bool(_OOM_TEXT.search(str(error))))
 
 
 def release_cuda_memory() -> None:
@@ -67,6 +57,5 @@ def cuda_memory(device: str) -> dict[str, Any]:
         return {}
     index = torch.device(device).index or 0
     free, total = torch.cuda.mem_get_info(index)
-    mib = 1 << 20
-    return {"allocated_mib": torch.cuda.memory_allocated(index) / mib,
-            "reserved_mib": torch.cuda.memory_reserved(index) / mib, "device_used_mib": (total - free) / mib}
+    return {"allocated_mib": torch.cuda.memory_allocated(index) / 2**20,
+            "reserved_mib": torch.cuda.memory_reserved(index) / 2**20, "device_used_mib": (total - free) / 2**20}

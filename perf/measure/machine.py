@@ -1,10 +1,6 @@
-"""What a benchmark ran on: the GPU, its driver and clocks, the CUDA stack, library versions and the CPU.
-
-`machine_fingerprint()` is stored by the perf plugin as ``machine_info["perf"]`` in every saved pytest-benchmark run,
-and `fingerprint_differences()` decides whether a saved run may be compared with the current one.
-
-Everything is lazy and failure-tolerant: torch and pynvml (from nvidia-ml-py) are imported inside the functions, and
-anything that cannot be read (no GPU, no NVML, package not installed, query not supported) is recorded as None.
+"""What a benchmark ran on: the GPU, its driver and clocks, the CUDA stack, library versions and the CPU
+(`machine_fingerprint`, stored as ``machine_info["perf"]`` in every saved run), and whether a saved run may be compared
+with this one (`fingerprint_differences`). Lazy and failure-tolerant: what cannot be read is None.
 """
 
 from __future__ import annotations
@@ -27,13 +23,9 @@ log = logging.getLogger(__name__)
 COMPARED_FIELDS = ("device", "gpu_name", "compute_capability", "driver_version", "cuda_version")
 
 #: Python modules whose versions are recorded, as (fingerprint key, importable module names tried in order).
-_VERSIONED_MODULES = (
-    ("torch_version", ("torch",)),
-    ("onnxruntime_version", ("onnxruntime",)),
-    ("tensorrt_version", ("tensorrt", "tensorrt_rtx")),
-    ("opencv_version", ("cv2",)),
-    ("numpy_version", ("numpy",)),
-)
+_VERSIONED_MODULES = (("torch_version", ("torch",)), ("onnxruntime_version", ("onnxruntime",)),
+                      ("tensorrt_version", ("tensorrt", "tensorrt_rtx")), ("opencv_version", ("cv2",)),
+                      ("numpy_version", ("numpy",)))  # fmt: skip
 
 _GPU_FIELDS = (
     "gpu_name", "compute_capability", "gpu_memory_mib", "driver_version", "cuda_driver_version",
@@ -42,16 +34,10 @@ _GPU_FIELDS = (
 
 
 def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
-    """This machine, for benchmark records, GPU ``gpu_index`` (the N of ``cuda:N``); unreadable values are None.
-
-    A JSON-serialisable dict: ``gpu_index``, ``gpu_count``, ``gpu_name``, ``compute_capability`` ("8.9"),
-    ``gpu_memory_mib``, ``driver_version``, ``cuda_version`` (torch.version.cuda), ``cuda_driver_version`` (highest
-    CUDA the driver supports, "12.8"), ``cudnn_version`` (int), ``sm_clock_max_mhz`` / ``mem_clock_max_mhz``,
-    ``power_limit_w`` (enforced limit, W), the versions of `_VERSIONED_MODULES` (with ``tensorrt_module``:
-    "tensorrt" or "tensorrt_rtx"), ``cpu_model`` and ``cpu_count`` (CPUs this process may run on). Current clocks
-    are left out on purpose: they change between runs, and pytest-benchmark flags any machine_info difference on
-    compare (the clocks during each benchmark are in its ``extra_info["gpu_telemetry"]``).
-    """
+    """This machine and GPU ``gpu_index`` (the N of ``cuda:N``) as a JSON-ready dict: `_GPU_FIELDS` (memory MiB,
+    max clocks MHz, enforced power limit W), ``gpu_index``/``gpu_count``, ``cuda_version`` (torch's),
+    ``cudnn_version``, the versions of `_VERSIONED_MODULES` (``tensorrt_module``: which one), ``cpu_model`` and
+    ``cpu_count`` (CPUs this process may use). No current clocks: they change between runs (telemetry has them)."""
     info: dict[str, Any] = {"gpu_index": gpu_index, "gpu_count": None, "cuda_version": None, "cudnn_version": None}
     info.update(dict.fromkeys(_GPU_FIELDS))
     info.update(_torch_cuda_info(gpu_index))
@@ -61,14 +47,9 @@ def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
     if info["gpu_name"] is None:
         info["gpu_index"] = None
     for key, modules in _VERSIONED_MODULES:
-        info[key] = None
-        for module in modules:
-            version = module_version(module)
-            if version is not None:
-                info[key] = version
-                if key == "tensorrt_version":
-                    info["tensorrt_module"] = module
-                break
+        module, info[key] = next(((m, v) for m in modules if (v := module_version(m)) is not None), (None, None))
+        if key == "tensorrt_version" and module is not None:
+            info["tensorrt_module"] = module
     info.setdefault("tensorrt_module", None)
     info["cpu_model"] = _cpu_model()
     info["cpu_count"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -91,11 +72,8 @@ def cuda_device_count() -> int:
 def fingerprint_differences(
     saved: Mapping[str, Any] | None, current: Mapping[str, Any]
 ) -> list[tuple[str, Any, Any]]:
-    """List the `COMPARED_FIELDS` on which two fingerprints disagree, as (field, saved value, current value).
-
-    A saved run without a fingerprint (``saved`` None: recorded without the perf plugin) differs on every field
-    that the current run knows, with the saved value reported as ``"<not recorded>"``.
-    """
+    """The `COMPARED_FIELDS` on which two fingerprints disagree, as (field, saved value, current value); a saved run
+    without one (None) differs, as ``"<not recorded>"``, on every field the current one knows."""
     if saved is None:
         return [(f, "<not recorded>", current.get(f)) for f in COMPARED_FIELDS if current.get(f) is not None]
     return [(f, saved.get(f), current.get(f)) for f in COMPARED_FIELDS if saved.get(f) != current.get(f)]
@@ -110,22 +88,15 @@ def mismatch_message(
     from perf.runs import mismatch_lines
 
     lines = mismatch_lines(differences, saved_run, location, option, "comes from a different machine")
-    if allowed:
-        lines.append("Comparing anyway (--perf-allow-machine-mismatch); the timings may not be comparable.")
-    else:
-        lines.append(
-            "Timings from another GPU, driver, CUDA version or device are not comparable: record a baseline on "
-            "this machine, or pass --perf-allow-machine-mismatch to compare anyway."
-        )
+    lines.append("Comparing anyway (--perf-allow-machine-mismatch); the timings may not be comparable." if allowed
+                 else "Timings from another GPU, driver, CUDA version or device are not comparable: record a baseline "
+                      "on this machine, or pass --perf-allow-machine-mismatch to compare anyway.")  # fmt: skip
     return "\n".join(lines)
 
 
 def module_version(module: str) -> str | None:
-    """Version of the distribution that provides importable `module` (e.g. "cv2"), or None if not installed.
-
-    Read from installed package metadata, so the module itself is not imported unless it has no metadata
-    (then its ``__version__`` is used).
-    """
+    """Version of the distribution that provides importable `module` (e.g. "cv2") from its metadata (else its
+    ``__version__``, importing it), or None if not installed."""
     if importlib.util.find_spec(module) is None:
         return None
     for dist in _module_distributions().get(module, ()):
@@ -164,13 +135,9 @@ def _torch_cuda_info(index: int) -> dict[str, Any]:
     except (RuntimeError, AssertionError) as e:  # broken driver / CUDA init failure
         log.debug("torch cannot describe cuda:%d: %s", index, e)
         return info
-    info.update(
-        gpu_name=props.name,
-        compute_capability=f"{props.major}.{props.minor}",
-        gpu_memory_mib=props.total_memory // 2**20,
-        _uuid=f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None,
-    )
-    return info
+    return {**info, "gpu_name": props.name, "compute_capability": f"{props.major}.{props.minor}",
+            "gpu_memory_mib": props.total_memory // 2**20,
+            "_uuid": f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None}  # fmt: skip
 
 
 def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
@@ -217,31 +184,25 @@ def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
 
 
 def _nvml_handle(pynvml: Any, read: Callable[..., Any], index: int, uuid: str | None) -> Any:
-    """NVML handle of torch's cuda:`index`: by UUID when torch gave one, else through CUDA_VISIBLE_DEVICES.
-
-    Without a UUID the NVML (PCI) order is assumed; set CUDA_DEVICE_ORDER=PCI_BUS_ID on hosts with mixed GPUs.
-    """
+    """NVML handle of torch's cuda:`index`: by UUID when torch gave one, else through CUDA_VISIBLE_DEVICES in NVML
+    (PCI) order (set CUDA_DEVICE_ORDER=PCI_BUS_ID on hosts with mixed GPUs)."""
     if uuid is not None:
         return read(pynvml.nvmlDeviceGetHandleByUUID, uuid)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return read(pynvml.nvmlDeviceGetHandleByIndex, index)
     entries = [e.strip() for e in visible.split(",") if e.strip()]
-    if index >= len(entries):
-        return None
-    entry = entries[index]
+    entry = entries[index] if index < len(entries) else ""
     if entry.isdigit():
         return read(pynvml.nvmlDeviceGetHandleByIndex, int(entry))
     if entry.startswith("GPU-"):
         return read(pynvml.nvmlDeviceGetHandleByUUID, entry)
-    return None  # MIG-... entries and UUID prefixes: not resolvable through NVML
+    return None  # none, MIG-... entries and UUID prefixes: not resolvable through NVML
 
 
 def _text(value: Any) -> str | None:
     """NVML strings are bytes in older bindings; return str (or None)."""
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return value
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def _cpu_model() -> str | None:

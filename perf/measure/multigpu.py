@@ -1,9 +1,6 @@
-"""Several GPUs through pytest-xdist: one worker per GPU, a file barrier, and a throughput loop.
-
-``pytest perf/test_multi_gpu.py -n <GPUs> --dist each`` starts one worker per GPU; :func:`bind_worker_gpu`
-(called by the plugin before anything touches CUDA) gives worker ``gwN`` the N-th visible GPU through
-``CUDA_VISIBLE_DEVICES``, so each worker sees exactly one device, ``cuda:0``. ``PERF_GPU_PER_WORKER=0`` turns
-the binding off (every worker then sees every GPU).
+"""Several GPUs through pytest-xdist (``pytest perf/test_multi_gpu.py -n <GPUs> --dist each``): one worker per GPU
+(`bind_worker_gpu`: each sees one device, ``cuda:0``; ``PERF_GPU_PER_WORKER=0`` turns it off), a file barrier, and a
+throughput loop.
 """
 
 from __future__ import annotations
@@ -17,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
-
-__all__ = ["barrier", "bind_worker_gpu", "gpu_indices", "throughput"]
 
 
 def gpu_indices(env: MutableMapping[str, str] | None = None) -> list[str]:
@@ -37,9 +32,8 @@ def gpu_indices(env: MutableMapping[str, str] | None = None) -> list[str]:
 
 
 def bind_worker_gpu(env: MutableMapping[str, str] | None = None) -> str | None:
-    """In pytest-xdist worker ``gwN``, set ``CUDA_VISIBLE_DEVICES`` to the N-th usable GPU (round robin when
-    there are more workers than GPUs); returns the GPU chosen, or None outside a worker, with the binding off
-    (``PERF_GPU_PER_WORKER=0``) or without GPUs. Must run before CUDA is initialised in the process."""
+    """In xdist worker ``gwN``, before CUDA starts, set ``CUDA_VISIBLE_DEVICES`` to the N-th usable GPU (round robin);
+    returns it, or None outside a worker, with ``PERF_GPU_PER_WORKER=0`` or without GPUs."""
     env = os.environ if env is None else env
     worker = env.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw") or env.get("PERF_GPU_PER_WORKER", "1") == "0":

@@ -1,16 +1,7 @@
-"""Parity of a candidate backend against the reference, at tensor level and at detection level.
-
-Two comparisons, both pure functions so they are unit-tested on their own:
-
-* :func:`compare_tensors` -- the decoded outputs before NMS ([B, N, 4 + C]: boxes in network pixels,
-  per-class scores), as absolute / relative error statistics for boxes and scores separately.
-* :func:`compare_detections` -- the detections after NMS, frame by frame: one-to-one matching by IoU
-  (Hungarian assignment, class-agnostic so that a class flip is visible as a disagreement rather than as two
-  misses), then match rate, mean IoU, score differences and class agreement among the matches.
-
-A detection whose score lies within ``score_tolerance`` of the confidence threshold can legitimately appear in
-one output and not in the other; such unmatched detections are counted as *borderline* and kept out of the
-match rate (they are reported, never hidden).
+"""Parity of a candidate backend against the reference (docs/method.md, section 7), two pure functions:
+`compare_tensors` (the decoded outputs before NMS, [B, N, 4 + C]) and `compare_detections` (after NMS, frame by
+frame, matched one-to-one by IoU, class-agnostic; an unmatched detection within ``score_tolerance`` of the
+confidence threshold is *borderline*: reported, kept out of the match rate).
 """
 
 from __future__ import annotations
@@ -74,11 +65,8 @@ class TensorStats:
 
 
 def compare_tensors(reference: np.ndarray, candidate: np.ndarray, *, min_score: float = 0.05) -> TensorStats:
-    """Error statistics between two decoded outputs of shape [B, N, 4 + C] (any float dtype).
-
-    Box errors are taken over candidates whose best reference score is >= ``min_score``: the boxes of
-    candidates nobody will ever keep are numerically irrelevant (and, through ``exp``, the noisiest).
-    """
+    """Error statistics between two decoded outputs [B, N, 4 + C]; box errors only where the best reference score
+    is >= ``min_score`` (boxes nobody keeps are irrelevant and, through ``exp``, the noisiest)."""
     import numpy as np
 
     ref = np.asarray(reference, dtype=np.float64)
@@ -132,21 +120,11 @@ class DetectionParity:
 
     frames: list[FrameParity] = field(default_factory=list)
 
-    @property
-    def matched(self) -> int:
-        return sum(f.matched for f in self.frames)
-
-    @property
-    def borderline(self) -> int:
-        return sum(f.borderline for f in self.frames)
-
-    @property
-    def reference_detections(self) -> int:
-        return sum(f.reference for f in self.frames)
-
-    @property
-    def candidate_detections(self) -> int:
-        return sum(f.candidate for f in self.frames)
+    matched = property(lambda self: sum(f.matched for f in self.frames))
+    borderline = property(lambda self: sum(f.borderline for f in self.frames))
+    reference_detections = property(lambda self: sum(f.reference for f in self.frames))
+    candidate_detections = property(lambda self: sum(f.candidate for f in self.frames))
+    max_score_diff = property(lambda self: max((f.max_score_diff for f in self.frames), default=0.0))
 
     @property
     def match_rate(self) -> float:
@@ -156,12 +134,7 @@ class DetectionParity:
 
     @property
     def mean_iou(self) -> float:
-        pairs = self.matched
-        return sum(f.mean_iou * f.matched for f in self.frames) / pairs if pairs else 1.0
-
-    @property
-    def max_score_diff(self) -> float:
-        return max((f.max_score_diff for f in self.frames), default=0.0)
+        return sum(f.mean_iou * f.matched for f in self.frames) / self.matched if self.matched else 1.0
 
     def ious(self, digits: int = 4) -> list[float]:
         """IoU of every matched pair, frame by frame, rounded to ``digits`` decimals (the report's histogram)."""
@@ -169,8 +142,7 @@ class DetectionParity:
 
     @property
     def class_agreement(self) -> float:
-        pairs = self.matched
-        return 1.0 - sum(f.class_disagreements for f in self.frames) / pairs if pairs else 1.0
+        return 1.0 - sum(f.class_disagreements for f in self.frames) / self.matched if self.matched else 1.0
 
     def failures(self, tol: Tolerance) -> list[str]:
         """Human-readable violations of ``tol`` (empty when the detections agree). A reference with no boxes on the
@@ -194,84 +166,45 @@ class DetectionParity:
         return sorted(self.frames, key=lambda f: (-f.missed, -f.class_disagreements, f.mean_iou))[:n]
 
     def summary(self) -> dict[str, Any]:
-        return {
-            "reference_detections": self.reference_detections,
-            "candidate_detections": self.candidate_detections,
-            "matched": self.matched,
-            "borderline": self.borderline,
-            "match_rate": self.match_rate,
-            "mean_iou": self.mean_iou,
-            "max_score_diff": self.max_score_diff,
-            "class_agreement": self.class_agreement,
-        }
+        return {name: getattr(self, name) for name in ("reference_detections", "candidate_detections", "matched",
+                                                       "borderline", "match_rate", "mean_iou", "max_score_diff",
+                                                       "class_agreement")}  # fmt: skip
 
 
-def compare_frame(
-    frame: int,
-    reference: Detections,
-    candidate: Detections,
-    *,
-    iou_threshold: float = 0.5,
-    conf_threshold: float = 0.25,
-    score_tolerance: float = 0.0,
-) -> FrameParity:
+def compare_frame(frame: int, reference: Detections, candidate: Detections, *, iou_threshold: float = 0.5,
+                  conf_threshold: float = 0.25, score_tolerance: float = 0.0) -> FrameParity:  # fmt: skip
     """Match one frame's detections one-to-one by IoU (class-agnostic) and measure the agreement."""
     from detector.boxes import match_detections
 
-    pairs = match_detections(
-        reference.boxes, reference.classes, candidate.boxes, candidate.classes,
-        iou_threshold=iou_threshold, class_aware=False,
-    )  # fmt: skip
+    pairs = match_detections(reference.boxes, reference.classes, candidate.boxes, candidate.classes,
+                             iou_threshold=iou_threshold, class_aware=False)  # fmt: skip
     matched_ref = {i for i, _, _ in pairs}
     matched_cand = {j for _, j, _ in pairs}
     border = conf_threshold + score_tolerance
-    borderline = sum(
-        1 for i, s in enumerate(reference.scores) if i not in matched_ref and float(s) <= border
-    ) + sum(1 for j, s in enumerate(candidate.scores) if j not in matched_cand and float(s) <= border)
+    borderline = (sum(1 for i, s in enumerate(reference.scores) if i not in matched_ref and float(s) <= border)
+                  + sum(1 for j, s in enumerate(candidate.scores) if j not in matched_cand and float(s) <= border))
     ious = [iou for _, _, iou in pairs]
     score_diffs = [abs(float(reference.scores[i]) - float(candidate.scores[j])) for i, j, _ in pairs]
     disagreements = sum(int(reference.classes[i] != candidate.classes[j]) for i, j, _ in pairs)
-    return FrameParity(
-        frame=frame,
-        reference=len(reference),
-        candidate=len(candidate),
-        matched=len(pairs),
-        borderline=borderline,
-        mean_iou=float(sum(ious) / len(ious)) if ious else 1.0,
-        max_score_diff=max(score_diffs, default=0.0),
-        class_disagreements=disagreements,
-        ious=tuple(float(iou) for iou in ious),
-    )
+    return FrameParity(frame, len(reference), len(candidate), len(pairs), borderline,
+                       float(sum(ious) / len(ious)) if ious else 1.0, max(score_diffs, default=0.0), disagreements,
+                       tuple(float(iou) for iou in ious))  # fmt: skip
 
 
-def compare_detections(
-    reference: Sequence[Detections],
-    candidate: Sequence[Detections],
-    *,
-    iou_threshold: float = 0.5,
-    conf_threshold: float = 0.25,
-    score_tolerance: float = 0.0,
-) -> DetectionParity:
+def compare_detections(reference: Sequence[Detections], candidate: Sequence[Detections], *, iou_threshold: float = 0.5,
+                       conf_threshold: float = 0.25, score_tolerance: float = 0.0) -> DetectionParity:  # fmt: skip
     """Frame-by-frame :func:`compare_frame` over two equally long sequences of detections."""
     if len(reference) != len(candidate):
         raise ValueError(f"frame counts differ: reference {len(reference)}, candidate {len(candidate)}")
-    return DetectionParity(
-        [
-            compare_frame(i, r, c, iou_threshold=iou_threshold, conf_threshold=conf_threshold,
-                          score_tolerance=score_tolerance)
-            for i, (r, c) in enumerate(zip(reference, candidate))
-        ]
-    )  # fmt: skip
+    return DetectionParity([compare_frame(i, r, c, iou_threshold=iou_threshold, conf_threshold=conf_threshold,
+                                          score_tolerance=score_tolerance)
+                            for i, (r, c) in enumerate(zip(reference, candidate))])  # fmt: skip
 
 
 def report_row(label: str, backend: str, precision: str, failures: Sequence[str], tensors: TensorStats,
                parity: DetectionParity) -> dict[str, Any]:
-    """The `perf.report.schema.PARITY` row of the suite's report for one candidate.
-
-    The markdown table shows the columns of ``perf.report.schema.PARITY``; the JSON also keeps ``backend``,
-    ``precision``, ``failures`` and ``ious`` (IoU of every matched pair, 4 decimals) for the HTML report's
-    IoU histograms (``perf.report.html``).
-    """
+    """The `perf.report.schema.PARITY` row of one candidate, with ``backend``, ``precision``, ``failures`` and
+    ``ious`` (every matched pair's IoU, 4 decimals: the HTML report's histograms) kept in the JSON."""
     return {
         "candidate": label, "verdict": "FAIL" if failures else "pass",
         "reference boxes": parity.reference_detections, "match rate": parity.match_rate,
@@ -284,10 +217,7 @@ def report_row(label: str, backend: str, precision: str, failures: Sequence[str]
 
 def format_worst_frames(parity: DetectionParity, n: int = 5) -> str:
     """A few lines describing the worst frames, for assertion messages."""
-    lines = ["worst frames (frame: ref/cand detections, matched, borderline, mean IoU, max score diff, class flips):"]
-    for f in parity.worst_frames(n):
-        lines.append(
-            f"  frame {f.frame}: {f.reference}/{f.candidate}, matched {f.matched}, borderline {f.borderline}, "
-            f"IoU {f.mean_iou:.3f}, score diff {f.max_score_diff:.3g}, class flips {f.class_disagreements}"
-        )
-    return "\n".join(lines)
+    return "\n".join(["worst frames (frame: ref/cand detections, matched, borderline, mean IoU, max score diff, class "
+                      "flips):"] + [f"  frame {f.frame}: {f.reference}/{f.candidate}, matched {f.matched}, borderline "
+                                   f"{f.borderline}, IoU {f.mean_iou:.3f}, score diff {f.max_score_diff:.3g}, class "
+                                   f"flips {f.class_disagreements}" for f in parity.worst_frames(n)])  # fmt: skip

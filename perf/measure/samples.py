@@ -1,16 +1,7 @@
-"""Samples for the video pipelines: seconds per frame (or per tick) in blocks of consecutive iterations.
-
-A pass over a video is one long measurement; three of them are three numbers, too few to judge (pytest-benchmark
-would call them rounds). A pass is instead cut into blocks of ``block`` consecutive loop iterations, and each block
-gives one sample: its wall time over its frames. Blocks keep every frame's cost in (an encoder's key frames, a
-stage that is slow now and then) while giving dozens of samples per pass, and the gate's block bootstrap handles
-what autocorrelation is left. The benchmark's rounds (``stats.data``, which pytest-benchmark's own statistics
-and ``--benchmark-compare-fail`` read) are replaced by these samples, so the saved figure is the stable one:
-the median seconds per frame. The same blocks of each stage's time go into ``extra_info["metrics"]`` as
-``stage:<name>``, so a verdict can name the stage that moved. `TimedPasses` is the video benchmarks' one driver:
-timed passes through ``benchmark.pedantic`` with a probe of the CPU reference, recorded as such samples (the
-end-to-end, skip-interval and multi-stream benchmarks; the pipelined one runs its passes through it and records
-its own figures, read on its writer thread).
+"""Samples of the video pipelines: seconds per frame (or tick) in blocks of consecutive iterations, which replace the
+benchmark's rounds (docs/method.md, section 1: blocks, not passes), with each stage's blocks as ``stage:<name>``
+metrics. `TimedPasses` is the video benchmarks' one driver: timed passes through ``benchmark.pedantic`` with a probe of
+the CPU reference, recorded as such samples.
 """
 
 from __future__ import annotations
@@ -27,10 +18,8 @@ from perf.measure.speedref import summary as reference_summary
 from perf.measure.stability import StabilityRule, replace_rounds, stability_record, summary
 from perf.runs import PRIMARY
 
-#: Blocks per pass the block size aims at.
-TARGET_BLOCKS = 30
-#: A loop's result of one pass.
-R = TypeVar("R")
+TARGET_BLOCKS = 30  # blocks per pass the block size aims at
+R = TypeVar("R")  # a loop's result of one pass
 
 
 def block_size(iterations: int, target_blocks: int = TARGET_BLOCKS) -> int:
@@ -39,8 +28,7 @@ def block_size(iterations: int, target_blocks: int = TARGET_BLOCKS) -> int:
 
 
 def pass_frames(path: str | os.PathLike[str], frames: int | None, fallback: int) -> int:
-    """Frames a pass over the video at ``path`` runs: ``frames`` when given, else the count its container states,
-    else ``fallback`` (a container that does not say)."""
+    """Frames a pass over the video at ``path`` runs: ``frames``, else its container's count, else ``fallback``."""
     if frames:
         return frames
     from detector.video import open_video
@@ -51,31 +39,21 @@ def pass_frames(path: str | os.PathLike[str], frames: int | None, fallback: int)
 
 def block_samples(passes: Sequence[Sequence[float]], block: int, frames_per_iteration: int = 1,
                   skip: int = 0) -> list[float]:  # fmt: skip
-    """Seconds per frame of each whole block of ``block`` iterations, pass after pass.
-
-    ``passes``: per pass, the milliseconds of each iteration (each handles ``frames_per_iteration`` frames). The
-    first ``skip`` iterations of each pass (pipeline fill) and an incomplete last block are left out.
-    """
+    """Seconds per frame of each whole block of ``block`` iterations, pass after pass (``passes``: ms per iteration
+    of ``frames_per_iteration`` frames); the first ``skip`` iterations (pipeline fill) and a last part block left out."""
     if block < 1 or frames_per_iteration < 1 or skip < 0:
         raise ValueError(f"block and frames per iteration must be >= 1 and skip >= 0, got {block}, "
                          f"{frames_per_iteration}, {skip}")
-    out = []
-    for iterations in passes:
-        usable = list(iterations)[skip:]
-        for start in range(0, len(usable) - block + 1, block):
-            out.append(sum(usable[start : start + block]) / 1e3 / (block * frames_per_iteration))
-    return out
+    return [sum(usable[start : start + block]) / 1e3 / (block * frames_per_iteration)
+            for usable in (list(iterations)[skip:] for iterations in passes)
+            for start in range(0, len(usable) - block + 1, block)]  # fmt: skip
 
 
 def record_samples(benchmark: Any, samples_s: Sequence[float], *, rule: StabilityRule, label: str, unit: str,
                    block: int, metrics: Mapping[str, Mapping[str, Any]] | None = None) -> None:  # fmt: skip
-    """Make ``samples_s`` the benchmark's rounds (see the module docstring) and record how they were made.
-
-    ``extra_info["samples"]`` gets the primary metric's ``label`` ("frame time"), ``unit`` ("s per frame") and
-    ``block``; ``metrics`` (name -> {"label", "unit", "data", ...}) are added to ``extra_info["metrics"]``;
-    ``extra_info["stability"]`` gets the stability rule's verdict on the samples. With benchmarks disabled
-    (``--benchmark-disable``) only ``extra_info`` is written.
-    """
+    """Make ``samples_s`` the benchmark's rounds and record how: ``extra_info["samples"]`` (``label``, ``unit``,
+    ``block``, count), ``["metrics"]`` (name -> {"label", "unit", "data", ...}), ``["stability"]`` (the rule's
+    verdict); with ``--benchmark-disable`` only ``extra_info``."""
     benchmark.extra_info["samples"] = {"metric": PRIMARY, "label": label, "unit": unit, "block": block,
                                        "count": len(samples_s)}  # fmt: skip
     if metrics:
@@ -90,25 +68,18 @@ def record_samples(benchmark: Any, samples_s: Sequence[float], *, rule: Stabilit
 
 def stage_metrics(passes: Sequence[Mapping[str, Sequence[float]]], block: int, frames_per_iteration: int = 1,
                   skip: int = 0, *, judged: bool = True) -> dict[str, dict[str, Any]]:  # fmt: skip
-    """``stage:<name>`` metrics (seconds per frame of each stage, same blocks as the frame time) from each
-    pass's per-iteration stage samples (ms). A stage missing from a pass is left out. ``judged``: the gate
-    judges each stage's change as a share of the frame time (in the sequential loop the stages add up to the
-    frame; in a pipelined loop they overlap, and the slowest bounds it: its writer's busy time per frame is
-    what a slower encode shows as)."""
+    """``stage:<name>`` metrics (s per frame, the frame time's blocks) of the stages every pass has (ms per
+    iteration); ``judged``: the gate judges each stage's change as a share of the frame time (docs/method.md, 4)."""
     names = [name for name in (passes[0] if passes else {}) if all(name in p for p in passes)]
-    out = {}
-    for name in names:
-        data = block_samples([p[name] for p in passes], block, frames_per_iteration, skip)
-        if data:
-            out[f"stage:{name}"] = {"label": f"stage {name}", "unit": "s per frame", "data": data, "judged": judged}
-    return out
+    blocks = {name: block_samples([p[name] for p in passes], block, frames_per_iteration, skip) for name in names}
+    return {f"stage:{name}": {"label": f"stage {name}", "unit": "s per frame", "data": data, "judged": judged}
+            for name, data in blocks.items() if data}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class PassSamples:
-    """What `TimedPasses.record` recorded: ``wall``, the wall-clock seconds per frame (or tick) of every block, pass
-    after pass (what FPS is computed from); ``stage_passes``, each pass's milliseconds per iteration of every stage;
-    ``stages``, the ``stage:<name>`` metrics as recorded (normalised like the primary samples where they are)."""
+    """What `TimedPasses.record` recorded: ``wall`` (s per frame or tick of every block: FPS), ``stage_passes``
+    (each pass's ms per iteration of every stage), ``stages`` (the ``stage:<name>`` metrics as recorded)."""
 
     wall: list[float]
     stage_passes: list[dict[str, list[float]]]
@@ -116,10 +87,8 @@ class PassSamples:
 
 
 class TimedPasses(Generic[R]):
-    """The benchmark driver of the video loops: timed passes through ``benchmark.pedantic``, each with a probe of
-    the CPU reference (`perf.measure.speedref`), then recorded as block samples. ``results`` (each pass's loop
-    result) and ``probes`` (its `ReferenceProbe`, None without the reference) are filled by `run`; ``reference`` is
-    read where the ``cpu-reference`` control is on and the loop runs on a GPU, else None."""
+    """The video loops' driver: timed passes (`run`: each pass's ``results`` and ``probes``) recorded as block samples
+    (`record`); ``reference`` (`perf.measure.speedref`) with the ``cpu-reference`` control on a GPU, else None."""
 
     def __init__(self, block: int, controls: Collection[str], on_gpu: bool) -> None:
         self.block = block
@@ -133,8 +102,8 @@ class TimedPasses(Generic[R]):
 
     def run(self, benchmark: Any, one_pass: Callable[[ReferenceProbe | None], R], rounds: int,
             *regions: AbstractContextManager[Any]) -> None:  # fmt: skip
-        """``rounds`` timed passes, ``one_pass(probe)`` each with a fresh `probe`, through ``benchmark.pedantic`` (one
-        iteration a round, no warm-up round) inside ``regions`` (entered in order: the ``measured_region`` first)."""
+        """``rounds`` passes ``one_pass(probe)`` (a fresh `probe` each) through ``benchmark.pedantic`` (one iteration,
+        no warm-up round) inside ``regions`` (entered in order: the ``measured_region`` first)."""
 
         def timed() -> None:
             probe = self.probe()
@@ -154,11 +123,9 @@ class TimedPasses(Generic[R]):
         return None if self.reference is None else [p.readings_s for p in self.probes if p is not None]
 
     def record(self, benchmark: Any, record: Callable[..., None], per: str = "frame") -> PassSamples:
-        """Make the passes the benchmark's samples through ``record`` (the ``perf_samples`` fixture): each block's
-        seconds per ``per``, divided by the CPU reference where it was read (then ``extra_info["cpu_reference"]``
-        summarises the readings), with the ``stage:<name>`` metrics normalised alike and the wall-clock blocks as the
-        ``wall`` metric. ``per`` "frame": passes of the sequential loop (:class:`detector.pipeline.PipelineResult`,
-        one frame per iteration, with its stages); "tick": of the multi-stream loop (its ``tick_ms``, no stages)."""
+        """Record the passes through ``record`` (the ``perf_samples`` fixture): each block's s per ``per``, in CPU-
+        reference units where read (``extra_info["cpu_reference"]``), stages alike, the wall clock as ``wall``. ``per``
+        "frame": sequential loop results (`detector.pipeline.PipelineResult`); "tick": multi-stream (``tick_ms``)."""
         if per == "frame":
             iterations = [r.iteration_ms for r in self.results]
             stage_passes = [{k: v[: len(r.iteration_ms)] for k, v in r.stage_samples_ms.items()} for r in self.results]

@@ -1,10 +1,6 @@
-"""A deliberate, known slowdown of a runner: the suite's way to prove its gate catches regressions.
-
-``--perf-inject-delay=MS`` adds ``MS`` milliseconds of work to every inference call of every runner the suite
-builds: on a GPU a ``torch.cuda._sleep`` kernel (a busy-wait on the device, calibrated once with CUDA events)
-enqueued on the runner's stream right after the model, so it shows up in GPU time exactly as a slower kernel
-would; on a CPU a busy-wait of the host. Nothing else changes, so a run with the delay compared with a baseline
-without it must be reported slower (``--benchmark-compare-fail``), and the same code without it must not.
+"""``--perf-inject-delay=MS``: a deliberate, known slowdown of every runner (a ``torch.cuda._sleep`` kernel on its
+stream right after the model, calibrated once, or a host busy-wait on a CPU), the suite's proof that its gate catches
+regressions: with it a run must be reported slower than a baseline without it, and without it must not.
 """
 
 from __future__ import annotations
@@ -38,12 +34,8 @@ def delay_call(delay_ms: float, device_index: int | None) -> Callable[[], None]:
 
 
 def slow_down(runner: Runner, delay_ms: float) -> Callable[[], None] | None:
-    """Make every later ``runner.infer`` do ``delay_ms`` more work (on the runner's stream on a GPU), through
-    :meth:`~detector.backends.base.Runner.add_infer_hook`; returns the hook's remover (``None`` for no delay).
-
-    Call it on an active runner: whether the delay is a GPU kernel or a host busy-wait follows the runner's
-    stream, which activation creates.
-    """
+    """Make every later ``runner.infer`` (of an active runner: its stream decides GPU or host) do ``delay_ms`` more
+    work through ``Runner.add_infer_hook``; returns the hook's remover (None for no delay)."""
     if delay_ms <= 0:
         return None
     on_gpu = runner.stream is not None and runner.torch_device is not None

@@ -1,11 +1,6 @@
 """Where the end-to-end and pipelined benchmarks get their frames and what they do with them: a *source* is the
-synthetic video's codec, the decoder, and whether the annotated output is encoded.
-
-``--perf-sources`` lists them as ``<codec>[+nvdec][+noencode]`` (docs/options.md, docs/method.md section 14). With
-``--perf-video`` the codec is the user's video's own, so sources differing only in codec are one. Every runner case
-runs on the default source ``mp4v``; the other sources run for the family's key cases (`perf.measure.cases.KEY_CASES`)
-under ids that end in the source's suffix (``torch-graph-fp16-h264-nvdec``), without the ``ci`` marker (the CI gate
-keeps its cost).
+synthetic video's codec, the decoder and whether the output is encoded, ``<codec>[+nvdec][+noencode]`` in
+``--perf-sources`` (docs/method.md, section 14). Every case runs on ``mp4v``; the other sources run for the key cases.
 """
 
 from __future__ import annotations
@@ -17,10 +12,8 @@ from typing import Any
 
 import pytest
 
-#: Codecs of the synthetic video; ``video`` stands for the user's own (``--perf-video``).
-CODECS: tuple[str, ...] = ("mp4v", "h264")
-USER_VIDEO = "video"
-#: ``--perf-sources`` when not given.
+CODECS: tuple[str, ...] = ("mp4v", "h264")  # of the synthetic video
+USER_VIDEO = "video"  # the codec of the user's own video (``--perf-video``)
 DEFAULT_SOURCES = "mp4v,h264,h264+nvdec,h264+noencode,h264+nvdec+noencode"
 _FLAGS = ("nvdec", "noencode")
 
@@ -78,9 +71,8 @@ def for_video(sources: Iterable[Source], user_video: bool) -> tuple[Source, ...]
 
 
 def collection_skip(source: Source, device: str) -> str | None:
-    """Why ``source`` cannot run for a runner on ``device``, as far as is known without importing torch or the
-    decoder (`detector.gpudecode.nvdec_unavailable` with ``load=False``), or None; the full check runs when the test
-    starts (`skip_unless_decodes`)."""
+    """Why ``source`` cannot run on ``device`` as far as is known without importing torch or the decoder, or None
+    (the full check: `skip_unless_decodes`)."""
     if source.decoder != "nvdec":
         return None
     from detector.gpudecode import nvdec_unavailable
@@ -89,8 +81,7 @@ def collection_skip(source: Source, device: str) -> str | None:
 
 
 def skip_unless_decodes(source: Source, runner: Any) -> None:
-    """Skip the calling test, with the one-line reason, when ``source`` cannot decode for ``runner`` on this machine
-    (`detector.gpudecode.nvdec_unavailable`: the package missing or failing to load, no CUDA device)."""
+    """Skip the calling test with `detector.gpudecode.nvdec_unavailable`'s reason when ``source`` cannot decode here."""
     if source.decoder == "nvdec":
         from detector.gpudecode import nvdec_unavailable
 
@@ -100,8 +91,8 @@ def skip_unless_decodes(source: Source, runner: Any) -> None:
 
 
 def with_sources(params: Sequence[Any], sources: Sequence[Source], device: str) -> list[Any]:
-    """``params`` (pytest params of `perf.measure.cases.Case`, from ``make_cases``) on the default source, then, for
-    each key case (``ci``-marked), one param per other source, without the ``ci`` and ``nsys`` markers."""
+    """``params`` (of `perf.measure.cases.Case`) on the default source, then for each ``ci``-marked one a param per
+    other source, without the ``ci`` and ``nsys`` markers."""
     out = list(params)
     for param in params:
         if not any(mark.name == "ci" for mark in param.marks):

@@ -1,17 +1,6 @@
-"""A fixed CPU workload timed in-band: how fast the CPU under the pipeline is at this moment.
-
-On a shared host the CPU's speed moves under a benchmark: a VM's cores slow down when other tenants load the
-socket (turbo frequency, shared caches). Measured on the project's H100 machine (docs/results.md), every CPU
-stage of the video pipeline -- decode, letterbox, postprocess, encode -- moved together by 10-25% between two
-processes of identical code and within one: no statistic of wall-clock times can see a 5% change through that.
-
-`CpuReference` is a small workload of the same kinds of work as the pipeline's CPU stages (an OpenCV resize and
-colour conversion, numpy arithmetic, a JPEG encode -- library code only, none of the code under test, so a
-regression in the detector cannot hide in it), 0.6-2 ms on a server core. The video benchmarks run it on the
-calling thread after every block of frames or ticks (`ReferenceProbe`, through the loops' ``on_progress``
-hook, outside the timed spans) and divide each block's time by it: their primary
-figure is then *time in reference units*, which a common slowdown of the CPU cancels out of while a slower
-stage of the pipeline does not. The wall-clock figures stay beside it (``wall`` metric, FPS).
+"""The CPU reference: a fixed CPU workload (an OpenCV resize and colour conversion, numpy arithmetic, a JPEG encode:
+library code only, none of the code under test) timed in-band, how fast the CPU under the pipeline is at that moment;
+the video benchmarks divide each block's time by it (docs/method.md, section 1: the CPU reference).
 """
 
 from __future__ import annotations
@@ -21,14 +10,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-#: The reference frame: 960x540 BGR, seeded noise over gradients (compresses like a video frame, not like zeros).
-FRAME_HW = (540, 960)
-#: Calls of the workload per reading (their best is kept: a reading measures speed, not interruptions).
-CALLS = 3
-#: Calls per in-band reading on the writer thread (`FrameProbe`): one, so the bottleneck loses ~3% of its time.
-FRAME_CALLS = 1
-#: The workload's nominal time (s): normalised samples are seconds per frame (or tick) had a reading taken this.
-NOMINAL_S = 1e-3
+FRAME_HW = (540, 960)  # the reference frame: BGR, seeded noise over gradients (compresses like a video frame)
+CALLS = 3  # calls per reading, the best kept (a reading measures speed, not interruptions)
+FRAME_CALLS = 1  # calls per in-band reading on the writer thread (`FrameProbe`): ~3% of its time
+NOMINAL_S = 1e-3  # normalised samples are s per frame (or tick) had a reading taken this
 
 
 class CpuReference:
@@ -63,8 +48,7 @@ class CpuReference:
 
 
 class ReferenceProbe:
-    """A loop hook (``on_progress``) taking a reference reading each time the count
-    it is given (frames or ticks done) passes another multiple of ``block``; readings in ``readings_s``."""
+    """A loop's ``on_progress`` hook: a reading (``readings_s``) each time the count done passes a multiple of ``block``."""
 
     def __init__(self, reference: CpuReference, block: int) -> None:
         self.reference, self.block = reference, block
@@ -76,13 +60,9 @@ class ReferenceProbe:
 
 
 class FrameProbe:
-    """The pipelined loop's ``on_frame`` hook, on its writer thread: after every ``block``-th frame past the first
-    ``skip``, one reference reading (`FRAME_CALLS` calls) on the writer's own CPU, in-band.
-
-    Measured on the H100 machine, a vCPU's speed toggles between two levels 1.5x apart every few tenths of a
-    second (the host's other hyperthread of its core busy or not); the writer, the loop's bottleneck, runs at the
-    speed of its CPU *at that moment*, which readings before and after a pass do not see. ``spent_ms[i]``: the
-    time the reading after frame ``i - 1`` took, which frame ``i``'s interval holds; `exclude` takes it out."""
+    """The pipelined loop's ``on_frame`` hook on its writer thread: a reading (`FRAME_CALLS`) after every ``block``-th
+    frame past ``skip``, in-band (docs/method.md, section 1); ``spent_ms[i]``: the reading's time in frame ``i``'s
+    interval, which `exclude` takes out."""
 
     def __init__(self, reference: CpuReference, block: int, skip: int = 0) -> None:
         self.reference, self.block, self.skip = reference, block, skip
@@ -113,10 +93,8 @@ def smoothed(readings: Sequence[float], index: int) -> float:
 
 def normalize(blocks_s: Sequence[Sequence[float]], readings_s: Sequence[Sequence[float]], nominal_s: float,
               offset: int = 0) -> list[float]:  # fmt: skip
-    """Each block's seconds per frame times ``nominal_s / reference reading`` -- the reading ``offset + k`` for
-    block k (taken just after it; ``offset`` skips readings of frames left out of the blocks), smoothed over its
-    neighbours -- pass after pass: the block's time had the CPU run at the reference's nominal speed. Blocks
-    without a reading are left out."""
+    """Each block's s per frame times ``nominal_s`` / its reading (block k: reading ``offset + k``, taken just after,
+    `smoothed`), pass after pass: its time at the reference's nominal speed; blocks without a reading left out."""
     out: list[float] = []
     for blocks, readings in zip(blocks_s, readings_s):
         for index, value in enumerate(blocks):

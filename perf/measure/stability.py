@@ -1,23 +1,6 @@
-"""The stability gate at measurement time: a benchmark whose rounds are too noisy or drift is measured again.
-
-`measure_stable` runs ``benchmark(fn, *args, **kwargs)`` as usual, then judges the rounds with
-`assess_stability`. While they are unstable (and not merely too few, which another measurement of
-as many rounds would not change) it measures again, up to ``max_remeasure`` more times,
-with the same timer, iterations and number of rounds as pytest-benchmark chose (`time_rounds` is
-pytest-benchmark's own round loop), and the new rounds replace the old ones in the benchmark's statistics (so
-the saved run, the table and ``--perf-compare`` see the last measurement). The outcome goes into
-``extra_info["stability"]``::
-
-    {"verdict": "stable" | "unstable", "reason": "robust CV 14.2% > 10.0%" | "", "cv": 0.142, "drift": 0.03,
-     "rounds": 18, "measurements": 3, "attempts": [{"cv": ..., "drift": ..., "median_s": ..., "reason": ...}]}
-
-``attempts`` keeps the summary of every measurement, the discarded ones included.
-
-*Stability.* A sample is unstable when it has fewer than ``min_rounds`` rounds, when its robust coefficient of
-variation (`robust_sd` / median, blind to a few outliers such as a garbage collection, which the median
-ignores too) exceeds ``max_cv``, or when it drifts: the medians of ``windows`` consecutive windows spread by
-more than ``max_drift`` of the median *and* by more than `DRIFT_NOISE_FACTOR` standard errors of a window
-median (so that a short, noisy sample is not called drifting because of its noise alone).
+"""The stability rule at measurement time (docs/method.md, section 8): `assess_stability` (too few rounds, robust CV,
+window drift beyond its noise) and `measure_stable`, which measures an unstable benchmark again; `robust_sd`, the
+suite's one robust scale.
 """
 
 from __future__ import annotations
@@ -26,12 +9,13 @@ import gc
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 log = logging.getLogger(__name__)
+
 DEFAULT_MAX_REMEASURE = 2
 DEFAULT_MAX_CV = 0.10
 DEFAULT_MAX_DRIFT = 0.05
@@ -55,8 +39,6 @@ class Stability:
     stable: bool
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 #: A normal sample's standard deviation per unit of median absolute deviation, as the gate has always rounded it
@@ -64,12 +46,12 @@ class Stability:
 MAD_TO_SD = 1.4826
 
 
-def _as_sample(values: Sequence[float] | np.ndarray, what: str) -> np.ndarray:
+def _as_sample(values: Sequence[float] | np.ndarray) -> np.ndarray:
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0:
-        raise ValueError(f"{what}: empty sample; need at least one timing")
+        raise ValueError("sample: empty sample; need at least one timing")
     if not np.all(np.isfinite(x)) or np.any(x < 0):
-        raise ValueError(f"{what}: timings must be finite and >= 0")
+        raise ValueError("sample: timings must be finite and >= 0")
     return x
 
 
@@ -83,18 +65,16 @@ def robust_sd(values: Sequence[float] | np.ndarray) -> float:
 
 def robust_cv(values: Sequence[float] | np.ndarray) -> float:
     """`robust_sd` / median (the CV of a normal sample, insensitive to outliers); 0 for a zero median."""
-    x = _as_sample(values, "sample")
+    x = _as_sample(values)
     median = float(np.median(x))
-    if median <= 0:
-        return 0.0
-    return robust_sd(x) / median
+    return robust_sd(x) / median if median > 0 else 0.0
 
 
 def window_drift(values: Sequence[float] | np.ndarray, windows: int = DEFAULT_WINDOWS) -> tuple[float, float] | None:
     """``(drift, noise)``: the spread (max - min) of the medians of ``windows`` consecutive windows, and the
     spread independent noise would rarely exceed (`DRIFT_NOISE_FACTOR` standard errors of a window median),
     both as fractions of the overall median; None below ``2 * windows`` rounds."""
-    x = _as_sample(values, "sample")
+    x = _as_sample(values)
     if x.size < 2 * windows:
         return None
     median = float(np.median(x))
@@ -116,8 +96,8 @@ def assess_stability(
     windows: int = DEFAULT_WINDOWS,
     min_rounds: int = MIN_ROUNDS,
 ) -> Stability:
-    """Whether a sample is stable enough to compare (see the module docstring for the rules)."""
-    x = _as_sample(values, "sample")
+    """Whether a sample is stable enough to compare (docs/method.md, section 8)."""
+    x = _as_sample(values)
     cv = robust_cv(x)
     drift_noise = window_drift(x, windows)
     drift = None if drift_noise is None else drift_noise[0]
@@ -180,11 +160,8 @@ def replace_rounds(metadata: Any, data: list[float]) -> None:
 
 
 def measure_stable(benchmark: Any, fn: Callable[..., Any], *args: Any, rule: StabilityRule, **kwargs: Any) -> Any:
-    """``benchmark(fn, *args, **kwargs)``, re-measured while unstable (see the module docstring).
-
-    Returns what ``benchmark`` returned. With benchmarks disabled (``--benchmark-disable``) it only calls
-    through.
-    """
+    """``benchmark(fn, *args, **kwargs)`` (its result returned), re-measured while unstable (up to
+    ``rule.max_remeasure`` times, never for too few rounds); with ``--benchmark-disable`` it only calls through."""
     result = benchmark(fn, *args, **kwargs)
     metadata = benchmark.stats
     if metadata is None or not metadata.stats.data:
@@ -207,8 +184,7 @@ def measure_stable(benchmark: Any, fn: Callable[..., Any], *args: Any, rule: Sta
 
 
 def stability_record(stability: Stability, attempts: list[dict[str, Any]]) -> dict[str, Any]:
-    """``extra_info["stability"]`` for the last measurement's ``stability`` after ``attempts`` (one per
-    measurement, `summary` of each; see the module docstring)."""
+    """``extra_info["stability"]`` for the last measurement's ``stability`` after ``attempts`` (`summary` of each)."""
     return {"verdict": "stable" if stability.stable else "unstable", "reason": stability.reason,
             "cv": stability.cv, "drift": stability.drift, "rounds": stability.n, "measurements": len(attempts),
             "attempts": attempts}  # fmt: skip

@@ -1,13 +1,7 @@
-"""GPU telemetry during a benchmark: a background thread samples NVML (nvidia-ml-py's ``pynvml``) and reports
-min/mean/max of utilisation, SM clock, memory used, temperature and power, and whether the clocks were throttled.
-
-    with NvmlSampler(device_index=0, interval_s=0.05) as sampler:
-        run_the_benchmark()
-    benchmark.extra_info["gpu"] = sampler.summary()   # {"gpu_util_pct_mean": ..., "throttled": False, ...}
-
-Without NVML or a GPU the sampler is a no-op and ``summary()`` says why (``{"available": False, "reason": ...}``).
-``pynvml`` is imported lazily. ``read=`` replaces the NVML reader (a zero-argument callable returning a `Sample`),
-which is how the threading is tested without a GPU.
+"""GPU telemetry during a benchmark: `NvmlSampler`, a context manager whose background thread samples NVML
+(nvidia-ml-py's ``pynvml``, imported lazily), and its ``summary()``: min/mean/max of utilisation, SM clock, memory
+used, temperature and power, and whether the clocks were throttled. Without NVML or a GPU it is a no-op whose summary
+says why (``{"available": False, "reason": ...}``); ``read=`` replaces the NVML reader (tests without a GPU).
 """
 
 from __future__ import annotations
@@ -26,17 +20,9 @@ METRICS = ("gpu_util_pct", "sm_clock_mhz", "mem_used_mib", "temperature_c", "pow
 #: An SM clock this far below the highest seen in the run (fraction) counts as throttling.
 CLOCK_DROP = 0.10
 #: NVML clock event / throttle reason bits (nvmlClocksEventReason*; the older *ThrottleReason* values are the same).
-REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
+REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+           0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+           0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}  # fmt: skip
 #: Reasons that do not mean throttling: an idle GPU and clocks pinned by the user.
 BENIGN_REASONS = 0x1 | 0x2 | 0x100
 
@@ -56,9 +42,8 @@ class Sample:
 
 def reason_names(mask: int) -> list[str]:
     """Names of the bits set in an NVML clock-reason ``mask`` (unknown bits as hex)."""
-    names = [name for bit, name in REASONS.items() if mask & bit]
     unknown = mask & ~sum(REASONS)
-    return names + ([f"0x{unknown:x}"] if unknown else [])
+    return [name for bit, name in REASONS.items() if mask & bit] + ([f"0x{unknown:x}"] if unknown else [])
 
 
 def summarize_samples(samples: Sequence[Sample]) -> dict[str, float | int]:
@@ -67,9 +52,8 @@ def summarize_samples(samples: Sequence[Sample]) -> dict[str, float | int]:
     for metric in METRICS:
         values = [v for v in (getattr(s, metric) for s in samples) if v is not None]
         if values:
-            out[f"{metric}_min"] = min(values)
-            out[f"{metric}_mean"] = sum(values) / len(values)
-            out[f"{metric}_max"] = max(values)
+            out.update({f"{metric}_min": min(values), f"{metric}_mean": sum(values) / len(values),
+                        f"{metric}_max": max(values)})  # fmt: skip
     return out
 
 
@@ -97,9 +81,8 @@ def _nvml() -> Any:
 
 def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], Sample]:
     """A reader of one `Sample` from an NVML device handle; a value the device does not support reads as None."""
-    reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-    )
+    reasons_fn = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                  or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))  # fmt: skip
 
     def get(fn: Callable[[], Any]) -> Any:
         try:
@@ -107,39 +90,28 @@ def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], Sample]:
         except nvml.NVMLError:
             return None
 
-    def read() -> Sample:
-        util = get(lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-        mem = get(lambda: nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20)
-        power = get(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1e3)
-        return Sample(
-            t_s=time.monotonic(),
-            gpu_util_pct=util,
-            sm_clock_mhz=get(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
-            mem_used_mib=mem,
-            temperature_c=get(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
-            power_w=power,
-            reasons=get(lambda: reasons_fn(handle)) if reasons_fn else None,
-        )
-
-    return read
+    return lambda: Sample(
+        t_s=time.monotonic(),
+        gpu_util_pct=get(lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+        sm_clock_mhz=get(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+        mem_used_mib=get(lambda: nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20),
+        temperature_c=get(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+        power_w=get(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1e3),
+        reasons=get(lambda: reasons_fn(handle)) if reasons_fn else None,
+    )
 
 
 class NvmlSampler:
-    """Context manager sampling GPU ``device_index`` every ``interval_s`` seconds on a background thread.
-
-    One sample is taken on entry and one on exit, so even a short block has two. ``summary()`` gives min/mean/max
-    per metric, the sample count, ``throttled`` and ``throttle_reasons``; ``samples`` holds the raw readings.
-    """
+    """Samples GPU ``device_index`` every ``interval_s`` seconds on a background thread, once more on entry and on
+    exit (a short block has two); ``samples`` holds the readings."""
 
     def __init__(self, device_index: int = 0, interval_s: float = 0.05, *, read: Callable[[], Sample] | None = None):
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
-        self.device_index = device_index
-        self.interval_s = interval_s
+        self.device_index, self.interval_s, self._read = device_index, interval_s, read
         self.samples: list[Sample] = []
         self.unavailable_reason: str | None = None
         self.read_errors = 0
-        self._read = read
         self._nvml: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -159,9 +131,7 @@ class NvmlSampler:
             count = nvml.nvmlDeviceGetCount()
         finally:
             nvml.nvmlShutdown()
-        if device_index >= count:
-            return False, f"no GPU {device_index} (NVML sees {count})"
-        return True, None
+        return (True, None) if device_index < count else (False, f"no GPU {device_index} (NVML sees {count})")
 
     def __enter__(self) -> NvmlSampler:
         self.samples, self.read_errors, self._stop = [], 0, threading.Event()
@@ -173,8 +143,7 @@ class NvmlSampler:
                 return self
             self._nvml = _nvml()
             self._nvml.nvmlInit()
-            handle = self._nvml.nvmlDeviceGetHandleByIndex(self.device_index)
-            self._read = _nvml_reader(self._nvml, handle)
+            self._read = _nvml_reader(self._nvml, self._nvml.nvmlDeviceGetHandleByIndex(self.device_index))
         self._sample()
         self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
         self._thread.start()
@@ -202,24 +171,12 @@ class NvmlSampler:
         while not self._stop.wait(self.interval_s):
             self._sample()
 
-    @property
-    def throttled(self) -> bool:
-        """True when `detect_throttle` flags the samples taken so far."""
-        return detect_throttle(self.samples)[0]
-
-    @property
-    def reasons(self) -> list[str]:
-        """Why the run counts as throttled (empty when it does not)."""
-        return detect_throttle(self.samples)[1]
-
     def summary(self) -> dict[str, Any]:
         """Flat dict for ``benchmark.extra_info``: ``available``, metric min/mean/max, ``samples``, ``throttled``,
-        ``throttle_reasons``; or ``{"available": False, "reason": ...}`` without NVML."""
+        ``throttle_reasons``, ``interval_s`` (``read_errors`` if any); or ``{"available": False, "reason": ...}``."""
         if self.unavailable_reason is not None:
             return {"available": False, "reason": self.unavailable_reason}
         throttled, reasons = detect_throttle(self.samples)
-        out: dict[str, Any] = {"available": True, **summarize_samples(self.samples)}
-        out.update(throttled=throttled, throttle_reasons=reasons, interval_s=self.interval_s)
-        if self.read_errors:
-            out["read_errors"] = self.read_errors
-        return out
+        out: dict[str, Any] = {"available": True, **summarize_samples(self.samples), "throttled": throttled,
+                               "throttle_reasons": reasons, "interval_s": self.interval_s}  # fmt: skip
+        return {**out, "read_errors": self.read_errors} if self.read_errors else out

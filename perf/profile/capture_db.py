@@ -1,22 +1,6 @@
-"""An Nsight Systems SQLite export (``nsys export --type sqlite``) read into typed records of one region.
-
-The tables read (missing ones are empty data; times are ns on one clock, host and GPU alike):
-
-* ``StringIds(id, value)``: every interned name; ``ThreadNames(nameId, globalTid)``: OS thread names.
-* ``NVTX_EVENTS``: push/pop ranges (``eventType`` 59) with ``text`` or ``textId``; the region is the range
-  named `perf.profile.torch_profiler.MEASURED_RANGE` (first start to last end), else first to last GPU activity
-  (the model's: the suite's busy-wait kernels, `is_suite_kernel`, left out unless there is nothing else); push/pop
-  and start/end ranges (``eventType`` 60) are summed per name over the whole capture.
-* ``CUPTI_ACTIVITY_KIND_RUNTIME``: CUDA API calls per host thread (``correlationId`` links the GPU work they
-  launched); ``OSRT_API``: OS runtime calls per thread (nsys traces only calls longer than its threshold).
-* ``CUPTI_ACTIVITY_KIND_KERNEL`` / ``_MEMCPY`` / ``_MEMSET``: GPU work per device and stream.
-* ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` and ``CUPTI_ACTIVITY_KIND_CUDA_EVENT``: which stream (and event
-  record) a synchronising call waited for, where CUPTI says.
-
-A ``globalTid`` packs the process id and the thread id (``(gtid >> 24) & 0xFFFFFF`` and ``gtid & 0xFFFFFF``).
-Besides the records inside the region, a `Capture` holds totals over the whole capture (kernels by demangled name,
-CUDA API calls, NVTX ranges, host<->device copies), as ``nsys stats`` sums them, for the summary
-(`perf.profile.nsys_summary`).
+"""An Nsight Systems SQLite export (``nsys export --type sqlite``) read once into typed records of one region
+(`read_capture`), with the whole capture's totals as ``nsys stats`` sums them (for `perf.profile.nsys_summary`).
+Times are ns on one clock, host and GPU alike; the tables read and how: docs/method.md, section 13.
 """
 
 from __future__ import annotations
@@ -26,6 +10,7 @@ import logging
 import os
 import re
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,28 +21,18 @@ from perf.profile.torch_profiler import MEASURED_RANGE
 
 log = logging.getLogger(__name__)
 
-#: ``NVTX_EVENTS.eventType`` of a push/pop range (ENUM_NSYS_EVENT_TYPE "NvtxPushPopRange") and of a start/end one.
-NVTX_PUSH_POP = 59
-NVTX_START_END = 60
-#: ``streamId`` / CUPTI's "no stream" marker in synchronization records.
-NO_STREAM = 0xFFFFFFFF
+NVTX_PUSH_POP, NVTX_START_END = 59, 60  # ``NVTX_EVENTS.eventType`` of a push/pop and of a start/end range
+NO_STREAM = 0xFFFFFFFF  # CUPTI's "no stream" in synchronization records
 #: ``ENUM_CUDA_MEMCPY_OPER`` ids as short names (others: "[memcpy]").
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
                 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}  # fmt: skip
-#: The source of the empty region of a capture with no region at all.
-NOTHING = "nothing traced"
+NOTHING = "nothing traced"  # the source of the empty region of a capture with no region at all
 #: ``copyKind`` ids of host-to-device and device-to-host copies (plain and unified memory).
 COPY_DIRECTIONS = {1: "h2d", 11: "h2d", 2: "d2h", 12: "d2h"}
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
-
-#: Kernels that the perf suite itself launches and the model never does, found by name. ``torch.cuda._sleep`` runs
-#: ATen's ``spin_kernel`` (aten/src/ATen/cuda/Sleep.cu), a GPU busy-wait that `detector.timing.CudaEventClock`
-#: enqueues before each start event (its ``lead_in_ms``) and that `perf.measure.slowdown` injects as a slowdown;
-#: counted as model work it topped the kernel table and made an idle GPU look busy. Names come demangled with or
-#: without arguments and with either spelling of the anonymous namespace ("at::cuda::(anonymous
-#: namespace)::spin_kernel(long)", "void at::cuda::<unnamed>::spin_kernel(long)"), bare ("spin_kernel") or mangled
-#: ("_ZN2at4cuda12_GLOBAL__N_111spin_kernelEl": the second alternative). A whole identifier is required, so
-#: "spin_kernels" or "my_spin_kernel" are model kernels.
+#: ATen's ``spin_kernel`` (``torch.cuda._sleep``: the clock's lead-in, an injected slowdown), launched by the suite
+#: and never by the model, in any nsys spelling (demangled, bare, or mangled: the second alternative); a whole
+#: identifier only, so "my_spin_kernel" is a model kernel. Why it is left out: docs/method.md, section 6.
 SUITE_KERNEL_NAME = re.compile(r"(?<!\w)spin_kernel(?!\w)|11spin_kernelE")
 
 
@@ -82,7 +57,8 @@ def is_suite_kernel(name: str) -> bool:
 
 
 def busy_ns(intervals: Iterable[tuple[int, int]], start_ns: int, end_ns: int) -> int:
-    """Length in ns of the union of ``[a, b)`` intervals clipped to ``[start_ns, end_ns)`` (overlaps count once)."""
+    """Length in ns of the union of ``[a, b)`` intervals clipped to ``[start_ns, end_ns)`` (overlaps count once);
+    a sweep over the sorted intervals (neither numpy nor the stdlib has an interval union)."""
     total, reach = 0, start_ns
     for a, b in sorted((max(a, start_ns), min(b, end_ns)) for a, b in intervals):
         if b <= reach or b <= a:
@@ -107,23 +83,15 @@ class Region:
 
 @dataclass(frozen=True)
 class ThreadInfo:
-    """A host thread: nsys's ``globalTid``, its OS name ("python" when Python never named it), pid and tid."""
+    """A host thread: nsys's ``globalTid`` (pid << 24 | tid) and its OS name ("python" when Python never named it)."""
 
     gtid: int
     name: str
 
     @property
-    def pid(self) -> int:
-        return (self.gtid >> 24) & 0xFFFFFF
-
-    @property
-    def tid(self) -> int:
-        return self.gtid & 0xFFFFFF
-
-    @property
     def label(self) -> str:
         """``python:2092``: the name and the OS thread id (Python threads all share the process's name)."""
-        return f"{self.name}:{self.tid}"
+        return f"{self.name}:{self.gtid & 0xFFFFFF}"
 
 
 @dataclass(frozen=True)
@@ -182,10 +150,9 @@ class Total:
 
 @dataclass
 class Capture:
-    """The records of one export inside ``region`` (anything overlapping it), sorted by start, and the whole
-    capture's totals (each list largest ``ns`` first): ``kernels`` by demangled name, ``api`` by CUDA API name
-    (`stats_api_name`), ``nvtx`` by range name (push/pop and start/end, any domain), ``copies`` by direction
-    ("h2d", "d2h"); ``memsets`` counts memsets and ``pushpop`` push/pop ranges, whole capture."""
+    """The records overlapping ``region``, sorted by start, and the whole capture's totals, largest ``ns`` first:
+    ``kernels`` (demangled name), ``api`` (`stats_api_name`), ``nvtx`` (range name, any kind and domain), ``copies``
+    ("h2d", "d2h"), ``memsets`` and ``pushpop`` (counts)."""
 
     path: Path
     region: Region
@@ -214,30 +181,24 @@ class Capture:
         return self.threads.get(gtid) or ThreadInfo(gtid, "thread")
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    if not path.is_file():
-        raise CaptureError(f"cannot read nsys SQLite export '{path}': no such file")
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.DatabaseError as e:
-        conn.close()
-        raise CaptureError(f"'{path}' is not an Nsight Systems SQLite export ({e}); make one with "
-                           "'nsys export --type sqlite --output X.sqlite X.nsys-rep'") from e  # fmt: skip
-    if "StringIds" not in tables:
-        conn.close()
-        raise CaptureError(f"'{path}' is an SQLite file but not an Nsight Systems export (no StringIds table); make "
-                           "one with 'nsys export --type sqlite --output X.sqlite X.nsys-rep'")  # fmt: skip
-    return conn
-
-
 class _Db:
-    """Queries that treat a missing table as empty and a missing column as NULL."""
+    """An export opened read-only; queries treat a missing table as empty and a missing column as NULL."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        self.strings = dict(conn.execute("SELECT id, value FROM StringIds"))
+    def __init__(self, path: Path) -> None:
+        if not path.is_file():
+            raise CaptureError(f"cannot read nsys SQLite export '{path}': no such file")
+        self.conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        make = "make one with 'nsys export --type sqlite --output X.sqlite X.nsys-rep'"
+        try:
+            self.tables = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as e:
+            self.conn.close()
+            raise CaptureError(f"'{path}' is not an Nsight Systems SQLite export ({e}); {make}") from e
+        if "StringIds" not in self.tables:
+            self.conn.close()
+            raise CaptureError(f"'{path}' is an SQLite file but not an Nsight Systems export (no StringIds table); "
+                               + make)
+        self.strings: dict[int, str] = {}
 
     def columns(self, table: str) -> set[str]:
         return {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
@@ -257,10 +218,8 @@ _OVERLAP = "WHERE start < ? AND end > ?"
 
 
 def _nvtx(db: _Db, region: tuple[int, int] | None) -> list[NvtxRange]:
-    where = f"WHERE eventType = {NVTX_PUSH_POP} AND end IS NOT NULL"
-    args: tuple = ()
-    if region is not None:
-        where, args = where + " AND start < ? AND end > ?", (region[1], region[0])
+    where, args = f"WHERE eventType = {NVTX_PUSH_POP} AND end IS NOT NULL", (region[1], region[0]) if region else ()
+    where += " AND start < ? AND end > ?" if region else ""
     rows = db.rows("NVTX_EVENTS", ("start", "end", "globalTid", "text", "textId"), where, args)
     return sorted((NvtxRange(s, e, g or 0, db.text(t, i)) for s, e, g, t, i in rows),
                   key=lambda r: (r.start_ns, -r.end_ns))
@@ -290,9 +249,8 @@ def _calls(db: _Db, table: str, region: tuple[int, int], cuda: bool) -> list[Hos
 
 
 def _sync_targets(db: _Db) -> dict[int, SyncTarget]:
-    """``{correlation id of the synchronising call: SyncTarget}``: the stream the sync record names, else (event
-    syncs) the stream and correlation id of the event record it waited for: the one with the same
-    ``eventSyncId``, else the latest record of the same ``eventId`` before the call."""
+    """``{correlation id of a synchronising call: SyncTarget}``: the stream its record names, else the event record
+    it waited for (same ``eventSyncId``, else the latest of the same ``eventId`` before the call)."""
     by_sync: dict[int, tuple[int, int]] = {}
     by_event: dict[int, list[tuple[int, int]]] = {}
     for event, stream, corr, sync_id in db.rows("CUPTI_ACTIVITY_KIND_CUDA_EVENT",
@@ -358,30 +316,24 @@ def _read_totals(db: _Db, capture: Capture) -> None:
 
 
 def _busiest_thread(calls: list[HostCall]) -> int | None:
-    time: dict[int, int] = {}
+    time: Counter[int] = Counter()
     for c in calls:
-        time[c.gtid] = time.get(c.gtid, 0) + c.end_ns - c.start_ns
-    return max(time, key=lambda g: time[g]) if time else None
+        time[c.gtid] += c.end_ns - c.start_ns
+    return max(time, key=time.__getitem__) if time else None
 
 
 def read_capture(path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
                  region: tuple[int, int] | None = None) -> Capture:  # fmt: skip
-    """The records of the export at ``path`` that overlap its region: the NVTX range ``range_name`` (first start
-    to last end), else first to last GPU activity, or ``region`` (ns) when given.
-
-    Missing tables read as empty; a capture with no region at all (no such range, no GPU work) has an empty
-    region at 0. Raises `CaptureError` naming ``path`` when it is not an Nsight Systems SQLite export.
-    """
+    """The export at ``path`` inside its region: the NVTX range ``range_name`` (first start to last end), else the
+    model's first to last GPU activity, or ``region`` (ns); none of these: an empty region at 0. Raises
+    `CaptureError` naming ``path`` when it is not an Nsight Systems SQLite export."""
     path = Path(path)
-    conn = _connect(path)
+    db = _Db(path)
     try:
-        db = _Db(conn)
+        db.strings = dict(db.conn.execute("SELECT id, value FROM StringIds"))
         found = _region(db, range_name)
         owner = found[1] if found else None
-        if region is not None:
-            chosen = Region(region[0], region[1], "given")
-        else:
-            chosen = found[0] if found else Region(0, 0, NOTHING)
+        chosen = Region(*region, "given") if region is not None else found[0] if found else Region(0, 0, NOTHING)
         span = (chosen.start_ns, chosen.end_ns)
         names = {g: db.strings.get(n, "thread") for n, g in db.rows("ThreadNames", ("nameId", "globalTid"))}
         capture = Capture(path, chosen, range_name=range_name)
@@ -397,7 +349,7 @@ def read_capture(path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
     except sqlite3.DatabaseError as e:
         raise CaptureError(f"cannot read nsys SQLite export '{path}': {e}") from e
     finally:
-        conn.close()
+        db.conn.close()
     log.debug("read %s: %d CUDA calls, %d OS calls, %d GPU ops, %d NVTX ranges in %s", path,
               len(capture.cuda_calls), len(capture.os_calls), len(capture.gpu_ops), len(capture.ranges),
               chosen.source)  # fmt: skip

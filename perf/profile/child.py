@@ -1,8 +1,6 @@
-"""One child pytest process, run to the end with its output in a log file: the cross-process runs and ``perf-ab``
-(`perf.gate.processes.run_children`) and the Nsight Systems captures (`perf.profile.nsys.run_child_under_nsys`,
-which wraps the command in ``nsys profile``) all start their children here.
-
-It lives on the library floor's lowest common part (perf/gate imports perf/profile, never the other way).
+"""One child pytest run to the end, its output in a log file: the cross-process runs and ``perf-ab``
+(`perf.gate.processes.run_children`) and the nsys captures (`perf.profile.nsys.run_child_under_nsys`) all start
+their children here, on the library floor's lowest common part (perf/gate imports perf/profile).
 """
 
 from __future__ import annotations
@@ -49,13 +47,9 @@ def run_pytest_child(
     timeout_s: float | None = None,
     echo_command: bool = False,
 ) -> ChildRun:
-    """Run ``command`` (a child pytest, `child_command`, or such a command wrapped by a profiler) in ``cwd`` and wait.
-
-    The child gets ``env`` less the parent session's variables (`PARENT_SESSION_ENV`) with ``PYTHONUNBUFFERED=1``;
-    its stdout and stderr go, in order, to ``log_path`` (overwritten; first ``$ <command>`` when ``echo_command``).
-    Raises `subprocess.TimeoutExpired` (the child killed; its output so far in the log) after ``timeout_s`` seconds,
-    and `OSError` when the command cannot start.
-    """
+    """Run ``command`` (`child_command`, perhaps wrapped by a profiler) in ``cwd`` with ``env`` less
+    `PARENT_SESSION_ENV`, unbuffered, its output to ``log_path`` (after ``$ <command>`` when ``echo_command``).
+    `subprocess.TimeoutExpired` after ``timeout_s`` s (the child killed), `OSError` when it cannot start."""
     log_path = Path(log_path)
     child_env = {key: value for key, value in env.items() if not key.startswith(PARENT_SESSION_ENV)}
     child_env["PYTHONUNBUFFERED"] = "1"

@@ -1,11 +1,7 @@
-"""The critical path through a capture's region, walked back from its end (after nvprof's dependency analysis),
-and how long each host thread and GPU stream worked and waited (`analyze`, `critical_path_summary`).
-
-The walk's rules (host work, `GPU_SYNC_CALLS`, GPU work queued on a stream within `STREAM_TOLERANCE_NS` or on
-another stream, launch latency, `BLOCKING_OS_CALLS` released by `WAKE_CALLS`, `SLEEP_CALLS`) and its limits:
-docs/method.md, section 13. Beyond it: a launch whose work started before the call returned goes on inside the
-call; a thread visited twice at one instant takes no second jump (its wait counts as unresolved), so the walk
-always moves back in time, and the segments tile the region exactly.
+"""The critical path through a capture's region, walked back from its end (after nvprof's dependency analysis), and
+how long each host thread and GPU stream worked and waited (`analyze`, `critical_path_summary`). The walk's rules
+and limits: docs/method.md, section 13; a thread visited twice at one instant takes no second jump, so the walk
+always moves back in time and the segments tile the region exactly.
 """
 
 from __future__ import annotations
@@ -30,8 +26,7 @@ from perf.profile.torch_profiler import MEASURED_RANGE
 
 log = logging.getLogger(__name__)
 
-#: CUDA calls that block the host until GPU work is done (names without nsys's ``_v<version>`` suffix). Queries
-#: (``cudaEventQuery``, ``cudaStreamQuery``) return at once and are not waits; ``cudaMemcpyAsync`` is not either.
+#: CUDA calls that block the host until GPU work is done (no ``_v<version>`` suffix; queries and async copies are not).
 GPU_SYNC_CALLS = frozenset({
     "cudaDeviceSynchronize", "cudaThreadSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
     "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
@@ -48,12 +43,11 @@ BLOCKING_OS_CALLS = frozenset({
 })  # fmt: skip
 #: Blocking OS calls that end by themselves (timers): never resolved to another thread.
 SLEEP_CALLS = frozenset({"nanosleep", "clock_nanosleep", "usleep", "sleep"})
-#: OS calls with which a thread wakes another one (the traced ones: nsys leaves out calls under its threshold).
+#: OS calls with which a thread wakes another one.
 WAKE_CALLS = frozenset({"pthread_cond_signal", "pthread_cond_broadcast", "sem_post", "pthread_mutex_unlock",
                         "write", "pthread_kill", "futex", "eventfd_write"})  # fmt: skip
-#: Work queued behind earlier work starts within about a microsecond of it; CPU and GPU timestamps differ by a few.
-STREAM_TOLERANCE_NS = 2_000
-CLOCK_TOLERANCE_NS = 5_000
+STREAM_TOLERANCE_NS = 2_000  # queued work starts within about a microsecond of the work before it
+CLOCK_TOLERANCE_NS = 5_000  # CPU and GPU timestamps differ by a few microseconds
 #: A thread without CUDA calls or NVTX ranges has its waits listed when this share of the region is on the path.
 PATH_SHARE_THAT_MATTERS = 0.01
 #: Longest waits and wait names kept in the summary.
@@ -62,8 +56,8 @@ TOP = 10
 
 @dataclass
 class CriticalPath:
-    """The walk's result: ``segments`` in time order (they tile the region), every wait of the threads that
-    matter (``waits``, longest first) and the per-thread and per-stream loads (busiest first)."""
+    """The walk's ``segments`` (time order, tiling the region), the ``waits`` of the threads that matter (longest
+    first) and the loads (busiest first)."""
 
     capture: Capture
     segments: list[Segment]
@@ -91,8 +85,7 @@ class _Walker:
             self.emit("host", label, name, a, b)
 
     def walk(self) -> list[Segment]:
-        """The segments from the region's start to its end (see the module docstring for the rules), touching
-        ones of the same kind, place and name merged."""
+        """The segments from the region's start to its end, touching ones of one kind, place and name merged."""
         t, owner = self.end, self.c.region_thread
         where: tuple[str, int] | None = ("host", owner) if owner is not None else self.tl.last_op(self.end)
         budget = 8 * (len(self.c.cuda_calls) + len(self.c.os_calls) + len(self.c.gpu_ops)) + 100
@@ -186,9 +179,8 @@ def _loads(capture: Capture, tl: Timeline, segments: Sequence[Segment]) -> tuple
 
 
 def _waits(capture: Capture, tl: Timeline, threads: Sequence[ThreadLoad]) -> list[Wait]:
-    """Every blocking call of the threads that matter (CUDA calls or NVTX ranges in the region, or at least
-    `PATH_SHARE_THAT_MATTERS` of it on the path), clipped to the region, longest first, each with what released
-    it where that can be told."""
+    """Every blocking call, clipped to the region, longest first, of the threads with CUDA calls or NVTX ranges or
+    `PATH_SHARE_THAT_MATTERS` of the region on the path, each with what released it where that can be told."""
     on_path = {t.where for t in threads if t.on_path_ns >= PATH_SHARE_THAT_MATTERS * capture.region.length_ns}
     wanted = {c.gtid for c in capture.cuda_calls} | {r.gtid for r in capture.ranges}
     wanted |= {g for g, info in capture.threads.items() if info.label in on_path}
@@ -257,8 +249,7 @@ def summarize_path(path: CriticalPath, top: int = TOP) -> CriticalPathSummary:
 
 
 def critical_path_summary(sqlite_path: str | os.PathLike[str], range_name: str = MEASURED_RANGE) -> CriticalPathSummary:
-    """Read the nsys SQLite export at ``sqlite_path``, walk its critical path and summarize it. Raises
-    `perf.profile.capture_db.CaptureError` (one line naming the file) when it is not such an export."""
+    """The summarized critical path of the nsys SQLite export at ``sqlite_path`` (`CaptureError` if it is none)."""
     return summarize_path(analyze(read_capture(sqlite_path, range_name)))
 
 

@@ -1,8 +1,5 @@
-"""The critical-path summary of one capture: what bounded the region, who waited, for how long, on what.
-
-`perf.profile.critical_path` computes it; this module holds its records, their JSON form (``to_dict`` /
-``from_dict``, plain types only, as ``summary.json`` stores them) and the markdown (``to_markdown``). Times are
-ns; shares are fractions 0..1 of the region.
+"""The critical-path summary of one capture (`perf.profile.critical_path` computes it): its records, their JSON form
+(``to_dict`` / ``from_dict``, as ``summary.json`` stores them) and markdown. Times are ns, shares fractions 0..1.
 """
 
 from __future__ import annotations
@@ -12,8 +9,7 @@ from typing import Any
 
 from perf.tabletext import markdown_table
 
-#: Kinds of path segments: the thread's own CPU work, GPU work, launch latency (the API call returned, the work had
-#: not started), and a wait the walk could not follow.
+#: Kinds of path segments: a thread's CPU work, GPU work, launch latency, a wait (docs/method.md, section 13).
 KINDS = ("host", "gpu", "launch", "wait")
 _KIND_LABEL = {"host": "host CPU", "gpu": "GPU", "launch": "launch latency", "wait": "waits"}
 #: Rows of each markdown table, and the widest name in a cell (characters).
@@ -27,9 +23,8 @@ TOTAL_COLUMNS = ("Waits in all", "Kind", "Calls", "Threads", "Total ms")
 
 @dataclass(frozen=True)
 class Segment:
-    """One piece of the critical path: ``kind`` (see `KINDS`), ``where`` (a thread label such as ``python:2092``
-    or a stream label such as ``stream 13``), ``name`` (innermost NVTX range, kernel, API or OS call) and
-    ``[start_ns, end_ns)``."""
+    """A piece ``[start_ns, end_ns)`` of the path: ``kind`` (`KINDS`), ``where`` (``python:2092``, ``stream 13``),
+    ``name`` (innermost NVTX range, kernel, API or OS call)."""
 
     kind: str
     where: str
@@ -44,8 +39,8 @@ class Segment:
 
 @dataclass(frozen=True)
 class Wait:
-    """One blocking call of a host thread inside the region (clipped to it): ``kind`` "gpu" (a GPU-synchronising
-    CUDA call) or "os" (a blocking OS call); ``released_by`` the GPU work or thread that ended it, when found."""
+    """A blocking call in the region (clipped): ``kind`` "gpu" (GPU-synchronising) or "os"; ``released_by`` the GPU
+    work or thread that ended it, when found."""
 
     where: str
     name: str
@@ -61,10 +56,8 @@ class Wait:
 
 @dataclass(frozen=True)
 class ThreadLoad:
-    """A host thread in the region. ``active_ns``: from its first traced event to its last (the whole region for
-    the region's own thread); ``gpu_wait_ns`` / ``os_wait_ns``: inside GPU-synchronising CUDA calls / blocking OS
-    calls (union, overlaps once); ``busy_ns`` = active - waits: its CPU work *as inferred*, since untraced time
-    counts as busy; ``on_path_ns``: its host and wait time on the critical path."""
+    """A host thread in the region (docs/method.md, section 13: active, busy, waits): ``busy_ns`` = active - waits,
+    untraced time counting as busy; ``on_path_ns`` its host and wait time on the path."""
 
     where: str
     active_ns: int
@@ -76,9 +69,8 @@ class ThreadLoad:
 
 @dataclass(frozen=True)
 class StreamLoad:
-    """A GPU stream in the region: ``busy_ns`` the union of its kernels, copies and memsets, ``idle_ns`` the rest
-    of the region (busy + idle = region), ``on_path_ns`` its GPU time on the critical path (with the gaps of up
-    to `perf.profile.critical_path.STREAM_TOLERANCE_NS` between work queued back to back)."""
+    """A GPU stream in the region: ``busy_ns`` (union of its work) + ``idle_ns`` = region; ``on_path_ns`` its GPU
+    time on the path."""
 
     where: str
     busy_ns: int
@@ -98,11 +90,9 @@ class PathShare:
 
 @dataclass
 class CriticalPathSummary:
-    """What bounded a capture's region: the path summed per kind (``by_kind``: ns) and per (kind, name)
-    (``shares``, largest first; they add up to the region), its longest stretches (``longest``: consecutive
-    segments of one kind, place and name merged), per-thread and per-stream loads, the longest waits and the wait
-    totals per call name (``wait_totals``: ``{"name", "kind", "ns", "calls", "threads"}``) of the threads that
-    matter (those with CUDA calls or NVTX ranges, or on the path)."""
+    """What bounded a region: the path per kind (``by_kind``, ns) and per (kind, name) (``shares``, largest first),
+    its ``longest`` stretches, the loads, the ``top_waits`` and ``wait_totals`` per call name (``{"name", "kind",
+    "ns", "calls", "threads"}``) of the threads that matter."""
 
     source: str
     region: dict[str, Any]
@@ -147,7 +137,7 @@ class CriticalPathSummary:
             top = [s for s in self.shares if s.kind == kind and s.share >= least]
             if top and kind != "launch":
                 more = len([s for s in self.shares if s.kind == kind]) > min(len(top), names)
-                listed = ", ".join(f"{_short(s.name, 40)} {100 * s.share:.1f} %" for s in top[:names])
+                listed = ", ".join(f"{shorten(s.name, 40)} {100 * s.share:.1f} %" for s in top[:names])
                 part += f" ({listed}{', ...' if more else ''})"
             parts.append(part)
         return "Bounded by: " + (", ".join(parts) if parts else "nothing traced")
@@ -160,26 +150,26 @@ class CriticalPathSummary:
                  f"- {self.bounded_by()}"]  # fmt: skip
         lines += [f"- {note}" for note in self.notes]
         if self.threads or self.streams:
-            rows = [[_short(t.where, CELL), _ms(t.active_ns), _ms(t.busy_ns), _ms(t.gpu_wait_ns), _ms(t.os_wait_ns),
+            rows = [[shorten(t.where, CELL), _ms(t.active_ns), _ms(t.busy_ns), _ms(t.gpu_wait_ns), _ms(t.os_wait_ns),
                      _pct(t.on_path_ns, region, "")] for t in self.threads[:SHOWN]]  # fmt: skip
             if len(self.threads) > SHOWN:
                 rest = self.threads[SHOWN:]
                 rows.append([f"{len(rest)} more threads", "", _ms(sum(t.busy_ns for t in rest)), "", "",
                              _pct(sum(t.on_path_ns for t in rest), region, "")])  # fmt: skip
-            rows += [[_short(s.where, CELL), _ms(region), _ms(s.busy_ns), "", f"idle {_ms(s.idle_ns)}", _pct(s.on_path_ns, region, "")]
+            rows += [[shorten(s.where, CELL), _ms(region), _ms(s.busy_ns), "", f"idle {_ms(s.idle_ns)}", _pct(s.on_path_ns, region, "")]
                      for s in self.streams[:SHOWN]]  # fmt: skip
             lines += ["", *markdown_table(LOAD_COLUMNS, rows, right=LOAD_COLUMNS[1:])]
         if self.longest:
             start = int(self.region["start_ns"])
-            lines += ["", *markdown_table(LONGEST_COLUMNS, ([_short(s.name, CELL), s.kind, _short(s.where, CELL), _ms(s.duration_ns),
+            lines += ["", *markdown_table(LONGEST_COLUMNS, ([shorten(s.name, CELL), s.kind, shorten(s.where, CELL), _ms(s.duration_ns),
                                                              _ms(s.start_ns - start)] for s in self.longest[:SHOWN]),
                                           right=LONGEST_COLUMNS[3:])]  # fmt: skip
         if self.top_waits:
-            lines += ["", *markdown_table(WAIT_COLUMNS, ([_short(w.name, CELL), _short(w.where, CELL), _ms(w.duration_ns),
-                                                          _short(w.released_by or "not found", CELL)]
+            lines += ["", *markdown_table(WAIT_COLUMNS, ([shorten(w.name, CELL), shorten(w.where, CELL), _ms(w.duration_ns),
+                                                          shorten(w.released_by or "not found", CELL)]
                                                          for w in self.top_waits[:SHOWN]), right=("ms",))]  # fmt: skip
         if self.wait_totals:
-            lines += ["", *markdown_table(TOTAL_COLUMNS, ([_short(w["name"], CELL), w["kind"], f"{w['calls']:,}", str(w["threads"]),
+            lines += ["", *markdown_table(TOTAL_COLUMNS, ([shorten(w["name"], CELL), w["kind"], f"{w['calls']:,}", str(w["threads"]),
                                                            _ms(w["ns"])] for w in self.wait_totals[:SHOWN]),
                                           right=TOTAL_COLUMNS[2:])]  # fmt: skip
         return "\n".join(lines) + "\n"
@@ -193,5 +183,6 @@ def _pct(ns: float, total: float, unit: str = " %") -> str:
     return f"{100 * ns / total:.1f}{unit}" if total else "n/a"
 
 
-def _short(text: str, width: int) -> str:
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the last one "…"."""
     return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,11 +1,7 @@
-""""Why slower": a short per-kernel table of a benchmark, kept with its saved run, and what moved between two
-(docs/method.md, section 11).
-
-``--perf-kernels=CALLS`` (default `DEFAULT_CALLS`; 0: off) keeps the `TOP` kernels of CALLS more calls under
-``torch.profiler``, after the measured rounds, in ``extra_info["kernels"]``: ``{"source": "torch.profiler",
-"device": "cuda" | "cpu", "calls": CALLS, "rows": [{"name", "us_per_call", "count_per_call"}]}`` -- CUDA kernel
-time on a GPU, operators' CPU self time on a CPU. `kernel_changes` sets a slower candidate's table against the
-baseline's.
+""""Why slower" (docs/method.md, section 11): ``--perf-kernels=CALLS`` (default `DEFAULT_CALLS`; 0: off) keeps the
+`TOP` kernels of CALLS more calls under ``torch.profiler`` in ``extra_info["kernels"]``: ``{"source": "torch.profiler",
+"device": "cuda" | "cpu", "calls": CALLS, "rows": [{"name", "us_per_call", "count_per_call"}]}``; `kernel_changes`
+sets a slower candidate's table against the baseline's.
 """
 
 from __future__ import annotations
@@ -26,9 +22,8 @@ SHOWN = 5
 
 def kernel_table(call: Callable[[], Any], calls: int, *, device: str, synchronize: Callable[[], None] | None = None,
                  top: int = TOP) -> dict[str, Any]:  # fmt: skip
-    """Run ``call`` ``calls`` times under torch.profiler and return the table described in the module docstring.
-    ``device``: "cuda" (rank by CUDA kernel time) or "cpu" (by operators' CPU self time); ``synchronize`` waits for
-    the device before the profiler stops."""
+    """The table of ``calls`` calls of ``call`` under torch.profiler (module docstring), ranked by CUDA kernel time
+    (``device`` "cuda") or operators' CPU self time; ``synchronize`` waits for the device before it stops."""
     from torch.profiler import ProfilerActivity, profile
 
     on_gpu = device.startswith("cuda")
@@ -56,19 +51,15 @@ def kernel_table(call: Callable[[], Any], calls: int, *, device: str, synchroniz
 
 def kernel_changes(baseline: Mapping[str, Any] | None, current: Mapping[str, Any] | None,
                    shown: int = SHOWN) -> list[dict[str, Any]]:  # fmt: skip
-    """The kernels whose time per call moved most between two tables (`kernel_table`), largest change first:
-    ``{"name", "baseline_us", "current_us", "delta_us"}`` (``None`` where a kernel is in one table only). Empty
-    when either table is missing or they were measured on different devices."""
+    """The ``shown`` kernels whose time per call moved most between two tables, largest first: ``{"name",
+    "baseline_us", "current_us", "delta_us"}`` (None on a side without it); empty without both or across devices."""
     if not baseline or not current or baseline.get("device") != current.get("device"):
         return []
     before = {row["name"]: float(row["us_per_call"]) for row in baseline.get("rows") or ()}
     after = {row["name"]: float(row["us_per_call"]) for row in current.get("rows") or ()}
-    changes = []
-    for name in before.keys() | after.keys():
-        b, a = before.get(name), after.get(name)
-        changes.append({"name": name, "baseline_us": b, "current_us": a, "delta_us": (a or 0.0) - (b or 0.0)})
-    changes.sort(key=lambda c: -abs(c["delta_us"]))
-    return changes[:shown]
+    changes = [{"name": name, "baseline_us": before.get(name), "current_us": after.get(name),
+                "delta_us": (after.get(name) or 0.0) - (before.get(name) or 0.0)} for name in before.keys() | after.keys()]
+    return sorted(changes, key=lambda c: -abs(c["delta_us"]))[:shown]
 
 
 #: What a kernel's name holds that does not tell kernels apart: namespaces, lambdas, a nested function's arguments.
@@ -93,20 +84,14 @@ def short_name(name: str, width: int = 90) -> str:
 
 
 def total_change_us(baseline: Mapping[str, Any] | None, current: Mapping[str, Any] | None) -> float | None:
-    """How much the kernels of the two tables moved in all, microseconds per call (the top `TOP` of each), or None
-    when they cannot be compared: set against the benchmark's own change, it says whether the kernels explain it
-    (a host-side cause, a sleep or a lock, shows no kernel)."""
+    """How much the kernels of the two tables moved in all (us per call), or None when they cannot be compared:
+    whether they explain the benchmark's own change (docs/method.md, section 11)."""
     changes = kernel_changes(baseline, current, shown=2 * TOP)
     return sum(c["delta_us"] for c in changes) if changes else None
 
 
 def describe_changes(changes: list[dict[str, Any]]) -> list[str]:
     """One line per kernel: ``+41.2 us/call  sgemm_128x64 (12.0 -> 53.2 us)`` (``new`` / ``gone`` for one side)."""
-    lines = []
-    for c in changes:
-        b, a = c["baseline_us"], c["current_us"]
-        was = "new" if b is None else f"{b:.1f}"
-        now = "gone" if a is None else f"{a:.1f}"
-        name = short_name(c["name"])
-        lines.append(f"{c['delta_us']:+.1f} us/call  {name} ({was} -> {now} us)")
-    return lines
+    return [f"{c['delta_us']:+.1f} us/call  {short_name(c['name'])} ("
+            f"{'new' if c['baseline_us'] is None else format(c['baseline_us'], '.1f')} -> "
+            f"{'gone' if c['current_us'] is None else format(c['current_us'], '.1f')} us)" for c in changes]

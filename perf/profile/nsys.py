@@ -1,18 +1,7 @@
-"""Nsight Systems captures of single tests: find nsys, run a test in a child pytest under ``nsys profile``,
-export the report to SQLite once (``nsys export --type sqlite``) and boil that export down to a short summary
-(JSON + markdown beside the report) with the critical path and the waits of the measured region
-(`perf.profile.nsys_summary`, `perf.profile.critical_path`, both from one `perf.profile.capture_db.Capture`).
-
-The parent pytest process never loads CUDA for a profiled test: it runs
-
-    nsys profile --trace=cuda,nvtx,osrt --capture-range=cudaProfilerApi --capture-range-end=stop ...
-        python -m pytest <rootdir>/<nodeid> --rootdir=<rootdir> -p no:cacheprovider --perf-nsys-child
-            --junitxml=<dir>/child-junit.xml <the parent's options>
-
-and the child (which sees `NSYS_CHILD_FLAG`) runs the test with NVTX ranges on, bracketing only the measured region
-with cudaProfilerStart/Stop (`detector.timing.profiler_capture`), so engine builds and warm-up stay out of the report.
-The child's JUnit XML says whether the *test* passed, failed or skipped; a missing report or an nsys error message
-means *nsys* failed, which raises `NsysError` quoting the end of nsys's output.
+"""Nsight Systems captures of single tests: find nsys, run a test in a child pytest under ``nsys profile`` (the child,
+given `NSYS_CHILD_FLAG`, brackets only the measured region with cudaProfilerStart/Stop), export the report to SQLite
+once and summarize it with its critical path (`perf.profile.nsys_summary`, `perf.profile.critical_path`); see
+docs/method.md, section 10. The child's JUnit XML says whether the *test* passed; `NsysError` means *nsys* failed.
 """
 
 from __future__ import annotations
@@ -28,6 +17,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from detector.errors import DetectorError, one_line
 from perf.profile.capture_db import CaptureError, read_capture
@@ -38,54 +28,37 @@ from perf.profile.torch_profiler import MEASURED_RANGE
 
 log = logging.getLogger(__name__)
 
-#: The flag the parent passes to the child pytest; the plugin registers it (store_true, hidden from --help is fine).
 NSYS_CHILD_FLAG = "--perf-nsys-child"
 #: Where captures go, relative to the rootdir, unless the caller chooses otherwise (reports/ is git-ignored).
 DEFAULT_REPORT_ROOT = Path("reports") / "nsys"
 #: Install locations searched after --nsys-path, $NSYS and PATH, in this order; newest version first within each.
-NSYS_GLOBS = (
-    "opt/nvidia/nsight-systems/*/bin/nsys",
-    "opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
-    "usr/local/cuda*/bin/nsys",
-    "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
-)
-NSYS_NOT_FOUND_REASON = (
-    "nsys (Nsight Systems) not found: looked at --nsys-path, $NSYS, PATH, /opt/nvidia/nsight-systems/*/, "
-    "/usr/local/cuda*/bin and /opt/nvidia/nsight-compute/*/host/target-linux-x64; "
-    "point at it with --nsys-path=/path/to/nsys or NSYS=/path/to/nsys"
-)
+NSYS_GLOBS = ("opt/nvidia/nsight-systems/*/bin/nsys", "opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
+              "usr/local/cuda*/bin/nsys", "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys")  # fmt: skip
+NSYS_NOT_FOUND_REASON = ("nsys (Nsight Systems) not found: looked at --nsys-path, $NSYS, PATH, "
+                         "/opt/nvidia/nsight-systems/*/, /usr/local/cuda*/bin and /opt/nvidia/nsight-compute/*/host/"
+                         "target-linux-x64; point at it with --nsys-path=/path/to/nsys or NSYS=/path/to/nsys")
 #: nsys output that means its importer or exporter broke (the report is missing or incomplete).
-_NSYS_FAILURE = re.compile(
-    r"error while loading shared libraries|cannot open shared object file|Importer error|Importation failed"
-    r"|QdstrmImporter.*(?:error|fail)|Failed to create .*\.nsys-rep|Report file .* could not be generated",
-    re.IGNORECASE,
-)
+_NSYS_FAILURE = re.compile(r"error while loading shared libraries|cannot open shared object file|Importer error"
+                           r"|Importation failed|QdstrmImporter.*(?:error|fail)|Failed to create .*\.nsys-rep"
+                           r"|Report file .* could not be generated", re.IGNORECASE)  # fmt: skip
 _TAIL_LINES = 30
 
 
 class NsysError(DetectorError):
-    """nsys itself failed (not the profiled test); the message's first line says what failed, the lines after it
-    quote the last lines nsys printed (so, unlike other DetectorErrors, it keeps its line breaks)."""
+    """nsys itself failed (not the profiled test): a headline, then the last lines nsys printed (line breaks kept)."""
 
     def __str__(self) -> str:
         return "\n".join(one_line(line) for line in Exception.__str__(self).split("\n"))
 
 
-def _tail(text: str, lines: int = _TAIL_LINES) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def _quoted(text: str, lines: int = _TAIL_LINES) -> str:
-    tail = _tail(text, lines)
-    return "\n".join(f"    > {line}" for line in tail.splitlines()) if tail else "    > (no output)"
+def _tail(text: str) -> str:
+    return "\n".join(text.rstrip().splitlines()[-_TAIL_LINES:])
 
 
 def nsys_error(headline: str, output: str) -> NsysError:
     """An `NsysError`: ``headline`` (one line), then the last lines of ``output`` quoted with ``> ``."""
-    return NsysError(f"{headline}\n  last lines of nsys output:\n{_quoted(output)}")
-
-
-# --- finding nsys ---------------------------------------------------------------------------------------------------
+    quoted = "\n".join(f"    > {line}" for line in _tail(output).splitlines()) or "    > (no output)"
+    return NsysError(f"{headline}\n  last lines of nsys output:\n{quoted}")
 
 
 def _executable(path: Path) -> Path | None:
@@ -108,12 +81,8 @@ def _given(value: str, env: Mapping[str, str]) -> Path | None:
 
 
 def find_nsys(explicit: str | None, env: Mapping[str, str] = os.environ, *, root: Path = Path("/")) -> Path | None:
-    """The nsys executable: ``explicit`` (--nsys-path), then ``$NSYS``, then ``PATH``, then `NSYS_GLOBS` under ``root``.
-
-    A given path (or folder holding ``nsys``) that is not an executable yields None rather than falling through:
-    the user asked for that one (`nsys_not_found_reason` says so). The bare name ``nsys`` (the plugin's default)
-    is a PATH lookup that does fall through to the install folders. Globs list the newest version first.
-    """
+    """The nsys executable: ``explicit`` (--nsys-path), ``$NSYS``, ``PATH``, then `NSYS_GLOBS` under ``root`` (newest
+    first). A given path that is no executable gives None (no fall-through); the bare name ``nsys`` falls through."""
     for value in (explicit, env.get("NSYS")):
         if value and value != "nsys":
             return _given(value, env)
@@ -129,45 +98,24 @@ def find_nsys(explicit: str | None, env: Mapping[str, str] = os.environ, *, root
 
 def nsys_not_found_reason(explicit: str | None, env: Mapping[str, str] = os.environ) -> str:
     """Why `find_nsys` returned None, naming a bad --nsys-path / $NSYS value when there was one."""
-    if explicit and explicit != "nsys":
-        return f"--nsys-path {explicit!r} is not an nsys executable (nor a folder holding one); {NSYS_NOT_FOUND_REASON}"
-    if env.get("NSYS") and env["NSYS"] != "nsys":
-        return f"NSYS={env['NSYS']!r} is not an nsys executable (nor a folder holding one); {NSYS_NOT_FOUND_REASON}"
+    for name, value in (("--nsys-path ", explicit), ("NSYS=", env.get("NSYS"))):
+        if value and value != "nsys":
+            return f"{name}{value!r} is not an nsys executable (nor a folder holding one); {NSYS_NOT_FOUND_REASON}"
     return NSYS_NOT_FOUND_REASON
 
 
-# --- profiling a test in a child process ----------------------------------------------------------------------------
-
-
-def nsys_profile_command(
-    nsys: str | os.PathLike[str], output_base: str | os.PathLike[str], child_argv: Sequence[str]
-) -> list[str]:
-    """``nsys profile`` argv that records ``child_argv`` between cudaProfilerStart and the first cudaProfilerStop.
-
-    The report is ``<output_base>.nsys-rep`` (overwritten). CPU sampling and context-switch tracing are off to keep
-    the capture light; CUDA, NVTX and OS-runtime calls are traced, and the kernels inside CUDA graphs one by one
-    (``--cuda-graph-trace=node``; the default traces each graph launch as a whole and hides its kernels).
-    """
-    return [
-        os.fspath(nsys), "profile",
-        "--trace=cuda,nvtx,osrt",
-        "--capture-range=cudaProfilerApi",
-        "--capture-range-end=stop",
-        "--cuda-graph-trace=node",
-        "--force-overwrite=true",
-        "--sample=none",
-        "--cpuctxsw=none",
-        f"--output={os.fspath(output_base)}",
-        *child_argv,
-    ]  # fmt: skip
+def nsys_profile_command(nsys: str | os.PathLike[str], output_base: str | os.PathLike[str],
+                         child_argv: Sequence[str]) -> list[str]:  # fmt: skip
+    """``nsys profile`` argv recording ``child_argv`` from cudaProfilerStart to the first cudaProfilerStop into
+    ``<output_base>.nsys-rep``: CUDA, NVTX and OS calls, kernels inside CUDA graphs one by one, no CPU sampling."""
+    return [os.fspath(nsys), "profile", "--trace=cuda,nvtx,osrt", "--capture-range=cudaProfilerApi",
+            "--capture-range-end=stop", "--cuda-graph-trace=node", "--force-overwrite=true", "--sample=none",
+            "--cpuctxsw=none", f"--output={os.fspath(output_base)}", *child_argv]  # fmt: skip
 
 
 def report_dir_for(nodeid: str, root: str | os.PathLike[str]) -> Path:
-    """``root/<safe name>``: the test id with anything but ``[A-Za-z0-9._-]`` replaced, plus a short hash of the id.
-
-    ``perf/test_x.py::test_infer[torch-cuda-fp16-8]`` -> ``root/test_x.py-test_infer-torch-cuda-fp16-8-<8 hex>``.
-    The hash keeps ids that differ only in replaced characters apart; the name stays under 120 characters.
-    """
+    """``root/<safe name>-<8 hex>``: ``perf/test_x.py::test_infer[torch-fp16-8]`` ->
+    ``root/test_x.py-test_infer-torch-fp16-8-<hash of the id>`` (anything but ``[A-Za-z0-9._-]`` replaced)."""
     module, _, rest = nodeid.partition("::")
     readable = f"{Path(module).name}-{rest}" if rest else Path(module).name
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", readable).strip("-.") or "test"
@@ -177,11 +125,8 @@ def report_dir_for(nodeid: str, root: str | os.PathLike[str]) -> Path:
 
 @dataclass
 class NsysResult:
-    """What one ``nsys profile`` child run produced.
-
-    ``outcome`` is the child test's: "passed", "failed" (also: errored, or no test collected) or "skipped"
-    (``skip_reason`` says why). ``reports`` are the ``.nsys-rep`` files written (one with --capture-range-end=stop).
-    """
+    """One ``nsys profile`` child run: the child test's ``outcome`` ("passed", "failed": also errored or none
+    collected, "skipped": ``skip_reason``) and the ``.nsys-rep`` ``reports`` written."""
 
     nodeid: str
     command: list[str]
@@ -206,9 +151,7 @@ def _junit_outcome(path: Path) -> tuple[str, str | None] | None:
     except (OSError, ET.ParseError):
         return None
     cases = list(root.iter("testcase"))
-    if not cases or any(case.find("failure") is not None or case.find("error") is not None for case in cases):
-        return "failed", None
-    if any(node.tag == "error" for node in root.iter()):
+    if not cases or any(case.find("failure") is not None for case in cases) or any(n.tag == "error" for n in root.iter()):
         return "failed", None
     skipped = [case.find("skipped") for case in cases]
     if all(node is not None for node in skipped):
@@ -216,34 +159,21 @@ def _junit_outcome(path: Path) -> tuple[str, str | None] | None:
     return "passed", None
 
 
-def run_child_under_nsys(
-    nsys: str | os.PathLike[str],
-    nodeid: str,
-    rootdir: str | os.PathLike[str],
-    extra_pytest_args: Sequence[str] = (),
-    report_root: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    *,
-    cwd: str | os.PathLike[str] | None = None,
-    timeout_s: float = 1800.0,
-) -> NsysResult:
-    """Run test ``nodeid`` in a child ``python -m pytest`` under ``nsys profile``; report into `report_dir_for`.
-
-    The child starts in ``cwd`` (default ``rootdir``) with ``--rootdir=<rootdir>`` and the test's file given by its
-    absolute path, so it runs the same node id wherever it starts; ``extra_pytest_args`` (the parent's options,
-    see perf.gate.processes.forwarded_options) are appended and read their relative paths from ``cwd``: give the
-    directory the parent was started in. ``report_root`` defaults to ``rootdir/reports/nsys``. The combined output
-    is saved as ``nsys-run.log`` in the report folder. A failing or skipped *test* is returned (``outcome``; its own
-    messages are never taken for nsys errors); `NsysError` is raised when *nsys* failed: the child never finished
-    (no JUnit XML), or after a passing test nsys printed an importer/loader error, exited non-zero, or left no
-    ``.nsys-rep``.
-    """
+def run_child_under_nsys(nsys: str | os.PathLike[str], nodeid: str, rootdir: str | os.PathLike[str],
+                         extra_pytest_args: Sequence[str] = (), report_root: str | os.PathLike[str] | None = None,
+                         env: Mapping[str, str] | None = None, *, cwd: str | os.PathLike[str] | None = None,
+                         timeout_s: float = 1800.0) -> NsysResult:  # fmt: skip
+    """Run test ``nodeid`` in a child pytest under ``nsys profile`` into `report_dir_for` (under ``report_root``,
+    default ``rootdir/reports/nsys``), its output in ``nsys-run.log`` there. The child starts in ``cwd`` (default
+    ``rootdir``; ``extra_pytest_args``, the parent's options, read relative paths from it). A failing or skipped
+    test is returned; `NsysError` when nsys failed (no JUnit XML, or after a passing test an nsys error, a non-zero
+    exit or no ``.nsys-rep``)."""
     rootdir = Path(rootdir).resolve()
     report_dir = report_dir_for(nodeid, Path(report_root) if report_root is not None else rootdir / DEFAULT_REPORT_ROOT)
     report_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (*report_dir.glob("*.nsys-rep"), report_dir / "child-junit.xml"):
-        stale.unlink(missing_ok=True)
     junit = report_dir / "child-junit.xml"
+    for stale in (*report_dir.glob("*.nsys-rep"), junit):
+        stale.unlink(missing_ok=True)
     path, sep, rest = nodeid.partition("::")
     child = child_command([f"{rootdir / path}{sep}{rest}", f"--rootdir={rootdir}", "-p", "no:cacheprovider",
                             NSYS_CHILD_FLAG, f"--junitxml={junit}", "-q", "-rfEs", *extra_pytest_args])  # fmt: skip
@@ -254,8 +184,8 @@ def run_child_under_nsys(
         run = run_pytest_child(command, rootdir if cwd is None else cwd, os.environ if env is None else env, log_path,
                                timeout_s=timeout_s)  # fmt: skip
     except subprocess.TimeoutExpired as e:
-        output = log_path.read_text(encoding="utf-8", errors="replace")
-        raise nsys_error(f"nsys profile of {nodeid} did not finish within {timeout_s:.0f} s", output) from e
+        raise nsys_error(f"nsys profile of {nodeid} did not finish within {timeout_s:.0f} s",
+                         log_path.read_text(encoding="utf-8", errors="replace")) from e  # fmt: skip
     except OSError as e:
         raise NsysError(f"cannot run nsys at {os.fspath(nsys)!r} for {nodeid}: {e}") from e
     output, returncode = run.output(), run.returncode
@@ -266,19 +196,17 @@ def run_child_under_nsys(
         raise nsys_error(f"nsys profile of {nodeid} failed (exit {returncode}) before the child test finished "
                          f"(no {junit.name}); full output in {log_path}", output)  # fmt: skip
     result.outcome, result.skip_reason = verdict
-    broken = _NSYS_FAILURE.search(output) if result.outcome == "passed" else None  # a failed test's own errors
-    if broken:
+    if result.outcome != "passed":  # a failed test's own errors are never taken for nsys's
+        return result
+    if broken := _NSYS_FAILURE.search(output):
         raise nsys_error(f"nsys failed while profiling {nodeid}: {broken.group(0)!r} (exit {returncode}); "
                          f"full output in {log_path}", output)  # fmt: skip
-    if result.outcome == "passed" and returncode != 0:
+    if returncode != 0:
         raise nsys_error(f"nsys exited {returncode} although {nodeid} passed; full output in {log_path}", output)
-    if result.outcome == "passed" and not reports:
+    if not reports:
         raise nsys_error(f"nsys wrote no .nsys-rep for {nodeid} in {report_dir} (did the test reach "
                          f"cudaProfilerStart?); full output in {log_path}", output)  # fmt: skip
     return result
-
-
-# --- the SQLite export and the summary ----------------------------------------------------------------------------
 
 
 def export_command(nsys: str | os.PathLike[str], rep_path: Path, out: Path) -> list[str]:
@@ -287,13 +215,10 @@ def export_command(nsys: str | os.PathLike[str], rep_path: Path, out: Path) -> l
             os.fspath(rep_path)]  # fmt: skip
 
 
-def export_sqlite(
-    nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
-    timeout_s: float = 600.0,
-) -> Path:  # fmt: skip
-    """Run ``nsys export --type sqlite`` on ``rep_path``, writing ``out``; return ``out``. Its output is saved as
-    ``nsys-export.log`` beside ``out``. Raises `NsysError` (quoting nsys's output) when nsys cannot run, fails
-    or writes no file."""
+def export_sqlite(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                  timeout_s: float = 600.0) -> Path:  # fmt: skip
+    """``nsys export --type sqlite`` of ``rep_path`` into ``out`` (returned), its output in ``nsys-export.log``
+    beside it; `NsysError` quoting nsys when it cannot run, fails or writes no file."""
     rep_path, out = Path(rep_path), Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
@@ -309,14 +234,10 @@ def export_sqlite(
     return out
 
 
-def summarize_report(
-    nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
-    **summary_options,
-) -> NsysSummary:  # fmt: skip
-    """Export ``rep_path`` to SQLite once (``<report>.sqlite`` beside it), read it once (`read_capture`), summarize
-    it with the critical path of its region (`perf.profile.nsys_summary.summarize`, `perf.profile.critical_path`)
-    and write ``summary.json`` and ``summary.md`` beside the report; return the summary. Raises `NsysError` when
-    the export fails or is not a readable Nsight Systems export."""
+def summarize_report(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
+                     **summary_options: Any) -> NsysSummary:  # fmt: skip
+    """Export ``rep_path`` to ``<report>.sqlite`` once, read it once, summarize it with its critical path and write
+    ``summary.json`` / ``summary.md`` beside the report; `NsysError` when the export fails or cannot be read."""
     rep_path = Path(rep_path)
     sqlite = export_sqlite(nsys, rep_path, rep_path.with_suffix(".sqlite"))
     try:

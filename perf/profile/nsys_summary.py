@@ -1,14 +1,11 @@
-"""What an Nsight Systems capture says, in short (`NsysSummary`), made from the one `perf.profile.capture_db.Capture`
-read from the capture's SQLite export (``nsys export --type sqlite``): top kernels, time per NVTX stage, host<->device
-copies, the GPU idle share of the measured region, and the suite's own activity apart.
-
-Whole-capture figures (kernels, CUDA API calls, NVTX ranges, copies) are summed as ``nsys stats`` sums them
-(kernels by demangled name, API names as `perf.profile.capture_db.stats_api_name` spells them, NVTX ranges by name
-in any domain, host time); the region and the idle share come from the GPU work inside the region.
+"""What an Nsight Systems capture says, in short (`NsysSummary`), from the one `perf.profile.capture_db.Capture` of its
+SQLite export: top kernels, time per NVTX stage, copies, the GPU idle share of the measured region, and the suite's
+own activity apart (docs/method.md, section 6). Whole-capture figures are summed as ``nsys stats`` sums them.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -19,24 +16,20 @@ from pathlib import Path
 from detector.fileio import atomic_write_text
 from detector.timing import STAGES
 from perf.profile.capture_db import Capture, GpuOp, Total, busy_ns, is_suite_kernel
+from perf.profile.critical_path_summary import CriticalPathSummary, shorten
 from perf.tabletext import markdown_table
 
 #: The summary's tables (`perf.tabletext.markdown_table`): top kernels, NVTX ranges, CUDA API calls.
 KERNEL_COLUMNS = ("#", "Kernel", "Time %", "Total ms", "Calls", "Avg µs")
 NVTX_COLUMNS = ("NVTX range (host time)", "Total ms", "Calls", "Avg ms")
 API_COLUMNS = ("CUDA API", "Total ms", "Calls")
-from perf.profile.critical_path_summary import CriticalPathSummary
-
-#: The names under which a summary lists data a capture lacks (``missing``): the ``nsys stats`` reports that hold
-#: that data, so summaries read the same as before they were made from the SQLite export.
+#: How ``missing`` names the data a capture lacks: the ``nsys stats`` reports that hold it.
 DATA_NAMES = (
     "cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum",
     "cuda_gpu_trace", "nvtx_pushpop_trace",
 )  # fmt: skip
 
-#: CUDA event API calls (runtime ``cudaEvent*`` and driver ``cuEvent*``, ``...WithFlags`` variants and nsys's
-#: ``_v<version>`` suffixes such as "cudaEventRecordWithFlags_v11010"): timing machinery, not the model's work. The
-#: suite clock creates, records, waits for and reads events at every reading, and runners time calls with events.
+#: CUDA event API calls (``cudaEvent*``, ``cuEvent*``, any suffix): the suite clock's and the runners' timing.
 TIMING_EVENT_API_NAME = re.compile(r"^cu(?:da)?Event(?:Record|Synchronize|ElapsedTime|Create|Destroy|Query)")
 
 #: How the summary names the event API calls it leaves out of its CUDA API table.
@@ -49,8 +42,7 @@ def is_timing_event_api(name: str) -> bool:
 
 
 def busy_fraction(ops: Sequence[GpuOp | tuple[int, int]], region_start_ns: int, region_end_ns: int) -> float:
-    """Fraction (0..1) of ``[region_start_ns, region_end_ns)`` covered by ``ops`` (GPU work or ns intervals,
-    overlaps count once); 0.0 for an empty region."""
+    """Fraction (0..1) of the region (ns) covered by ``ops`` (GPU work or ns intervals); 0.0 for an empty one."""
     if region_end_ns <= region_start_ns:
         return 0.0
     spans = [(op.start_ns, op.end_ns) if isinstance(op, GpuOp) else (int(op[0]), int(op[1])) for op in ops]
@@ -58,8 +50,7 @@ def busy_fraction(ops: Sequence[GpuOp | tuple[int, int]], region_start_ns: int, 
 
 
 def gpu_idle_fraction(ops: Sequence[GpuOp | tuple[int, int]], region_start_ns: int, region_end_ns: int) -> float:
-    """Fraction (0..1) of ``[region_start_ns, region_end_ns)`` in which none of ``ops`` (kernels, copies, memsets on
-    any stream) ran. Raises ValueError for an empty region."""
+    """Fraction (0..1) of the region (ns) in which none of ``ops`` ran; ValueError for an empty region."""
     if region_end_ns <= region_start_ns:
         raise ValueError(f"empty measured region [{region_start_ns}, {region_end_ns}) ns")
     return 1.0 - busy_fraction(ops, region_start_ns, region_end_ns)
@@ -67,22 +58,10 @@ def gpu_idle_fraction(ops: Sequence[GpuOp | tuple[int, int]], region_start_ns: i
 
 @dataclass
 class NsysSummary:
-    """What a capture says, in short: top kernels, time per stage, copies, GPU idle share of the measured region.
-
-    Times are ns. ``stages`` holds the pipeline stages found among the NVTX ranges (host time); ``nvtx_ranges`` the
-    largest other ranges (per-call ranges, TensorRT layer names). ``missing`` lists the data the capture lacks (by
-    `DATA_NAMES`). ``critical_path``: what bounded the region and who waited (`perf.profile.critical_path`, from the
-    same capture); None when not made (summaries written before it, or by `summarize` alone, hold none).
-
-    The model's figures leave the suite's own activity out: ``kernel_total_ns``, ``kernel_instances`` and
-    ``top_kernels`` (and their ``percent``, of the model's kernel time) count no suite kernel (`is_suite_kernel`:
-    the clock's busy-wait and injected slowdowns), ``idle_fraction`` (0..1 of the region) counts a span in which
-    only a suite kernel ran as idle, and ``top_api`` holds no CUDA event call (`is_timing_event_api`). That
-    activity is reported apart: ``suite_kernel_ns`` / ``suite_kernel_instances`` (ns and launches of suite kernels,
-    whole capture), ``suite_busy_fraction`` (0..1 of the region covered by suite kernels; None without a region
-    or GPU trace) and ``timing_event_api_ns`` / ``timing_event_api_calls`` (host ns and calls of event API
-    functions).
-    """
+    """A capture in short; times in ns, fractions 0..1 of the region. ``stages``: the pipeline stages among the NVTX
+    ranges (host time), ``nvtx_ranges`` the largest others, ``missing`` the `DATA_NAMES` lacking, ``critical_path``
+    None when not made. The model's figures count no suite kernel (`is_suite_kernel`: its span is idle) and no event
+    API call (`is_timing_event_api`); those are the ``suite_*`` and ``timing_event_api_*`` fields."""
 
     report: str | None
     kernel_total_ns: int
@@ -108,9 +87,7 @@ class NsysSummary:
 
     def to_markdown(self, name_width: int = 90) -> str:
         """A few lines and tables for a terminal, a CI job summary or a pull request."""
-
-        def short(text: str) -> str:
-            return text if len(text) <= name_width else text[: name_width - 1] + "…"
+        short = functools.partial(shorten, width=name_width)
 
         title = Path(self.report).name if self.report else "capture"
         lines = [f"### Nsight Systems: {title}", ""]
@@ -159,10 +136,9 @@ class NsysSummary:
 
 
 def _kernel_figures(kernels: Sequence[Total], top_n: int) -> dict:
-    """``kernel_total_ns``, ``kernel_instances``, ``top_kernels`` (of the model's kernels; ``percent`` of their
-    total time) and ``suite_kernel_ns`` / ``suite_kernel_instances`` (of the suite's kernels), as NsysSummary fields."""
-    model = [k for k in kernels if not is_suite_kernel(k.name)]
+    """The kernel fields of `NsysSummary` (``percent``: of the model's kernel time)."""
     suite = [k for k in kernels if is_suite_kernel(k.name)]
+    model = [k for k in kernels if not is_suite_kernel(k.name)]
     total = sum(k.ns for k in model)
     return {
         "kernel_total_ns": total,
@@ -175,18 +151,12 @@ def _kernel_figures(kernels: Sequence[Total], top_n: int) -> dict:
 
 
 def _region_figures(capture: Capture) -> dict:
-    """``region``, ``idle_fraction`` (model work only) and ``suite_busy_fraction`` as NsysSummary fields.
-
-    Without the NVTX range, the region runs from the model's first GPU activity to its last (all activities when
-    the capture holds suite kernels only: `perf.profile.capture_db.read_capture`), so a leading or trailing
-    busy-wait does not stretch it.
-    """
+    """``region``, ``idle_fraction`` (model work only) and ``suite_busy_fraction`` as NsysSummary fields."""
     if not capture.found:
         return {"region": None, "idle_fraction": None, "suite_busy_fraction": None}
     region = capture.region
-    is_suite = [op.kind == "kernel" and is_suite_kernel(op.name) for op in capture.gpu_ops]
-    suite = [op for op, own in zip(capture.gpu_ops, is_suite) if own]
-    model = [op for op, own in zip(capture.gpu_ops, is_suite) if not own]
+    suite = [op for op in capture.gpu_ops if op.kind == "kernel" and is_suite_kernel(op.name)]
+    model = [op for op in capture.gpu_ops if not (op.kind == "kernel" and is_suite_kernel(op.name))]
     traced = region.end_ns > region.start_ns and bool(capture.kernels or capture.copies or capture.memsets)
     return {
         "region": {"start_ns": region.start_ns, "end_ns": region.end_ns, "source": region.source},
@@ -196,8 +166,7 @@ def _region_figures(capture: Capture) -> dict:
 
 
 def _api_figures(api: Sequence[Total], top_n: int = 5) -> dict:
-    """``top_api`` (the ``top_n`` largest CUDA API functions by host time, event calls left out) and
-    ``timing_event_api_ns`` / ``timing_event_api_calls`` (the event calls' host ns and count) as NsysSummary fields."""
+    """``top_api`` (the ``top_n`` largest by host time, event calls left out) and ``timing_event_api_*`` fields."""
     events = [a for a in api if is_timing_event_api(a.name)]
     top = [a for a in api if not is_timing_event_api(a.name)][:top_n]
     return {
@@ -223,9 +192,7 @@ def summarize(
     stages: Sequence[str] = STAGES,
     top_n: int = 10,
 ) -> NsysSummary:
-    """Summarize ``capture`` (`perf.profile.capture_db.read_capture`; its region is the summary's). The suite's own
-    kernels and event API calls are kept out of the model's figures and counted apart (see `NsysSummary`); the
-    critical path is added by the caller (`perf.profile.nsys.summarize_report`)."""
+    """Summarize ``capture`` over its region (see `NsysSummary`); the caller adds the critical path."""
     by_name: dict[str, dict] = {}
     for row in capture.nvtx:
         entry = by_name.setdefault(row.name, {"name": row.name, "total_ns": 0, "instances": 0})
@@ -238,8 +205,7 @@ def summarize(
         report=os.fspath(report_path) if report_path is not None else None,
         stages=stage_rows,
         nvtx_ranges=others,
-        h2d={"bytes": copies["h2d"].bytes, "ns": copies["h2d"].ns, "count": copies["h2d"].count},
-        d2h={"bytes": copies["d2h"].bytes, "ns": copies["d2h"].ns, "count": copies["d2h"].count},
+        **{d: {"bytes": c.bytes, "ns": c.ns, "count": c.count} for d, c in copies.items()},
         missing=_missing(capture),
         **_kernel_figures(capture.kernels, top_n),
         **_region_figures(capture),

@@ -1,6 +1,6 @@
-"""Lookups over one capture's records that the critical-path walk (`perf.profile.critical_path`) asks for: each
-thread's waits, traced span and innermost NVTX ranges, each stream's work, launches by correlation id, and who
-released a wait. Times are ns; a wait "covers" ``t`` when ``start < t <= end``.
+"""Lookups over one capture for the critical-path walk (`perf.profile.critical_path`): each thread's waits, span and
+innermost NVTX ranges, each stream's work, launches by correlation id, who released a wait. Times in ns; a wait
+"covers" ``t`` when ``start < t <= end``.
 """
 
 from __future__ import annotations
@@ -12,17 +12,14 @@ from dataclasses import dataclass
 from perf.profile.capture_db import Capture, GpuOp, HostCall
 from perf.profile.critical_path_summary import Segment
 
-#: How far back `Timeline.previous_on_stream` looks for the work an activity was queued behind (graph branches
-#: can run side by side on one stream id).
-_STREAM_LOOKBACK = 32
-#: How many activities `Timeline.release_op` looks at per rule before giving up (a long wait on a busy GPU).
-_RELEASE_LOOKBACK = 20_000
+_STREAM_LOOKBACK = 32  # activities `Timeline.previous_on_stream` looks back (graph branches share a stream id)
+_RELEASE_LOOKBACK = 20_000  # activities `Timeline.release_op` looks at per rule (a long wait on a busy GPU)
 
 
 @dataclass(frozen=True)
 class WaitSpan:
-    """Overlapping blocking calls of one thread merged: ``gpu`` when one of them synchronises with the GPU, and
-    ``call`` the one that stands for them (the longest GPU-synchronising call, else the longest call)."""
+    """A thread's overlapping blocking calls merged: ``gpu`` when one synchronises with the GPU, ``call`` the longest
+    (GPU-synchronising one first)."""
 
     start_ns: int
     end_ns: int
@@ -45,8 +42,8 @@ def _merge(calls: list[HostCall], gpu_calls: Collection[str]) -> list[WaitSpan]:
 
 
 def innermost_pieces(ranges: Iterable[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-    """Disjoint ``(start, end, name)`` pieces, in time order, each named by the innermost of the properly nested
-    ``ranges`` covering it (push/pop ranges of one thread); uncovered time has no piece."""
+    """Disjoint ``(start, end, name)`` pieces in time order, each named by the innermost of the nested ``ranges``
+    covering it; uncovered time has no piece."""
     pieces: list[tuple[int, int, str]] = []
     stack: list[tuple[int, int, str]] = []
     cursor = 0
@@ -122,8 +119,6 @@ class Timeline:
         self._wakes = sorted((c for c in capture.os_calls if c.name in wake), key=lambda c: c.start_ns)
         self._wake_starts = [c.start_ns for c in self._wakes]
 
-    # --- threads ----------------------------------------------------------------------------------------------------
-
     def span(self, gtid: int) -> tuple[int, int]:
         """First to last traced event of the thread, clipped to the region (the region's thread: all of it)."""
         return self._spans.get(gtid, (self.c.region.start_ns, self.c.region.start_ns))
@@ -149,8 +144,7 @@ class Timeline:
         return self._waits[gtid][i].end_ns if i >= 0 else self.c.region.start_ns
 
     def named_pieces(self, gtid: int, start: int, end: int) -> list[tuple[str, int, int]]:
-        """``[start, end)`` on the thread cut at NVTX boundaries, in time order: ``(innermost range or "<thread>
-        (no range)", start, end)``."""
+        """``[start, end)`` cut at NVTX boundaries: ``(innermost range or "<thread> (no range)", start, end)``."""
         pieces, ends = self._pieces.get(gtid, []), self._piece_ends.get(gtid, [])
         untagged = f"{self.c.thread(gtid).label} (no range)"
         out, cursor = [], start
@@ -167,10 +161,8 @@ class Timeline:
         return out
 
     def releaser(self, gtid: int, start: int, t: int) -> tuple[int, int] | None:
-        """(thread, time) that ended a wait of thread ``gtid`` over ``[start, t]``: the thread of the last wake-up
-        call (`WAKE_CALLS`) started during the wait (before ``t``), at that call's end (capped at ``t``); else the
-        thread, not waiting at ``t``, whose last traced event before ``t`` came last (and during the wait), at
-        ``t``."""
+        """(thread, time) that ended ``gtid``'s wait over ``[start, t]``: the last wake-up call's thread, at its end
+        (capped at ``t``), else the thread not waiting at ``t`` whose last event came last (docs/method.md, 13)."""
         i = bisect.bisect_left(self._wake_starts, t) - 1
         while i >= 0 and self._wakes[i].start_ns >= start:
             call = self._wakes[i]
@@ -185,8 +177,6 @@ class Timeline:
             if j >= 0 and times[j] >= start and (best is None or times[j] > best[1]):
                 best = (other, times[j])
         return None if best is None else (best[0], t)
-
-    # --- GPU work ---------------------------------------------------------------------------------------------------
 
     def op_index(self, op: GpuOp) -> int:
         return self._index[id(op)]
@@ -207,8 +197,7 @@ class Timeline:
         return ("gpu", self.op_index(self._by_end[i])) if i >= 0 else None
 
     def previous_on_stream(self, index: int, tolerance: int) -> GpuOp | None:
-        """The latest-ending activity of the same stream that started before ``ops[index]`` and ended by its start
-        (plus ``tolerance``)."""
+        """The latest-ending work of ``ops[index]``'s stream that started before it and ended by its start (+ tolerance)."""
         op = self.ops[index]
         ops = self._streams[(op.device, op.stream)]
         best = None
@@ -220,8 +209,7 @@ class Timeline:
         return best
 
     def cross_stream(self, op: GpuOp, tolerance: int) -> GpuOp | None:
-        """The latest-ending activity on another stream of the same device that ended within ``tolerance`` of
-        ``op``'s start and started before it."""
+        """The latest-ending work on another stream of the device, started before ``op``, ended within ``tolerance``."""
         i = bisect.bisect_right(self._ends, op.start_ns + tolerance) - 1
         while i >= 0 and self._ends[i] >= op.start_ns - tolerance:
             other = self._by_end[i]
@@ -231,9 +219,8 @@ class Timeline:
         return None
 
     def release_op(self, call: HostCall, start: int, t: int, gtid: int, tolerance: int) -> GpuOp | None:
-        """The GPU activity whose end released GPU-synchronising ``call`` (waiting over ``[start, t]``): the one
-        that ended last in ``(start, t + tolerance]`` on the stream (and before the event record) CUPTI names for
-        the call, else among the work thread ``gtid`` launched, else any; it must have started before ``t``."""
+        """The GPU work whose end released ``call`` (waiting over ``[start, t]``): the last to end in ``(start, t +
+        tolerance]`` on the stream CUPTI names, else of ``gtid``'s launches, else any (docs/method.md, 13)."""
         target = self.c.sync_targets.get(call.correlation_id) if call.correlation_id is not None else None
         rules = []
         if target is not None and target.stream is not None:

@@ -1,38 +1,25 @@
-"""Profiling without Nsight Systems: a ``torch.profiler`` trace (Chrome/Perfetto JSON) of the measured region, with
-the same stage names as the NVTX ranges; the measured-region bracket both profilers share; NVTX overhead.
-
-``--perf-profile=torch`` wraps a benchmark's measured region in `torch_profile`; `detector.timing.annotate` labels
-(read, preprocess, infer, postprocess, write) become ``record_function`` events in the trace, which opens in
-https://ui.perfetto.dev or chrome://tracing. torch is imported inside the functions only.
+"""Profiling without Nsight Systems: a ``torch.profiler`` trace (Chrome/Perfetto JSON, ``--perf-profile=torch``) of
+the measured region with the NVTX stage names as ``record_function`` labels; the measured-region bracket both
+profilers share (`capture_range`). torch is imported inside the functions only.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from detector import timing
 from detector.fileio import atomic_path
-from detector.timing import STAGES, annotate, enable_annotations, profiler_capture
+from detector.timing import annotate, enable_annotations, profiler_capture
 
 log = logging.getLogger(__name__)
 
 #: Name of the NVTX range / profiler label around the whole measured region (nsys summaries measure GPU idle in it).
 MEASURED_RANGE = "measured"
-
-
-def default_activities() -> list[Any]:
-    """``[ProfilerActivity.CPU]`` plus ``ProfilerActivity.CUDA`` when a CUDA device is visible."""
-    import torch
-    from torch.profiler import ProfilerActivity
-
-    return [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])]
 
 
 @contextlib.contextmanager
@@ -48,17 +35,14 @@ def _annotations(*, nvtx: bool | None = None, torch_profiler: bool | None = None
 
 @contextlib.contextmanager
 def torch_profile(trace_path: str | os.PathLike[str], *, activities: Sequence[Any] | None = None) -> Iterator[Any]:
-    """Record the block with ``torch.profiler`` and write a Chrome/Perfetto JSON trace to ``trace_path`` atomically.
-
-    Inside, `detector.timing.annotate` emits ``record_function`` labels (stage names), and the whole block is one
-    `MEASURED_RANGE` label. ``activities`` defaults to `default_activities` (CPU, plus CUDA on a GPU). Yields the
-    ``torch.profiler.profile`` object. The trace is written only if the block succeeds.
-    """
+    """Record the block (one `MEASURED_RANGE` label, stage labels inside) with ``torch.profiler`` (``activities``:
+    CPU, plus CUDA on a GPU) and, if it succeeds, write its Chrome/Perfetto trace to ``trace_path`` atomically."""
     import torch
-    from torch.profiler import profile, record_function
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     trace_path = Path(trace_path)
-    acts = list(activities) if activities is not None else default_activities()
+    cuda = [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+    acts = list(activities) if activities is not None else [ProfilerActivity.CPU, *cuda]
     with _annotations(torch_profiler=True), profile(activities=acts) as prof:
         with record_function(MEASURED_RANGE):
             yield prof
@@ -76,52 +60,3 @@ def capture_range(*, capture: bool) -> Iterator[None]:
     annotation inside (an NVTX range / profiler label when those are switched on)."""
     with profiler_capture(capture), annotate(MEASURED_RANGE):
         yield
-
-
-def trace_event_names(trace_path: str | os.PathLike[str]) -> set[str]:
-    """Names of all events in a Chrome trace JSON (``{"traceEvents": [...]}`` or a bare list)."""
-    data = json.loads(Path(trace_path).read_text(encoding="utf-8"))
-    events = data.get("traceEvents", []) if isinstance(data, dict) else data
-    return {event["name"] for event in events if isinstance(event, dict) and "name" in event}
-
-
-def trace_stage_names(trace_path: str | os.PathLike[str], stages: Sequence[str] = STAGES) -> set[str]:
-    """The pipeline stage names (of ``stages``) that appear as events in the trace at ``trace_path``."""
-    return trace_event_names(trace_path) & set(stages)
-
-
-def _ns_per_call(n: int, repeats: int = 5) -> float:
-    """Best-of-``repeats`` host time of one empty ``with annotate("infer")`` block, in ns."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter_ns()
-        for _ in range(n):
-            with annotate("infer"):
-                pass
-        best = min(best, (time.perf_counter_ns() - start) / n)
-    return best
-
-
-def measure_annotation_overhead(n: int = 10000) -> dict[str, float | int | bool]:
-    """Host cost of `detector.timing.annotate` per call, in ns: switched off, with NVTX ranges, with profiler labels.
-
-    ``nvtx_emitted`` is False where no CUDA device is visible (annotate then skips the NVTX push/pop, so the NVTX
-    figure is only the Python overhead). The profiler-label figure is measured with no profiler running.
-    Best of 5 runs of ``n`` calls each; the previous annotation switches are restored.
-    """
-    import torch
-
-    with _annotations(nvtx=False, torch_profiler=False):
-        off = _ns_per_call(n)
-    with _annotations(nvtx=True, torch_profiler=False):
-        nvtx = _ns_per_call(n)
-    with _annotations(nvtx=False, torch_profiler=True):
-        label = _ns_per_call(n)
-    return {
-        "calls": n,
-        "disabled_ns_per_call": off,
-        "nvtx_ns_per_call": nvtx,
-        "nvtx_overhead_ns_per_call": nvtx - off,
-        "torch_label_ns_per_call": label,
-        "nvtx_emitted": torch.cuda.is_available(),
-    }

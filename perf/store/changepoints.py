@@ -1,30 +1,10 @@
-"""Change points in a benchmark's history: where its median moved, and by how much.
+"""Change points in a benchmark's history (one benchmark on one machine and branch, one point per stored run, oldest
+first, test-only runs left out): where its median moved, and by how much.
 
-One history is one benchmark on one machine (`perf.store.db.machine_key`) and branch, one point per stored run
-(oldest first; runs made with test-only options are not part of a history). On the logarithm of the medians:
-
-1. *Where*: ruptures' PELT with the L2 cost (a change of mean) and a BIC penalty, ``2 * sigma^2 * log(n)``, with
-   ``sigma`` the run-to-run scatter estimated robustly (the smaller of the scale of successive differences and the
-   scale of the values, so that one level change does not inflate it) and never below ``noise_floor``.
-2. *Whether*: each candidate is kept only if the segments on either side differ by at least ``min_effect`` and
-   by more than ``z`` standard errors of the difference of their means. The scatter is the points' spread around
-   their own segment's mean, on ``n - segments`` degrees of freedom; where it exceeds ``noise_floor`` it is pooled
-   with the floor, which counts as ``PRIOR_DF`` degrees of freedom, and the bar is Student's t on the pooled degrees
-   of freedom at the same tail probability as ``z`` (a short noisy history needs a larger shift); within the floor,
-   the floor is taken as the known scatter and the bar is ``z``. The weakest
-   failing candidate is dropped and the others judged again, until all pass.
-3. *How long*: a history's levels are at least `MIN_SEGMENT` runs long (`history_change_points`, the rule of the
-   gate, of ``perf-history changes`` and of the reports): a history cannot tell a single slow run from a new level,
-   so a noisy runner's odd process is no change point, and a shift of the newest run only becomes one with the
-   next run that agrees. The table says how many runs are after each.
-
-The floor matters most in a short history: with a handful of runs the data cannot estimate their own scatter,
-so a benchmark that moves more than the floor between identical processes can show a false change point there.
-This runner's noise profile (``--perf-noise``) gives each benchmark its own floor (`perf.gate.noise.floors_from_profile`); the
-report and ``perf-history changes`` use it when the storage or the store holds one.
-
-The sizes are ratios of geometric means (``after / before``) of the segments' medians, the change point is the
-first run of the new level (its commit is where the change came in, or the first measured after it).
+On the log of the medians, ruptures' PELT proposes candidates, each kept only when the segments on either side
+differ by at least ``min_effect`` and by more than ``z`` standard errors; a history's levels are at least
+`MIN_SEGMENT` runs long (`history_change_points`). The rule, its noise floor and why: docs/method.md, section 11.
+Sizes are ratios of geometric means (``after / before``); a change point is the first run of the new level.
 """
 
 from __future__ import annotations
@@ -47,9 +27,7 @@ if TYPE_CHECKING:
 NOISE_FLOOR = 0.005
 #: Standard errors the shift must exceed (about p < 1e-4 two-sided for a normal scatter).
 Z = 4.0
-#: Degrees of freedom the floor counts for when the data's own scatter exceeds it: the two are pooled, so a history
-#: of 3 runs whose scatter just crosses the floor is judged on t with 5 degrees of freedom (a bar of about 10
-#: standard errors), not on t with 1 (a bar of about 10,000, which no real step could pass).
+#: Degrees of freedom the floor counts for when pooled with a larger scatter of the data (docs/method.md, section 11).
 PRIOR_DF = 4
 #: Runs a level of a history needs at least, before and after a change point (`history_change_points`).
 MIN_SEGMENT = 2
@@ -83,13 +61,6 @@ class HistoryChange:
     change: ChangePoint
 
 
-def _robust_sigma(values: np.ndarray) -> float:
-    """The scale of ``values`` from the median absolute deviation (a normal's standard deviation)."""
-    if values.size == 0:
-        return 0.0
-    return robust_sd(values)
-
-
 def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, noise_floor: float = NOISE_FLOOR,
                        z: float = Z, min_size: int = 1) -> list[ChangePoint]:  # fmt: skip
     """The change points of a series of medians (seconds, oldest first; at least 3 points, all > 0), every level
@@ -106,7 +77,7 @@ def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, 
     floor = math.log1p(noise_floor)
     # Candidates are generous (the smaller of two robust scales: of successive differences, blind to a level
     # change, and of the values, blind to one odd point); step 2 decides.
-    scatter = max(floor, min(_robust_sigma(np.diff(x)) / math.sqrt(2), _robust_sigma(x)))
+    scatter = max(floor, min(robust_sd(np.diff(x)) / math.sqrt(2), robust_sd(x)))
     breaks = ruptures.Pelt(model="l2", min_size=min_size, jump=1).fit(x.reshape(-1, 1)).predict(
         pen=2 * scatter**2 * math.log(x.size))[:-1]  # fmt: skip
     kept = list(breaks)
@@ -127,10 +98,9 @@ def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, 
 
 def history_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02,
                           noise_floor: float = NOISE_FLOOR) -> list[ChangePoint]:  # fmt: skip
-    """The change points of a benchmark's history of runs: `find_change_points` with every level at least
-    `MIN_SEGMENT` runs long. The one rule of the gate's history (`perf.gate.history.reference_for`), of
-    ``perf-history changes`` and of the reports: one run alone cannot tell a slow process from a new level, so a
-    noisy runner's odd run is never a change point (nor the newest run, until the next one agrees)."""
+    """`find_change_points` with every level at least `MIN_SEGMENT` runs long: the one rule of the gate's history
+    (`perf.gate.history.reference_for`), of ``perf-history changes`` and of the reports (one run alone cannot tell
+    a slow process from a new level)."""
     return find_change_points(medians_s, min_effect=min_effect, noise_floor=noise_floor, min_size=MIN_SEGMENT)
 
 

@@ -1,16 +1,6 @@
-"""``perf-history``: the history store from the command line.
-
-    perf-history import [.benchmarks]        store every saved run of a benchmark storage (once each)
-    perf-history runs                        the stored runs, oldest first, each with its model and video
-    perf-history changes [--branch main]     the change points of every benchmark's history (a markdown table);
-                                             one history per machine, model and video
-    perf-history comparable RUN              exit 0 if saved run RUN can be a baseline on this machine, else 1
-    perf-history judge [--storage DIR]       a saved run judged against the history before it, as --perf-compare
-                                             judges (exit 1 when slower); runs made on a time-limited machine
-    perf-history simulate DIR [DIR ...]      simulated CI runs from the runs of --perf-selftest-processes / noise
-
-``--store WHERE`` picks the store (a path, ``sqlite:///path`` or ``postgresql://...``); default: ``$PERF_STORE``,
-else ``.benchmarks/history.sqlite``. Bad input is one line on stderr and exit status 2; nothing is written then.
+"""``perf-history``: the history store from the command line (``import``, ``runs``, ``changes``, ``comparable``,
+``judge``, ``simulate``; their help says what each does). ``--store WHERE``: a path, ``sqlite:///path`` or
+``postgresql://...``, default ``$PERF_STORE``, else `DEFAULT_STORE`. Bad input: one line on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -81,8 +71,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def judge_saved(runs: Sequence[SavedRun], wanted: str | None, processes: int, history: int, branch: str | None,
                 min_effect: float) -> tuple[list[Any], Any, Any, list[SavedRun]]:  # fmt: skip
-    """(rows, baseline, budget, the judged runs): the last ``processes`` runs up to ``wanted`` (a number, id or label;
-    None: the latest) judged together against the history before them, as ``--perf-compare --perf-confirm=0``."""
+    """(rows, baseline, budget, judged runs): the last ``processes`` runs up to ``wanted`` (number, id or label; None:
+    the latest) judged together against the history before them, as ``--perf-compare --perf-confirm=0``."""
     from perf.gate.compare import Baseline, GateSettings, budget, judge_benchmark
     from perf.gate.history import history_runs
     from perf.runs import HistoryError
@@ -111,8 +101,8 @@ def judge_saved(runs: Sequence[SavedRun], wanted: str | None, processes: int, hi
 
 
 def comparable_lines(run: Path, device: str) -> list[str]:
-    """One line per fingerprint field on which saved run ``run`` differs from this machine on ``device`` (none:
-    it can be a baseline here); `perf.runs.HistoryError` when the file is not a usable run."""
+    """One line per fingerprint field on which saved run ``run`` differs from this machine on ``device`` (none: it
+    can be a baseline here)."""
     from perf.measure.machine import fingerprint_differences, machine_fingerprint
     from perf.runs import load_run
 
@@ -124,8 +114,7 @@ def comparable_lines(run: Path, device: str) -> list[str]:
 
 
 def changes_table(changes: Sequence[HistoryChange]) -> str:
-    """The change points as a markdown table: benchmark, commit where it changed, before / after medians, size,
-    runs at the new level."""
+    """The change points as a markdown table."""
     rows = [[item.name, f"{str(item.commit or '?')[:12]} ({item.saved_at or 'no date'})", f"{c.before_s * 1e3:.4g} ms",
              f"{c.after_s * 1e3:.4g} ms", f"{100 * (c.ratio - 1):+.1f}%", str(c.points_after)]
             for item in changes for c in [item.change]]  # fmt: skip

@@ -1,17 +1,9 @@
-"""The history store: every saved run, also in a database (SQLite by default, PostgreSQL for a fleet).
+"""The history store: every saved run also in a database, one transaction per run (docs/method.md, section 11).
 
-A second home for the runs of ``.benchmarks/`` that a CI cache eviction or a new runner does not lose; one
-transaction per run (its run row, benchmarks, verdicts, noise profile), a run stored twice stored once
-(``run_id`` is unique); docs/method.md, section 11. Where (``--perf-store`` / ``perf-history --store``): a path or
-``sqlite:///path`` (SQLite, created with its folder), or ``postgresql://user:password@host:port/dbname`` (or
-``postgres://``: psycopg 3, the ``postgres`` extra; tables created on first use).
-
-API::
-
-    store = open_store(".benchmarks/history.sqlite")
-    store.save_run(document, source="...", verdicts=verdict_document, noise=profile_dict)
-    store.runs(machine_key=..., branch="main")      # list[perf.runs.SavedRun], oldest first
-    store.history(machine_key=..., branch="main")   # list[HistoryPoint], one per run and benchmark
+Where (``--perf-store`` / ``perf-history --store``): a path or ``sqlite:///path`` (SQLite, created with its folder),
+or ``postgresql://user:password@host:port/dbname`` (or ``postgres://``: psycopg 3, the ``postgres`` extra).
+``open_store(where)`` gives a `HistoryStore`: ``save_run``, ``runs`` (`perf.runs.SavedRun`, oldest first),
+``history`` (`HistoryPoint`), ``machines``, ``noise_profile_json``, ``verdicts``.
 """
 
 from __future__ import annotations
@@ -26,7 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import create_engine, event, func, inspect, select
+from sqlalchemy.engine import make_url
+
 from detector.fileio import content_key
+from perf.store import schema
 from perf.runs import HistoryError, SavedRun, injected_of, run_from_json, run_marks
 
 log = logging.getLogger(__name__)
@@ -96,8 +92,6 @@ def engine_url(where: str) -> str:
 
 
 def _shown(where: str) -> str:
-    from sqlalchemy.engine import make_url
-
     try:
         return make_url(engine_url(where)).render_as_string(hide_password=True)
     except Exception:  # noqa: BLE001 - only to name the store in a message
@@ -108,9 +102,6 @@ class HistoryStore:
     """An open store (see the module docstring). Methods raise `StoreError` naming the store."""
 
     def __init__(self, where: str) -> None:
-        from sqlalchemy import create_engine, event
-
-        self.where = where
         self.shown = _shown(where)
         url = engine_url(where)
         if url.startswith("sqlite:///"):
@@ -151,10 +142,6 @@ class HistoryStore:
         document = _plain(document)  # JSON types only (numpy values, paths): what both databases store
         run = run_from_json(document, source or "<run>")
         rid = run_id_of(document)
-        from sqlalchemy import select
-
-        from perf.store import schema
-
         try:
             with self._begin() as conn:
                 if conn.execute(select(schema.runs.c.id).where(schema.runs.c.run_id == rid)).first() is not None:
@@ -184,93 +171,62 @@ class HistoryStore:
         log.info("stored run %s in %s", rid, self.shown)
         return rid, True
 
+    def _all(self, query: Any, mappings: bool = False) -> list[Any]:
+        with self._begin() as conn:
+            result = conn.execute(query)
+            return list(result.mappings().all() if mappings else result.all())
+
     def runs(self, *, machine_key: str | None = None, branch: str | None = None,
              include_injected: bool = False) -> list[SavedRun]:  # fmt: skip
         """Stored runs, oldest first (by saved date, then storing order), of one history when given."""
-        from perf.store import schema
-
         query = _where(schema.runs.select(), machine_key, branch, include_injected)
-        with self._begin() as conn:
-            found = conn.execute(query.order_by(schema.runs.c.saved_at, schema.runs.c.id)).mappings().all()
+        found = self._all(query.order_by(schema.runs.c.saved_at, schema.runs.c.id), mappings=True)
         return [run_from_json(row["document"], row["source"] or f"{self.shown}#run={row['run_id']}") for row in found]
 
     def history(self, *, machine_key: str | None = None, branch: str | None = None,
                 include_injected: bool = False) -> list[HistoryPoint]:  # fmt: skip
         """One point per stored run and benchmark, oldest run first."""
-        from sqlalchemy import select
-
-        from perf.store import schema
-
         r, b = schema.runs.c, schema.benchmarks.c
-        query = select(r.run_id, r.saved_at, r.commit, r.branch, r.machine_key, r.test_only, b.fullname, b.name,
-                       b.median_s).join_from(schema.runs, schema.benchmarks, b.run == r.id)  # fmt: skip
-        query = _where(query, machine_key, branch, include_injected)
-        with self._begin() as conn:
-            found = conn.execute(query.order_by(r.saved_at, r.id, b.fullname)).all()
-        return [HistoryPoint(row.run_id, row.saved_at, row.commit, row.branch, row.machine_key, row.fullname,
-                             row.name, row.median_s, bool(row.test_only)) for row in found]  # fmt: skip
+        query = select(r.run_id, r.saved_at, r.commit, r.branch, r.machine_key, b.fullname, b.name, b.median_s,
+                       r.test_only).join_from(schema.runs, schema.benchmarks, b.run == r.id)  # fmt: skip
+        query = _where(query, machine_key, branch, include_injected).order_by(r.saved_at, r.id, b.fullname)
+        return [HistoryPoint(*row[:-1], bool(row[-1])) for row in self._all(query)]
 
     def machines(self) -> list[tuple[str, str | None, int]]:
         """Each history's machine key, host name and number of runs, most runs first."""
-        from sqlalchemy import func, select
-
-        from perf.store import schema
-
         r = schema.runs.c
-        with self._begin() as conn:
-            found = conn.execute(select(r.machine_key, func.max(r.machine_id), func.count())
-                                 .group_by(r.machine_key).order_by(func.count().desc())).all()  # fmt: skip
-        return [(row[0], row[1], int(row[2])) for row in found]
+        query = select(r.machine_key, func.max(r.machine_id), func.count()).group_by(r.machine_key)
+        return [(row[0], row[1], int(row[2])) for row in self._all(query.order_by(func.count().desc()))]
 
     def noise_profile_json(self, machine_key: str | None = None) -> str | None:
         """The noise profile the newest run (of one history) was judged with, as JSON text for
         `perf.gate.noise.NoiseProfile.from_json` (the store keeps it, the gate reads it), or None."""
-        from sqlalchemy import select
-
-        from perf.store import schema
-
         r, n = schema.runs.c, schema.noise.c
         query = select(n.profile).join_from(schema.noise, schema.runs, n.run == r.id)
         if machine_key is not None:
             query = query.where(r.machine_key == machine_key)
-        with self._begin() as conn:
-            found = conn.execute(query.order_by(r.saved_at.desc(), r.id.desc()).limit(1)).first()
-        return None if found is None else json.dumps(found[0])
+        found = self._all(query.order_by(r.saved_at.desc(), r.id.desc()).limit(1))
+        return json.dumps(found[0][0]) if found else None
 
     def verdicts(self, run_id: str) -> list[dict[str, Any]]:
         """The verdict rows that judged run ``run_id`` (each the gate's row, as written)."""
-        from sqlalchemy import select
-
-        from perf.store import schema
-
         r, v = schema.runs.c, schema.verdicts.c
         query = select(v.row).join_from(schema.verdicts, schema.runs, v.run == r.id).where(r.run_id == run_id)
-        with self._begin() as conn:
-            return [dict(row[0]) for row in conn.execute(query).all()]
+        return [dict(row[0]) for row in self._all(query)]
 
 
 def _where(query: Any, machine_key: str | None, branch: str | None, include_injected: bool) -> Any:
-    from perf.store import schema
-
     r = schema.runs.c
     if machine_key is not None:
         query = query.where(r.machine_key == machine_key)
     if branch is not None:
         query = query.where(r.branch == branch)
-    if not include_injected:
-        query = query.where(r.test_only.is_(False))
-    return query
+    return query if include_injected else query.where(r.test_only.is_(False))
 
 
 def _plain(value: Any) -> Any:
     """``value`` as JSON types (numpy numbers and arrays, paths: what a saved run may hold in memory)."""
-    return json.loads(json.dumps(value, default=_default))
-
-
-def _default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
+    return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
 
 
 def _reason(error: BaseException) -> str:
@@ -288,10 +244,6 @@ def _sqlite_foreign_keys(connection: Any, _record: Any) -> None:
 def migrate(store: HistoryStore) -> int:
     """Bring the store's tables to `perf.store.schema.LATEST`, one transaction per migration; return the version.
     A store of a newer version than this code knows is refused (`StoreError`)."""
-    from sqlalchemy import func, inspect, select
-
-    from perf.store import schema
-
     try:
         with store.engine.begin() as conn:
             if not inspect(conn).has_table(schema.schema_versions.name):

@@ -1,20 +1,10 @@
-"""The history store's tables, and its versioned migrations.
+"""The history store's tables (SQLAlchemy Core, the same on SQLite and PostgreSQL) and versioned migrations.
 
-Tables (SQLAlchemy Core, the same on SQLite and PostgreSQL):
-
-* ``perf_schema``: one row per migration applied (``version``, ``applied_at``); the store's version is the largest.
-* ``perf_runs``: one row per saved run. ``run_id`` (the pytest session's ``perf_run.run_id``; for a run saved before
-  ids were recorded, ``sha256:`` of its file's content) is unique, so storing a run twice stores it once.
-  ``machine_key`` is the hash of the machine fingerprint (GPU, driver, CUDA, device): a history is one benchmark
-  on one ``machine_key``. ``document`` is the saved run's whole JSON (raw rounds included), read back with
-  `perf.runs.run_from_json`: the store adds no second model of a run.
-* ``perf_benchmarks``: one row per benchmark of a run (full name, name, group, median in seconds, rounds), what
-  the history queries and change points read without opening every document.
-* ``perf_verdicts``: the ``--perf-compare`` verdicts that judged a run, with the run they were judged against.
-* ``perf_noise``: the noise profile (`perf.gate.noise`) a run was judged with, if any.
-
-A migration is a function of a connection; `MIGRATIONS` lists them in order, and `perf.store.db.migrate` applies
-the missing ones in one transaction each. A store written by a newer version (a larger version) is refused.
+``perf_schema`` (one row per migration applied), ``perf_runs`` (one per saved run: ``run_id`` unique, ``machine_key``
+the hash of the machine fingerprint, ``document`` the whole saved JSON, read back with `perf.runs.run_from_json`),
+``perf_benchmarks`` (one per benchmark of a run: what history queries read), ``perf_verdicts`` (the verdicts that
+judged a run) and ``perf_noise`` (the noise profile it was judged with). `MIGRATIONS` lists the migrations in order;
+`perf.store.db.migrate` applies the missing ones, one transaction each, and refuses a newer store.
 """
 
 from __future__ import annotations

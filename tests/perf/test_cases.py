@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from perf.measure.cases import CASE_FIXTURES, make_cases, unavailable_reason, variants_for
+from detector.backends import variants
+from perf.measure.cases import CASE_FIXTURES, make_cases, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The fixtures of `CASE_FIXTURES` made from the selected cases (`make_cases`), and every benchmark file of the suite
@@ -79,7 +80,7 @@ def test_unavailable_reason_names_what_the_backend_lacks_in_one_line() -> None:
 
 
 def test_gpu_cases_mark_gpu_and_trt_and_can_exclude_the_reference() -> None:
-    assert "torch-graph" in variants_for(("torch",), "cuda:1")
+    assert "torch-graph" in [v.name for v in variants(("torch",), "cuda:1")]
     params = make_cases(("torch", "tensorrt"), ("fp32", "fp16"), None, "cuda", exclude=("torch", "fp32"))
     labels = [p.id for p in params]
     assert "torch-fp32" not in labels and "torch-fp16" in labels
