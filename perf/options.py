@@ -2,9 +2,10 @@
 help, registered from one table (`all_options`, `add_options`); the hooks that read them live in perf/plugin.py
 and the role plugins, the state built from them in perf/session.py.
 
-Parsers are argparse ``type=`` callables: they return the parsed value or raise
-``argparse.ArgumentTypeError("Could not parse value: 'x'. <what is allowed>")``; registered through `deferred`,
-pytest_configure reports a bad value as one usage line naming the option (`bad_values`).
+Parsers are argparse ``type=`` callables of the one family in `detector.argtypes` (`value_parser`, `value_error`):
+they return the parsed value or raise ``argparse.ArgumentTypeError("Could not parse value: 'x'. Expected ...")``;
+registered through `deferred`, pytest_configure reports a bad value as one usage line naming the option
+(`bad_values`). The suite's commands (perf-ab, perf-history, perf-report, python -m perf.crossprocess) use them too.
 """
 
 from __future__ import annotations
@@ -32,11 +33,8 @@ DEFAULT_PRECISIONS = ("fp32", "fp16")
 DEFAULT_REGRESSIONS = "layer:5%,preprocess:5%"
 
 
-@dataclass(frozen=True)
-class BadValue:
-    """An option value its parser rejected (``message``); `bad_values` reports it as a one-line usage error."""
-
-    message: str
+class BadValue(str):
+    """What a parser said of an option value it rejected; `bad_values` reports it as a one-line usage error."""
 
 
 def deferred(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -58,7 +56,7 @@ def deferred(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 def bad_values(option: Any) -> list[str]:
     """``argument --perf-x: Could not parse value: ...`` for every `BadValue` in pytest's ``config.option``."""
-    return [f"argument --{dest.replace('_', '-')}: {value.message}" for dest, value in sorted(vars(option).items())
+    return [f"argument --{dest.replace('_', '-')}: {value}" for dest, value in sorted(vars(option).items())
             if isinstance(value, BadValue)]
 
 
@@ -201,17 +199,14 @@ parse_regressions = value_parser(lambda text: tuple(parse_regression(item) for i
                                  or None, bool, f"e.g. {DEFAULT_REGRESSIONS}")
 
 
-#: pytest-benchmark's options whose values its own parsers accept although they cannot work:
-#: dest -> (flag, the test a good value passes, what is allowed).
-_BENCHMARK_LIMITS: dict[str, tuple[str, Callable[[float], bool], str]] = {
-    "benchmark_max_time": ("--benchmark-max-time", lambda v: 0 < v < math.inf, "seconds > 0, e.g. 1.0"),
-    "benchmark_min_time": ("--benchmark-min-time", lambda v: 0 <= v < math.inf,
-                           "seconds >= 0, e.g. 0.000005"),
-    "benchmark_min_rounds": ("--benchmark-min-rounds", lambda v: v >= 1, "an integer >= 1"),
-    "benchmark_calibration_precision": ("--benchmark-calibration-precision", lambda v: v >= 1,
-                                        "an integer >= 1"),
-    "benchmark_warmup_iterations": ("--benchmark-warmup-iterations", lambda v: v >= 0, "an integer >= 0"),
-}  # fmt: skip
+#: pytest-benchmark's options whose values its own parsers accept although they cannot work: flag -> its check.
+_BENCHMARK_LIMITS: dict[str, Callable[[str], float]] = {
+    "--benchmark-max-time": value_parser(float, lambda v: 0 < v < math.inf, "seconds > 0, e.g. 1.0"),
+    "--benchmark-min-time": value_parser(float, lambda v: 0 <= v < math.inf, "seconds >= 0, e.g. 0.000005"),
+    "--benchmark-min-rounds": value_parser(float, lambda v: v >= 1, "an integer >= 1"),
+    "--benchmark-calibration-precision": value_parser(float, lambda v: v >= 1, "an integer >= 1"),
+    "--benchmark-warmup-iterations": value_parser(float, lambda v: v >= 0, "an integer >= 0"),
+}
 
 
 def benchmark_option_errors(getoption: Callable[..., Any]) -> list[str]:
@@ -219,16 +214,13 @@ def benchmark_option_errors(getoption: Callable[..., Any]) -> list[str]:
     ``config.getoption``) that its parser accepted but that cannot work: zero or negative times, fewer than one
     round, a negative warmup. Empty where pytest-benchmark is not loaded."""
     out = []
-    for dest, (flag, good, expected) in _BENCHMARK_LIMITS.items():
-        value = getoption(dest, None)
-        if value is None:
-            continue
+    for flag, check in _BENCHMARK_LIMITS.items():
+        value = getoption(flag.removeprefix("--").replace("-", "_"), None)
         try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = math.nan
-        if not good(number):
-            out.append(f"argument {flag}: {value_error(str(value), expected)}")
+            if value is not None:
+                check(str(value))
+        except argparse.ArgumentTypeError as e:
+            out.append(f"argument {flag}: {e}")
     return out
 
 
