@@ -132,16 +132,11 @@ def _store(text: str) -> str | None:
 parse_store = value_parser(_store, bool, "a path, sqlite:///path, postgresql://... or none")
 
 
-def backend_names() -> tuple[str, ...]:
-    """Backend names from the registry, in registration order: the choices of ``--perf-backends`` and its
-    default (`perf.session.backend_names`)."""
-    from perf.session import backend_names as registered  # imported when the option is parsed
-
-    return registered()
-
-
 def parse_backends(value: str) -> tuple[str, ...]:
-    """``"torch,onnxruntime"`` -> ``("torch", "onnxruntime")``; each must be a registered backend."""
+    """``"torch,onnxruntime"`` -> ``("torch", "onnxruntime")``; each must be a registered backend
+    (`perf.session.backend_names`, read when the option is parsed)."""
+    from perf.session import backend_names
+
     known = backend_names()
     return value_parser(lambda text: tuple(split_list(text)) or None, lambda names: set(names) <= set(known),
                         f"comma-separated backends from: {', '.join(known)}")(value)  # fmt: skip
@@ -294,7 +289,7 @@ def all_options() -> tuple[Option, ...]:
     from perf.measure.stability import DEFAULT_MAX_REMEASURE
     from perf.profile.kernels import DEFAULT_CALLS as KERNEL_CALLS
     from perf.profile.nsys import NSYS_CHILD_FLAG
-    from perf.session import DEFAULT_BATCH_SIZES, DEFAULT_FRAMES, DEFAULT_SKIP_INTERVALS, DEFAULT_STREAMS
+    from perf.session import DEFAULT_BATCH_SIZES, DEFAULT_FRAMES, DEFAULT_SKIP_INTERVALS, DEFAULT_STREAMS, backend_names
 
     return (
         # -- what runs, where, and what it is compared with ------------------------------------------------------
