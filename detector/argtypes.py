@@ -1,8 +1,11 @@
-"""argparse ``type=`` parsers shared by the command lines; a bad value reads
-``Could not parse value: 'x' (expected ...).`` and argparse turns it into a usage error (exit 2). Also the
-options ``detect`` and ``eval`` share: how they run the model (device, precision, batch, thresholds) and the
-overrides of the cfg's preprocessing and NMS. A name the user chooses (a device, a precision, a resize or NMS
-mode) is read in any case."""
+"""The one family of argparse ``type=`` parsers -- of the ``detector`` command, the suite's ``--perf-*`` options
+(perf/options.py) and the suite's commands: each is made by `value_parser` (or, where what is allowed is known only
+when the value is read, raises `value_error`), so a bad value always reads ``Could not parse value: 'x'. Expected
+....`` (`SENTENCE`: the suite's, after pytest-benchmark's) or ``Could not parse value: 'x' (expected ...).``
+(`ASIDE`: the ``detector`` command's), and argparse turns it into a usage error (exit 2). Also the options
+``detect`` and ``eval`` share: how they run the model (device, precision, batch, thresholds) and the overrides of
+the cfg's preprocessing and NMS. A name the user chooses (a device, a precision, a resize or NMS mode) is read in
+any case."""
 
 from __future__ import annotations
 
@@ -10,27 +13,49 @@ import argparse
 from collections.abc import Callable
 from typing import TypeVar
 
-T = TypeVar("T", int, float)
+T = TypeVar("T")
+
+#: How a rejected value is worded: ``expected`` says what is allowed, without a final period.
+SENTENCE = "Could not parse value: {value!r}. Expected {expected}."
+ASIDE = "Could not parse value: {value!r} (expected {expected})."
 
 
-def _parser(convert: Callable[[str], T], ok: Callable[[T], bool], expected: str) -> Callable[[str], T]:
+def value_error(text: str, expected: str, wording: str = SENTENCE) -> argparse.ArgumentTypeError:
+    """The error of a rejected ``text``, naming it and what is ``expected`` (``"a positive integer"``)."""
+    return argparse.ArgumentTypeError(wording.format(value=text, expected=expected))
+
+
+def value_parser(convert: Callable[[str], T | None], ok: Callable[[T], bool], expected: str,
+                 wording: str = SENTENCE, *, unreadable: str | None = None) -> Callable[[str], T]:
+    """An argparse ``type=``: ``convert(text)`` where it gives a value that passes ``ok``, else `value_error`
+    saying what is ``expected``; where ``convert`` raises ValueError it says ``unreadable`` instead, when given (an
+    ``argparse.ArgumentTypeError`` of ``convert``'s own passes through unchanged)."""
+
     def parse(text: str) -> T:
         try:
             value = convert(text)
         except ValueError:
+            if unreadable is not None:
+                raise value_error(text, unreadable, wording) from None
             value = None
         if value is None or not ok(value):
-            raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected {expected}).")
+            raise value_error(text, expected, wording)
         return value
 
-    parse.__name__ = expected.replace(" ", "_")
     return parse
 
 
-positive_int = _parser(int, lambda v: v >= 1, "a positive integer")
-non_negative_int = _parser(int, lambda v: v >= 0, "an integer >= 0")
-positive_float = _parser(float, lambda v: v > 0, "a number > 0")
-fraction = _parser(float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
+def split_list(text: str, *, unique: bool = True) -> list[str]:
+    """Comma-separated items, stripped, empty items dropped (``" a, b,,a"`` -> ``["a", "b"]``); ``unique``: the
+    first occurrence of each kept, else every one (``["a", "b", "a"]``)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    return list(dict.fromkeys(items)) if unique else items
+
+
+positive_int = value_parser(int, lambda v: v >= 1, "a positive integer", ASIDE)
+non_negative_int = value_parser(int, lambda v: v >= 0, "an integer >= 0", ASIDE)
+positive_float = value_parser(float, lambda v: v > 0, "a number > 0", ASIDE)
+fraction = value_parser(float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]", ASIDE)
 
 
 RESIZE_CHOICES = ("cfg", "letterbox", "plain")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from detector.argtypes import split_list
 from detector.backends.registry import (
     availability,
     available_backends,
@@ -26,8 +27,8 @@ __all__ = ["DEVICE_FORMS", "backend_list", "canonical_backend", "check_names", "
 
 
 def backend_list(text: str) -> list[str]:
-    """``--backend``'s argparse type: comma-separated names, stripped (checked by :func:`check_names`)."""
-    return [name.strip() for name in text.split(",") if name.strip()]
+    """``--backend``'s argparse type: comma-separated names, stripped, each kept (checked by :func:`check_names`)."""
+    return split_list(text, unique=False)
 
 
 def canonical_backend(name: str) -> str:

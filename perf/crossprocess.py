@@ -312,17 +312,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     import json
 
     from perf.gate.noise import compute_profile, family_rows
-    from perf.options import parse_regression
+    from perf.options import parse_count, parse_fraction, parse_positive_int, parse_regression
     from perf.report import schema
     from perf.report.suite import PerfReport
     from perf.runs import HistoryError
 
     parser = argparse.ArgumentParser(prog="python -m perf.crossprocess", description=main.__doc__, allow_abbrev=False)
     parser.add_argument("folders", nargs="+", metavar="DIR")
-    parser.add_argument("--min-effect", type=float, default=GateSettings().min_effect)
-    parser.add_argument("--history", type=int, default=20, help="identical processes drawn as main's history")
-    parser.add_argument("--confirm", type=int, default=DEFAULT_CONFIRM, help="confirmation pairs at most (0: none)")
-    parser.add_argument("--draws", type=int, default=DEFAULT_DRAWS, help="simulated runs per process")
+    parser.add_argument("--min-effect", type=parse_fraction, default=GateSettings().min_effect)
+    parser.add_argument("--history", type=parse_positive_int, default=20,
+                        help="identical processes drawn as main's history")
+    parser.add_argument("--confirm", type=parse_count, default=DEFAULT_CONFIRM,
+                        help="confirmation pairs at most (0: none)")
+    parser.add_argument("--draws", type=parse_positive_int, default=DEFAULT_DRAWS, help="simulated runs per process")
     parser.add_argument("--compare-fail", default="median:5%")
     parser.add_argument("--json", metavar="FILE", help="also write every verdict here")
     args = parser.parse_args(argv)

@@ -2,9 +2,10 @@
 help, registered from one table (`all_options`, `add_options`); the hooks that read them live in perf/plugin.py
 and the role plugins, the state built from them in perf/session.py.
 
-Parsers are argparse ``type=`` callables: they return the parsed value or raise
-``argparse.ArgumentTypeError("Could not parse value: 'x'. <what is allowed>")``; registered through `deferred`,
-pytest_configure reports a bad value as one usage line naming the option (`bad_values`).
+Parsers are argparse ``type=`` callables of the one family in `detector.argtypes` (`value_parser`, `value_error`):
+they return the parsed value or raise ``argparse.ArgumentTypeError("Could not parse value: 'x'. Expected ...")``;
+registered through `deferred`, pytest_configure reports a bad value as one usage line naming the option
+(`bad_values`). The suite's commands (perf-ab, perf-history, perf-report, python -m perf.crossprocess) use them too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detector import devices
+from detector.argtypes import split_list, value_error, value_parser
 from detector.devices import DEVICE_FORMS, PRECISIONS
 
 if TYPE_CHECKING:
@@ -31,11 +33,8 @@ DEFAULT_PRECISIONS = ("fp32", "fp16")
 DEFAULT_REGRESSIONS = "layer:5%,preprocess:5%"
 
 
-@dataclass(frozen=True)
-class BadValue:
-    """An option value its parser rejected (``message``); `bad_values` reports it as a one-line usage error."""
-
-    message: str
+class BadValue(str):
+    """What a parser said of an option value it rejected; `bad_values` reports it as a one-line usage error."""
 
 
 def deferred(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -57,164 +56,104 @@ def deferred(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 def bad_values(option: Any) -> list[str]:
     """``argument --perf-x: Could not parse value: ...`` for every `BadValue` in pytest's ``config.option``."""
-    return [f"argument --{dest.replace('_', '-')}: {value.message}" for dest, value in sorted(vars(option).items())
+    return [f"argument --{dest.replace('_', '-')}: {value}" for dest, value in sorted(vars(option).items())
             if isinstance(value, BadValue)]
 
 
-def _fail(value: str, expected: str) -> argparse.ArgumentTypeError:
-    return argparse.ArgumentTypeError(f"Could not parse value: {value!r}. {expected}")
-
-
-def _split(value: str) -> list[str]:
-    """Comma-separated items, stripped, empty items dropped, first occurrence kept."""
-    return list(dict.fromkeys(item.strip() for item in value.split(",") if item.strip()))
-
-
-def _integer(minimum: int, expected: str) -> Callable[[str], int]:
-    """A parser of one integer >= ``minimum`` (``"60"`` -> 60); ``expected`` says what is allowed."""
-
-    def parse(value: str) -> int:
-        if not value.strip().isdecimal() or int(value) < minimum:
-            raise _fail(value, expected)
-        return int(value)
-
-    return parse
+def _decimal(text: str) -> int | None:
+    """Digits only (no sign, no underscore): ``"60"`` -> 60, else None."""
+    return int(text) if text.strip().isdecimal() else None
 
 
 def _integers(minimum: int, expected: str) -> Callable[[str], tuple[int, ...]]:
     """A parser of comma-separated integers >= ``minimum`` (``"1,8,32"`` -> ``(1, 8, 32)``), duplicates dropped."""
-
-    def parse(value: str) -> tuple[int, ...]:
-        items = _split(value)
-        if not items or not all(item.isdecimal() and int(item) >= minimum for item in items):
-            raise _fail(value, expected)
-        return tuple(int(item) for item in items)
-
-    return parse
+    return value_parser(lambda text: tuple(map(_decimal, split_list(text))) or None,
+                        lambda values: None not in values and min(values) >= minimum, expected)  # fmt: skip
 
 
-parse_batch_sizes = _integers(1, "Expected comma-separated positive integers, e.g. '1,8,32'.")
+def _percent(text: str) -> float:
+    """``"2%"`` or ``"0.02"`` -> 0.02 (ValueError for another text)."""
+    text = text.strip()
+    return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+
+
+parse_batch_sizes = _integers(1, "comma-separated positive integers, e.g. '1,8,32'")
 #: Frames skipped between inferences (DeepStream's ``interval``).
-parse_skip_intervals = _integers(0, "Expected comma-separated integers >= 0 (frames skipped between inferences), "
-                                 "e.g. '0,1,2,4'.")
-parse_positive_int = _integer(1, "Expected a positive integer.")
-parse_count = _integer(0, "Expected an integer >= 0.")
-parse_processes = _integer(2, "Expected a number of processes >= 2.")
+parse_skip_intervals = _integers(0, "comma-separated integers >= 0 (frames skipped between inferences), e.g. "
+                                 "'0,1,2,4'")
+parse_positive_int = value_parser(_decimal, lambda v: v >= 1, "a positive integer")
+parse_count = value_parser(_decimal, lambda v: v >= 0, "an integer >= 0")
+parse_processes = value_parser(_decimal, lambda v: v >= 2, "a number of processes >= 2")
+#: ``"2%"`` or ``"0.02"`` -> 0.02; a fraction in [0, 1).
+parse_fraction = value_parser(_percent, lambda v: 0 <= v < 1, "a fraction >= 0 and < 1 (100%), e.g. 2% or 0.02")
+#: ``perf-report --change-threshold``: ``"10%"`` or ``"0.1"`` -> 0.1 (a fraction > 0).
+parse_threshold = value_parser(_percent, lambda v: 0 < v < math.inf, "a change > 0, e.g. 10%",
+                               unreadable="e.g. 10% or 0.1")
+#: ``"0.2"`` or ``"0.2ms"`` -> 0.2 (milliseconds, >= 0).
+parse_delay_ms = value_parser(lambda text: float(text.strip().lower().removesuffix("ms")),
+                              lambda v: 0 <= v < math.inf, "a finite number of milliseconds >= 0, e.g. 0.2ms",
+                              unreadable="milliseconds, e.g. 0.2ms")  # fmt: skip
+#: ``"540"`` or ``"540s"`` -> 540.0; seconds > 0.
+parse_seconds = value_parser(lambda text: float(text.strip().lower().removesuffix("s")), lambda v: v > 0,
+                             "seconds > 0, e.g. 540")
+#: ``"2,5,10"`` -> (0.02, 0.05, 0.1): slowdowns in percent, each > 0, sorted, duplicates dropped.
+parse_levels = value_parser(lambda text: tuple(sorted({float(item.removesuffix("%")) / 100
+                                                       for item in split_list(text)})) or None,
+                            lambda levels: all(0 < level < 10 for level in levels), "percentages > 0, e.g. 2,5,10")
+#: ``"torch"`` -> ``"torch"``; one of `PROFILERS` (case-insensitive).
+parse_profiler = value_parser(lambda text: text.strip().lower(), lambda name: name in PROFILERS,
+                              f"one of: {', '.join(PROFILERS)}")
+#: ``"fp32,fp16"`` -> ``("fp32", "fp16")``; each one of `PRECISIONS` (case-insensitive).
+parse_precisions = value_parser(lambda text: tuple(split_list(text.lower())) or None,
+                                lambda names: set(names) <= set(PRECISIONS),
+                                f"comma-separated precisions from: {', '.join(PRECISIONS)}")  # fmt: skip
 
 
-def backend_names() -> tuple[str, ...]:
-    """Backend names from the registry, in registration order: the choices of ``--perf-backends`` and its
-    default (`perf.session.backend_names`)."""
-    from perf.session import backend_names as registered  # imported when the option is parsed
+def _device(text: str) -> str:
+    device = text.strip().lower()
+    devices.parse_device(device)  # ValueError for another name
+    return device
 
-    return registered()
+
+#: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (case-insensitive) -> the same, lower-cased; the rule is
+#: :func:`detector.devices.parse_device`'s.
+parse_device = value_parser(_device, bool, DEVICE_FORMS)
+
+
+def _store(text: str) -> str | None:
+    text = text.strip()
+    if text.lower() == "none":
+        return "none"
+    known = ("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")
+    return None if "://" in text and not text.startswith(known) else text
+
+
+#: A history store: ``none``, a path (SQLite), ``sqlite:///path`` or ``postgresql://...`` (`perf.store.db`).
+parse_store = value_parser(_store, bool, "a path, sqlite:///path, postgresql://... or none")
 
 
 def parse_backends(value: str) -> tuple[str, ...]:
-    """``"torch,onnxruntime"`` -> ``("torch", "onnxruntime")``; each must be a registered backend."""
+    """``"torch,onnxruntime"`` -> ``("torch", "onnxruntime")``; each must be a registered backend
+    (`perf.session.backend_names`, read when the option is parsed)."""
+    from perf.session import backend_names
+
     known = backend_names()
-    items = _split(value)
-    if not items or any(item not in known for item in items):
-        raise _fail(value, f"Expected comma-separated backends from: {', '.join(known)}.")
-    return tuple(items)
-
-
-def parse_precisions(value: str) -> tuple[str, ...]:
-    """``"fp32,fp16"`` -> ``("fp32", "fp16")``; each one of `PRECISIONS` (case-insensitive)."""
-    items = _split(value.lower())
-    if not items or any(item not in PRECISIONS for item in items):
-        raise _fail(value, f"Expected comma-separated precisions from: {', '.join(PRECISIONS)}.")
-    return tuple(items)
+    return value_parser(lambda text: tuple(split_list(text)) or None, lambda names: set(names) <= set(known),
+                        f"comma-separated backends from: {', '.join(known)}")(value)  # fmt: skip
 
 
 def parse_sources(value: str) -> tuple[Any, ...]:
     """``"mp4v,h264+nvdec"`` -> the `perf.measure.sources.Source` of each item (``<codec>[+nvdec][+noencode]``)."""
     from perf.measure.sources import parse_source
 
-    items = _split(value)
+    expected = "comma-separated sources <codec>[+nvdec][+noencode], codec mp4v or h264"
     try:
-        sources = tuple(parse_source(item) for item in items)
+        sources = tuple(parse_source(item) for item in split_list(value))
     except ValueError as e:
-        raise _fail(value, f"Expected comma-separated sources <codec>[+nvdec][+noencode], codec mp4v or h264 ({e}).")
+        raise value_error(value, f"{expected} ({e})") from None
     if not sources:
-        raise _fail(value, "Expected comma-separated sources <codec>[+nvdec][+noencode], codec mp4v or h264.")
+        raise value_error(value, expected)
     return sources
-
-
-def parse_device(value: str) -> str:
-    """``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (case-insensitive) -> the same, lower-cased; the rule is
-    :func:`detector.devices.parse_device`'s."""
-    device = value.strip().lower()
-    try:
-        devices.parse_device(device)
-    except ValueError:
-        raise _fail(value, f"Expected {DEVICE_FORMS}.") from None
-    return device
-
-
-def parse_store(value: str) -> str:
-    """A history store: ``none``, a path (SQLite), ``sqlite:///path`` or ``postgresql://...`` (`perf.store.db`)."""
-    text = value.strip()
-    if not text:
-        raise _fail(value, "Expected a path, sqlite:///path, postgresql://... or none.")
-    if text.lower() == "none":
-        return "none"
-    if "://" in text and not text.startswith(("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")):
-        raise _fail(value, "Expected a path, sqlite:///path, postgresql://... or none.")
-    return text
-
-
-def parse_profiler(value: str) -> str:
-    """``"torch"`` -> ``"torch"``; one of `PROFILERS` (case-insensitive)."""
-    name = value.strip().lower()
-    if name not in PROFILERS:
-        raise _fail(value, f"Expected one of: {', '.join(PROFILERS)}.")
-    return name
-
-
-def parse_delay_ms(value: str) -> float:
-    """``"0.2"`` or ``"0.2ms"`` -> 0.2 (milliseconds, >= 0)."""
-    try:
-        delay = float(value.strip().lower().removesuffix("ms"))
-    except ValueError:
-        raise _fail(value, "Expected milliseconds, e.g. 0.2ms.") from None
-    if not 0 <= delay < math.inf:
-        raise _fail(value, "Expected a finite number of milliseconds >= 0, e.g. 0.2ms.")
-    return delay
-
-
-def parse_fraction(value: str) -> float:
-    """``"2%"`` or ``"0.02"`` -> 0.02; a fraction in [0, 1)."""
-    text = value.strip()
-    try:
-        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        number = math.nan
-    if not 0 <= number < 1:
-        raise _fail(value, "Expected a fraction >= 0 and < 1 (100%), e.g. 2% or 0.02.")
-    return number
-
-
-def parse_levels(value: str) -> tuple[float, ...]:
-    """``"2,5,10"`` -> (0.02, 0.05, 0.1): slowdowns in percent, each > 0, sorted, duplicates dropped."""
-    try:
-        levels = sorted({float(item.removesuffix("%")) / 100 for item in _split(value)})
-    except ValueError:
-        levels = []
-    if not levels or not all(0 < level < 10 for level in levels):
-        raise _fail(value, "Expected percentages > 0, e.g. 2,5,10.")
-    return tuple(levels)
-
-
-def parse_seconds(value: str) -> float:
-    """``"540"`` or ``"540s"`` -> 540.0; seconds > 0."""
-    try:
-        seconds = float(value.strip().lower().removesuffix("s"))
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise _fail(value, "Expected seconds > 0, e.g. 540.")
-    return seconds
 
 
 def parse_controls(value: str) -> Controls:
@@ -222,14 +161,13 @@ def parse_controls(value: str) -> Controls:
     leave it out of all (``"-pin"``) -> a `perf.measure.controls.Controls`."""
     from perf.measure.controls import NAMES, Controls
 
-    items = [item.strip().lower() for item in value.split(",") if item.strip()]
+    items = split_list(value.lower(), unique=False)
     if items in (["all"], []):
         return Controls()
     if items == ["none"]:
         return Controls(frozenset())
-    unknown = [i for i in items if i.lstrip("-") not in NAMES]
-    if unknown:
-        raise _fail(value, f"Expected all, none, or names from {', '.join(NAMES)} (a leading - leaves one out).")
+    if any(i.lstrip("-") not in NAMES for i in items):
+        raise value_error(value, f"all, none, or names from {', '.join(NAMES)} (a leading - leaves one out)")
     if all(i.startswith("-") for i in items):
         return Controls(frozenset(NAMES) - {i[1:] for i in items})
     return Controls(frozenset(i for i in items if not i.startswith("-")))
@@ -247,29 +185,23 @@ def parse_regression(value: str) -> Regression:
     except ValueError:
         fraction = math.nan
     if kind not in KINDS or not 0 < fraction <= 1:
-        raise _fail(value, f"Expected KIND:PERCENT with KIND one of {', '.join(KINDS)}, e.g. layer:5%.")
+        raise value_error(value, f"KIND:PERCENT with KIND one of {', '.join(KINDS)}, e.g. layer:5%")
     return Regression(kind, fraction)
 
 
-def parse_regressions(value: str) -> tuple[Regression, ...]:
-    """``"layer:5%,preprocess:5%"`` -> one `perf.gate.regressions.Regression` per item (`parse_regression`)."""
-    items = [item for item in value.split(",") if item.strip()]
-    if not items:
-        raise _fail(value, f"Expected e.g. {DEFAULT_REGRESSIONS}.")
-    return tuple(parse_regression(item) for item in items)
+#: ``"layer:5%,preprocess:5%"`` -> one `perf.gate.regressions.Regression` per item (`parse_regression`).
+parse_regressions = value_parser(lambda text: tuple(parse_regression(item) for item in text.split(",") if item.strip())
+                                 or None, bool, f"e.g. {DEFAULT_REGRESSIONS}")
 
 
-#: pytest-benchmark's options whose values its own parsers accept although they cannot work:
-#: dest -> (flag, the test a good value passes, what is allowed).
-_BENCHMARK_LIMITS: dict[str, tuple[str, Callable[[float], bool], str]] = {
-    "benchmark_max_time": ("--benchmark-max-time", lambda v: 0 < v < math.inf, "Expected seconds > 0, e.g. 1.0."),
-    "benchmark_min_time": ("--benchmark-min-time", lambda v: 0 <= v < math.inf,
-                           "Expected seconds >= 0, e.g. 0.000005."),
-    "benchmark_min_rounds": ("--benchmark-min-rounds", lambda v: v >= 1, "Expected an integer >= 1."),
-    "benchmark_calibration_precision": ("--benchmark-calibration-precision", lambda v: v >= 1,
-                                        "Expected an integer >= 1."),
-    "benchmark_warmup_iterations": ("--benchmark-warmup-iterations", lambda v: v >= 0, "Expected an integer >= 0."),
-}  # fmt: skip
+#: pytest-benchmark's options whose values its own parsers accept although they cannot work: flag -> its check.
+_BENCHMARK_LIMITS: dict[str, Callable[[str], float]] = {
+    "--benchmark-max-time": value_parser(float, lambda v: 0 < v < math.inf, "seconds > 0, e.g. 1.0"),
+    "--benchmark-min-time": value_parser(float, lambda v: 0 <= v < math.inf, "seconds >= 0, e.g. 0.000005"),
+    "--benchmark-min-rounds": value_parser(float, lambda v: v >= 1, "an integer >= 1"),
+    "--benchmark-calibration-precision": value_parser(float, lambda v: v >= 1, "an integer >= 1"),
+    "--benchmark-warmup-iterations": value_parser(float, lambda v: v >= 0, "an integer >= 0"),
+}
 
 
 def benchmark_option_errors(getoption: Callable[..., Any]) -> list[str]:
@@ -277,16 +209,13 @@ def benchmark_option_errors(getoption: Callable[..., Any]) -> list[str]:
     ``config.getoption``) that its parser accepted but that cannot work: zero or negative times, fewer than one
     round, a negative warmup. Empty where pytest-benchmark is not loaded."""
     out = []
-    for dest, (flag, good, expected) in _BENCHMARK_LIMITS.items():
-        value = getoption(dest, None)
-        if value is None:
-            continue
+    for flag, check in _BENCHMARK_LIMITS.items():
+        value = getoption(flag.removeprefix("--").replace("-", "_"), None)
         try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = math.nan
-        if not good(number):
-            out.append(f"argument {flag}: {_fail(str(value), expected)}")
+            if value is not None:
+                check(str(value))
+        except argparse.ArgumentTypeError as e:
+            out.append(f"argument {flag}: {e}")
     return out
 
 
@@ -360,7 +289,7 @@ def all_options() -> tuple[Option, ...]:
     from perf.measure.stability import DEFAULT_MAX_REMEASURE
     from perf.profile.kernels import DEFAULT_CALLS as KERNEL_CALLS
     from perf.profile.nsys import NSYS_CHILD_FLAG
-    from perf.session import DEFAULT_BATCH_SIZES, DEFAULT_FRAMES, DEFAULT_SKIP_INTERVALS, DEFAULT_STREAMS
+    from perf.session import DEFAULT_BATCH_SIZES, DEFAULT_FRAMES, DEFAULT_SKIP_INTERVALS, DEFAULT_STREAMS, backend_names
 
     return (
         # -- what runs, where, and what it is compared with ------------------------------------------------------

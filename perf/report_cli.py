@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from perf.options import parse_store
-from perf.report.changes import DEFAULT_THRESHOLD, parse_threshold
+from perf.options import parse_store, parse_threshold
+from perf.report.changes import DEFAULT_THRESHOLD
 from perf.runs import HistoryError
 
 PROG = "perf-report"

@@ -199,7 +199,7 @@ class PerfSession:
             raise pytest.UsageError("\n".join(errors))
         session.config = config
         config.stash[PERF_SESSION] = session
-        for message in session.warnings():
+        for message in session.subject.warnings():  # settings that work but are likely wrong
             config.issue_config_time_warning(SubjectWarning(message), stacklevel=2)
         SUITE_CLOCK.configure(lambda: session.device, session.options.clock_lead_in_ms)  # CUDA events on a GPU
         worker = getattr(config, "workerinput", None)
@@ -328,32 +328,22 @@ class PerfSession:
             store=values["store"] or config.getini("perf_store"),
             **{flag: bool(values[flag]) for flag in ("allow_model_mismatch", "nsys_child", "selftest")},
         )
-        return cls(
-            PerfOptions(**values),
-            Subject.from_config(getoption, config.getini, invocation_dir, ini_dir),
-        )
+        return cls(PerfOptions(**values), Subject.from_config(getoption, config.getini, invocation_dir, ini_dir))
 
     def usage_errors(self, *, autosave: bool = False) -> Iterable[str]:
         """Messages for option values that cannot work together or point at nothing, such as a CUDA device asked
         for by name (``--perf-device cuda`` / ``cuda:N``) that does not exist (checking that one imports torch), or
         a run with a deliberate slowdown that ``--benchmark-autosave`` (``autosave``) would make the next baseline."""
-        if self.options.device.startswith("cuda") and self.device_unavailable is not None:
-            yield f"--perf-device {self.options.device}: {self.device_unavailable}"
+        if self.options.device.startswith("cuda") and (missing := self._device[1]) is not None:
+            yield f"--perf-device {self.options.device}: {missing}"
         if autosave and self.options.injected:
             yield (f"--benchmark-autosave refuses a run made with {describe_injected(self.options.injected)}: it "
                    "would become the next baseline; save it apart (--benchmark-save=NAME --benchmark-storage=DIR) "
                    "or drop the option")  # fmt: skip
         yield from self.subject.problems()
         if self.options.nsys and self.options.profile != "none":
-            yield (
-                f"--perf-nsys and --perf-profile={self.options.profile} cannot be combined: both profilers use "
-                "CUPTI and would distort each other; run them separately"
-            )
-
-    def warnings(self) -> Iterable[str]:
-        """One line per setting that works but is likely wrong (`perf.subject.Subject.warnings`): issued as a
-        `SubjectWarning` at start-up, after `usage_errors` found nothing."""
-        yield from self.subject.warnings()
+            yield (f"--perf-nsys and --perf-profile={self.options.profile} cannot be combined: both profilers use "
+                   "CUPTI and would distort each other; run them separately")
 
     def check_saved_run(self, saved_run: Mapping[str, Any], location: str, option: str) -> None:
         """Refuse (pytest.UsageError) to compare with ``saved_run`` (a saved run's JSON, found in ``location``, for
@@ -363,7 +353,7 @@ class PerfSession:
         A run made with a deliberate slowdown (`perf.runs.injected_of`) is never a baseline: always refused."""
         from perf.measure.machine import fingerprint_differences, mismatch_message
 
-        config, session = self.config, self
+        config = self.config
         injected = injected_of(saved_run)
         if injected:
             raise pytest.UsageError(f"{option}: the saved run in '{location}' (saved {saved_run.get('datetime')}) was made "
@@ -375,18 +365,19 @@ class PerfSession:
             config.issue_config_time_warning(MachineMismatchWarning(
                 f"{option}: the saved run in '{location}' records no model or video identity (saved before they were "
                 "recorded); it is compared as if it measured this model and video"), stacklevel=2)
-        elif differences := subject_differences(saved_subject, session.identity):
-            allowed = session.options.allow_model_mismatch
+        elif differences := subject_differences(saved_subject, self.identity):
+            allowed = self.options.allow_model_mismatch
             _refuse_or_warn(config, subject_mismatch_message(differences, saved_run, location, allowed=allowed,
                                                              option=option), allowed)  # fmt: skip
-        differences = fingerprint_differences(machine_info.get("perf"), session.fingerprint)
+        differences = fingerprint_differences(machine_info.get("perf"), self.fingerprint)
         if differences:
-            allowed = session.options.allow_machine_mismatch
+            allowed = self.options.allow_machine_mismatch
             _refuse_or_warn(config, mismatch_message(differences, saved_run, location, allowed=allowed, option=option),
                             allowed)  # fmt: skip
 
     @functools.cached_property
     def _device(self) -> tuple[str, str | None]:
+        """The resolved device and why the CUDA device asked for does not exist, or None (`resolve_device`)."""
         from perf.measure.machine import cuda_device_count
 
         requested = self.options.device
@@ -396,12 +387,6 @@ class PerfSession:
     def device(self) -> str:
         """Resolved device: "cpu", "cuda" or "cuda:N" (imports torch on first use unless --perf-device cpu)."""
         return self._device[0]
-
-    @property
-    def device_unavailable(self) -> str | None:
-        """Why the requested CUDA device does not exist ("no CUDA device 1 (found 1)"), or None; a usage error
-        (`usage_errors`), so tests never see it."""
-        return self._device[1]
 
     @functools.cached_property
     def run_id(self) -> str:
@@ -421,9 +406,7 @@ class PerfSession:
     @functools.cached_property
     def gated_markers(self) -> frozenset[str]:
         """The markers whose tests may be skipped here: "gpu" and every backend's own (``register(..., marks=)``)."""
-        from detector.backends import backend
-
-        return frozenset({"gpu", *(mark for name in backend_names() for mark in backend(name).marks)})
+        return frozenset({"gpu", *backend_markers()})
 
     def skip_reason(self, markers: set[str]) -> str | None:
         """Why a test marked with `markers` ("gpu", "trt") cannot run here, or None when it can: "gpu" needs a CUDA

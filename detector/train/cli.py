@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from detector.argtypes import ASIDE, value_parser
 from detector.argtypes import add_inference_args as _add_inference_args
 from detector.argtypes import non_negative_int as _non_negative_int
 from detector.argtypes import positive_float as _positive_float
@@ -26,11 +27,7 @@ from detector.progress import progress
 __all__ = ["add_anchors_parser", "add_eval_parser", "add_train_parser", "cmd_anchors", "cmd_eval", "cmd_train"]
 
 
-def _net_size(text: str) -> int:
-    value = _positive_int(text)
-    if value % 32:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {text!r} (expected a multiple of 32).")
-    return value
+_net_size = value_parser(_positive_int, lambda v: v % 32 == 0, "a multiple of 32", ASIDE)
 
 
 def _subcommand(subparsers: Any, handler: Callable[[argparse.Namespace], int], help: str,

@@ -14,8 +14,6 @@ the gate's marks work), but never the base of the next run's change, and flagged
 
 from __future__ import annotations
 
-import argparse
-import math
 from dataclasses import dataclass
 
 from perf.report.inputs import ReportInputs
@@ -25,18 +23,6 @@ from perf.runs import BenchmarkRecord, SavedRun, describe_injected
 SLOWER = frozenset({"slower", "regression", "regressed", "worse", "fail", "failed"})
 FASTER = frozenset({"faster", "improvement", "improved", "better"})
 DEFAULT_THRESHOLD = 0.10
-
-
-def parse_threshold(value: str) -> float:
-    """``"10%"`` or ``"0.1"`` -> 0.1 (a fraction > 0)."""
-    text = value.strip()
-    try:
-        fraction = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected e.g. 10% or 0.1.") from None
-    if not fraction > 0 or math.isinf(fraction):
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Expected a change > 0, e.g. 10%.")
-    return fraction
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from perf.crossprocess import DEFAULT_DRAWS
+from perf.crossprocess import main as crossprocess_main
 from perf.gate.noise import load_profile
 from perf.gate.processes import forwarded_options
 from tiny_bench import child_env, write_project
@@ -107,3 +108,18 @@ def test_children_get_the_parents_options_but_not_its_paths_saving_or_comparing(
             "--benchmark-compare-fail=median:5%", "--perf-min-effect=5%"]  # fmt: skip
     kept = forwarded_options(args, ["perf"], {"--perf-compare": "0003"})
     assert kept == ["-m", "ci", "--perf-device=cuda", "-k", "graph", "--perf-min-effect=5%"]
+
+
+@pytest.mark.parametrize(("option", "value", "expected"), [
+    ("--history", "0", "Expected a positive integer."),
+    ("--confirm", "-1", "Expected an integer >= 0."),
+    ("--min-effect", "150%", "Expected a fraction >= 0 and < 1 (100%), e.g. 2% or 0.02."),
+])  # fmt: skip
+def test_crossprocess_reads_its_numbers_with_the_suites_parsers(
+    option: str, value: str, expected: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        crossprocess_main([str(tmp_path), option, value])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"argument {option}: Could not parse value: {value!r}. {expected}")

@@ -16,7 +16,8 @@ import pytest
 from tiny_bench import child_env
 
 from detector.timing import STAGES
-from perf.report.changes import history, parse_threshold
+from perf.options import parse_threshold
+from perf.report.changes import history
 from perf.report.inputs import load_inputs
 from perf.report.readable import duration, number
 from perf.report_cli import main

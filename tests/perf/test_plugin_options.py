@@ -113,7 +113,7 @@ def test_backends_reject_unknown_names_listing_known_ones(value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as info:
         options.parse_backends(value)
     assert str(info.value).startswith(f"Could not parse value: {value!r}.")
-    assert ", ".join(options.backend_names()) in str(info.value)
+    assert ", ".join(session.backend_names()) in str(info.value)
 
 
 @pytest.mark.parametrize(
