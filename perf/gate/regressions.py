@@ -174,11 +174,13 @@ def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callabl
     chosen from. ``build(spec)`` makes an activated runner of the judged variant itself (backend, precision,
     options): each variant gets its own width, and the runner returned is the one the benchmark then times, since
     another instance of the same model (another CUDA graph, other kernels chosen) can read another cost for a block
-    of a few microseconds. Each width's cost is the median ratio of `CALIBRATION_ROUNDS` readings alternating with
-    the unchanged model (a drift of the GPU's clock cancels), each at least `CALIBRATION_READING_S` long: a trial
+    of a few microseconds. The unchanged model is read first and released; each candidate is then read alone, as
+    the benchmark reads it (on the H100 the unchanged torch-compile fp16 b1 model read 0.217-0.220 ms in calibrations
+    that alternated it with a candidate, against 0.208 ms in the benchmarks of identical processes). A width's cost is the median of
+    `CALIBRATION_ROUNDS` readings over the unchanged model's, each at least `CALIBRATION_READING_S` long: a trial
     width (`TRIAL_WIDTH`, grown fourfold while its cost is under half the target, so noise cannot pass for cost),
     a linear step to the target, then the width scaled by target / measured (`SECANT_STEPS` at most) until within a
-    fifth of the target. Only the base runner and the latest candidate are alive at a time."""
+    fifth of the target. Only one runner is alive at a time."""
     on_gpu = device.startswith("cuda")
     fewest = CALIBRATION_CALLS["cuda" if on_gpu else "cpu"]
     rounds = CALIBRATION_ROUNDS["cuda" if on_gpu else "cpu"]
@@ -186,20 +188,23 @@ def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callabl
     base_runner = build(spec)
     try:
         base_x = _warm_input(base_runner, batch, max(1, fewest // 10))
-        base = _clock_ms(base_runner, base_x, fewest)
-        calls = max(fewest, math.ceil(CALIBRATION_READING_S * 1e3 / max(base, 1e-6))) if on_gpu else fewest
+        first = _clock_ms(base_runner, base_x, fewest)
+        calls = max(fewest, math.ceil(CALIBRATION_READING_S * 1e3 / max(first, 1e-6))) if on_gpu else fewest
+        base = statistics.median(_clock_ms(base_runner, base_x, calls) for _ in range(rounds))
+    finally:
+        base_runner.deactivate()
+    if on_gpu:
+        from perf.measure.gpu_memory import release_cuda_memory
 
+        release_cuda_memory()
+    try:
         def cost(width: int) -> float:
             """The fraction a call of the model with the block of ``width`` costs more than without it."""
             while candidate:
                 candidate.pop().deactivate()
             candidate.append(build(regressed_spec(spec, width)))
             x = _warm_input(candidate[0], batch, max(1, calls // 10))
-            ratios = []
-            for _ in range(rounds):
-                before = _clock_ms(base_runner, base_x, calls)
-                ratios.append(_clock_ms(candidate[0], x, calls) / before)
-            return statistics.median(ratios) - 1
+            return statistics.median(_clock_ms(candidate[0], x, calls) for _ in range(rounds)) / base - 1
 
         trial_width = TRIAL_WIDTH
         trial = cost(trial_width)
@@ -222,8 +227,6 @@ def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callabl
         while candidate:
             candidate.pop().deactivate()
         raise
-    finally:
-        base_runner.deactivate()
     readings = {"width": width, "batch": int(batch.shape[0]), "target": fraction, "base_ms": base,
                 "calls_per_reading": calls, "trial_width": trial_width, "trial_fraction": trial,
                 "measured_fraction": got}  # fmt: skip
