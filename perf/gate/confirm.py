@@ -5,9 +5,11 @@ that fresh processes confirm (Perfherder retriggers suspects before alerting; Ma
 when a second pass on both sides agrees). `confirm_rows`:
 
 1. *Which code.* The base is the history's latest commit, checked out as a git worktree (as ``perf-ab`` does,
-   `perf.gate.processes.base_worktree`); the candidate is this working tree. Where the base cannot be had (no git, the
-   commit unknown, or the same commit with a clean tree), only candidate processes run and are judged against
-   the history (`perf.gate.judge.judge` with several candidates).
+   `perf.gate.processes.base_worktree`); the candidate is this working tree. When this tree is the base's commit,
+   clean, it runs both sides (paired all the same: a runner that drifted since the history was saved drifts for
+   both; unpaired, such a drift confirmed +12.9% on identical code on the CPU machine). Where the base cannot be
+   had (no git, the commit unknown), only candidate processes run and are judged against the history
+   (`perf.gate.judge.judge` with several candidates).
 2. *Which tests.* Only the suspects' node ids, in fresh pytest processes (`perf.gate.processes.run_children`),
    base and candidate alternating (ABBA), `PAIRS_PER_LOOK` pairs per look, at most ``settings.confirm`` pairs.
 3. *The verdict* of each suspect metric after each look (`perf.gate.judge.judge_pairs`, pooled with the history's

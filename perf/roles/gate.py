@@ -293,7 +293,10 @@ class GateRun:
         repo = config.rootpath
         commit = baseline.latest.commit
         tree, base_dir = None, None
-        if same_code(repo, commit) is False:
+        same = same_code(repo, commit)
+        if same:  # this tree is the base's code: both sides run here, paired, so a drift of the runner cancels
+            base_dir = repo
+        elif same is False:
             try:
                 top = Path(git(repo, "rev-parse", "--show-toplevel"))
                 tree = base_worktree(repo, str(commit), folder / "base-src")
@@ -312,7 +315,7 @@ class GateRun:
                 reporter.write_line(f"perf-compare confirmation: {result.label} ({result.kind}) "
                                     f"{result.seconds:.0f} s, exit {result.returncode}")  # fmt: skip
 
-        sides = Sides(repo, base_dir, folder / "cache-base" if base_dir else None, extra)
+        sides = Sides(repo, base_dir, folder / "cache-base" if tree is not None else None, extra)
         if reporter is not None:
             reporter.write("\n")  # after the progress line of the tests
         try:

@@ -107,6 +107,26 @@ def test_a_suspect_is_confirmed_in_fresh_processes_before_the_run_fails(project:
     assert verdicts is not None and verdicts["rows"][0]["confirmation"]["processes"] == 2
 
 
+def test_a_suspect_of_the_base_commit_itself_is_confirmed_on_pairs_run_from_this_tree(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)
+
+    folder = write_project(tmp_path, ["perf.plugin", "perf.fixtures.reporting"])
+    (folder / ".gitignore").write_text("storage/\nreports/\n__pycache__/\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
+    assert _pytest(folder, "--benchmark-autosave").ret == 0  # main's history: this very commit
+    result = _pytest(folder, "--perf-compare", "--perf-inject-delay=2", "--perf-confirm=2", "-rf")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["perf-compare confirmation: base-01 (base) * s, exit 0",
+                                 "perf-compare confirmation: candidate-01 (candidate) * s, exit 0",
+                                 "perf-compare: slower: * confirmed by 2 pair(s) of fresh processes: time *"])  # fmt: skip
+    logs = {log.name: log.read_text() for log in (folder / "reports" / "confirm").glob("*/*-0*.log")}
+    assert sorted(logs) == ["base-01.log", "base-02.log", "candidate-01.log", "candidate-02.log"]
+    assert all(("--perf-inject-delay=2" in text) == name.startswith("candidate") for name, text in logs.items())
+
+
 def test_benchmark_compare_fail_without_a_history_is_a_failed_test_and_says_it_cannot_be_trusted(
         project: pytest.Pytester) -> None:  # fmt: skip
     result = _pytest(project.path, "--benchmark-compare=0001", "--benchmark-compare-fail=median:5%",
