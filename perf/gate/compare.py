@@ -1,28 +1,10 @@
-"""``--perf-compare``: one verdict per benchmark of a run, judged against main's history of this runner.
+"""``--perf-compare``: one verdict row per benchmark of a run, judged against main's history of this runner.
 
-The run is judged against the distribution of the per-process medians of the last comparable runs (`Baseline`:
-`perf.gate.history`), never against one saved process, with the one judge (`perf.gate.judge.judge`) at the levels
-of the run's error budget (`perf.gate.judge.Budget`). Verdicts: "slower", "faster", "no change" (not slower by
-the row's ``detectable`` change or more), "inconclusive" (a suspect that fresh processes could neither confirm nor
-clear, `perf.gate.confirm`) and "missing" (in one run only, or saved without raw rounds). Runs saved before this
-gate may hold "unstable", which is read as it was written. The table and its files: `perf.gate.table`.
-
-*Short history.* With fewer than `perf.gate.judge.MIN_REFERENCE` comparable runs, this runner's noise profile's
-processes (``--perf-noise``) seed the reference; with neither, a metric is judged against the latest run's own
-within-process spread (`perf.gate.judge.within_reference`), and the row's note says so.
-
-*Metrics.* A benchmark may carry several series (`perf.runs.BenchmarkRecord.metrics`). Judged, each with its own
-reference and its share of the budget:
-
-* ``time``, the primary one;
-* ``host`` (host latency with synchronisation) where the call is launch-bound (``extra_info["launch_bound"]``);
-* ``stage:<name>`` of a video loop (marked ``judged``): slower only when the stage's change is also more than the
-  floor *of the whole frame* (its ratio's excess times its share of the reference frame), so the row names the stage.
-  When the frame moved and no stage's own change was beyond its noise (a stage's busy time is a wall-clock figure:
-  14% CV for the pipelined writer's on the H100 against 3.4% for the frame in CPU-reference units), the row names
-  the stage whose share of the change is largest ("moved most").
-
-Any judged metric "slower" makes the row slower; the row's ``detectable`` is its primary metric's.
+Each judged metric (`judged_names`: the primary ``time``, ``host`` where launch-bound, ``stage:<name>`` marked
+``judged``) gets its own reference (`Baseline`, `perf.gate.history`) and is judged by `perf.gate.judge` at its share
+of the run's `perf.gate.judge.Budget`; any judged metric "slower" makes the row slower. Verdicts: "slower",
+"faster", "no change", "inconclusive" (`perf.gate.confirm`) and "missing"; runs saved before this gate may hold
+"unstable", read as written. docs/method.md, section 4 (items 7, 8) and section 8; the table: `perf.gate.table`.
 """
 
 from __future__ import annotations

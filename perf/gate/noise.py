@@ -1,10 +1,6 @@
 """This runner's noise profile: what identical code does between separate pytest processes (docs/method.md,
-section 3).
-
-CI compares two processes, so a figure's truth is its spread *between* processes (pyperf's lesson), not the
-spread of its rounds inside one. `compute_profile` turns the K saved runs of ``--perf-noise=K`` into one
-`NoiseEntry` per benchmark and metric; the profile is saved as ``<storage>/noise/<key>.json`` (`profile_key`: one
-profile per runner) and its per-process medians seed a history of fewer than three runs (`perf.gate.history`).
+section 3). `compute_profile` turns the K saved runs of ``--perf-noise=K`` into one `NoiseEntry` per benchmark and
+metric, saved as ``<storage>/noise/<key>.json`` (`profile_key`: one profile per runner).
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""Run the selected benchmarks in fresh pytest processes, one after another, each saving its run.
-
-The unit of truth is an A/A comparison between separate processes, so ``--perf-noise`` and
-``--perf-selftest-processes`` do not measure in the process the user started: that process collects the tests,
-then runs each planned child (`Child`) as ``python -m pytest <the user's options> <node ids>``, with its own
-benchmark storage (``<runs dir>/storage``, ``--benchmark-save=<label>``) and reports folder, and reads the saved
-runs back. The user's options reach every child unchanged, except those that would save, compare or report in
-the user's places (`DROPPED`); nothing is kept in a hand-written list of options to forward. `forwarded_options`
-is the one place that decides what a child repeats: the Nsight Systems child of perf.roles.nsys uses it too, with
-`NSYS_DROPPED`.
-
-A plan (``plan.json``) is written first; with an explicit ``--perf-runs-dir`` a later call with the same plan
-resumes it (children whose run is saved are not run again), so a long experiment survives a time limit.
+"""Run the selected benchmarks in fresh pytest processes (`Child`, `run_children`), one after another, each saving
+its run; the base commit's worktree (`base_worktree`). Children get the user's options unchanged but those in
+`DROPPED`: `forwarded_options` is the one place that decides what a child repeats (perf.roles.nsys uses it too,
+with `NSYS_DROPPED`). A plan (``plan.json``) lets a later call resume; docs/method.md, section 3.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Real code changes injected as regressions, so the gate's detection rates are measured on what CI will see.
-
-``--perf-regression=KIND:PERCENT`` is a test-only option (like ``--perf-inject-delay``; a run made with it is
-marked in every benchmark's ``extra_info["injected"]``). Unlike a GPU sleep, each kind changes real code, and
-PERCENT is calibrated with a bare loop of the code it slows. The kinds (docs/method.md, section 5): ``layer``
-(a residual 1x1 bottleneck after convolution `LAYER_AFTER`, `LayerRegressedSpec`, its width calibrated in each
-process on each variant's own runner and the suite's own clock, `_clock_ms`, at `CALIBRATION_BATCH`), ``layer1``
-(the same block calibrated at batch 1), ``write`` (the pipelined writer JPEG-encodes each frame r more times) and ``preprocess``
-(the sequential loop preprocesses each frame r more times).
+"""Real code changes injected as regressions (``--perf-regression=KIND:PERCENT``, test-only), so the gate's
+detection rates are measured on what CI will see: ``layer`` / ``layer1`` (a calibrated residual 1x1 bottleneck after
+convolution `LAYER_AFTER`, `LayerRegressedSpec`, `calibrate_layer`), ``preprocess`` and ``write`` (a stage run again
+on a calibrated share of frames, `SlowedStage`, `slowed_writes`); docs/method.md, section 5.
 """
 
 from __future__ import annotations
