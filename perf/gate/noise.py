@@ -231,17 +231,12 @@ def find_profile(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]
 
 
 def floors_from_profile(profile: NoiseProfile | None) -> dict[str, float]:
-    """Each benchmark's between-process scatter (relative, of its primary metric) in a noise profile:
-    the floor its history's change points are judged with
-    (`perf.store.changepoints.history_changes`)."""
+    """Each benchmark's between-process scatter (relative, of its primary metric) in a noise profile: the floor its
+    history's change points are judged with (`perf.store.changepoints.history_changes`)."""
     if profile is None:
         return {}
-    out = {}
-    for fullname in profile.entries:
-        between = profile.between(fullname, "time")
-        if between is not None:
-            out[fullname] = math.expm1(between.sd)
-    return out
+    return {name: math.expm1(metrics["time"].between_sd) for name, metrics in profile.entries.items()
+            if "time" in metrics}
 
 
 def family_rows(profile: NoiseProfile, metric: str = "time") -> list[dict[str, Any]]:
