@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perf.gate.history import HistoryReference, record_median, reference_for
-from perf.gate.judge import (DEFAULT_FLOOR, FASTER, INCONCLUSIVE, MIN_REFERENCE, NO_CHANGE, SLOWER, Budget, Reference,
-                             judge, judge_pairs, within_reference)  # fmt: skip
+from perf.gate.judge import (DEFAULT_FLOOR, FASTER, INCONCLUSIVE, MIN_REFERENCE, NO_CHANGE, SLOWER, Budget, Judgement,
+                             Reference, judge, judge_pairs, within_reference)  # fmt: skip
 from perf.measure.stability import StabilityRule
 from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
 
@@ -209,6 +209,21 @@ def reference_of(baseline: Baseline, fullname: str, metric: str) -> tuple[Refere
     return within_reference(float(np.median(data)), log_median_se(data)), 1, note
 
 
+def _levels(level: float | Budget) -> tuple[float, float | None]:
+    """(the level of "slower", of "faster"; None: the same) of a plain level or a `Budget`'s first pass."""
+    return (level.first_level, level.faster_level) if isinstance(level, Budget) else (level, None)
+
+
+def _result(bench: BenchmarkRecord, metric: str, result: Judgement, base_s: float, current_s: float,
+            share: float | None, level: float, runs: int, note: str = "") -> MetricResult:  # fmt: skip
+    """A `MetricResult` of one judgement; a stage's (``share`` of the reference frame) also its contribution."""
+    out = MetricResult(metric, _label(bench, metric), True, result.verdict, base_s, current_s, result.ratio, result.lo,
+                       result.hi, result.detectable * (share or 1.0), note=note, reference_runs=runs, level=level)
+    if share:
+        out.contribution = ((result.lo - 1) * share, (result.hi - 1) * share)
+    return out
+
+
 def judge_metric(baseline: Baseline, current: BenchmarkRecord, metric: str, level: float, floor: float,
                  frame_s: float | None = None, candidates_s: Sequence[float] | None = None,
                  faster_level: float | None = None) -> MetricResult | None:  # fmt: skip
@@ -221,19 +236,12 @@ def judge_metric(baseline: Baseline, current: BenchmarkRecord, metric: str, leve
     ref, runs, note = reference_of(baseline, current.fullname, metric)
     if ref is None:
         return None
-    share = None
-    if metric.startswith(STAGE) and frame_s:
-        share = min(1.0, ref.median_s / frame_s)
+    share = min(1.0, ref.median_s / frame_s) if metric.startswith(STAGE) and frame_s else None
     if candidates_s:
         value = math.exp(float(np.mean(np.log(candidates_s))))
     result = judge(ref, list(candidates_s) if candidates_s else [value], level,
                    floor / share if share else floor, faster_level)  # fmt: skip
-    out = MetricResult(metric, _label(current, metric), True, result.verdict, ref.median_s, value, result.ratio,
-                       result.lo, result.hi, result.detectable * (share or 1.0), note=note, reference_runs=runs,
-                       level=level)  # fmt: skip
-    if share:
-        out.contribution = ((result.lo - 1) * share, (result.hi - 1) * share)
-    return out
+    return _result(current, metric, result, ref.median_s, value, share, level, runs, note)
 
 
 def _moved(metrics: list[MetricResult]) -> str:
@@ -275,7 +283,7 @@ def judge_benchmark(baseline: Baseline, current: BenchmarkRecord, level: float |
     """The first-pass verdict row for one benchmark of this run, every judged metric at one-sided ``level`` (a
     `Budget`: its first-pass level for "slower", its own for "faster"); ``more``: the same benchmark in more
     processes of the same code, judged together with ``current``."""
-    level, faster = (level.first_level, level.faster_level) if isinstance(level, Budget) else (level, None)
+    level, faster = _levels(level)
     row = Row(current.fullname, current.name, current.group, MISSING, current_median_s=current.median_s)
 
     def values(name: str) -> list[float] | None:
@@ -298,7 +306,7 @@ def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkR
     """One benchmark judged on K pairs of processes (``base[i]`` and ``candidate[i]`` back to back), every judged
     metric on its pair ratios (`perf.gate.judge.judge_pairs`), pooled with the history's spread where ``baseline``
     has one. Medians are geometric means over the pairs."""
-    level, faster = (level.first_level, level.faster_level) if isinstance(level, Budget) else (level, None)
+    level, faster = _levels(level)
     first = candidate[0]
     row = Row(first.fullname, first.name, first.group, MISSING)
     metrics: list[MetricResult] = []
@@ -317,13 +325,8 @@ def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkR
         except ValueError as e:  # too few pairs for a spread
             row.note = str(e)
             return row
-        out = MetricResult(name, _label(first, name), True, result.verdict, b_s, c_s, result.ratio, result.lo,
-                           result.hi, result.detectable * (share or 1.0), level=level,
-                           reference_runs=found.reference.n if found else 0)  # fmt: skip
-        if share:
-            out.contribution = ((result.lo - 1) * share, (result.hi - 1) * share)
         frame = frame or b_s
-        metrics.append(out)
+        metrics.append(_result(first, name, result, b_s, c_s, share, level, found.reference.n if found else 0))
     if not metrics or metrics[0].metric != PRIMARY:
         row.note = row.note or "no rounds to judge in every pair"
         return row

@@ -22,8 +22,7 @@ log = logging.getLogger(__name__)
 #: Pairs of fresh processes per look; a confirmation of at most K pairs takes ceil(K / PAIRS_PER_LOOK) looks.
 PAIRS_PER_LOOK = 2
 #: A suspect is confirmed on at least this many pairs (candidate processes, unpaired), or at the last look of a
-#: smaller ``--perf-confirm``, so that each can be left out in turn and the verdict still stand (`perf.gate.judge.judge_pairs`): on the H100 two pairs of heavy-tailed
-#: processes confirmed unchanged code in 11 of 350 simulated runs (docs/results.md, 2026-11-26).
+#: smaller ``--perf-confirm``: two pairs confirmed unchanged code too often (docs/method.md, section 4, item 6).
 MIN_CONFIRM = 3
 BASE, CANDIDATE = "base", "candidate"
 
@@ -81,15 +80,8 @@ class Process:
 
 
 def _medians(processes: Sequence[Process], kind: str, fullname: str, metric: str) -> list[float]:
-    out = []
-    for process in processes:
-        if process.kind != kind:
-            continue
-        bench = process.run.benchmarks.get(fullname)
-        value = None if bench is None else record_median(bench, metric)
-        if value is not None:
-            out.append(value)
-    return out
+    found = (record_median(p.run.benchmarks.get(fullname), metric) for p in processes if p.kind == kind)
+    return [value for value in found if value is not None]
 
 
 def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, results: Sequence[Process], level: float,

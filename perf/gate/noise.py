@@ -165,31 +165,18 @@ def profile_key(fingerprint: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-RunSummaries = dict[str, dict[str, Summary]]
-
-
-def summarize_run(run: SavedRun) -> RunSummaries:
-    """Every benchmark's and metric's (median, log-median standard error) in one run (the costly part of a
-    profile: a bootstrap per series; `compute_profile` takes these so that many profiles reuse them)."""
-    return {name: {metric: summarize_sample(data) for metric, data in bench.metrics().items()}
-            for name, bench in run.benchmarks.items()}  # fmt: skip
-
-
-def compute_profile(runs: Sequence[SavedRun], fingerprint: Mapping[str, Any],
-                    summaries: Sequence[RunSummaries] | None = None) -> NoiseProfile:  # fmt: skip
+def compute_profile(runs: Sequence[SavedRun], fingerprint: Mapping[str, Any]) -> NoiseProfile:
     """The profile of ``runs`` (separate processes of identical code): one entry per benchmark and metric that
-    at least two of the runs measured (all of them, normally). ``summaries``: `summarize_run` of each run, if
-    already computed."""
+    at least two of the runs measured (all of them, normally)."""
     if len(runs) < 2:
         raise ValueError(f"a noise profile needs >= 2 runs of separate processes, got {len(runs)}")
-    summaries = summaries if summaries is not None else [summarize_run(run) for run in runs]
     collected: dict[str, dict[str, list[Summary]]] = {}
     families: dict[str, str] = {}
-    for run, summary in zip(runs, summaries):
+    for run in runs:
         for fullname, bench in run.benchmarks.items():
             families[fullname] = bench.family
-            for metric, value in summary.get(fullname, {}).items():
-                collected.setdefault(fullname, {}).setdefault(metric, []).append(value)
+            for metric, data in bench.metrics().items():
+                collected.setdefault(fullname, {}).setdefault(metric, []).append(summarize_sample(data))
     entries = {name: {metric: entry_from_summaries(values) for metric, values in metrics.items() if len(values) >= 2}
                for name, metrics in collected.items()}  # fmt: skip
     commits = {run.commit for run in runs}

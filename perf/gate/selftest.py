@@ -34,11 +34,8 @@ class Trial:
 
 @dataclass
 class LevelResult:
-    """The trials at one injected slowdown ``level`` (fraction of the median; 0 = unmodified code).
-
-    Verdicts are derived per minimum effect (`slower`), so that one set of samples answers for several
-    settings of ``--perf-min-effect``; an unstable trial is never "slower".
-    """
+    """The trials at one injected slowdown ``level`` (fraction of the median; 0 = unmodified code), judged per
+    minimum effect (`slower`) so one set of samples answers for several; an unstable trial is never "slower"."""
 
     level: float
     trials: list[Trial] = field(default_factory=list)
@@ -84,19 +81,9 @@ def _measure(fn: Callable[[], Any], timer: Callable[[], float], rounds: int, ite
     return data, False
 
 
-def run_selftest(
-    call: Callable[[], Any],
-    make_delay: Callable[[float], Callable[[], None]],
-    timer: Callable[[], float],
-    *,
-    median_s: float,
-    rounds: int,
-    levels: Sequence[float],
-    trials: int,
-    settings: GateSettings,
-    iterations: int = 1,
-    seed: int = 0,
-) -> list[LevelResult]:
+def run_selftest(call: Callable[[], Any], make_delay: Callable[[float], Callable[[], None]], timer: Callable[[], float],
+                 *, median_s: float, rounds: int, levels: Sequence[float], trials: int, settings: GateSettings,
+                 iterations: int = 1, seed: int = 0) -> list[LevelResult]:  # fmt: skip
     """Detection and false-alarm counts: level 0 (unmodified) first, then each of ``levels``.
 
     ``make_delay(ms)`` returns a callable adding ``ms`` milliseconds of work; the delay at level X is
@@ -118,10 +105,8 @@ def run_selftest(
     rng = np.random.default_rng(seed)
     names = list(functions)
     for trial in range(trials):
-        samples = {}
-        for index in rng.permutation(len(names)):
-            name = names[index]
-            samples[name] = _measure(functions[name], timer, rounds, iterations, settings)
+        samples = {names[i]: _measure(functions[names[i]], timer, rounds, iterations, settings)
+                   for i in rng.permutation(len(names))}  # a fresh order each trial: drift hits every sample alike
         base, base_stable = samples[BASELINE]
         reference = within_reference(float(np.median(base)), log_median_se(base, seed=seed * 100003 + trial))
         for level, result in results.items():
