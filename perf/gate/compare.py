@@ -84,10 +84,9 @@ class Baseline:
         return self._cache[key]
 
     def judged_metrics(self, expected: Iterable[str] | None = None) -> int:
-        """How many metrics a run of the ``expected`` benchmarks (None: the latest run's) is judged on, at least 1
-        (the budget is split over them): each benchmark with its judged metrics in the latest history run that
-        measured it, so a run of part of the selection on main (``-k``, a failed test) does not shrink the count;
-        a benchmark no run has measured is not judged and not counted."""
+        """How many metrics a run of the ``expected`` benchmarks (None: the latest run's) is judged on, at least 1:
+        each benchmark with its judged metrics in the latest history run that measured it (docs/method.md,
+        section 4, item 6); a benchmark no run has measured is not counted."""
         newest: dict[str, BenchmarkRecord] = {}
         for run in self.runs:  # oldest first: a later run's record replaces an earlier one's
             newest.update(run.benchmarks)

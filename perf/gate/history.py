@@ -79,9 +79,8 @@ def comparable(run: SavedRun, *, fingerprint: Mapping[str, Any] | None, identity
 
 def comparable_groups(runs: Sequence[SavedRun]) -> list[list[SavedRun]]:
     """``runs`` (oldest first) split into histories of comparable runs (`comparable` with the group's newest run
-    that recorded an identity), each oldest first; a run comparable with several groups (one saved before
-    identities were recorded) is in each. What ``perf-history changes`` finds change points in, so that a run of
-    another model, video or machine is never a change point of this one's history."""
+    that recorded an identity), each oldest first; a run comparable with several groups is in each. What
+    ``perf-history changes`` finds change points in."""
     heads: list[SavedRun] = []
     newest_first = [*reversed(runs)]
     for run in sorted(newest_first, key=lambda r: _identity(r) is None):  # the newest run of each subject heads

@@ -59,12 +59,11 @@ class Budget:
         return RUN_BUDGET / max(1, self.metrics)
 
     def describe(self) -> str:
+        head = f"a run of unchanged code fails with probability <= {RUN_BUDGET:.0%}: {self.metrics} judged metrics"
         if self.confirm:
-            return (f"a run of unchanged code fails with probability <= {RUN_BUDGET:.0%}: {self.metrics} judged "
-                    f"metrics flag suspects at {SUSPECT_RATE:.0%} in all ({self.first_level:.2g} each), and fresh "
+            return (f"{head} flag suspects at {SUSPECT_RATE:.0%} in all ({self.first_level:.2g} each), and fresh "
                     f"processes must confirm a suspect at {CONFIRM_LEVEL:.0%}")
-        return (f"a run of unchanged code fails with probability <= {RUN_BUDGET:.0%}: {self.metrics} judged metrics "
-                f"at {self.first_level:.2g} each (no confirmation)")
+        return f"{head} at {self.first_level:.2g} each (no confirmation)"
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_budget": RUN_BUDGET, "metrics": self.metrics, "confirm": self.confirm,
