@@ -39,16 +39,11 @@ class NoiseProfileError(ValueError):
 
 @dataclass(frozen=True)
 class NoiseEntry:
-    """Between-process noise of one benchmark metric, from ``processes`` processes.
-
-    ``medians_s``: each process's median (seconds per call, frame or tick); ``cv``: their sample standard
-    deviation over their mean; ``max_ratio``: max / min - 1, the largest |ratio - 1| two of the processes gave;
-    ``total_sd``: sample standard deviation of the log medians; ``within_se``: root mean square of each
-    process's bootstrap standard error of its log median; ``between_sd``: ``sqrt(max(0, total_sd ** 2 -
-    within_se ** 2))``, the part no within-process interval sees; ``max_cv`` / ``max_drift``: the largest robust
-    CV and window drift (`perf.measure.stability.assess_stability`) any of the processes' samples had -- this runner's normal
-    within-run noise.
-    """
+    """Between-process noise of one benchmark metric, from ``processes`` processes: ``medians_s`` (each process's
+    median, seconds per call, frame or tick), their ``cv``, ``max_ratio`` (max / min - 1), ``total_sd`` (of the log
+    medians), ``within_se`` (root mean square of each process's bootstrap standard error of its log median),
+    ``between_sd`` (``sqrt(max(0, total_sd ** 2 - within_se ** 2))``) and ``max_cv`` / ``max_drift`` (`upper_limit`
+    of the processes' robust CV and window drift: this runner's normal within-run noise)."""
 
     processes: int
     medians_s: tuple[float, ...]
