@@ -1,28 +1,10 @@
-"""``--perf-compare``: one verdict per benchmark of a run, judged against main's history of this runner.
+"""``--perf-compare``: one verdict row per benchmark of a run, judged against main's history of this runner.
 
-The run is judged against the distribution of the per-process medians of the last comparable runs (`Baseline`:
-`perf.gate.history`), never against one saved process, with the one judge (`perf.gate.judge.judge`) at the levels
-of the run's error budget (`perf.gate.judge.Budget`). Verdicts: "slower", "faster", "no change" (not slower by
-the row's ``detectable`` change or more), "inconclusive" (a suspect that fresh processes could neither confirm nor
-clear, `perf.gate.confirm`) and "missing" (in one run only, or saved without raw rounds). Runs saved before this
-gate may hold "unstable", which is read as it was written. The table and its files: `perf.gate.table`.
-
-*Short history.* With fewer than `perf.gate.judge.MIN_REFERENCE` comparable runs, this runner's noise profile's
-processes (``--perf-noise``) seed the reference; with neither, a metric is judged against the latest run's own
-within-process spread (`perf.gate.judge.within_reference`), and the row's note says so.
-
-*Metrics.* A benchmark may carry several series (`perf.runs.BenchmarkRecord.metrics`). Judged, each with its own
-reference and its share of the budget:
-
-* ``time``, the primary one;
-* ``host`` (host latency with synchronisation) where the call is launch-bound (``extra_info["launch_bound"]``);
-* ``stage:<name>`` of a video loop (marked ``judged``): slower only when the stage's change is also more than the
-  floor *of the whole frame* (its ratio's excess times its share of the reference frame), so the row names the stage.
-  When the frame moved and no stage's own change was beyond its noise (a stage's busy time is a wall-clock figure:
-  14% CV for the pipelined writer's on the H100 against 3.4% for the frame in CPU-reference units), the row names
-  the stage whose share of the change is largest ("moved most").
-
-Any judged metric "slower" makes the row slower; the row's ``detectable`` is its primary metric's.
+Each judged metric (`judged_names`: the primary ``time``, ``host`` where launch-bound, ``stage:<name>`` marked
+``judged``) gets its own reference (`Baseline`, `perf.gate.history`) and is judged by `perf.gate.judge` at its share
+of the run's `perf.gate.judge.Budget`; any judged metric "slower" makes the row slower. Verdicts: "slower",
+"faster", "no change", "inconclusive" (`perf.gate.confirm`) and "missing"; runs saved before this gate may hold
+"unstable", read as written. docs/method.md, section 4 (items 7, 8) and section 8; the table: `perf.gate.table`.
 """
 
 from __future__ import annotations
@@ -36,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perf.gate.history import HistoryReference, record_median, reference_for
-from perf.gate.judge import (DEFAULT_FLOOR, FASTER, INCONCLUSIVE, MIN_REFERENCE, NO_CHANGE, SLOWER, Budget, Reference,
-                             judge, judge_pairs, within_reference)  # fmt: skip
+from perf.gate.judge import (DEFAULT_FLOOR, FASTER, INCONCLUSIVE, MIN_REFERENCE, NO_CHANGE, SLOWER, Budget, Judgement,
+                             Reference, judge, judge_pairs, within_reference)  # fmt: skip
 from perf.measure.stability import StabilityRule
 from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
 
@@ -102,10 +84,9 @@ class Baseline:
         return self._cache[key]
 
     def judged_metrics(self, expected: Iterable[str] | None = None) -> int:
-        """How many metrics a run of the ``expected`` benchmarks (None: the latest run's) is judged on, at least 1
-        (the budget is split over them): each benchmark with its judged metrics in the latest history run that
-        measured it, so a run of part of the selection on main (``-k``, a failed test) does not shrink the count;
-        a benchmark no run has measured is not judged and not counted."""
+        """How many metrics a run of the ``expected`` benchmarks (None: the latest run's) is judged on, at least 1:
+        each benchmark with its judged metrics in the latest history run that measured it (docs/method.md,
+        section 4, item 6); a benchmark no run has measured is not counted."""
         newest: dict[str, BenchmarkRecord] = {}
         for run in self.runs:  # oldest first: a later run's record replaces an earlier one's
             newest.update(run.benchmarks)
@@ -227,6 +208,21 @@ def reference_of(baseline: Baseline, fullname: str, metric: str) -> tuple[Refere
     return within_reference(float(np.median(data)), log_median_se(data)), 1, note
 
 
+def _levels(level: float | Budget) -> tuple[float, float | None]:
+    """(the level of "slower", of "faster"; None: the same) of a plain level or a `Budget`'s first pass."""
+    return (level.first_level, level.faster_level) if isinstance(level, Budget) else (level, None)
+
+
+def _result(bench: BenchmarkRecord, metric: str, result: Judgement, base_s: float, current_s: float,
+            share: float | None, level: float, runs: int, note: str = "") -> MetricResult:  # fmt: skip
+    """A `MetricResult` of one judgement; a stage's (``share`` of the reference frame) also its contribution."""
+    out = MetricResult(metric, _label(bench, metric), True, result.verdict, base_s, current_s, result.ratio, result.lo,
+                       result.hi, result.detectable * (share or 1.0), note=note, reference_runs=runs, level=level)
+    if share:
+        out.contribution = ((result.lo - 1) * share, (result.hi - 1) * share)
+    return out
+
+
 def judge_metric(baseline: Baseline, current: BenchmarkRecord, metric: str, level: float, floor: float,
                  frame_s: float | None = None, candidates_s: Sequence[float] | None = None,
                  faster_level: float | None = None) -> MetricResult | None:  # fmt: skip
@@ -239,19 +235,12 @@ def judge_metric(baseline: Baseline, current: BenchmarkRecord, metric: str, leve
     ref, runs, note = reference_of(baseline, current.fullname, metric)
     if ref is None:
         return None
-    share = None
-    if metric.startswith(STAGE) and frame_s:
-        share = min(1.0, ref.median_s / frame_s)
+    share = min(1.0, ref.median_s / frame_s) if metric.startswith(STAGE) and frame_s else None
     if candidates_s:
         value = math.exp(float(np.mean(np.log(candidates_s))))
     result = judge(ref, list(candidates_s) if candidates_s else [value], level,
                    floor / share if share else floor, faster_level)  # fmt: skip
-    out = MetricResult(metric, _label(current, metric), True, result.verdict, ref.median_s, value, result.ratio,
-                       result.lo, result.hi, result.detectable * (share or 1.0), note=note, reference_runs=runs,
-                       level=level)  # fmt: skip
-    if share:
-        out.contribution = ((result.lo - 1) * share, (result.hi - 1) * share)
-    return out
+    return _result(current, metric, result, ref.median_s, value, share, level, runs, note)
 
 
 def _moved(metrics: list[MetricResult]) -> str:
@@ -293,7 +282,7 @@ def judge_benchmark(baseline: Baseline, current: BenchmarkRecord, level: float |
     """The first-pass verdict row for one benchmark of this run, every judged metric at one-sided ``level`` (a
     `Budget`: its first-pass level for "slower", its own for "faster"); ``more``: the same benchmark in more
     processes of the same code, judged together with ``current``."""
-    level, faster = (level.first_level, level.faster_level) if isinstance(level, Budget) else (level, None)
+    level, faster = _levels(level)
     row = Row(current.fullname, current.name, current.group, MISSING, current_median_s=current.median_s)
 
     def values(name: str) -> list[float] | None:
@@ -316,7 +305,7 @@ def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkR
     """One benchmark judged on K pairs of processes (``base[i]`` and ``candidate[i]`` back to back), every judged
     metric on its pair ratios (`perf.gate.judge.judge_pairs`), pooled with the history's spread where ``baseline``
     has one. Medians are geometric means over the pairs."""
-    level, faster = (level.first_level, level.faster_level) if isinstance(level, Budget) else (level, None)
+    level, faster = _levels(level)
     first = candidate[0]
     row = Row(first.fullname, first.name, first.group, MISSING)
     metrics: list[MetricResult] = []
@@ -335,13 +324,8 @@ def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkR
         except ValueError as e:  # too few pairs for a spread
             row.note = str(e)
             return row
-        out = MetricResult(name, _label(first, name), True, result.verdict, b_s, c_s, result.ratio, result.lo,
-                           result.hi, result.detectable * (share or 1.0), level=level,
-                           reference_runs=found.reference.n if found else 0)  # fmt: skip
-        if share:
-            out.contribution = ((result.lo - 1) * share, (result.hi - 1) * share)
         frame = frame or b_s
-        metrics.append(out)
+        metrics.append(_result(first, name, result, b_s, c_s, share, level, found.reference.n if found else 0))
     if not metrics or metrics[0].metric != PRIMARY:
         row.note = row.note or "no rounds to judge in every pair"
         return row

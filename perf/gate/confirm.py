@@ -1,21 +1,6 @@
-"""Confirm before failing: the suspects of a first pass measured again in fresh processes, alternating with the base.
-
-A first pass (`perf.gate.compare.judge_benchmark`) flags suspects at a loose level; a run fails only on a suspect
-that fresh processes confirm (Perfherder retriggers suspects before alerting; Materialize counts a regression only
-when a second pass on both sides agrees). `confirm_rows`:
-
-1. *Which code.* The base is the history's latest commit, checked out as a git worktree (as ``perf-ab`` does,
-   `perf.gate.processes.base_worktree`); the candidate is this working tree. When this tree is the base's commit,
-   clean, it runs both sides (paired all the same: a runner that drifted since the history was saved drifts for
-   both; unpaired, such a drift confirmed +12.9% on identical code on the CPU machine). Where the base cannot be
-   had (no git, the commit unknown), only candidate processes run and are judged against the history
-   (`perf.gate.judge.judge` with several candidates).
-2. *Which tests.* Only the suspects' node ids, in fresh pytest processes (`perf.gate.processes.run_children`),
-   base and candidate alternating (ABBA), `PAIRS_PER_LOOK` pairs per look, at most ``settings.confirm`` pairs.
-3. *The verdict* of each suspect metric after each look (`perf.gate.judge.judge_pairs`, pooled with the history's
-   spread, at `perf.gate.judge.CONFIRM_LEVEL` divided over the looks that hold `MIN_CONFIRM` pairs; only these
-   processes, not the first pass, so the two passes are independent): "slower" (confirmed, on `MIN_CONFIRM` pairs
-   at least, or at the last look), "no change" (the interval's top is under the floor: cleared), else another look; after the last, "inconclusive: cannot rule out +X%".
+"""Confirm before failing: the suspects of a first pass measured again in fresh processes, base and this tree
+alternating (ABBA), `PAIRS_PER_LOOK` pairs a look, and judged on those processes alone (`confirm_rows`);
+docs/method.md, sections 4 (item 6) and 8.
 """
 
 from __future__ import annotations
@@ -37,8 +22,7 @@ log = logging.getLogger(__name__)
 #: Pairs of fresh processes per look; a confirmation of at most K pairs takes ceil(K / PAIRS_PER_LOOK) looks.
 PAIRS_PER_LOOK = 2
 #: A suspect is confirmed on at least this many pairs (candidate processes, unpaired), or at the last look of a
-#: smaller ``--perf-confirm``, so that each can be left out in turn and the verdict still stand (`perf.gate.judge.judge_pairs`): on the H100 two pairs of heavy-tailed
-#: processes confirmed unchanged code in 11 of 350 simulated runs (docs/results.md, 2026-11-26).
+#: smaller ``--perf-confirm``: two pairs confirmed unchanged code too often (docs/method.md, section 4, item 6).
 MIN_CONFIRM = 3
 BASE, CANDIDATE = "base", "candidate"
 
@@ -96,15 +80,8 @@ class Process:
 
 
 def _medians(processes: Sequence[Process], kind: str, fullname: str, metric: str) -> list[float]:
-    out = []
-    for process in processes:
-        if process.kind != kind:
-            continue
-        bench = process.run.benchmarks.get(fullname)
-        value = None if bench is None else record_median(bench, metric)
-        if value is not None:
-            out.append(value)
-    return out
+    found = (record_median(p.run.benchmarks.get(fullname), metric) for p in processes if p.kind == kind)
+    return [value for value in found if value is not None]
 
 
 def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, results: Sequence[Process], level: float,

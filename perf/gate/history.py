@@ -1,11 +1,6 @@
 """Main's history as the gate's noise model: which saved runs a new run is judged against (`history_runs`,
-`comparable`), and each metric's `perf.gate.judge.Reference` from them (`reference_for`); docs/method.md, section 8.
-
-A run that recorded no model or video identity (saved before identities were saved) is taken as this model's. A
-change point needs at least `MIN_AFTER` runs after it to start the reference anew: one run alone cannot tell a slow
-run from a new level (a noisy runner showed such a one-run "change" in a history of 6 identical processes); while
-fewer than `perf.gate.judge.MIN_REFERENCE` runs follow it, the spread comes from the runs before it (a change moves
-the level, not the scatter).
+`comparable`), and each metric's `perf.gate.judge.Reference` from them, restarted after a change point
+(`reference_for`); docs/method.md, section 8.
 """
 
 from __future__ import annotations
@@ -84,9 +79,8 @@ def comparable(run: SavedRun, *, fingerprint: Mapping[str, Any] | None, identity
 
 def comparable_groups(runs: Sequence[SavedRun]) -> list[list[SavedRun]]:
     """``runs`` (oldest first) split into histories of comparable runs (`comparable` with the group's newest run
-    that recorded an identity), each oldest first; a run comparable with several groups (one saved before
-    identities were recorded) is in each. What ``perf-history changes`` finds change points in, so that a run of
-    another model, video or machine is never a change point of this one's history."""
+    that recorded an identity), each oldest first; a run comparable with several groups is in each. What
+    ``perf-history changes`` finds change points in."""
     heads: list[SavedRun] = []
     newest_first = [*reversed(runs)]
     for run in sorted(newest_first, key=lambda r: _identity(r) is None):  # the newest run of each subject heads

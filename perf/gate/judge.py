@@ -1,33 +1,8 @@
 """The gate's one judge: is a metric slower, faster or unchanged between separate processes, and what could it see.
 
-Every verdict goes through `judge` (``--perf-compare``, its confirmation, ``perf-ab``, the cross-process self-test,
-``perf-history judge`` and change points' summaries); the decision rule and the error budget live here only.
-
-*What is judged.* One figure per process: the median of a metric's rounds in that process (seconds per call or per
-frame), on a log scale. Identical code moves between processes (another CUDA graph instantiation, CPU placement,
-the VM's CPU speed), so a process's median is one draw from this runner's distribution of them; the rounds inside
-one process say nothing about it. The reference is that distribution, estimated from earlier processes
-(`Reference`: main's last comparable runs, or a noise profile's processes); a candidate is one or more new
-processes.
-
-*The rule.* With ``n`` reference processes (mean ``c``, standard deviation ``s`` of the logs, ``n - 1`` degrees of
-freedom) and ``m`` candidate processes (mean ``y``), ``d = y - c`` has the standard error ``s * sqrt(1/n + 1/m)``
-(a prediction interval for a new mean; with ``m > 1`` ``s`` pools the candidates' own scatter). At one-sided level
-``alpha``, ``t`` Student's quantile: "slower" when ``d - t * se > 0`` *and* the ratio ``exp(d)`` exceeds ``1 +
-floor``; "faster" likewise below; else "no change". Paired processes (`judge_pairs`: base and candidate back to
-back) judge the mean of the pair differences, ``s`` pooled from the pairs and, when given, the reference's
-between-process spread (``sqrt(2) * s`` for a difference of two processes).
-
-*What it could see.* `Judgement.detectable` is the smallest slowdown the same judgement would call "slower" nine
-times in ten: ``max(floor, exp((t + z_0.9) * se) - 1)``. A "no change" means "not slower by that much".
-
-*The error budget* (`Budget`). A CI run of unchanged code may fail with probability `RUN_BUDGET` (1%), all its
-judged metrics together; "faster", which nothing confirms, is judged at ``RUN_BUDGET / k`` always. With confirmation, the first pass flags *suspects* at a run-wide `SUSPECT_RATE` (20%),
-split evenly over the run's ``k`` judged metrics (Bonferroni: ``SUSPECT_RATE / k`` each), and a suspect fails
-the run only when fresh processes, independent of the first, confirm it at `CONFIRM_LEVEL` = ``RUN_BUDGET /
-SUSPECT_RATE`` (5%): ``P(red) <= sum_i (SUSPECT_RATE / k) * CONFIRM_LEVEL = RUN_BUDGET``. Without confirmation
-the first pass alone spends the budget: ``RUN_BUDGET / k`` each. A confirmation in ``r`` looks (more pairs until
-decided) spends ``CONFIRM_LEVEL / r`` at each look.
+Every verdict goes through `judge` or `judge_pairs` (``--perf-compare`` and its confirmation, ``perf-ab``, the
+self-tests, ``perf-history judge``); the rule, `detectable` and the run's error `Budget` live here only. Figures are
+per-process medians (seconds) on a log scale; docs/method.md, section 4.
 """
 
 from __future__ import annotations
@@ -84,12 +59,11 @@ class Budget:
         return RUN_BUDGET / max(1, self.metrics)
 
     def describe(self) -> str:
+        head = f"a run of unchanged code fails with probability <= {RUN_BUDGET:.0%}: {self.metrics} judged metrics"
         if self.confirm:
-            return (f"a run of unchanged code fails with probability <= {RUN_BUDGET:.0%}: {self.metrics} judged "
-                    f"metrics flag suspects at {SUSPECT_RATE:.0%} in all ({self.first_level:.2g} each), and fresh "
+            return (f"{head} flag suspects at {SUSPECT_RATE:.0%} in all ({self.first_level:.2g} each), and fresh "
                     f"processes must confirm a suspect at {CONFIRM_LEVEL:.0%}")
-        return (f"a run of unchanged code fails with probability <= {RUN_BUDGET:.0%}: {self.metrics} judged metrics "
-                f"at {self.first_level:.2g} each (no confirmation)")
+        return f"{head} at {self.first_level:.2g} each (no confirmation)"
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_budget": RUN_BUDGET, "metrics": self.metrics, "confirm": self.confirm,
@@ -170,10 +144,6 @@ class Judgement:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def cannot_rule_out(self) -> float:
-        """The largest slowdown the interval still allows, as a fraction (``hi - 1``, at least 0)."""
-        return max(0.0, self.hi - 1)
-
 
 def verdict_of(ratio: float, lo: float, hi: float, floor: float = DEFAULT_FLOOR) -> str:
     """The rule on a ratio and its interval: "slower" when the interval lies above 1 and the ratio beyond
@@ -230,15 +200,9 @@ def judge_pairs(base_s: Sequence[float], candidate_s: Sequence[float], level: fl
                 prior: Reference | None = None, faster_level: float | None = None, robust: bool = True) -> Judgement:  # fmt: skip
     """K paired processes (``base_s[i]`` and ``candidate_s[i]`` back to back on one runner, medians in seconds)
     at one-sided ``level``: the mean log ratio, its spread pooled from the pairs and, when given, the ``prior``
-    reference's between-process spread (``sqrt(2) * sd`` per difference, on its degrees of freedom). K >= 2
-    without a prior, K >= 1 with one.
-
-    One odd process must not decide: between-process noise has heavy tails (17 identical processes on the H100:
-    two ran the eager batch-1 host latency 12% and 21% slower than the median of the others, one process in ten
-    a multi-stream benchmark 13% slower), and a prior's spread, whose outliers are left out, does not cover them.
-    So "slower" (or "faster") also needs every pair to agree on the direction and, with ``robust``, the same
-    verdict with any one pair left out (K >= 2; one pair left is judged with the prior alone, and without a prior
-    two pairs are not checked so: their one degree of freedom already asks much of them)."""
+    reference's (``sqrt(2) * sd`` per difference). K >= 2 without a prior, K >= 1 with one. "Slower" or "faster"
+    also needs every pair to agree and, with ``robust``, the same verdict with any one pair left out (one odd
+    process must not decide: docs/method.md, section 4, item 4)."""
     base, cand = np.log(np.asarray(base_s, dtype=float)), np.log(np.asarray(candidate_s, dtype=float))
     if base.size != cand.size or not (np.all(np.isfinite(base)) and np.all(np.isfinite(cand))):
         raise ValueError(f"pairs: expected as many positive base as candidate medians, got {base.size} and "

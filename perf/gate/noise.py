@@ -1,10 +1,6 @@
 """This runner's noise profile: what identical code does between separate pytest processes (docs/method.md,
-section 3).
-
-CI compares two processes, so a figure's truth is its spread *between* processes (pyperf's lesson), not the
-spread of its rounds inside one. `compute_profile` turns the K saved runs of ``--perf-noise=K`` into one
-`NoiseEntry` per benchmark and metric; the profile is saved as ``<storage>/noise/<key>.json`` (`profile_key`: one
-profile per runner) and its per-process medians seed a history of fewer than three runs (`perf.gate.history`).
+section 3). `compute_profile` turns the K saved runs of ``--perf-noise=K`` into one `NoiseEntry` per benchmark and
+metric, saved as ``<storage>/noise/<key>.json`` (`profile_key`: one profile per runner).
 """
 
 from __future__ import annotations
@@ -43,16 +39,11 @@ class NoiseProfileError(ValueError):
 
 @dataclass(frozen=True)
 class NoiseEntry:
-    """Between-process noise of one benchmark metric, from ``processes`` processes.
-
-    ``medians_s``: each process's median (seconds per call, frame or tick); ``cv``: their sample standard
-    deviation over their mean; ``max_ratio``: max / min - 1, the largest |ratio - 1| two of the processes gave;
-    ``total_sd``: sample standard deviation of the log medians; ``within_se``: root mean square of each
-    process's bootstrap standard error of its log median; ``between_sd``: ``sqrt(max(0, total_sd ** 2 -
-    within_se ** 2))``, the part no within-process interval sees; ``max_cv`` / ``max_drift``: the largest robust
-    CV and window drift (`perf.measure.stability.assess_stability`) any of the processes' samples had -- this runner's normal
-    within-run noise.
-    """
+    """Between-process noise of one benchmark metric, from ``processes`` processes: ``medians_s`` (each process's
+    median, seconds per call, frame or tick), their ``cv``, ``max_ratio`` (max / min - 1), ``total_sd`` (of the log
+    medians), ``within_se`` (root mean square of each process's bootstrap standard error of its log median),
+    ``between_sd`` (``sqrt(max(0, total_sd ** 2 - within_se ** 2))``) and ``max_cv`` / ``max_drift`` (`upper_limit`
+    of the processes' robust CV and window drift: this runner's normal within-run noise)."""
 
     processes: int
     medians_s: tuple[float, ...]
@@ -169,31 +160,18 @@ def profile_key(fingerprint: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-RunSummaries = dict[str, dict[str, Summary]]
-
-
-def summarize_run(run: SavedRun) -> RunSummaries:
-    """Every benchmark's and metric's (median, log-median standard error) in one run (the costly part of a
-    profile: a bootstrap per series; `compute_profile` takes these so that many profiles reuse them)."""
-    return {name: {metric: summarize_sample(data) for metric, data in bench.metrics().items()}
-            for name, bench in run.benchmarks.items()}  # fmt: skip
-
-
-def compute_profile(runs: Sequence[SavedRun], fingerprint: Mapping[str, Any],
-                    summaries: Sequence[RunSummaries] | None = None) -> NoiseProfile:  # fmt: skip
+def compute_profile(runs: Sequence[SavedRun], fingerprint: Mapping[str, Any]) -> NoiseProfile:
     """The profile of ``runs`` (separate processes of identical code): one entry per benchmark and metric that
-    at least two of the runs measured (all of them, normally). ``summaries``: `summarize_run` of each run, if
-    already computed."""
+    at least two of the runs measured (all of them, normally)."""
     if len(runs) < 2:
         raise ValueError(f"a noise profile needs >= 2 runs of separate processes, got {len(runs)}")
-    summaries = summaries if summaries is not None else [summarize_run(run) for run in runs]
     collected: dict[str, dict[str, list[Summary]]] = {}
     families: dict[str, str] = {}
-    for run, summary in zip(runs, summaries):
+    for run in runs:
         for fullname, bench in run.benchmarks.items():
             families[fullname] = bench.family
-            for metric, value in summary.get(fullname, {}).items():
-                collected.setdefault(fullname, {}).setdefault(metric, []).append(value)
+            for metric, data in bench.metrics().items():
+                collected.setdefault(fullname, {}).setdefault(metric, []).append(summarize_sample(data))
     entries = {name: {metric: entry_from_summaries(values) for metric, values in metrics.items() if len(values) >= 2}
                for name, metrics in collected.items()}  # fmt: skip
     commits = {run.commit for run in runs}
@@ -235,17 +213,12 @@ def find_profile(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]
 
 
 def floors_from_profile(profile: NoiseProfile | None) -> dict[str, float]:
-    """Each benchmark's between-process scatter (relative, of its primary metric) in a noise profile:
-    the floor its history's change points are judged with
-    (`perf.store.changepoints.history_changes`)."""
+    """Each benchmark's between-process scatter (relative, of its primary metric) in a noise profile: the floor its
+    history's change points are judged with (`perf.store.changepoints.history_changes`)."""
     if profile is None:
         return {}
-    out = {}
-    for fullname in profile.entries:
-        between = profile.between(fullname, "time")
-        if between is not None:
-            out[fullname] = math.expm1(between.sd)
-    return out
+    return {name: math.expm1(metrics["time"].between_sd) for name, metrics in profile.entries.items()
+            if "time" in metrics}
 
 
 def family_rows(profile: NoiseProfile, metric: str = "time") -> list[dict[str, Any]]:

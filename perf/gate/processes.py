@@ -1,16 +1,7 @@
-"""Run the selected benchmarks in fresh pytest processes, one after another, each saving its run.
-
-The unit of truth is an A/A comparison between separate processes, so ``--perf-noise`` and
-``--perf-selftest-processes`` do not measure in the process the user started: that process collects the tests,
-then runs each planned child (`Child`) as ``python -m pytest <the user's options> <node ids>``, with its own
-benchmark storage (``<runs dir>/storage``, ``--benchmark-save=<label>``) and reports folder, and reads the saved
-runs back. The user's options reach every child unchanged, except those that would save, compare or report in
-the user's places (`DROPPED`); nothing is kept in a hand-written list of options to forward. `forwarded_options`
-is the one place that decides what a child repeats: the Nsight Systems child of perf.roles.nsys uses it too, with
-`NSYS_DROPPED`.
-
-A plan (``plan.json``) is written first; with an explicit ``--perf-runs-dir`` a later call with the same plan
-resumes it (children whose run is saved are not run again), so a long experiment survives a time limit.
+"""Run the selected benchmarks in fresh pytest processes (`Child`, `run_children`), one after another, each saving
+its run; the base commit's worktree (`base_worktree`). Children get the user's options unchanged but those in
+`DROPPED`: `forwarded_options` is the one place that decides what a child repeats (perf.roles.nsys uses it too,
+with `NSYS_DROPPED`). A plan (``plan.json``) lets a later call resume; docs/method.md, section 3.
 """
 
 from __future__ import annotations
@@ -129,13 +120,9 @@ def forwarded_options(
     dropped: Mapping[str, Arity] = DROPPED,
 ) -> list[str]:  # fmt: skip
     """The parent's command-line ``args`` without its positional arguments (``positional``: the paths and node
-    ids pytest parsed) and without the ``dropped`` options (default `DROPPED`) and their values.
-
-    A value may be in the option's token (``--name=value``, ``-n4``: then it is the only one) or follow it. After
-    an option with an optional value, the next token is its value when ``values`` (option name -> the value pytest parsed) says so,
-    or, for an option not in ``values``, when argparse would take it for one (it does not look like an option);
-    an option with one or more values takes every value-like token that follows, as argparse does.
-    """
+    ids pytest parsed) and without the ``dropped`` options (default `DROPPED`) and their values, read as argparse
+    reads them; after an option with an optional value, ``values`` (option name -> the value pytest parsed) says
+    whether the next token is its value."""
     out: list[str] = []
     places = set(positional)
     tokens = list(args)
@@ -203,15 +190,11 @@ def run_children(
     compare_fail: str | None = None, on_done: Callable[[ChildResult, int, int], None] | None = None,
     deadline: float | None = None,
 ) -> list[ChildResult]:  # fmt: skip
-    """Run each child not yet saved in ``folder`` (see the module docstring) and return every child's result.
-
-    ``compare_fail`` (e.g. "median:5%"): each "identical" child after the first is also run with
-    pytest-benchmark's ``--benchmark-compare=<the previous identical run> --benchmark-compare-fail=...``, and its
-    result records whether that check passed. ``deadline`` (``time.monotonic()`` seconds): no child starts that
-    would likely end after it (judged by the longest child so far); the plan can be resumed later. A progress
-    bar (`detector.progress`) counts the processes where stderr is a terminal, or with ``DETECTOR_PROGRESS=1``.
-    Each child runs through `perf.profile.child.run_pytest_child` (its log: the command, its output, `FOOTER`).
-    """
+    """Run each child not yet saved in ``folder`` (through `perf.profile.child.run_pytest_child`; its log ends with
+    `FOOTER`) and return every child's result. ``compare_fail`` (e.g. "median:5%"): each "identical" child after
+    the first also runs pytest-benchmark's compare against the previous one, and its result says whether that check
+    passed. ``deadline`` (``time.monotonic()`` seconds): no child starts that would likely end after it (by the
+    longest so far). A progress bar (`detector.progress`) counts the processes."""
     from detector.progress import progress
 
     storage = folder / "storage"

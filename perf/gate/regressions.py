@@ -1,12 +1,7 @@
-"""Real code changes injected as regressions, so the gate's detection rates are measured on what CI will see.
-
-``--perf-regression=KIND:PERCENT`` is a test-only option (like ``--perf-inject-delay``; a run made with it is
-marked in every benchmark's ``extra_info["injected"]``). Unlike a GPU sleep, each kind changes real code, and
-PERCENT is calibrated with a bare loop of the code it slows. The kinds (docs/method.md, section 5): ``layer``
-(a residual 1x1 bottleneck after convolution `LAYER_AFTER`, `LayerRegressedSpec`, its width calibrated in each
-process on each variant's own runner and the suite's own clock, `_clock_ms`, at `CALIBRATION_BATCH`), ``layer1``
-(the same block calibrated at batch 1), ``write`` (the pipelined writer JPEG-encodes each frame r more times) and ``preprocess``
-(the sequential loop preprocesses each frame r more times).
+"""Real code changes injected as regressions (``--perf-regression=KIND:PERCENT``, test-only), so the gate's
+detection rates are measured on what CI will see: ``layer`` / ``layer1`` (a calibrated residual 1x1 bottleneck after
+convolution `LAYER_AFTER`, `LayerRegressedSpec`, `calibrate_layer`), ``preprocess`` and ``write`` (a stage run again
+on a calibrated share of frames, `SlowedStage`, `slowed_writes`); docs/method.md, section 5.
 """
 
 from __future__ import annotations
@@ -139,9 +134,8 @@ def _warm_input(runner: Any, batch: Any, calls: int) -> Any:
 
 def _clock_ms(runner: Any, x: Any, calls: int) -> float:
     """Milliseconds per call as the inference benchmarks read it: on a GPU the median of ``calls`` calls, each
-    timed alone between CUDA events after the suite clock's GPU busy-wait (`perf.measure.clock`), so an injected
-    layer costs what the benchmark will see (a back-to-back loop of CUDA-graph replays read a batch-1 block at
-    twice the cost the benchmark saw: +3.4% against +1.8% on the H100); on a CPU the bare host loop's mean."""
+    timed alone between CUDA events after the suite clock's GPU busy-wait (`perf.measure.clock`; docs/method.md,
+    section 5); on a CPU the bare host loop's mean."""
     from detector.stagespeed import infer_ms_per_call
 
     if runner.stream is None:
@@ -169,8 +163,7 @@ def _on_stream(runner: Any) -> Any:
 
 def _release(runner: Any) -> None:
     """Deactivate ``runner`` and free what it held; for a compiled model also TorchDynamo's caches and CUDA-graph
-    trees, so the next candidate is the process's only compiled model, as in the benchmark of an identical process
-    (compiled candidates calibrated one after another read +2.7-3.7% and then cost +6.5-11% in the benchmark)."""
+    trees, so the next candidate is the process's only compiled model (docs/method.md, section 5)."""
     on_gpu = runner.stream is not None
     runner.deactivate()
     if not on_gpu:
@@ -188,16 +181,8 @@ def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callabl
                     device: str) -> tuple[Any, int, dict[str, float]]:  # fmt: skip
     """The runner whose model carries the bottleneck width that makes a call on ``batch`` (float32 [B, 3, H, W],
     host) ``fraction`` slower as the suite's clock reads it (`_clock_ms`), that width, and the readings it was
-    chosen from. ``build(spec)`` makes an activated runner of the judged variant itself (backend, precision,
-    options): each variant gets its own width, and the runner returned is the one the benchmark then times, since
-    another instance of the same model (another CUDA graph, other kernels chosen) can read another cost for a block
-    of a few microseconds. The unchanged model is read first and released; each candidate is then read alone, as
-    the benchmark reads it (on the H100 the unchanged torch-compile fp16 b1 model read 0.217-0.220 ms in calibrations
-    that alternated it with a candidate, against 0.208 ms in the benchmarks of identical processes). A width's cost is the median of
-    `CALIBRATION_ROUNDS` readings over the unchanged model's, each at least `CALIBRATION_READING_S` long: a trial
-    width (`TRIAL_WIDTH`, grown fourfold while its cost is under half the target, so noise cannot pass for cost),
-    a linear step to the target, then the width scaled by target / measured (`SECANT_STEPS` at most) until within a
-    fifth of the target. Only one runner is alive at a time."""
+    chosen from. ``build(spec)`` makes an activated runner of the judged variant itself; the runner returned is the
+    one the benchmark then times. Only one runner is alive at a time; the search: docs/method.md, section 5."""
     on_gpu = device.startswith("cuda")
     fewest = CALIBRATION_CALLS["cuda" if on_gpu else "cpu"]
     rounds = CALIBRATION_ROUNDS["cuda" if on_gpu else "cpu"]

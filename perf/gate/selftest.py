@@ -1,20 +1,5 @@
-"""The gate's self-test: how often does ``--perf-compare`` catch a known slowdown, and how often does it cry wolf?
-
-One trial measures, in a fresh random order (so that drift during the trial hits every comparison alike):
-a *baseline* sample, an *unmodified* sample, and one *slowed* sample per level X, where the call is followed
-by a calibrated delay of X times the call's median (a ``torch.cuda._sleep`` on the runner's stream on a GPU, a
-host busy-wait on a CPU; `perf.measure.slowdown.delay_call`). Each sample is what the gate sees for one benchmark:
-the suite's clock, pytest-benchmark's number of rounds for this call (`suite_rounds`), re-measured while
-unstable as `perf.measure.stability` does. The gate's one judge (`perf.gate.judge.judge`, against the baseline
-sample's own within-process spread, `perf.gate.judge.within_reference`, at the first-pass level of a run of one
-metric without confirmation) then judges unmodified vs baseline (a "slower" is a false alarm) and each slowed
-sample vs baseline (a "slower" is a detection). A sample still unstable after re-measuring counts as neither: within
-one process its spread is all this test knows (the gate itself judges every sample against its history). Each
-trial's ratio and interval are kept, so the rates can be given for several minimum effects from the same samples.
-
-All samples of a trial come from one process and one runner: run-to-run differences between two pytest
-processes (another CUDA graph instantiation, another memory layout) are not in these rates; the gate's
-minimum effect is there for them.
+"""The gate's self-test within one process: how often the one judge catches a known injected delay, and how often
+it cries wolf on unmodified code (`run_selftest`, `threshold`, `table_rows`); docs/method.md, section 8.
 """
 
 from __future__ import annotations
@@ -49,11 +34,8 @@ class Trial:
 
 @dataclass
 class LevelResult:
-    """The trials at one injected slowdown ``level`` (fraction of the median; 0 = unmodified code).
-
-    Verdicts are derived per minimum effect (`slower`), so that one set of samples answers for several
-    settings of ``--perf-min-effect``; an unstable trial is never "slower".
-    """
+    """The trials at one injected slowdown ``level`` (fraction of the median; 0 = unmodified code), judged per
+    minimum effect (`slower`) so one set of samples answers for several; an unstable trial is never "slower"."""
 
     level: float
     trials: list[Trial] = field(default_factory=list)
@@ -99,19 +81,9 @@ def _measure(fn: Callable[[], Any], timer: Callable[[], float], rounds: int, ite
     return data, False
 
 
-def run_selftest(
-    call: Callable[[], Any],
-    make_delay: Callable[[float], Callable[[], None]],
-    timer: Callable[[], float],
-    *,
-    median_s: float,
-    rounds: int,
-    levels: Sequence[float],
-    trials: int,
-    settings: GateSettings,
-    iterations: int = 1,
-    seed: int = 0,
-) -> list[LevelResult]:
+def run_selftest(call: Callable[[], Any], make_delay: Callable[[float], Callable[[], None]], timer: Callable[[], float],
+                 *, median_s: float, rounds: int, levels: Sequence[float], trials: int, settings: GateSettings,
+                 iterations: int = 1, seed: int = 0) -> list[LevelResult]:  # fmt: skip
     """Detection and false-alarm counts: level 0 (unmodified) first, then each of ``levels``.
 
     ``make_delay(ms)`` returns a callable adding ``ms`` milliseconds of work; the delay at level X is
@@ -133,10 +105,8 @@ def run_selftest(
     rng = np.random.default_rng(seed)
     names = list(functions)
     for trial in range(trials):
-        samples = {}
-        for index in rng.permutation(len(names)):
-            name = names[index]
-            samples[name] = _measure(functions[name], timer, rounds, iterations, settings)
+        samples = {names[i]: _measure(functions[names[i]], timer, rounds, iterations, settings)
+                   for i in rng.permutation(len(names))}  # a fresh order each trial: drift hits every sample alike
         base, base_stable = samples[BASELINE]
         reference = within_reference(float(np.median(base)), log_median_se(base, seed=seed * 100003 + trial))
         for level, result in results.items():

@@ -1,17 +1,6 @@
-"""Statistics of one process's rounds: the spread of its median (whether they were stable is
-`perf.measure.stability.assess_stability`).
-
-Pure functions of per-round timings (1-D arrays of seconds, in the order the rounds ran); numpy only. Verdicts are
-not drawn here: the one judge is `perf.gate.judge`, which works on per-process medians.
-
-*The median's spread.* `log_median_se` is the standard error of a process's log median from a seeded, vectorised
-**circular block bootstrap** (`bootstrap_medians`): each resample is built from blocks of consecutive rounds.
-Rounds are autocorrelated in time (GPU clocks and temperature, CPU frequency, other processes, caches), and
-resampling single rounds as if they were independent gives errors that are too small; blocks keep the dependence.
-The block length (`auto_block_length`) is the larger of ``ceil(n ** (1/3))`` and twice the sample's
-autocorrelation time estimated from its lag-1 autocorrelation ``r`` as ``(1 + r) / (1 - r)`` (AR(1)), at most
-``n / 4``. The judge uses it only where no history of processes exists (`perf.gate.judge.within_reference`), and
-the noise profile to split a spread into its within- and between-process parts.
+"""Statistics of one process's rounds (1-D arrays of seconds, in the order they ran): the standard error of its
+median from a seeded, vectorised circular block bootstrap (docs/method.md, section 4). No verdicts here: the one
+judge is `perf.gate.judge`; whether rounds were stable is `perf.measure.stability`.
 """
 
 from __future__ import annotations

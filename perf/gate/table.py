@@ -129,12 +129,10 @@ def verdict_document(rows: list[Row], baseline: Baseline, settings: GateSettings
 def write_verdicts(folder: Path, rows: list[Row], baseline: Baseline, settings: GateSettings, header: str,
                    run: str | None = None, current: Mapping[str, Any] | None = None,
                    budget: Budget | None = None, subject: Mapping[str, str] | None = None) -> Path:  # fmt: skip
-    """Write ``perf-compare.json`` and ``perf-compare.md`` into ``folder`` atomically; return the JSON path. With
-    ``run`` (this run's name, as its report's) they are first written as ``perf-compare-<run>.json`` / ``.md``, the
-    run's own, so runs sharing the folder never overwrite each other's verdicts; the plain names are the latest.
-    ``current``: the run judged (``{"run_id", "injected"}``, as its saved run's ``machine_info`` has them), so that
-    a report attaches the verdicts to that run only. ``subject``: what the judged run measured and where
-    (`perf.subject.describe_subject`), the JSON's ``"subject"`` and the markdown's first section."""
+    """Write ``perf-compare.json`` and ``.md`` into ``folder`` atomically (with ``run``, this run's name, first as
+    ``perf-compare-<run>.json`` / ``.md``, so runs sharing the folder keep their own; the plain names are the
+    latest); return the JSON path. ``current``: the run judged (``{"run_id", "injected"}``), so a report attaches
+    the verdicts to it only; ``subject``: `perf.subject.describe_subject` of the judged run."""
     document = verdict_document(rows, baseline, settings, current=current, budget=budget, subject=subject)
     text, markdown = json.dumps(document, indent=2) + "\n", to_markdown(rows, header, subject)
     if run is not None:

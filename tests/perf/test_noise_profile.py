@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from perf.runs import run_from_json
 from perf.gate.noise import (NoiseProfileError, compute_profile, entry_from_samples, family_rows, find_profile,
-                        load_profile, profile_key, save_profile, upper_limit)  # fmt: skip
+                        floors_from_profile, load_profile, profile_key, save_profile, upper_limit)  # fmt: skip
 
 FINGERPRINT = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
                "driver_version": "580.159.04", "cuda_version": "13.0", "cpu_model": "Xeon", "cpu_count": 16}  # fmt: skip
@@ -57,6 +57,9 @@ def test_profile_is_saved_beside_the_runs_keyed_by_machine_and_read_back(tmp_pat
     assert again is not None and again.entries == profile.entries and again.processes == 4
     assert find_profile(tmp_path, {**FINGERPRINT, "driver_version": "590.1"}) is None
     assert [row["family"] for row in family_rows(again)] == ["end-to-end", "inference"]
+    floors = floors_from_profile(again)
+    assert floors["perf/t.py::e2e"] == pytest.approx(np.expm1(again.entries["perf/t.py::e2e"]["time"].between_sd))
+    assert set(floors) == set(again.entries) and floors_from_profile(None) == {}
 
 
 @pytest.mark.parametrize(("content", "problem"), [("{", "not a noise profile"), ('{"format": 9}', "format 9"),
