@@ -1,14 +1,9 @@
 """The suite's HTML report and markdown summary, built from saved runs and the suite's report.
 
-``build_report`` reads the inputs (:mod:`perf.report.inputs`), renders ``summary.md`` (its subject -- model and
-digests, input size, classes, video and frames, backends, device, machine -- what the newest run is and where it ran, a banner for an injected run, and the narrow tables, for ``$GITHUB_STEP_SUMMARY``) and
-``index.html`` (one self-contained file): the same notices and tables with every column, then the figures,
-embedded as base64 PNGs -- the latency distribution per benchmark group, the end-to-end stage breakdown, one
-history figure with a panel per benchmark, parity IoU histograms per candidate -- and last the suite's own tables
-(``perf-report.json``, folded), shown as the device they were measured on allows (`perf.report.suite.PerfReport.shown`:
-GPU-only columns left out of a CPU run, with a note saying why). The page is one `string.Template` (`_PAGE`); every
-table in it is `perf.tabletext.html_table`'s. Both files are rendered in memory first and then written atomically,
-so bad input leaves no partial output.
+`build_report` reads the inputs (`perf.report.inputs`) and renders ``summary.md`` (narrow tables) and
+``index.html`` (one self-contained page: every column, figures as base64 PNGs, the suite's own tables folded) in
+memory, then writes both atomically, so bad input leaves no partial output; what each holds: docs/method.md,
+section 9.
 """
 
 from __future__ import annotations
