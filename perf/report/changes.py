@@ -53,10 +53,7 @@ class Point:
 
 def bench_names(runs: list[SavedRun]) -> list[str]:
     """Every benchmark fullname over ``runs``: the newest run's order first, then older-only ones."""
-    names: dict[str, None] = {}
-    for run in reversed(runs):
-        names.update(dict.fromkeys(run.benchmarks))
-    return list(names)
+    return list(dict.fromkeys(name for run in reversed(runs) for name in run.benchmarks))
 
 
 #: The mark of a point whose median moved beyond the threshold and that no verdict judged.
