@@ -261,10 +261,9 @@ def compare_fail_rows(identical: Mapping[str, SavedRun], check: str) -> dict[str
 
 
 def load_runs_dirs(folders: Sequence[str]) -> tuple[dict[str, SavedRun], dict[str, dict[str, SavedRun]]]:
-    """The saved runs of one or more ``--perf-runs-dir`` folders: identical ones by label, regressed ones by
-    regression and label (told apart by ``extra_info["injected"]``, which every benchmark of such a run has).
-    Labels are prefixed with their folder's name when several folders are given. `perf.runs.HistoryError` when
-    a folder has no ``storage`` folder or a run cannot be read."""
+    """The saved runs of ``--perf-runs-dir`` folders: identical ones by label, regressed ones (``extra_info
+    ["injected"]``) by regression and label; labels prefixed with the folder's name when there are several.
+    `perf.runs.HistoryError` when a folder has no ``storage`` folder or a run cannot be read."""
     from pathlib import Path
 
     from perf.runs import HistoryError, load_run, run_files

@@ -185,11 +185,8 @@ def to_html(report: Report, title: str = "Performance report") -> str:
 def build_report(storage: Path | None, reports: Path | None, out: Path, *, machine_id: str | None = None,
                  verdicts: Path | None = None, threshold: float = DEFAULT_THRESHOLD,
                  store: str | None = None) -> tuple[list[Path], list[str]]:  # fmt: skip
-    """Read the inputs and write ``out/summary.md`` and ``out/index.html`` atomically.
-
-    Returns the written paths and the warnings (skipped input, also shown in both files). Raises
-    `perf.runs.HistoryError` (nothing written) when the inputs are unusable or matplotlib is missing.
-    """
+    """Write ``out/summary.md`` and ``out/index.html`` atomically; return their paths and the warnings (also shown
+    in both). `perf.runs.HistoryError` (nothing written) when the inputs are unusable or matplotlib is missing."""
     try:
         importlib.import_module("matplotlib")  # imported for real by perf.report.plots, lazily
     except ImportError as e:

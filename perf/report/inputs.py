@@ -89,11 +89,8 @@ class ReportInputs:
 
 
 def load_machine_runs(storage: Path, machine_id: str | None = None) -> tuple[list[SavedRun], list[str]]:
-    """One machine's saved runs, oldest first, and warnings (skipped files, other machines' runs).
-
-    Without ``machine_id`` the machine of the newest run file is taken. Corrupt files are skipped with a
-    warning; `HistoryError` when every file is corrupt, or ``storage`` is not a folder.
-    """
+    """One machine's saved runs (default: the newest run file's), oldest first, and warnings (skipped corrupt
+    files, other machines' runs); `HistoryError` when every file is corrupt, or ``storage`` is not a folder."""
     files = run_files(storage)
     if machine_id is None:
         if not files:

@@ -58,10 +58,8 @@ class PerfReport:
     subject: dict[str, str] = field(default_factory=dict)
 
     def add(self, table: TableSpec | str, row: Mapping[str, Any]) -> None:
-        """Append ``row`` to ``table`` (a `perf.report.schema` table, or its title; created on first use).
-
-        Raises `perf.report.schema.SchemaError` naming the table or column when the schema does not declare
-        it, or a value that is not of its column's kind (numpy scalars count as numbers)."""
+        """Append ``row`` to ``table`` (a `perf.report.schema` table or its title); `perf.report.schema.SchemaError`
+        for an undeclared table or column, or a value not of its column's kind (numpy scalars count as numbers)."""
         spec = schema.suite_table(table)
         spec.check(row)
         clean = {key: _plain(value) for key, value in row.items()}
