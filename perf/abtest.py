@@ -2,13 +2,8 @@
 
     perf-ab --base origin/main --pairs 5 -- perf -m ci --perf-device cuda
 
-The merge base (a git worktree) against this working tree in K pairs of fresh processes
-(`perf.gate.processes.run_children`), the order alternating so that a runner warming up or slowing down favours
-neither side, each side with its own cache folder (a change to the exporter must not reach the other side); every
-judged metric judged on the pair ratios (`perf.gate.compare.judge_paired`, the one judge's `judge_pairs`), main's
-``--history`` pooled in, suspects confirmed as ``--perf-compare`` confirms them (docs/method.md, section 11).
-Writes ``<out>/perf-ab.json`` and ``perf-ab.md`` (a verdict table), prints the table and the seconds the processes
-took, and exits 1 when a benchmark is slower, 2 on bad input (one line, nothing run).
+How it pairs and judges: docs/method.md, section 11. Writes ``<out>/perf-ab.json`` and ``perf-ab.md``, prints the
+table and the seconds the processes took; exits 1 when a benchmark is slower, 2 on bad input (one line, nothing run).
 """
 
 from __future__ import annotations
@@ -107,12 +102,6 @@ def _history(path: Path | None, sample: Any) -> Any:
     return Baseline(runs) if runs else None
 
 
-def to_markdown(rows: Sequence[Any], header: str) -> str:
-    from perf.gate.table import to_markdown as table
-
-    return table(list(rows), header)
-
-
 def _parser() -> argparse.ArgumentParser:
     from perf.options import parse_count, parse_fraction, parse_positive_int
 
@@ -184,8 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"at most {args.confirm} more pairs; slower/faster = significant and beyond {args.min_effect:.1%}; the "
               f"processes took {spent + confirmed:.0f} s ({spent:.0f} s the pairs, {confirmed:.0f} s the "
               f"confirmation; {time.monotonic() - started:.0f} s this call)")
-    markdown = to_markdown(rows, header)
     from detector.fileio import atomic_write_text
+    from perf.gate.table import to_markdown
+
+    markdown = to_markdown(rows, header)
 
     atomic_write_text(out / "perf-ab.md", markdown)
     atomic_write_text(out / "perf-ab.json", json.dumps({"base": sha, "ref": ref, "pairs": args.pairs,

@@ -1,28 +1,14 @@
 """The gate judged as CI uses it: simulated CI runs drawn from separate processes, identical and regressed.
 
-``pytest perf --perf-selftest-processes=K`` (`perf.roles.processes`) runs K processes of identical code and
-K / 5 of each injected regression (`perf.gate.regressions`: a real extra layer, a slower pipeline stage),
-interleaved; ``python -m perf.crossprocess DIR ...`` (or ``perf-history simulate``) judges saved runs made so. A
-*simulated CI run* (`simulate_run`) is what CI does on one commit, with the real gate's code:
-
-1. *History*: a random draw of ``history`` identical processes other than the candidate plays main's history
-   (`perf.gate.compare.Baseline`; its change-point and outlier rules included).
-2. *First pass*: every benchmark of the candidate process judged against it at the budget's first-pass level
-   (`perf.gate.compare.judge_benchmark`, `perf.gate.judge.Budget`), the level of the whole selection's judged
-   metrics.
-3. *Confirmation* of each suspect (`perf.gate.confirm.judge_suspect`, the same code ``--perf-compare`` runs):
-   pairs drawn from the processes not used so far, base = identical ones, candidate = others of the candidate's
-   kind, `perf.gate.confirm.PAIRS_PER_LOOK` pairs per look, at most ``confirm`` pairs.
-
-The run is red when a row ends "slower". Identical code: every red run is a false alarm; inconclusive rows are
-counted. A regression: its slowed benchmarks (`perf.gate.regressions.Regression.groups`) should end "slower",
-a stage regression's naming the stage. Each candidate is drawn ``draws`` times with other histories; the
-processes are few, so the draws are not independent: the tables say how many processes they rest on.
+``python -m perf.crossprocess DIR ...`` (or ``perf-history simulate``) judges runs saved by
+``--perf-selftest-processes`` (`perf.roles.processes`): history, first pass and confirmation with the real gate's
+code (`simulate_run`); docs/method.md, section 5, says how the runs are drawn and read.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import itertools
 import math
 import random
@@ -83,8 +69,6 @@ def _session(run: SavedRun) -> float:
 
 def _when(run: SavedRun) -> float | None:
     """When ``run`` was saved (POSIX seconds), or None when it has no readable date."""
-    import datetime as dt
-
     try:
         return dt.datetime.fromisoformat(run.datetime or "").timestamp()
     except ValueError:
@@ -137,7 +121,7 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
                  settings: GateSettings, rng: random.Random, history: int, expected: Sequence[str],
                  regression: Any = None) -> SimulatedRun:  # fmt: skip
     """One simulated CI run of ``candidate`` (a label of ``same_kind``) against a history drawn from ``pool``
-    (identical runs), as the module docstring says. ``expected``: the full selection's node ids (for the budget);
+    (identical runs): history, first pass, confirmation (docs/method.md, section 5). ``expected``: the full selection's node ids (for the budget);
     ``regression``: judge only the benchmarks it slows (`_slowed`)."""
     others = [label for label in pool if label != candidate]
     rng.shuffle(others)
@@ -178,7 +162,7 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
 def simulate(identical: Mapping[str, SavedRun], regressed: Mapping[str, Mapping[str, SavedRun]],
              settings: GateSettings, *, history: int = 20, draws: int = DEFAULT_DRAWS, seed: int = 0,
              regressions: Mapping[str, Any] | None = None) -> list[SimulatedRun]:  # fmt: skip
-    """Simulated CI runs: ``draws`` per identical process and per regressed process (see the module docstring).
+    """Simulated CI runs: ``draws`` per identical process and per regressed process (docs/method.md, section 5).
     ``regressions``: kind -> `perf.gate.regressions.Regression`, whose slowed benchmarks alone are judged."""
     rng = random.Random(seed)
     expected = sorted({name for run in identical.values() for name in run.benchmarks})
@@ -277,10 +261,9 @@ def compare_fail_rows(identical: Mapping[str, SavedRun], check: str) -> dict[str
 
 
 def load_runs_dirs(folders: Sequence[str]) -> tuple[dict[str, SavedRun], dict[str, dict[str, SavedRun]]]:
-    """The saved runs of one or more ``--perf-runs-dir`` folders: identical ones by label, regressed ones by
-    regression and label (told apart by ``extra_info["injected"]``, which every benchmark of such a run has).
-    Labels are prefixed with their folder's name when several folders are given. `perf.runs.HistoryError` when
-    a folder has no ``storage`` folder or a run cannot be read."""
+    """The saved runs of ``--perf-runs-dir`` folders: identical ones by label, regressed ones (``extra_info
+    ["injected"]``) by regression and label; labels prefixed with the folder's name when there are several.
+    `perf.runs.HistoryError` when a folder has no ``storage`` folder or a run cannot be read."""
     from pathlib import Path
 
     from perf.runs import HistoryError, load_run, run_files

@@ -1,11 +1,8 @@
-"""A full disk under the suite's folders stops the run in one line.
+"""A full disk under the suite's folders stops the run in one line, not one traceback per test that writes there.
 
-A test whose setup or body fails because a disk is full (``OSError`` ENOSPC anywhere in the exception's chain, or
-a `detector.errors.DetectorError` saying "No space left on device", as the video writer does when it finds its
-file short) would otherwise be one traceback per test that writes there: every ONNX Runtime case exporting the
-model again, each failing the same way. `full_disk_line` names the folder (the perf cache, the reports) and what
-could not be written; `stop_if_disk_full` (called by the plugin as each test's report is made) stops the run with
-it (``pytest.exit``: one line, exit status 2, interrupted).
+A full disk is ``OSError`` ENOSPC anywhere in the exception's chain, or a `detector.errors.DetectorError` saying
+"No space left on device" (the video writer's). `stop_if_disk_full` (called by the plugin as each test's report is
+made) stops the run with `full_disk_line` (``pytest.exit``: exit status 2, interrupted).
 """
 
 from __future__ import annotations

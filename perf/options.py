@@ -1,11 +1,9 @@
 """Every option of the perf suite -- ``--perf-*`` and the ``perf_*`` ini settings -- with its parser, default and
-help, registered from one table (`all_options`, `add_options`); the hooks that read them live in perf/plugin.py
-and the role plugins, the state built from them in perf/session.py.
+help, registered from one table (`all_options`, `add_options`); perf/session.py reads them.
 
-Parsers are argparse ``type=`` callables of the one family in `detector.argtypes` (`value_parser`, `value_error`):
-they return the parsed value or raise ``argparse.ArgumentTypeError("Could not parse value: 'x'. Expected ...")``;
-registered through `deferred`, pytest_configure reports a bad value as one usage line naming the option
-(`bad_values`). The suite's commands (perf-ab, perf-history, perf-report, python -m perf.crossprocess) use them too.
+Parsers are argparse ``type=`` callables made by `detector.argtypes.value_parser` (raising
+``argparse.ArgumentTypeError("Could not parse value: 'x'. Expected ...")``), also used by the suite's commands;
+registered through `deferred`, a bad value is one usage line naming the option (`start_up_errors`).
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ import argparse
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detector import devices
@@ -38,11 +35,8 @@ class BadValue(str):
 
 
 def deferred(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """``parse`` as an argparse ``type=`` that returns a `BadValue` instead of raising.
-
-    pytest turns a ``type=`` error into a usage block of several lines; deferring lets ``pytest_configure``
-    report it as one line (see `bad_values`).
-    """
+    """``parse`` as an argparse ``type=`` that returns a `BadValue` instead of raising (pytest would print a usage
+    block of several lines; `bad_values` reports it as one)."""
 
     def parse_or_keep(value: str) -> Any:
         try:
@@ -219,32 +213,15 @@ def benchmark_option_errors(getoption: Callable[..., Any]) -> list[str]:
     return out
 
 
-#: pytest-benchmark's default storage: ``.benchmarks`` of the current directory.
-BENCHMARK_STORAGE_DEFAULT = "file://./.benchmarks"
-
-
-def anchor_benchmark_storage(option: Any, rootpath: Path) -> None:
-    """Every file of the suite lives under the pytest rootdir, wherever pytest is started: pytest-benchmark's
-    default storage (``./.benchmarks`` of the current directory) becomes ``<rootdir>/.benchmarks``; a storage given
-    on the command line is kept (relative to the current directory, as pytest-benchmark reads it)."""
-    if getattr(option, "benchmark_storage", None) == BENCHMARK_STORAGE_DEFAULT:
-        option.benchmark_storage = f"file://{rootpath / '.benchmarks'}"
-
-
 def _join(values: tuple[Any, ...]) -> str:
     return ",".join(str(v) for v in values)
 
 
 @dataclass(frozen=True)
 class Option:
-    """One option of the suite: ``flag`` (``--perf-<name>``, dest ``perf_<name>``), what it does (``help``) and
-    its default as the help shows it (``shown``: the help ends ``Default: <shown>.``).
-
-    ``metavar`` None makes a switch (store_true, default False). ``parse`` parses the value (None: kept as given,
-    checked where it is used); ``default`` is the value without the option; ``const`` makes the value optional (the
-    flag alone gives ``const``). ``ini``: also the ini setting ``perf_<name>``, which the option overrides.
-    ``help`` None hides the option from --help.
-    """
+    """One option: ``flag`` (``--perf-<name>``, dest ``perf_<name>``), ``help`` (None: hidden) ending ``Default:
+    <shown>.``; ``metavar`` None makes a switch; ``parse`` None keeps the text; ``const`` makes the value optional;
+    ``ini``: also the ini setting ``perf_<name>``, which the option overrides."""
 
     flag: str
     metavar: str | None
@@ -434,11 +411,12 @@ def all_options() -> tuple[Option, ...]:
 
 
 def start_up_errors(config: pytest.Config) -> list[str]:
-    """What is wrong with the option values (`bad_values`, `benchmark_option_errors`: one line each, not a block);
-    none, the benchmark storage is anchored (`anchor_benchmark_storage`, before pytest-benchmark opens it)."""
+    """What is wrong with the option values (`bad_values`, `benchmark_option_errors`: one line each, not a block).
+    With none, pytest-benchmark's default storage (``./.benchmarks``) becomes ``<rootdir>/.benchmarks`` (every file
+    of the suite lives under the rootdir), before pytest-benchmark opens it; a storage given is kept as given."""
     errors = bad_values(config.option) + benchmark_option_errors(config.getoption)
-    if not errors:
-        anchor_benchmark_storage(config.option, config.rootpath)
+    if not errors and getattr(config.option, "benchmark_storage", None) == "file://./.benchmarks":
+        config.option.benchmark_storage = f"file://{config.rootpath / '.benchmarks'}"
     return errors
 
 

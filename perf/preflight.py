@@ -1,18 +1,12 @@
-"""Refuse at start-up (`check_options` at configure, `check_selection` after collection), in one usage line (exit 4), a run that would lose its results or crash after
-measuring.
+"""Refuse at start-up (`check_options` at configure, `check_selection` after collection), in one usage line (exit
+4), a run that would lose its results or crash after measuring:
 
-* Saving or comparing under pytest-xdist: pytest-benchmark switches itself off when ``-n`` is given (a warning,
-  exit 0, nothing saved), so ``--benchmark-autosave``, ``--benchmark-save``, ``--benchmark-json``,
-  ``--benchmark-compare`` and ``--perf-compare`` are refused with ``-n``.
-* The saved run(s) ``--perf-compare`` or ``--benchmark-compare`` will load (the newest ``NNNN_*.json`` of this
-  machine, or every file matching NUM|ID) must pass `perf.validate.run_problem`; ``--benchmark-compare`` also needs
-  what pytest-benchmark's own table reads (``complete``). Checked before pytest-benchmark loads them, which would
-  crash on a wrong shape, or skip a corrupt newest run and silently compare with an older one.
-* Folders the run must write: the reports folder (``--perf-reports-dir``) when a selected test writes to the
-  report or ``--perf-compare`` writes its verdicts; the perf cache (``--perf-cache-dir``) when a selected test
-  uses it and it is empty or missing (a populated read-only cache is only read, and works); the benchmark storage
-  when the run is saved. Without xdist the selection is known after collection, so these are checked then,
-  before any test runs; an xdist controller does not collect, so it checks at configure as if every test ran.
+* saving or comparing under pytest-xdist (``-n``), where pytest-benchmark switches itself off and saves nothing;
+* a saved run ``--perf-compare`` or ``--benchmark-compare`` will load that fails `perf.validate.run_problem`
+  (checked before pytest-benchmark loads it, which would crash or silently compare with an older run);
+* a folder the run must write that cannot be written: the reports, an empty or missing perf cache, the benchmark
+  storage when saving (after collection, for the selected tests; an xdist controller, which does not collect,
+  checks at configure as if every test ran).
 """
 
 from __future__ import annotations

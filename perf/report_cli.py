@@ -1,11 +1,6 @@
-"""``perf-report`` / ``python -m perf.report_cli``: the markdown summary and the HTML report of saved runs.
-
-    python -m perf.report_cli --storage .benchmarks --reports reports --out report/
-
-writes ``report/summary.md`` (append it to ``$GITHUB_STEP_SUMMARY``) and ``report/index.html`` (one file,
-figures embedded). Bad input (a missing storage folder, a corrupt perf-report.json or verdict file, every saved run
-corrupt) prints one line naming the file and exits with status 2, leaving no output; a corrupt saved run among
-good ones is skipped with a warning line.
+"""``perf-report`` / ``python -m perf.report_cli --storage .benchmarks --reports reports --out report/``: writes
+``report/summary.md`` (for ``$GITHUB_STEP_SUMMARY``) and ``report/index.html``; bad input is one line naming the
+file, exit status 2, nothing written (docs/method.md, section 9).
 """
 
 from __future__ import annotations

@@ -21,8 +21,7 @@ def markdown_cell(text: str) -> str:
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[str] = ()) -> list[str]:
     """The lines of a markdown table: ``headers``, the rule, one line per row (its cells in ``headers`` order),
     every cell through `markdown_cell`. ``right``: the headers of the columns aligned right (numbers), the rest left."""
-    if unknown := set(right) - set(headers):
-        raise ValueError(f"right-aligned column(s) {sorted(unknown)!r} are not among the headers {list(headers)!r}")
+    _check_right(right, headers)
 
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(map(markdown_cell, _checked(cells, headers))) + " |"
@@ -45,8 +44,7 @@ def html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Col
     else ``text`` (aligned left) in a column not in ``right``, or, with ``right`` None, when the cell does not
     start like a number (the page aligns an unclassed cell right, a row's first cell left); a cell reading
     ``slower`` or ``faster``, alone or in closing parentheses (``+12% (slower)``), also that word (coloured)."""
-    if right is not None and (unknown := set(right) - set(headers)):
-        raise ValueError(f"right-aligned column(s) {sorted(unknown)!r} are not among the headers {list(headers)!r}")
+    _check_right(right or (), headers)
 
     def td(header: str, text: str) -> str:
         word = text.split(" (")[-1].rstrip(")") if text.endswith(")") else text
@@ -58,6 +56,11 @@ def html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Col
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join(f"<tr>{''.join(map(td, headers, _checked(row, headers)))}</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _check_right(right: Collection[str], headers: Sequence[str]) -> None:
+    if unknown := set(right) - set(headers):
+        raise ValueError(f"right-aligned column(s) {sorted(unknown)!r} are not among the headers {list(headers)!r}")
 
 
 def _checked(cells: Sequence[str], headers: Sequence[str]) -> Sequence[str]:

@@ -1,18 +1,8 @@
 """The one check of saved data every reader runs first: saved benchmark runs and the suite's ``perf-report.json``.
 
-Readers (`perf.runs`, `perf.report.inputs`, the ``--perf-compare`` / ``--benchmark-compare`` start-up check in
-`perf.preflight`) call `run_problem` / `report_problem` on the parsed JSON and turn a problem into their own
-one-line error naming the file: a file that passes has every key a reader indexes with the type it expects, so
-no reader crashes on a saved file of valid JSON but the wrong shape. The suite report's writer
-(`perf.report.suite.PerfReport.add`) checks each row with `row_problem` too, so it never saves what its readers
-would refuse.
-
-A saved run (pytest-benchmark's ``NNNN_*.json``, or a ``--benchmark-json`` file) must be an object with
-``benchmarks``: a list of objects, each with a string ``name`` and ``fullname`` and a ``stats`` object whose
-``median`` is a number; when present, every other stat is a number (``outliers`` a string), ``stats.data`` (the
-rounds, seconds) and ``extra_info.metrics[*].data`` are lists of numbers, ``extra_info``, ``params``,
-``machine_info`` and ``commit_info`` are objects and ``datetime`` is a string. ``complete=True`` also asks for
-what pytest-benchmark's own compare table reads (``machine_info`` and the `BENCHMARK_STATS`).
+Readers (`perf.runs`, `perf.report.inputs`, `perf.preflight`) call `run_problem` / `report_problem` on the parsed
+JSON and turn a problem into a one-line error naming the file; a file that passes has every key a reader indexes,
+with the type it expects. `perf.report.suite.PerfReport.add` checks each row with `row_problem` before saving it.
 """
 
 from __future__ import annotations
@@ -106,10 +96,14 @@ def _benchmark_problem(bench: Any, i: int, complete: bool) -> str | None:
 
 
 def run_problem(doc: Any, *, complete: bool = False) -> str | None:
-    """What makes ``doc`` (a parsed JSON document) unusable as a saved benchmark run, or None when it is usable.
+    """What makes ``doc`` (a parsed JSON document) unusable as a saved benchmark run (pytest-benchmark's
+    ``NNNN_*.json`` or a ``--benchmark-json`` file), or None when it is usable.
 
-    ``complete``: also require what pytest-benchmark's ``--benchmark-compare`` reads (`BENCHMARK_STATS` of every
-    benchmark, ``machine_info``).
+    Required: ``benchmarks``, a list of objects with a string ``name`` and ``fullname`` and a numeric
+    ``stats.median``; where present, other stats are numbers (``outliers`` a string), ``stats.data`` (seconds) and
+    ``extra_info.metrics[*].data`` lists of numbers, ``extra_info``, ``params``, ``machine_info`` and
+    ``commit_info`` objects, ``datetime`` a string. ``complete``: also what ``--benchmark-compare`` reads
+    (`BENCHMARK_STATS` of every benchmark, ``machine_info``).
     """
     if not isinstance(doc, dict):
         return f"the top level is {_kind(doc)}, expected an object with a 'benchmarks' list"

@@ -1,19 +1,9 @@
-"""The gate's verdict files: what ``--perf-compare`` wrote, read back for the reports and the store.
+"""The gate's verdict files: what ``--perf-compare`` wrote (``<reports>/perf-compare.json``, `VERDICT_FILE`; see
+`perf.gate.table.write_verdicts` for the format), read back for the reports and the store.
 
-``--perf-compare`` writes ``<reports>/perf-compare.json`` (`VERDICT_FILE`, and ``.md``; see
-`perf.gate.table.write_verdicts`): ``{"format": 3, "baseline": {"path", "number", "datetime", "commit",
-"run_id", "history_runs", "history"}, "current": {"run_id", "injected"}, "settings": {...}, "budget": {...},
-"summary": {...}, "rows": [{"fullname", "name", "group", "verdict", "note", "baseline_median_s",
-"current_median_s", "ratio", "lo", "hi", "detectable", "reference_runs", "suspect", "confirmation", ...}]}``
-(format 2, before the history gate, has no history, budget or detectable, and may say "unstable"; both are read).
-The verdicts belong to the run whose ``perf_run.run_id`` is ``current.run_id``, and to no other run; a file without
-it (an older one, or another tool's) belongs to no run. `load_verdicts` also reads other tools'
-verdict files (see there).
-
-API::
-
-    verdicts = load_verdicts("reports")             # the last --perf-compare's verdicts, or None
-    verdicts.judges(run), verdicts.baseline_path    # whether they are run's (a `perf.runs.SavedRun`); its baseline
+The verdicts belong to the run whose ``perf_run.run_id`` is ``current.run_id`` and to no other (`Verdicts.judges`);
+a file without it (an older one, or another tool's) belongs to no run. Formats 2 and 3 are read, and other tools'
+verdict files (`load_verdicts`).
 """
 
 from __future__ import annotations
@@ -33,14 +23,9 @@ VERDICT_FILE = "perf-compare.json"
 
 @dataclass(frozen=True)
 class Verdicts:
-    """A verdict file: ``document`` as read (``verdicts["rows"]`` reads it) and its ``entries``, each a dict with
-    ``name`` and/or ``fullname`` and a lower-case ``verdict`` (``baseline_median_s``, ``current_median_s``,
-    ``ratio``, ``lo``, ``hi``, ``note`` when the gate wrote it).
-
-    ``current_run_id``: the ``perf_run.run_id`` of the run judged (``current.run_id``; None when the file does not say,
-    and then the verdicts belong to no run); ``current_injected``: the test-only options that run was made with;
-    ``baseline_run_id``, ``baseline_path``, ``baseline_number``, ``baseline_commit``: the run it was judged
-    against, as far as the file says (None otherwise)."""
+    """A verdict file: ``document`` as read (``verdicts["rows"]``) and its ``entries``, each a dict with ``name``
+    and/or ``fullname`` and a lower-case ``verdict``. ``current_*``: the run judged (its ``run_id``, None: no run)
+    and its test-only options; ``baseline_*``: the run it was judged against, as far as the file says."""
 
     path: Path
     document: Any
@@ -83,12 +68,9 @@ _CANNOT_RULE_OUT = re.compile(r"cannot rule out \+[\d.]+%(?: of the frame)?")
 
 
 def note_phrase(entry: Mapping[str, Any]) -> str:
-    """A verdict's note column, short and without the figures (ratios, intervals, run counts, stability numbers),
-    which stay in the verdict file's row (``moved``, ``note``, ``metrics``, ``confirmation``): the metrics that
-    moved (``moved: host latency (sync) slower``), the note's first clause cut before its details (a colon, a
-    parenthesis: ``history too short``, ``first-pass suspect cleared by 4 pair(s) of fresh processes``) and an
-    inconclusive row's ``cannot rule out +3.1%``; "" when there is nothing to say. Reads rows of every format
-    (format 2's ``unstable: cv 12.3% > 10% ...`` is ``unstable``)."""
+    """A verdict's note column without the figures (they stay in the file's row): the metrics that moved
+    (``moved: host latency (sync) slower``), the note's first clause before its details (``history too short``)
+    and an inconclusive row's ``cannot rule out +3.1%``; "" when there is nothing to say. Any format's rows."""
     parts: list[str] = []
     moved = [item.strip() for item in str(entry.get("moved") or "").split(";") if item.strip()]
     if moved:
@@ -134,12 +116,9 @@ def _verdict_entries(doc: Any) -> Sequence[Any]:
 def load_verdicts(reports_dir: str | os.PathLike[str] = "reports", *,
                   path: str | os.PathLike[str] | None = None) -> Verdicts | None:  # fmt: skip
     """The verdicts of the last ``--perf-compare`` (``<reports_dir>/perf-compare.json``; None when there is none),
-    or of the verdict file ``path`` (which must exist).
-
-    Accepted shapes: the gate's (``{"rows": [entries]}``), a list of entries, ``{"verdicts" | "benchmarks" |
-    "results": [entries]}``, ``{name: entry}`` or ``{name: "slower"}``; an entry is an object with ``name``
-    and/or ``fullname`` and ``verdict`` (or ``status``). `HistoryError` when the file is unreadable or holds
-    no verdicts.
+    or of the verdict file ``path`` (which must exist). Besides the gate's ``{"rows": [entries]}``: a list of
+    entries, ``{"verdicts" | "benchmarks" | "results": [entries]}``, ``{name: entry}`` or ``{name: "slower"}``; an
+    entry has ``name`` and/or ``fullname`` and ``verdict`` (or ``status``). `HistoryError`: unreadable, or no verdicts.
     """
     if path is None:
         path = Path(reports_dir) / VERDICT_FILE

@@ -1,15 +1,9 @@
 """The history of each benchmark across saved runs, with its changes marked (pure functions, no plotting).
 
-A point is *marked* with the gate's verdict word when the compare verdicts judged its run (``slower``, ``faster``,
-``no change``, ``inconclusive``: the verdicts belong to the run they judged, matched by run id:
-`perf.verdicts.Verdicts.judges`), and never with a word of the report's own: a point without a verdict whose median
-moved by more than ``threshold`` (a fraction: 0.10 = 10 %) against the previous normal run that has the same
-benchmark is marked ``moved``. Commit changes (a different ``commit_info.id`` than the previous normal run) are
-flagged as well.
-
-A run made with test-only options (``--perf-inject-delay``, ``--perf-regression``: `perf.runs.SavedRun.injected`)
-is a point of its own kind: compared with the normal run before it and marked like any other (that is how one sees
-the gate's marks work), but never the base of the next run's change, and flagged ``injected``.
+A point is marked with the verdict of the compare verdicts that judged its run (`perf.verdicts.Verdicts.judges`),
+else ``moved`` when its median moved by more than ``threshold`` (a fraction: 0.10 = 10 %) against the previous
+normal run with the benchmark; commit changes are flagged. A test-only run (`perf.runs.SavedRun.injected`) is marked
+like any other and flagged ``injected``, but is never the base of the next run's change.
 """
 
 from __future__ import annotations
@@ -59,10 +53,7 @@ class Point:
 
 def bench_names(runs: list[SavedRun]) -> list[str]:
     """Every benchmark fullname over ``runs``: the newest run's order first, then older-only ones."""
-    names: dict[str, None] = {}
-    for run in reversed(runs):
-        names.update(dict.fromkeys(run.benchmarks))
-    return list(names)
+    return list(dict.fromkeys(name for run in reversed(runs) for name in run.benchmarks))
 
 
 #: The mark of a point whose median moved beyond the threshold and that no verdict judged.

@@ -1,14 +1,9 @@
 """The suite's HTML report and markdown summary, built from saved runs and the suite's report.
 
-``build_report`` reads the inputs (:mod:`perf.report.inputs`), renders ``summary.md`` (its subject -- model and
-digests, input size, classes, video and frames, backends, device, machine -- what the newest run is and where it ran, a banner for an injected run, and the narrow tables, for ``$GITHUB_STEP_SUMMARY``) and
-``index.html`` (one self-contained file): the same notices and tables with every column, then the figures,
-embedded as base64 PNGs -- the latency distribution per benchmark group, the end-to-end stage breakdown, one
-history figure with a panel per benchmark, parity IoU histograms per candidate -- and last the suite's own tables
-(``perf-report.json``, folded), shown as the device they were measured on allows (`perf.report.suite.PerfReport.shown`:
-GPU-only columns left out of a CPU run, with a note saying why). The page is one `string.Template` (`_PAGE`); every
-table in it is `perf.tabletext.html_table`'s. Both files are rendered in memory first and then written atomically,
-so bad input leaves no partial output.
+`build_report` reads the inputs (`perf.report.inputs`) and renders ``summary.md`` (narrow tables) and
+``index.html`` (one self-contained page: every column, figures as base64 PNGs, the suite's own tables folded) in
+memory, then writes both atomically, so bad input leaves no partial output; what each holds: docs/method.md,
+section 9.
 """
 
 from __future__ import annotations
@@ -190,11 +185,8 @@ def to_html(report: Report, title: str = "Performance report") -> str:
 def build_report(storage: Path | None, reports: Path | None, out: Path, *, machine_id: str | None = None,
                  verdicts: Path | None = None, threshold: float = DEFAULT_THRESHOLD,
                  store: str | None = None) -> tuple[list[Path], list[str]]:  # fmt: skip
-    """Read the inputs and write ``out/summary.md`` and ``out/index.html`` atomically.
-
-    Returns the written paths and the warnings (skipped input, also shown in both files). Raises
-    `perf.runs.HistoryError` (nothing written) when the inputs are unusable or matplotlib is missing.
-    """
+    """Write ``out/summary.md`` and ``out/index.html`` atomically; return their paths and the warnings (also shown
+    in both). `perf.runs.HistoryError` (nothing written) when the inputs are unusable or matplotlib is missing."""
     try:
         importlib.import_module("matplotlib")  # imported for real by perf.report.plots, lazily
     except ImportError as e:

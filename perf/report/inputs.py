@@ -1,18 +1,8 @@
-"""What ``perf-report`` reads: saved runs and compare verdicts (`perf.runs`), and the suite's report.
-
-* Saved runs: one machine's runs of pytest-benchmark's storage (`perf.runs.load_runs`); a corrupt or
-  unreadable run among good ones is skipped with a warning naming the file.
-* The suite's report: ``<reports>/perf-report.json`` (`perf.report.suite`), its tables declared in
-  `perf.report.schema` and checked by `perf.validate.report_problem`: end-to-end stage times and parity rows
-  (with the IoU of every matched pair, see `perf.measure.parity.report_row`); and the summaries of the run's
-  Nsight Systems captures (``<reports>/nsys/*/summary.json``, `perf.report.captures`).
-* Or the runs of a history store (``--store``, `perf.store.db`), and in either case the change points of their
-  histories (`perf.store.changepoints`, needs ruptures).
-* Compare verdicts: ``<reports>/perf-compare.json`` (what ``--perf-compare`` writes) or a given verdict file
-  (`perf.verdicts.load_verdicts`). They belong to the run they judged (`perf.verdicts.Verdicts.judges`, by run
-  id) and to no other: `ReportInputs.verdict_for` gives a benchmark's verdict only in that run.
-
-Bad input that leaves nothing to report raises `perf.runs.HistoryError`, one line naming the file.
+"""What ``perf-report`` reads: one machine's saved runs (`perf.runs.load_runs`; a corrupt run among good ones
+is skipped with a warning) or a history store's (``--store``) with their change points, the suite's
+``<reports>/perf-report.json`` (checked by `perf.validate.report_problem`), the Nsight Systems summaries
+(`perf.report.captures`) and the compare verdicts (`perf.verdicts.load_verdicts`; `ReportInputs.verdict_for` gives
+a verdict only in the run it judged). Bad input that leaves nothing to report raises `perf.runs.HistoryError`.
 """
 
 from __future__ import annotations
@@ -99,11 +89,8 @@ class ReportInputs:
 
 
 def load_machine_runs(storage: Path, machine_id: str | None = None) -> tuple[list[SavedRun], list[str]]:
-    """One machine's saved runs, oldest first, and warnings (skipped files, other machines' runs).
-
-    Without ``machine_id`` the machine of the newest run file is taken. Corrupt files are skipped with a
-    warning; `HistoryError` when every file is corrupt, or ``storage`` is not a folder.
-    """
+    """One machine's saved runs (default: the newest run file's), oldest first, and warnings (skipped corrupt
+    files, other machines' runs); `HistoryError` when every file is corrupt, or ``storage`` is not a folder."""
     files = run_files(storage)
     if machine_id is None:
         if not files:

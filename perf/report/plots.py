@@ -243,12 +243,9 @@ def _history_panel(ax: Axes, points: Sequence[Point]) -> None:
 @_styled
 def history_grid(panels: Sequence[tuple[str, Sequence[Point]]], run_labels: Sequence[str],
                  threshold: float) -> bytes:  # fmt: skip
-    """The history of every benchmark in one figure: a panel per ``(title, points)``, 2 to 4 a row
-    (`HISTORY_COLUMNS`), sharing the x axis (``run_labels[i]`` names run ``i``, e.g. ``"3"``); the median per run
-    with its IQR band,
-    runs the gate judged slower / faster ringed red / green, a move beyond ``threshold`` that no verdict judged (or
-    another verdict) ringed orange, change points of the history squared, injected runs as grey crosses, commit
-    changes as dashed lines. One legend above the panels."""
+    """The history of every benchmark in one figure: a panel per ``(title, points)`` (`_history_panel`), 2 to 4 a
+    row (`HISTORY_COLUMNS`), sharing the x axis (``run_labels[i]`` names run ``i``); the gate's slower / faster
+    ringed red / green, moves beyond ``threshold`` no verdict judged orange, change points squared; one legend."""
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 

@@ -1,30 +1,9 @@
 """Every table of the reports, declared once: its key, title and columns (with units and kinds).
 
-Two documents hold tables:
-
-* the suite's report (`SUITE`): the rows tests add with ``perf_report.add(schema.INFERENCE, row)``, saved as
-  ``<reports>/perf-report.json`` (``{"tables": {title: [rows]}}``) and ``perf-report.md`` by
-  `perf.report.suite.PerfReport`, and read back by ``perf-report`` (`perf.report.inputs`);
-* ``perf-report``'s summary (`SUMMARY`): the tables `perf.report.tables` builds from saved runs, rendered as
-  ``summary.md`` and in ``index.html``.
-
-A row's keys are column names. A row with a key its table does not declare, or a row for a table not declared
-here, is refused with a `SchemaError` (so a column cannot silently go missing from the markdown), and the
-markdown and HTML show every declared column, in the order declared here (blank where a row has no value).
-``kept`` columns are saved in the JSON but not shown (long lists such as the IoU of every matched pair).
-A column name holding ``{}`` is a family (``slower @ min effect {}``): each key it matches is shown as a column.
-A column's ``header`` (when given) is shown instead of its name, where the name alone would not say which
-measurement a figure comes from (the inference table's host I/O loop). A ``detail`` column is shown in the HTML
-page only, so that the markdown summary fits a GitHub page (at most
-`MARKDOWN_COLUMNS` columns).
-
-What a figure means can depend on the device: a table's ``note`` says what its columns mean, shown with it
-everywhere; a ``gpu_only`` column (or table) means nothing on a CPU run (no CUDA events, no copies, a smoke-sized
-input), so on a run known to be a CPU one it is left out and the table's ``cpu_note`` says why.
-
-Kinds: `NUMBER` (an int or float; None or NaN when not measured), `TEXT` (shown as written), `NUMBERS` and
-`TEXTS` (lists), defined with their check in `perf.validate`: `report_problem` checks a saved report's cells against
-them.
+Two documents hold tables: the suite's report (`SUITE`: rows tests add with ``perf_report.add(schema.INFERENCE,
+row)``, saved by `perf.report.suite.PerfReport`, read back by `perf.report.inputs`) and ``perf-report``'s summary
+(`SUMMARY`, built by `perf.report.tables`). A row key or table not declared here is a `SchemaError`. What columns
+show where (``kept``, ``detail``, ``header``, ``{}`` families, ``gpu_only`` and notes): docs/method.md, section 9.
 """
 
 from __future__ import annotations

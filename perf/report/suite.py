@@ -1,14 +1,8 @@
-"""The suite's own report: tables that tests add rows to, printed in pytest's terminal summary and saved.
-
-Benchmarks go to pytest-benchmark's storage as usual; this report holds what a benchmark table cannot show:
-the lab's inference-vs-end-to-end FPS table, per-stage times, parity results and mAP per backend. It is
-written to ``<reports>/perf-report.json`` and ``perf-report.md`` (atomically) at the end of the session;
-each pytest-xdist worker writes its own ``perf-report-<worker>.json`` and the controller merges them.
-Every table and column is declared in `perf.report.schema`; a row the schema does not describe is refused.
-``device`` (the device type the run measured on, saved as the JSON's ``"device"``) decides what is shown: on a
-CPU run the GPU-only tables and columns are left out and each table's CPU note says why. ``subject`` (the JSON's
-``"subject"``, the markdown's first section) names what was measured: model files and digests, input size,
-classes, video and frames, backends, device and machine (`perf.subject.describe_subject`).
+"""The suite's own report: tables that tests add rows to (declared in `perf.report.schema`), printed in
+pytest's terminal summary and saved atomically as ``<reports>/perf-report.json`` and ``perf-report.md``; each
+pytest-xdist worker writes ``perf-report-<worker>.json`` and the controller merges them. ``device`` (saved as
+``"device"``) drops GPU-only tables and columns from a CPU run; ``subject`` (`perf.subject.describe_subject`) names
+what was measured.
 """
 
 from __future__ import annotations
@@ -64,10 +58,8 @@ class PerfReport:
     subject: dict[str, str] = field(default_factory=dict)
 
     def add(self, table: TableSpec | str, row: Mapping[str, Any]) -> None:
-        """Append ``row`` to ``table`` (a `perf.report.schema` table, or its title; created on first use).
-
-        Raises `perf.report.schema.SchemaError` naming the table or column when the schema does not declare
-        it, or a value that is not of its column's kind (numpy scalars count as numbers)."""
+        """Append ``row`` to ``table`` (a `perf.report.schema` table or its title); `perf.report.schema.SchemaError`
+        for an undeclared table or column, or a value not of its column's kind (numpy scalars count as numbers)."""
         spec = schema.suite_table(table)
         spec.check(row)
         clean = {key: _plain(value) for key, value in row.items()}

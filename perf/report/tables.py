@@ -1,11 +1,6 @@
 """The report's tables (latest run, end-to-end stages, parity, compare verdicts), what is said of the runs above
-them, and the markdown summary.
-
-Each :class:`Table` is one of `perf.report.schema.SUMMARY`'s, its rows keyed by the schema's column names; the
-same objects are rendered as markdown (``summary.md``, for ``$GITHUB_STEP_SUMMARY``: without the schema's detail
-columns, so it fits a GitHub page) and as HTML (``perf.report.html``, every column). Cells are text that carries its
-unit (`perf.report.readable`: ``12.3 ms``, ``1.66 s``, never ``1.233e+04``); benchmarks are listed by group, then
-in the order of the numbers in their names (``b1, b8, b32``).
+them, and the markdown summary. Each `Table` is one of `perf.report.schema.SUMMARY`'s, its cells text that carries
+its unit (`perf.report.readable`), rendered as ``summary.md`` (no detail columns) and by `perf.report.html`.
 """
 
 from __future__ import annotations
