@@ -1,15 +1,8 @@
 """The perf suite's pytest plugin: its hooks, options and fixtures; the state lives in a `perf.session.PerfSession`.
 
-Registered by the root conftest.py (``pytest_plugins = ["perf.plugin", "perf.fixtures.reporting", ...]``), the one
-module of perf/ with hooks; the benchmark modules' case fixtures are parametrised here too, from the one table
-`perf.measure.cases.CASE_FIXTURES`. Every option of the suite
-is registered here, from the one table in `perf.options`; `PerfSession.start` reads them once, and each hook is a
-call into the session kept in ``config.stash[PERF_SESSION]`` (`perf.session`), which owns the gate, the store,
-the reports, the Nsight Systems captures and the cross-process runs (`perf.roles`). Saved benchmark runs carry
-``machine_info["perf"]`` (`perf.measure.machine.machine_fingerprint`), and ``--benchmark-compare`` refuses a saved
-run from another GPU, driver, CUDA or device unless ``--perf-allow-machine-mismatch`` is given
-(`perf.session.PerfSession.check_saved_run`).
-"""
+Registered by the root conftest.py; the one module of perf/ with hooks, each a call into the session kept in
+``config.stash[PERF_SESSION]``. The benchmark modules' case fixtures are parametrised here, from
+`perf.measure.cases.CASE_FIXTURES`; the options come from the one table in `perf.options`."""
 
 from __future__ import annotations
 
@@ -143,29 +136,27 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 def pytest_terminal_summary_last(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> Generator[None]:
     """After the whole summary (pytest's short test summary included), just above the final line: the store's."""
     result = yield
-    store = _session(config).store
-    if store is not None:
-        store.write_summary(terminalreporter)
+    _session(config).write_last_summary(terminalreporter)
     return result
 
 
 @pytest.fixture(scope="session")
 def perf_options(pytestconfig: pytest.Config) -> PerfOptions:
     """The perf options as parsed (device as requested: see perf_device)."""
-    return pytestconfig.stash[PERF_SESSION].options
+    return _session(pytestconfig).options
 
 
 @pytest.fixture(scope="session")
 def perf_device(pytestconfig: pytest.Config) -> str:
     """Resolved device ("cpu", "cuda", "cuda:N"); a requested CUDA device that is missing never gets here (it is a
     usage error at start-up)."""
-    return pytestconfig.stash[PERF_SESSION].device
+    return _session(pytestconfig).device
 
 
 @pytest.fixture(scope="session")
 def perf_controls(pytestconfig: pytest.Config) -> Controls:
     """The noise controls in force while measuring (``--perf-controls``, see perf/measure/controls.py)."""
-    return pytestconfig.stash[PERF_SESSION].options.controls
+    return _session(pytestconfig).options.controls
 
 
 @pytest.fixture(scope="session")
@@ -187,7 +178,7 @@ def perf_samples(pytestconfig: pytest.Config) -> Any:
     benchmark's rounds, judged by the stability rule (`perf.measure.samples.record_samples`)."""
     from perf.measure.samples import record_samples
 
-    return functools.partial(record_samples, rule=pytestconfig.stash[PERF_SESSION].gate.settings.rule)
+    return functools.partial(record_samples, rule=_session(pytestconfig).gate.settings.rule)
 
 
 @pytest.fixture
@@ -196,4 +187,4 @@ def perf_measure(pytestconfig: pytest.Config) -> Any:
     stability gate, `perf.measure.stability`)."""
     from perf.measure.stability import measure_stable
 
-    return functools.partial(measure_stable, rule=pytestconfig.stash[PERF_SESSION].gate.settings.rule)
+    return functools.partial(measure_stable, rule=_session(pytestconfig).gate.settings.rule)

@@ -1,38 +1,16 @@
 """Saved benchmark runs: the one model of a saved run, read by the gate, the reports and the history store.
 
-Saved runs are pytest-benchmark's files, ``<storage>/<machine id>/NNNN_<name>.json`` (storage ``.benchmarks`` by
-default; machine id like ``Linux-CPython-3.11-64bit``). The perf plugin turns ``--benchmark-save-data`` on, so
-every saved benchmark keeps its raw rounds: ``benchmarks[i]["stats"]["data"]`` is the list of seconds per call,
-one per round, in the order the rounds ran (a round of ``stats["iterations"]`` calls, divided by that number).
-Other keys used here: ``benchmarks[i]["fullname"]`` (the pytest node id; the key runs are matched on),
-``["name"]``, ``["group"]``, ``["params"]``, ``["extra_info"]`` (the suite's extras: ``stability`` from
-`perf.measure.stability`, ``clock``, images/s, percentiles, GPU telemetry), ``machine_info["perf"]`` (the
-fingerprint), ``perf_run`` (beside ``machine_info``, which stays the same from run to run on one machine):
-``{"run_id", "injected"}``, the pytest session's id (uuid4 hex: what a verdict file names its runs by) and the
-test-only options the run was made with (e.g. ``{"inject_delay_ms": 20.0}``; {} for a normal run; older runs carry
-them in each benchmark's ``extra_info["injected"]`` only), ``commit_info``, ``datetime``. Every file is checked by
-`perf.validate.run_problem` first.
-
-*Metrics.* ``stats.data`` is a benchmark's primary metric, "time" (GPU time per call for inference on a GPU;
-seconds per frame or per tick, in blocks of consecutive frames, for the video pipelines; see `perf.measure.samples`).
-More series the gate compares sit in ``extra_info["metrics"][name] = {"label", "unit", "data": [seconds...],
-"judged": bool}``: ``host`` (host latency of a call with synchronisation; judged where the call is launch-bound,
-``extra_info["launch_bound"]``), ``stage:<name>`` (seconds per frame of one pipeline stage, in the same blocks).
-`BenchmarkRecord.metrics` returns them all by name.
-
-*Verdicts.* The gate's verdict files are read by `perf.verdicts`.
-
-Every problem reading any of these is one `HistoryError` naming the file: ``'<path>': <what is wrong>``.
+A saved run is pytest-benchmark's ``<storage>/<machine id>/NNNN_<name>.json`` with raw rounds (``stats.data``) and
+the suite's marks; its fields are listed in docs/architecture.md ("Saved runs"). Every file is checked by
+`perf.validate.run_problem` first; every problem reading one is a `HistoryError` ``'<path>': <what is wrong>``.
 
 API::
 
     runs = load_runs(".benchmarks")                 # every saved run, oldest first (all machine folders)
-    run = runs[-1]; run.benchmarks["perf/test_inference_speed.py::test_inference_speed[torch-fp32-b1]"]
+    bench = runs[-1].benchmarks["perf/test_inference_speed.py::test_inference_speed[torch-fp32-b1]"]
     bench.data                                      # numpy float64 [rounds], seconds per call, or None
-    bench.median_s, bench.stat("iqr"), bench.stats, bench.extra_info, bench.stability
-    run.run_id, run.injected                        # the session's id (or None), {"inject_delay_ms": 20.0}
-    describe_injected(run.injected)                 # "--perf-inject-delay=20.0 (ms)"
-"""
+    bench.median_s, bench.stat("iqr"), bench.metrics(), bench.stability
+    runs[-1].run_id, runs[-1].injected              # the session's id (or None), {"inject_delay_ms": 20.0}"""
 
 from __future__ import annotations
 
@@ -100,8 +78,8 @@ class BenchmarkRecord:
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
     def metrics(self) -> dict[str, np.ndarray]:
-        """Every sample series by metric name: ``"time"`` (the rounds) and ``extra_info["metrics"]``' series;
-        series without data are left out. Built once per record (a verdict reads them many times)."""
+        """Every sample series with data by metric name: ``"time"`` (the rounds) and ``extra_info["metrics"]``'s;
+        built once per record."""
         return self._series
 
     @functools.cached_property
@@ -137,7 +115,7 @@ class BenchmarkRecord:
 
     @classmethod
     def from_json(cls, bench: Mapping[str, Any]) -> BenchmarkRecord:
-        """A record from one entry of a saved run's ``benchmarks`` (checked by `perf.validate.run_problem`)."""
+        """A record from one (checked) entry of a saved run's ``benchmarks``."""
         stats = dict(bench.get("stats") or {})
         raw = stats.pop("data", None)
         return cls(
@@ -152,10 +130,8 @@ class BenchmarkRecord:
 
 
 def param_json(value: Any) -> Any:
-    """A test parameter as JSON, for a saved run's ``params``: its ``to_json()`` when it has one (the suite's cases,
-    `perf.measure.cases.Case`), a dataclass as its fields, lists and mappings item by item, JSON types as they are,
-    anything else as its ``repr``. pytest-benchmark itself writes an object it cannot serialise as the string
-    ``UNSERIALIZABLE[<repr>]``, which `read_params` still reads."""
+    """A test parameter as JSON, for a saved run's ``params``: its ``to_json()`` when it has one, a dataclass as its
+    fields, lists and mappings item by item, JSON types as they are, anything else as its ``repr``."""
     if hasattr(value, "to_json"):
         return param_json(value.to_json())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -173,10 +149,8 @@ _UNSERIALIZABLE = re.compile(r"^UNSERIALIZABLE\[(.*)\]$", re.DOTALL)
 
 
 def read_params(raw: Any) -> dict[str, Any]:
-    """A saved benchmark's ``params`` as JSON values. Runs saved before `param_json` hold
-    ``"UNSERIALIZABLE[Case(variant='torch', precision='fp32', batch=1, ...)]"``: such a value is read back as the
-    object's fields (``{"variant": "torch", "precision": "fp32", "batch": 1, ...}``) where its repr is a call with
-    literal keyword values, else kept as the string it is."""
+    """A saved benchmark's ``params`` as JSON values; an older run's ``"UNSERIALIZABLE[Case(variant='torch', ...)]"``
+    is read back as the call's keyword values (``{"variant": "torch", ...}``) where it can be, else kept as is."""
     if not isinstance(raw, Mapping):
         return {}
     return {str(key): _old_param(value) for key, value in raw.items()}
@@ -204,15 +178,14 @@ def _old_param(value: Any) -> Any:
 
 
 def describe_injected(injected: Mapping[str, Any]) -> str:
-    """``--perf-inject-delay=20.0 (ms)`` for a run's ``perf_run.injected`` (`SavedRun.injected`), options joined by
-    ", "; "" for a normal run. Keys this version does not know are shown as ``key=value``."""
+    """``--perf-inject-delay=20.0 (ms)`` for a run's ``perf_run.injected``, joined by ", " ("" for a normal run);
+    unknown keys as ``key=value``."""
     return ", ".join(INJECTED_OPTIONS.get(str(key), f"{key}={{}}").format(value) for key, value in injected.items())
 
 
 def mismatch_lines(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, option: str,
                    what: str) -> list[str]:  # fmt: skip
-    """The head of a refusal to compare with a saved run: which run (where, when, commit), ``what`` is wrong
-    with it, then one line per differing field (saved value, current value)."""
+    """The head of a refusal to compare with a saved run: which run, ``what`` is wrong, one line per difference."""
     commit = str((saved_run.get("commit_info") or {}).get("id") or "unknown")[:12]
     when = saved_run.get("datetime", "at an unknown time")
     lines = [f"{option}: the saved run in '{location}' (recorded {when}, commit {commit}) {what}:"]
@@ -226,8 +199,8 @@ def run_marks(document: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def injected_of(document: Mapping[str, Any]) -> dict[str, Any]:
-    """The test-only options a saved run's JSON was made with: ``perf_run["injected"]``, or for a run saved
-    before that was recorded, the first benchmark's ``extra_info["injected"]``; {} for a normal run."""
+    """The test-only options a saved run's JSON was made with (``perf_run["injected"]``, else an older run's first
+    benchmark's ``extra_info["injected"]``); {} for a normal run."""
     marked = run_marks(document).get("injected")
     if isinstance(marked, Mapping) and marked:
         return dict(marked)
@@ -240,10 +213,8 @@ def injected_of(document: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class SavedRun:
-    """A saved run: its file, number (``NNNN_``; None for other names), date and commit as saved, and
-    benchmarks by full name (in the file's order). ``run_id``: the pytest session's id (``perf_run.run_id``; None for
-    runs saved before it was recorded); ``injected``: the test-only options it was made with ({} for a normal
-    run; see `injected_of`)."""
+    """A saved run: its file, number (``NNNN_``; None for other names), date, commit, benchmarks by full name (in
+    the file's order), ``run_id`` (None in older runs) and ``injected`` (`injected_of`)."""
 
     path: Path
     number: int | None
@@ -305,8 +276,7 @@ class SavedRun:
 
 
 def run_from_json(data: Any, path: str | os.PathLike[str] = "<memory>") -> SavedRun:
-    """A `SavedRun` from a pytest-benchmark JSON document (``--benchmark-json`` files work too); `HistoryError`
-    names the file and the problem when the document is not a usable run (`perf.validate.run_problem`)."""
+    """A `SavedRun` from a pytest-benchmark JSON document (``--benchmark-json`` files too); else `HistoryError`."""
     path = Path(path)
     problem = run_problem(data)
     if problem is not None:
@@ -332,8 +302,7 @@ def text_value(value: Any) -> str | None:
 
 
 def read_json(path: Path, what: str) -> Any:
-    """The parsed JSON of ``path``; `HistoryError` ``'<path>': no such file`` or ``'<path>': cannot read
-    <what>: <why>``."""
+    """The parsed JSON of ``path``; `HistoryError` ``'<path>': no such file`` / ``cannot read <what>: <why>``."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as e:
@@ -351,9 +320,8 @@ def load_run(path: str | os.PathLike[str]) -> SavedRun:
 
 
 def run_files(storage: str | os.PathLike[str] = ".benchmarks", machine: str | None = None) -> list[Path]:
-    """Saved run files (``NNNN_*.json``) in ``storage`` (a storage folder, or one machine's folder of it), in
-    machine folder ``machine`` or in all, oldest first (by run number, then folder). `HistoryError` when
-    ``storage`` is not a folder."""
+    """Saved run files (``NNNN_*.json``) in ``storage`` (or one machine's folder of it), of ``machine`` or all,
+    oldest first (by run number, then folder); `HistoryError` when ``storage`` is not a folder."""
     root = Path(storage)
     if not root.is_dir():
         problem = "not a folder" if root.exists() else "no such folder"
@@ -366,11 +334,9 @@ def run_files(storage: str | os.PathLike[str] = ".benchmarks", machine: str | No
 
 def load_runs(storage: str | os.PathLike[str] = ".benchmarks", machine: str | None = None, *,
               skipped: list[str] | None = None) -> list[SavedRun]:  # fmt: skip
-    """Every saved run under ``storage`` (see `run_files`), oldest first.
+    """Every saved run under ``storage`` (`run_files`), oldest first; `HistoryError` for a bad file (with
+    ``skipped``, its message goes there instead, unless every file is bad) or a ``machine`` without runs."""
 
-    A file that cannot be read raises `HistoryError`; with ``skipped`` (a list) its message is appended there
-    instead and the file left out, unless every file is bad. `HistoryError` too when ``machine`` has no runs.
-    """
     files = run_files(storage, machine)
     if machine is not None and not files:
         known = ", ".join(sorted({f.parent.name for f in run_files(storage)})) or "none"

@@ -1,14 +1,9 @@
 """The state the perf suite's hooks share: the options as parsed (`PerfOptions`) and the run's `PerfSession`.
 
-`perf.plugin` builds one `PerfSession` in ``pytest_configure`` (`PerfSession.start`) and keeps it in
-``config.stash[PERF_SESSION]``; each of its hooks is one call into it (the pytest-benchmark way). The session owns
-every option (read once), the run id, the reports folder and the parts of a run, each a typed object of
-`perf.roles`: the report (`ReportRun`), the gate (`GateRun`), the history store (`StoreRun`), the Nsight Systems
-captures (`NsysRun`) and the cross-process measurements (`ProcessesRun`); it calls them in the order their effects
-need (the gate's verdicts before the report and the store). `PerfSession.check_saved_run` is the one refusal to
-compare with a saved run of another model, video or machine, or of a run made with a deliberate slowdown, used by
-``--perf-compare`` and ``--benchmark-compare`` alike.
-"""
+`perf.plugin` builds one `PerfSession` in ``pytest_configure`` (`PerfSession.start`), kept in
+``config.stash[PERF_SESSION]``; each hook is one call into it. The session owns the options, the run id, the
+reports folder and the parts of a run (`perf.roles`), and calls them in the order their effects need
+(docs/architecture.md, "The session and its parts")."""
 
 from __future__ import annotations
 
@@ -62,11 +57,9 @@ def backend_markers() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class PerfOptions:
-    """The perf suite's options as parsed (what the ``perf_options`` fixture returns).
-
-    ``device`` is the *requested* device ("auto" included); the ``perf_device`` fixture gives the resolved one.
-    ``frames`` is None unless --perf-frames was given; see `frames_for` (``batch_sizes`` likewise, `batch_sizes_for`).
-    """
+    """The perf suite's options as parsed (the ``perf_options`` fixture): each field is its ``--perf-*`` option
+    (docs/options.md). ``device`` is as requested ("auto" included; ``perf_device`` is the resolved one); ``frames``,
+    ``batch_sizes``, ``streams`` are None unless given (`frames_for`, `batch_sizes_for`, `streams_for`)."""
 
     backends: tuple[str, ...]
     device: str
@@ -80,40 +73,28 @@ class PerfOptions:
     profile: str
     streams: tuple[int, ...] | None = None
     allow_model_mismatch: bool = False
-    #: --perf-skip-interval: the skip intervals (frames skipped between inferences) of the skip-interval test.
     skip_intervals: tuple[int, ...] = DEFAULT_SKIP_INTERVALS
-    #: --perf-inject-delay in ms (0: off) and --perf-regression (None: off): test-only slowdowns.
-    inject_delay_ms: float = 0.0
-    regression: Any = None
-    #: --perf-sources: `perf.measure.sources.Source` of the end-to-end and pipelined tests (mp4v alone if empty).
-    sources: tuple[Any, ...] = ()
-    #: --perf-controls (`perf.measure.controls.Controls`), --perf-clock-lead-in (ms), --perf-kernels (calls, 0: off).
-    controls: Any = None
+    inject_delay_ms: float = 0.0  #: ms, 0: off
+    regression: Any = None  #: `perf.gate.regressions.Regression` or None
+    sources: tuple[Any, ...] = ()  #: `perf.measure.sources.Source` (mp4v alone if empty)
+    controls: Any = None  #: `perf.measure.controls.Controls`
     clock_lead_in_ms: float = 0.0
-    kernels: int = 0
-    #: The hidden flag of a run inside Nsight Systems (`perf.profile.nsys.NSYS_CHILD_FLAG`).
-    nsys_child: bool = False
-    #: --perf-reports-dir, resolved (default ``reports/`` in the rootdir); --perf-html's folder as given, or None.
-    reports_dir: Path = Path("reports")
-    html: str | None = None
-    #: --perf-compare (None: off, True: the latest comparable run, else NUM / ID), --perf-history (runs),
-    #: --perf-noise-profile (a path, "none", or None: this runner's own).
-    compare: Any = None
-    history: int = 20
-    noise_profile: str | None = None
-    #: --perf-selftest and its --perf-selftest-trials / --perf-selftest-levels (None: the device's defaults).
+    kernels: int = 0  #: calls, 0: off
+    nsys_child: bool = False  #: the hidden flag of a run inside Nsight Systems (`perf.profile.nsys.NSYS_CHILD_FLAG`)
+    reports_dir: Path = Path("reports")  #: resolved (default ``reports/`` in the rootdir)
+    html: str | None = None  #: as given
+    compare: Any = None  #: None: off, True: the latest comparable run, else NUM / ID
+    history: int = 20  #: runs
+    noise_profile: str | None = None  #: a path, "none", or None: this runner's own
     selftest: bool = False
-    selftest_trials: int | None = None
+    selftest_trials: int | None = None  #: None: the device's default
     selftest_levels: tuple[float, ...] | None = None
-    #: --perf-noise / --perf-selftest-processes (K processes, None: off), --perf-selftest-regressions,
-    #: --perf-processes-budget (s), --perf-runs-dir (as given).
-    noise: int | None = None
+    noise: int | None = None  #: K processes, None: off (selftest_processes too)
     selftest_processes: int | None = None
     selftest_regressions: tuple[Any, ...] | None = None
-    processes_budget: float | None = None
-    runs_dir: str | None = None
-    #: --perf-store, else the ini setting ``perf_store`` (None: neither given).
-    store: str | None = None
+    processes_budget: float | None = None  #: s
+    runs_dir: str | None = None  #: as given
+    store: str | None = None  #: --perf-store, else the ini setting ``perf_store``
 
     def batch_sizes_for(self, device: str) -> tuple[int, ...]:
         """Batch sizes of the inference benchmarks on `device`: --perf-batch-sizes, else `DEFAULT_BATCH_SIZES`."""
@@ -139,13 +120,9 @@ class PerfOptions:
 
 
 def resolve_device(requested: str, cuda_device_count: int) -> tuple[str, str | None]:
-    """Turn a --perf-device value into the device tests run on, and why it does not exist (or None).
-
-    "auto" is "cuda" when a CUDA device is visible, else "cpu". "cuda" / "cuda:N" stay as asked; without that
-    device the reason is "no CUDA device (found 0)" or "no CUDA device N (found K)", which
-    `PerfSession.usage_errors` reports: a device asked for by name must exist, only "auto" falls back to the CPU.
-    ``requested`` is parsed by `detector.devices.parse_device` (ValueError for another name).
-    """
+    """A --perf-device value as the device tests run on, and why that device does not exist (or None): "auto" is
+    "cuda" when one is visible, else "cpu"; "cuda" / "cuda:N" stay as asked (only "auto" falls back to the CPU).
+    ValueError for another name (`detector.devices.parse_device`)."""
     kind, index = parse_device(requested)
     if kind == "auto":
         return ("cuda" if cuda_device_count > 0 else "cpu"), None
@@ -159,8 +136,7 @@ def resolve_device(requested: str, cuda_device_count: int) -> tuple[str, str | N
 
 
 class PerfSession:
-    """Per-run state of the perf plugin: options, what is measured (`perf.subject.Subject`), the resolved device
-    and the machine fingerprint (both lazy)."""
+    """Per-run state of the perf plugin: options, subject, the resolved device and fingerprint (lazy), the parts."""
 
     def __init__(self, options: PerfOptions, subject: Subject | None = None) -> None:
         self.options = options
@@ -176,10 +152,9 @@ class PerfSession:
     @classmethod
     def start(cls, config: pytest.Config, markers: Mapping[str, str], option_errors: Callable[[pytest.Config], list[str]],
               processes: Callable[[PerfSession, pytest.Config], Any]) -> PerfSession:  # fmt: skip
-        """``pytest_configure``: check the options, build the session and its parts; a usage error (one line per
-        problem) for what cannot work. ``markers``: the suite's own markers (name -> description);
-        ``option_errors``: the options' own check (`perf.options.start_up_errors`); ``processes``: the factory of
-        the cross-process run (`perf.roles.processes.ProcessesRun.start`)."""
+        """``pytest_configure``: check the options (a usage error, one line per problem), build the session and its
+        parts. ``markers``: name -> description; ``option_errors``: `perf.options.start_up_errors`; ``processes``:
+        `perf.roles.processes.ProcessesRun.start`."""
         from perf.measure.clock import SUITE_CLOCK
         from perf.measure.multigpu import bind_worker_gpu
         from perf.preflight import check_options
@@ -216,7 +191,7 @@ class PerfSession:
 
     @property
     def run_name(self) -> str:
-        """This run's name in the report files (start time and process id), shared with its xdist workers."""
+        """This run's name in the report files (start time, process id), shared with its xdist workers."""
         return self.report.run
 
     def on_sessionstart(self, session: pytest.Session) -> None:
@@ -240,8 +215,7 @@ class PerfSession:
             pytest.skip(reason)
 
     def on_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
-        """Around a test's call: mark the benchmarks of a run with injected slowdowns, so no one mistakes them for
-        the real thing (and the calibration of an injected regression, after the call)."""
+        """Around a test's call: mark a benchmark of a run with injected slowdowns (and, after, the calibration)."""
         marks = self.options.injected
         funcargs = getattr(item, "funcargs", {})
         bench = funcargs.get("benchmark")
@@ -253,8 +227,7 @@ class PerfSession:
             bench.extra_info.setdefault("regression_calibration", calibration)
 
     def on_makereport(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
-        """A test failing on a full disk stops the run in one line (`perf.diskfull`); a passed benchmark the gate
-        judges slower fails."""
+        """A full disk stops the run in one line (`perf.diskfull`); the gate judges a passed benchmark."""
         from perf.diskfull import stop_if_disk_full
 
         if report.failed and call.excinfo is not None:
@@ -263,10 +236,8 @@ class PerfSession:
         self.gate.judge_test(item, call, report)
 
     def on_update_json(self, benchmarks: Any, output_json: dict[str, Any]) -> None:
-        """The run's own marks, beside machine_info (which must stay the same from run to run on one machine, or
-        pytest-benchmark warns at every compare): ``perf_run`` = ``{"run_id", "injected"}``; and every benchmark's
-        ``params`` as JSON (`perf.runs.param_json`), not pytest-benchmark's ``UNSERIALIZABLE[...]`` strings. The
-        store keeps the document and the file it is saved in."""
+        """``perf_run`` = ``{"run_id", "injected"}`` beside machine_info, every benchmark's ``params`` as JSON
+        (`perf.runs.param_json`); the store keeps the document (docs/architecture.md, "Saved runs")."""
         from perf.runs import param_json
 
         output_json["perf_run"] = {"run_id": self.run_id, "injected": self.options.injected}
@@ -277,8 +248,7 @@ class PerfSession:
             self.store.saving(benchmarks, output_json)
 
     def on_sessionfinish(self, session: pytest.Session) -> None:
-        """After pytest-benchmark saved the run (its hookwrapper): the cross-process verdict, the gate's verdicts,
-        the report, then the store, which keeps the saved run with the gate's verdicts."""
+        """After pytest-benchmark saved the run: the cross-process verdict, the gate, the report, then the store."""
         if self.processes is not None:
             self.processes.finish(session)
         self.gate.finish(session)
@@ -293,6 +263,11 @@ class PerfSession:
         if self.processes is not None:
             self.processes.write_summary(terminalreporter)
         self.nsys.write_summary(terminalreporter)
+
+    def write_last_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """Just above the final line, after pytest's short test summary: the store's line."""
+        if self.store is not None:
+            self.store.write_summary(terminalreporter)
 
     def header(self) -> list[str]:
         """``pytest_report_header``: what the run measures, and a warning line for an injected slowdown."""
@@ -310,8 +285,8 @@ class PerfSession:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> PerfSession:
-        """Build from the options (`perf.options`) and the subject's ini settings; relative paths of options are
-        taken from the directory pytest was started in, of ini values from the ini file's folder."""
+        """Build from the options and the subject's ini settings; relative paths of options are taken from where
+        pytest started, of ini values from the ini file's folder."""
         from detector.spec import default_cache_dir  # one cache with the detector CLI
 
         getoption, invocation_dir = config.getoption, config.invocation_params.dir
@@ -331,9 +306,8 @@ class PerfSession:
         return cls(PerfOptions(**values), Subject.from_config(getoption, config.getini, invocation_dir, ini_dir))
 
     def usage_errors(self, *, autosave: bool = False) -> Iterable[str]:
-        """Messages for option values that cannot work together or point at nothing, such as a CUDA device asked
-        for by name (``--perf-device cuda`` / ``cuda:N``) that does not exist (checking that one imports torch), or
-        a run with a deliberate slowdown that ``--benchmark-autosave`` (``autosave``) would make the next baseline."""
+        """Messages for option values that cannot work (together): a CUDA device named but missing (imports torch),
+        an injected slowdown ``autosave`` would make the next baseline, the subject's problems, nsys + profiler."""
         if self.options.device.startswith("cuda") and (missing := self._device[1]) is not None:
             yield f"--perf-device {self.options.device}: {missing}"
         if autosave and self.options.injected:
@@ -346,11 +320,8 @@ class PerfSession:
                    "CUPTI and would distort each other; run them separately")
 
     def check_saved_run(self, saved_run: Mapping[str, Any], location: str, option: str) -> None:
-        """Refuse (pytest.UsageError) to compare with ``saved_run`` (a saved run's JSON, found in ``location``, for
-        ``option``) when it measured another model or video, unless --perf-allow-model-mismatch, or comes from another
-        GPU, driver, CUDA version or device, unless --perf-allow-machine-mismatch; allowed, each is a warning. A saved
-        run that recorded no model or video identity (saved before identities were saved) is compared with a warning.
-        A run made with a deliberate slowdown (`perf.runs.injected_of`) is never a baseline: always refused."""
+        """Refuse (pytest.UsageError) or warn about comparing with ``saved_run`` (its JSON, in ``location``, for
+        ``option``): see docs/architecture.md, "The session and its parts"."""
         from perf.measure.machine import fingerprint_differences, mismatch_message
 
         config = self.config
@@ -390,8 +361,7 @@ class PerfSession:
 
     @functools.cached_property
     def run_id(self) -> str:
-        """This pytest session's id (uuid4 hex): ``perf_run["run_id"]`` of the run it saves and
-        ``current.run_id`` of the verdicts it writes, so reports tie verdicts to the run they judged."""
+        """This pytest session's id (uuid4 hex): ``perf_run["run_id"]`` of its saved run and its verdicts'."""
         import uuid
 
         return uuid.uuid4().hex
@@ -409,9 +379,8 @@ class PerfSession:
         return frozenset({"gpu", *backend_markers()})
 
     def skip_reason(self, markers: set[str]) -> str | None:
-        """Why a test marked with `markers` ("gpu", "trt") cannot run here, or None when it can: "gpu" needs a CUDA
-        device; a backend's own marker needs that backend to run on this device (`detector.backends.availability`:
-        "tensorrt not installed (...)", an RTX refusal), so a CPU backend's marker does not skip a CPU run."""
+        """Why a test marked with `markers` ("gpu", "trt") cannot run here, or None: "gpu" needs a CUDA device; a
+        backend's marker needs that backend to run on this device (`detector.backends.availability`)."""
         from detector.backends import availability, backend
 
         device_type = self.device.partition(":")[0]
@@ -451,8 +420,8 @@ class PerfSession:
 
     @functools.cached_property
     def fingerprint(self) -> dict[str, Any]:
-        """``machine_info["perf"]``: `perf.measure.machine.machine_fingerprint` of the GPU in use, plus ``device``: the
-        device type the run used ("cpu" or "cuda"; the index is ``gpu_index``)."""
+        """``machine_info["perf"]``: `perf.measure.machine.machine_fingerprint` of the GPU in use, plus ``device``
+        ("cpu" or "cuda")."""
         from perf.measure.machine import machine_fingerprint
 
         device_type, _, index = self.device.partition(":")
@@ -463,13 +432,12 @@ PERF_SESSION = pytest.StashKey[PerfSession]()
 
 
 class MachineMismatchWarning(pytest.PytestWarning):
-    """A compare with a saved run of another machine, model or video, allowed by --perf-allow-machine-mismatch or
-    --perf-allow-model-mismatch."""
+    """A compare with a saved run of another machine, model or video, allowed by --perf-allow-*-mismatch."""
 
 
 class SubjectWarning(pytest.PytestWarning):
-    """A model or video setting that works but is likely wrong, such as ground-truth categories that are not the
-    model's class names."""
+    """A model or video setting that works but is likely wrong (ground-truth categories not the class names)."""
+
 
 
 def _refuse_or_warn(config: pytest.Config, message: str, allowed: bool) -> None:

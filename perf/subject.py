@@ -1,15 +1,8 @@
 """What the suite measures -- the model and the video -- from its options or ini settings, and their identity.
 
-A repository pins its own model and video in its pytest ini file (``perf_cfg``, ``perf_weights``, ``perf_names``,
-``perf_onnx``, ``perf_engine``, ``perf_engine_precision``, ``perf_video``, ``perf_ground_truth``,
-``perf_min_map``); the ``--perf-*`` options of the same names override it for one run (docs/options.md).
-Relative paths are taken from the directory pytest was started in (options) or from the ini file's folder (ini
-settings). With none of them the suite measures the shipped model on the synthetic video with its ground truth.
-
-Every saved run records :meth:`Subject.identity` -- digests of the model files, the input size and classes, the
-video's digest and the frames measured, and the precisions asked for -- under ``machine_info["perf_subject"]``;
-`subject_differences` is what ``--perf-compare`` and ``--benchmark-compare`` refuse to compare across.
-"""
+Each ``perf_<name>`` ini setting is overridden by its ``--perf-<name>`` option (docs/options.md); relative paths
+are taken from where pytest started (options) or the ini file's folder. Every saved run records
+`Subject.identity` under ``machine_info["perf_subject"]``; `subject_differences` is what the compares refuse."""
 
 from __future__ import annotations
 
@@ -80,10 +73,8 @@ class Subject:
 
     # -- checks before anything heavy -------------------------------------------------------------------------
     def problems(self) -> list[str]:
-        """One line per setting that cannot work: a missing file, weights without a cfg, an engine without the
-        model it was built from, a bad precision or floor; then the files themselves (`_file_problems`): a cfg that
-        does not parse, weights that do not fit it, a names file, ONNX file, video or ground truth that cannot be
-        used. Empty when all is well."""
+        """One line per setting that cannot work (a missing file, weights without a cfg, an engine without its
+        model, a bad precision or floor), then per file that cannot be used (`_file_problems`); [] when all is well."""
         out = []
         for name in PATHS:
             path = getattr(self, name)
@@ -105,10 +96,8 @@ class Subject:
         return out
 
     def _file_problems(self) -> list[str]:
-        """What the files themselves get wrong, in the order they depend on each other (the first failure per
-        step): the cfg parses (CfgError names file:line) or an ONNX model alone has static input and classes; the
-        weights' header and size fit the cfg (read: 20 bytes); the names file has one name per class; a given ONNX
-        file loads and fits the cfg; the video opens; the ground truth is a COCO json. No torch is imported."""
+        """What the files get wrong, the first failure of the model's chain (cfg or ONNX, weights, names, ONNX
+        against the cfg), then the video and the ground truth; no torch is imported."""
         from detector.errors import DetectorError
 
         out: list[str] = []
@@ -143,8 +132,8 @@ class Subject:
         return out
 
     def warnings(self) -> list[str]:
-        """One line per setting that works but is likely wrong: the ground truth's categories are not the model's
-        class names (category id k + 1 is scored as class k, whatever its name). Call after `problems` is empty."""
+        """One line per setting that works but is likely wrong (ground-truth categories that are not the model's
+        class names); call after `problems` is empty."""
         from detector.errors import DetectorError
         from detector.groundtruth import check_categories
 
@@ -165,8 +154,7 @@ class Subject:
 
     @functools.cached_property
     def _ground_truth(self) -> dict[str, Any] | None:
-        """The user video's ground truth, read and checked once (`detector.groundtruth.load_ground_truth`: a
-        DetectorError names the file); None without one."""
+        """The user video's ground truth, read and checked once (DetectorError names the file); None without one."""
         from detector.groundtruth import load_ground_truth
 
         video = self._user_video
@@ -213,9 +201,8 @@ class Subject:
     # -- identity ---------------------------------------------------------------------------------------------
     def identity(self, spec: ModelSpec, *, synthetic_frames: int, precisions: Iterable[str],
                  backends: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
-        """What a saved run measured: the model files by digest, input size and classes (count and names), the
-        video by digest (the synthetic one by its parameters) and the frames measured (``"all"`` for a whole user
-        video), the ground truth by digest, and the backends and precisions asked for."""
+        """What a saved run measured: model files by digest, input size, classes, the video by digest (the synthetic
+        one by its parameters) and its frames (``"all"``: a whole user video), ground truth, backends, precisions."""
         model = spec.model_file
         video = self.video_case(lambda: VideoCase(Path(f"synthetic seed {SYNTHETIC_SEED}"), None, synthetic_frames))
         out: dict[str, Any] = {
@@ -246,23 +233,19 @@ SHOWN_NAMES = 8
 
 def describe_subject(identity: Mapping[str, Any] | None, fingerprint: Mapping[str, Any] | None = None,
                      machine: str | None = None) -> dict[str, str]:  # fmt: skip
-    """What a report is about, one text per field, in this order: model (files and digests), input size, classes
-    (count and names, shortened past `SHOWN_NAMES`), video (digest, frames), backends, precisions, device and
-    machine. From a saved run's ``machine_info["perf_subject"]`` (`Subject.identity`; None for a run saved before
-    identities were recorded: its model is "<not recorded>") and ``machine_info["perf"]`` (the fingerprint);
-    ``machine``: the host. Every report (``perf-report.md`` / ``.json``, the HTML report, the verdict files,
-    ``perf-history runs``) says its subject with this."""
+    """What every report is about, one text per field: model, input size, classes, video, backends, precisions,
+    device, machine; from ``machine_info["perf_subject"]`` (None: an older run, model "<not recorded>"), the
+    fingerprint ``machine_info["perf"]`` and the host ``machine``."""
     ident = dict(identity or {})
     fp = dict(fingerprint or {})
     out: dict[str, str] = {}
     if not ident:
         out["model"] = NOT_RECORDED
     else:
-        files = [f"cfg sha256 {ident['cfg_sha256']}" if ident.get("cfg_sha256") else "",
-                 f"weights {ident['weights']}" if ident.get("weights") else "",
-                 f"onnx sha256 {ident['onnx_sha256']}" if ident.get("onnx_sha256") else "",
-                 f"engine sha256 {ident['engine_sha256']}" if ident.get("engine_sha256") else ""]  # fmt: skip
-        digests = ", ".join(f for f in files if f)
+        files = (("cfg_sha256", "cfg sha256"), ("weights", "weights"), ("onnx_sha256", "onnx sha256"),
+                 ("engine_sha256", "engine sha256"))  # fmt: skip
+        digests = ", ".join(f"{label} {ident[key]}" for key, label in files if ident.get(key))
+
         out["model"] = f"{ident.get('model', '?')}" + (f" ({digests})" if digests else "")
         out["input size"] = f"{ident.get('input_size', '?')} px"
         out["classes"] = _classes_text(ident.get("classes"), ident.get("class_names"))
@@ -284,8 +267,7 @@ def describe_subject(identity: Mapping[str, Any] | None, fingerprint: Mapping[st
 
 
 def subject_line(identity: Mapping[str, Any] | None) -> str:
-    """The subject in one line, for lists of runs: ``model320.cfg 320x320, 3 classes, clip.mp4 (all frames)``;
-    ``model <not recorded>`` for a run saved before identities were recorded."""
+    """The subject in one line: ``model320.cfg 320x320, 3 classes, clip.mp4 (all frames)`` (or not recorded)."""
     if not identity:
         return f"model {NOT_RECORDED}"
     frames = identity.get("frames")
@@ -317,8 +299,8 @@ def _class_names(spec: ModelSpec) -> list[str] | None:
 
 
 def subject_differences(saved: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(field, saved, current) for each `COMPARED` field on which two identities disagree; [] when the saved run
-    recorded none (runs saved before identities existed are compared, with a warning by the caller)."""
+    """(field, saved, current) for each `COMPARED` field on which two identities disagree; [] when none saved."""
+
     if not saved:
         return []
     return [(f, saved.get(f, NOT_RECORDED), current.get(f)) for f in COMPARED if saved.get(f) != current.get(f)]

@@ -1,14 +1,6 @@
-"""The regression gate of a session (`GateRun`, owned by `perf.session.PerfSession`): raw rounds in saved runs,
-``--perf-compare`` judged against main's history with confirmation, and ``--perf-selftest`` (docs/method.md,
-section 8).
-
-``--benchmark-save-data`` is switched on, so saved runs hold ``stats.data``. Each benchmark is judged as its test
-ends (`perf.gate.compare.judge_benchmark`); with ``--perf-confirm=0`` a "slower" fails that test at once
-(`GateFailure`: one line, also in JUnit XML), else the suspects are confirmed at the end of the session
-(`perf.gate.confirm`). ``--benchmark-compare-fail`` is replaced by the gate where a history exists
-(`COMPARE_FAIL_REPLACED`), else said untrusted (`COMPARE_FAIL_UNTRUSTED`), its ``PerformanceRegression`` one line
-(`COMPARE_FAIL_LINE`).
-"""
+"""The regression gate of a session (`GateRun`): ``--perf-compare`` judged against main's history with
+confirmation, ``--perf-selftest``, and ``--benchmark-compare-fail`` replaced or said untrusted (docs/method.md,
+section 8; docs/architecture.md, "The session and its parts")."""
 
 from __future__ import annotations
 
@@ -41,9 +33,8 @@ COMPARE_FAIL_REPLACED = ("--benchmark-compare-fail={checks} not applied: it comp
 
 @dataclass(frozen=True)
 class GateFailure:
-    """A test's failure by the gate: ``message`` is its one line. Shaped as pytest's crash report (``reprcrash``
-    with ``message``, ``toterminal``) so that the short summary, JUnit XML and the failures section show the
-    line and nothing else."""
+    """A test's failure by the gate, its one line ``message``, shaped as pytest's crash report (``reprcrash``,
+    ``toterminal``) so the short summary, JUnit XML and the failures section show that line alone."""
 
     message: str
 
@@ -98,9 +89,8 @@ def _record(metadata: Any) -> Any:
 
 @dataclass
 class GateRun:
-    """The gate of one session: its settings, main's history (`perf.gate.compare.Baseline`, None without
-    --perf-compare), the expected benchmarks and the first-pass rows as each test ended, the final rows and their
-    verdict document, the run's error budget, and what the terminal summary says."""
+    """The gate of one session: settings, main's history (`perf.gate.compare.Baseline`; None: no compare), the
+    expected benchmarks, first-pass and final rows, the verdict document, the error budget, the summary's lines."""
 
     perf: PerfSession
     settings: GateSettings
@@ -145,8 +135,8 @@ class GateRun:
         self.baseline = baseline
 
     def _history(self, storage: Any, wanted: Any, quiet: bool = False) -> Any:
-        """The `perf.gate.compare.Baseline` of ``--perf-compare[=wanted]``: see the module docstring. ``quiet``: None
-        instead of a usage error when nothing can be judged (pytest-benchmark's own compare then runs as it is)."""
+        """The `perf.gate.compare.Baseline` of ``--perf-compare[=wanted]``; ``quiet``: None instead of a usage error
+        when nothing can be judged (pytest-benchmark's own compare then runs as it is)."""
         from perf.gate.compare import Baseline
         from perf.gate.history import history_runs
         from perf.runs import HistoryError, run_from_json
@@ -190,8 +180,7 @@ class GateRun:
         return Baseline(kept, self._noise_profile(storage))
 
     def _noise_profile(self, storage: Any) -> Any:
-        """The profile that seeds a short history: --perf-noise-profile's file, none, or this runner's in the
-        storage."""
+        """The profile that seeds a short history: --perf-noise-profile's file, none, or this runner's stored one."""
         from perf.gate.noise import NoiseProfileError, find_profile, load_profile
 
         wanted = self.options.noise_profile
@@ -223,7 +212,7 @@ class GateRun:
             self.budget = budget(self.baseline, self.settings, self.expected)
 
     def judge_test(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
-        """Fail a passed benchmark's call when the gate judges it (see the module docstring)."""
+        """Fail a passed benchmark's call when the gate judges it slower."""
         if call.when != "call" or not report.passed:
             return
         bench = getattr(item, "funcargs", {}).get("benchmark")
@@ -235,8 +224,7 @@ class GateRun:
                 report.longrepr = GateFailure("; ".join(reasons))  # type: ignore[assignment]
 
     def _perf_compare_failure(self, metadata: Any) -> list[str]:
-        """The first pass on one benchmark, kept for the session's table; the reason when it fails the test now
-        (a "slower" with no confirmation to come)."""
+        """The first pass on one benchmark, kept; the reason when it fails now (slower, no confirmation to come)."""
         baseline, settings = self.baseline, self.settings
         if baseline is None:
             return []
@@ -252,8 +240,8 @@ class GateRun:
         return []
 
     def _compare_fail_failure(self, config: pytest.Config, metadata: Any) -> list[str]:
-        """pytest-benchmark's own ``--benchmark-compare-fail`` checks on one benchmark (its code, its message); where
-        the gate judges against a history they are counted, not applied."""
+        """pytest-benchmark's own ``--benchmark-compare-fail`` checks on one benchmark; counted, not applied, where
+        the gate judges against a history."""
         checks = _compare_fail(config)
         if not checks:
             return []
@@ -282,8 +270,7 @@ class GateRun:
                 f"significant and beyond {settings.min_effect:.1%}; {confirm}{spent}")
 
     def _confirm(self, config: pytest.Config, rows: list[Any]) -> None:
-        """Confirm the suspects in fresh processes (`perf.gate.confirm`), the base in a worktree where one is
-        needed."""
+        """Confirm the suspects in fresh processes (`perf.gate.confirm`), the base in a worktree where needed."""
         from perf.gate.confirm import Sides, confirm_rows
         from perf.gate.processes import (DROPPED, INJECTING, GitError, base_worktree, forwarded_options, git,
                                          remove_worktree, same_code)  # fmt: skip
@@ -353,16 +340,16 @@ class GateRun:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """The perf-compare section: the header, one line per benchmark, the failures, the count; then the line
-        saying why --benchmark-compare-fail cannot be trusted here, if it cannot."""
+        """The perf-compare section, then why --benchmark-compare-fail cannot be trusted here, if it cannot."""
         if self.rows is not None:
             self._write_verdicts(terminalreporter)
         if self.untrusted:
             terminalreporter.write_line(self.untrusted, yellow=True)
 
     def compare_failed(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """pytest-benchmark raised PerformanceRegression (a ~60-line traceback) for a failed --benchmark-compare-fail
-        check: one line instead, and no failure where the gate judged against a history."""
+        """A failed --benchmark-compare-fail check (PerformanceRegression): one line, no failure where the gate
+        judged against a history."""
+
         if self.baseline is not None:
             return  # COMPARE_FAIL_REPLACED said why, above
         terminalreporter.write_line(COMPARE_FAIL_LINE.format(n=self.compare_fail), red=True)

@@ -1,15 +1,6 @@
-"""The Nsight Systems captures of a session (``pytest perf -m nsys`` or ``--perf-nsys``; `NsysRun`).
-
-In the parent run, each test marked ``nsys`` is not run in-process: it runs again in a child pytest under
-``nsys profile --capture-range=cudaProfilerApi``, where the ``measured_region`` fixture brackets only the
-measured calls with ``cudaProfilerStart``/``Stop`` and switches NVTX ranges on. The parent test passes, fails
-or skips with the child; after a passing child, the capture is exported to SQLite once and read once
-(`perf.profile.capture_db.Capture`) into the summary (top kernels, time per NVTX stage, host<->device copies, GPU
-idle fraction in the measured region) and the critical path with the longest waits (`perf.profile.critical_path`),
-saved as ``summary.json`` /
-``summary.md`` beside the ``.nsys-rep`` and printed in the terminal summary. Without the marker selection,
-marked tests run as usual. The child gets the parent's own options (`child_options`), not a list kept here.
-"""
+"""The Nsight Systems captures of a session (``pytest perf -m nsys`` or ``--perf-nsys``; `NsysRun`): each test
+marked ``nsys`` runs again in a child pytest under ``nsys profile``, summarised beside its report
+(docs/architecture.md, "The session and its parts"; the summary: "The critical path of an nsys capture")."""
 
 from __future__ import annotations
 
@@ -37,13 +28,8 @@ def nsys_selected(options: PerfOptions, markexpr: str | None) -> bool:
 
 
 def child_options(config: pytest.Config, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The child's pytest options and environment: the parent's own, less `perf.gate.processes.NSYS_DROPPED`.
-
-    The parent's command line, its ``PYTEST_ADDOPTS`` and its ini ``addopts`` all reach the child without what
-    saves, compares or selects (the child saves nothing, compares nothing and runs one node id); settings read from
-    the ini file reach it through the same ini file (``-c``), and relative paths keep their meaning because the
-    child starts in the directory the parent was started in (see `NsysRun.capture`).
-    """
+    """The child's pytest options and environment: the parent's command line, ``PYTEST_ADDOPTS`` and ini
+    ``addopts`` less `perf.gate.processes.NSYS_DROPPED`, and the same ini file (``-c``)."""
     from perf.gate.processes import NSYS_DROPPED, forwarded_options
 
     options = forwarded_options(config.invocation_params.args, config.args, dropped=NSYS_DROPPED)
@@ -69,8 +55,9 @@ class NsysRun:
     summaries: list[tuple[str, Any]] = field(default_factory=list)
 
     def run_test(self, item: pytest.Item) -> bool | None:
-        """``pytest_runtest_protocol``: a test marked ``nsys`` runs in a child under nsys instead of here (True),
-        when captures were asked for; else None (pytest runs it)."""
+        """``pytest_runtest_protocol``: run a test marked ``nsys`` in a child under nsys (True) when captures were
+        asked for; else None."""
+
         if item.get_closest_marker("nsys") is None or not self.selected:
             return None
         ihook = item.ihook
@@ -86,10 +73,10 @@ class NsysRun:
                                        summarize_report)  # fmt: skip
 
         config = item.config
-        explicit = self.options.nsys_path
-        nsys = find_nsys(explicit if explicit != "nsys" else None, os.environ)
+        explicit = self.options.nsys_path if self.options.nsys_path != "nsys" else None
+        nsys = find_nsys(explicit, os.environ)
         if nsys is None:
-            pytest.skip(nsys_not_found_reason(explicit if explicit != "nsys" else None, os.environ))
+            pytest.skip(nsys_not_found_reason(explicit, os.environ))
         try:
             options, env = child_options(config, os.environ)
             result = run_child_under_nsys(nsys, item.nodeid, config.rootpath, options,

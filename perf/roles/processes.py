@@ -1,10 +1,6 @@
 """The cross-process measurements of a session (`ProcessesRun`): ``--perf-noise=K`` (docs/method.md, section 3)
-and ``--perf-selftest-processes=K`` (section 5), each in K fresh processes (`perf.gate.processes`).
-
-The process the user starts only collects and orchestrates: no test runs in it. Tables go to the terminal and
-the suite's report; the noise profile of the identical processes is saved beside the runs (`perf.gate.noise`); the
-children's runs and logs stay in ``--perf-runs-dir`` (default: a new folder under ``<reports>/processes/``).
-"""
+and ``--perf-selftest-processes=K`` (section 5), each in K fresh processes (`perf.gate.processes`); the process the
+user starts only orchestrates (docs/architecture.md, "The session and its parts")."""
 
 from __future__ import annotations
 
@@ -29,9 +25,8 @@ DEFAULT_COMPARE_FAIL = "median:5%"
 
 @dataclass
 class ProcessesRun:
-    """The cross-process measurement of one session: the mode (``noise`` or ``selftest``) and its process count,
-    when it started (monotonic s), the runs folder and the children's results, and what the terminal summary
-    says."""
+    """The cross-process measurement of one session: mode (``noise`` or ``selftest``), process count, start
+    (monotonic s), the runs folder, the children's results and the summary's lines."""
 
     perf: PerfSession
     mode: str
@@ -48,8 +43,8 @@ class ProcessesRun:
 
     @classmethod
     def start(cls, perf: PerfSession, config: pytest.Config) -> ProcessesRun | None:
-        """The measurement --perf-noise / --perf-selftest-processes asks for (None: neither); usage errors for what
-        cannot go with it."""
+        """The measurement --perf-noise / --perf-selftest-processes asks for (None: neither), or a usage error."""
+
         options = perf.options
         if options.nsys_child:
             return None

@@ -1,18 +1,6 @@
-"""The suite's report of a session (`ReportRun`): the rows tests add (``perf_report``), printed at the end of the
-run and saved.
-
-Each test's rows go to one :class:`perf.report.suite.PerfReport` per process. At the end of the session a
-pytest-xdist worker saves its rows as ``perf-report-<run>-<worker>.json``; the controller (or a plain run) merges
-its own workers' parts, prints the tables in the terminal summary and writes them under ``--perf-reports-dir``
-(default ``reports/`` in the rootdir) twice: ``perf-report-<run>.json`` / ``.md``, this run's own files, and
-``perf-report.json`` / ``.md``, a copy of the last run to finish (each file replaced atomically, so a reader
-never sees half of one). ``<run>`` is the start time and process id (``20260102-101500-1234``), so runs sharing
-one reports folder never overwrite or take each other's rows. The markdown is ready for a CI job summary.
-
-``--perf-html=DIR`` also writes the HTML report and its markdown summary (:mod:`perf.report.html`) at the end of
-the session, from the benchmark storage (this machine's saved runs, this run included when it was saved) and the
-reports folder; a report that cannot be built is a warning line, never a failed session.
-"""
+"""The suite's report of a session (`ReportRun`): the rows tests add (``perf_report``), merged across xdist workers,
+printed and saved under ``--perf-reports-dir``; then ``--perf-html`` (docs/architecture.md, "The session and its
+parts")."""
 
 from __future__ import annotations
 
@@ -32,8 +20,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class ReportRun:
-    """The report of one session: the rows (`PerfReport`), this run's name in the report files (shared with its
-    xdist workers), the worker id (None: the controller or a plain run), and the --perf-html lines to print."""
+    """The report of one session: the rows, this run's name (shared with its xdist workers), the worker id (None:
+    the controller or a plain run), the --perf-html lines to print."""
+
 
     perf: PerfSession
     run: str

@@ -1,13 +1,5 @@
-"""The history store of a session (`StoreRun`, owned by `perf.session.PerfSession`): every run pytest-benchmark
-saves also goes into the store (`perf.store.db`), with the verdicts that judged it and the noise profile they used.
-
-Where: ``--perf-store`` / ``perf_store``, else ``$PERF_STORE``, else ``.benchmarks/history.sqlite``; ``none`` turns
-it off. Only a saved run, never from a pytest-xdist worker. The store is opened (created, migrated) when the session
-starts, so a wrong address is a usage error (exit 4) before anything is measured, and written once at the end, in
-one transaction, after the saved file and the verdicts. A store that cannot take the run is one ``NOT STORED``
-line and, for a store given explicitly, exit `NOT_STORED` (6) of an otherwise green run (docs/options.md); the saved
-file in ``.benchmarks/`` is never affected.
-"""
+"""The history store of a session (`StoreRun`): every saved run also goes into the store (`perf.store.db`) with its
+verdicts and noise profile; where, when and what a failure does: docs/architecture.md, "The session and its parts"."""
 
 from __future__ import annotations
 
@@ -35,8 +27,8 @@ def _where(given: str | None, storage: Any) -> tuple[str | None, bool]:
 
 @dataclass
 class StoreRun:
-    """The store of one session: the open store (None when off), whether it was asked for, the document
-    pytest-benchmark saves and the file it saves it in, and the lines for the terminal summary."""
+    """The store of one session: the open store (None: off), whether it was asked for, the document
+    pytest-benchmark saves and its file, and the summary's lines."""
 
     store: Any = None
     asked: bool = False
@@ -47,8 +39,8 @@ class StoreRun:
 
     @classmethod
     def open(cls, config: pytest.Config, given: str | None) -> StoreRun | None:
-        """The store of a run that is saved (``given``: --perf-store or the ini's; see the module docstring), or
-        None; a store asked for that cannot be opened is a usage error."""
+        """The store of a saved run (``given``: --perf-store or the ini's), or None; a usage error for a store asked
+        for that cannot be opened."""
         benchmarks = getattr(config, "_benchmarksession", None)
         saving = benchmarks is not None and not benchmarks.disabled and bool(benchmarks.save or benchmarks.autosave)
         if not saving or hasattr(config, "workerinput"):
@@ -66,8 +58,7 @@ class StoreRun:
             return cls(line=(f"history store off: {e} (the run is saved in the benchmark storage)", True))
 
     def saving(self, benchmarks: Any, output_json: dict[str, Any]) -> None:
-        """``pytest_benchmark_update_json``: the document pytest-benchmark saves (its last call is the save's) and
-        the file it saves it in, as its `FileStorage.save` names it."""
+        """``pytest_benchmark_update_json``: the document pytest-benchmark saves (its last call's) and its file."""
         if self.store is None:
             return
         self.document = output_json
@@ -75,8 +66,7 @@ class StoreRun:
         self.saved = storage.get(f"{storage._next_num}_{save}.json") if hasattr(storage, "_next_num") else None
 
     def finish(self, session: pytest.Session, verdicts: dict[str, Any] | None, noise: Any) -> None:
-        """Store the saved run with its verdicts (the gate's document) and noise profile, after pytest-benchmark
-        saved it and the gate wrote the verdicts."""
+        """Store the saved run with the gate's verdict document and noise profile."""
         if self.store is None or self.document is None:
             return
         import json
@@ -98,8 +88,7 @@ class StoreRun:
             store.close()
 
     def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """The store's line after the rest of the summary (the short test summary included), just above the final
-        line, which counts a run the store could not take as "1 not stored"."""
+        """The store's line just above the final line, which counts a run not stored as "1 not stored"."""
         if self.line is not None:
             line, failed = self.line
             terminalreporter.write_line(line, red=failed)
@@ -110,9 +99,9 @@ class StoreRun:
 
 def not_stored_line(error: Exception, shown: str, saved: str | None, storage: str | Path | None, *,
                     exit_status: bool) -> str:  # fmt: skip
-    """The one line of a run the store could not take: the store's error, where the run is saved and the command
-    that stores it later (``shown``: the store as `perf.store.db` names it, its password hidden); with
-    ``exit_status``, that the run exits with `NOT_STORED` for it."""
+    """The one line of a run the store could not take: the error, where the run is saved, the command that stores
+    it later (``shown``: the store, password hidden), and with ``exit_status`` the exit status `NOT_STORED`."""
+
     where = f"'{saved}'" if saved else "the benchmark storage"
     folder = f" '{storage}'" if storage else ""
     status = f" (exit status {NOT_STORED})" if exit_status else ""
