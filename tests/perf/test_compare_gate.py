@@ -119,9 +119,10 @@ def test_a_suspect_of_the_base_commit_itself_is_confirmed_on_pairs_run_from_this
     assert _pytest(folder, "--benchmark-autosave").ret == 0  # main's history: this very commit
     result = _pytest(folder, "--perf-compare", "--perf-inject-delay=2", "--perf-confirm=2", "-rf")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
-    result.stdout.fnmatch_lines(["perf-compare confirmation: base-01 (base) * s, exit 0",
-                                 "perf-compare confirmation: candidate-01 (candidate) * s, exit 0",
-                                 "perf-compare: slower: * confirmed by 2 pair(s) of fresh processes: time *"])  # fmt: skip
+    result.stdout.fnmatch_lines([
+        "perf-compare confirmation: base-01 (base) * s, exit 0",
+        "perf-compare confirmation: candidate-01 (candidate) * s, exit 0",
+        "perf-compare: slower: * confirmed by 2 pair(s) of fresh processes: time *"])  # fmt: skip
     logs = {log.name: log.read_text() for log in (folder / "reports" / "confirm").glob("*/*-0*.log")}
     assert sorted(logs) == ["base-01.log", "base-02.log", "candidate-01.log", "candidate-02.log"]
     assert all(("--perf-inject-delay=2" in text) == name.startswith("candidate") for name, text in logs.items())
