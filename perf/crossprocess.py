@@ -139,7 +139,7 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
     rng.shuffle(cand_spare)
     used = 0
     if suspects and settings.confirm > 0:
-        total = looks(settings.confirm)
+        total, level = looks(settings.confirm), level_per_look(settings.confirm)
         processes: list[Process] = []
         pending = list(suspects)
         for look in range(1, total + 1):
@@ -149,7 +149,7 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
                     break  # the pool is spent: the confirmation has fewer pairs
                 processes += [Process(BASE, pair[0]), Process(CANDIDATE, pair[1])]
             pending = [row for row in pending if not judge_suspect(
-                row, base, settings, processes, level_per_look(settings.confirm), True, final=look == total)]
+                row, base, settings, processes, level, True, final=look == total)]
             if not pending:
                 break
         used = len(processes)

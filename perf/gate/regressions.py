@@ -223,7 +223,7 @@ def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callabl
             width, got = step, cost(step)
     except BaseException:
         while candidate:
-            candidate.pop().deactivate()
+            _release(candidate.pop())
         raise
     readings = {"width": width, "batch": int(batch.shape[0]), "target": fraction, "base_ms": base,
                 "calls_per_reading": calls, "trial_width": trial_width, "trial_fraction": trial,
