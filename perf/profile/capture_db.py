@@ -42,8 +42,7 @@ class CaptureError(DetectorError):
 
 
 def stats_api_name(name: str) -> str:
-    """A CUDA API name as ``nsys stats`` prints it: a 4-digit version suffix cut (``cudaLaunchKernel_v7000``
-    -> ``cudaLaunchKernel``), a longer one kept (``cudaLaunchKernelExC_v11060``)."""
+    """A CUDA API name as ``nsys stats`` prints it: a 4-digit ``_v7000`` cut, a longer ``_v11060`` kept."""
     return name[:-6] if name[-6:-4] == "_v" else name
 
 
@@ -53,8 +52,7 @@ def is_suite_kernel(name: str) -> bool:
 
 
 def busy_ns(intervals: Iterable[tuple[int, int]], start_ns: int, end_ns: int) -> int:
-    """Length in ns of the union of ``[a, b)`` intervals clipped to ``[start_ns, end_ns)`` (overlaps count
-    once); hand-written: neither numpy nor the stdlib has an interval union."""
+    """ns covered by ``[a, b)`` intervals inside ``[start_ns, end_ns)`` (no library has an interval union)."""
     total, reach = 0, start_ns
     for a, b in sorted((max(a, start_ns), min(b, end_ns)) for a, b in intervals):
         if b > reach and b > a:
@@ -117,8 +115,7 @@ class GpuOp:
 
 @dataclass(frozen=True)
 class SyncTarget:
-    """What a synchronising call waited for, where CUPTI says: the stream and (event syncs) the correlation id
-    of the event record, so only work launched before it can have released the call."""
+    """What a synchronising call waited for (CUPTI): the stream, and an event record's correlation id."""
 
     stream: int | None
     before_correlation: int | None = None

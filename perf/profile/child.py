@@ -1,6 +1,5 @@
-"""One child pytest run to the end, its output in a log file: the cross-process runs and ``perf-ab``
-(`perf.gate.processes.run_children`) and the nsys captures (`perf.profile.nsys.run_child_under_nsys`) all
-start their children here, on the library floor's lowest common part (perf/gate imports perf/profile).
+"""One child pytest run to the end, its output in a log file: the cross-process runs, ``perf-ab`` and the nsys
+captures all start their children here (perf/gate imports perf/profile: the lowest part both reach).
 """
 
 from __future__ import annotations

@@ -32,8 +32,7 @@ Place = int | GpuOp | None  # where the walk is: a host thread (its gtid), a GPU
 
 @dataclass
 class CriticalPath:
-    """The walk's ``segments`` (time order, tiling the region), the ``waits`` of the threads that matter
-    (longest first) and the loads (busiest first)."""
+    """The walk's ``segments`` (tiling the region), ``waits`` (longest first), loads (busiest first)."""
 
     capture: Capture
     segments: list[Segment]
@@ -159,9 +158,8 @@ def _released_by(capture: Capture, tl: Timeline, call: HostCall, gtid: int) -> s
 
 
 def analyze(capture: Capture) -> CriticalPath:
-    """The critical path of ``capture``, and the waits (clipped to the region, longest first, each with what
-    released it where that can be told) of the threads with CUDA calls or NVTX ranges or
-    `PATH_SHARE_THAT_MATTERS` of the region on the path."""
+    """The critical path of ``capture`` and the waits (clipped to the region) of the threads with CUDA calls,
+    NVTX ranges or `PATH_SHARE_THAT_MATTERS` of the region on the path."""
     walker = _Walker(capture)
     tl, region = walker.tl, capture.region
     segments = walker.walk() if region.length_ns > 0 else []
@@ -179,8 +177,7 @@ def analyze(capture: Capture) -> CriticalPath:
 
 
 def summarize_path(path: CriticalPath, top: int = TOP) -> CriticalPathSummary:
-    """The short form of ``path``: shares per kind and (kind, name), longest stretches, loads, top waits and
-    the waits' totals per call name."""
+    """The short form of ``path`` (`CriticalPathSummary`)."""
     region = path.capture.region
     by_kind: Counter[str] = Counter()
     by_name: Counter[tuple[str, str]] = Counter()

@@ -1,11 +1,11 @@
-"""The critical-path summary of one capture (`perf.profile.critical_path` computes it): its records, their
-JSON form (``to_dict`` / ``from_dict``: ``summary.json``'s) and markdown. Times in ns, shares 0..1.
+"""The critical-path summary of one capture (`perf.profile.critical_path` computes it): its records, read back
+from ``summary.json`` (``from_dict``), and markdown. Times in ns, shares 0..1.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from perf.tabletext import markdown_table
@@ -114,9 +114,6 @@ class CriticalPathSummary:
     @property
     def region_ns(self) -> int:
         return int(self.region["end_ns"]) - int(self.region["start_ns"])
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CriticalPathSummary:

@@ -44,8 +44,7 @@ _NSYS_FAILURE = re.compile(r"error while loading shared libraries|cannot open sh
 
 
 class NsysError(DetectorError):
-    """nsys itself failed (not the profiled test): a headline, then the last lines nsys printed (line breaks
-    kept)."""
+    """nsys itself failed (not the profiled test): a headline, then the last lines nsys printed."""
 
     def __str__(self) -> str:
         return "\n".join(one_line(line) for line in Exception.__str__(self).split("\n"))
@@ -131,8 +130,7 @@ class NsysResult:
 
 
 def _junit_outcome(path: Path) -> tuple[str, str | None] | None:
-    """("passed"|"failed"|"skipped", skip reason) from the child's JUnit XML; None if it is missing or
-    unreadable."""
+    """("passed"|"failed"|"skipped", skip reason) from the child's JUnit XML; None if unreadable."""
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):

@@ -38,8 +38,7 @@ def is_timing_event_api(name: str) -> bool:
 
 def gpu_idle_fraction(ops: Sequence[GpuOp | tuple[int, int]], region_start_ns: int,
                       region_end_ns: int) -> float:  # fmt: skip
-    """Fraction (0..1) of the region (ns) in which none of ``ops`` (GPU work or ns intervals) ran; ValueError
-    for an empty region."""
+    """Fraction (0..1) of the region (ns) in which none of ``ops`` (GPU work or ns intervals) ran."""
     if region_end_ns <= region_start_ns:
         raise ValueError(f"empty measured region [{region_start_ns}, {region_end_ns}) ns")
     spans = [(op.start_ns, op.end_ns) if isinstance(op, GpuOp) else (int(op[0]), int(op[1])) for op in ops]

@@ -18,8 +18,7 @@ from detector.timing import annotate, enable_annotations, profiler_capture
 
 log = logging.getLogger(__name__)
 
-#: Name of the NVTX range / profiler label around the whole measured region (nsys summaries measure GPU idle
-#: in it).
+#: The NVTX range / profiler label around the whole measured region (nsys summaries measure GPU idle in it).
 MEASURED_RANGE = "measured"
 
 
@@ -48,8 +47,7 @@ def torch_profile(trace_path: str | os.PathLike[str]) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def capture_range(*, capture: bool) -> Iterator[None]:
-    """Bracket a benchmark's measured region: the nsys capture range (cudaProfilerStart/Stop, for
-    ``--capture-range=cudaProfilerApi``) around it when ``capture`` (the nsys child), and a `MEASURED_RANGE`
-    annotation inside (an NVTX range / profiler label when those are switched on)."""
+    """A benchmark's measured region: nsys's capture range (cudaProfilerStart/Stop) around it when
+    ``capture`` (the nsys child), a `MEASURED_RANGE` annotation inside."""
     with profiler_capture(capture), annotate(MEASURED_RANGE):
         yield
