@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perf.profile.capture_db import Capture, GpuOp, HostCall, busy_ns, read_capture
@@ -127,28 +126,6 @@ class _Walker:
         return self.c.region_thread, op.start_ns
 
 
-def _loads(capture: Capture, tl: Timeline,
-           segments: Sequence[Segment]) -> tuple[list[ThreadLoad], list[StreamLoad]]:  # fmt: skip
-    region = capture.region
-    on_path: Counter[str] = Counter()
-    for s in segments:
-        if s.kind != "launch":
-            on_path[s.where] += s.duration_ns
-    threads = []
-    for gtid, info in capture.threads.items():
-        lo, hi = tl.span(gtid)
-        calls = tl.wait_calls.get(gtid, [])
-        every = busy_ns([(c.start_ns, c.end_ns) for c in calls], lo, hi)
-        gpu = busy_ns([(c.start_ns, c.end_ns) for c in calls if c.name in GPU_SYNC_CALLS], lo, hi)
-        threads.append(ThreadLoad(info.label, hi - lo, hi - lo - every, gpu, every - gpu,
-                                  on_path[info.label]))  # fmt: skip
-    busy = {label: busy_ns([(op.start_ns, op.end_ns) for op in ops], region.start_ns, region.end_ns)
-            for label, ops in tl.streams.items()}  # fmt: skip
-    streams = [StreamLoad(label, ns, region.length_ns - ns, on_path[label]) for label, ns in busy.items()]
-    return (sorted(threads, key=lambda t: (-t.busy_ns, -t.on_path_ns, t.where)),
-            sorted(streams, key=lambda s: (-s.busy_ns, s.where)))  # fmt: skip
-
-
 def _released_by(capture: Capture, tl: Timeline, call: HostCall, gtid: int) -> str | None:
     if call.name in GPU_SYNC_CALLS:
         op = tl.release_op(call, call.start_ns, call.end_ns, gtid)
@@ -163,10 +140,26 @@ def analyze(capture: Capture) -> CriticalPath:
     walker = _Walker(capture)
     tl, region = walker.tl, capture.region
     segments = walker.walk() if region.length_ns > 0 else []
-    threads, streams = _loads(capture, tl, segments)
-    on_path = {t.where for t in threads if t.on_path_ns >= PATH_SHARE_THAT_MATTERS * region.length_ns}
+    on_path: Counter[str] = Counter()
+    for s in segments:
+        if s.kind != "launch":
+            on_path[s.where] += s.duration_ns
+    threads = []
+    for gtid, info in capture.threads.items():
+        lo, hi = tl.span(gtid)
+        calls = tl.wait_calls.get(gtid, [])
+        every = busy_ns([(c.start_ns, c.end_ns) for c in calls], lo, hi)
+        gpu = busy_ns([(c.start_ns, c.end_ns) for c in calls if c.name in GPU_SYNC_CALLS], lo, hi)
+        threads.append(ThreadLoad(info.label, hi - lo, hi - lo - every, gpu, every - gpu,
+                                  on_path[info.label]))  # fmt: skip
+    threads.sort(key=lambda t: (-t.busy_ns, -t.on_path_ns, t.where))
+    busy = {label: busy_ns([(op.start_ns, op.end_ns) for op in ops], region.start_ns, region.end_ns)
+            for label, ops in tl.streams.items()}  # fmt: skip
+    streams = sorted((StreamLoad(label, ns, region.length_ns - ns, on_path[label])
+                      for label, ns in busy.items()), key=lambda s: (-s.busy_ns, s.where))  # fmt: skip
+    matter = {t.where for t in threads if t.on_path_ns >= PATH_SHARE_THAT_MATTERS * region.length_ns}
     wanted = {c.gtid for c in (*capture.cuda_calls, *capture.ranges)}
-    wanted |= {g for g, info in capture.threads.items() if info.label in on_path}
+    wanted |= {g for g, info in capture.threads.items() if info.label in matter}
     waits = [Wait(capture.thread(gtid).label, call.name, "gpu" if call.name in GPU_SYNC_CALLS else "os",
                   max(call.start_ns, region.start_ns), min(call.end_ns, region.end_ns),
                   _released_by(capture, tl, call, gtid))
