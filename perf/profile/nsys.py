@@ -192,12 +192,6 @@ def run_child_under_nsys(nsys: str | os.PathLike[str], nodeid: str, rootdir: str
                       verdict[1], log_path)  # fmt: skip
 
 
-def export_command(nsys: str | os.PathLike[str], rep_path: Path, out: Path) -> list[str]:
-    """``nsys export`` argv writing the SQLite export of ``rep_path`` to ``out`` (overwritten)."""
-    return [os.fspath(nsys), "export", "--type", "sqlite", "--force-overwrite=true", "--output",
-            os.fspath(out), os.fspath(rep_path)]  # fmt: skip
-
-
 def export_sqlite(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str],
                   out: str | os.PathLike[str], *, timeout_s: float = 600.0) -> Path:  # fmt: skip
     """``nsys export --type sqlite`` of ``rep_path`` into ``out`` (returned), its output in
@@ -206,9 +200,10 @@ def export_sqlite(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     try:
-        proc = subprocess.run(export_command(nsys, rep_path, out), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout_s,
-                              check=False)  # fmt: skip
+        command = [os.fspath(nsys), "export", "--type", "sqlite", "--force-overwrite=true", "--output",
+                   os.fspath(out), os.fspath(rep_path)]  # fmt: skip
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", timeout=timeout_s, check=False)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as e:
         raise NsysError(f"cannot run nsys export on {rep_path}: {e}") from e
     (out.parent / "nsys-export.log").write_text(proc.stdout or "", encoding="utf-8")
