@@ -1,11 +1,12 @@
 """An Nsight Systems SQLite export (``nsys export --type sqlite``) read once into typed records of one region
-(`read_capture`), with the whole capture's totals as ``nsys stats`` sums them (for `perf.profile.nsys_summary`).
-Times are ns on one clock, host and GPU alike; the tables read and how: docs/method.md, section 13.
+(`read_capture`), with the whole capture's totals as ``nsys stats`` sums them. Times are ns on one clock, host
+and GPU alike; the tables read and how: docs/method.md, section 13.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import re
@@ -14,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from detector.errors import DetectorError
 from perf.profile.kernels import short_name
@@ -23,16 +25,15 @@ log = logging.getLogger(__name__)
 
 NVTX_PUSH_POP, NVTX_START_END = 59, 60  # ``NVTX_EVENTS.eventType`` of a push/pop and of a start/end range
 NO_STREAM = 0xFFFFFFFF  # CUPTI's "no stream" in synchronization records
-#: ``ENUM_CUDA_MEMCPY_OPER`` ids as short names (others: "[memcpy]").
-MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
-                10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}  # fmt: skip
+#: ``ENUM_CUDA_MEMCPY_OPER`` ids as short names (others: "[memcpy ?]").
+MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
+                9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}  # fmt: skip
 NOTHING = "nothing traced"  # the source of the empty region of a capture with no region at all
 #: ``copyKind`` ids of host-to-device and device-to-host copies (plain and unified memory).
 COPY_DIRECTIONS = {1: "h2d", 11: "h2d", 2: "d2h", 12: "d2h"}
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
-#: ATen's ``spin_kernel`` (``torch.cuda._sleep``: the clock's lead-in, an injected slowdown), launched by the suite
-#: and never by the model, in any nsys spelling (demangled, bare, or mangled: the second alternative); a whole
-#: identifier only, so "my_spin_kernel" is a model kernel. Why it is left out: docs/method.md, section 6.
+#: ATen's ``spin_kernel`` (``torch.cuda._sleep``: the clock's lead-in, an injected slowdown), launched by the
+#: suite and never by the model, in any nsys spelling (demangled, bare, or mangled: the second alternative); a
+#: whole identifier only, so "my_spin_kernel" is a model kernel. Why left out: docs/method.md, section 6.
 SUITE_KERNEL_NAME = re.compile(r"(?<!\w)spin_kernel(?!\w)|11spin_kernelE")
 
 
@@ -40,37 +41,28 @@ class CaptureError(DetectorError):
     """A file that is not a readable Nsight Systems SQLite export (the message names it)."""
 
 
-def api_name(name: str) -> str:
-    """A CUDA API name without nsys's version suffix: ``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``."""
-    return _VERSION_SUFFIX.sub("", name)
-
-
 def stats_api_name(name: str) -> str:
-    """A CUDA API name as ``nsys stats`` prints it: a 4-digit version suffix cut (``cudaLaunchKernel_v7000`` ->
-    ``cudaLaunchKernel``), a longer one kept (``cudaLaunchKernelExC_v11060``)."""
+    """A CUDA API name as ``nsys stats`` prints it: a 4-digit ``_v7000`` cut, a longer ``_v11060`` kept."""
     return name[:-6] if name[-6:-4] == "_v" else name
 
 
 def is_suite_kernel(name: str) -> bool:
-    """True for a kernel name (any nsys spelling) that the perf suite launches itself: see `SUITE_KERNEL_NAME`."""
+    """True for a kernel name (any nsys spelling) the perf suite launches itself (`SUITE_KERNEL_NAME`)."""
     return SUITE_KERNEL_NAME.search(name) is not None
 
 
 def busy_ns(intervals: Iterable[tuple[int, int]], start_ns: int, end_ns: int) -> int:
-    """Length in ns of the union of ``[a, b)`` intervals clipped to ``[start_ns, end_ns)`` (overlaps count once);
-    a sweep over the sorted intervals (neither numpy nor the stdlib has an interval union)."""
+    """ns covered by ``[a, b)`` intervals inside ``[start_ns, end_ns)`` (no library has an interval union)."""
     total, reach = 0, start_ns
     for a, b in sorted((max(a, start_ns), min(b, end_ns)) for a, b in intervals):
-        if b <= reach or b <= a:
-            continue
-        total += b - max(a, reach)
-        reach = b
+        if b > reach and b > a:
+            total, reach = total + b - max(a, reach), b
     return total
 
 
 @dataclass(frozen=True)
 class Region:
-    """The analysed span ``[start_ns, end_ns)`` and where it came from (an NVTX range or the GPU activity)."""
+    """The analysed span ``[start_ns, end_ns)`` and where it came from (an NVTX range, the GPU activity)."""
 
     start_ns: int
     end_ns: int
@@ -83,7 +75,7 @@ class Region:
 
 @dataclass(frozen=True)
 class ThreadInfo:
-    """A host thread: nsys's ``globalTid`` (pid << 24 | tid) and its OS name ("python" when Python never named it)."""
+    """A host thread: nsys's ``globalTid`` (pid << 24 | tid) and its OS name."""
 
     gtid: int
     name: str
@@ -96,7 +88,7 @@ class ThreadInfo:
 
 @dataclass(frozen=True)
 class HostCall:
-    """One traced CUDA API or OS runtime call on host thread ``gtid`` (ns); CUDA names without version suffix."""
+    """A traced CUDA API call, OS runtime call or NVTX push/pop range (`NvtxRange`) on thread ``gtid``."""
 
     start_ns: int
     end_ns: int
@@ -105,9 +97,12 @@ class HostCall:
     correlation_id: int | None = None
 
 
+NvtxRange = HostCall  # an NVTX range is a host span without a correlation id
+
+
 @dataclass(frozen=True)
 class GpuOp:
-    """One kernel, memcpy or memset (``kind``) on ``device`` / ``stream`` (ns); ``name`` short for kernels."""
+    """One kernel, memcpy or memset (``kind``) on ``device`` / ``stream``; ``name`` short for kernels."""
 
     start_ns: int
     end_ns: int
@@ -119,19 +114,8 @@ class GpuOp:
 
 
 @dataclass(frozen=True)
-class NvtxRange:
-    """One NVTX push/pop range on host thread ``gtid`` (ns)."""
-
-    start_ns: int
-    end_ns: int
-    gtid: int
-    name: str
-
-
-@dataclass(frozen=True)
 class SyncTarget:
-    """What a synchronising call waited for, where CUPTI says: the stream, and (event syncs) the correlation id of
-    the event record, so only work launched before it can have released the call."""
+    """What a synchronising call waited for (CUPTI): the stream, and an event record's correlation id."""
 
     stream: int | None
     before_correlation: int | None = None
@@ -139,8 +123,7 @@ class SyncTarget:
 
 @dataclass(frozen=True)
 class Total:
-    """One name's total over the whole capture: ``ns`` (summed durations), ``count`` (calls, launches or range
-    instances) and ``bytes`` (copies only)."""
+    """One name's total over the whole capture: ``ns``, ``count`` (calls, launches, ranges), ``bytes``."""
 
     name: str
     ns: int
@@ -150,9 +133,9 @@ class Total:
 
 @dataclass
 class Capture:
-    """The records overlapping ``region``, sorted by start, and the whole capture's totals, largest ``ns`` first:
-    ``kernels`` (demangled name), ``api`` (`stats_api_name`), ``nvtx`` (range name, any kind and domain), ``copies``
-    ("h2d", "d2h"), ``memsets`` and ``pushpop`` (counts)."""
+    """The records overlapping ``region``, sorted by start, and the whole capture's totals, largest ``ns``
+    first: ``kernels`` (demangled name), ``api`` (`stats_api_name`), ``nvtx`` (range name, any kind and
+    domain), ``copies`` ("h2d", "d2h"), ``memsets`` and ``pushpop`` (counts)."""
 
     path: Path
     region: Region
@@ -162,7 +145,7 @@ class Capture:
     gpu_ops: list[GpuOp] = field(default_factory=list)
     ranges: list[NvtxRange] = field(default_factory=list)
     sync_targets: dict[int, SyncTarget] = field(default_factory=dict)
-    #: The thread holding the region's NVTX range (else the one with the most CUDA API time); None without one.
+    #: The thread holding the region's NVTX range, else the one with the most CUDA API time, else None.
     region_thread: int | None = None
     range_name: str = MEASURED_RANGE
     kernels: list[Total] = field(default_factory=list)
@@ -182,79 +165,27 @@ class Capture:
 
 
 class _Db:
-    """An export opened read-only; queries treat a missing table as empty and a missing column as NULL."""
+    """An open export; queries treat a missing table as empty and a missing column as NULL."""
 
-    def __init__(self, path: Path) -> None:
-        if not path.is_file():
-            raise CaptureError(f"cannot read nsys SQLite export '{path}': no such file")
-        self.conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        make = "make one with 'nsys export --type sqlite --output X.sqlite X.nsys-rep'"
-        try:
-            self.tables = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        except sqlite3.DatabaseError as e:
-            self.conn.close()
-            raise CaptureError(f"'{path}' is not an Nsight Systems SQLite export ({e}); {make}") from e
-        if "StringIds" not in self.tables:
-            self.conn.close()
-            raise CaptureError(f"'{path}' is an SQLite file but not an Nsight Systems export (no StringIds table); "
-                               + make)
-        self.strings: dict[int, str] = {}
+    def __init__(self, conn: sqlite3.Connection, tables: set[str]) -> None:
+        self.conn, self.tables = conn, tables
+        self.strings: dict[int, str] = dict(conn.execute("SELECT id, value FROM StringIds"))
 
-    def columns(self, table: str) -> set[str]:
-        return {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
-
-    def rows(self, table: str, wanted: tuple[str, ...], where: str = "", args: tuple = ()) -> list[tuple]:
+    def rows(self, table: str, wanted: tuple[str, ...], where: str = "") -> list[tuple]:
         if table not in self.tables:
             return []
-        have = self.columns(table)
+        have = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
         select = ", ".join(c if c in have else "NULL" for c in wanted)
-        return self.conn.execute(f"SELECT {select} FROM {table} {where}", args).fetchall()
-
-    def text(self, text: str | None, text_id: int | None) -> str:
-        return text if text is not None else self.strings.get(text_id, "") if text_id is not None else ""
-
-
-_OVERLAP = "WHERE start < ? AND end > ?"
-
-
-def _nvtx(db: _Db, region: tuple[int, int] | None) -> list[NvtxRange]:
-    where, args = f"WHERE eventType = {NVTX_PUSH_POP} AND end IS NOT NULL", (region[1], region[0]) if region else ()
-    where += " AND start < ? AND end > ?" if region else ""
-    rows = db.rows("NVTX_EVENTS", ("start", "end", "globalTid", "text", "textId"), where, args)
-    return sorted((NvtxRange(s, e, g or 0, db.text(t, i)) for s, e, g, t, i in rows),
-                  key=lambda r: (r.start_ns, -r.end_ns))
-
-
-def _gpu_ops(db: _Db, region: tuple[int, int] | None) -> list[GpuOp]:
-    where, args = (_OVERLAP, (region[1], region[0])) if region else ("", ())
-    ops = []
-    for s, e, dev, stream, corr, name_id in db.rows("CUPTI_ACTIVITY_KIND_KERNEL", (
-            "start", "end", "deviceId", "streamId", "correlationId", "demangledName"), where, args):  # fmt: skip
-        ops.append(GpuOp(s, e, stream, short_name(db.strings.get(name_id, "kernel"), 60), "kernel", dev or 0, corr))
-    for s, e, dev, stream, corr, kind in db.rows("CUPTI_ACTIVITY_KIND_MEMCPY", (
-            "start", "end", "deviceId", "streamId", "correlationId", "copyKind"), where, args):  # fmt: skip
-        ops.append(GpuOp(s, e, stream, f"[memcpy {MEMCPY_KINDS.get(kind, '?')}]", "memcpy", dev or 0, corr))
-    for s, e, dev, stream, corr in db.rows("CUPTI_ACTIVITY_KIND_MEMSET", (
-            "start", "end", "deviceId", "streamId", "correlationId"), where, args):  # fmt: skip
-        ops.append(GpuOp(s, e, stream, "[memset]", "memset", dev or 0, corr))
-    return sorted(ops, key=lambda op: (op.start_ns, op.end_ns))
-
-
-def _calls(db: _Db, table: str, region: tuple[int, int], cuda: bool) -> list[HostCall]:
-    wanted = ("start", "end", "globalTid", "nameId", "correlationId" if cuda else "NULL")
-    rows = db.rows(table, wanted, _OVERLAP, (region[1], region[0]))
-    clean = api_name if cuda else str
-    return sorted((HostCall(s, e, g or 0, clean(db.strings.get(n, "?")), c) for s, e, g, n, c in rows),
-                  key=lambda c: (c.start_ns, -c.end_ns))
+        return self.conn.execute(f"SELECT {select} FROM {table} {where}").fetchall()
 
 
 def _sync_targets(db: _Db) -> dict[int, SyncTarget]:
-    """``{correlation id of a synchronising call: SyncTarget}``: the stream its record names, else the event record
-    it waited for (same ``eventSyncId``, else the latest of the same ``eventId`` before the call)."""
+    """``{correlation id of a synchronising call: SyncTarget}``: the stream its record names, else the event
+    record it waited for (same ``eventSyncId``, else the latest of the same ``eventId`` before the call)."""
     by_sync: dict[int, tuple[int, int]] = {}
     by_event: dict[int, list[tuple[int, int]]] = {}
-    for event, stream, corr, sync_id in db.rows("CUPTI_ACTIVITY_KIND_CUDA_EVENT",
-                                                ("eventId", "streamId", "correlationId", "eventSyncId")):  # fmt: skip
+    wanted = ("eventId", "streamId", "correlationId", "eventSyncId")
+    for event, stream, corr, sync_id in db.rows("CUPTI_ACTIVITY_KIND_CUDA_EVENT", wanted):
         if corr is not None:
             by_event.setdefault(event, []).append((corr, stream))
             if sync_id:
@@ -262,32 +193,16 @@ def _sync_targets(db: _Db) -> dict[int, SyncTarget]:
     for entries in by_event.values():
         entries.sort()
     targets = {}
-    for corr, stream, event, sync_id in db.rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
-                                                ("correlationId", "streamId", "eventId", "eventSyncId")):  # fmt: skip
+    for event, stream, corr, sync_id in db.rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", wanted):
         if corr is None:
             continue
         if stream is not None and stream != NO_STREAM:
             targets[corr] = SyncTarget(stream)
         elif sync_id and sync_id in by_sync:
             targets[corr] = SyncTarget(by_sync[sync_id][1], by_sync[sync_id][0])
-        elif event is not None:
-            entries = by_event.get(event, [])
-            i = bisect.bisect_left(entries, (corr, -1)) - 1
-            if i >= 0:
-                targets[corr] = SyncTarget(entries[i][1], entries[i][0])
+        elif event is not None and (i := bisect.bisect_left(by_event.get(event, []), (corr, -1)) - 1) >= 0:
+            targets[corr] = SyncTarget(by_event[event][i][1], by_event[event][i][0])
     return targets
-
-
-def _region(db: _Db, range_name: str) -> tuple[Region, int | None] | None:
-    marked = [r for r in _nvtx(db, None) if r.name == range_name]
-    if marked:
-        first = min(marked, key=lambda r: r.start_ns)
-        return Region(first.start_ns, max(r.end_ns for r in marked), f"NVTX range {range_name!r}"), first.gtid
-    ops = _gpu_ops(db, None)
-    model = [op for op in ops if not is_suite_kernel(op.name)] or ops
-    if not model:
-        return None
-    return Region(min(o.start_ns for o in model), max(o.end_ns for o in model), "first to last GPU activity"), None
 
 
 def _totals(rows: Iterable[tuple[str, int, int | None]]) -> list[Total]:
@@ -299,58 +214,83 @@ def _totals(rows: Iterable[tuple[str, int, int | None]]) -> list[Total]:
     return sorted((Total(name, *v) for name, v in sums.items()), key=lambda t: (-t.ns, t.name))
 
 
-def _read_totals(db: _Db, capture: Capture) -> None:
-    """The whole capture's totals into ``capture`` (see `Capture`)."""
-    kernels = db.rows("CUPTI_ACTIVITY_KIND_KERNEL", ("demangledName", "start", "end"))
-    capture.kernels = _totals((db.strings.get(n, "kernel"), e - s, 0) for n, s, e in kernels)
-    api = db.rows("CUPTI_ACTIVITY_KIND_RUNTIME", ("nameId", "start", "end"))
-    capture.api = _totals((stats_api_name(db.strings.get(n, "?")), e - s, 0) for n, s, e in api)
+def _calls(rows: Iterable[tuple]) -> list[HostCall]:
+    """``(start, end, gtid, name[, correlation id])`` rows as host calls by start, the longer first."""
+    return sorted((HostCall(*row) for row in rows), key=lambda c: (c.start_ns, -c.end_ns))
+
+
+def _read(db: _Db, path: Path, range_name: str, given: tuple[int, int] | None) -> Capture:
+    """Every table read once: the records inside the region and the whole capture's totals."""
+    name = db.strings.get
+    wanted = ("start", "end", "globalTid", "text", "textId", "eventType")
     where = f"WHERE eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND end IS NOT NULL"
-    nvtx = db.rows("NVTX_EVENTS", ("text", "textId", "start", "end", "eventType"), where)
-    capture.nvtx = _totals((db.text(t, i), e - s, 0) for t, i, s, e, _ in nvtx)
-    capture.pushpop = sum(1 for *_, kind in nvtx if kind == NVTX_PUSH_POP)
-    copies = db.rows("CUPTI_ACTIVITY_KIND_MEMCPY", ("copyKind", "start", "end", "bytes"))
-    capture.copies = {t.name: t for t in _totals((COPY_DIRECTIONS[k], e - s, b) for k, s, e, b in copies
-                                                 if k in COPY_DIRECTIONS)}  # fmt: skip
-    capture.memsets = len(db.rows("CUPTI_ACTIVITY_KIND_MEMSET", ("start",)))
+    nvtx = [(s, e, g or 0, t if t is not None else name(i, "") if i is not None else "", kind)
+            for s, e, g, t, i, kind in db.rows("NVTX_EVENTS", wanted, where)]
+    api = db.rows("CUPTI_ACTIVITY_KIND_RUNTIME", ("start", "end", "globalTid", "nameId", "correlationId"))
+    osrt = db.rows("OSRT_API", ("start", "end", "globalTid", "nameId"))
+    gpu = {kind: db.rows(f"CUPTI_ACTIVITY_KIND_{kind.upper()}",
+                         ("start", "end", "deviceId", "streamId", "correlationId", column, "bytes"))
+           for kind, column in (("kernel", "demangledName"), ("memcpy", "copyKind"), ("memset", "NULL"))}
+    ranges = _calls((s, e, g, text) for s, e, g, text, kind in nvtx if kind == NVTX_PUSH_POP)
+    cuda = _calls((s, e, g or 0, re.sub(r"_v\d+$", "", name(n, "?")), c) for s, e, g, n, c in api)
+    os_calls = _calls((s, e, g or 0, name(n, "?")) for s, e, g, n in osrt)
+    ops = sorted((GpuOp(s, e, stream, short_name(name(x, "kernel"), 60) if kind == "kernel"
+                        else f"[memcpy {MEMCPY_KINDS.get(x, '?')}]" if kind == "memcpy" else "[memset]",
+                        kind, dev or 0, corr)
+                  for kind, rows in gpu.items() for s, e, dev, stream, corr, x, _ in rows),
+                 key=lambda op: (op.start_ns, op.end_ns))  # fmt: skip
+    marked = [r for r in ranges if r.name == range_name]
+    model = [op for op in ops if not is_suite_kernel(op.name)] or ops
+    found = marked or model
+    source = f"NVTX range {range_name!r}" if marked else "first to last GPU activity" if model else NOTHING
+    region = Region(*given, "given") if given is not None else Region(
+        min((x.start_ns for x in found), default=0), max((x.end_ns for x in found), default=0), source)
 
+    def inside(records: Iterable[Any]) -> list[Any]:
+        return [r for r in records if r.start_ns < region.end_ns and r.end_ns > region.start_ns]
 
-def _busiest_thread(calls: list[HostCall]) -> int | None:
-    time: Counter[int] = Counter()
-    for c in calls:
-        time[c.gtid] += c.end_ns - c.start_ns
-    return max(time, key=time.__getitem__) if time else None
+    c = Capture(path, region, cuda_calls=inside(cuda), os_calls=inside(os_calls), gpu_ops=inside(ops),
+                ranges=inside(ranges), sync_targets=_sync_targets(db), range_name=range_name)  # fmt: skip
+    api_time: Counter[int] = Counter()
+    for call in c.cuda_calls:
+        api_time[call.gtid] += call.end_ns - call.start_ns
+    c.region_thread = (min(marked, key=lambda r: r.start_ns).gtid if marked
+                       else max(api_time, key=api_time.__getitem__, default=None))  # fmt: skip
+    names = {g: name(n, "thread") for n, g in db.rows("ThreadNames", ("nameId", "globalTid"))}
+    seen = {call.gtid for call in (*c.cuda_calls, *c.os_calls, *c.ranges)}
+    c.threads = {g: ThreadInfo(g, names.get(g, "thread")) for g in sorted(seen)}
+    c.kernels = _totals((name(x, "kernel"), e - s, 0) for s, e, *_, x, _ in gpu["kernel"])
+    c.api = _totals((stats_api_name(name(n, "?")), e - s, 0) for s, e, _, n, _ in api)
+    c.nvtx = _totals((text, e - s, 0) for s, e, _, text, _ in nvtx)
+    c.pushpop = sum(1 for *_, kind in nvtx if kind == NVTX_PUSH_POP)
+    c.copies = {t.name: t for t in _totals((COPY_DIRECTIONS[k], e - s, b) for s, e, *_, k, b in gpu["memcpy"]
+                                           if k in COPY_DIRECTIONS)}  # fmt: skip
+    c.memsets = len(gpu["memset"])
+    return c
 
 
 def read_capture(path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
                  region: tuple[int, int] | None = None) -> Capture:  # fmt: skip
-    """The export at ``path`` inside its region: the NVTX range ``range_name`` (first start to last end), else the
-    model's first to last GPU activity, or ``region`` (ns); none of these: an empty region at 0. Raises
+    """The export at ``path`` inside its region: the NVTX range ``range_name`` (first start to last end), else
+    the model's first to last GPU activity, or ``region`` (ns); none of these: an empty region at 0. Raises
     `CaptureError` naming ``path`` when it is not an Nsight Systems SQLite export."""
     path = Path(path)
-    db = _Db(path)
-    try:
-        db.strings = dict(db.conn.execute("SELECT id, value FROM StringIds"))
-        found = _region(db, range_name)
-        owner = found[1] if found else None
-        chosen = Region(*region, "given") if region is not None else found[0] if found else Region(0, 0, NOTHING)
-        span = (chosen.start_ns, chosen.end_ns)
-        names = {g: db.strings.get(n, "thread") for n, g in db.rows("ThreadNames", ("nameId", "globalTid"))}
-        capture = Capture(path, chosen, range_name=range_name)
-        capture.cuda_calls = _calls(db, "CUPTI_ACTIVITY_KIND_RUNTIME", span, cuda=True)
-        capture.os_calls = _calls(db, "OSRT_API", span, cuda=False)
-        capture.gpu_ops = _gpu_ops(db, span)
-        capture.ranges = _nvtx(db, span)
-        capture.sync_targets = _sync_targets(db)
-        capture.region_thread = owner if owner is not None else _busiest_thread(capture.cuda_calls)
-        seen = {c.gtid for c in (*capture.cuda_calls, *capture.os_calls)} | {r.gtid for r in capture.ranges}
-        capture.threads = {g: ThreadInfo(g, names.get(g, "thread")) for g in sorted(seen)}
-        _read_totals(db, capture)
-    except sqlite3.DatabaseError as e:
-        raise CaptureError(f"cannot read nsys SQLite export '{path}': {e}") from e
-    finally:
-        db.conn.close()
+    if not path.is_file():
+        raise CaptureError(f"cannot read nsys SQLite export '{path}': no such file")
+    make = "make one with 'nsys export --type sqlite --output X.sqlite X.nsys-rep'"
+    with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as e:
+            raise CaptureError(f"'{path}' is not an Nsight Systems SQLite export ({e}); {make}") from e
+        if "StringIds" not in tables:
+            raise CaptureError(f"'{path}' is an SQLite file but not an Nsight Systems export (no StringIds "
+                               f"table); {make}")  # fmt: skip
+        try:
+            capture = _read(_Db(conn, tables), path, range_name, region)
+        except sqlite3.DatabaseError as e:
+            raise CaptureError(f"cannot read nsys SQLite export '{path}': {e}") from e
     log.debug("read %s: %d CUDA calls, %d OS calls, %d GPU ops, %d NVTX ranges in %s", path,
               len(capture.cuda_calls), len(capture.os_calls), len(capture.gpu_ops), len(capture.ranges),
-              chosen.source)  # fmt: skip
+              capture.region.source)  # fmt: skip
     return capture

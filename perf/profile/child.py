@@ -1,6 +1,5 @@
-"""One child pytest run to the end, its output in a log file: the cross-process runs and ``perf-ab``
-(`perf.gate.processes.run_children`) and the nsys captures (`perf.profile.nsys.run_child_under_nsys`) all start
-their children here, on the library floor's lowest common part (perf/gate imports perf/profile).
+"""One child pytest run to the end, its output in a log file: the cross-process runs, ``perf-ab`` and the nsys
+captures all start their children here (perf/gate imports perf/profile: the lowest part both reach).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-#: Environment variables of the parent's own pytest session that a child, a plain session of its own, must not see.
+#: Variables of the parent's own pytest session that a child, a plain session of its own, must not see.
 PARENT_SESSION_ENV = ("PYTEST_XDIST_", "PYTEST_CURRENT_TEST")
 
 
@@ -27,38 +26,29 @@ def child_command(args: Sequence[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class ChildRun:
-    """How a child ended: its exit status, wall-clock seconds and the log holding its output (stdout and stderr)."""
+    """How a child ended: its exit status, wall-clock seconds and the log of its stdout and stderr."""
 
     returncode: int
     seconds: float
     log_path: Path
 
     def output(self) -> str:
-        """The log's text (undecodable bytes replaced)."""
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
 
-def run_pytest_child(
-    command: Sequence[str],
-    cwd: str | os.PathLike[str],
-    env: Mapping[str, str],
-    log_path: str | os.PathLike[str],
-    *,
-    timeout_s: float | None = None,
-    echo_command: bool = False,
-) -> ChildRun:
+def run_pytest_child(command: Sequence[str], cwd: str | os.PathLike[str], env: Mapping[str, str],
+                     log_path: str | os.PathLike[str], *, timeout_s: float | None = None,
+                     echo_command: bool = False) -> ChildRun:  # fmt: skip
     """Run ``command`` (`child_command`, perhaps wrapped by a profiler) in ``cwd`` with ``env`` less
-    `PARENT_SESSION_ENV`, unbuffered, its output to ``log_path`` (after ``$ <command>`` when ``echo_command``).
+    `PARENT_SESSION_ENV`, unbuffered, its output to ``log_path`` (after ``$ <command>`` if ``echo_command``).
     `subprocess.TimeoutExpired` after ``timeout_s`` s (the child killed), `OSError` when it cannot start."""
-    log_path = Path(log_path)
     child_env = {key: value for key, value in env.items() if not key.startswith(PARENT_SESSION_ENV)}
-    child_env["PYTHONUNBUFFERED"] = "1"
     log.debug("child in %s: %s", cwd, " ".join(command))
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as out:
         if echo_command:
             out.write("$ " + " ".join(command) + "\n")
             out.flush()
-        code = subprocess.run(list(command), cwd=cwd, env=child_env, stdout=out, stderr=subprocess.STDOUT,
-                              timeout=timeout_s, check=False).returncode  # fmt: skip
-    return ChildRun(code, time.perf_counter() - start, log_path)
+        code = subprocess.run(list(command), cwd=cwd, env={**child_env, "PYTHONUNBUFFERED": "1"}, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=timeout_s, check=False).returncode
+    return ChildRun(code, time.perf_counter() - start, Path(log_path))

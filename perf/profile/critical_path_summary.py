@@ -1,17 +1,17 @@
-"""The critical-path summary of one capture (`perf.profile.critical_path` computes it): its records, their JSON form
-(``to_dict`` / ``from_dict``, as ``summary.json`` stores them) and markdown. Times are ns, shares fractions 0..1.
+"""The critical-path summary of one capture (`perf.profile.critical_path` computes it): its records, read back
+from ``summary.json`` (``from_dict``), and markdown. Times in ns, shares 0..1.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import functools
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from perf.tabletext import markdown_table
 
-#: Kinds of path segments: a thread's CPU work, GPU work, launch latency, a wait (docs/method.md, section 13).
-KINDS = ("host", "gpu", "launch", "wait")
-_KIND_LABEL = {"host": "host CPU", "gpu": "GPU", "launch": "launch latency", "wait": "waits"}
+#: Kinds of path segments and their names: CPU work, GPU work, launch latency, a wait (docs/method.md, 13).
+KINDS = {"host": "host CPU", "gpu": "GPU", "launch": "launch latency", "wait": "waits"}
 #: Rows of each markdown table, and the widest name in a cell (characters).
 SHOWN, CELL = 8, 60
 #: The critical path's tables (`perf.tabletext.markdown_table`).
@@ -21,14 +21,7 @@ WAIT_COLUMNS = ("Longest waits", "Thread", "ms", "Released by")
 TOTAL_COLUMNS = ("Waits in all", "Kind", "Calls", "Threads", "Total ms")
 
 
-@dataclass(frozen=True)
-class Segment:
-    """A piece ``[start_ns, end_ns)`` of the path: ``kind`` (`KINDS`), ``where`` (``python:2092``, ``stream 13``),
-    ``name`` (innermost NVTX range, kernel, API or OS call)."""
-
-    kind: str
-    where: str
-    name: str
+class _Span:
     start_ns: int
     end_ns: int
 
@@ -38,9 +31,21 @@ class Segment:
 
 
 @dataclass(frozen=True)
-class Wait:
-    """A blocking call in the region (clipped): ``kind`` "gpu" (GPU-synchronising) or "os"; ``released_by`` the GPU
-    work or thread that ended it, when found."""
+class Segment(_Span):
+    """A piece ``[start_ns, end_ns)`` of the path: ``kind`` (`KINDS`), ``where`` (``python:2092``,
+    ``stream 13``), ``name`` (innermost NVTX range, kernel, API or OS call)."""
+
+    kind: str
+    where: str
+    name: str
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class Wait(_Span):
+    """A blocking call in the region (clipped): ``kind`` "gpu" (GPU-synchronising) or "os"; ``released_by``
+    the GPU work or thread that ended it, when found."""
 
     where: str
     name: str
@@ -49,15 +54,11 @@ class Wait:
     end_ns: int
     released_by: str | None = None
 
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
 
 @dataclass(frozen=True)
 class ThreadLoad:
-    """A host thread in the region (docs/method.md, section 13: active, busy, waits): ``busy_ns`` = active - waits,
-    untraced time counting as busy; ``on_path_ns`` its host and wait time on the path."""
+    """A host thread in the region (docs/method.md, section 13): ``busy_ns`` = active - waits, untraced time
+    counting as busy; ``on_path_ns`` its host and wait time on the path."""
 
     where: str
     active_ns: int
@@ -69,8 +70,8 @@ class ThreadLoad:
 
 @dataclass(frozen=True)
 class StreamLoad:
-    """A GPU stream in the region: ``busy_ns`` (union of its work) + ``idle_ns`` = region; ``on_path_ns`` its GPU
-    time on the path."""
+    """A GPU stream in the region: ``busy_ns`` (union of its work) + ``idle_ns`` = region; ``on_path_ns`` its
+    GPU time on the path."""
 
     where: str
     busy_ns: int
@@ -88,11 +89,15 @@ class PathShare:
     share: float
 
 
+_NESTED = {"shares": PathShare, "longest": Segment, "threads": ThreadLoad, "streams": StreamLoad,
+           "top_waits": Wait}  # fmt: skip
+
+
 @dataclass
 class CriticalPathSummary:
-    """What bounded a region: the path per kind (``by_kind``, ns) and per (kind, name) (``shares``, largest first),
-    its ``longest`` stretches, the loads, the ``top_waits`` and ``wait_totals`` per call name (``{"name", "kind",
-    "ns", "calls", "threads"}``) of the threads that matter."""
+    """What bounded a region: the path per kind (``by_kind``, ns) and per (kind, name) (``shares``, largest
+    first), its ``longest`` stretches, the loads, the ``top_waits`` and ``wait_totals`` per call name
+    (``{"name", "kind", "ns", "calls", "threads"}``) of the threads that matter."""
 
     source: str
     region: dict[str, Any]
@@ -110,30 +115,21 @@ class CriticalPathSummary:
     def region_ns(self) -> int:
         return int(self.region["end_ns"]) - int(self.region["start_ns"])
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types only (what `dataclasses.asdict` makes of it)."""
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CriticalPathSummary:
-        """The inverse of `to_dict` (``summary.json``'s ``critical_path``)."""
-        nested = {"shares": PathShare, "longest": Segment, "threads": ThreadLoad, "streams": StreamLoad,
-                  "top_waits": Wait}  # fmt: skip
-        values = {}
-        for f in fields(cls):
-            value = data.get(f.name, [] if f.name in nested or f.name == "notes" else None)
-            values[f.name] = [nested[f.name](**item) for item in value] if f.name in nested else value
+        values = {f.name: data.get(f.name, [] if f.name == "notes" else None) for f in fields(cls)}
+        values.update({name: [kind(**item) for item in data.get(name, [])] for name, kind in _NESTED.items()})
         return cls(**values)
 
     def bounded_by(self, names: int = 4, least: float = 0.005) -> str:
-        """``Bounded by: host CPU 82.0 % (write 45.0 %, read 20.0 %, ...), GPU 12.0 %, waits 6.0 %``: each kind
-        that takes 0.1 % of the region or more, with up to ``names`` of its names that take ``least`` or more."""
+        """``Bounded by: host CPU 82.0 % (write 45.0 %, read 20.0 %, ...), GPU 12.0 %, waits 6.0 %``: each
+        kind with 0.1 % of the region or more, with up to ``names`` of its names taking ``least`` or more."""
         parts = []
-        for kind in KINDS:
+        for kind, label in KINDS.items():
             ns = self.by_kind.get(kind, 0)
             if not self.region_ns or ns < 0.001 * self.region_ns:
                 continue
-            part = f"{_KIND_LABEL[kind]} {_pct(ns, self.region_ns)}"
+            part = f"{label} {_pct(ns, self.region_ns)}"
             top = [s for s in self.shares if s.kind == kind and s.share >= least]
             if top and kind != "launch":
                 more = len([s for s in self.shares if s.kind == kind]) > min(len(top), names)
@@ -144,38 +140,35 @@ class CriticalPathSummary:
 
     def to_markdown(self) -> str:
         """A few lines and small tables (markdown) for the terminal, summary.md and the report."""
-        region = self.region_ns
-        where = f"- Region: {region / 1e6:.3f} ms ({self.region.get('source', '?')})"
-        lines = [f"#### Critical path: {self.source}", "", f"{where}; the path has {self.segments:,} segments",
-                 f"- {self.bounded_by()}"]  # fmt: skip
-        lines += [f"- {note}" for note in self.notes]
-        if self.threads or self.streams:
-            rows = [[shorten(t.where, CELL), _ms(t.active_ns), _ms(t.busy_ns), _ms(t.gpu_wait_ns), _ms(t.os_wait_ns),
-                     _pct(t.on_path_ns, region, "")] for t in self.threads[:SHOWN]]  # fmt: skip
-            if len(self.threads) > SHOWN:
-                rest = self.threads[SHOWN:]
-                rows.append([f"{len(rest)} more threads", "", _ms(sum(t.busy_ns for t in rest)), "", "",
-                             _pct(sum(t.on_path_ns for t in rest), region, "")])  # fmt: skip
-            rows += [[shorten(s.where, CELL), _ms(region), _ms(s.busy_ns), "", f"idle {_ms(s.idle_ns)}", _pct(s.on_path_ns, region, "")]
-                     for s in self.streams[:SHOWN]]  # fmt: skip
-            lines += ["", *markdown_table(LOAD_COLUMNS, rows, right=LOAD_COLUMNS[1:])]
-        if self.longest:
-            start = int(self.region["start_ns"])
-            lines += ["", *markdown_table(LONGEST_COLUMNS, ([shorten(s.name, CELL), s.kind, shorten(s.where, CELL), _ms(s.duration_ns),
-                                                             _ms(s.start_ns - start)] for s in self.longest[:SHOWN]),
-                                          right=LONGEST_COLUMNS[3:])]  # fmt: skip
-        if self.top_waits:
-            lines += ["", *markdown_table(WAIT_COLUMNS, ([shorten(w.name, CELL), shorten(w.where, CELL), _ms(w.duration_ns),
-                                                          shorten(w.released_by or "not found", CELL)]
-                                                         for w in self.top_waits[:SHOWN]), right=("ms",))]  # fmt: skip
-        if self.wait_totals:
-            lines += ["", *markdown_table(TOTAL_COLUMNS, ([shorten(w["name"], CELL), w["kind"], f"{w['calls']:,}", str(w["threads"]),
-                                                           _ms(w["ns"])] for w in self.wait_totals[:SHOWN]),
-                                          right=TOTAL_COLUMNS[2:])]  # fmt: skip
+        region, start = self.region_ns, int(self.region["start_ns"])
+        pct = functools.partial(_pct, total=region, unit="")
+        lines = [f"#### Critical path: {self.source}", "",
+                 f"- Region: {region / 1e6:.3f} ms ({self.region.get('source', '?')}); the path has "
+                 f"{self.segments:,} segments", f"- {self.bounded_by()}", *(f"- {n}" for n in self.notes)]
+        loads = [[t.where, ms(t.active_ns), ms(t.busy_ns), ms(t.gpu_wait_ns), ms(t.os_wait_ns),
+                  pct(t.on_path_ns)] for t in self.threads[:SHOWN]]  # fmt: skip
+        if rest := self.threads[SHOWN:]:
+            loads.append([f"{len(rest)} more threads", "", ms(sum(t.busy_ns for t in rest)), "", "",
+                          pct(sum(t.on_path_ns for t in rest))])  # fmt: skip
+        loads += [[s.where, ms(region), ms(s.busy_ns), "", f"idle {ms(s.idle_ns)}", pct(s.on_path_ns)]
+                  for s in self.streams[:SHOWN]]
+        tables = (
+            (LOAD_COLUMNS, loads, LOAD_COLUMNS[1:]),
+            (LONGEST_COLUMNS, [[s.name, s.kind, s.where, ms(s.duration_ns), ms(s.start_ns - start)]
+                               for s in self.longest[:SHOWN]], LONGEST_COLUMNS[3:]),
+            (WAIT_COLUMNS, [[w.name, w.where, ms(w.duration_ns), w.released_by or "not found"]
+                            for w in self.top_waits[:SHOWN]], ("ms",)),
+            (TOTAL_COLUMNS, [[w["name"], w["kind"], f"{w['calls']:,}", str(w["threads"]), ms(w["ns"])]
+                             for w in self.wait_totals[:SHOWN]], TOTAL_COLUMNS[2:]),
+        )  # fmt: skip
+        for columns, rows, right in tables:
+            if rows:  # every cell cut to CELL characters: only names are ever that long
+                lines += ["", *markdown_table(columns, ([shorten(c, CELL) for c in r] for r in rows), right)]
         return "\n".join(lines) + "\n"
 
 
-def _ms(ns: float) -> str:
+def ms(ns: float) -> str:
+    """ns as ms, 3 decimals."""
     return f"{ns / 1e6:.3f}"
 
 

@@ -15,56 +15,49 @@ import pytest
 if TYPE_CHECKING:
     from perf.session import PerfOptions
 
-#: Options of the child's own: pytest-benchmark's collector off, test order as collected.
-_CHILD_OWN = ("--benchmark-disable-gc", "-p", "no:randomly")
-
 
 def nsys_selected(options: PerfOptions, markexpr: str | None) -> bool:
     """True in the parent run when captures were asked for: ``--perf-nsys`` or a ``-m`` selecting ``nsys``."""
-    if options.nsys_child:
-        return False
     markexpr = (markexpr or "").replace(" ", "")
-    return options.nsys or ("nsys" in markexpr and "notnsys" not in markexpr)
+    return not options.nsys_child and (options.nsys or ("nsys" in markexpr and "notnsys" not in markexpr))
 
 
 def child_options(config: pytest.Config, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     """The child's pytest options and environment: the parent's command line, ``PYTEST_ADDOPTS`` and ini
-    ``addopts`` less `perf.gate.processes.NSYS_DROPPED`, and the same ini file (``-c``)."""
+    ``addopts`` less `perf.gate.processes.NSYS_DROPPED`, the same ini file (``-c``), pytest-benchmark's
+    collector off and the tests in collection order."""
     from perf.gate.processes import NSYS_DROPPED, forwarded_options
 
     options = forwarded_options(config.invocation_params.args, config.args, dropped=NSYS_DROPPED)
     ini = [str(arg) for arg in config.getini("addopts")]
-    kept = forwarded_options(ini, (), dropped=NSYS_DROPPED)
-    if kept != ini:
+    if (kept := forwarded_options(ini, (), dropped=NSYS_DROPPED)) != ini:
         options += ["-o", "addopts=" + shlex.join(kept)]
     if config.inipath is not None:
         options += ["-c", str(config.inipath)]
     child_env = dict(env)
-    if child_env.get("PYTEST_ADDOPTS"):
-        child_env["PYTEST_ADDOPTS"] = shlex.join(
-            forwarded_options(shlex.split(child_env["PYTEST_ADDOPTS"]), (), dropped=NSYS_DROPPED))
-    return [*options, *_CHILD_OWN], child_env
+    if addopts := child_env.get("PYTEST_ADDOPTS"):
+        child_env["PYTEST_ADDOPTS"] = shlex.join(forwarded_options(shlex.split(addopts), (),
+                                                                   dropped=NSYS_DROPPED))  # fmt: skip
+    return [*options, "--benchmark-disable-gc", "-p", "no:randomly"], child_env
 
 
 @dataclass
 class NsysRun:
-    """The captures of one session: whether they were asked for, and each test's summary (node id, `NsysSummary`)."""
+    """The captures of one session: whether they were asked for, and each test's (node id, `NsysSummary`)."""
 
     options: PerfOptions
     selected: bool
     summaries: list[tuple[str, Any]] = field(default_factory=list)
 
     def run_test(self, item: pytest.Item) -> bool | None:
-        """``pytest_runtest_protocol``: run a test marked ``nsys`` in a child under nsys (True) when captures were
-        asked for; else None."""
-
+        """``pytest_runtest_protocol``: a test marked ``nsys`` runs in a child under nsys (True) when captures
+        were asked for; else None."""
         if item.get_closest_marker("nsys") is None or not self.selected:
             return None
         ihook = item.ihook
         ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         call = pytest.CallInfo.from_call(lambda: self.capture(item), when="call")
-        report = pytest.TestReport.from_item_and_call(item, call)
-        ihook.pytest_runtest_logreport(report=report)
+        ihook.pytest_runtest_logreport(report=pytest.TestReport.from_item_and_call(item, call))
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
@@ -72,11 +65,9 @@ class NsysRun:
         from perf.profile.nsys import (NsysError, find_nsys, nsys_not_found_reason, run_child_under_nsys,
                                        summarize_report)  # fmt: skip
 
-        config = item.config
-        explicit = self.options.nsys_path if self.options.nsys_path != "nsys" else None
-        nsys = find_nsys(explicit, os.environ)
-        if nsys is None:
-            pytest.skip(nsys_not_found_reason(explicit, os.environ))
+        config, given = item.config, self.options.nsys_path
+        if (nsys := find_nsys(given, os.environ)) is None:
+            pytest.skip(nsys_not_found_reason(given, os.environ))
         try:
             options, env = child_options(config, os.environ)
             result = run_child_under_nsys(nsys, item.nodeid, config.rootpath, options,
@@ -93,9 +84,8 @@ class NsysRun:
         self.summaries.append((item.nodeid, summary))
 
     def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.summaries:
-            return
-        terminalreporter.write_sep("=", "nsys summaries")
+        if self.summaries:
+            terminalreporter.write_sep("=", "nsys summaries")
         for nodeid, summary in self.summaries:
             terminalreporter.write_line(f"## {nodeid}")
             terminalreporter.write_line(summary.to_markdown())

@@ -178,7 +178,7 @@ def test_innermost_nvtx_range_names_each_piece() -> None:
 
 def test_summary_json_round_trips_and_markdown_lists_the_tables(tmp_path: Path) -> None:
     summary = critical_path_summary(_launch_then_sync(HandMade()).write(tmp_path / "c.sqlite"))
-    again = CriticalPathSummary.from_dict(json.loads(json.dumps(summary.to_dict())))
+    again = CriticalPathSummary.from_dict(json.loads(json.dumps(dataclasses.asdict(summary))))
     assert again == summary
     md = summary.to_markdown()
     assert md.startswith("#### Critical path: c.sqlite") and summary.bounded_by() in md

@@ -29,7 +29,6 @@ from perf.profile.nsys import (
     NSYS_CHILD_FLAG,
     NSYS_NOT_FOUND_REASON,
     NsysError,
-    export_command,
     export_sqlite,
     find_nsys,
     nsys_not_found_reason,
@@ -305,8 +304,9 @@ def test_unreadable_sqlite_export_is_an_nsys_error_naming_it(tmp_path: Path) -> 
 
 def test_export_sqlite_command_and_missing_nsys(tmp_path: Path) -> None:
     rep, out = tmp_path / "capture.nsys-rep", tmp_path / "capture.sqlite"
-    assert export_command("nsys", rep, out) == ["nsys", "export", "--type", "sqlite", "--force-overwrite=true",
-                                                 "--output", str(out), str(rep)]  # fmt: skip
+    nsys = _nsys_exporting(tmp_path / "fake" / "nsys", 'printf "%s\\n" "$@" > "$out"; exit 0')
+    assert export_sqlite(nsys, rep, out).read_text().splitlines() == [
+        "export", "--type", "sqlite", "--force-overwrite=true", "--output", str(out), str(rep)]  # fmt: skip
     with pytest.raises(NsysError, match="cannot run nsys export"):
         export_sqlite(tmp_path / "no" / "nsys", rep, out)
 
