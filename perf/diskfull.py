@@ -15,9 +15,8 @@ NO_SPACE = os.strerror(errno.ENOSPC)  # "No space left on device"
 
 def full_disk_line(error: BaseException, folders: Mapping[str, Path]) -> str | None:
     """One line for an ``error`` caused by a full disk (``OSError`` ENOSPC anywhere in its chain, or a
-    `detector.errors.DetectorError` saying `NO_SPACE`), naming the folder of ``folders`` (option -> folder,
-    such as ``{"--perf-cache-dir": cache}``) it was writing to and what could not be written; None for any
-    other error."""
+    `detector.errors.DetectorError` saying `NO_SPACE`) naming what could not be written and the folder of
+    ``folders`` (option -> folder, ``{"--perf-cache-dir": cache}``) it is in; None for any other error."""
     from detector.errors import DetectorError
 
     chain: list[BaseException] = []

@@ -74,8 +74,7 @@ class Subject:
 
     def problems(self) -> list[str]:
         """One line per setting that cannot work, else the first failure of the model's files (cfg or ONNX,
-        weights, names, ONNX against the cfg) and the video's and ground truth's; [] when all is well. No
-        torch is imported."""
+        weights, names, ONNX against the cfg), the video's, the ground truth's; []: all is well. No torch."""
         from argparse import ArgumentTypeError
 
         from detector.argtypes import fraction
@@ -110,9 +109,9 @@ class Subject:
 
         spec = self.model_spec(Path("."))
         model = None if self.shipped_model else "cfg" if self.cfg is not None else "onnx"
-        steps: list[tuple[Any, Callable[[], object]]] = [(model, lambda: spec.input_size),
-            (self.weights and "weights", spec.check_files), (self.names and "names", lambda: spec.names),
-            (self.cfg and self.onnx and "onnx", spec.onnx_path)]  # fmt: skip
+        steps: list[tuple[Any, Callable[[], object]]] = [
+            (model, lambda: spec.input_size), (self.weights and "weights", spec.check_files),
+            (self.names and "names", lambda: spec.names), (self.cfg and self.onnx and "onnx", spec.onnx_path)]
         for key, check in steps:
             if key and (out := failure(self.origin[key], check)):
                 break  # the first failure of the model's chain
@@ -179,8 +178,7 @@ class Subject:
         return ModelSpec(cfg=self.cfg, weights=self.weights, **extra)
 
     def video_case(self, synthetic: Callable[[], T]) -> VideoCase | T:
-        """The user's video with its ground truth (given, else ``<stem>.json`` beside it), else
-        ``synthetic()``."""
+        """The user's video with its ground truth (given, else ``<stem>.json`` beside it), or synthetic()."""
         if self.video is None:
             return synthetic()
         beside = self.video.with_suffix(".json")
@@ -195,8 +193,7 @@ class Subject:
     def identity(self, spec: ModelSpec, *, synthetic_frames: int, precisions: Iterable[str],
                  backends: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
         """What a saved run measured: model files by digest, input size, classes, the video by digest (the
-        synthetic one by its parameters) and its frames (``"all"``: a whole user video), ground truth,
-        backends, precisions."""
+        synthetic one by its parameters) and frames (``"all"``: all), ground truth, backends, precisions."""
         from detector.errors import DetectorError
 
         synthetic = VideoCase(Path(f"synthetic seed {SYNTHETIC_SEED}"), None, synthetic_frames)
@@ -266,8 +263,7 @@ def subject_markdown(described: Mapping[str, str]) -> str:
 
 def subject_differences(saved: Mapping[str, Any] | None,
                         current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:  # fmt: skip
-    """(field, saved, current) for each `COMPARED` field on which two identities disagree; [] when none
-    saved."""
+    """(field, saved, current) for each `COMPARED` field where two identities disagree; [] if none saved."""
     if not saved:
         return []
     return [(key, saved.get(key, NOT_RECORDED), current.get(key))

@@ -26,8 +26,7 @@ DEFAULT_COMPARE_FAIL = "median:5%"
 
 @dataclass
 class ProcessesRun:
-    """The cross-process measurement of one session: mode (``noise`` or ``selftest``), process count, start
-    (monotonic s), the runs folder, the children's results and the summary's lines."""
+    """One session's cross-process measurement: mode, K, start (monotonic s), what the children left."""
 
     perf: PerfSession
     mode: str
