@@ -1,15 +1,11 @@
-"""A full disk under the suite's folders stops the run in one line, not one traceback per test that writes there.
-
-A full disk is ``OSError`` ENOSPC anywhere in the exception's chain, or a `detector.errors.DetectorError` saying
-"No space left on device" (the video writer's). `stop_if_disk_full` (called by the plugin as each test's report is
-made) stops the run with `full_disk_line` (``pytest.exit``: exit status 2, interrupted).
-"""
+"""A full disk under the suite's folders stops the run in one line (``pytest.exit``, exit status 2), not one
+traceback per test that writes there."""
 
 from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -17,39 +13,36 @@ import pytest
 NO_SPACE = os.strerror(errno.ENOSPC)  # "No space left on device"
 
 
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def full_disk_line(error: BaseException, folders: Mapping[str, Path]) -> str | None:
-    """One line for an ``error`` caused by a full disk, naming the folder of ``folders`` (option -> folder, such as
-    ``{"--perf-cache-dir": cache}``) it was writing to and what could not be written; None for any other error."""
+    """One line for an ``error`` caused by a full disk (``OSError`` ENOSPC anywhere in its chain, or a
+    `detector.errors.DetectorError` saying `NO_SPACE`) naming what could not be written and the folder of
+    ``folders`` (option -> folder, ``{"--perf-cache-dir": cache}``) it is in; None for any other error."""
     from detector.errors import DetectorError
 
-    chain = list(_chain(error))
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
     full = [e for e in chain if (isinstance(e, OSError) and e.errno == errno.ENOSPC)
             or (isinstance(e, DetectorError) and NO_SPACE in str(e))]  # fmt: skip
     if not full:
         return None
     told = next((e for e in chain if isinstance(e, DetectorError)), None)  # the one line the package wrote
     filename = getattr(full[0], "filename", None)
-    text = str(told) if told is not None else f"cannot write '{filename}': {NO_SPACE}" if filename else NO_SPACE
+    text = f"cannot write '{filename}': {NO_SPACE}" if filename else NO_SPACE
+    text = str(told) if told is not None else text
     places = " ".join([text, *(str(getattr(e, "filename", "") or "") for e in full)])
     for option, folder in folders.items():
         if str(folder) in places:
-            return (f"{option}: the disk of '{folder}' is full: {text}; free space there or choose another folder "
-                    f"with {option}")
+            return (f"{option}: the disk of '{folder}' is full: {text}; free space there or choose another "
+                    f"folder with {option}")
     return f"the disk is full: {text}; free space there and run again"
 
 
 def stop_if_disk_full(folders: Mapping[str, Path], error: BaseException) -> None:
-    """``pytest.exit`` with `full_disk_line` when ``error`` (a test's failure) comes from a full disk under one of
-    ``folders`` (option -> folder)."""
+    """``pytest.exit`` with `full_disk_line` when ``error`` (a test's failure) comes from a full disk under
+    one of ``folders`` (option -> folder)."""
     line = full_disk_line(error, folders)
     if line is not None:
         pytest.exit(line, returncode=pytest.ExitCode.INTERRUPTED)

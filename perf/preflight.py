@@ -1,13 +1,7 @@
-"""Refuse at start-up (`check_options` at configure, `check_selection` after collection), in one usage line (exit
-4), a run that would lose its results or crash after measuring:
-
-* saving or comparing under pytest-xdist (``-n``), where pytest-benchmark switches itself off and saves nothing;
-* a saved run ``--perf-compare`` or ``--benchmark-compare`` will load that fails `perf.validate.run_problem`
-  (checked before pytest-benchmark loads it, which would crash or silently compare with an older run);
-* a folder the run must write that cannot be written: the reports, an empty or missing perf cache, the benchmark
-  storage when saving (after collection, for the selected tests; an xdist controller, which does not collect,
-  checks at configure as if every test ran).
-"""
+"""Refuse at start-up, in one usage line (exit 4), a run that would lose its results or crash after measuring:
+saving or comparing under pytest-xdist (``-n``; pytest-benchmark switches itself off there), a saved run the
+compare would load that fails `perf.validate.run_problem`, a folder the run must write that cannot be written
+(docs/architecture.md, "The session and its parts")."""
 
 from __future__ import annotations
 
@@ -28,24 +22,13 @@ SAVING = ("benchmark_autosave", "benchmark_save", "benchmark_json", "benchmark_c
 RUN_FILES = "[0-9][0-9][0-9][0-9]_"  # pytest-benchmark's glob of saved runs
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def _option(config: pytest.Config, name: str) -> Any:
     return config.getoption(name, None)
 
 
-def _xdist(config: pytest.Config) -> bool:
-    """A pytest-xdist controller (the test pytest-benchmark uses to switch itself off)."""
-    return _option(config, "dist") not in (None, "no")
-
-
 def unwritable(folder: Path) -> str | None:
     """Why no file can be created in ``folder`` (a missing one: in its nearest existing parent), or None."""
-    probe = folder
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
+    probe = next((p for p in (folder, *folder.parents) if p.exists()), folder)
     if not probe.is_dir():
         return f"'{probe}' is not a folder"
     try:
@@ -65,79 +48,61 @@ def _storage_path(config: pytest.Config) -> Path | None:
     return Path(value.removeprefix("file://")).expanduser().absolute()
 
 
-def _compared_files(config: pytest.Config, wanted: Any) -> list[Path]:
-    """The files pytest-benchmark's storage will load for a compare with ``wanted`` (True: the newest run)."""
+def _check_compared_runs(config: pytest.Config) -> None:
+    """Each saved run ``--benchmark-compare`` / ``--perf-compare`` will load (True: the newest) is usable."""
     from pytest_benchmark.storage.file import FileStorage
     from pytest_benchmark.utils import get_machine_id
 
     path = _storage_path(config)
-    if path is None or not path.is_dir():
-        return []  # nothing to load: pytest-benchmark and the gate say so themselves
-    storage = FileStorage(path, logger=None, default_machine_id=get_machine_id())
-    return storage.query(RUN_FILES)[-1:] if wanted is True else storage.query(str(wanted))
-
-
-def saved_run_problem(path: Path, *, complete: bool = False) -> str | None:
-    """What makes the saved run at ``path`` unusable (unreadable, not JSON, `run_problem`), or None."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        return f"cannot read it as JSON: {e}"
-    return run_problem(doc, complete=complete)
-
-
-def _check_compared_runs(config: pytest.Config) -> None:
     for name, complete in (("benchmark_compare", True), ("perf_compare", False)):
         wanted = _option(config, name)
-        if wanted is None or wanted is False:
-            continue
-        for path in _compared_files(config, wanted):
-            problem = saved_run_problem(path, complete=complete)
+        if wanted is None or wanted is False or path is None or not path.is_dir():
+            continue  # nothing to load: pytest-benchmark and the gate say so themselves
+        storage = FileStorage(path, logger=None, default_machine_id=get_machine_id())
+        for run in storage.query(RUN_FILES)[-1:] if wanted is True else storage.query(str(wanted)):
+            try:
+                problem = run_problem(json.loads(run.read_text(encoding="utf-8")), complete=complete)
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                problem = f"cannot read it as JSON: {e}"
             if problem is not None:
-                raise pytest.UsageError(f"{_flag(name)}: '{path}' is not a usable saved run: {problem}; repair or "
-                                        "remove it, or compare with another run (NUM|ID)")  # fmt: skip
+                raise pytest.UsageError(f"--{name.replace('_', '-')}: '{run}' is not a usable saved run: "
+                                        f"{problem}; repair or remove it, or compare with another run "
+                                        "(NUM|ID)")
 
 
 def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool, cache: bool,
                    storage: bool) -> None:  # fmt: skip
-    if reports:
-        folder = options.reports_dir
-        why = unwritable(folder)
+    """Each folder the run will write can be written: the reports, an empty or missing perf cache, the
+    storage."""
+    cache_dir = options.cache_dir if cache else None
+    if cache_dir is not None and cache_dir.is_dir() and any(cache_dir.iterdir()):
+        cache_dir = None  # a cache that holds files is not created here
+    folders = [("--perf-reports-dir", "write the reports to", reports and options.reports_dir),
+               ("--perf-cache-dir", "create the perf cache in", cache_dir),
+               ("--benchmark-storage", "save the run in", storage and _storage_path(config))]
+    for option, what, folder in folders:
+        why = unwritable(folder) if folder else None
         if why:
-            raise pytest.UsageError(f"--perf-reports-dir: cannot write the reports to '{folder}': {why}; make it "
-                                    "writable or choose another folder with --perf-reports-dir")  # fmt: skip
-    if cache:
-        folder = options.cache_dir
-        empty = not folder.is_dir() or not any(folder.iterdir())
-        why = unwritable(folder) if empty else None
-        if why:
-            raise pytest.UsageError(f"--perf-cache-dir: cannot create the perf cache in '{folder}': {why}; make it "
-                                    "writable or choose another folder with --perf-cache-dir")  # fmt: skip
-    folder = _storage_path(config) if storage else None
-    why = unwritable(folder) if folder is not None else None
-    if why:
-        raise pytest.UsageError(f"--benchmark-storage: cannot save the run in '{folder}': {why}; make it writable or "
-                                "choose another folder with --benchmark-storage")  # fmt: skip
-
-
-def _saving(config: pytest.Config) -> bool:
-    return bool(_option(config, "benchmark_save") or _option(config, "benchmark_autosave"))
+            raise pytest.UsageError(f"{option}: cannot {what} '{folder}': {why}; make it writable or choose "
+                                    f"another folder with {option}")
 
 
 def check_options(config: pytest.Config, options: PerfOptions) -> None:
-    """At configure, before pytest-benchmark (trylast) loads a compared run or xdist starts workers."""
+    """At configure, before pytest-benchmark (trylast) loads a compared run or xdist starts workers; an xdist
+    controller, which does not collect, checks the folders as if every test ran."""
     if hasattr(config, "workerinput") or _option(config, "help") or _option(config, "version"):
         return
-    if _xdist(config):
-        given = [_flag(name) for name in SAVING if _option(config, name) not in (None, False, [])]
-        if given:
-            raise pytest.UsageError(f"{', '.join(given)} cannot be used with pytest-xdist (-n): pytest-benchmark "
-                                    "switches itself off under xdist, so nothing would be saved or compared; run "
-                                    "the benchmarks without -n")  # fmt: skip
-        if not _option(config, "collectonly"):
-            _check_folders(config, options, reports=True, cache=True, storage=False)
+    if _option(config, "dist") in (None, "no"):
+        _check_compared_runs(config)
         return
-    _check_compared_runs(config)
+    given = [f"--{name.replace('_', '-')}" for name in SAVING
+             if _option(config, name) not in (None, False, [])]
+    if given:
+        raise pytest.UsageError(f"{', '.join(given)} cannot be used with pytest-xdist (-n): pytest-benchmark "
+                                "switches itself off under xdist, so nothing would be saved or compared; run "
+                                "the benchmarks without -n")  # fmt: skip
+    if not _option(config, "collectonly"):
+        _check_folders(config, options, reports=True, cache=True, storage=False)
 
 
 def check_selection(session: pytest.Session, options: PerfOptions) -> None:
@@ -146,6 +111,7 @@ def check_selection(session: pytest.Session, options: PerfOptions) -> None:
     if hasattr(config, "workerinput") or _option(config, "collectonly"):
         return
     used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    saving = bool(_option(config, "benchmark_save") or _option(config, "benchmark_autosave"))
     _check_folders(config, options, reports=bool(used & {"perf_report", "perf_reports_dir"}) or
-                   options.compare is not None,
-                   cache="perf_cache_dir" in used, storage=_saving(config) and "benchmark" in used)  # fmt: skip
+                   options.compare is not None, cache="perf_cache_dir" in used,
+                   storage=saving and "benchmark" in used)  # fmt: skip

@@ -1,6 +1,6 @@
-"""The cross-process measurements of a session (`ProcessesRun`): ``--perf-noise=K`` (docs/method.md, section 3)
-and ``--perf-selftest-processes=K`` (section 5), each in K fresh processes (`perf.gate.processes`); the process the
-user starts only orchestrates (docs/architecture.md, "The session and its parts")."""
+"""The cross-process measurements of a session (`ProcessesRun`): ``--perf-noise=K`` (docs/method.md,
+section 3) and ``--perf-selftest-processes=K`` (section 5), each in K fresh processes (`perf.gate.processes`);
+the process the user starts only orchestrates (docs/architecture.md, "The session and its parts")."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from perf.options import DEFAULT_REGRESSIONS, parse_regression, parse_regression
 from perf.report import schema
 
 if TYPE_CHECKING:
+    from perf.gate.processes import Child
     from perf.session import PerfSession
 
 DEFAULT_COMPARE_FAIL = "median:5%"
@@ -25,8 +26,7 @@ DEFAULT_COMPARE_FAIL = "median:5%"
 
 @dataclass
 class ProcessesRun:
-    """The cross-process measurement of one session: mode (``noise`` or ``selftest``), process count, start
-    (monotonic s), the runs folder, the children's results and the summary's lines."""
+    """One session's cross-process measurement: mode, K, start (monotonic s), what the children left."""
 
     perf: PerfSession
     mode: str
@@ -34,7 +34,7 @@ class ProcessesRun:
     started: float
     folder: Path | None = None
     results: list[Any] = field(default_factory=list)
-    compare_fail: Any = None
+    compare_fail: str | None = None
     error: str | None = None
     incomplete: str | None = None
     failed: list[Any] = field(default_factory=list)
@@ -43,22 +43,20 @@ class ProcessesRun:
 
     @classmethod
     def start(cls, perf: PerfSession, config: pytest.Config) -> ProcessesRun | None:
-        """The measurement --perf-noise / --perf-selftest-processes asks for (None: neither), or a usage error."""
-
+        """What --perf-noise / --perf-selftest-processes asks for (None: neither), or a usage error."""
         options = perf.options
-        if options.nsys_child:
-            return None
-        mode = next(((m, k) for m, k in (("selftest", options.selftest_processes), ("noise", options.noise))
-                     if isinstance(k, int)), None)  # fmt: skip
-        if mode is None:
+        modes = (("selftest", options.selftest_processes), ("noise", options.noise))
+        mode, k = next(((m, k) for m, k in modes if isinstance(k, int)), (None, 0))
+        if options.nsys_child or mode is None:
             return None
         if hasattr(config, "workerinput") or config.getoption("numprocesses", None):
-            raise pytest.UsageError(f"--perf-{'noise' if mode[0] == 'noise' else 'selftest-processes'} runs its own "
-                                    "processes one at a time: drop -n (pytest-xdist)")  # fmt: skip
+            option = "noise" if mode == "noise" else "selftest-processes"
+            raise pytest.UsageError(f"--perf-{option} runs its own processes one at a time: drop -n "
+                                    "(pytest-xdist)")
         if options.compare is not None:
-            raise pytest.UsageError("--perf-noise / --perf-selftest-processes measure, they do not compare: drop "
-                                    "--perf-compare")  # fmt: skip
-        return cls(perf, mode[0], mode[1], time.monotonic())
+            raise pytest.UsageError("--perf-noise / --perf-selftest-processes measure, they do not compare: "
+                                    "drop --perf-compare")
+        return cls(perf, mode, k, time.monotonic())
 
     def run(self, session: pytest.Session) -> bool | None:
         """``pytest_runtestloop``: orchestrate the child processes instead of running the tests here."""
@@ -70,46 +68,48 @@ class ProcessesRun:
         from perf.gate.processes import forwarded_options, load_plan, run_children, save_plan
 
         config, options = session.config, self.perf.options
-        folder, resumable = self._runs_dir()
+        if options.runs_dir:
+            folder = (config.invocation_params.dir / options.runs_dir).resolve()
+        else:
+            stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            folder = options.reports_dir / "processes" / stamp
         plan = _plan(options.selftest_regressions, session.items, self.mode, self.k)
-        existing = load_plan(folder) if resumable else None
-        if existing is not None and existing != plan:
-            raise pytest.UsageError(f"--perf-runs-dir: '{folder}' holds another plan (other tests, K or regressions); "
-                                    "give a new folder or delete it")  # fmt: skip
+        if options.runs_dir and load_plan(folder) not in (None, plan):
+            raise pytest.UsageError(f"--perf-runs-dir: '{folder}' holds another plan (other tests, K or "
+                                    "regressions); give a new folder or delete it")  # fmt: skip
         save_plan(folder, plan)
         bench = getattr(config, "_benchmarksession", None)
-        values = {"--perf-compare": None, "--benchmark-compare": _str(getattr(bench, "compare", None))}
-        forwarded = forwarded_options(config.invocation_params.args, config.args, values)
-        compare_fail = None
+        compared = getattr(bench, "compare", None)
+        compared = None if compared in (None, True, False) else str(compared)
+        forwarded = forwarded_options(config.invocation_params.args, config.args,
+                                      {"--perf-compare": None, "--benchmark-compare": compared})
+        # the parent's first --benchmark-compare-fail check, if any
+        check = (getattr(bench, "compare_fail", None) or [None])[0]
         if self.mode == "selftest":
-            compare_fail = _check_text(getattr(bench, "compare_fail", None)) or DEFAULT_COMPARE_FAIL
+            unit = "%" if type(check).__name__.startswith("Percentage") else ""
+            self.compare_fail = f"{check.field}:{check.threshold}{unit}" if check else DEFAULT_COMPARE_FAIL
         reporter = config.pluginmanager.get_plugin("terminalreporter")
 
         def progress(result: Any, done: int, total: int) -> None:
+            saved = "saved" if result.run else f"NO RUN SAVED (exit {result.returncode}; {result.log})"
             if reporter is not None:
-                status = "saved" if result.run is not None else f"NO RUN SAVED (exit {result.returncode}; {result.log})"
                 reporter.write_line(f"perf processes: {done}/{total} {result.label} ({result.kind}) "
-                                    f"{result.seconds:.0f} s, exit {result.returncode}, {status}")  # fmt: skip
+                                    f"{result.seconds:.0f} s, exit {result.returncode}, {saved}")  # fmt: skip
 
         budget = options.processes_budget
-        deadline = None if budget is None else self.started + budget
-        results = run_children(plan, forwarded, folder, config.invocation_params.dir, compare_fail=compare_fail,
-                               on_done=progress, deadline=deadline)  # fmt: skip
-        self.folder, self.results, self.compare_fail = folder, results, compare_fail
-        if len(results) < len(plan):
-            self.incomplete = (f"{len(results)} of {len(plan)} planned processes ran within --perf-processes-budget; "
-                               f"resume with --perf-runs-dir={folder}")  # fmt: skip
-        self._analyse(bench)
+        self.results = run_children(plan, forwarded, folder, config.invocation_params.dir,
+                                    compare_fail=self.compare_fail, on_done=progress,
+                                    deadline=None if budget is None else self.started + budget)  # fmt: skip
+        self.folder = folder
+        if len(self.results) < len(plan):
+            self.incomplete = (f"{len(self.results)} of {len(plan)} planned processes ran within "
+                               f"--perf-processes-budget; resume with --perf-runs-dir={folder}")  # fmt: skip
+        self._analyse(getattr(getattr(bench, "storage", None), "path", None))
         return True
 
-    def _runs_dir(self) -> tuple[Path, bool]:
-        given = self.perf.options.runs_dir
-        if given:
-            return (self.perf.config.invocation_params.dir / given).resolve(), True
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        return self.perf.options.reports_dir / "processes" / stamp, False
-
-    def _analyse(self, bench: Any) -> None:
+    def _analyse(self, storage: Path | None) -> None:
+        """The runs table, the noise profile (saved under ``storage``) and, for a self-test, the simulated CI
+        runs' verdicts; all to the report and a JSON summary in the reports folder."""
         from detector.fileio import atomic_write_text
         from perf.crossprocess import IDENTICAL, compare_fail_rows, identical_rows, regression_rows, simulate
         from perf.gate.noise import benchmark_rows, compute_profile, family_rows, save_profile
@@ -118,7 +118,8 @@ class ProcessesRun:
         report, results = self.perf.report.rows, self.results
         for r in results:
             report.add(schema.CROSSPROCESS_RUNS, {"run": r.label, "kind": r.kind, "exit": r.returncode,
-                                                  "seconds": round(r.seconds, 1), "saved": r.run.name if r.run else "-",
+                                                  "seconds": round(r.seconds, 1),
+                                                  "saved": r.run.name if r.run else "-",
                                                   "compare-fail": r.compare_fail or "-"})  # fmt: skip
         self.failed = [r for r in results if r.run is None or r.extra.get("failed_tests")]
         identical = {r.label: load_run(r.run) for r in results if r.kind == IDENTICAL and r.run is not None}
@@ -130,34 +131,32 @@ class ProcessesRun:
             self.error = f"only {len(identical)} identical process(es) saved a run: no noise profile"
             return
         profile = compute_profile(list(identical.values()), self.perf.fingerprint)
-        storage = getattr(getattr(bench, "storage", None), "path", None)
         if storage is not None:
             self.profile_path = save_profile(storage, profile)
-        for row in family_rows(profile):
-            report.add(schema.NOISE_FAMILY, row)
-        for row in benchmark_rows(profile):
-            report.add(schema.NOISE_BENCHMARK, row)
         summary: dict[str, Any] = {"runs_dir": str(self.folder), "profile": str(self.profile_path),
                                    "family": family_rows(profile)}  # fmt: skip
+        tables = [(schema.NOISE_FAMILY, summary["family"]), (schema.NOISE_BENCHMARK, benchmark_rows(profile))]
         if self.mode == "selftest":
-            groups = {kind: parse_regression(kind) for kind in regressed}
-            verdicts = simulate(identical, regressed, self.perf.gate.settings, history=self.perf.options.history,
-                                regressions=groups)  # fmt: skip
-            summary["identical"] = identical_rows(verdicts)
-            summary["regressed"] = regression_rows(verdicts)
-            summary["compare_fail"] = compare_fail_rows(identical, self.compare_fail)
+            verdicts = simulate(identical, regressed, self.perf.gate.settings,
+                                history=self.perf.options.history,
+                                regressions={kind: parse_regression(kind) for kind in regressed})  # fmt: skip
             real = [r for r in results if r.compare_fail is not None]
+            summary |= {"identical": identical_rows(verdicts), "regressed": regression_rows(verdicts),
+                        "compare_fail": compare_fail_rows(identical, self.compare_fail)}  # fmt: skip
             summary["compare_fail"]["consecutive processes run with it"] = (
                 f"{sum(r.compare_fail == 'passed' for r in real)}/{len(real)} passed")
             summary["verdicts"] = [dataclasses.asdict(v) for v in verdicts]
-            for key, table in (("identical", schema.SELFTEST_IDENTICAL), ("regressed", schema.SELFTEST_REGRESSED)):
-                for row in summary[key]:
-                    report.add(table, row)
-            report.add(schema.SELFTEST_COMPARE_FAIL, summary["compare_fail"])
+            tables += [(schema.SELFTEST_IDENTICAL, summary["identical"]),
+                       (schema.SELFTEST_REGRESSED, summary["regressed"]),
+                       (schema.SELFTEST_COMPARE_FAIL, [summary["compare_fail"]])]  # fmt: skip
+        for table, rows in tables:
+            for row in rows:
+                report.add(table, row)
         folder = self.perf.options.reports_dir
         folder.mkdir(parents=True, exist_ok=True)
         name = "selftest-processes.json" if self.mode == "selftest" else "noise-profile.json"
-        self.summary_path = atomic_write_text(folder / name, json.dumps(summary, indent=2, default=str) + "\n")
+        text = json.dumps(summary, indent=2, default=str) + "\n"
+        self.summary_path = atomic_write_text(folder / name, text)
 
     def finish(self, session: pytest.Session) -> None:
         if (self.error or self.failed) and session.exitstatus == pytest.ExitCode.OK:
@@ -166,40 +165,38 @@ class ProcessesRun:
     def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.folder is None and self.error is None:
             return
-        terminalreporter.write_sep("=", f"perf {'noise' if self.mode == 'noise' else 'self-test'} across processes")
+        write = terminalreporter.write_line
+        mode = "noise" if self.mode == "noise" else "self-test"
+        terminalreporter.write_sep("=", f"perf {mode} across processes")
         if self.error:
-            terminalreporter.write_line(f"perf processes: {self.error}", red=True)
+            write(f"perf processes: {self.error}", red=True)
         if self.incomplete:
-            terminalreporter.write_line(f"perf processes: {self.incomplete}", yellow=True)
+            write(f"perf processes: {self.incomplete}", yellow=True)
         for r in self.failed:
-            terminalreporter.write_line(f"perf processes: {r.label} exited {r.returncode}; log: {r.log}", red=True)
+            write(f"perf processes: {r.label} exited {r.returncode}; log: {r.log}", red=True)
         if self.profile_path:
-            terminalreporter.write_line(f"noise profile saved: {self.profile_path}")
+            write(f"noise profile saved: {self.profile_path}")
         if self.summary_path:
-            terminalreporter.write_line(f"summary: {self.summary_path}; runs and logs: {self.folder}")
+            write(f"summary: {self.summary_path}; runs and logs: {self.folder}")
 
 
-def _group(item: pytest.Item) -> str | None:
-    mark = item.get_closest_marker("benchmark")
-    return None if mark is None else mark.kwargs.get("group")
-
-
-def _plan(given: Any, items: list[pytest.Item], mode: str, k: int) -> list[Any]:
-    """The children to run: K identical, and for a self-test K / 5 per regression (``given``, else the default)."""
+def _plan(given: Any, items: list[pytest.Item], mode: str, k: int) -> list[Child]:
+    """The children to run: K identical; for a self-test also K / 5 (at least 2) per regression (``given``,
+    else the default), each of its benchmarks, spread over the run: each is judged against all K identical."""
     from perf.gate.processes import Child
 
     nodeids = tuple(item.nodeid for item in items)
     if mode == "noise":
         return [Child(f"a{i:02d}", "identical", nodeids) for i in range(k)]
-    regressions = given or parse_regressions(DEFAULT_REGRESSIONS)
-    plan = []
-    every = max(1, k // regressed_per_kind(k))
+    plan, regressions = [], given or parse_regressions(DEFAULT_REGRESSIONS)
+    every = max(1, k // max(2, k // 5))
     for i in range(k):
         plan.append(Child(f"a{i:02d}", "identical", nodeids))
         if i % every:
-            continue  # fewer processes per regression, spread over the run: each is judged against all K identical
+            continue
         for regression in regressions:
-            grouped = [item for item in items if _group(item) in regression.groups]
+            grouped = [item for item in items if (mark := item.get_closest_marker("benchmark")) is not None
+                       and mark.kwargs.get("group") in regression.groups]  # fmt: skip
             chosen = tuple(item.nodeid for item in grouped if _batch(item) >= regression.min_batch) or tuple(
                 item.nodeid for item in grouped)  # e.g. a CPU selection of batch 1 only
             if chosen:
@@ -208,25 +205,6 @@ def _plan(given: Any, items: list[pytest.Item], mode: str, k: int) -> list[Any]:
     return plan
 
 
-def regressed_per_kind(k: int) -> int:
-    """Processes per injected regression for K identical ones: K / 5, at least 2 (each is compared with all K)."""
-    return max(2, k // 5)
-
-
 def _batch(item: pytest.Item) -> int:
     case = getattr(item, "callspec", None)
-    value = case.params.get("case") if case is not None else None
-    return int(getattr(value, "batch", 1))
-
-
-def _str(value: Any) -> str | None:
-    return None if value in (None, True, False) else str(value)
-
-
-def _check_text(checks: Any) -> str | None:
-    """The text of the first --benchmark-compare-fail check the parent was given (e.g. "median:5%")."""
-    if not checks:
-        return None
-    check = checks[0]
-    unit = "%" if type(check).__name__.startswith("Percentage") else ""
-    return f"{check.field}:{check.threshold}{unit}"
+    return int(getattr(case.params.get("case") if case is not None else None, "batch", 1))
