@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from perf.measure.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
 from perf.measure.speedref import summary as reference_summary
-from perf.measure.stability import StabilityRule, replace_rounds, stability_record, summary
+from perf.measure.stability import StabilityRule, replace_rounds, stability_record
 from perf.runs import PRIMARY
 
 TARGET_BLOCKS = 30  # blocks per pass the block size aims at
@@ -60,8 +60,7 @@ def record_samples(benchmark: Any, samples_s: Sequence[float], *, rule: Stabilit
         benchmark.extra_info.setdefault("metrics", {}).update({name: dict(m) for name, m in metrics.items()})
     if not samples_s:
         return
-    stability = rule.assess(samples_s)
-    benchmark.extra_info["stability"] = stability_record(stability, [summary(stability)])
+    benchmark.extra_info["stability"] = stability_record([rule.assess(samples_s)])
     if benchmark.stats is not None:
         replace_rounds(benchmark.stats, list(samples_s))
 
