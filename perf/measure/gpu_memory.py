@@ -18,24 +18,19 @@ _TRIED = re.compile(r"tried to allocate ([\d.]+ [KMGT]?i?B)", re.IGNORECASE)
 
 def oom_skip_reason(exc: BaseException, batch: int, device_name: str) -> str | None:
     """The skip reason for an out-of-memory ``exc`` (or one it was raised from) running ``batch``, else None."""
+    import torch
+
     seen: set[int] = set()
     error: BaseException | None = exc
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if _is_oom(error):
+        if isinstance(error, torch.cuda.OutOfMemoryError) or (
+                isinstance(error, (RuntimeError, MemoryError)) and _OOM_TEXT.search(str(error))):
             text = " ".join(str(error).split())
-            tried = _TRIED.search(text)
-            detail = f"tried to allocate {tried.group(1)}" if tried else text[:120]
+            detail = f"tried to allocate {tried.group(1)}" if (tried := _TRIED.search(text)) else text[:120]
             return f"batch {batch} does not fit on {device_name} (out of memory: {detail})"
         error = error.__cause__ or error.__context__
     return None
-
-
-def _is_oom(error: BaseException) -> bool:
-    import torch
-
-    return isinstance(error, torch.cuda.OutOfMemoryError) or (
-        isinstance(error, (RuntimeError, MemoryError)) and bool(_OOM_TEXT.search(str(error))))
 
 
 def release_cuda_memory() -> None:

@@ -6,6 +6,7 @@ synthetic video's codec, the decoder and whether the output is encoded, ``<codec
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +31,7 @@ class Source:
     def suffix(self) -> str:
         """The id suffix: what differs from the default source (``""`` for it), e.g. ``h264-nvdec-noencode``."""
         parts = [self.codec] if self.codec not in ("mp4v", USER_VIDEO) else []
-        parts += [self.decoder] if self.decoder != "opencv" else []
-        parts += [] if self.encode else ["noencode"]
-        return "-".join(parts)
+        return "-".join(parts + self.spec.split("+")[1:])
 
     @property
     def label(self) -> str:
@@ -43,8 +42,8 @@ class Source:
     @property
     def spec(self) -> str:
         """As written in ``--perf-sources``."""
-        return "+".join([self.codec] + (["nvdec"] if self.decoder == "nvdec" else []) +
-                        ([] if self.encode else ["noencode"]))  # fmt: skip
+        nvdec = ["nvdec"] if self.decoder == "nvdec" else []
+        return "+".join([self.codec, *nvdec] + ([] if self.encode else ["noencode"]))
 
 
 DEFAULT = Source()
@@ -64,20 +63,8 @@ def parse_source(text: str) -> Source:
 
 def for_video(sources: Iterable[Source], user_video: bool) -> tuple[Source, ...]:
     """``sources`` in order without repeats; with the user's video the codec is its own (``video``)."""
-    seen: dict[Source, None] = {}
-    for source in sources:
-        seen.setdefault(dataclasses.replace(source, codec=USER_VIDEO) if user_video else source, None)
-    return tuple(seen)
-
-
-def collection_skip(source: Source, device: str) -> str | None:
-    """Why ``source`` cannot run on ``device`` as far as is known without importing torch or the decoder, or None
-    (the full check: `skip_unless_decodes`)."""
-    if source.decoder != "nvdec":
-        return None
-    from detector.gpudecode import nvdec_unavailable
-
-    return nvdec_unavailable(device, load=False)
+    return tuple(dict.fromkeys(dataclasses.replace(s, codec=USER_VIDEO) if user_video else s
+                               for s in sources))  # fmt: skip
 
 
 def skip_unless_decodes(source: Source, runner: Any) -> None:
@@ -91,20 +78,20 @@ def skip_unless_decodes(source: Source, runner: Any) -> None:
 
 
 def with_sources(params: Sequence[Any], sources: Sequence[Source], device: str) -> list[Any]:
-    """``params`` (of `perf.measure.cases.Case`) on the default source, then for each ``ci``-marked one a param per
-    other source, without the ``ci`` and ``nsys`` markers."""
+    """``params`` (of `perf.measure.cases.Case`) on the default source, then for each ``ci``-marked one a
+    param per other source, without the ``ci`` and ``nsys`` markers; an NVDEC source that cannot run on
+    ``device``, as far as is known without importing torch or the decoder, skipped (the full check:
+    `skip_unless_decodes`)."""
+    from detector.gpudecode import nvdec_unavailable
+
     out = list(params)
-    for param in params:
+    for param, source in itertools.product(params, [s for s in sources if s.suffix]):
         if not any(mark.name == "ci" for mark in param.marks):
             continue
-        case = param.values[0]
-        for source in sources:
-            if not source.suffix:
-                continue
-            marks = [mark for mark in param.marks if mark.name not in ("ci", "nsys")]
-            reason = collection_skip(source, device)
-            if reason and not any(mark.name == "skip" for mark in marks):
-                marks.append(pytest.mark.skip(reason=reason))
-            out.append(pytest.param(dataclasses.replace(case, source=source), id=f"{param.id}-{source.suffix}",
-                                    marks=marks))
+        marks = [mark for mark in param.marks if mark.name not in ("ci", "nsys")]
+        reason = nvdec_unavailable(device, load=False) if source.decoder == "nvdec" else None
+        if reason and not any(mark.name == "skip" for mark in marks):
+            marks.append(pytest.mark.skip(reason=reason))
+        out.append(pytest.param(dataclasses.replace(param.values[0], source=source),
+                                id=f"{param.id}-{source.suffix}", marks=marks))
     return out
