@@ -1,8 +1,5 @@
-"""What the suite measures: the (backend, variant, precision, batch) cases, from ``--perf-backends``,
-``--perf-precisions``, ``--perf-batch-sizes`` and every variant the backend registry holds. Every case is collected,
-also one that cannot run here: it skips at set-up with its reason (docs/options.md). `KEY_CASES` adds the ``ci``
-marker (docs/method.md, section 6); `CASE_FIXTURES` is the one table of what each benchmark module is parametrised
-over, which the plugin's one ``pytest_generate_tests`` applies (`parametrize`).
+"""The measured cases (backend variant x precision x batch, each collected, skipping at set-up where it cannot
+run), the ``ci`` marks of `KEY_CASES`, and `CASE_FIXTURES`: what each benchmark module is parametrised over.
 """
 
 from __future__ import annotations
@@ -65,9 +62,8 @@ class Case:
 
 
 def unavailable_reason(backend: str, device: str, precision: str) -> str | None:
-    """Why ``backend`` cannot run ``precision`` on ``device`` here, in one line (its module missing, a precision its
-    runner lacks, :func:`detector.backends.availability`), or None: the one wording of these skips (the cases and
-    `perf.fixtures.models.RunnerPool`)."""
+    """Why ``backend`` cannot run ``precision`` on ``device`` here, in one line, or None: the one wording of
+    these skips (the cases and `perf.fixtures.models.RunnerPool`)."""
     try:
         supported = runner_class(backend).precisions
     except BackendUnavailable as e:
@@ -84,10 +80,10 @@ def make_cases(
     backends: Iterable[str], precisions: Iterable[str], batch_sizes: Iterable[int] | None, device: str,
     *, nsys_first: bool = False, exclude: tuple[str, str] | None = None, family: str | None = None,
 ) -> list[Any]:
-    """pytest params for every variant x precision (x batch size) of ``backends``, those that cannot run on
-    ``device`` skipped with their reason. ``nsys_first``: the ``nsys`` marker on each variant's first runnable
-    case; ``exclude``: a (variant, precision) left out; ``family`` (default "inference" with batch sizes):
-    ``ci`` on its `KEY_CASES` at batch 1 and, on a GPU, the largest batch size."""
+    """pytest params for every variant x precision (x batch size) of ``backends``, skipped with the reason
+    where they cannot run on ``device``; ``nsys_first``: ``nsys`` on each variant's first runnable case;
+    ``exclude``: a (variant, precision) left out; ``family`` (default inference with batch sizes): ``ci`` on
+    its `KEY_CASES`."""
     family = family or ("inference" if batch_sizes else "")
     device_type = device.partition(":")[0]
     reason_of = functools.cache(unavailable_reason)
@@ -132,14 +128,10 @@ def reference_case(subject: Subject) -> tuple[str, str]:
 MakeParams = Callable[[Any, str, Subject], list[Any]]
 
 
-def _video_cases(family: str, nsys_first: bool = False) -> MakeParams:
+def _video_cases(o: Any, device: str, subject: Subject, family: str, nsys_first: bool = False) -> list[Any]:
     """The cases of a video family on the mp4v video, the key ones also on the other ``--perf-sources``."""
-
-    def make(o: Any, device: str, subject: Subject) -> list[Any]:
-        cases = make_cases(o.backends, o.precisions, None, device, nsys_first=nsys_first, family=family)
-        return with_sources(cases, for_video(o.sources, subject.video is not None), device)
-
-    return make
+    cases = make_cases(o.backends, o.precisions, None, device, nsys_first=nsys_first, family=family)
+    return with_sources(cases, for_video(o.sources, subject.video is not None), device)
 
 
 def _stream_cases(o: Any, device: str, _subject: Subject) -> list[Any]:
@@ -156,8 +148,8 @@ def _stream_cases(o: Any, device: str, _subject: Subject) -> list[Any]:
 CASE_FIXTURES: dict[str, MakeParams] = {
     "case": lambda o, device, _: make_cases(o.backends, o.precisions, o.batch_sizes_for(device), device,
                                             nsys_first=True),  # inference
-    "e2e_case": _video_cases("end-to-end", nsys_first=True),
-    "pipe_case": _video_cases("pipelined"),
+    "e2e_case": lambda o, device, subject: _video_cases(o, device, subject, "end-to-end", nsys_first=True),
+    "pipe_case": lambda o, device, subject: _video_cases(o, device, subject, "pipelined"),
     "ms_case,streams": _stream_cases,
     "candidate": lambda o, device, subject: make_cases(o.backends, o.precisions, None, device,
                                                        exclude=reference_case(subject), family="parity"),
@@ -170,8 +162,7 @@ CASE_FIXTURES: dict[str, MakeParams] = {
 
 
 def parametrize(metafunc: pytest.Metafunc, options: Any, device: str, subject: Subject) -> None:
-    """Parametrise the `CASE_FIXTURES` a test asks for from ``options`` (`perf.session.PerfOptions`), the resolved
-    ``device`` and the ``subject``."""
+    """Parametrise the `CASE_FIXTURES` a test asks for (``options``: `perf.session.PerfOptions`)."""
     for names, make in CASE_FIXTURES.items():
         if names.partition(",")[0] in metafunc.fixturenames:
             metafunc.parametrize(names, make(options, device, subject))

@@ -1,6 +1,6 @@
-"""The suite's benchmark clock, `SUITE_CLOCK`: CUDA events on a GPU run (`detector.timing.CudaEventClock`, on the
-*current* stream: tests enter the runner's stream around ``benchmark(...)``), ``time.perf_counter`` on a CPU run. It is
-the ``benchmark`` marker's ``timer``, fixed at import; the plugin tells it the device, and it picks on first use.
+"""The suite's benchmark clock, `SUITE_CLOCK` (the ``benchmark`` marker's ``timer``): CUDA events on the
+current stream on a GPU run, ``time.perf_counter`` on a CPU run, picked on first use (docs/method.md, section
+1).
 """
 
 from __future__ import annotations

@@ -35,8 +35,7 @@ def calibrate(rough_cycles_per_ms: float, repeats: int = 3) -> dict[str, float]:
 
 
 def read_clocks(cycles: int, clock: Callable[[], float], repeats: int = 20) -> tuple[float, float]:
-    """Median ms of a ``cycles`` sleep timed with ``clock`` (seconds, events on the current stream) and with
-    the synchronised host clock."""
+    """Median ms of a ``cycles`` sleep timed with ``clock`` (s) and with the synchronised host clock."""
     import torch
 
     event, host = [], []

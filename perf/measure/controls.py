@@ -1,7 +1,5 @@
-"""Noise sources the suite controls while it measures, each switchable (``--perf-controls``, `NAMES`); what each does
-and the figures that justify it: docs/method.md, section 2. torch's thread count is set once per GPU run, before any
-model is built (`session_controls`): torch.compile guards on it.
-"""
+"""Noise sources the suite controls while it measures (``--perf-controls``, `NAMES`; docs/method.md, section
+2)."""
 
 from __future__ import annotations
 
@@ -87,7 +85,7 @@ _torch_threads_before: int | None = None
 
 
 def session_controls(controls: Controls, *, on_gpu: bool) -> None:
-    """Controls that hold for the whole session, set before any model is built: one torch thread on a GPU run."""
+    """One torch thread for a whole GPU run, set before any model is built (torch.compile guards on it)."""
     global _torch_threads_before
     if "torch-threads" in controls and on_gpu and _torch_threads_before is None:
         _torch_threads_before = _torch_threads(1)
@@ -120,8 +118,7 @@ def _no_gc() -> Iterator[None]:
 
 @contextlib.contextmanager
 def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object]]:
-    """Apply the in-region controls (gc, torch-threads, cv2-threads, decode-threads, pin) for the block; yields
-    what was applied (for ``extra_info["controls"]``)."""
+    """The in-region controls for the block; yields what was applied (for ``extra_info["controls"]``)."""
     from detector.video import set_decode_threads
 
     info: dict[str, object] = {"active": sorted(controls.active)}
@@ -146,8 +143,8 @@ def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object
 
 
 def reading_on(worker: str, reference: Callable[[], float], readings: int = WORKER_READINGS) -> float:
-    """The median of ``readings`` calls of ``reference`` (s) on a thread named ``worker``, which the ``pin`` placement
-    puts on the CPU of that loop's worker of the same name: *its* CPU's speed (between passes, the worker idle)."""
+    """The median of ``readings`` calls of ``reference`` (s) on a thread named ``worker``: the speed of the
+    CPU the ``pin`` placement gives that loop's worker of the same name."""
     from detector.handoff import Control, start_worker
 
     control, out = Control(), []
@@ -165,8 +162,8 @@ def warm_page_cache(path: str | os.PathLike[str], chunk: int = 1 << 20) -> int:
 
 @contextlib.contextmanager
 def scratch_dir(controls: Controls, fallback: Path) -> Iterator[Path]:
-    """A folder for timed passes' outputs: a fresh one under a writable ``/dev/shm`` (removed after) with the
-    ``scratch`` control, else ``fallback`` (created)."""
+    """A folder for timed passes' outputs: a fresh one in ``/dev/shm`` with the ``scratch`` control, else
+    ``fallback``."""
     if "scratch" in controls and _SHM.is_dir() and os.access(_SHM, os.W_OK):
         with tempfile.TemporaryDirectory(prefix="perf-scratch-", dir=_SHM, ignore_cleanup_errors=True) as d:
             yield Path(d)
@@ -176,7 +173,7 @@ def scratch_dir(controls: Controls, fallback: Path) -> Iterator[Path]:
 
 
 def keep_output(produced: Path, final: Path) -> Path:
-    """Move a timed pass's output from the scratch folder to where the reports keep it (no-op if it is there)."""
+    """Move a timed pass's output from the scratch folder to ``final``."""
     if produced.resolve() == final.resolve():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,4 @@
-"""GPU memory for the suite: an out-of-memory error as a skip reason (``batch 65536 does not fit on NVIDIA H100 ...
-(out of memory: tried to allocate 126.75 GiB)``: the run goes on with the other sizes), and the memory (MiB) around
-releasing a backend's runners before the next backend runs.
+"""GPU memory for the suite: an out-of-memory error as a skip reason, and the memory (MiB) in use.
 """
 
 from __future__ import annotations

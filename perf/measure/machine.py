@@ -1,7 +1,5 @@
-"""What a benchmark ran on: the GPU, its driver and clocks, the CUDA stack, library versions and the CPU
-(`machine_fingerprint`, stored as ``machine_info["perf"]`` in every saved run), and whether a saved run may be compared
-with this one (`fingerprint_differences`). Lazy and failure-tolerant: what cannot be read is None.
-"""
+"""What a benchmark ran on (`machine_fingerprint`, ``machine_info["perf"]`` of a saved run; what cannot be
+read is None), and whether a saved run may be compared with this one (`fingerprint_differences`)."""
 
 from __future__ import annotations
 
@@ -33,10 +31,10 @@ _GPU_FIELDS = ("gpu_name", "compute_capability", "gpu_memory_mib", "driver_versi
 
 
 def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
-    """This machine and GPU ``gpu_index`` (the N of ``cuda:N``) as a JSON-ready dict: `_GPU_FIELDS` (memory MiB,
-    max clocks MHz, enforced power limit W), ``gpu_index``/``gpu_count``, ``cuda_version`` (torch's),
-    ``cudnn_version``, the versions of `_VERSIONED_MODULES` (``tensorrt_module``: which one), ``cpu_model`` and
-    ``cpu_count`` (CPUs this process may use). No current clocks: they change between runs (telemetry has them)."""
+    """This machine and GPU ``gpu_index`` (of ``cuda:N``), JSON-ready: `_GPU_FIELDS` (memory MiB, max clocks
+    MHz, power limit W; no current clocks), ``gpu_count``, torch's ``cuda_version``, ``cudnn_version``, the
+    versions of `_VERSIONED_MODULES` (``tensorrt_module``: which one), ``cpu_model``, ``cpu_count`` (CPUs it
+    may use)."""
     info: dict[str, Any] = {"gpu_index": gpu_index, "gpu_count": None, "cuda_version": None,
                             "cudnn_version": None, **dict.fromkeys(_GPU_FIELDS)}
     info.update(_torch_cuda_info(gpu_index))
@@ -55,7 +53,7 @@ def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
 
 
 def cuda_device_count() -> int:
-    """CUDA devices torch can use (respects CUDA_VISIBLE_DEVICES); 0 without torch, a CUDA build or a driver."""
+    """CUDA devices torch can use (as CUDA_VISIBLE_DEVICES allows); 0 without torch, CUDA or a driver."""
     try:
         import torch  # noqa: PLC0415
 
@@ -67,8 +65,8 @@ def cuda_device_count() -> int:
 
 def fingerprint_differences(saved: Mapping[str, Any] | None,
                             current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:  # fmt: skip
-    """The `COMPARED_FIELDS` on which two fingerprints disagree, as (field, saved value, current value); a saved run
-    without one (None) differs, as ``"<not recorded>"``, on every field the current one knows."""
+    """(field, saved value, current value) of each of the `COMPARED_FIELDS` that differs; a saved run without
+    a fingerprint (None) differs, as ``"<not recorded>"``, on every field the current one knows."""
     if saved is None:
         return [(f, "<not recorded>", current.get(f)) for f in COMPARED_FIELDS if current.get(f) is not None]
     return [(f, saved.get(f), current.get(f)) for f in COMPARED_FIELDS if saved.get(f) != current.get(f)]
@@ -76,8 +74,8 @@ def fingerprint_differences(saved: Mapping[str, Any] | None,
 
 def mismatch_message(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, *,
                      allowed: bool, option: str = "--benchmark-compare") -> str:  # fmt: skip
-    """Explain `fingerprint_differences` between a saved pytest-benchmark run (its JSON) and this machine;
-    ``option`` is the comparing option the message names."""
+    """Explain `fingerprint_differences` between a saved run (its JSON) and this machine, naming
+    ``option``."""
     from perf.runs import mismatch_lines
 
     lines = mismatch_lines(differences, saved_run, location, option, "comes from a different machine")
@@ -88,8 +86,7 @@ def mismatch_message(differences: list[tuple[str, Any, Any]], saved_run: Mapping
 
 
 def module_version(module: str) -> str | None:
-    """Version of the distribution that provides importable `module` (e.g. "cv2") from its metadata (else its
-    ``__version__``, importing it), or None if not installed."""
+    """Version of the distribution of importable `module` (e.g. "cv2"), else its ``__version__``, or None."""
     if importlib.util.find_spec(module) is None:
         return None
     for dist in _module_distributions().get(module, ()):
@@ -107,7 +104,7 @@ _module_distributions = functools.cache(importlib.metadata.packages_distribution
 
 
 def _torch_cuda_info(index: int) -> dict[str, Any]:
-    """GPU facts torch can give (count, name, capability, memory, CUDA, cuDNN); {} without torch."""
+    """GPU facts torch can give; {} without torch."""
     try:
         import torch  # noqa: PLC0415
     except ImportError:

@@ -1,6 +1,5 @@
-"""Several GPUs through pytest-xdist (``pytest perf/test_multi_gpu.py -n <GPUs> --dist each``): one worker per GPU
-(`bind_worker_gpu`: each sees one device, ``cuda:0``; ``PERF_GPU_PER_WORKER=0`` turns it off), a file barrier, and a
-throughput loop.
+"""Several GPUs through pytest-xdist (``pytest perf/test_multi_gpu.py -n <GPUs> --dist each``; docs/method.md,
+section 7): one GPU per worker, a file barrier, a throughput loop.
 """
 
 from __future__ import annotations
@@ -17,8 +16,8 @@ log = logging.getLogger(__name__)
 
 
 def gpu_indices(env: MutableMapping[str, str] | None = None) -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi``'s indices, else []
-    (found without initialising CUDA, which would freeze the visible set)."""
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``'s (not initialising
+    CUDA)."""
     env = os.environ if env is None else env
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:

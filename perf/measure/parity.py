@@ -1,7 +1,5 @@
-"""Parity of a candidate backend against the reference (docs/method.md, section 7): `compare_tensors` (the
-decoded outputs before NMS, [B, N, 4 + C]) and `compare_detections` (after NMS, frame by frame, matched one to
-one by IoU, class-agnostic; an unmatched detection within ``score_tolerance`` of the confidence threshold is
-*borderline*: reported, kept out of the match rate).
+"""Parity of a candidate backend against the reference, before NMS (`compare_tensors`) and after it
+(`compare_detections`); docs/method.md, section 7.
 """
 
 from __future__ import annotations
@@ -151,11 +149,6 @@ class DetectionParity:
     def worst_frames(self, n: int = 5) -> list[FrameParity]:
         """The ``n`` frames with the most unmatched detections, then the lowest mean IoU."""
         return sorted(self.frames, key=lambda f: (-f.missed, -f.class_disagreements, f.mean_iou))[:n]
-
-    def summary(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in ("reference_detections", "candidate_detections", "matched",
-                                                       "borderline", "match_rate", "mean_iou", "max_score_diff",
-                                                       "class_agreement")}  # fmt: skip
 
 
 def compare_frame(frame: int, reference: Detections, candidate: Detections, *, iou_threshold: float = 0.5,

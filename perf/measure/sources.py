@@ -1,6 +1,5 @@
-"""Where the end-to-end and pipelined benchmarks get their frames and what they do with them: a *source* is the
-synthetic video's codec, the decoder and whether the output is encoded, ``<codec>[+nvdec][+noencode]`` in
-``--perf-sources`` (docs/method.md, section 14). Every case runs on ``mp4v``; the other sources run for the key cases.
+"""Where the video benchmarks' frames come from and whether the output is encoded: ``--perf-sources``,
+``<codec>[+nvdec][+noencode]`` (docs/method.md, section 14).
 """
 
 from __future__ import annotations
@@ -79,9 +78,8 @@ def skip_unless_decodes(source: Source, runner: Any) -> None:
 
 def with_sources(params: Sequence[Any], sources: Sequence[Source], device: str) -> list[Any]:
     """``params`` (of `perf.measure.cases.Case`) on the default source, then for each ``ci``-marked one a
-    param per other source, without the ``ci`` and ``nsys`` markers; an NVDEC source that cannot run on
-    ``device``, as far as is known without importing torch or the decoder, skipped (the full check:
-    `skip_unless_decodes`)."""
+    param per other source, without ``ci`` and ``nsys``; NVDEC skipped where it cannot run (known without
+    loading it)."""
     from detector.gpudecode import nvdec_unavailable
 
     out = list(params)

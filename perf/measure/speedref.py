@@ -1,6 +1,5 @@
-"""The CPU reference: a fixed CPU workload (an OpenCV resize and colour conversion, numpy arithmetic, a JPEG encode:
-library code only, none of the code under test) timed in-band, how fast the CPU under the pipeline is at that moment;
-the video benchmarks divide each block's time by it (docs/method.md, section 1: the CPU reference).
+"""The CPU reference: a fixed CPU workload (library code only) timed in-band, how fast the CPU under the
+pipeline is at that moment (docs/method.md, section 1).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The stability rule at measurement time (docs/method.md, section 8): `assess_stability` (too few rounds,
-robust CV, window drift beyond its noise) and `measure_stable`, which measures an unstable benchmark again;
-`robust_sd`, the suite's one robust scale.
+"""The stability rule at measurement time, re-measuring an unstable benchmark, and `robust_sd`, the suite's
+one robust scale (docs/method.md, section 8).
 """
 
 from __future__ import annotations
@@ -64,10 +63,9 @@ def robust_cv(values: Sequence[float] | np.ndarray) -> float:
 
 
 def window_drift(values: Sequence[float] | np.ndarray, windows: int = DEFAULT_WINDOWS) -> tuple[float, float] | None:
-    """``(drift, noise)``: the spread (max - min) of the medians of ``windows`` consecutive windows, and the
-    spread independent noise would rarely exceed (`DRIFT_NOISE_FACTOR` standard errors of a window median,
-    sqrt(pi / 2) = 1.2533 times a mean's), both as fractions of the overall median; None below ``2 * windows``
-    rounds."""
+    """``(drift, noise)``: the spread of the medians of ``windows`` consecutive windows, and the spread noise
+    would rarely exceed (`DRIFT_NOISE_FACTOR` standard errors of a window median, 1.2533 = sqrt(pi / 2) times
+    a mean's), as fractions of the median; None below ``2 * windows`` rounds."""
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size < 2 * windows:
         return None
@@ -141,9 +139,8 @@ def replace_rounds(metadata: Any, data: list[float]) -> None:
 
 
 def measure_stable(benchmark: Any, fn: Callable[..., Any], *args: Any, rule: StabilityRule, **kwargs: Any) -> Any:
-    """``benchmark(fn, *args, **kwargs)`` (its result returned), re-measured while unstable (up to
-    ``rule.max_remeasure`` times, never for too few rounds); with ``--benchmark-disable`` it only calls
-    through."""
+    """``benchmark(fn, *args, **kwargs)`` (its result returned), re-measured while unstable (at most
+    ``rule.max_remeasure`` times, never for too few rounds)."""
     result = benchmark(fn, *args, **kwargs)
     metadata = benchmark.stats
     if metadata is None or not metadata.stats.data:

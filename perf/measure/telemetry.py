@@ -1,7 +1,5 @@
-"""GPU telemetry during a benchmark: `NvmlSampler`, a context manager whose background thread samples NVML
-(nvidia-ml-py's ``pynvml``, imported lazily), and its ``summary()``: min/mean/max of utilisation, SM clock, memory
-used, temperature and power, and whether the clocks were throttled. Without NVML or a GPU it is a no-op whose summary
-says why (``{"available": False, "reason": ...}``); ``read=`` replaces the NVML reader (tests without a GPU).
+"""GPU telemetry during a benchmark: `NvmlSampler` samples NVML on a background thread and summarises it (a
+no-op whose summary says why without NVML or a GPU; docs/method.md, section 10).
 """
 
 from __future__ import annotations
