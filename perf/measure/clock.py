@@ -35,8 +35,8 @@ class SuiteClock:
         return f"SuiteClock[{self.kind}]"
 
     def configure(self, device: Callable[[], str], lead_in_ms: float = DEFAULT_LEAD_IN_MS) -> None:
-        """Set the callable giving the resolved device ("cpu", "cuda:N") and the CUDA clock's lead-in (ms);
-        resets the source."""
+        """Point the clock at the resolved device (a callable giving "cpu" or "cuda:N") and its lead-in
+        (ms)."""
         self._device, self.lead_in_ms, self._clock = device, lead_in_ms, None
 
     @property

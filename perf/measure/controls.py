@@ -113,8 +113,7 @@ def session_controls(controls: Controls, *, on_gpu: bool) -> None:
 
 
 def _torch_threads(threads: int | None) -> int:
-    """Set torch's intra-op threads (None, or the count already set: untouched, so a compiled model is never
-    re-traced); returns the count before."""
+    """Set torch's intra-op threads unless None or already so (no re-trace); returns the count before."""
     import torch
 
     before = torch.get_num_threads()
@@ -183,7 +182,7 @@ def warm_page_cache(path: str | os.PathLike[str], chunk: int = 1 << 20) -> int:
 
 @contextlib.contextmanager
 def scratch_dir(controls: Controls, fallback: Path) -> Iterator[Path]:
-    """A folder for timed passes' outputs: a fresh one in ``/dev/shm`` with the ``scratch`` control, else
+    """A folder for timed passes' outputs: fresh in ``/dev/shm`` with the ``scratch`` control, else
     ``fallback``."""
     if "scratch" in controls and _SHM.is_dir() and os.access(_SHM, os.W_OK):
         with tempfile.TemporaryDirectory(prefix="perf-scratch-", dir=_SHM, ignore_cleanup_errors=True) as d:

@@ -74,8 +74,7 @@ def fingerprint_differences(saved: Mapping[str, Any] | None,
 
 def mismatch_message(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, *,
                      allowed: bool, option: str = "--benchmark-compare") -> str:  # fmt: skip
-    """Explain `fingerprint_differences` between a saved run (its JSON) and this machine, naming
-    ``option``."""
+    """Explain `fingerprint_differences` with a saved run (its JSON), naming ``option``."""
     from perf.runs import mismatch_lines
 
     lines = mismatch_lines(differences, saved_run, location, option, "comes from a different machine")

@@ -16,8 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def gpu_indices(env: MutableMapping[str, str] | None = None) -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``'s (not initialising
-    CUDA)."""
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``'s (CUDA untouched)."""
     env = os.environ if env is None else env
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:

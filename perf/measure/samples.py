@@ -120,8 +120,8 @@ class TimedPasses(Generic[R]):
 
     def record(self, benchmark: Any, record: Callable[..., None], per: str = "frame") -> PassSamples:
         """Record the passes through ``record`` (the ``perf_samples`` fixture): each block's s per ``per``
-        (frame: `detector.pipeline.PipelineResult`; tick: multi-stream), in CPU-reference units where read,
-        stages alike, the wall clock as ``wall``."""
+        ("frame" or multi-stream "tick"), in CPU-reference units where read, stages alike; the wall clock as
+        ``wall``."""
         if per == "frame":
             iterations = [r.iteration_ms for r in self.results]
             stage_passes = [{k: v[: len(r.iteration_ms)] for k, v in r.stage_samples_ms.items()} for r in self.results]

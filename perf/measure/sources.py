@@ -77,9 +77,9 @@ def skip_unless_decodes(source: Source, runner: Any) -> None:
 
 
 def with_sources(params: Sequence[Any], sources: Sequence[Source], device: str) -> list[Any]:
-    """``params`` (of `perf.measure.cases.Case`) on the default source, then for each ``ci``-marked one a
-    param per other source, without ``ci`` and ``nsys``; NVDEC skipped where it cannot run (known without
-    loading it)."""
+    """``params`` (`perf.measure.cases.Case`) on the default source, then a param per other source for each
+    ``ci``-marked one, without ``ci`` and ``nsys``; NVDEC skipped where it cannot run (known without loading
+    it)."""
     from detector.gpudecode import nvdec_unavailable
 
     out = list(params)

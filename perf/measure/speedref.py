@@ -53,9 +53,8 @@ class ReferenceProbe:
 
 
 class FrameProbe:
-    """The pipelined loop's ``on_frame`` hook on its writer thread: a reading (`FRAME_CALLS`) after every ``block``-th
-    frame past ``skip``, in-band (docs/method.md, section 1); ``spent_ms[i]``: the reading's time in frame ``i``'s
-    interval, which `exclude` takes out."""
+    """The pipelined loop's ``on_frame`` hook on its writer thread: a reading (`FRAME_CALLS`) after every
+    ``block``-th frame past ``skip``; ``spent_ms[i]``: its time in frame ``i``'s interval, for `exclude`."""
 
     def __init__(self, reference: CpuReference, block: int, skip: int = 0) -> None:
         self.reference, self.block, self.skip = reference, block, skip

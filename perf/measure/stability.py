@@ -58,8 +58,9 @@ def robust_sd(values: Sequence[float] | np.ndarray) -> float:
 
 def robust_cv(values: Sequence[float] | np.ndarray) -> float:
     """`robust_sd` / median (the CV of a normal sample, insensitive to outliers); 0 for a zero median."""
-    median = float(np.median(values))
-    return robust_sd(values) / median if median > 0 else 0.0
+    x = np.asarray(values, dtype=np.float64).ravel()
+    median = float(np.median(x))
+    return robust_sd(x) / median if median > 0 else 0.0
 
 
 def window_drift(values: Sequence[float] | np.ndarray, windows: int = DEFAULT_WINDOWS) -> tuple[float, float] | None:
@@ -98,8 +99,7 @@ def assess_stability(values: Sequence[float] | np.ndarray, *, max_cv: float = DE
 
 @dataclass(frozen=True)
 class StabilityRule:
-    """Thresholds of the stability gate (fractions) and how many extra measurements an unstable benchmark
-    gets."""
+    """Thresholds of the stability gate (fractions) and the extra measurements of an unstable benchmark."""
 
     max_cv: float = DEFAULT_MAX_CV
     max_drift: float = DEFAULT_MAX_DRIFT
@@ -139,8 +139,8 @@ def replace_rounds(metadata: Any, data: list[float]) -> None:
 
 
 def measure_stable(benchmark: Any, fn: Callable[..., Any], *args: Any, rule: StabilityRule, **kwargs: Any) -> Any:
-    """``benchmark(fn, *args, **kwargs)`` (its result returned), re-measured while unstable (at most
-    ``rule.max_remeasure`` times, never for too few rounds)."""
+    """``benchmark(fn, *args, **kwargs)``, re-measured while unstable (at most ``rule.max_remeasure``
+    times)."""
     result = benchmark(fn, *args, **kwargs)
     metadata = benchmark.stats
     if metadata is None or not metadata.stats.data:
