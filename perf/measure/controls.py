@@ -1,5 +1,4 @@
-"""Noise sources the suite controls while it measures (``--perf-controls``, `NAMES`; docs/method.md, section
-2)."""
+"""Noise sources the suite controls while measuring (``--perf-controls``, `NAMES`; docs/method.md, section 2)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-NAMES = ("gc", "torch-threads", "cv2-threads", "decode-threads", "pin", "fastest-cpus", "telemetry", "page-cache",
-         "scratch", "cpu-reference")
+NAMES = ("gc", "torch-threads", "cv2-threads", "decode-threads", "pin", "telemetry", "page-cache", "scratch",
+         "cpu-reference")
 DECODE_THREADS = 2  # FFmpeg decoder threads inside a controlled region
 TELEMETRY_INTERVAL_S, DEFAULT_TELEMETRY_INTERVAL_S = 1.0, 0.05  # NVML sampling period (s) with and without the control
 CALLER_CPUS, MIN_CPUS_TO_PIN = 4, 8  # CPUs of the calling thread (and its native threads); fewest worth pinning on
@@ -39,26 +38,10 @@ class Controls:
         return TELEMETRY_INTERVAL_S if "telemetry" in self else DEFAULT_TELEMETRY_INTERVAL_S
 
 
-def by_speed(cpus: list[int], reading: Callable[[], float]) -> tuple[list[int], dict[int, float]]:
-    """``cpus`` slowest first by one ``reading`` (s) of the calling thread on each, and the readings (ms): a vCPU
-    whose host core's other hyperthread is busy reads ~1.5x slower for minutes (docs/method.md, section 2)."""
-    allowed = os.sched_getaffinity(0)
-    speeds = {}
-    reading()  # the first call pays for imports and caches
-    try:
-        for cpu in cpus:
-            os.sched_setaffinity(0, {cpu})
-            speeds[cpu] = round(reading() * 1e3, 3)
-    finally:
-        os.sched_setaffinity(0, allowed)
-    return sorted(cpus, key=lambda cpu: (-speeds[cpu], cpu)), speeds
-
-
 @contextlib.contextmanager
-def _pinned(info: dict[str, object], fastest: bool) -> Iterator[None]:
-    """Pin the caller on the last `CALLER_CPUS` allowed CPUs (the fastest now with ``fastest``: `by_speed`)
-    and (`detector.handoff.set_thread_placement`) each new worker name on the next CPU down, round robin;
-    ``info["pin"]``: where they ran, or why not."""
+def _pinned(info: dict[str, object]) -> Iterator[None]:
+    """Pin the caller on the last `CALLER_CPUS` allowed CPUs and (`detector.handoff.set_thread_placement`)
+    each new worker name on the next CPU down, round robin; ``info["pin"]``: where they ran, or why not."""
     from detector.handoff import set_thread_placement
 
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -66,11 +49,6 @@ def _pinned(info: dict[str, object], fastest: bool) -> Iterator[None]:
         info["pin"] = f"off: {len(allowed)} CPUs (needs {MIN_CPUS_TO_PIN})"
         yield
         return
-    speeds: dict[int, float] = {}
-    if fastest:
-        from perf.measure.speedref import CpuReference
-
-        allowed, speeds = by_speed(allowed, CpuReference())
     caller, pool = set(allowed[-CALLER_CPUS:]), allowed[-CALLER_CPUS - 1 :: -1]
     assigned: dict[str, int] = {}
     previous = set_thread_placement(lambda name: {assigned.setdefault(name, pool[len(assigned) % len(pool)])})
@@ -80,7 +58,7 @@ def _pinned(info: dict[str, object], fastest: bool) -> Iterator[None]:
     finally:
         os.sched_setaffinity(0, set(allowed))
         set_thread_placement(previous)
-        info["pin"] = {"caller": sorted(caller), **assigned, **({"reading_ms": speeds} if speeds else {})}
+        info["pin"] = {"caller": sorted(caller), **assigned}
 
 
 @contextlib.contextmanager
@@ -154,7 +132,7 @@ def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object
             stack.enter_context(_swapped(set_decode_threads, DECODE_THREADS))
         if "pin" in controls:
             if on_gpu:
-                stack.enter_context(_pinned(info, "fastest-cpus" in controls))
+                stack.enter_context(_pinned(info))
             else:
                 info["pin"] = "off: CPU run (torch's threads need the cores)"
         if "gc" in controls:

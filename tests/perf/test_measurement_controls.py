@@ -350,25 +350,6 @@ def test_pinned_workers_get_the_cpus_the_placement_names() -> None:
     assert threading.current_thread().is_alive()
 
 
-def test_fastest_cpus_are_ordered_by_a_reading_taken_on_each_cpu_and_the_affinity_is_restored() -> None:
-    import os
-
-    from perf.measure.controls import by_speed
-
-    cpus = sorted(os.sched_getaffinity(0))
-    seen = []
-
-    def reading() -> float:  # slower on higher-numbered CPUs, read where the caller was pinned
-        (cpu,) = os.sched_getaffinity(0) if len(os.sched_getaffinity(0)) == 1 else (None,)
-        seen.append(cpu)
-        return 0.001 * (1 + (cpu or 0))
-
-    order, speeds = by_speed(cpus, reading)
-    assert order == cpus[::-1] and seen[1:] == cpus
-    assert speeds == {cpu: round(1 + cpu, 3) for cpu in cpus}
-    assert sorted(os.sched_getaffinity(0)) == cpus
-
-
 # -- injected regressions ------------------------------------------------------------------------------------------
 
 
