@@ -1,4 +1,4 @@
-"""Noise sources the suite controls while measuring (``--perf-controls``, `NAMES`; docs/method.md, section 2)."""
+"""The noise sources controlled while measuring (``--perf-controls``, `NAMES`; docs/method.md, section 2)."""
 
 from __future__ import annotations
 
