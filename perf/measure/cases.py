@@ -1,19 +1,17 @@
-"""What the suite measures: the (backend, variant, precision, batch) cases, from ``--perf-backends``,
-``--perf-precisions``, ``--perf-batch-sizes`` and every variant the backend registry holds. Every case is collected,
-also one that cannot run here: it skips at set-up with its reason (docs/options.md). `KEY_CASES` adds the ``ci``
-marker (docs/method.md, section 6); `CASE_FIXTURES` is the one table of what each benchmark module is parametrised
-over, which the plugin's one ``pytest_generate_tests`` applies (`parametrize`).
+"""The measured cases (backend variant x precision x batch, each collected, skipping at set-up where it cannot
+run), the ``ci`` marks of `KEY_CASES`, and `CASE_FIXTURES`: what each benchmark module is parametrised over.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from detector.backends import Variant, availability, runner_class, variants
+from detector.backends import availability, runner_class, variants
 from detector.backends import backend as registered_backend
 from detector.errors import BackendError, BackendUnavailable
 from perf.measure.sources import DEFAULT as DEFAULT_SOURCE
@@ -32,15 +30,6 @@ KEY_CASES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
     "parity": {"cuda": (("torch-graph", "fp16"), ("torch-compile", "fp16"), ("tensorrt", "fp16")),
                "cpu": (("onnxruntime", "fp32"),)},
 }  # fmt: skip
-
-
-def is_key(family: str, variant: str, precision: str, batch: int | None, batch_sizes: Iterable[int] | None,
-           device: str) -> bool:  # fmt: skip
-    """Whether a case is one of the CI selection's key benchmarks (see `KEY_CASES`)."""
-    device_type = device.partition(":")[0]
-    if (variant, precision) not in KEY_CASES.get(family, {}).get(device_type, ()):
-        return False
-    return batch is None or not batch_sizes or batch == 1 or (device_type == "cuda" and batch == max(batch_sizes))
 
 
 @dataclass(frozen=True)
@@ -73,9 +62,8 @@ class Case:
 
 
 def unavailable_reason(backend: str, device: str, precision: str) -> str | None:
-    """Why ``backend`` cannot run ``precision`` on ``device`` here, in one line (its module missing, a precision its
-    runner lacks, :func:`detector.backends.availability`), or None: the one wording of these skips (the cases and
-    `perf.fixtures.models.RunnerPool`)."""
+    """Why ``backend`` cannot run ``precision`` on ``device`` here, in one line, or None: the one wording of
+    these skips (the cases and `perf.fixtures.models.RunnerPool`)."""
     try:
         supported = runner_class(backend).precisions
     except BackendUnavailable as e:
@@ -88,123 +76,93 @@ def unavailable_reason(backend: str, device: str, precision: str) -> str | None:
         return str(e)
 
 
-def _marks(preset: Variant, device: str) -> list[pytest.MarkDecorator]:
-    """``gpu`` on a CUDA device or for a CUDA-only variant, then the markers its backend registered."""
-    marks = [pytest.mark.gpu] if device.startswith("cuda") or "cpu" not in preset.devices else []
-    return marks + [getattr(pytest.mark, name) for name in registered_backend(preset.backend).marks]
-
-
-def _skip(preset: Variant, precision: str, device: str, known: dict[tuple[str, str], str | None]) -> str | None:
-    """Why the case cannot run here, for a ``skip`` mark, or None (a CUDA-only variant on the CPU: its ``gpu``
-    marker has the suite skip it at set-up, in the words of ``--perf-device``)."""
-    device_type = device.partition(":")[0]
-    if device_type not in preset.devices:
-        if device_type == "cpu" and "cuda" in preset.devices:
-            return None
-        return f"{preset.name} runs on {', '.join(preset.devices)} only, not {device}"
-    if (preset.backend, precision) not in known:
-        known[preset.backend, precision] = unavailable_reason(preset.backend, device, precision)
-    return known[preset.backend, precision]
-
-
 def make_cases(
     backends: Iterable[str], precisions: Iterable[str], batch_sizes: Iterable[int] | None, device: str,
     *, nsys_first: bool = False, exclude: tuple[str, str] | None = None, family: str | None = None,
 ) -> list[Any]:
-    """pytest params for every variant x precision (x batch size) of ``backends``, those that cannot run on
-    ``device`` skipped with their reason. ``nsys_first``: the ``nsys`` marker on each variant's first runnable case;
-    ``exclude``: a (variant, precision) left out; ``family`` (default "inference" with batch sizes): ``ci`` marks."""
-    family = family or ("inference" if batch_sizes else None)
+    """pytest params for every variant x precision (x batch size) of ``backends``, skipped with the reason
+    where they cannot run on ``device``; ``nsys_first``: ``nsys`` on each variant's first runnable case;
+    ``exclude``: a (variant, precision) left out; ``family`` (default inference with batch sizes): ``ci`` on
+    its `KEY_CASES`."""
+    family = family or ("inference" if batch_sizes else "")
     device_type = device.partition(":")[0]
-    known: dict[tuple[str, str], str | None] = {}
+    reason_of = functools.cache(unavailable_reason)
     params = []
-    for registered in variants(backends):  # on every device: a case that cannot run here is a skip, not a gap
-        variant, backend, options = registered.name, registered.backend, registered.options
+    for preset in variants(backends):  # on every device: a case that cannot run here is a skip, not a gap
+        marks = [pytest.mark.gpu] if device_type == "cuda" or "cpu" not in preset.devices else []
+        marks += [getattr(pytest.mark, name) for name in registered_backend(preset.backend).marks]
         profiled = False
         for precision in precisions:
-            if exclude == (variant, precision):
+            if exclude == (preset.name, precision):
                 continue
-            reason = _skip(registered, precision, device, known)
+            if device_type in preset.devices:
+                reason = reason_of(preset.backend, device, precision)
+            elif device_type == "cpu" and "cuda" in preset.devices:
+                reason = None  # its ``gpu`` marker skips it at set-up, in the words of --perf-device
+            else:
+                reason = f"{preset.name} runs on {', '.join(preset.devices)} only, not {device}"
+            key = (preset.name, precision) in KEY_CASES.get(family, {}).get(device_type, ())
+            largest = max(batch_sizes) if batch_sizes and device_type == "cuda" else 1
             for batch in batch_sizes or (1,):
-                case, marks = Case(variant, backend, precision, batch, dict(options)), _marks(registered, device)
+                case = Case(preset.name, preset.backend, precision, batch, dict(preset.options))
+                case_marks = [*marks]
                 if reason is not None:
-                    marks.append(pytest.mark.skip(reason=reason))
-                elif nsys_first and not profiled and device_type in registered.devices:
-                    marks.append(pytest.mark.nsys)
+                    case_marks.append(pytest.mark.skip(reason=reason))
+                elif nsys_first and not profiled and device_type in preset.devices:
+                    case_marks.append(pytest.mark.nsys)
                     profiled = True
-                if family and is_key(family, variant, precision, batch if batch_sizes else None, batch_sizes, device):
-                    marks.append(pytest.mark.ci)
+                if key and (not batch_sizes or batch in (1, largest)):
+                    case_marks.append(pytest.mark.ci)
                 params.append(pytest.param(case, id=case.id if batch_sizes else case.label.replace(" ", "-"),
-                                           marks=marks))
+                                           marks=case_marks))
     return params
 
 
-#: The reference of the parity and skip-interval tests, (variant, precision): torch fp32, or ONNX Runtime fp32 for a
-#: model given as an ONNX file only.
-REFERENCE, ONNX_REFERENCE = ("torch", "fp32"), ("onnxruntime", "fp32")
-
-
 def reference_case(subject: Subject) -> tuple[str, str]:
-    """The (variant, precision) the parity and skip-interval tests take as the reference for ``subject``."""
-    return ONNX_REFERENCE if subject.onnx_only else REFERENCE
-
-
-def key_streams(streams: tuple[int, ...]) -> int:
-    """The stream count the CI selection (``-m ci``) gates: 4 when measured, else the middle one."""
-    return 4 if 4 in streams else sorted(streams)[len(streams) // 2]
+    """The (variant, precision) the parity and skip-interval tests take as the reference for ``subject``:
+    torch fp32, or ONNX Runtime fp32 for a model given as an ONNX file only."""
+    return ("onnxruntime", "fp32") if subject.onnx_only else ("torch", "fp32")
 
 
 #: How a case fixture's params are made: (`perf.session.PerfOptions`, resolved device, subject) -> pytest params.
 MakeParams = Callable[[Any, str, Subject], list[Any]]
 
 
-def _video_cases(family: str, nsys_first: bool = False) -> MakeParams:
+def _video_cases(o: Any, device: str, subject: Subject, family: str, nsys_first: bool = False) -> list[Any]:
     """The cases of a video family on the mp4v video, the key ones also on the other ``--perf-sources``."""
-
-    def make(o: Any, device: str, subject: Subject) -> list[Any]:
-        cases = make_cases(o.backends, o.precisions, None, device, nsys_first=nsys_first, family=family)
-        return with_sources(cases, for_video(o.sources, subject.video is not None), device)
-
-    return make
+    cases = make_cases(o.backends, o.precisions, None, device, nsys_first=nsys_first, family=family)
+    return with_sources(cases, for_video(o.sources, subject.video is not None), device)
 
 
 def _stream_cases(o: Any, device: str, _subject: Subject) -> list[Any]:
-    """(case, stream count) pairs; ``ci`` only on the key stream count."""
+    """(case, stream count) pairs; ``ci`` only on the key stream count: 4 if measured, else the middle one."""
     streams = o.streams_for(device)
+    key = 4 if 4 in streams else sorted(streams)[len(streams) // 2]
     return [pytest.param(*case.values, n, id=f"{case.id}-x{n}",
-                         marks=[m for m in case.marks if m.name != "ci" or n == key_streams(streams)])
+                         marks=[m for m in case.marks if m.name != "ci" or n == key])
             for case in make_cases(o.backends, o.precisions, None, device, family="multistream")
             for n in streams]  # fmt: skip
-
-
-def _skip_intervals(o: Any, _device: str, subject: Subject) -> list[Any]:
-    backend, precision = reference_case(subject)
-    return [pytest.param(n, id=f"{backend}-{precision}-N{n}") for n in o.skip_intervals]
-
-
-def _harness_batches(o: Any, device: str, _subject: Subject) -> list[Any]:
-    """Batch 1 and the largest batch size on a GPU; batch 1 alone on a CPU (where the test skips)."""
-    sizes = {1, max(o.batch_sizes_for(device))} if device.startswith("cuda") else {1}
-    return [pytest.param(b, id=f"b{b}") for b in sorted(sizes)]
 
 
 #: Every case fixture of the benchmark modules (comma-separated names for one joint parametrisation) -> its params.
 CASE_FIXTURES: dict[str, MakeParams] = {
     "case": lambda o, device, _: make_cases(o.backends, o.precisions, o.batch_sizes_for(device), device,
                                             nsys_first=True),  # inference
-    "e2e_case": _video_cases("end-to-end", nsys_first=True),
-    "pipe_case": _video_cases("pipelined"),
+    "e2e_case": lambda o, device, subject: _video_cases(o, device, subject, "end-to-end", nsys_first=True),
+    "pipe_case": lambda o, device, subject: _video_cases(o, device, subject, "pipelined"),
     "ms_case,streams": _stream_cases,
     "candidate": lambda o, device, subject: make_cases(o.backends, o.precisions, None, device,
                                                        exclude=reference_case(subject), family="parity"),
-    "skip_interval": _skip_intervals,
-    "batch": _harness_batches,  # the harness-overhead test
+    "skip_interval": lambda o, _, subject: [pytest.param(n, id="-".join((*reference_case(subject), f"N{n}")))
+                                            for n in o.skip_intervals],
+    # the harness-overhead test: batch 1 and the largest batch size on a GPU, batch 1 alone on a CPU (skipped)
+    "batch": lambda o, device, _: [pytest.param(b, id=f"b{b}") for b in sorted(
+        {1, max(o.batch_sizes_for(device))} if device.startswith("cuda") else {1})],
 }  # fmt: skip
 
 
 def parametrize(metafunc: pytest.Metafunc, options: Any, device: str, subject: Subject) -> None:
-    """Parametrise the `CASE_FIXTURES` a test asks for from ``options`` (`perf.session.PerfOptions`), the resolved
-    ``device`` and the ``subject``."""
+    """Parametrise the `CASE_FIXTURES` a test asks for (``options``: `perf.session.PerfOptions`)."""
     for names, make in CASE_FIXTURES.items():
         if names.partition(",")[0] in metafunc.fixturenames:
             metafunc.parametrize(names, make(options, device, subject))

@@ -1,6 +1,6 @@
-"""The suite's benchmark clock, `SUITE_CLOCK`: CUDA events on a GPU run (`detector.timing.CudaEventClock`, on the
-*current* stream: tests enter the runner's stream around ``benchmark(...)``), ``time.perf_counter`` on a CPU run. It is
-the ``benchmark`` marker's ``timer``, fixed at import; the plugin tells it the device, and it picks on first use.
+"""The suite's benchmark clock, `SUITE_CLOCK` (the ``benchmark`` marker's ``timer``): CUDA events on the
+current stream on a GPU run, ``time.perf_counter`` on a CPU run, picked on first use (docs/method.md, section
+1).
 """
 
 from __future__ import annotations
@@ -25,21 +25,19 @@ GPU_MAX_TIME_S = 0.2
 class SuiteClock:
     """A zero-argument clock in seconds whose source is chosen from the suite's device on first use."""
 
+    _clock: Any  # the source (`detector.timing.CudaEventClock` or ``time.perf_counter``), None before use
+
     def __init__(self) -> None:
-        self._device: Callable[[], str] = lambda: "cpu"
-        self._clock: Callable[[], float] | None = None
-        self.lead_in_ms = DEFAULT_LEAD_IN_MS
+        self.configure(lambda: "cpu")
 
     @property
     def __name__(self) -> str:  # pytest-benchmark stores the timer by name in saved runs
         return f"SuiteClock[{self.kind}]"
 
     def configure(self, device: Callable[[], str], lead_in_ms: float = DEFAULT_LEAD_IN_MS) -> None:
-        """Set the callable that returns the resolved device ("cpu", "cuda", "cuda:N") and the CUDA clock's
-        lead-in (ms, see :class:`detector.timing.CudaEventClock`); resets the source."""
-        self._device = device
-        self.lead_in_ms = lead_in_ms
-        self._clock = None
+        """Point the clock at the resolved device (a callable giving "cpu" or "cuda:N") and its lead-in
+        (ms)."""
+        self._device, self.lead_in_ms, self._clock = device, lead_in_ms, None
 
     @property
     def kind(self) -> str:
@@ -48,28 +46,25 @@ class SuiteClock:
 
     @contextlib.contextmanager
     def covering(self, enqueue_ms: float) -> Iterator[float]:
-        """For the block, a lead-in of ``max(lead-in, LEAD_IN_PER_ENQUEUE * enqueue_ms)`` (host enqueue ms), so the GPU
-        reading is the call's execution; yields it (ms). A lead-in of 0 (time from an idle GPU) is kept."""
+        """For the block, a lead-in of ``max(lead-in, LEAD_IN_PER_ENQUEUE * enqueue_ms)`` (host enqueue ms),
+        so the GPU reading is the call's execution; yields it (ms). A lead-in of 0 (an idle GPU) is kept."""
         if self.kind != "cuda-events" or self.lead_in_ms <= 0:
             yield self.lead_in_ms
             return
         self()  # resolves the source
-        clock = self._clock
-        before = clock.lead_in_ms  # type: ignore[union-attr]
-        clock.lead_in_ms = max(before, LEAD_IN_PER_ENQUEUE * enqueue_ms)  # type: ignore[union-attr]
+        before = self._clock.lead_in_ms
+        self._clock.lead_in_ms = max(before, LEAD_IN_PER_ENQUEUE * enqueue_ms)
         try:
-            yield clock.lead_in_ms  # type: ignore[union-attr]
+            yield self._clock.lead_in_ms
         finally:
-            clock.lead_in_ms = before  # type: ignore[union-attr]
+            self._clock.lead_in_ms = before
 
     def __call__(self) -> float:
         if self._clock is None:
-            if self.kind == "cuda-events":
-                from detector.timing import CudaEventClock
+            from detector.timing import CudaEventClock
 
-                self._clock = CudaEventClock(lead_in_ms=self.lead_in_ms)
-            else:
-                self._clock = time.perf_counter
+            on_gpu = self.kind == "cuda-events"
+            self._clock = CudaEventClock(lead_in_ms=self.lead_in_ms) if on_gpu else time.perf_counter
         return self._clock()
 
     def __repr__(self) -> str:
@@ -92,7 +87,7 @@ def max_time_s(max_time: float, given: bool) -> float:
 
 
 def gpu_time_budget(benchmark: Any, given: bool) -> float:
-    """Set `max_time_s` as ``benchmark._max_time`` (read when pytest-benchmark 4 and 5 start measuring); return it."""
+    """Set `max_time_s` as ``benchmark._max_time`` (read as pytest-benchmark starts measuring); return it."""
     benchmark._max_time = max_time_s(benchmark._max_time, given)
     return benchmark._max_time
 

@@ -1,5 +1,5 @@
-"""Clock truth: GPU work of known duration (``torch.cuda._sleep``, calibrated against the host clock) timed with the
-suite's CUDA-event clock and with the host clock (docs/method.md, section 7, ``perf/test_clock_truth.py``).
+"""Clock truth: GPU work of known duration (``torch.cuda._sleep``, calibrated against the host clock) timed
+with the suite's CUDA-event clock and with the host clock (docs/method.md, section 7).
 """
 
 from __future__ import annotations
@@ -7,31 +7,10 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 DURATIONS_MS = (0.1, 1.0, 10.0)
 CALIBRATION_MS = (100.0, 400.0)
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """``cycles_per_ms`` of ``torch.cuda._sleep`` and the host's fixed launch + synchronize overhead (ms)."""
-
-    cycles_per_ms: float
-    host_overhead_ms: float
-
-
-@dataclass(frozen=True)
-class ClockReading:
-    """One known duration timed by both clocks (ms); errors are (measured - known) / known."""
-
-    known_ms: float
-    event_ms: float
-    host_ms: float
-    event_error: float
-    host_error: float
-    offset_us: float  # event_ms - known_ms, in microseconds
 
 
 def _host_sleep_ms(cycles: int) -> float:
@@ -45,19 +24,18 @@ def _host_sleep_ms(cycles: int) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def calibrate(rough_cycles_per_ms: float, lengths_ms: Sequence[float] = CALIBRATION_MS, repeats: int = 3) -> Calibration:
-    """Fit host time = overhead + cycles / rate on sleeps of about ``lengths_ms`` (two lengths)."""
-    short, long = (int(rough_cycles_per_ms * ms) for ms in lengths_ms)
+def calibrate(rough_cycles_per_ms: float, repeats: int = 3) -> dict[str, float]:
+    """``cycles_per_ms`` of ``torch.cuda._sleep`` and the host's fixed launch + synchronize overhead (ms,
+    ``host_overhead_ms``): host time = overhead + cycles / rate, fitted on sleeps of `CALIBRATION_MS`."""
+    short, long = (int(rough_cycles_per_ms * ms) for ms in CALIBRATION_MS)
     _host_sleep_ms(short // 10)  # warm-up
-    t_short = statistics.median(_host_sleep_ms(short) for _ in range(repeats))
-    t_long = statistics.median(_host_sleep_ms(long) for _ in range(repeats))
+    t_short, t_long = (statistics.median(_host_sleep_ms(c) for _ in range(repeats)) for c in (short, long))
     rate = (long - short) / (t_long - t_short)
-    return Calibration(rate, t_short - short / rate)
+    return {"cycles_per_ms": rate, "host_overhead_ms": t_short - short / rate}
 
 
 def read_clocks(cycles: int, clock: Callable[[], float], repeats: int = 20) -> tuple[float, float]:
-    """Median ms of a ``cycles`` sleep timed with ``clock`` (seconds, events on the current stream) and with
-    the synchronised host clock."""
+    """Median ms of a ``cycles`` sleep timed with ``clock`` (s) and with the synchronised host clock."""
     import torch
 
     event, host = [], []
@@ -70,10 +48,12 @@ def read_clocks(cycles: int, clock: Callable[[], float], repeats: int = 20) -> t
     return statistics.median(event), statistics.median(host)
 
 
-def reading(cycles: int, cycles_per_ms: float, event_ms: float, host_ms: float) -> ClockReading:
-    """Both clocks' readings against the known duration ``cycles / cycles_per_ms``."""
+def reading(cycles: int, cycles_per_ms: float, event_ms: float, host_ms: float) -> dict[str, float]:
+    """Both clocks' readings (ms) of the known duration ``cycles / cycles_per_ms``: errors are (measured -
+    known) / known, ``offset_us`` the event clock's minus the known duration in microseconds."""
     exact = cycles / cycles_per_ms
-    return ClockReading(exact, event_ms, host_ms, event_ms / exact - 1, host_ms / exact - 1, (event_ms - exact) * 1e3)
+    return {"known_ms": exact, "event_ms": event_ms, "host_ms": host_ms, "event_error": event_ms / exact - 1,
+            "host_error": host_ms / exact - 1, "offset_us": (event_ms - exact) * 1e3}
 
 
 def clock_truth(clock: Callable[[], float], rough_cycles_per_ms: float,
@@ -81,13 +61,9 @@ def clock_truth(clock: Callable[[], float], rough_cycles_per_ms: float,
     """Calibrate, read both clocks at each duration, calibrate again (the known durations from the mean rate): a
     JSON-ready dict of ``readings``, ``calibration_before`` / ``_after`` and ``clock_drift`` (relative)."""
     before = calibrate(rough_cycles_per_ms)
-    cycles = [int(round(ms * before.cycles_per_ms)) for ms in durations_ms]
+    cycles = [int(round(ms * before["cycles_per_ms"])) for ms in durations_ms]
     raw = [read_clocks(c, clock) for c in cycles]
     after = calibrate(rough_cycles_per_ms)
-    rate = (before.cycles_per_ms + after.cycles_per_ms) / 2
-    return {
-        "readings": [asdict(reading(c, rate, *r)) for c, r in zip(cycles, raw)],
-        "calibration_before": asdict(before),
-        "calibration_after": asdict(after),
-        "clock_drift": after.cycles_per_ms / before.cycles_per_ms - 1,
-    }
+    rate = (before["cycles_per_ms"] + after["cycles_per_ms"]) / 2
+    return {"readings": [reading(c, rate, *r) for c, r in zip(cycles, raw)], "calibration_before": before,
+            "calibration_after": after, "clock_drift": after["cycles_per_ms"] / before["cycles_per_ms"] - 1}

@@ -1,13 +1,9 @@
-"""Noise sources the suite controls while it measures, each switchable (``--perf-controls``, `NAMES`); what each does
-and the figures that justify it: docs/method.md, section 2. torch's thread count is set once per GPU run, before any
-model is built (`session_controls`): torch.compile guards on it.
-"""
+"""The noise sources controlled while measuring (``--perf-controls``, `NAMES`; docs/method.md, section 2)."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import logging
 import os
 import shutil
 import statistics
@@ -15,8 +11,6 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 NAMES = ("gc", "torch-threads", "cv2-threads", "decode-threads", "pin", "telemetry", "page-cache", "scratch",
          "cpu-reference")
@@ -39,32 +33,15 @@ class Controls:
     def without(self, name: str) -> Controls:
         return Controls(self.active - {name})
 
-    def describe(self) -> list[str]:
-        return sorted(self.active)
-
     @property
     def telemetry_interval_s(self) -> float:
         return TELEMETRY_INTERVAL_S if "telemetry" in self else DEFAULT_TELEMETRY_INTERVAL_S
 
 
-class _Placement:
-    """Caller on the last `CALLER_CPUS` allowed CPUs; each new worker name on the next CPU down (round robin)."""
-
-    def __init__(self, cpus: list[int]) -> None:
-        self.caller = set(cpus[-CALLER_CPUS:])
-        self.pool = list(reversed(cpus[:-CALLER_CPUS]))
-        self.assigned: dict[str, int] = {}
-
-    def __call__(self, name: str) -> set[int]:
-        if name not in self.assigned:
-            self.assigned[name] = self.pool[len(self.assigned) % len(self.pool)]
-        return {self.assigned[name]}
-
-
 @contextlib.contextmanager
 def _pinned(info: dict[str, object]) -> Iterator[None]:
-    """Pin the caller and (through `detector.handoff.set_thread_placement`) new workers; ``info["pin"]`` says
-    where they ran, or why nothing was pinned."""
+    """Pin the caller on the last `CALLER_CPUS` allowed CPUs and (`detector.handoff.set_thread_placement`)
+    each new worker name on the next CPU down, round robin; ``info["pin"]``: where they ran, or why not."""
     from detector.handoff import set_thread_placement
 
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -72,19 +49,20 @@ def _pinned(info: dict[str, object]) -> Iterator[None]:
         info["pin"] = f"off: {len(allowed)} CPUs (needs {MIN_CPUS_TO_PIN})"
         yield
         return
-    placement = _Placement(allowed)
-    previous = set_thread_placement(placement)
-    os.sched_setaffinity(0, placement.caller)
+    caller, pool = set(allowed[-CALLER_CPUS:]), allowed[-CALLER_CPUS - 1 :: -1]
+    assigned: dict[str, int] = {}
+    previous = set_thread_placement(lambda name: {assigned.setdefault(name, pool[len(assigned) % len(pool)])})
+    os.sched_setaffinity(0, caller)
     try:
         yield
     finally:
         os.sched_setaffinity(0, set(allowed))
         set_thread_placement(previous)
-        info["pin"] = {"caller": sorted(placement.caller), **placement.assigned}
+        info["pin"] = {"caller": sorted(caller), **assigned}
 
 
 @contextlib.contextmanager
-def _swapped(swap: Callable[[int | None], int | None], value: int) -> Iterator[None]:
+def _swapped(swap: Callable[[int | None], int | None], value: int | None) -> Iterator[None]:
     """``swap(value)``, which returns the setting before, for the block; then that setting back."""
     before = swap(value)
     try:
@@ -106,30 +84,20 @@ _torch_threads_before: int | None = None
 
 
 def session_controls(controls: Controls, *, on_gpu: bool) -> None:
-    """Controls that hold for the whole session, set before any model is built: one torch thread on a GPU run."""
+    """One torch thread for a whole GPU run, set before any model is built (torch.compile guards on it)."""
     global _torch_threads_before
     if "torch-threads" in controls and on_gpu and _torch_threads_before is None:
-        import torch
-
-        _torch_threads_before = torch.get_num_threads()
-        torch.set_num_threads(1)
+        _torch_threads_before = _torch_threads(1)
 
 
-@contextlib.contextmanager
-def _torch_threads(on: bool) -> Iterator[None]:
-    """One torch thread (``on``) or the count the session started with, for the block; a no-op when that is
-    already the count (so a compiled model is never re-traced)."""
+def _torch_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads unless None or already so (no re-trace); returns the count before."""
     import torch
 
     before = torch.get_num_threads()
-    wanted = 1 if on else (_torch_threads_before or before)
-    if wanted != before:
-        torch.set_num_threads(wanted)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
+    if threads is not None and threads != before:
+        torch.set_num_threads(threads)
+    return before
 
 
 @contextlib.contextmanager
@@ -148,14 +116,14 @@ def _no_gc() -> Iterator[None]:
 
 @contextlib.contextmanager
 def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object]]:
-    """Apply the in-region controls (gc, torch-threads, cv2-threads, decode-threads, pin) for the block; yields
-    what was applied (for ``extra_info["controls"]``)."""
+    """The in-region controls for the block; yields what was applied (for ``extra_info["controls"]``)."""
     from detector.video import set_decode_threads
 
-    info: dict[str, object] = {"active": controls.describe()}
+    info: dict[str, object] = {"active": sorted(controls.active)}
     with contextlib.ExitStack() as stack:
         if on_gpu:
-            stack.enter_context(_torch_threads("torch-threads" in controls))
+            threads = 1 if "torch-threads" in controls else _torch_threads_before
+            stack.enter_context(_swapped(_torch_threads, threads))
         elif "torch-threads" in controls:
             info["torch-threads"] = "off: CPU run (inference needs the pool)"
         if "cv2-threads" in controls:
@@ -173,8 +141,8 @@ def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object
 
 
 def reading_on(worker: str, reference: Callable[[], float], readings: int = WORKER_READINGS) -> float:
-    """The median of ``readings`` calls of ``reference`` (s) on a thread named ``worker``, which the ``pin`` placement
-    puts on the CPU of that loop's worker of the same name: *its* CPU's speed (between passes, the worker idle)."""
+    """The median of ``readings`` calls of ``reference`` (s) on a thread named ``worker``: the speed of the
+    CPU the ``pin`` placement gives that loop's worker of the same name."""
     from detector.handoff import Control, start_worker
 
     control, out = Control(), []
@@ -186,30 +154,24 @@ def reading_on(worker: str, reference: Callable[[], float], readings: int = WORK
 
 def warm_page_cache(path: str | os.PathLike[str], chunk: int = 1 << 20) -> int:
     """Read ``path`` once so later reads come from the page cache; returns the bytes read."""
-    total = 0
     with open(path, "rb") as f:
-        while data := f.read(chunk):
-            total += len(data)
-    return total
+        return sum(len(data) for data in iter(lambda: f.read(chunk), b""))
 
 
 @contextlib.contextmanager
 def scratch_dir(controls: Controls, fallback: Path) -> Iterator[Path]:
-    """A folder for timed passes' outputs: a fresh one under a writable ``/dev/shm`` (removed after) with the
-    ``scratch`` control, else ``fallback`` (created)."""
+    """A folder for timed passes' outputs: fresh in ``/dev/shm`` with the ``scratch`` control, else
+    ``fallback``."""
     if "scratch" in controls and _SHM.is_dir() and os.access(_SHM, os.W_OK):
-        folder = Path(tempfile.mkdtemp(prefix="perf-scratch-", dir=_SHM))
-        try:
-            yield folder
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix="perf-scratch-", dir=_SHM, ignore_cleanup_errors=True) as d:
+            yield Path(d)
         return
     fallback.mkdir(parents=True, exist_ok=True)
     yield fallback
 
 
 def keep_output(produced: Path, final: Path) -> Path:
-    """Move a timed pass's output from the scratch folder to where the reports keep it (no-op if it is there)."""
+    """Move a timed pass's output from the scratch folder to ``final``."""
     if produced.resolve() == final.resolve():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,4 @@
-"""GPU memory for the suite: an out-of-memory error as a skip reason (``batch 65536 does not fit on NVIDIA H100 ...
-(out of memory: tried to allocate 126.75 GiB)``: the run goes on with the other sizes), and the memory (MiB) around
-releasing a backend's runners before the next backend runs.
+"""GPU memory for the suite: an out-of-memory error as a skip reason, and the memory (MiB) in use.
 """
 
 from __future__ import annotations
@@ -18,24 +16,19 @@ _TRIED = re.compile(r"tried to allocate ([\d.]+ [KMGT]?i?B)", re.IGNORECASE)
 
 def oom_skip_reason(exc: BaseException, batch: int, device_name: str) -> str | None:
     """The skip reason for an out-of-memory ``exc`` (or one it was raised from) running ``batch``, else None."""
+    import torch
+
     seen: set[int] = set()
     error: BaseException | None = exc
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if _is_oom(error):
+        if isinstance(error, torch.cuda.OutOfMemoryError) or (
+                isinstance(error, (RuntimeError, MemoryError)) and _OOM_TEXT.search(str(error))):
             text = " ".join(str(error).split())
-            tried = _TRIED.search(text)
-            detail = f"tried to allocate {tried.group(1)}" if tried else text[:120]
+            detail = f"tried to allocate {tried.group(1)}" if (tried := _TRIED.search(text)) else text[:120]
             return f"batch {batch} does not fit on {device_name} (out of memory: {detail})"
         error = error.__cause__ or error.__context__
     return None
-
-
-def _is_oom(error: BaseException) -> bool:
-    import torch
-
-    return isinstance(error, torch.cuda.OutOfMemoryError) or (
-        isinstance(error, (RuntimeError, MemoryError)) and bool(_OOM_TEXT.search(str(error))))
 
 
 def release_cuda_memory() -> None:

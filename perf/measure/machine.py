@@ -1,10 +1,9 @@
-"""What a benchmark ran on: the GPU, its driver and clocks, the CUDA stack, library versions and the CPU
-(`machine_fingerprint`, stored as ``machine_info["perf"]`` in every saved run), and whether a saved run may be compared
-with this one (`fingerprint_differences`). Lazy and failure-tolerant: what cannot be read is None.
-"""
+"""What a benchmark ran on (`machine_fingerprint`, ``machine_info["perf"]`` of a saved run; what cannot be
+read is None), and whether a saved run may be compared with this one (`fingerprint_differences`)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.metadata
@@ -27,19 +26,17 @@ _VERSIONED_MODULES = (("torch_version", ("torch",)), ("onnxruntime_version", ("o
                       ("tensorrt_version", ("tensorrt", "tensorrt_rtx")), ("opencv_version", ("cv2",)),
                       ("numpy_version", ("numpy",)))  # fmt: skip
 
-_GPU_FIELDS = (
-    "gpu_name", "compute_capability", "gpu_memory_mib", "driver_version", "cuda_driver_version",
-    "sm_clock_max_mhz", "mem_clock_max_mhz", "power_limit_w",
-)  # fmt: skip
+_GPU_FIELDS = ("gpu_name", "compute_capability", "gpu_memory_mib", "driver_version", "cuda_driver_version",
+               "sm_clock_max_mhz", "mem_clock_max_mhz", "power_limit_w")  # fmt: skip
 
 
 def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
-    """This machine and GPU ``gpu_index`` (the N of ``cuda:N``) as a JSON-ready dict: `_GPU_FIELDS` (memory MiB,
-    max clocks MHz, enforced power limit W), ``gpu_index``/``gpu_count``, ``cuda_version`` (torch's),
-    ``cudnn_version``, the versions of `_VERSIONED_MODULES` (``tensorrt_module``: which one), ``cpu_model`` and
-    ``cpu_count`` (CPUs this process may use). No current clocks: they change between runs (telemetry has them)."""
-    info: dict[str, Any] = {"gpu_index": gpu_index, "gpu_count": None, "cuda_version": None, "cudnn_version": None}
-    info.update(dict.fromkeys(_GPU_FIELDS))
+    """This machine and GPU ``gpu_index`` (of ``cuda:N``), JSON-ready: `_GPU_FIELDS` (memory MiB, max clocks
+    MHz, power limit W; no current clocks), ``gpu_count``, torch's ``cuda_version``, ``cudnn_version``, the
+    versions of `_VERSIONED_MODULES` (``tensorrt_module``: which one), ``cpu_model``, ``cpu_count`` (CPUs it
+    may use)."""
+    info: dict[str, Any] = {"gpu_index": gpu_index, "gpu_count": None, "cuda_version": None,
+                            "cudnn_version": None, **dict.fromkeys(_GPU_FIELDS)}
     info.update(_torch_cuda_info(gpu_index))
     nvml = _nvml_info(gpu_index, uuid=info.pop("_uuid", None))
     info.update({key: value for key, value in nvml.items() if info.get(key) is None})  # torch's answer first
@@ -48,43 +45,36 @@ def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
         info["gpu_index"] = None
     for key, modules in _VERSIONED_MODULES:
         module, info[key] = next(((m, v) for m in modules if (v := module_version(m)) is not None), (None, None))
-        if key == "tensorrt_version" and module is not None:
+        if key == "tensorrt_version":
             info["tensorrt_module"] = module
-    info.setdefault("tensorrt_module", None)
     info["cpu_model"] = _cpu_model()
     info["cpu_count"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return info
 
 
 def cuda_device_count() -> int:
-    """CUDA devices torch can use (respects CUDA_VISIBLE_DEVICES); 0 without torch, a CUDA build or a driver."""
+    """CUDA devices torch can use (as CUDA_VISIBLE_DEVICES allows); 0 without torch, CUDA or a driver."""
     try:
         import torch  # noqa: PLC0415
-    except ImportError:
-        return 0
-    try:
+
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except RuntimeError as e:
+    except (ImportError, RuntimeError) as e:
         log.debug("CUDA unavailable: %s", e)
         return 0
 
 
-def fingerprint_differences(
-    saved: Mapping[str, Any] | None, current: Mapping[str, Any]
-) -> list[tuple[str, Any, Any]]:
-    """The `COMPARED_FIELDS` on which two fingerprints disagree, as (field, saved value, current value); a saved run
-    without one (None) differs, as ``"<not recorded>"``, on every field the current one knows."""
+def fingerprint_differences(saved: Mapping[str, Any] | None,
+                            current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:  # fmt: skip
+    """(field, saved value, current value) of each of the `COMPARED_FIELDS` that differs; a saved run without
+    a fingerprint (None) differs, as ``"<not recorded>"``, on every field the current one knows."""
     if saved is None:
         return [(f, "<not recorded>", current.get(f)) for f in COMPARED_FIELDS if current.get(f) is not None]
     return [(f, saved.get(f), current.get(f)) for f in COMPARED_FIELDS if saved.get(f) != current.get(f)]
 
 
-def mismatch_message(
-    differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, *, allowed: bool,
-    option: str = "--benchmark-compare",
-) -> str:
-    """Explain `fingerprint_differences` between a saved pytest-benchmark run (its JSON) and this machine;
-    ``option`` is the comparing option the message names."""
+def mismatch_message(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, *,
+                     allowed: bool, option: str = "--benchmark-compare") -> str:  # fmt: skip
+    """Explain `fingerprint_differences` with a saved run (its JSON), naming ``option``."""
     from perf.runs import mismatch_lines
 
     lines = mismatch_lines(differences, saved_run, location, option, "comes from a different machine")
@@ -95,15 +85,12 @@ def mismatch_message(
 
 
 def module_version(module: str) -> str | None:
-    """Version of the distribution that provides importable `module` (e.g. "cv2") from its metadata (else its
-    ``__version__``, importing it), or None if not installed."""
+    """Version of the distribution of importable `module` (e.g. "cv2"), else its ``__version__``, or None."""
     if importlib.util.find_spec(module) is None:
         return None
     for dist in _module_distributions().get(module, ()):
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
     try:
         return str(getattr(importlib.import_module(module), "__version__", None) or "") or None
     except ImportError as e:
@@ -111,14 +98,12 @@ def module_version(module: str) -> str | None:
         return None
 
 
-@functools.cache
-def _module_distributions() -> Mapping[str, list[str]]:
-    """importlib.metadata.packages_distributions(), read once (it scans every installed distribution)."""
-    return importlib.metadata.packages_distributions()
+#: importlib.metadata.packages_distributions(), read once (it scans every installed distribution).
+_module_distributions = functools.cache(importlib.metadata.packages_distributions)
 
 
 def _torch_cuda_info(index: int) -> dict[str, Any]:
-    """GPU facts torch can give (count, name, capability, memory, CUDA, cuDNN); {} without torch."""
+    """GPU facts torch can give; {} without torch."""
     try:
         import torch  # noqa: PLC0415
     except ImportError:
@@ -126,10 +111,8 @@ def _torch_cuda_info(index: int) -> dict[str, Any]:
     info: dict[str, Any] = {"cuda_version": torch.version.cuda, "cudnn_version": None}
     try:
         info["cudnn_version"] = torch.backends.cudnn.version()
-        if not torch.cuda.is_available():
-            return info
-        info["gpu_count"] = torch.cuda.device_count()  # respects CUDA_VISIBLE_DEVICES
-        if index >= info["gpu_count"]:
+        info["gpu_count"] = torch.cuda.device_count() if torch.cuda.is_available() else None  # visible ones
+        if info["gpu_count"] is None or index >= info["gpu_count"]:
             return info
         props = torch.cuda.get_device_properties(index)
     except (RuntimeError, AssertionError) as e:  # broken driver / CUDA init failure
@@ -144,10 +127,10 @@ def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
     """Driver, clocks and power limit from NVML for the GPU torch calls cuda:`index`; {} without NVML."""
     try:
         import pynvml  # noqa: PLC0415
+
+        pynvml.nvmlInit()
     except ImportError:
         return {}
-    try:
-        pynvml.nvmlInit()
     except pynvml.NVMLError as e:
         log.debug("NVML unavailable: %s", e)
         return {}
@@ -164,7 +147,15 @@ def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
         cuda_driver = read(pynvml.nvmlSystemGetCudaDriverVersion)  # e.g. 12080
         info["cuda_driver_version"] = f"{cuda_driver // 1000}.{cuda_driver % 1000 // 10}" if cuda_driver else None
         info["gpu_count"] = read(pynvml.nvmlDeviceGetCount) or 0
-        handle = _nvml_handle(pynvml, read, index, uuid)
+        # torch's cuda:`index` by the UUID torch gave, else through CUDA_VISIBLE_DEVICES in NVML (PCI) order
+        # (CUDA_DEVICE_ORDER=PCI_BUS_ID with mixed GPUs); MIG-... entries and UUID prefixes are not resolvable
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        entries = [e.strip() for e in visible.split(",") if e.strip()] if visible is not None else None
+        entry = uuid or (str(index) if entries is None else entries[index] if index < len(entries) else "")
+        if entry.isdigit():
+            handle = read(pynvml.nvmlDeviceGetHandleByIndex, int(entry))
+        else:
+            handle = read(pynvml.nvmlDeviceGetHandleByUUID, entry) if entry.startswith("GPU-") else None
         if handle is None:
             return info
         capability = read(pynvml.nvmlDeviceGetCudaComputeCapability, handle)
@@ -183,23 +174,6 @@ def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
         read(pynvml.nvmlShutdown)
 
 
-def _nvml_handle(pynvml: Any, read: Callable[..., Any], index: int, uuid: str | None) -> Any:
-    """NVML handle of torch's cuda:`index`: by UUID when torch gave one, else through CUDA_VISIBLE_DEVICES in NVML
-    (PCI) order (set CUDA_DEVICE_ORDER=PCI_BUS_ID on hosts with mixed GPUs)."""
-    if uuid is not None:
-        return read(pynvml.nvmlDeviceGetHandleByUUID, uuid)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return read(pynvml.nvmlDeviceGetHandleByIndex, index)
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    entry = entries[index] if index < len(entries) else ""
-    if entry.isdigit():
-        return read(pynvml.nvmlDeviceGetHandleByIndex, int(entry))
-    if entry.startswith("GPU-"):
-        return read(pynvml.nvmlDeviceGetHandleByUUID, entry)
-    return None  # none, MIG-... entries and UUID prefixes: not resolvable through NVML
-
-
 def _text(value: Any) -> str | None:
     """NVML strings are bytes in older bindings; return str (or None)."""
     return value.decode(errors="replace") if isinstance(value, bytes) else value
@@ -207,11 +181,9 @@ def _text(value: Any) -> str | None:
 
 def _cpu_model() -> str | None:
     """CPU model name from /proc/cpuinfo on Linux, else platform.processor(); None if neither says."""
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")
             if key.strip() in ("model name", "Model", "Hardware") and value.strip():
                 return value.strip()
-    except OSError:
-        pass
     return platform.processor() or None

@@ -1,6 +1,5 @@
-"""Several GPUs through pytest-xdist (``pytest perf/test_multi_gpu.py -n <GPUs> --dist each``): one worker per GPU
-(`bind_worker_gpu`: each sees one device, ``cuda:0``; ``PERF_GPU_PER_WORKER=0`` turns it off), a file barrier, and a
-throughput loop.
+"""Several GPUs through pytest-xdist (``pytest perf/test_multi_gpu.py -n <GPUs> --dist each``; docs/method.md,
+section 7): one GPU per worker, a file barrier, a throughput loop.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def gpu_indices(env: MutableMapping[str, str] | None = None) -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi``'s indices, else []
-    (found without initialising CUDA, which would freeze the visible set)."""
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``'s (CUDA untouched)."""
     env = os.environ if env is None else env
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -38,8 +36,7 @@ def bind_worker_gpu(env: MutableMapping[str, str] | None = None) -> str | None:
     worker = env.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw") or env.get("PERF_GPU_PER_WORKER", "1") == "0":
         return None
-    gpus = gpu_indices(env)
-    if not gpus:
+    if not (gpus := gpu_indices(env)):
         return None
     chosen = gpus[int(worker[2:]) % len(gpus)]
     env["CUDA_VISIBLE_DEVICES"] = chosen
@@ -53,10 +50,7 @@ def barrier(folder: Path, name: str, rank: int, parties: int, *, timeout_s: floa
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.{rank}").touch()
     deadline = time.monotonic() + timeout_s
-    while True:
-        missing = [r for r in range(parties) if not (folder / f"{name}.{r}").exists()]
-        if not missing:
-            return
+    while missing := [r for r in range(parties) if not (folder / f"{name}.{r}").exists()]:
         if time.monotonic() > deadline:
             raise TimeoutError(f"barrier {name!r} in {folder}: ranks {missing} did not arrive within {timeout_s:.0f} s")
         time.sleep(0.01)
@@ -65,17 +59,13 @@ def barrier(folder: Path, name: str, rank: int, parties: int, *, timeout_s: floa
 def throughput(runner: Any, x: Any, seconds: float) -> dict[str, float]:
     """Back-to-back ``runner.infer(x)`` (output left on the device) for about ``seconds`` of wall time;
     returns ``{"calls", "images", "seconds", "images_per_s"}``, the clock stopped after the device finished."""
-    on_gpu = runner.stream is not None
-    batch = int(x.shape[0])
-    calls = 0
-    start = time.perf_counter()
-    while True:
+    on_gpu, calls, elapsed, start = runner.stream is not None, 0, 0.0, time.perf_counter()
+    while calls == 0 or elapsed < seconds:
         for _ in range(20):
             runner.infer(x, to_host=not on_gpu)
         calls += 20
         if on_gpu:
             runner.stream.synchronize()
         elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            break
-    return {"calls": calls, "images": calls * batch, "seconds": elapsed, "images_per_s": calls * batch / elapsed}
+    images = calls * int(x.shape[0])
+    return {"calls": calls, "images": images, "seconds": elapsed, "images_per_s": images / elapsed}

@@ -1,7 +1,5 @@
-"""Parity of a candidate backend against the reference (docs/method.md, section 7), two pure functions:
-`compare_tensors` (the decoded outputs before NMS, [B, N, 4 + C]) and `compare_detections` (after NMS, frame by
-frame, matched one-to-one by IoU, class-agnostic; an unmatched detection within ``score_tolerance`` of the
-confidence threshold is *borderline*: reported, kept out of the match rate).
+"""Parity of a candidate backend against the reference, before NMS (`compare_tensors`) and after it
+(`compare_detections`); docs/method.md, section 7.
 """
 
 from __future__ import annotations
@@ -32,11 +30,11 @@ class Tolerance:
 #: Criteria per candidate precision. fp32 allows for TF32 convolutions and different kernel orderings; fp16
 #: and int8 for their rounding.
 TOLERANCES: dict[str, Tolerance] = {
-    "fp32": Tolerance(score_abs=2e-3, box_abs_px=0.5, match_rate=0.99, mean_iou=0.99, match_score_abs=2e-3,
+    "fp32": Tolerance(2e-3, box_abs_px=0.5, match_rate=0.99, mean_iou=0.99, match_score_abs=2e-3,
                       class_agreement=1.0),
-    "fp16": Tolerance(score_abs=3e-2, box_abs_px=3.0, match_rate=0.95, mean_iou=0.95, match_score_abs=3e-2,
+    "fp16": Tolerance(3e-2, box_abs_px=3.0, match_rate=0.95, mean_iou=0.95, match_score_abs=3e-2,
                       class_agreement=0.99),
-    "int8": Tolerance(score_abs=0.15, box_abs_px=10.0, match_rate=0.85, mean_iou=0.85, match_score_abs=0.15,
+    "int8": Tolerance(0.15, box_abs_px=10.0, match_rate=0.85, mean_iou=0.85, match_score_abs=0.15,
                       class_agreement=0.95),
 }
 
@@ -55,13 +53,12 @@ class TensorStats:
     candidates: int
 
     def failures(self, tol: Tolerance) -> list[str]:
-        """Human-readable violations of ``tol`` (empty when the tensors agree)."""
-        out = []
-        if not self.score_max_abs <= tol.score_abs:
-            out.append(f"score max abs error {self.score_max_abs:.3g} > {tol.score_abs:g}")
-        if not self.box_max_abs <= tol.box_abs_px:
-            out.append(f"box max abs error {self.box_max_abs:.3g} px > {tol.box_abs_px:g} px")
-        return out
+        """Human-readable violations of ``tol`` (empty when the tensors agree; NaN fails)."""
+        return [text for ok, text in (
+            (self.score_max_abs <= tol.score_abs,
+             f"score max abs error {self.score_max_abs:.3g} > {tol.score_abs:g}"),
+            (self.box_max_abs <= tol.box_abs_px,
+             f"box max abs error {self.box_max_abs:.3g} px > {tol.box_abs_px:g} px")) if not ok]  # fmt: skip
 
 
 def compare_tensors(reference: np.ndarray, candidate: np.ndarray, *, min_score: float = 0.05) -> TensorStats:
@@ -69,29 +66,20 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, *, min_score: 
     is >= ``min_score`` (boxes nobody keeps are irrelevant and, through ``exp``, the noisiest)."""
     import numpy as np
 
-    ref = np.asarray(reference, dtype=np.float64)
-    cand = np.asarray(candidate, dtype=np.float64)
+    ref, cand = np.asarray(reference, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
     if ref.shape != cand.shape:
         raise ValueError(f"decoded shapes differ: reference {ref.shape}, candidate {cand.shape}")
-    score_err = np.abs(ref[..., 4:] - cand[..., 4:])
-    keep = ref[..., 4:].max(axis=-1) >= min_score
-    box_err = np.abs(ref[..., :4] - cand[..., :4])[keep]
-    rel_mask = ref[..., 4:] >= min_score
-    rel = score_err[rel_mask] / ref[..., 4:][rel_mask] if rel_mask.any() else np.zeros(1)
+    candidates = int(ref.shape[0] * ref.shape[1])
     if not np.isfinite(cand).all():
-        nan = math.nan
-        return TensorStats(nan, nan, nan, nan, nan, nan, nan, int(ref.shape[0] * ref.shape[1]))
-    box_flat = box_err.ravel() if box_err.size else np.zeros(1)
-    return TensorStats(
-        box_max_abs=float(box_flat.max()),
-        box_mean_abs=float(box_flat.mean()),
-        box_p99_abs=float(np.percentile(box_flat, 99)),
-        score_max_abs=float(score_err.max()),
-        score_mean_abs=float(score_err.mean()),
-        score_p99_abs=float(np.percentile(score_err, 99)),
-        score_max_rel=float(rel.max()),
-        candidates=int(ref.shape[0] * ref.shape[1]),
-    )
+        return TensorStats(*[math.nan] * 7, candidates)
+    scores = ref[..., 4:]
+    score_err = np.abs(scores - cand[..., 4:])
+    box_err = np.abs(ref[..., :4] - cand[..., :4])[scores.max(axis=-1) >= min_score].ravel()
+    relevant = scores >= min_score
+    rel = score_err[relevant] / scores[relevant] if relevant.any() else np.zeros(1)
+    box_err = box_err if box_err.size else np.zeros(1)
+    spread = [(e.max(), e.mean(), np.percentile(e, 99)) for e in (box_err, score_err)]
+    return TensorStats(*map(float, (*spread[0], *spread[1], rel.max())), candidates)
 
 
 @dataclass
@@ -150,25 +138,17 @@ class DetectionParity:
         if self.reference_detections == 0:
             return [f"the reference found no boxes on the {len(self.frames)} compared frame(s): nothing to compare "
                     "(a model that detects nothing cannot show parity; check the model, its classes and the video)"]
-        out = []
-        if self.match_rate < tol.match_rate:
-            out.append(f"match rate {self.match_rate:.4f} < {tol.match_rate}")
-        if self.mean_iou < tol.mean_iou:
-            out.append(f"mean IoU {self.mean_iou:.4f} < {tol.mean_iou}")
-        if self.max_score_diff > tol.match_score_abs:
-            out.append(f"matched score difference {self.max_score_diff:.3g} > {tol.match_score_abs:g}")
-        if self.class_agreement < tol.class_agreement:
-            out.append(f"class agreement {self.class_agreement:.4f} < {tol.class_agreement}")
-        return out
+        return [text for bad, text in (
+            (self.match_rate < tol.match_rate, f"match rate {self.match_rate:.4f} < {tol.match_rate}"),
+            (self.mean_iou < tol.mean_iou, f"mean IoU {self.mean_iou:.4f} < {tol.mean_iou}"),
+            (self.max_score_diff > tol.match_score_abs,
+             f"matched score difference {self.max_score_diff:.3g} > {tol.match_score_abs:g}"),
+            (self.class_agreement < tol.class_agreement,
+             f"class agreement {self.class_agreement:.4f} < {tol.class_agreement}")) if bad]  # fmt: skip
 
     def worst_frames(self, n: int = 5) -> list[FrameParity]:
         """The ``n`` frames with the most unmatched detections, then the lowest mean IoU."""
         return sorted(self.frames, key=lambda f: (-f.missed, -f.class_disagreements, f.mean_iou))[:n]
-
-    def summary(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in ("reference_detections", "candidate_detections", "matched",
-                                                       "borderline", "match_rate", "mean_iou", "max_score_diff",
-                                                       "class_agreement")}  # fmt: skip
 
 
 def compare_frame(frame: int, reference: Detections, candidate: Detections, *, iou_threshold: float = 0.5,
@@ -178,17 +158,15 @@ def compare_frame(frame: int, reference: Detections, candidate: Detections, *, i
 
     pairs = match_detections(reference.boxes, reference.classes, candidate.boxes, candidate.classes,
                              iou_threshold=iou_threshold, class_aware=False)  # fmt: skip
-    matched_ref = {i for i, _, _ in pairs}
-    matched_cand = {j for _, j, _ in pairs}
-    border = conf_threshold + score_tolerance
-    borderline = (sum(1 for i, s in enumerate(reference.scores) if i not in matched_ref and float(s) <= border)
-                  + sum(1 for j, s in enumerate(candidate.scores) if j not in matched_cand and float(s) <= border))
-    ious = [iou for _, _, iou in pairs]
+    matched = ({i for i, _, _ in pairs}, {j for _, j, _ in pairs})
+    borderline = sum(k not in side and float(s) <= conf_threshold + score_tolerance
+                     for dets, side in zip((reference, candidate), matched)
+                     for k, s in enumerate(dets.scores))  # fmt: skip
+    ious = tuple(float(iou) for _, _, iou in pairs)
     score_diffs = [abs(float(reference.scores[i]) - float(candidate.scores[j])) for i, j, _ in pairs]
-    disagreements = sum(int(reference.classes[i] != candidate.classes[j]) for i, j, _ in pairs)
     return FrameParity(frame, len(reference), len(candidate), len(pairs), borderline,
-                       float(sum(ious) / len(ious)) if ious else 1.0, max(score_diffs, default=0.0), disagreements,
-                       tuple(float(iou) for iou in ious))  # fmt: skip
+                       sum(ious) / len(ious) if ious else 1.0, max(score_diffs, default=0.0),
+                       sum(int(reference.classes[i] != candidate.classes[j]) for i, j, _ in pairs), ious)
 
 
 def compare_detections(reference: Sequence[Detections], candidate: Sequence[Detections], *, iou_threshold: float = 0.5,

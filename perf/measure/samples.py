@@ -1,7 +1,6 @@
-"""Samples of the video pipelines: seconds per frame (or tick) in blocks of consecutive iterations, which replace the
-benchmark's rounds (docs/method.md, section 1: blocks, not passes), with each stage's blocks as ``stage:<name>``
-metrics. `TimedPasses` is the video benchmarks' one driver: timed passes through ``benchmark.pedantic`` with a probe of
-the CPU reference, recorded as such samples.
+"""Samples of the video pipelines: seconds per frame (or tick) in blocks of consecutive iterations, which
+replace the benchmark's rounds, each stage's blocks as ``stage:<name>`` metrics (docs/method.md, section 1).
+`TimedPasses` is the video benchmarks' one driver.
 """
 
 from __future__ import annotations
@@ -15,20 +14,20 @@ from typing import Any, Generic, TypeVar
 
 from perf.measure.speedref import NOMINAL_S, CpuReference, ReferenceProbe, normalize
 from perf.measure.speedref import summary as reference_summary
-from perf.measure.stability import StabilityRule, replace_rounds, stability_record, summary
+from perf.measure.stability import StabilityRule, replace_rounds, stability_record
 from perf.runs import PRIMARY
 
 TARGET_BLOCKS = 30  # blocks per pass the block size aims at
 R = TypeVar("R")  # a loop's result of one pass
 
 
-def block_size(iterations: int, target_blocks: int = TARGET_BLOCKS) -> int:
-    """Iterations per block so that a pass of ``iterations`` gives about ``target_blocks`` blocks (>= 1)."""
-    return max(1, iterations // target_blocks)
+def block_size(iterations: int) -> int:
+    """Iterations per block so that a pass of ``iterations`` gives about `TARGET_BLOCKS` blocks (>= 1)."""
+    return max(1, iterations // TARGET_BLOCKS)
 
 
 def pass_frames(path: str | os.PathLike[str], frames: int | None, fallback: int) -> int:
-    """Frames a pass over the video at ``path`` runs: ``frames``, else its container's count, else ``fallback``."""
+    """Frames of a pass over ``path``: ``frames``, else its container's count, else ``fallback``."""
     if frames:
         return frames
     from detector.video import open_video
@@ -37,49 +36,46 @@ def pass_frames(path: str | os.PathLike[str], frames: int | None, fallback: int)
         return reader.frame_count or fallback
 
 
-def block_samples(passes: Sequence[Sequence[float]], block: int, frames_per_iteration: int = 1,
-                  skip: int = 0) -> list[float]:  # fmt: skip
-    """Seconds per frame of each whole block of ``block`` iterations, pass after pass (``passes``: ms per iteration
-    of ``frames_per_iteration`` frames); the first ``skip`` iterations (pipeline fill) and a last part block left out."""
-    if block < 1 or frames_per_iteration < 1 or skip < 0:
-        raise ValueError(f"block and frames per iteration must be >= 1 and skip >= 0, got {block}, "
-                         f"{frames_per_iteration}, {skip}")
-    return [sum(usable[start : start + block]) / 1e3 / (block * frames_per_iteration)
+def block_samples(passes: Sequence[Sequence[float]], block: int, skip: int = 0) -> list[float]:
+    """Seconds per iteration of each whole block of ``block`` iterations, pass after pass (``passes``: ms per
+    iteration); the first ``skip`` iterations (pipeline fill) and a last part block left out."""
+    if block < 1 or skip < 0:
+        raise ValueError(f"block must be >= 1 and skip >= 0, got {block} and {skip}")
+    return [sum(usable[start : start + block]) / 1e3 / block
             for usable in (list(iterations)[skip:] for iterations in passes)
             for start in range(0, len(usable) - block + 1, block)]  # fmt: skip
 
 
 def record_samples(benchmark: Any, samples_s: Sequence[float], *, rule: StabilityRule, label: str, unit: str,
                    block: int, metrics: Mapping[str, Mapping[str, Any]] | None = None) -> None:  # fmt: skip
-    """Make ``samples_s`` the benchmark's rounds and record how: ``extra_info["samples"]`` (``label``, ``unit``,
-    ``block``, count), ``["metrics"]`` (name -> {"label", "unit", "data", ...}), ``["stability"]`` (the rule's
-    verdict); with ``--benchmark-disable`` only ``extra_info``."""
+    """Make ``samples_s`` the benchmark's rounds and record how: ``extra_info["samples"]`` (``label``,
+    ``unit``, ``block``, count), ``["metrics"]`` (name -> {"label", "unit", "data", ...}), ``["stability"]``
+    (the rule's verdict); with ``--benchmark-disable`` only ``extra_info``."""
     benchmark.extra_info["samples"] = {"metric": PRIMARY, "label": label, "unit": unit, "block": block,
                                        "count": len(samples_s)}  # fmt: skip
     if metrics:
         benchmark.extra_info.setdefault("metrics", {}).update({name: dict(m) for name, m in metrics.items()})
     if not samples_s:
         return
-    stability = rule.assess(samples_s)
-    benchmark.extra_info["stability"] = stability_record(stability, [summary(stability)])
+    benchmark.extra_info["stability"] = stability_record([rule.assess(samples_s)])
     if benchmark.stats is not None:
         replace_rounds(benchmark.stats, list(samples_s))
 
 
-def stage_metrics(passes: Sequence[Mapping[str, Sequence[float]]], block: int, frames_per_iteration: int = 1,
-                  skip: int = 0, *, judged: bool = True) -> dict[str, dict[str, Any]]:  # fmt: skip
+def stage_metrics(passes: Sequence[Mapping[str, Sequence[float]]], block: int, skip: int = 0, *,
+                  judged: bool = True) -> dict[str, dict[str, Any]]:  # fmt: skip
     """``stage:<name>`` metrics (s per frame, the frame time's blocks) of the stages every pass has (ms per
-    iteration); ``judged``: the gate judges each stage's change as a share of the frame time (docs/method.md, 4)."""
+    iteration); ``judged``: the gate judges each one's change as a share of the frame time (method.md, 4)."""
     names = [name for name in (passes[0] if passes else {}) if all(name in p for p in passes)]
-    blocks = {name: block_samples([p[name] for p in passes], block, frames_per_iteration, skip) for name in names}
+    blocks = {name: block_samples([p[name] for p in passes], block, skip) for name in names}
     return {f"stage:{name}": {"label": f"stage {name}", "unit": "s per frame", "data": data, "judged": judged}
             for name, data in blocks.items() if data}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class PassSamples:
-    """What `TimedPasses.record` recorded: ``wall`` (s per frame or tick of every block: FPS), ``stage_passes``
-    (each pass's ms per iteration of every stage), ``stages`` (the ``stage:<name>`` metrics as recorded)."""
+    """What `TimedPasses.record` recorded: ``wall`` (s per frame or tick of every block), ``stage_passes``
+    (each pass's ms per iteration of every stage), ``stages`` (the ``stage:<name>`` metrics)."""
 
     wall: list[float]
     stage_passes: list[dict[str, list[float]]]
@@ -87,8 +83,8 @@ class PassSamples:
 
 
 class TimedPasses(Generic[R]):
-    """The video loops' driver: timed passes (`run`: each pass's ``results`` and ``probes``) recorded as block samples
-    (`record`); ``reference`` (`perf.measure.speedref`) with the ``cpu-reference`` control on a GPU, else None."""
+    """Timed passes of a video loop (`run`: each pass's ``results`` and ``probes``) recorded as block samples
+    (`record`); ``reference``: the CPU reference with the ``cpu-reference`` control on a GPU, else None."""
 
     def __init__(self, block: int, controls: Collection[str], on_gpu: bool) -> None:
         self.block = block
@@ -102,8 +98,8 @@ class TimedPasses(Generic[R]):
 
     def run(self, benchmark: Any, one_pass: Callable[[ReferenceProbe | None], R], rounds: int,
             *regions: AbstractContextManager[Any]) -> None:  # fmt: skip
-        """``rounds`` passes ``one_pass(probe)`` (a fresh `probe` each) through ``benchmark.pedantic`` (one iteration,
-        no warm-up round) inside ``regions`` (entered in order: the ``measured_region`` first)."""
+        """``rounds`` passes ``one_pass(probe)`` (a fresh `probe` each) through ``benchmark.pedantic`` (one
+        iteration, no warm-up round) inside ``regions`` (entered in order: the ``measured_region`` first)."""
 
         def timed() -> None:
             probe = self.probe()
@@ -123,9 +119,9 @@ class TimedPasses(Generic[R]):
         return None if self.reference is None else [p.readings_s for p in self.probes if p is not None]
 
     def record(self, benchmark: Any, record: Callable[..., None], per: str = "frame") -> PassSamples:
-        """Record the passes through ``record`` (the ``perf_samples`` fixture): each block's s per ``per``, in CPU-
-        reference units where read (``extra_info["cpu_reference"]``), stages alike, the wall clock as ``wall``. ``per``
-        "frame": sequential loop results (`detector.pipeline.PipelineResult`); "tick": multi-stream (``tick_ms``)."""
+        """Record the passes through ``record`` (the ``perf_samples`` fixture): each block's s per ``per``
+        ("frame" or multi-stream "tick"), in CPU-reference units where read, stages alike; the wall clock as
+        ``wall``."""
         if per == "frame":
             iterations = [r.iteration_ms for r in self.results]
             stage_passes = [{k: v[: len(r.iteration_ms)] for k, v in r.stage_samples_ms.items()} for r in self.results]

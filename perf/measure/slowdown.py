@@ -1,6 +1,5 @@
-"""``--perf-inject-delay=MS``: a deliberate, known slowdown of every runner (a ``torch.cuda._sleep`` kernel on its
-stream right after the model, calibrated once, or a host busy-wait on a CPU), the suite's proof that its gate catches
-regressions: with it a run must be reported slower than a baseline without it, and without it must not.
+"""``--perf-inject-delay=MS``: a deliberate, known slowdown of every runner, the proof that the gate catches a
+regression (docs/method.md, section 8).
 """
 
 from __future__ import annotations

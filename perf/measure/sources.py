@@ -1,11 +1,11 @@
-"""Where the end-to-end and pipelined benchmarks get their frames and what they do with them: a *source* is the
-synthetic video's codec, the decoder and whether the output is encoded, ``<codec>[+nvdec][+noencode]`` in
-``--perf-sources`` (docs/method.md, section 14). Every case runs on ``mp4v``; the other sources run for the key cases.
+"""Where the video benchmarks' frames come from and whether the output is encoded: ``--perf-sources``,
+``<codec>[+nvdec][+noencode]`` (docs/method.md, section 14).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +30,7 @@ class Source:
     def suffix(self) -> str:
         """The id suffix: what differs from the default source (``""`` for it), e.g. ``h264-nvdec-noencode``."""
         parts = [self.codec] if self.codec not in ("mp4v", USER_VIDEO) else []
-        parts += [self.decoder] if self.decoder != "opencv" else []
-        parts += [] if self.encode else ["noencode"]
-        return "-".join(parts)
+        return "-".join(parts + self.spec.split("+")[1:])
 
     @property
     def label(self) -> str:
@@ -43,8 +41,8 @@ class Source:
     @property
     def spec(self) -> str:
         """As written in ``--perf-sources``."""
-        return "+".join([self.codec] + (["nvdec"] if self.decoder == "nvdec" else []) +
-                        ([] if self.encode else ["noencode"]))  # fmt: skip
+        nvdec = ["nvdec"] if self.decoder == "nvdec" else []
+        return "+".join([self.codec, *nvdec] + ([] if self.encode else ["noencode"]))
 
 
 DEFAULT = Source()
@@ -64,20 +62,8 @@ def parse_source(text: str) -> Source:
 
 def for_video(sources: Iterable[Source], user_video: bool) -> tuple[Source, ...]:
     """``sources`` in order without repeats; with the user's video the codec is its own (``video``)."""
-    seen: dict[Source, None] = {}
-    for source in sources:
-        seen.setdefault(dataclasses.replace(source, codec=USER_VIDEO) if user_video else source, None)
-    return tuple(seen)
-
-
-def collection_skip(source: Source, device: str) -> str | None:
-    """Why ``source`` cannot run on ``device`` as far as is known without importing torch or the decoder, or None
-    (the full check: `skip_unless_decodes`)."""
-    if source.decoder != "nvdec":
-        return None
-    from detector.gpudecode import nvdec_unavailable
-
-    return nvdec_unavailable(device, load=False)
+    return tuple(dict.fromkeys(dataclasses.replace(s, codec=USER_VIDEO) if user_video else s
+                               for s in sources))  # fmt: skip
 
 
 def skip_unless_decodes(source: Source, runner: Any) -> None:
@@ -91,20 +77,19 @@ def skip_unless_decodes(source: Source, runner: Any) -> None:
 
 
 def with_sources(params: Sequence[Any], sources: Sequence[Source], device: str) -> list[Any]:
-    """``params`` (of `perf.measure.cases.Case`) on the default source, then for each ``ci``-marked one a param per
-    other source, without the ``ci`` and ``nsys`` markers."""
+    """``params`` (`perf.measure.cases.Case`) on the default source, then a param per other source for each
+    ``ci``-marked one, without ``ci`` and ``nsys``; NVDEC skipped where it cannot run (known without loading
+    it)."""
+    from detector.gpudecode import nvdec_unavailable
+
     out = list(params)
-    for param in params:
+    for param, source in itertools.product(params, [s for s in sources if s.suffix]):
         if not any(mark.name == "ci" for mark in param.marks):
             continue
-        case = param.values[0]
-        for source in sources:
-            if not source.suffix:
-                continue
-            marks = [mark for mark in param.marks if mark.name not in ("ci", "nsys")]
-            reason = collection_skip(source, device)
-            if reason and not any(mark.name == "skip" for mark in marks):
-                marks.append(pytest.mark.skip(reason=reason))
-            out.append(pytest.param(dataclasses.replace(case, source=source), id=f"{param.id}-{source.suffix}",
-                                    marks=marks))
+        marks = [mark for mark in param.marks if mark.name not in ("ci", "nsys")]
+        reason = nvdec_unavailable(device, load=False) if source.decoder == "nvdec" else None
+        if reason and not any(mark.name == "skip" for mark in marks):
+            marks.append(pytest.mark.skip(reason=reason))
+        out.append(pytest.param(dataclasses.replace(param.values[0], source=source),
+                                id=f"{param.id}-{source.suffix}", marks=marks))
     return out

@@ -1,6 +1,5 @@
-"""The CPU reference: a fixed CPU workload (an OpenCV resize and colour conversion, numpy arithmetic, a JPEG encode:
-library code only, none of the code under test) timed in-band, how fast the CPU under the pipeline is at that moment;
-the video benchmarks divide each block's time by it (docs/method.md, section 1: the CPU reference).
+"""The CPU reference: a fixed CPU workload (library code only) timed in-band, how fast the CPU under the
+pipeline is at that moment (docs/method.md, section 1).
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-FRAME_HW = (540, 960)  # the reference frame: BGR, seeded noise over gradients (compresses like a video frame)
 CALLS = 3  # calls per reading, the best kept (a reading measures speed, not interruptions)
 FRAME_CALLS = 1  # calls per in-band reading on the writer thread (`FrameProbe`): ~3% of its time
 NOMINAL_S = 1e-3  # normalised samples are s per frame (or tick) had a reading taken this
@@ -22,27 +20,22 @@ class CpuReference:
     def __init__(self, seed: int = 0) -> None:
         import numpy as np
 
-        rng = np.random.default_rng(seed)
-        h, w = FRAME_HW
-        ramp = np.add.outer(np.arange(h), np.arange(w)).astype(np.float32) / (h + w) * 200
-        noise = rng.normal(0, 12, (h, w, 3)).astype(np.float32)
+        # a 540 x 960 BGR frame, seeded noise over gradients (compresses like a video frame)
+        ramp = np.add.outer(np.arange(540), np.arange(960)).astype(np.float32) / (540 + 960) * 200
+        noise = np.random.default_rng(seed).normal(0, 12, (540, 960, 3)).astype(np.float32)
         self.frame = np.clip(ramp[..., None] + noise, 0, 255).astype(np.uint8)
 
-    def run_once(self) -> None:
+    def __call__(self, calls: int = CALLS) -> float:
         import cv2
         import numpy as np
 
-        small = cv2.resize(self.frame, (416, 234), interpolation=cv2.INTER_LINEAR)
-        rgb = cv2.cvtColor(small, cv2.COLOR_BGR2RGB)
-        chw = np.ascontiguousarray(rgb.transpose(2, 0, 1), dtype=np.float32) / np.float32(255)
-        float(chw.sum())
-        cv2.imencode(".jpg", self.frame[:270, :480])
-
-    def __call__(self, calls: int = CALLS) -> float:
         best = float("inf")
         for _ in range(calls):
             start = time.perf_counter()
-            self.run_once()
+            small = cv2.resize(self.frame, (416, 234), interpolation=cv2.INTER_LINEAR)
+            rgb = cv2.cvtColor(small, cv2.COLOR_BGR2RGB)
+            float((np.ascontiguousarray(rgb.transpose(2, 0, 1), dtype=np.float32) / np.float32(255)).sum())
+            cv2.imencode(".jpg", self.frame[:270, :480])
             best = min(best, time.perf_counter() - start)
         return best
 
@@ -60,9 +53,8 @@ class ReferenceProbe:
 
 
 class FrameProbe:
-    """The pipelined loop's ``on_frame`` hook on its writer thread: a reading (`FRAME_CALLS`) after every ``block``-th
-    frame past ``skip``, in-band (docs/method.md, section 1); ``spent_ms[i]``: the reading's time in frame ``i``'s
-    interval, which `exclude` takes out."""
+    """The pipelined loop's ``on_frame`` hook on its writer thread: a reading (`FRAME_CALLS`) after every
+    ``block``-th frame past ``skip``; ``spent_ms[i]``: its time in frame ``i``'s interval, for `exclude`."""
 
     def __init__(self, reference: CpuReference, block: int, skip: int = 0) -> None:
         self.reference, self.block, self.skip = reference, block, skip
@@ -87,20 +79,16 @@ class FrameProbe:
 
 def smoothed(readings: Sequence[float], index: int) -> float:
     """The median of the readings at ``index - 1``, ``index`` and ``index + 1`` (one hiccup does not count)."""
-    window = readings[max(0, index - 1) : index + 2]
-    return statistics.median(window)
+    return statistics.median(readings[max(0, index - 1) : index + 2])
 
 
 def normalize(blocks_s: Sequence[Sequence[float]], readings_s: Sequence[Sequence[float]], nominal_s: float,
               offset: int = 0) -> list[float]:  # fmt: skip
     """Each block's s per frame times ``nominal_s`` / its reading (block k: reading ``offset + k``, taken just after,
     `smoothed`), pass after pass: its time at the reference's nominal speed; blocks without a reading left out."""
-    out: list[float] = []
-    for blocks, readings in zip(blocks_s, readings_s):
-        for index, value in enumerate(blocks):
-            if offset + index < len(readings):
-                out.append(value * nominal_s / smoothed(readings, offset + index))
-    return out
+    return [value * nominal_s / smoothed(readings, offset + k)
+            for blocks, readings in zip(blocks_s, readings_s)
+            for k, value in enumerate(blocks) if offset + k < len(readings)]  # fmt: skip
 
 
 def summary(readings_s: Sequence[Sequence[float]]) -> dict[str, Any]:

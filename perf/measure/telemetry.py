@@ -1,12 +1,13 @@
-"""GPU telemetry during a benchmark: `NvmlSampler`, a context manager whose background thread samples NVML
-(nvidia-ml-py's ``pynvml``, imported lazily), and its ``summary()``: min/mean/max of utilisation, SM clock, memory
-used, temperature and power, and whether the clocks were throttled. Without NVML or a GPU it is a no-op whose summary
-says why (``{"available": False, "reason": ...}``); ``read=`` replaces the NVML reader (tests without a GPU).
+"""GPU telemetry during a benchmark: `NvmlSampler` samples NVML on a background thread and summarises it (a
+no-op whose summary says why without NVML or a GPU; docs/method.md, section 10).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -50,8 +51,7 @@ def summarize_samples(samples: Sequence[Sample]) -> dict[str, float | int]:
     """``{"samples": n, "<metric>_min"/"_mean"/"_max": ...}`` over the samples that report each metric."""
     out: dict[str, float | int] = {"samples": len(samples)}
     for metric in METRICS:
-        values = [v for v in (getattr(s, metric) for s in samples) if v is not None]
-        if values:
+        if values := [v for s in samples if (v := getattr(s, metric)) is not None]:
             out.update({f"{metric}_min": min(values), f"{metric}_mean": sum(values) / len(values),
                         f"{metric}_max": max(values)})  # fmt: skip
     return out
@@ -60,23 +60,13 @@ def summarize_samples(samples: Sequence[Sample]) -> dict[str, float | int]:
 def detect_throttle(samples: Sequence[Sample], clock_drop: float = CLOCK_DROP) -> tuple[bool, list[str]]:
     """(throttled, reasons): the SM clock fell more than ``clock_drop`` below the run's highest while the GPU was
     not idle, or NVML reported a clock reason other than idle / application clocks / display clock."""
-    reasons: list[str] = []
     busy = [s.sm_clock_mhz for s in samples if s.sm_clock_mhz is not None and not (s.reasons or 0) & 0x1]
-    if busy and max(busy) > 0:
-        top, low = max(busy), min(busy)
-        if low < (1.0 - clock_drop) * top:
-            reasons.append(f"sm_clock_dropped {top:.0f}->{low:.0f} MHz ({100 * (top - low) / top:.0f} %)")
-    seen = 0
-    for s in samples:
-        seen |= (s.reasons or 0) & ~BENIGN_REASONS
-    reasons += reason_names(seen)
+    top, low = max(busy, default=0.0), min(busy, default=0.0)
+    reasons = [f"sm_clock_dropped {top:.0f}->{low:.0f} MHz ({100 * (top - low) / top:.0f} %)"
+               ] if top > 0 and low < (1.0 - clock_drop) * top else []  # fmt: skip
+    seen = functools.reduce(operator.or_, (s.reasons or 0 for s in samples), 0)
+    reasons += reason_names(seen & ~BENIGN_REASONS)
     return bool(reasons), reasons
-
-
-def _nvml() -> Any:
-    import pynvml  # from nvidia-ml-py
-
-    return pynvml
 
 
 def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], Sample]:
@@ -85,10 +75,9 @@ def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], Sample]:
                   or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))  # fmt: skip
 
     def get(fn: Callable[[], Any]) -> Any:
-        try:
+        with contextlib.suppress(nvml.NVMLError):
             return fn()
-        except nvml.NVMLError:
-            return None
+        return None
 
     return lambda: Sample(
         t_s=time.monotonic(),
@@ -106,21 +95,18 @@ class NvmlSampler:
     exit (a short block has two); ``samples`` holds the readings."""
 
     def __init__(self, device_index: int = 0, interval_s: float = 0.05, *, read: Callable[[], Sample] | None = None):
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         self.device_index, self.interval_s, self._read = device_index, interval_s, read
         self.samples: list[Sample] = []
         self.unavailable_reason: str | None = None
         self.read_errors = 0
         self._nvml: Any = None
-        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @staticmethod
     def available(device_index: int = 0) -> tuple[bool, str | None]:
         """(True, None) if NVML can read GPU ``device_index`` here, else (False, why)."""
         try:
-            nvml = _nvml()
+            import pynvml as nvml  # from nvidia-ml-py
         except ImportError as e:
             return False, f"pynvml not importable (nvidia-ml-py, in the gpu extra: pip install -e '.[gpu]'): {e}"
         try:
@@ -136,14 +122,15 @@ class NvmlSampler:
     def __enter__(self) -> NvmlSampler:
         self.samples, self.read_errors, self._stop = [], 0, threading.Event()
         if self._read is None:
-            ok, reason = self.available(self.device_index)
+            ok, self.unavailable_reason = self.available(self.device_index)
             if not ok:
-                self.unavailable_reason = reason
-                log.info("GPU telemetry off: %s", reason)
+                log.info("GPU telemetry off: %s", self.unavailable_reason)
                 return self
-            self._nvml = _nvml()
-            self._nvml.nvmlInit()
-            self._read = _nvml_reader(self._nvml, self._nvml.nvmlDeviceGetHandleByIndex(self.device_index))
+            import pynvml as nvml
+
+            nvml.nvmlInit()
+            handle = nvml.nvmlDeviceGetHandleByIndex(self.device_index)
+            self._nvml, self._read = nvml, _nvml_reader(nvml, handle)
         self._sample()
         self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
         self._thread.start()

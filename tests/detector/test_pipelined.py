@@ -20,7 +20,7 @@ from detector.postprocess import Detections
 from detector.preprocess import preprocess, preprocess_torch
 from detector.spec import ModelSpec
 from detector.video import open_video, read_frames
-from perf.measure.parity import compare_detections
+from perf.measure.parity import compare_detections, format_worst_frames
 
 SIZE = 160  # loop_spec's input (tests/conftest.py: LOOP_SIZE)
 FRAMES = 12  # loop_clip's frames (tests/conftest.py: LOOP_FRAMES)
@@ -82,8 +82,8 @@ def test_device_preprocess_matches_the_sequential_loop_within_rounding(
     parity = compare_detections(sequential.detections, pipelined.detections, iou_threshold=0.5,
                                 score_tolerance=0.03)
     assert parity.reference_detections > FRAMES
-    assert parity.match_rate == 1.0 and parity.class_agreement == 1.0, parity.summary()
-    assert parity.mean_iou > 0.97 and parity.max_score_diff < 0.03, parity.summary()
+    assert parity.match_rate == 1.0 and parity.class_agreement == 1.0, format_worst_frames(parity)
+    assert parity.mean_iou > 0.97 and parity.max_score_diff < 0.03, format_worst_frames(parity)
 
 
 def test_device_preprocess_of_real_frames_is_within_one_level_of_opencv(loop_clip: Path) -> None:

@@ -89,8 +89,9 @@ def test_clock_reading_errors_are_relative_to_the_known_duration() -> None:
     from perf.measure.clock_truth import reading
 
     r = reading(cycles=2000, cycles_per_ms=1000.0, event_ms=2.02, host_ms=2.1)
-    assert r.known_ms == 2.0 and r.event_error == pytest.approx(0.01) and r.host_error == pytest.approx(0.05)
-    assert r.offset_us == pytest.approx(20.0)
+    assert r["known_ms"] == 2.0 and r["event_error"] == pytest.approx(0.01)
+    assert r["host_error"] == pytest.approx(0.05)
+    assert r["offset_us"] == pytest.approx(20.0)
 
 
 @pytest.mark.parametrize(("device", "given", "expected"), [("cuda", False, 0.2), ("cuda", True, 1.0),

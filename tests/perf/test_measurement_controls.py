@@ -30,7 +30,6 @@ def test_blocks_give_seconds_per_frame_per_whole_block_pass_after_pass() -> None
     passes = [[10.0, 10.0, 20.0, 20.0, 99.0], [30.0, 30.0, 30.0, 30.0]]
     assert block_samples(passes, 2) == pytest.approx([0.010, 0.020, 0.030, 0.030])
     assert block_samples(passes, 2, skip=1) == pytest.approx([0.015, 0.0595, 0.030])
-    assert block_samples([[8.0, 8.0]], 1, frames_per_iteration=4) == pytest.approx([0.002, 0.002])
     with pytest.raises(ValueError, match="block"):
         block_samples(passes, 0)
 
