@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         "writes) in the reports folder, when there.")
     add("--change-threshold", type=parse_threshold, default=DEFAULT_THRESHOLD, metavar="PCT",
         help="Mark a run in the history when its median moved more than this vs the previous run. Default: "
-        f"{DEFAULT_THRESHOLD:.0%}.")
+        f"{DEFAULT_THRESHOLD:.0%}.".replace("%", "%%"))  # argparse formats help with %
     return parser
 
 
