@@ -1,7 +1,5 @@
-"""``perf-report`` / ``python -m perf.report_cli --storage .benchmarks --reports reports --out report/``: writes
-``report/summary.md`` (for ``$GITHUB_STEP_SUMMARY``) and ``report/index.html``; bad input is one line naming the
-file, exit status 2, nothing written (docs/method.md, section 9).
-"""
+"""``perf-report``: ``summary.md`` and ``index.html`` from the saved runs; bad input is one line naming the
+file, exit status 2, nothing written (docs/method.md, section 9)."""
 
 from __future__ import annotations
 
@@ -18,40 +16,39 @@ PROG = "perf-report"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Markdown summary and HTML report of the perf suite.",
-                                     allow_abbrev=False)
-    parser.add_argument("--storage", type=Path, default=Path(".benchmarks"),
-                        help="pytest-benchmark storage folder (or one machine's folder in it). Default: .benchmarks.")
-    parser.add_argument("--store", type=parse_store, default=None,
-                        help="Read the runs from this history store (a path, sqlite:///path or postgresql://...) "
-                        "instead of --storage. Default: the storage folder.")
-    parser.add_argument("--reports", type=Path, default=None,
-                        help="The suite's reports folder (perf-report.json: end-to-end stages, parity). "
-                        "Default: reports, when it exists.")
-    parser.add_argument("--out", type=Path, default=Path("report"),
-                        help="Folder for summary.md and index.html. Default: report.")
-    parser.add_argument("--machine-id", default=None,
-                        help="Machine folder of the storage to report. Default: the one with the newest run.")
-    parser.add_argument("--verdicts", type=Path, default=None,
-                        help="JSON file of compare verdicts per benchmark. Default: perf-compare.json (what "
-                        "--perf-compare writes) in the reports folder, when there.")
-    parser.add_argument("--change-threshold", type=parse_threshold, default=DEFAULT_THRESHOLD, metavar="PCT",
-                        help="Mark a run in the history when its median moved more than this vs the previous run. "
-                        f"Default: {DEFAULT_THRESHOLD:.0%}.")
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Markdown summary and HTML report of the perf suite.", allow_abbrev=False)
+    add = parser.add_argument
+    add("--storage", type=Path, default=Path(".benchmarks"),
+        help="pytest-benchmark storage folder (or one machine's folder in it). Default: .benchmarks.")
+    add("--store", type=parse_store, default=None,
+        help="Read the runs from this history store (a path, sqlite:///path or postgresql://...) instead of "
+        "--storage. Default: the storage folder.")
+    add("--reports", type=Path, default=None,
+        help="The suite's reports folder (perf-report.json: end-to-end stages, parity). Default: reports, "
+        "when it exists.")
+    add("--out", type=Path, default=Path("report"),
+        help="Folder for summary.md and index.html. Default: report.")
+    add("--machine-id", default=None,
+        help="Machine folder of the storage to report. Default: the one with the newest run.")
+    add("--verdicts", type=Path, default=None,
+        help="JSON file of compare verdicts per benchmark. Default: perf-compare.json (what --perf-compare "
+        "writes) in the reports folder, when there.")
+    add("--change-threshold", type=parse_threshold, default=DEFAULT_THRESHOLD, metavar="PCT",
+        help="Mark a run in the history when its median moved more than this vs the previous run. Default: "
+        f"{DEFAULT_THRESHOLD:.0%}.".replace("%", "%%"))  # argparse formats help with %
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    reports = args.reports
-    if reports is None and Path("reports").is_dir():
-        reports = Path("reports")
+    reports = args.reports or (Path("reports") if Path("reports").is_dir() else None)
     from perf.report.html import build_report
 
     try:
         written, warnings = build_report(args.storage, reports, args.out, machine_id=args.machine_id,
                                          verdicts=args.verdicts, threshold=args.change_threshold,
-                                         store=None if args.store in (None, "none") else args.store)  # fmt: skip
+                                         store=None if args.store in (None, "none") else args.store)
     except HistoryError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

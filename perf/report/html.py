@@ -1,10 +1,5 @@
-"""The suite's HTML report and markdown summary, built from saved runs and the suite's report.
-
-`build_report` reads the inputs (`perf.report.inputs`) and renders ``summary.md`` (narrow tables) and
-``index.html`` (one self-contained page: every column, figures as base64 PNGs, the suite's own tables folded) in
-memory, then writes both atomically, so bad input leaves no partial output; what each holds: docs/method.md,
-section 9.
-"""
+"""perf-report's output: ``summary.md`` and ``index.html`` (one self-contained page, figures inlined),
+rendered in memory, then written atomically; what each holds: docs/method.md, section 9."""
 
 from __future__ import annotations
 
@@ -66,8 +61,8 @@ class Figure:
 
 @dataclass
 class Report:
-    """The rendered report: markdown, the summary's tables, the figures, what is said of the runs and the suite's
-    report (its tables and the device they were measured on)."""
+    """The rendered report: markdown, the summary's tables and figures, what is said of the runs, the suite's
+    report, the nsys captures (`perf.report.captures.CaptureRow`) and the subject (shown first)."""
 
     markdown: str
     tables: list[Table]
@@ -75,67 +70,62 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
     suite: PerfReport = field(default_factory=PerfReport)
-    captures: list[Any] = field(default_factory=list)  # perf.report.captures.CaptureRow
-    #: What the newest run measured and where (`perf.subject.describe_subject`), shown first.
+    captures: list[Any] = field(default_factory=list)
     subject: dict[str, str] = field(default_factory=dict)
 
 
-def _latency_figures(inputs: ReportInputs) -> list[Figure]:
-    latest = inputs.latest
-    if latest is None:
-        return []
-    out = []
-    for group, each in groupby(ordered(list(latest.benchmarks.values())), key=lambda b: b.group or "ungrouped"):
-        benches = list(each)
-        raw = "every round" if all(b.has_rounds for b in benches) else "saved statistics (no rounds saved)"
-        caption = (f"{group}: run {latest.label}, from {raw}; a violin from {plots.VIOLIN_MIN_ROUNDS} rounds on, "
-                   "else a box (min to max) with each round as a dot")
-        out.append(Figure("Latency distribution", caption, plots.latency_distribution(benches, group)))
-    return out
-
-
 def _history_figure(inputs: ReportInputs, threshold: float) -> list[Figure]:
-    """One figure of small multiples (none without runs): a panel per benchmark, grouped and in numeric order of
-    their names."""
-    series = [points for name in bench_names(inputs.runs) if (points := history(inputs, name, threshold))]
-    if not series:
+    """One figure of small multiples (none without runs): a panel per benchmark, grouped and in numeric order
+    of their names."""
+    series = (history(inputs, name, threshold) for name in bench_names(inputs.runs))
+    by_name = {points[-1].bench.fullname: points for points in series if points}
+    if not by_name:
         return []
-    order = ordered([points[-1].bench for points in series])
-    by_name = {points[-1].bench.fullname: points for points in series}
+    order = ordered([points[-1].bench for points in by_name.values()])
     grouped = len({b.group for b in order}) > 1
-    panels = [((f"{b.group or 'ungrouped'} · " if grouped else "") + plots.short_name(b), by_name[b.fullname])
-              for b in order]  # fmt: skip
+    panels = [(f"{b.group or 'ungrouped'} · {plots.short_name(b)}" if grouped else plots.short_name(b),
+               by_name[b.fullname]) for b in order]  # fmt: skip
     labels = [str(r.number) if r.number is not None else r.path.stem[:8] for r in inputs.runs]
     marks = tuple(f"{plots.short_name(p.bench)}, run {p.run.name}: {p.mark or 'change point'}, {p.reason}"
                   for _, points in panels for p in points if p.mark or p.level)  # fmt: skip
-    caption = (f"{len(panels)} benchmark(s) over {len(inputs.runs)} saved run(s), each panel in its own time unit; "
-               f"{len(marks) or 'no'} point(s) marked.")  # fmt: skip
-    return [Figure(HISTORY, caption, plots.history_grid(panels, labels, threshold), kind="history", details=marks)]
+    caption = (f"{len(panels)} benchmark(s) over {len(inputs.runs)} saved run(s), each panel in its own time "
+               f"unit; {len(marks) or 'no'} point(s) marked.")  # fmt: skip
+    figure = plots.history_grid(panels, labels, threshold)
+    return [Figure(HISTORY, caption, figure, kind="history", details=marks)]
 
 
 def _figures(inputs: ReportInputs, threshold: float) -> list[Figure]:
+    """The latency distributions of the newest run (one figure per group), its end-to-end stages, the history
+    and each parity candidate's IoU."""
     from perf.measure.parity import TOLERANCES
 
-    out = _latency_figures(inputs)
+    out = []
+    if (latest := inputs.latest) is not None:
+        benches = ordered(list(latest.benchmarks.values()))
+        for group, each in groupby(benches, key=lambda b: b.group or "ungrouped"):
+            benches = list(each)
+            raw = ("every round" if all(b.has_rounds for b in benches)
+                   else "saved statistics (no rounds saved)")  # fmt: skip
+            caption = (f"{group}: run {latest.label}, from {raw}; a violin from {plots.VIOLIN_MIN_ROUNDS} "
+                       "rounds on, else a box (min to max) with each round as a dot")  # fmt: skip
+            out.append(Figure("Latency distribution", caption, plots.latency_distribution(benches, group)))
     if rows := stage_rows(inputs):
         out.append(Figure("End-to-end stages", "ms per frame of each pipeline stage",
-                          plots.stage_breakdown(rows, STAGES)))
+                          plots.stage_breakdown(rows, STAGES)))  # fmt: skip
     out += _history_figure(inputs, threshold)
     for row in inputs.rows(schema.PARITY):
-        ious = [float(v) for v in row.get("ious") or [] if isinstance(v, (int, float))]
-        if ious:
+        if ious := [float(v) for v in row.get("ious") or [] if isinstance(v, (int, float))]:
             tol = TOLERANCES.get(str(row.get("precision")))
             label = str(row.get("candidate", "?"))
             caption = f"{label}: IoU of each matched detection vs torch fp32 ({row.get('verdict')})"
-            out.append(Figure("Parity IoU", caption, plots.iou_histogram(label, ious, tol.mean_iou if tol else None)))
+            figure = plots.iou_histogram(label, ious, tol.mean_iou if tol else None)
+            out.append(Figure("Parity IoU", caption, figure))
     return out
 
 
 def render(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> Report:
     """Tables, markdown and figures of ``inputs`` (nothing written)."""
-    tables = all_tables(inputs, threshold)
-    said = notices(inputs)
-    subject = inputs.subject
+    tables, said, subject = all_tables(inputs, threshold), notices(inputs), inputs.subject
     markdown = "\n".join(part for part in (to_markdown(tables, inputs.warnings, said=said, subject=subject),
                                             captures_markdown(inputs.captures)) if part)  # fmt: skip
     return Report(markdown, tables, _figures(inputs, threshold), list(inputs.warnings), said,
@@ -144,8 +134,7 @@ def render(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> Report
 
 def _section(title: str, notes: list[str], table: str) -> str:
     """A table's heading, notes and table (``""``: none) on one line of the page."""
-    said = "".join(f"<p class='note'>{escape(n)}</p>" for n in notes)
-    return f"<h3>{escape(title)}</h3>{said}{table}"
+    return f"<h3>{escape(title)}</h3>" + "".join(f"<p class='note'>{escape(n)}</p>" for n in notes) + table
 
 
 def _figure(figure: Figure) -> str:
@@ -159,17 +148,16 @@ def _figure(figure: Figure) -> str:
 
 
 def to_html(report: Report, title: str = "Performance report") -> str:
-    """One self-contained HTML page (`_PAGE`): notices (an injected run as a banner), warnings, tables, the
-    figures by section (PNGs inlined as base64), the captures, then the suite's tables, folded."""
+    """One self-contained HTML page (`_PAGE`): the subject, notices (an injected run as a banner), warnings,
+    tables, the figures by section, the captures, then the suite's tables, folded."""
     model = report.subject.get("model", "").split(" (")[0]
     size = report.subject.get("input size", "").removesuffix(" px")
-    full = f"{title}: {model} {size}".rstrip() if model else title
     items = "".join(f"<li>{escape(key)}: {escape(value)}</li>" for key, value in report.subject.items())
     lines = [f"<ul class='subject'>{items}</ul>"] if report.subject else []
     lines += [f"<div class='injected'>{escape(n.text)}</div>" if n.kind == "injected" else
               f"<p class='run'>{escape(n.text)}</p>" for n in report.notices]  # fmt: skip
     lines += [f"<p class='warn'>warning: {escape(w)}</p>" for w in report.warnings]
-    lines += [_section(t.spec.title, [t.note] if t.note else [], t.spec.html(t.columns(), t.cells()))
+    lines += [_section(t.spec.title, [t.note] if t.note else [], t.spec.html(*t.shown()))
               for t in report.tables]  # fmt: skip
     for section, figures in groupby(report.figures, key=lambda figure: figure.section):
         lines += [f"<h2>{escape(section)}</h2>", *map(_figure, figures)]
@@ -177,16 +165,17 @@ def to_html(report: Report, title: str = "Performance report") -> str:
     suite = [_section(spec.title, notes, spec.html(columns, cells) if columns else "")
              for spec, notes, columns, cells in report.suite.shown()]  # fmt: skip
     if suite:  # detail: folded, so that the page stays a glance long
-        lines += [f"<h2>{escape(SUITE_SECTION)}</h2><details class='suite'><summary>{len(suite)} table(s) of the "
-                  "run's own report: show</summary>", *suite, "</details>"]  # fmt: skip
+        lines += [f"<h2>{escape(SUITE_SECTION)}</h2><details class='suite'><summary>{len(suite)} table(s) of "
+                  "the run's own report: show</summary>", *suite, "</details>"]  # fmt: skip
+    full = f"{title}: {model} {size}".rstrip() if model else title
     return _PAGE.substitute(title=escape(full), css=_CSS, body="\n".join(lines))
 
 
 def build_report(storage: Path | None, reports: Path | None, out: Path, *, machine_id: str | None = None,
                  verdicts: Path | None = None, threshold: float = DEFAULT_THRESHOLD,
                  store: str | None = None) -> tuple[list[Path], list[str]]:  # fmt: skip
-    """Write ``out/summary.md`` and ``out/index.html`` atomically; return their paths and the warnings (also shown
-    in both). `perf.runs.HistoryError` (nothing written) when the inputs are unusable or matplotlib is missing."""
+    """Write ``out/summary.md`` and ``out/index.html``; their paths and the warnings (also shown in both).
+    `perf.runs.HistoryError` (nothing written): unusable inputs, or no matplotlib."""
     try:
         importlib.import_module("matplotlib")  # imported for real by perf.report.plots, lazily
     except ImportError as e:

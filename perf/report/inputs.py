@@ -1,12 +1,10 @@
-"""What ``perf-report`` reads: one machine's saved runs (`perf.runs.load_runs`; a corrupt run among good ones
-is skipped with a warning) or a history store's (``--store``) with their change points, the suite's
-``<reports>/perf-report.json`` (checked by `perf.validate.report_problem`), the Nsight Systems summaries
-(`perf.report.captures`) and the compare verdicts (`perf.verdicts.load_verdicts`; `ReportInputs.verdict_for` gives
-a verdict only in the run it judged). Bad input that leaves nothing to report raises `perf.runs.HistoryError`.
-"""
+"""What ``perf-report`` reads: one machine's saved runs (or a history store's) and their change points, the
+suite's ``perf-report.json``, the nsys summaries and the compare verdicts. Each loader appends its one-line
+warnings to ``warnings``; bad input that leaves nothing to report is a `perf.runs.HistoryError`."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,19 +23,17 @@ PERF_REPORT = f"{REPORT_STEM}.json"
 
 @dataclass
 class ReportInputs:
-    """Everything one report is built from; ``warnings`` are one-line notes about skipped input."""
+    """Everything one report is built from: ``runs`` oldest first, the suite report's ``tables`` by title,
+    the ``changes`` of the runs' histories (`perf.store.changepoints.HistoryChange`) and the nsys ``captures``
+    (`perf.report.captures.CaptureRow`)."""
 
-    runs: list[SavedRun] = field(default_factory=list)  # one machine's runs, oldest first
-    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # the suite report's, by title
+    runs: list[SavedRun] = field(default_factory=list)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     verdicts: Verdicts | None = None
     warnings: list[str] = field(default_factory=list)
-    storage: Path | None = None
-    report_device: str | None = None  # the suite report's "device", when it says
-    #: Change points of the runs' histories (`perf.store.changepoints.HistoryChange`), oldest first.
+    report_device: str | None = None
     changes: list[Any] = field(default_factory=list)
-    #: The run's Nsight Systems captures (`perf.report.captures.CaptureRow`), from ``<reports>/nsys/*/summary.json``.
     captures: list[Any] = field(default_factory=list)
-    _change_starts: dict[tuple[int, str], Any] | None = field(default=None, repr=False)
 
     @property
     def latest(self) -> SavedRun | None:
@@ -45,8 +41,7 @@ class ReportInputs:
 
     @property
     def device(self) -> str | None:
-        """What the reported run measured on (``"cpu"``, ``"cuda"``): the suite report's, else the newest saved
-        run's; None when neither says."""
+        """What the reported run measured on (``"cpu"``, ``"cuda"``; None: not known)."""
         return self.report_device or (self.latest.device if self.latest is not None else None)
 
     @property
@@ -54,172 +49,159 @@ class ReportInputs:
         """What the newest run measured and where (`perf.subject.describe_subject`); {} without runs."""
         from perf.subject import describe_subject
 
-        latest = self.latest
-        if latest is None:
+        if (latest := self.latest) is None:
             return {}
         info = latest.machine_info
-        return describe_subject(info.get("perf_subject"), latest.fingerprint, info.get("node") or latest.machine_id)
+        where = info.get("node") or latest.machine_id
+        return describe_subject(info.get("perf_subject"), latest.fingerprint, where)
 
     @property
     def judged_run(self) -> SavedRun | None:
         """The run the compare verdicts judged, when it is one of :attr:`runs`; else None."""
-        return next((run for run in self.runs if self.verdicts is not None and self.verdicts.judges(run)), None)
+        verdicts = self.verdicts
+        return next((run for run in self.runs if verdicts is not None and verdicts.judges(run)), None)
 
     def rows(self, table: TableSpec) -> list[dict[str, Any]]:
         """The suite report's rows of ``table`` (none when the report lacks it)."""
         return self.tables.get(table.title, [])
 
-    def change_at(self, index: int, fullname: str) -> Any:
-        """The change point (`perf.store.changepoints.HistoryChange`) of benchmark ``fullname`` whose new level
-        starts at ``runs[index]``, or None."""
-        if not self.changes:
-            return None
-        if self._change_starts is None:  # each run's id taken once (a run without one is hashed)
-            from perf.store.db import run_id_of
+    @functools.cached_property
+    def _change_starts(self) -> dict[tuple[int, str], Any]:
+        """Each change point by (the index of the run its new level starts at, its benchmark)."""
+        from perf.store.db import run_id_of
 
-            ids = {run.run_id or run_id_of(run.raw): i for i, run in enumerate(self.runs)}
-            self._change_starts = {(ids[c.run_id], c.fullname): c for c in self.changes if c.run_id in ids}
-        return self._change_starts.get((index, fullname))
+        ids = {run.run_id or run_id_of(run.raw): i for i, run in enumerate(self.runs)}
+        return {(ids[c.run_id], c.fullname): c for c in self.changes if c.run_id in ids}
+
+    def change_at(self, index: int, fullname: str) -> Any:
+        """The change point of benchmark ``fullname`` whose new level starts at ``runs[index]``, or None."""
+        return self._change_starts.get((index, fullname)) if self.changes else None
 
     def verdict_for(self, run: SavedRun, bench: BenchmarkRecord) -> dict[str, Any] | None:
-        """The compare verdict entry of ``bench`` in ``run``: None unless the verdicts judged that very run."""
+        """The verdict entry of ``bench`` in ``run``: None unless the verdicts judged that very run."""
         if self.verdicts is None or not self.verdicts.judges(run):
             return None
         return self.verdicts.entry(bench.fullname, bench.name)
 
 
-def load_machine_runs(storage: Path, machine_id: str | None = None) -> tuple[list[SavedRun], list[str]]:
-    """One machine's saved runs (default: the newest run file's), oldest first, and warnings (skipped corrupt
-    files, other machines' runs); `HistoryError` when every file is corrupt, or ``storage`` is not a folder."""
+def load_machine_runs(storage: Path, machine_id: str | None, warnings: list[str]) -> list[SavedRun]:
+    """One machine's saved runs (default: the newest run file's), oldest first; `HistoryError` when every
+    file is corrupt, or ``storage`` is not a folder."""
     files = run_files(storage)
     if machine_id is None:
         if not files:
-            return [], []
+            return []
         machine_id = max(files, key=lambda path: path.stat().st_mtime).parent.name
     others = Counter(path.parent.name for path in files if path.parent.name != machine_id)
-    warnings = [f"runs of machine '{m}' ({n} files) are not in this report; choose it with --machine-id"
-                for m, n in sorted(others.items())]  # fmt: skip
+    warnings += [f"runs of machine '{m}' ({n} files) are not in this report; choose it with --machine-id"
+                 for m, n in sorted(others.items())]  # fmt: skip
     skipped: list[str] = []
     runs = load_runs(storage, machine_id, skipped=skipped)
-    return runs, warnings + [f"skipped corrupt saved run: {e}" for e in skipped]
+    warnings += [f"skipped corrupt saved run: {e}" for e in skipped]
+    return runs
 
 
-def load_tables(reports: Path) -> tuple[dict[str, list[dict[str, Any]]], str | None, list[str]]:
-    """The tables of ``<reports>/perf-report.json`` by title, the device it says the run measured on (None when it
-    does not) and warnings; a missing file is a warning, a corrupt one a `HistoryError`."""
+def load_tables(reports: Path, warnings: list[str]) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
+    """The tables of ``<reports>/perf-report.json`` by title and the device it names (or None); a missing
+    file is a warning, a corrupt one a `HistoryError`."""
     if not reports.is_dir():
         problem = "not a folder" if reports.exists() else "no such folder"
         raise HistoryError(f"reports folder '{reports}': {problem}")
     path = reports / PERF_REPORT
     if not path.exists():
-        return {}, None, [f"no {PERF_REPORT} in '{reports}': no end-to-end stage table from the report, no parity"]
+        warnings.append(f"no {PERF_REPORT} in '{reports}': no end-to-end stage table from the report, "
+                        "no parity")
+        return {}, None
     doc = read_json(path, "the suite's report")
-    problem = report_problem(doc, find_suite_table)
-    if problem is not None:
+    if (problem := report_problem(doc, find_suite_table)) is not None:
         raise HistoryError(f"'{path}': not a usable perf report: {problem}")
     device = doc.get("device")
-    return doc["tables"], device if isinstance(device, str) and device else None, []
+    return doc["tables"], device if isinstance(device, str) and device else None
 
 
-def load_store_runs(where: str) -> tuple[list[SavedRun], Any, list[str]]:
-    """The runs of the history store ``where`` (`perf.store.db`) of the machine of its newest run, oldest first,
-    test-only runs included (the report draws them apart), that machine's newest noise profile (or None), and
-    warnings naming the other machines' histories."""
+def load_store_runs(where: str, warnings: list[str]) -> tuple[list[SavedRun], Any]:
+    """The runs of the history store ``where`` of its newest run's machine, oldest first, test-only runs
+    included (drawn apart), and that machine's newest noise profile (or None)."""
     from perf.gate.noise import NoiseProfile
     from perf.store.db import machine_key, open_store
 
     with open_store(where) as store:
-        every = store.runs(include_injected=True)
-        if not every:
-            return [], None, [f"history store '{store.shown}' holds no runs"]
+        if not (every := store.runs(include_injected=True)):
+            warnings.append(f"history store '{store.shown}' holds no runs")
+            return [], None
         key = machine_key(every[-1].machine_info)
         others = [m for m in store.machines() if m[0] != key]
         profile_json = store.noise_profile_json(key)
-    warnings = [f"history of machine {host or '?'} ({runs} runs) in the store is not in this report"
-                for _, host, runs in others]  # fmt: skip
+    warnings += [f"history of machine {host or '?'} ({runs} runs) in the store is not in this report"
+                 for _, host, runs in others]  # fmt: skip
     profile = None if profile_json is None else NoiseProfile.from_json(profile_json)
-    return [run for run in every if machine_key(run.machine_info) == key], profile, warnings
+    return [run for run in every if machine_key(run.machine_info) == key], profile
 
 
-def storage_profile(storage: Path, runs: list[SavedRun]) -> Any:
-    """This machine's noise profile in the benchmark storage (``<storage>/noise/``), or None (also when it is
-    unreadable: change points then use the default floor)."""
-    from perf.gate.noise import NoiseProfileError, find_profile
-
-    fingerprint = runs[-1].fingerprint if runs else None
-    if not isinstance(fingerprint, dict):
-        return None
-    try:
-        return find_profile(storage, fingerprint)
-    except NoiseProfileError:
-        return None
-
-
-def same_subject(runs: list[SavedRun]) -> tuple[list[SavedRun], list[str]]:
-    """The runs comparable with the newest (same machine, model and video: `perf.gate.history.comparable`, the
-    gate's one rule), oldest first, and a warning naming the others: a report never draws, marks or change-points
-    one model's runs with another's."""
+def same_subject(runs: list[SavedRun], warnings: list[str]) -> list[SavedRun]:
+    """The runs comparable with the newest (same machine, model and video: the gate's one rule,
+    `perf.gate.history.comparable`); a warning names the others."""
     if not runs:
-        return runs, []
+        return runs
     from perf.gate.history import comparable
     from perf.subject import subject_line
 
-    newest = runs[-1]
-    identity = newest.machine_info.get("perf_subject") or None
-    kept = [run for run in runs if comparable(run, fingerprint=newest.fingerprint, identity=identity)]
-    others = [run for run in runs if all(run is not k for k in kept)]
-    if not others:
-        return runs, []
-    what = "; ".join(sorted({subject_line(run.machine_info.get("perf_subject")) for run in others}))
-    return kept, [(f"{len(others)} saved run(s) of another model, video or machine are not in this report ({what}): "
-                   f"this report is of {subject_line(identity)}")]
+    identity = runs[-1].machine_info.get("perf_subject") or None
+    kept = [run for run in runs if comparable(run, fingerprint=runs[-1].fingerprint, identity=identity)]
+    if others := [run for run in runs if all(run is not k for k in kept)]:
+        what = "; ".join(sorted({subject_line(run.machine_info.get("perf_subject")) for run in others}))
+        warnings.append(f"{len(others)} saved run(s) of another model, video or machine are not in this "
+                        f"report ({what}): this report is of {subject_line(identity)}")
+        return kept
+    return runs
 
 
-def find_changes(runs: list[SavedRun], profile: Any = None) -> tuple[list[Any], list[str]]:
-    """The change points of ``runs``' histories (`perf.store.changepoints`; each benchmark's floor from
-    ``profile`` where it has one), and a warning when ruptures is missing (no change points then)."""
+def find_changes(runs: list[SavedRun], warnings: list[str], profile: Any = None) -> list[Any]:
+    """The change points of ``runs``' histories (each benchmark's floor from ``profile`` where it has one);
+    without ruptures none, and a warning."""
     try:
         import ruptures  # noqa: F401 - the change-point finder's library
     except ImportError:
-        return [], ["no change points: they need ruptures, a dependency of this package (pip install -e .)"]
+        warnings.append("no change points: they need ruptures, a dependency of this package "
+                        "(pip install -e .)")
+        return []
     from perf.gate.noise import floors_from_profile
     from perf.store.changepoints import history_changes, points_from_runs
 
-    return history_changes(points_from_runs(runs), floors=floors_from_profile(profile)), []
+    return history_changes(points_from_runs(runs), floors=floors_from_profile(profile))
 
 
 def load_inputs(storage: Path | None, reports: Path | None, *, machine_id: str | None = None,
                 verdicts: Path | None = None, store: str | None = None) -> ReportInputs:
-    """Read everything a report needs; `HistoryError` when nothing is left to report.
-
-    ``verdicts``: a verdict file; None takes ``perf-compare.json`` of ``reports`` when it is there. ``store``: read
-    the runs from this history store (`perf.store.db`) instead of the storage folder."""
-    inputs = ReportInputs(storage=storage)
-    profile = None
+    """Read everything a report needs: runs from ``store`` if given, else ``storage``; ``verdicts`` (None:
+    ``perf-compare.json`` of ``reports`` when there)."""
+    inputs = ReportInputs()
+    warnings, profile = inputs.warnings, None
     if store is not None:
-        inputs.runs, profile, warnings = load_store_runs(store)
-        inputs.warnings += warnings
+        inputs.runs, profile = load_store_runs(store, warnings)
     elif storage is not None:
-        inputs.runs, warnings = load_machine_runs(storage, machine_id)
-        inputs.warnings += warnings
+        inputs.runs = load_machine_runs(storage, machine_id, warnings)
         if not inputs.runs:
-            inputs.warnings.append(f"benchmark storage '{storage}' holds no saved runs")
-        profile = storage_profile(storage, inputs.runs)
-    inputs.runs, warnings = same_subject(inputs.runs)
-    inputs.warnings += warnings
+            warnings.append(f"benchmark storage '{storage}' holds no saved runs")
+        elif isinstance(fingerprint := inputs.runs[-1].fingerprint, dict):  # this machine's noise profile
+            from perf.gate.noise import NoiseProfileError, find_profile
+
+            try:
+                profile = find_profile(storage, fingerprint)
+            except NoiseProfileError:  # unreadable: change points use the default floor
+                pass
+    inputs.runs = same_subject(inputs.runs, warnings)
     if len(inputs.runs) >= 3:
-        inputs.changes, warnings = find_changes(inputs.runs, profile)
-        inputs.warnings += warnings
+        inputs.changes = find_changes(inputs.runs, warnings, profile)
     if reports is not None:
-        inputs.tables, inputs.report_device, warnings = load_tables(reports)
-        inputs.warnings += warnings
-        inputs.captures, warnings = load_captures(reports)
-        inputs.warnings += warnings
+        inputs.tables, inputs.report_device = load_tables(reports, warnings)
+        inputs.captures = load_captures(reports, warnings)
     if verdicts is not None:
         inputs.verdicts = load_verdicts(path=verdicts)
     elif reports is not None:
         inputs.verdicts = load_verdicts(reports)
     if not inputs.runs and not inputs.tables:
-        where = " or ".join(f"'{p}'" for p in (store or storage, reports) if p is not None) or "no input given"
+        where = " or ".join(f"'{p}'" for p in (store or storage, reports) if p is not None)
+        where = where or "no input given"
         raise HistoryError(f"nothing to report: no saved benchmark runs and no {PERF_REPORT} in {where}")
     return inputs

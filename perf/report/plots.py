@@ -1,9 +1,5 @@
-"""The HTML report's figures, each returned as PNG bytes (matplotlib, imported lazily, Agg canvas only).
-
-Figures are built on ``matplotlib.figure.Figure`` without pyplot, so nothing touches a global backend or the
-user's interactive session. Each is as wide as the page (`WIDTH` inches at `DPI`) and reads its times in the unit
-that fits (`perf.report.readable.time_unit`); what each figure draws: docs/method.md, section 9.
-"""
+"""The HTML report's figures as PNG bytes (docs/method.md, section 9): matplotlib, imported lazily, on its own
+``Figure`` and Agg canvas, never pyplot, so nothing touches a global backend or the user's session."""
 
 from __future__ import annotations
 
@@ -22,9 +18,10 @@ if TYPE_CHECKING:
     from perf.report.changes import Point
     from perf.runs import BenchmarkRecord
 
-#: Colours of the marks: the gate's slower and faster, any other mark (a move no verdict judged, another verdict),
-#: a change point of the history, commit change, injected run.
-SLOWER, FASTER, MOVED, LEVEL, COMMIT, INJECTED = "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#7f7f7f", "#8c8c8c"
+#: Colours of the marks: the gate's slower and faster, any other mark (a move no verdict judged, another
+#: verdict), a change point of the history, commit change, injected run.
+SLOWER, FASTER, MOVED, LEVEL = "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"
+COMMIT, INJECTED = "#7f7f7f", "#8c8c8c"
 _PALETTE = ("#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 DPI = 100
 #: Figure width (inches): the page's width at `DPI`.
@@ -34,19 +31,22 @@ VIOLIN_MIN_ROUNDS = 20
 #: Panels per row of the history figure, by how many panels there are at most: (panels, columns).
 HISTORY_COLUMNS = ((4, 2), (18, 3), (10**9, 4))
 P = ParamSpec("P")
-_FONT = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
-         "legend.fontsize": 9}  # fmt: skip
+_FONT = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9,
+         "ytick.labelsize": 9, "legend.fontsize": 9}  # fmt: skip
 
 
-def _styled(draw: Callable[P, bytes]) -> Callable[P, bytes]:
-    """Run a figure function with the report's font sizes (`_FONT`), leaving matplotlib's settings as they were."""
+def _png(draw: Callable[P, Figure]) -> Callable[P, bytes]:
+    """``draw``'s figure as PNG bytes (Agg), drawn with the report's font sizes (`_FONT`), matplotlib's
+    settings left as they were."""
 
     @functools.wraps(draw)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> bytes:
         from matplotlib import rc_context
 
         with rc_context(_FONT):
-            return draw(*args, **kwargs)
+            buffer = io.BytesIO()
+            draw(*args, **kwargs).savefig(buffer, format="png")  # on an Agg canvas: the format's own
+        return buffer.getvalue()
 
     return wrapper
 
@@ -55,16 +55,6 @@ def _figure(width: float, height: float) -> Figure:
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-
-
-def png(fig: Figure) -> bytes:
-    """Render ``fig`` to PNG bytes (Agg)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
 
 
 def _plain_ticks(axis: Any) -> None:
@@ -77,12 +67,6 @@ def _plain_ticks(axis: Any) -> None:
         axis.set_minor_formatter(NullFormatter())
 
 
-def backend_of(bench: BenchmarkRecord) -> str:
-    """The runner variant (or backend) a benchmark measured; "" when it did not say."""
-    info = bench.extra_info
-    return str(info.get("variant") or info.get("backend") or "")
-
-
 def short_name(bench: BenchmarkRecord) -> str:
     """The part of a benchmark's name that tells it from others of its test: ``torch-fp32-b8`` of
     ``test_inference_speed[torch-fp32-b8]``; the whole name when it has no parameters."""
@@ -91,9 +75,8 @@ def short_name(bench: BenchmarkRecord) -> str:
 
 
 def distribution_kind(data: Sequence[float]) -> str:
-    """How a benchmark's rounds are drawn: ``"violin"`` from `VIOLIN_MIN_ROUNDS` rounds with a spread, ``"box"``
-    (with every round as a dot) for 2 or more, ``"dot"`` for one round or rounds all alike, ``"stats"`` (a box
-    from the saved statistics) for none."""
+    """How rounds are drawn: ``"violin"`` from `VIOLIN_MIN_ROUNDS` rounds with a spread, ``"box"`` (and
+    every round as a dot) from 2, ``"dot"`` for one or all alike, ``"stats"`` (saved statistics) for none."""
     if not len(data):
         return "stats"
     if len(data) == 1 or max(data) == min(data):
@@ -101,33 +84,23 @@ def distribution_kind(data: Sequence[float]) -> str:
     return "violin" if len(data) >= VIOLIN_MIN_ROUNDS else "box"
 
 
-def _axis_label(bench: BenchmarkRecord, unit: str) -> str:
-    """``frame time (ms per frame)`` from the benchmark's ``extra_info["samples"]``; ``time per call (ms)``."""
-    info = bench.metric_info("time")
-    label, per = str(info.get("label") or "time per call"), str(info.get("unit") or "s")
-    return f"{label} ({unit}{per[1:] if per.startswith('s ') else ''})"
-
-
-@_styled
-def latency_distribution(benches: Sequence[BenchmarkRecord], title: str) -> bytes:
-    """Every round's time per benchmark, one row each in the given order, coloured by backend: a violin from
-    `VIOLIN_MIN_ROUNDS` rounds on, below that a box (min to max) with each round as a dot, one round a dot; a
-    box from the saved statistics (min, q1, median, q3, max) when the rounds were not saved. A log axis when the
-    times span more than 30x."""
-    backends = list(dict.fromkeys(backend_of(b) for b in benches))
-    colour = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(backends)}
-    medians = [b.stat("median") for b in benches if b.stat("median") > 0]
-    unit, scale = time_unit(min(medians, default=1e-3))
+@_png
+def latency_distribution(benches: Sequence[BenchmarkRecord], title: str) -> Figure:
+    """Every round's time per benchmark, a row each in the given order, coloured by backend, drawn as
+    `distribution_kind` says; a log axis when the times span more than 30x."""
+    backends = [str(b.extra_info.get("variant") or b.extra_info.get("backend") or "") for b in benches]
+    colour = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(dict.fromkeys(backends))}
+    unit, scale = time_unit(min((b.stat("median") for b in benches if b.stat("median") > 0), default=1e-3))
     fig = _figure(WIDTH, 1.3 + 0.42 * len(benches))
     ax = fig.add_subplot()
     lows, highs, labels = [], [], []
-    for y, bench in enumerate(benches):
-        c = colour[backend_of(bench)]
+    for y, (bench, backend) in enumerate(zip(benches, backends)):
+        c = colour[backend]
         data = [float(v) / scale for v in bench.data] if bench.has_rounds else []
         kind = distribution_kind(data)
         if kind == "violin":
             parts = ax.violinplot([data], positions=[y], orientation="horizontal", showmedians=True,
-                                  showextrema=False, widths=0.8)
+                                  showextrema=False, widths=0.8)  # fmt: skip
             for body in parts["bodies"]:
                 body.set_facecolor(c)
                 body.set_alpha(0.5)
@@ -137,18 +110,19 @@ def latency_distribution(benches: Sequence[BenchmarkRecord], title: str) -> byte
                 ax.boxplot([data], positions=[y], orientation="horizontal", whis=(0, 100), widths=0.55,
                            patch_artist=True, showfliers=False, boxprops={"facecolor": c, "alpha": 0.35},
                            medianprops={"color": "black"})  # fmt: skip
-            offsets = [0.0] if len(data) == 1 else [0.18 * (i / (len(data) - 1) - 0.5) for i in range(len(data))]
+            n = len(data)
+            offsets = [0.0] if n == 1 else [0.18 * (i / (n - 1) - 0.5) for i in range(n)]
             ax.scatter(data, [y + o for o in offsets], s=14 if kind == "box" else 40, color=c, zorder=3,
-                       edgecolors="black", linewidths=0.4)
+                       edgecolors="black", linewidths=0.4)  # fmt: skip
         else:
             s = {k: bench.stat(k) / scale for k in ("min", "q1", "median", "q3", "max")}
             ax.bxp([{"med": s["median"], "q1": s["q1"], "q3": s["q3"], "whislo": s["min"], "whishi": s["max"],
                      "fliers": []}], positions=[y], orientation="horizontal", widths=0.5, patch_artist=True,
-                   boxprops={"facecolor": c, "alpha": 0.35}, medianprops={"color": "black"})
+                   boxprops={"facecolor": c, "alpha": 0.35}, medianprops={"color": "black"})  # fmt: skip
             data = [s["min"], s["max"]]
         lows.append(min(data))
         highs.append(max(data))
-        rounds = len(bench.data) if bench.has_rounds else int(bench.stat("rounds")) if bench.stat("rounds") > 0 else 0
+        rounds = len(bench.data) if bench.has_rounds else int(r) if (r := bench.stat("rounds")) > 0 else 0
         labels.append(f"{short_name(bench)} · {rounds} round{'s' if rounds != 1 else ''}")
     ax.set_yticks(range(len(benches)), labels)
     ax.set_ylim(len(benches) - 0.5, -0.5)
@@ -156,18 +130,24 @@ def latency_distribution(benches: Sequence[BenchmarkRecord], title: str) -> byte
     if positive and max(highs) / min(positive) > 30:
         ax.set_xscale("log")
     _plain_ticks(ax.xaxis)
-    raw = "" if any(b.has_rounds for b in benches) else "; boxes from saved statistics"
-    ax.set_xlabel(_axis_label(benches[0], unit) + raw if benches else unit)
+    if benches:  # "frame time (ms per frame)" from the samples' label and unit, else "time per call (ms)"
+        info = benches[0].metric_info("time")
+        per = str(info.get("unit") or "s")
+        unit = f"{info.get('label') or 'time per call'} ({unit}{per[1:] if per.startswith('s ') else ''})"
+        unit += "" if any(b.has_rounds for b in benches) else "; boxes from saved statistics"
+    ax.set_xlabel(unit)
     ax.set_title(title, loc="left")
     ax.grid(axis="x", alpha=0.3)
-    handles = [ax.plot([], [], color=colour[n], lw=6, alpha=0.5)[0] for n in backends if n]
+    named = [n for n in colour if n]
+    handles = [ax.plot([], [], color=colour[n], lw=6, alpha=0.5)[0] for n in named]
     if len(handles) > 1:  # above the axes: inside, it would hide rounds
-        fig.legend(handles, [n for n in backends if n], loc="outside upper right", ncols=len(handles), frameon=False)
-    return png(fig)
+        fig.legend(handles, named, loc="outside upper right", ncols=len(handles), frameon=False)
+    return fig
 
 
-@_styled
-def stage_breakdown(rows: Sequence[tuple[str, dict[str, float], float, Any]], stages: Sequence[str]) -> bytes:
+@_png
+def stage_breakdown(rows: Sequence[tuple[str, dict[str, float], float, Any]], stages: Sequence[str],
+                    ) -> Figure:  # fmt: skip
     """Stacked horizontal bars: milliseconds per frame of each pipeline stage, one bar per end-to-end case."""
     fig = _figure(WIDTH, 1.6 + 0.5 * len(rows))
     ax = fig.add_subplot()
@@ -179,18 +159,18 @@ def stage_breakdown(rows: Sequence[tuple[str, dict[str, float], float, Any]], st
     for y, (total, row) in enumerate(zip(left, rows)):
         fps = f", {number(row[2])} FPS" if not math.isnan(row[2]) else ""
         ax.annotate(f"{duration(total / 1e3)}{fps}", (total, y), xytext=(4, 0), textcoords="offset points",
-                    va="center")
+                    va="center")  # fmt: skip
     ax.set_yticks(range(len(rows)), [row[0] for row in rows])
     ax.invert_yaxis()
     ax.set_xlim(0, max(left, default=1.0) * 1.3 or 1.0)
     _plain_ticks(ax.xaxis)
     ax.set_xlabel("ms per frame")
     fig.legend(ncols=len(stages), loc="outside upper center")
-    return png(fig)
+    return fig
 
 
-@_styled
-def iou_histogram(label: str, ious: Sequence[float], mean_iou_min: float | None) -> bytes:
+@_png
+def iou_histogram(label: str, ious: Sequence[float], mean_iou_min: float | None) -> Figure:
     """Histogram of the matched pairs' IoU with the reference, their mean and the pass criterion."""
     fig = _figure(WIDTH / 2, 3)
     ax = fig.add_subplot()
@@ -207,75 +187,69 @@ def iou_histogram(label: str, ious: Sequence[float], mean_iou_min: float | None)
     ax.set_ylabel("matched pairs")
     ax.set_title(f"{label}: {len(ious)} pairs, min IoU {low:.4f}", loc="left")
     ax.legend(loc="upper left")
-    return png(fig)
+    return fig
 
 
 def _history_panel(ax: Axes, points: Sequence[Point]) -> None:
-    """One benchmark's medians (in the unit that fits them) with the IQR band over its normal runs; marked points
-    ringed, injected runs as grey crosses, commit changes as dashed lines."""
-    normal = [p for p in points if not p.injected]
+    """One benchmark's medians (in the unit that fits them) with the IQR band over its normal runs; marked
+    points ringed, change points squared, injected runs as grey crosses, commit changes as dashed lines."""
     unit, scale = time_unit(min((p.median for p in points if p.median > 0), default=1e-3))
-    if normal:
+    if normal := [p for p in points if not p.injected]:
         x = [p.index for p in normal]
-        ax.fill_between(x, [p.q1 / scale for p in normal], [p.q3 / scale for p in normal], color=_PALETTE[0],
-                        alpha=0.2, lw=0)
+        q1, q3 = ([p.bench.stat(q) / scale for p in normal] for q in ("q1", "q3"))
+        ax.fill_between(x, q1, q3, color=_PALETTE[0], alpha=0.2, lw=0)
         ax.plot(x, [p.median / scale for p in normal], "o-", color=_PALETTE[0], ms=4)
-    injected = [p for p in points if p.injected]
-    if injected:
+    if injected := [p for p in points if p.injected]:
         ax.plot([p.index for p in injected], [p.median / scale for p in injected], "X", color=INJECTED, ms=8,
-                mec="black", mew=0.5, ls="none")
+                mec="black", mew=0.5, ls="none")  # fmt: skip
     for p in points:
         if p.commit_changed:
             ax.axvline(p.index - 0.5, color=COMMIT, ls="--", lw=1)
         if p.mark is not None:  # the gate's verdict (red: slower, green: faster), or a move no verdict judged
             colour = {"slower": SLOWER, "faster": FASTER}.get(p.mark, MOVED)
-            ax.plot([p.index], [p.median / scale], "o", ms=11, mfc="none", mec=colour, mew=2,
-                    ls="none")  # fmt: skip
-        if p.level is not None:  # a change point of the history: where a new level starts
+            ax.plot([p.index], [p.median / scale], "o", ms=11, mfc="none", mec=colour, mew=2, ls="none")
+        if p.level is not None:
             ax.plot([p.index], [p.median / scale], "s", ms=13, mfc="none", mec=LEVEL, mew=1.5, ls="none")
-    top = max(max(p.q3, p.median) if p.q3 == p.q3 else p.median for p in points) / scale
+    top = max(p.median if math.isnan(q3 := p.bench.stat("q3")) else max(q3, p.median) for p in points) / scale
     ax.set_ylim(0, top * 1.2 or 1.0)
     ax.set_ylabel(unit)
     _plain_ticks(ax.yaxis)
     ax.grid(alpha=0.3)
 
 
-@_styled
+@_png
 def history_grid(panels: Sequence[tuple[str, Sequence[Point]]], run_labels: Sequence[str],
-                 threshold: float) -> bytes:  # fmt: skip
-    """The history of every benchmark in one figure: a panel per ``(title, points)`` (`_history_panel`), 2 to 4 a
-    row (`HISTORY_COLUMNS`), sharing the x axis (``run_labels[i]`` names run ``i``); the gate's slower / faster
-    ringed red / green, moves beyond ``threshold`` no verdict judged orange, change points squared; one legend."""
+                 threshold: float) -> Figure:  # fmt: skip
+    """The history of every benchmark: a panel per ``(title, points)``, 2 to 4 a row (`HISTORY_COLUMNS`),
+    sharing the x axis (``run_labels[i]`` names run ``i``); ``threshold``: named in the legend."""
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     columns = min(next(c for most, c in HISTORY_COLUMNS if len(panels) <= most), len(panels)) or 1
     rows = math.ceil(len(panels) / columns)
     fig = _figure(WIDTH, 0.7 + 1.9 * rows)
-    axes = fig.subplots(rows, columns, sharex=True, squeeze=False)
-    for i, ax in enumerate(axes.flat):
-        if i >= len(panels):
-            ax.set_visible(False)
-            continue
-        title, points = panels[i]
-        _history_panel(ax, points)
-        ax.set_title(title, loc="left", fontsize=10 if columns < 4 else 9)
     last = len(run_labels) - 1
-    for ax in axes.flat:
+    for i, ax in enumerate(fig.subplots(rows, columns, sharex=True, squeeze=False).flat):
+        if i < len(panels):
+            _history_panel(ax, panels[i][1])
+            ax.set_title(panels[i][0], loc="left", fontsize=10 if columns < 4 else 9)
+        else:
+            ax.set_visible(False)
         ax.set_xlim(-0.5, last + 0.5)
         ax.xaxis.set_major_locator(MaxNLocator(nbins=min(len(run_labels), 12 // columns + 2), integer=True))
         ax.xaxis.set_major_formatter(FuncFormatter(
             lambda v, _pos: run_labels[int(v)] if v == int(v) and 0 <= v <= last else ""))  # fmt: skip
         ax.tick_params(axis="x", labelbottom=True)
+    ring = {"ls": "none", "marker": "o", "ms": 10, "mfc": "none", "mew": 2}
     handles = [Line2D([], [], color=_PALETTE[0], marker="o", ms=4, label="median (band: IQR)"),
-               Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec=SLOWER, mew=2, label="gate: slower"),
-               Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec=FASTER, mew=2, label="gate: faster"),
-               Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec=MOVED, mew=2,
-                      label=f"moved > {threshold:.0%} (no verdict) or another verdict"),
-               Line2D([], [], ls="none", marker="s", ms=10, mfc="none", mec=LEVEL, mew=1.5, label="change point"),
+               *(Line2D([], [], mec=colour, label=label, **ring) for colour, label in (
+                   (SLOWER, "gate: slower"), (FASTER, "gate: faster"),
+                   (MOVED, f"moved > {threshold:.0%} (no verdict) or another verdict"))),
+               Line2D([], [], ls="none", marker="s", ms=10, mfc="none", mec=LEVEL, mew=1.5,
+                      label="change point"),
                Line2D([], [], ls="none", marker="X", ms=8, color=INJECTED, mec="black", mew=0.5,
                       label="injected run (not a base)"),
                Line2D([], [], color=COMMIT, ls="--", lw=1, label="commit changed")]  # fmt: skip
     fig.legend(handles=handles, ncols=4, loc="outside upper center", frameon=False)
     fig.supxlabel("saved run (number)")
-    return png(fig)
+    return fig

@@ -1,14 +1,12 @@
-"""The report's tables (latest run, end-to-end stages, parity, compare verdicts), what is said of the runs above
-them, and the markdown summary. Each `Table` is one of `perf.report.schema.SUMMARY`'s, its cells text that carries
-its unit (`perf.report.readable`), rendered as ``summary.md`` (no detail columns) and by `perf.report.html`.
-"""
+"""perf-report's summary tables (`perf.report.schema.SUMMARY`, cells as text that carries its unit), what is
+said of the runs above them, and the markdown summary."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from detector.timing import STAGES, percentile
 from perf.report import schema
@@ -18,13 +16,13 @@ from perf.report.readable import change, duration, natural_key, number, ratio
 from perf.report.schema import TableSpec
 from perf.runs import BenchmarkRecord, describe_injected
 from perf.tabletext import markdown_cell
-from perf.verdicts import Verdicts, note_phrase
+from perf.verdicts import note_phrase
 
 
 @dataclass(frozen=True)
 class Table:
-    """A table of already formatted cells: ``rows`` keyed by ``spec``'s column names (checked: a key the schema
-    lacks is a `perf.report.schema.SchemaError`; a missing one is a blank cell)."""
+    """Formatted cells: ``rows`` keyed by ``spec``'s column names (a key the schema lacks is a
+    `perf.report.schema.SchemaError`; a missing one a blank cell), and a ``note`` said above them."""
 
     spec: TableSpec
     rows: list[Mapping[str, str]] = field(default_factory=list)
@@ -34,42 +32,28 @@ class Table:
         for row in self.rows:
             self.spec.check(row)
 
-    def columns(self, detail: bool = True) -> list[str]:
-        """The schema's columns in its order; ``detail=False``: without its detail columns (the markdown)."""
-        return self.spec.names(self.rows, detail=detail)
-
-    def cells(self, detail: bool = True) -> list[list[str]]:
-        """Each row's cells in :meth:`columns` order ("" where a row has no value)."""
-        columns = self.columns(detail)
-        return [[str(row.get(c, "")) for c in columns] for row in self.rows]
+    def shown(self, detail: bool = True) -> tuple[list[str], list[list[str]]]:
+        """The columns in the schema's order (``detail=False``: less the detail ones) and each row's cells."""
+        names = self.spec.names(self.rows, detail=detail)
+        return names, [[str(row.get(c, "")) for c in names] for row in self.rows]
 
 
-@dataclass(frozen=True)
-class Notice:
-    """A line said above the tables: ``kind`` is ``"run"`` (what was measured where) or ``"injected"`` (a run
+class Notice(NamedTuple):
+    """A line said above the tables: ``kind`` ``"run"`` (what was measured where) or ``"injected"`` (a run
     made with test-only options: shown as a banner)."""
 
     kind: str
     text: str
 
 
-def p99_seconds(bench: BenchmarkRecord) -> float:
-    """p99 of the rounds (s): from the saved rounds, else ``extra_info["p99_ms"]``, else NaN."""
-    if bench.has_rounds:
-        return percentile(bench.data.tolist(), 99)
-    value = bench.extra_info.get("p99_ms")
-    return value / 1e3 if isinstance(value, (int, float)) else math.nan
-
-
 def throughput(bench: BenchmarkRecord) -> float:
     """Images (frames) per second: ``images_per_s`` or ``e2e_fps`` from extra_info, else batch / median, else
-    1 / median for samples in seconds per frame (`perf.measure.samples`)."""
+    1 / median for samples in seconds per frame (`perf.measure.samples`), else NaN."""
     info = bench.extra_info
     for key in ("images_per_s", "e2e_fps"):
         if isinstance(info.get(key), (int, float)):
             return float(info[key])
-    batch = info.get("batch", bench.params.get("batch"))
-    median = bench.stat("median")
+    batch, median = info.get("batch", bench.params.get("batch")), bench.stat("median")
     if not median > 0:
         return math.nan
     if isinstance(batch, int) and not isinstance(batch, bool):
@@ -84,21 +68,20 @@ def ordered(benches: Sequence[BenchmarkRecord]) -> list[BenchmarkRecord]:
 
 
 def notices(inputs: ReportInputs) -> list[Notice]:
-    """What the report is of (the newest run, its device and machine, how many runs) and every injected run."""
+    """What the report is of (the newest run, its device and machine, how many runs), every injected run."""
     latest = inputs.latest
     if latest is None:
         return []
     fingerprint = latest.fingerprint if isinstance(latest.fingerprint, Mapping) else {}
     device = inputs.device or "an unknown device"
     where = fingerprint.get("gpu_name") if device != "cpu" else fingerprint.get("cpu_model")
-    out = [Notice("run", f"Run {latest.label} on {device}" + (f" ({where})" if where else "") +
-                  f", machine `{latest.machine_id}`; {len(inputs.runs)} saved run(s) in the history.")]  # fmt: skip
+    out = [Notice("run", f"Run {latest.label} on {device}" + (f" ({where})" if where else "") + f", machine "
+                  f"`{latest.machine_id}`; {len(inputs.runs)} saved run(s) in the history.")]  # fmt: skip
     if latest.injected:
         out.append(Notice("injected", f"Injected run: run {latest.name} was made with "
-                          f"{describe_injected(latest.injected)}, a test-only option. Its times are not the code's "
-                          "own; the history never takes it as the base of a change."))  # fmt: skip
-    older = [run for run in inputs.runs[:-1] if run.injected]
-    if older:
+                          f"{describe_injected(latest.injected)}, a test-only option. Its times are not the "
+                          "code's own; the history never takes it as the base of a change."))  # fmt: skip
+    if older := [run for run in inputs.runs[:-1] if run.injected]:
         runs = ", ".join(r.name for r in older)
         options = "; ".join(sorted({describe_injected(run.injected) for run in older}))
         which = f"Run {runs} of the history was" if len(older) == 1 else f"Runs {runs} of the history were"
@@ -108,166 +91,140 @@ def notices(inputs: ReportInputs) -> list[Notice]:
 
 
 def benchmark_table(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> Table | None:
-    """The newest run's benchmarks: median, IQR, p99, rounds, images/s, change vs the previous normal run, and the
-    compare verdict when the verdicts judged this run."""
-    latest = inputs.latest
-    if latest is None:
+    """The newest run's benchmarks: median, IQR, p99 (of the saved rounds, else ``extra_info["p99_ms"]``),
+    rounds, images/s, change vs the previous normal run, and the verdict when the verdicts judged this run."""
+    if (latest := inputs.latest) is None:
         return None
     rows = []
     for bench in ordered(list(latest.benchmarks.values())):
-        point = history(inputs, bench.fullname, threshold)[-1]
-        moved = change(point.change)
+        p99 = bench.extra_info.get("p99_ms")
+        p99 = p99 / 1e3 if isinstance(p99, (int, float)) else math.nan
         rows.append({
-            "benchmark": bench.name, "group": bench.group or "ungrouped", "median": duration(bench.stat("median")),
-            "IQR": duration(bench.stat("iqr")), "p99": duration(p99_seconds(bench)),
+            "benchmark": bench.name, "group": bench.group or "ungrouped",
+            "median": duration(bench.stat("median")), "IQR": duration(bench.stat("iqr")),
+            "p99": duration(percentile(bench.data.tolist(), 99) if bench.has_rounds else p99),
             "rounds": number(bench.stats.get("rounds")), "images/s": number(throughput(bench)),
-            "vs previous": moved, "verdict": (inputs.verdict_for(latest, bench) or {}).get("verdict", ""),
+            "vs previous": change(history(inputs, bench.fullname, threshold)[-1].change),
+            "verdict": (inputs.verdict_for(latest, bench) or {}).get("verdict", ""),
         })  # fmt: skip
-    note = ("vs previous: the median against the previous normal run (a difference of two runs, not a verdict). "
-            "verdict: the gate's verdict of this run (slower, faster, no change, inconclusive), when it was the run "
-            "judged; none otherwise.")
-    return Table(schema.SUMMARY_BENCHMARKS, rows, note)
+    return Table(schema.SUMMARY_BENCHMARKS, rows, (
+        "vs previous: the median against the previous normal run (a difference of two runs, not a verdict). "
+        "verdict: the gate's verdict of this run (slower, faster, no change, inconclusive), when it was the "
+        "run judged; none otherwise."))
 
 
 def stage_rows(inputs: ReportInputs) -> list[tuple[str, dict[str, float], float, int | None]]:
-    """End-to-end (label, {stage: ms per frame}, e2e FPS, frames): the newest run's benchmarks, else the report."""
-    latest = inputs.latest
-    rows = []
-    for bench in ordered(list(latest.benchmarks.values())) if latest else ():
-        stages = bench.extra_info.get("stage_ms_per_frame")
-        if isinstance(stages, dict):
-            rows.append((bench.name, {k: float(v) for k, v in stages.items() if isinstance(v, (int, float))},
-                         float(bench.extra_info.get("e2e_fps", math.nan)), bench.extra_info.get("frames")))
-    if rows:
-        return rows
-    for row in inputs.rows(schema.STAGES_TABLE):
-        rows.append((str(row.get("Model Type", "?")),
+    """End-to-end (label, {stage: ms per frame}, e2e FPS, frames): the newest run's benchmarks, else the
+    suite's report."""
+    rows = [(bench.name, {k: float(v) for k, v in stages.items() if isinstance(v, (int, float))},
+             float(bench.extra_info.get("e2e_fps", math.nan)), bench.extra_info.get("frames"))
+            for bench in (ordered(list(inputs.latest.benchmarks.values())) if inputs.latest else ())
+            if isinstance(stages := bench.extra_info.get("stage_ms_per_frame"), dict)]  # fmt: skip
+    return rows or [(str(row.get("Model Type", "?")),
                      {s: float(row[s]) for s in STAGES if isinstance(row.get(s), (int, float))},
-                     float(row.get("e2e FPS", math.nan)), row.get("frames")))
-    return rows
-
-
-def _slowest(stages: Mapping[str, float]) -> str:
-    total = sum(stages.values())
-    if not stages or total <= 0:
-        return ""
-    name = max(stages, key=lambda s: stages[s])
-    return f"{name} ({stages[name] / total:.0%})"
+                     float(row.get("e2e FPS", math.nan)), row.get("frames"))
+                    for row in inputs.rows(schema.STAGES_TABLE)]  # fmt: skip
 
 
 def stages_table(inputs: ReportInputs) -> Table | None:
-    rows = stage_rows(inputs)
-    if not rows:
-        return None
-    return Table(schema.SUMMARY_STAGES, [
-        {"case": label, "frames": number(frames), "FPS": number(fps), "slowest stage": _slowest(stages),
-         "per frame": duration(sum(stages.values()) / 1e3) if stages else "",
-         **{s: duration(stages[s] / 1e3) if s in stages else "" for s in STAGES}}
-        for label, stages, fps, frames in rows])  # fmt: skip
+    """The end-to-end cases: frames, FPS, time per frame, the slowest stage (its share) and every stage."""
+    out = []
+    for label, stages, fps, frames in stage_rows(inputs):
+        total = sum(stages.values())
+        slowest = max(stages, key=lambda s: stages[s]) if stages and total > 0 else ""
+        out.append({"case": label, "frames": number(frames), "FPS": number(fps),
+                    "slowest stage": f"{slowest} ({stages[slowest] / total:.0%})" if slowest else "",
+                    "per frame": duration(total / 1e3) if stages else "",
+                    **{s: duration(stages[s] / 1e3) if s in stages else "" for s in STAGES}})  # fmt: skip
+    return Table(schema.SUMMARY_STAGES, out) if out else None
 
 
 def parity_table(inputs: ReportInputs) -> Table | None:
-    rows = inputs.rows(schema.PARITY)
-    if not rows:
-        return None
+    """Each candidate against torch fp32: verdict, match rate, mean / min / p1 IoU of the matched pairs."""
     out = []
-    for row in rows:
+    for row in inputs.rows(schema.PARITY):
         ious = [v for v in row.get("ious") or [] if isinstance(v, (int, float))]
         out.append({"candidate": str(row.get("candidate", "?")), "verdict": str(row.get("verdict", "?")),
-                    "match rate": number(row.get("match rate"), 4), "mean IoU": number(row.get("mean IoU"), 4),
-                    "min IoU": number(min(ious), 4) if ious else "n/a", "p1 IoU": number(percentile(ious, 1), 4),
+                    **{k: number(row.get(k), 4) for k in ("match rate", "mean IoU")},
+                    "p1 IoU": number(percentile(ious, 1), 4),
+                    "min IoU": number(min(ious), 4) if ious else "n/a",
                     "matched pairs": str(len(ious)) if ious else "n/a",
                     "failures": "; ".join(row.get("failures") or [])})  # fmt: skip
-    return Table(schema.SUMMARY_PARITY, out)
+    return Table(schema.SUMMARY_PARITY, out) if out else None
 
 
-def _verdict_ratio(entry: dict[str, Any]) -> str:
-    value, lo, hi = (entry.get(k) for k in ("ratio", "lo", "hi"))
-    if not isinstance(value, (int, float)):
-        return ""
-    ci = f" [{number(lo)}, {number(hi)}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else ""
-    return f"{ratio(value)}{ci}"
-
-
-def _verdict_note(inputs: ReportInputs, verdicts: Verdicts) -> str:
-    """Whose verdicts these are: the run judged (or why they belong to no run), the baseline, the file."""
-    judged = inputs.judged_run
-    if judged is not None:
-        whose = f"Verdicts of run {judged.name}"
-    elif verdicts.current_run_id is None:
-        whose = ("Verdicts of a run the file does not name (written before runs had ids): attached to no run of "
-                 "the history")
-    else:
-        whose = (f"Verdicts of run id {verdicts.current_run_id[:12]}, which is not among these saved runs: attached "
-                 "to no run of the history")
-    injected = dict(verdicts.current_injected) or (dict(judged.injected) if judged is not None else {})
-    marked = f" The judged run was made with {describe_injected(injected)}: a test of the gate." if injected else ""
-    return f"{whose}; baseline {verdicts.baseline_label}. From `{verdicts.path}`.{marked}"
+def _verdict_cells(e: dict[str, Any]) -> dict[str, str]:
+    """A verdict entry's figures: the medians, ratio current/baseline with its interval, the smallest
+    detectable slowdown ("-" in a file from before #28)."""
+    value, lo, hi, found = (e.get(k) for k in ("ratio", "lo", "hi", "detectable"))
+    both = isinstance(lo, (int, float)) and isinstance(hi, (int, float))
+    ci = f" [{number(lo)}, {number(hi)}]" if both else ""
+    return {**{k: duration(float(e[key])) if isinstance(e.get(key), (int, float)) else ""
+               for k, key in (("baseline", "baseline_median_s"), ("current", "current_median_s"))},
+            "ratio [CI]": f"{ratio(value)}{ci}" if isinstance(value, (int, float)) else "",
+            "detectable": f"+{100 * found:.1f}%"
+            if isinstance(found, (int, float)) and not isinstance(found, bool) else "-"}
 
 
 def verdict_table(inputs: ReportInputs) -> Table | None:
-    """The compare verdicts: benchmark, verdict, baseline and current medians, ratio current/baseline, note; the
-    table's note names the run judged and the baseline."""
-    if inputs.verdicts is None:
+    """The compare verdicts: benchmark, verdict, medians, ratio, what was detectable, note; the table's note
+    names the run judged (or why they belong to none), the baseline and the file."""
+    if (verdicts := inputs.verdicts) is None:
         return None
-    rows = []
-    for e in sorted(inputs.verdicts.entries, key=lambda e: natural_key(str(e.get("name") or e.get("fullname")))):
-        medians = {k: duration(float(e[key])) if isinstance(e.get(key), (int, float)) else ""
-                   for k, key in (("baseline", "baseline_median_s"), ("current", "current_median_s"))}
-        rows.append({"benchmark": str(e.get("name") or e.get("fullname")), "verdict": str(e["verdict"]), **medians,
-                     "ratio [CI]": _verdict_ratio(e), "detectable": _detectable(e),
-                     "note": note_phrase(e)})  # fmt: skip
-    return Table(schema.SUMMARY_VERDICTS, rows, _verdict_note(inputs, inputs.verdicts))
-
-
-def _detectable(entry: dict[str, Any]) -> str:
-    """The smallest slowdown the gate could detect for this row ("+3.1%"), or "-" (verdicts from before #28)."""
-    value = entry.get("detectable")
-    return f"+{100 * value:.1f}%" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+    name = lambda e: str(e.get("name") or e.get("fullname"))  # noqa: E731
+    rows = [{"benchmark": name(e), "verdict": str(e["verdict"]), **_verdict_cells(e), "note": note_phrase(e)}
+            for e in sorted(verdicts.entries, key=lambda e: natural_key(name(e)))]
+    if (judged := inputs.judged_run) is not None:
+        whose = f"Verdicts of run {judged.name}"
+    elif verdicts.current_run_id is None:
+        whose = ("Verdicts of a run the file does not name (written before runs had ids): attached to no run "
+                 "of the history")
+    else:
+        whose = (f"Verdicts of run id {verdicts.current_run_id[:12]}, which is not among these saved runs: "
+                 "attached to no run of the history")
+    injected = dict(verdicts.current_injected) or (dict(judged.injected) if judged is not None else {})
+    marked = (f" The judged run was made with {describe_injected(injected)}: a test of the gate."
+              if injected else "")
+    return Table(schema.SUMMARY_VERDICTS, rows,
+                 f"{whose}; baseline {verdicts.baseline_label}. From `{verdicts.path}`.{marked}")
 
 
 def change_table(inputs: ReportInputs) -> Table | None:
-    """The change points of the histories: benchmark, the commit and run where the new level starts, the levels
-    before and after, the size, the runs at the new level."""
+    """The change points of the histories: benchmark, the commit and run where the new level starts, the
+    levels before and after, the size, the runs at the new level."""
     if not inputs.changes:
         return None
     names = {run.run_id: run.name for run in inputs.runs if run.run_id}
-    rows = [{"benchmark": c.name, "changed at": f"{str(c.commit or '?')[:12]} (run {names.get(c.run_id, c.run_id[:12])})",
-             "before": duration(c.change.before_s), "after": duration(c.change.after_s),
-             "size": f"{100 * (c.change.ratio - 1):+.1f}%", "runs after": c.change.points_after}
+    rows = [{"benchmark": c.name, "changed at": f"{str(c.commit or '?')[:12]} (run "
+             f"{names.get(c.run_id, c.run_id[:12])})", "before": duration(c.change.before_s),
+             "after": duration(c.change.after_s), "size": f"{100 * (c.change.ratio - 1):+.1f}%",
+             "runs after": c.change.points_after}
             for c in sorted(inputs.changes, key=lambda c: natural_key(c.name))]  # fmt: skip
     return Table(schema.SUMMARY_CHANGES, rows, schema.SUMMARY_CHANGES.note)
 
 
 def all_tables(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> list[Table]:
     """Every table that has rows, in report order (`perf.report.schema.SUMMARY`)."""
-    tables = [benchmark_table(inputs, threshold), verdict_table(inputs), change_table(inputs), stages_table(inputs),
-              parity_table(inputs)]
+    tables = (benchmark_table(inputs, threshold), verdict_table(inputs), change_table(inputs),
+              stages_table(inputs), parity_table(inputs))  # fmt: skip
     return [t for t in tables if t is not None]
 
 
 def to_markdown(tables: Sequence[Table], warnings: Sequence[str], title: str = "Performance report",
                 said: Sequence[Notice] = (), subject: Mapping[str, str] | None = None) -> str:  # fmt: skip
-    """The summary: the subject (`perf.subject.describe_subject`), the notices (an injected run as a bold quote),
-    the warnings as a quoted list, then one markdown table per :class:`Table` without its detail columns (those
-    are in the HTML page)."""
+    """The summary: the subject (`perf.subject.subject_markdown`), the notices (an injected run as a bold
+    quote), the warnings as a quoted list, then each table less its detail columns (they are in the page)."""
     from perf.subject import subject_markdown
 
-    lines = [f"## {title}", ""]
-    if subject:
-        lines += [subject_markdown(subject)]
+    lines = [f"## {title}", "", *([subject_markdown(subject)] if subject else [])]
     for notice in said:
-        lines += [f"> **{markdown_cell(notice.text)}**" if notice.kind == "injected" else markdown_cell(notice.text), ""]
-    for w in warnings:
-        lines.append(f"> warning: {markdown_cell(w)}")
-    if warnings:
-        lines.append("")
+        text = markdown_cell(notice.text)
+        lines += [f"> **{text}**" if notice.kind == "injected" else text, ""]
+    lines += [*(f"> warning: {markdown_cell(w)}" for w in warnings), *([""] if warnings else [])]
     for table in tables:
-        lines += [f"### {table.spec.title}", ""]
-        if table.note:
-            lines += [table.note, ""]
-        lines += [*table.spec.markdown(table.columns(detail=False), table.cells(detail=False), numbers_right=True), ""]
+        lines += [f"### {table.spec.title}", "", *([table.note, ""] if table.note else []),
+                  *table.spec.markdown(*table.shown(detail=False), numbers_right=True), ""]
     if tables:
-        lines += ["IQR, p99, rounds, every stage and the figures (latency, history, parity) are in the HTML report.",
-                  ""]
+        lines += ["IQR, p99, rounds, every stage and the figures (latency, history, parity) are in the HTML "
+                  "report.", ""]
     return "\n".join(lines)

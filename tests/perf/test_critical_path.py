@@ -323,7 +323,8 @@ def test_report_lists_each_capture_with_what_bounded_it(tmp_path: Path) -> None:
     write_summary(summary, folder)
     (tmp_path / "reports" / "nsys" / "broken").mkdir()
     (tmp_path / "reports" / "nsys" / "broken" / "summary.json").write_text("{not json")
-    rows, warnings = load_captures(tmp_path / "reports")
+    warnings: list[str] = []
+    rows = load_captures(tmp_path / "reports", warnings)
     assert [r.name for r in rows] == [folder.name] and rows[0].critical_path == summary.critical_path
     assert len(warnings) == 1 and "broken" in warnings[0]
     report = render(ReportInputs(captures=rows))

@@ -334,6 +334,13 @@ def test_missing_matplotlib_is_one_line_and_writes_nothing(saved: Path, tmp_path
     assert not out.exists()
 
 
+def test_help_lists_every_option_with_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert e.value.code == 0 and "Default: 10%." in text and "Default: .benchmarks." in text
+
+
 def test_change_threshold_accepts_percent_or_fraction_and_rejects_the_rest() -> None:
     assert parse_threshold("10%") == pytest.approx(0.1) and parse_threshold("0.25") == 0.25
     for bad in ("abc", "0", "-5%", "inf"):

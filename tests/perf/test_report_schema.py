@@ -33,7 +33,7 @@ def _full_row(spec: TableSpec) -> dict[str, Any]:
     """A row with a value in every column, shown and kept (a family as two of its names)."""
     row: dict[str, Any] = {}
     for i, column in enumerate((*spec.columns, *spec.kept)):
-        names = [column.name.replace("{}", x) for x in ("2%", "10%")] if column.pattern else [column.name]
+        names = [column.name.replace("{}", x) for x in ("2%", "10%")] if column.family else [column.name]
         row.update((name, _value(column, i)) for name in names)
     return row
 
@@ -83,9 +83,9 @@ def test_the_suite_markdown_shows_every_column_the_schema_declares(spec: TableSp
     report.add(spec, _full_row(spec))
     report.add(spec, {})  # a row without values: blank cells, never fewer columns
     header = _header(report.to_markdown(), spec.title)
-    fixed = [c.header or c.name for c in spec.columns if c.pattern is None]  # a header says which loop, if given
+    fixed = [c.header or c.name for c in spec.columns if not c.family]  # a header says which loop, if given
     assert [h for h in header if h in fixed] == fixed
-    family = [c for c in spec.columns if c.pattern is not None]
+    family = [c for c in spec.columns if c.family]
     assert len(header) == len(fixed) + 2 * len(family)
     assert all(c.name not in header for c in spec.kept)
 
@@ -171,7 +171,8 @@ def test_every_row_the_writer_saves_the_reader_reads_back(tmp_path: Path) -> Non
     report.write(tmp_path)
     saved = json.loads((tmp_path / "perf-report.json").read_text())
     assert report_problem(saved, schema.find_suite_table) is None
-    tables, device, warnings = load_tables(tmp_path)
+    warnings: list[str] = []
+    tables, device = load_tables(tmp_path, warnings)
     assert tables == report.tables and warnings == [] and device is None
     assert tables[schema.PARITY.title][-1]["match rate"] == 0.5 and tables[schema.PARITY.title][-1]["borderline"] == 3
 
@@ -184,7 +185,7 @@ def test_merging_worker_parts_refuses_an_undeclared_column() -> None:
 
 
 def test_keys_are_unique_and_titles_unique_within_each_document() -> None:
-    tables = schema.all_tables()
+    tables = (*schema.SUITE, *schema.SUMMARY)
     assert len({t.key for t in tables}) == len(tables)
     for document in (schema.SUITE, schema.SUMMARY):
         assert len({t.title for t in document}) == len(document)
@@ -224,9 +225,9 @@ def test_the_suite_report_shows_a_table_in_its_declared_column_order_and_writes_
     json_path, md_path = report.write(tmp_path)
     assert (json_path, md_path) == (tmp_path / "perf-report.json", tmp_path / "perf-report.md")
     assert md_path.read_text() == md + "\n"
-    assert load_tables(tmp_path)[1] is None
+    assert load_tables(tmp_path, [])[1] is None
     PerfReport(report.tables, device="cuda").write(tmp_path)
-    assert load_tables(tmp_path)[1] == "cuda"
+    assert load_tables(tmp_path, [])[1] == "cuda"
     merged = PerfReport()
     merged.merge(json.loads(json_path.read_text())["tables"])
     assert merged.tables == report.tables
