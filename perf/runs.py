@@ -1,16 +1,8 @@
 """Saved benchmark runs: the one model of a saved run, read by the gate, the reports and the history store.
 
-A saved run is pytest-benchmark's ``<storage>/<machine id>/NNNN_<name>.json``; its fields:
-docs/architecture.md ("Saved runs"). Every file is checked by `perf.validate.run_problem` first; every
-problem reading one is a `HistoryError` ``'<path>': <what is wrong>``.
-
-API::
-
-    runs = load_runs(".benchmarks")          # every saved run, oldest first (all machine folders)
-    bench = runs[-1].benchmarks["perf/test_inference_speed.py::test_inference_speed[torch-fp32-b1]"]
-    bench.data                               # numpy float64 [rounds], seconds per call, or None
-    bench.median_s, bench.stat("iqr"), bench.metrics(), bench.stability
-    runs[-1].run_id, runs[-1].injected       # the session's id (or None), {"inject_delay_ms": 20.0}"""
+`load_runs` gives every `SavedRun` of a storage, oldest first, each with its `BenchmarkRecord` by full name;
+the file's fields: docs/architecture.md ("Saved runs"). Every file is checked by `perf.validate.run_problem`
+first; every problem reading one is a `HistoryError` ``'<path>': <what is wrong>``."""
 
 from __future__ import annotations
 
@@ -115,8 +107,7 @@ class BenchmarkRecord:
 
 
 def param_json(value: Any) -> Any:
-    """A test parameter as JSON, for a saved run's ``params``: its ``to_json()`` when it has one, a
-    dataclass as its fields, lists and mappings item by item, JSON types as they are, else its ``repr``."""
+    """A test parameter as JSON for a saved run's ``params`` (``to_json()`` if it has one; else a repr)."""
     if hasattr(value, "to_json"):
         return param_json(value.to_json())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -152,8 +143,7 @@ def _old_param(value: Any) -> Any:
 
 
 def describe_injected(injected: Mapping[str, Any]) -> str:
-    """``--perf-inject-delay=20.0 (ms)`` for a run's ``perf_run.injected``, joined by ", " ("" for a normal
-    run); unknown keys as ``key=value``."""
+    """``--perf-inject-delay=20.0 (ms)``, ... for a run's ``perf_run.injected`` ("" for a normal run)."""
     return ", ".join(_INJECTED.get(str(key), f"{key}={{}}").format(value) for key, value in injected.items())
 
 
@@ -263,8 +253,7 @@ def load_run(path: str | os.PathLike[str]) -> SavedRun:
 
 
 def run_files(storage: str | os.PathLike[str] = ".benchmarks", machine: str | None = None) -> list[Path]:
-    """Saved run files (``NNNN_*.json``) in ``storage`` (or one machine's folder of it), of ``machine`` or
-    all, oldest first (by run number, then folder); `HistoryError` when ``storage`` is not a folder."""
+    """Saved run files (``NNNN_*.json``) in ``storage`` or one machine's folder of it, oldest first."""
     root = Path(storage)
     if not root.is_dir():
         problem = "not a folder" if root.exists() else "no such folder"

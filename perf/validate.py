@@ -106,9 +106,7 @@ def run_problem(doc: Any, *, complete: bool = False) -> str | None:
 
 
 def row_problem(table: Table, row: Mapping[str, Any], where: str | None = None) -> str | None:
-    """What makes a value of ``row`` the wrong kind for its column of ``table`` (`perf.report.schema`: a
-    number, a list of numbers or of strings; text is anything), or None. Undeclared keys are not looked at
-    (`perf.report.schema.TableSpec.check` refuses them when a row is added)."""
+    """What makes a value of ``row`` the wrong kind for its declared column of ``table``, or None."""
     where = where or f"table {table.title!r}"
     for key, value in row.items():
         column = table.column(key) if isinstance(key, str) else None
@@ -124,9 +122,8 @@ def row_problem(table: Table, row: Mapping[str, Any], where: str | None = None) 
 
 
 def report_problem(doc: Any, find_table: Callable[[str], Table | None]) -> str | None:
-    """What makes ``doc`` unusable as the suite's ``perf-report.json`` (``{"tables": {title: [rows]}}``, each
-    cell of a table that ``find_table`` knows (`perf.report.schema.find_suite_table`) of its column's kind),
-    or None. Tables it does not know (a report of another version) are only checked for shape."""
+    """What makes ``doc`` unusable as the suite's ``perf-report.json`` (``{"tables": {title: [rows]}}``), or
+    None; only the cells of tables ``find_table`` knows are checked for their column's kind."""
     tables = doc.get("tables") if isinstance(doc, dict) else None
     if not isinstance(tables, dict):
         return 'not a perf report: expected {"tables": {name: [rows]}}'

@@ -24,9 +24,8 @@ _CANNOT_RULE_OUT = re.compile(r"cannot rule out \+[\d.]+%(?: of the frame)?")
 
 @dataclass(frozen=True)
 class Verdicts:
-    """A verdict file: ``document`` as read (``verdicts["rows"]``) and its ``entries``, each a dict with
-    ``name`` and/or ``fullname`` and a lower-case ``verdict``. ``current_*``: the run judged (its ``run_id``,
-    None: no run) and its test-only options; ``baseline_*``: the run it was judged against, as far as told."""
+    """A verdict file: ``document`` as read (``verdicts["rows"]``), its ``entries`` (lower-case ``verdict``),
+    the run judged (``current_*``; run id None: no run) and its baseline, as far as the file tells."""
 
     path: Path
     document: Any
@@ -108,11 +107,8 @@ def _verdict_entries(doc: Any) -> list[Any]:
 def load_verdicts(reports_dir: str | os.PathLike[str] = "reports", *,
                   path: str | os.PathLike[str] | None = None) -> Verdicts | None:  # fmt: skip
     """The verdicts of the last ``--perf-compare`` (``<reports_dir>/perf-compare.json``; None when there is
-    none), or of the verdict file ``path`` (which must exist). Besides the gate's ``{"rows": [entries]}``: a
-    list of entries, ``{"verdicts" | "benchmarks" | "results": [entries]}``, ``{name: entry}`` or ``{name:
-    "slower"}``; an entry has ``name`` and/or ``fullname`` and ``verdict`` (or ``status``). `HistoryError`:
-    unreadable, or no verdicts.
-    """
+    none), or of the verdict file ``path`` (which must exist; the shapes read: docs/method.md, section 8).
+    `HistoryError`: unreadable, or no entries with a name and a ``verdict`` (or ``status``)."""
     if path is None:
         path = Path(reports_dir) / VERDICT_FILE
         if not path.exists():

@@ -1,8 +1,7 @@
-"""Change points in a benchmark's history (one benchmark on one machine and branch, one point per stored run,
-oldest first, test-only runs left out): where its median moved, and by how much. The rule (PELT candidates,
-each kept only past ``min_effect`` and ``z`` standard errors), its noise floor and why: docs/method.md,
-section 11. Sizes are ratios of geometric means (``after / before``); a change point is the first run of the
-new level.
+"""Change points in a benchmark's history (one benchmark on one machine and branch, one point per run,
+oldest first, test-only runs left out): where its median moved, and by how much. The rule, its noise floor
+and why: docs/method.md, section 11. Sizes are ratios of geometric means (``after / before``); a change point
+is the first run of the new level.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from perf.measure.stability import robust_sd
 
 if TYPE_CHECKING:
     from perf.runs import SavedRun
-    from perf.store.db import HistoryPoint
 
 #: Relative run-to-run scatter assumed at least (0.5%): a GPU run never repeats closer than that.
 NOISE_FLOOR = 0.005
@@ -32,10 +30,24 @@ MIN_SEGMENT = 2
 
 
 @dataclass(frozen=True)
+class HistoryPoint:
+    """One benchmark of one saved run: what change points are found on (``median_s`` in seconds)."""
+
+    run_id: str
+    saved_at: str | None
+    commit: str | None
+    branch: str | None
+    machine_key: str
+    fullname: str
+    name: str
+    median_s: float | None
+    injected: bool
+
+
+@dataclass(frozen=True)
 class ChangePoint:
-    """A change of level at ``index`` (the first point of the new level): ``before_s`` / ``after_s``
-    (geometric means of the segments' medians, seconds), ``ratio`` = after / before, ``z`` = the shift in
-    standard errors, ``points_after`` = how many points the new level has."""
+    """A change of level at ``index`` (the new level's first point): ``before_s`` / ``after_s`` (geometric
+    means of the segments, seconds), ``ratio`` after / before, ``z`` in standard errors, points after."""
 
     index: int
     before_s: float
@@ -112,9 +124,8 @@ def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float,
 
 def history_changes(points: Sequence[HistoryPoint], *, min_effect: float = 0.02,
                     floors: Mapping[str, float] | None = None) -> list[HistoryChange]:  # fmt: skip
-    """The change points of every history in ``points`` (`perf.store.db.HistoryStore.history`), grouped by
-    benchmark, machine and branch, test-only runs left out. ``floors``: a benchmark's own between-process
-    scatter (`perf.gate.noise.floors_from_profile`), used where it is larger than `NOISE_FLOOR`."""
+    """The change points of every history (benchmark, machine, branch) in ``points``; ``floors``: each
+    benchmark's own between-process scatter (`perf.gate.noise.floors_from_profile`) where above the floor."""
     histories: dict[tuple[str, str, str | None], list[HistoryPoint]] = defaultdict(list)
     for point in points:
         if not point.injected and point.median_s is not None:
@@ -127,9 +138,8 @@ def history_changes(points: Sequence[HistoryPoint], *, min_effect: float = 0.02,
 
 
 def points_from_runs(runs: Sequence[SavedRun]) -> list[HistoryPoint]:
-    """The history points of saved runs read from files (`perf.runs.load_runs`), as the store gives them, so a
-    report finds the same change points with or without a store."""
-    from perf.store.db import HistoryPoint, branch_of, machine_key, run_id_of
+    """The history points of saved runs, read from files or from the store: the same points either way."""
+    from perf.store.db import branch_of, machine_key, run_id_of
 
     return [HistoryPoint(run.run_id or run_id_of(run.raw), run.datetime, run.commit, branch_of(run.raw),
                          machine_key(run.machine_info), b.fullname, b.name, b.median_s, bool(run.injected))

@@ -95,8 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return simulate_main([*args.folders, "--history", str(args.history), "--confirm", str(args.confirm),
                                   "--draws", str(args.draws), "--min-effect", str(args.min_effect),
                                   *(["--json", args.json] if args.json else [])])  # fmt: skip
-        if args.command == "comparable":
-            return _comparable(args.run, args.device)
+        if args.command == "comparable":  # one line per fingerprint field that differs from this machine
+            from perf.measure.machine import fingerprint_differences, machine_fingerprint
+
+            saved, (device_type, _, index) = load_run(args.run), args.device.partition(":")
+            current = {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
+            differences = fingerprint_differences(saved.fingerprint, current)
+            for field, old, new in differences:
+                print(f"{field}: saved {old!r}, this machine {new!r}")
+            return 1 if differences else 0
         if args.command == "judge":
             return _judge(args, where)
         if args.command == "import":
@@ -124,20 +131,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"perf-history: error: {e}", file=sys.stderr)
         return 2
     return 0
-
-
-def _comparable(path: Path, device: str) -> int:
-    """One line per fingerprint field on which saved run ``path`` differs from this machine on ``device``;
-    exit status 1 when any differs."""
-    from perf.measure.machine import fingerprint_differences, machine_fingerprint
-
-    saved = load_run(path)
-    device_type, _, index = device.partition(":")
-    current = {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
-    differences = fingerprint_differences(saved.fingerprint, current)
-    for field, old, new in differences:
-        print(f"{field}: saved {old!r}, this machine {new!r}")
-    return 1 if differences else 0
 
 
 def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: float) -> list[HistoryChange]:

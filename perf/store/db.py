@@ -3,7 +3,7 @@
 Where (``--perf-store`` / ``perf-history --store``): a path or ``sqlite:///path`` (SQLite, created with its
 folder), or ``postgresql://user:password@host:port/dbname`` (or ``postgres://``: psycopg 3, the ``postgres``
 extra). ``open_store(where)`` gives a `HistoryStore`: ``save_run``, ``runs`` (`perf.runs.SavedRun`, oldest
-first), ``history`` (`HistoryPoint`), ``machines``, ``noise_profile_json``, ``verdicts``.
+first), ``machines``, ``noise_profile_json``, ``verdicts``; tables and migrations: `perf.store.schema`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,21 +32,6 @@ class StoreError(HistoryError):
     """A store that cannot be opened, read or written; one line naming it (password hidden)."""
 
 
-@dataclass(frozen=True)
-class HistoryPoint:
-    """One benchmark of one stored run: what change points are found on (``median_s`` in seconds)."""
-
-    run_id: str
-    saved_at: str | None
-    commit: str | None
-    branch: str | None
-    machine_key: str
-    fullname: str
-    name: str
-    median_s: float | None
-    injected: bool
-
-
 def machine_key(machine_info: Mapping[str, Any]) -> str:
     """The key of a run's history: its host (``node``) and its fingerprint's compared fields, hashed."""
     from perf.measure.machine import COMPARED_FIELDS  # the fields that make timings comparable
@@ -58,8 +42,7 @@ def machine_key(machine_info: Mapping[str, Any]) -> str:
 
 
 def run_id_of(document: Mapping[str, Any]) -> str:
-    """A run's id: ``perf_run["run_id"]``, or ``sha256:<hash of the document>`` for a run saved without one
-    (the same file gives the same id, so importing it twice stores it once)."""
+    """``perf_run["run_id"]``, else ``sha256:<hash of the document>`` (a file imported twice is one run)."""
     if given := text_value(mapping(document.get("perf_run")).get("run_id")):
         return given
     text = json.dumps(document, sort_keys=True, default=str)
@@ -147,9 +130,8 @@ class HistoryStore(contextlib.AbstractContextManager):
     def save_run(self, document: Mapping[str, Any], *, source: str | None = None,
                  verdicts: Mapping[str, Any] | None = None, noise: Mapping[str, Any] | None = None,
                  branch: str | None = None) -> tuple[str, bool]:  # fmt: skip
-        """Store a saved run's JSON ``document`` (checked as `perf.runs.run_from_json` checks it) with the
-        verdict document that judged it and the noise profile it was judged with, in one transaction.
-        Returns (run id, whether it was new); a run already stored is left as it is."""
+        """Store a saved run's JSON ``document`` with the verdict document that judged it and its noise
+        profile, in one transaction. Returns (run id, whether it was new); a stored run is left as it is."""
         document = _plain(document)  # JSON types only (numpy values, paths): what both databases store
         run, rid, verdicts = run_from_json(document, source or "<run>"), run_id_of(document), verdicts or {}
         try:
@@ -189,15 +171,6 @@ class HistoryStore(contextlib.AbstractContextManager):
         return [run_from_json(document, source or f"{self.shown}#run={run_id}")
                 for document, source, run_id in self._all(query.order_by(r.saved_at, r.id))]  # fmt: skip
 
-    def history(self, *, machine_key: str | None = None, branch: str | None = None,
-                include_injected: bool = False) -> list[HistoryPoint]:  # fmt: skip
-        """One point per stored run and benchmark, oldest run first."""
-        r, b = schema.runs.c, schema.benchmarks.c
-        query = select(r.run_id, r.saved_at, r.commit, r.branch, r.machine_key, b.fullname, b.name,
-                       b.median_s, r.test_only).join_from(schema.runs, schema.benchmarks, b.run == r.id)
-        query = _where(query, machine_key, branch, include_injected).order_by(r.saved_at, r.id, b.fullname)
-        return [HistoryPoint(*row[:-1], bool(row[-1])) for row in self._all(query)]
-
     def machines(self) -> list[tuple[str, str | None, int]]:
         """Each history's machine key, host name and number of runs, most runs first."""
         r = schema.runs.c
@@ -205,8 +178,7 @@ class HistoryStore(contextlib.AbstractContextManager):
         return [(row[0], row[1], int(row[2])) for row in self._all(query.order_by(func.count().desc()))]
 
     def noise_profile_json(self, machine_key: str | None = None) -> str | None:
-        """The noise profile the newest run (of one history) was judged with, as JSON text for
-        `perf.gate.noise.NoiseProfile.from_json`, or None."""
+        """The noise profile the newest run (of one history) was judged with, as JSON text, or None."""
         r, n = schema.runs.c, schema.noise.c
         query = select(n.profile).join_from(schema.noise, schema.runs, n.run == r.id)
         query = _where(query, machine_key, None, include_injected=True)
