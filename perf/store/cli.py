@@ -62,10 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     simulate = sub.add_parser("simulate", help="simulated CI runs (history, first pass, confirmation) from the runs of "
                               "--perf-selftest-processes or --perf-noise folders")  # fmt: skip
     simulate.add_argument("folders", nargs="+", metavar="DIR")
-    simulate.add_argument("--history", type=parse_positive_int, default=20)
-    simulate.add_argument("--confirm", type=parse_count, default=4)
-    simulate.add_argument("--draws", type=parse_positive_int, default=25)
-    simulate.add_argument("--min-effect", type=parse_fraction, default=0.02)
+    for flag, parse, default in (("--history", parse_positive_int, 20), ("--confirm", parse_count, 4),
+                                 ("--draws", parse_positive_int, 25), ("--min-effect", parse_fraction, 0.02)):
+        simulate.add_argument(flag, type=parse, default=default)
     simulate.add_argument("--json", metavar="FILE", default=None)
     return parser
 
