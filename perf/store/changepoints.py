@@ -1,10 +1,7 @@
-"""Change points in a benchmark's history (one benchmark on one machine and branch, one point per stored run, oldest
-first, test-only runs left out): where its median moved, and by how much.
-
-On the log of the medians, ruptures' PELT proposes candidates, each kept only when the segments on either side
-differ by at least ``min_effect`` and by more than ``z`` standard errors; a history's levels are at least
-`MIN_SEGMENT` runs long (`history_change_points`). The rule, its noise floor and why: docs/method.md, section 11.
-Sizes are ratios of geometric means (``after / before``); a change point is the first run of the new level.
+"""Change points in a benchmark's history (one benchmark on one machine and branch, one point per run,
+oldest first, test-only runs left out): where its median moved, and by how much. The rule, its noise floor
+and why: docs/method.md, section 11. Sizes are ratios of geometric means (``after / before``); a change point
+is the first run of the new level.
 """
 
 from __future__ import annotations
@@ -21,23 +18,36 @@ from perf.measure.stability import robust_sd
 
 if TYPE_CHECKING:
     from perf.runs import SavedRun
-    from perf.store.db import HistoryPoint
 
-#: Relative run-to-run scatter assumed at least (0.5%): a GPU run never repeats closer than that between processes.
+#: Relative run-to-run scatter assumed at least (0.5%): a GPU run never repeats closer than that.
 NOISE_FLOOR = 0.005
 #: Standard errors the shift must exceed (about p < 1e-4 two-sided for a normal scatter).
 Z = 4.0
-#: Degrees of freedom the floor counts for when pooled with a larger scatter of the data (docs/method.md, section 11).
+#: Degrees of freedom the floor counts for when pooled with a larger scatter of the data.
 PRIOR_DF = 4
 #: Runs a level of a history needs at least, before and after a change point (`history_change_points`).
 MIN_SEGMENT = 2
 
 
 @dataclass(frozen=True)
+class HistoryPoint:
+    """One benchmark of one saved run: what change points are found on (``median_s`` in seconds)."""
+
+    run_id: str
+    saved_at: str | None
+    commit: str | None
+    branch: str | None
+    machine_key: str
+    fullname: str
+    name: str
+    median_s: float | None
+    injected: bool
+
+
+@dataclass(frozen=True)
 class ChangePoint:
-    """A change of level at ``index`` (the first point of the new level) of a series: ``before_s`` / ``after_s``
-    (geometric means of the segments' medians, seconds), ``ratio`` = after / before, ``z`` = the shift in standard
-    errors, ``points_after`` = how many points the new level has."""
+    """A change of level at ``index`` (the new level's first point): ``before_s`` / ``after_s`` (geometric
+    means of the segments, seconds), ``ratio`` after / before, ``z`` in standard errors, points after."""
 
     index: int
     before_s: float
@@ -63,59 +73,46 @@ class HistoryChange:
 
 def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, noise_floor: float = NOISE_FLOOR,
                        z: float = Z, min_size: int = 1) -> list[ChangePoint]:  # fmt: skip
-    """The change points of a series of medians (seconds, oldest first; at least 3 points, all > 0), every level
-    at least ``min_size`` points long (`history_change_points`: `MIN_SEGMENT`)."""
-    if not min_effect >= 0 or not noise_floor > 0 or not z > 0 or min_size < 1:
-        raise ValueError(f"min_effect {min_effect!r} >= 0, noise_floor {noise_floor!r} > 0, z {z!r} > 0 and "
-                         f"min_size {min_size!r} >= 1 expected")  # fmt: skip
+    """The change points of a series of medians (seconds, oldest first; none for fewer than 3 points or any
+    not > 0), every level at least ``min_size`` points long."""
     values = np.asarray(medians_s, dtype=np.float64)
     if values.size < 3 or not np.all(np.isfinite(values)) or np.any(values <= 0):
         return []
     import ruptures
 
-    x = np.log(values)
-    floor = math.log1p(noise_floor)
-    # Candidates are generous (the smaller of two robust scales: of successive differences, blind to a level
-    # change, and of the values, blind to one odd point); step 2 decides.
+    x, floor = np.log(values), math.log1p(noise_floor)
     scatter = max(floor, min(robust_sd(np.diff(x)) / math.sqrt(2), robust_sd(x)))
-    breaks = ruptures.Pelt(model="l2", min_size=min_size, jump=1).fit(x.reshape(-1, 1)).predict(
+    kept = ruptures.Pelt(model="l2", min_size=min_size, jump=1).fit(x.reshape(-1, 1)).predict(
         pen=2 * scatter**2 * math.log(x.size))[:-1]  # fmt: skip
-    kept = list(breaks)
-    while True:  # drop the weakest candidate that fails, judge the others again without it
-        judged = _judge(x, kept, floor, min_effect, z)
-        failing = [(score, at) for at, (score, passed) in judged.items() if not passed]
-        if not failing:
-            break
+    while failing := [(score, at) for at, (score, passed) in _judge(x, kept, floor, min_effect, z).items()
+                      if not passed]:  # drop the weakest failing candidate, judge the others again
         kept.remove(min(failing)[1])
     bounds = [0, *kept, x.size]
-    out = []
-    for left, at, right in zip(bounds, bounds[1:], bounds[2:]):
-        before, after = x[left:at].mean(), x[at:right].mean()
-        out.append(ChangePoint(int(at), math.exp(before), math.exp(after), math.exp(after - before),
-                               judged[at][0], int(right - at)))  # fmt: skip
-    return out
+    judged = _judge(x, kept, floor, min_effect, z)
+    return [ChangePoint(int(at), math.exp(x[left:at].mean()), math.exp(x[at:right].mean()),
+                        math.exp(x[at:right].mean() - x[left:at].mean()), judged[at][0], int(right - at))
+            for left, at, right in zip(bounds, bounds[1:], bounds[2:])]  # fmt: skip
 
 
 def history_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02,
                           noise_floor: float = NOISE_FLOOR) -> list[ChangePoint]:  # fmt: skip
-    """`find_change_points` with every level at least `MIN_SEGMENT` runs long: the one rule of the gate's history
-    (`perf.gate.history.reference_for`), of ``perf-history changes`` and of the reports (one run alone cannot tell
-    a slow process from a new level)."""
+    """`find_change_points` with every level at least `MIN_SEGMENT` runs long: the one rule of the gate's
+    history (`perf.gate.history.reference_for`), of ``perf-history changes`` and of the reports."""
     return find_change_points(medians_s, min_effect=min_effect, noise_floor=noise_floor, min_size=MIN_SEGMENT)
 
 
-def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float, z: float) -> dict[int, tuple[float, bool]]:
-    """Each break's shift in standard errors and whether it passes (`find_change_points`, step 2)."""
+def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float,
+           z: float) -> dict[int, tuple[float, bool]]:  # fmt: skip
+    """Each break's shift in standard errors and whether it passes."""
     from scipy import stats
 
     bounds = [0, *breaks, x.size]
-    residuals = np.concatenate([x[a:b] - x[a:b].mean() for a, b in zip(bounds, bounds[1:])])
+    squares = float(np.sum(np.concatenate([x[a:b] - x[a:b].mean() for a, b in zip(bounds, bounds[1:])]) ** 2))
     df = x.size - (len(bounds) - 1)
-    squares = float(np.sum(residuals**2))
-    if df > 0 and squares / df > floor**2:  # the data are noisier than the floor: pooled with it, Student's t
+    if df > 0 and squares / df > floor**2:  # noisier than the floor: pooled with it, Student's t
         sigma = math.sqrt((squares + PRIOR_DF * floor**2) / (df + PRIOR_DF))
         critical = float(stats.t.isf(stats.norm.sf(z), df + PRIOR_DF))
-    else:  # within the known floor: the floor is the scatter, the normal quantile applies
+    else:  # within the floor: the floor is the known scatter
         sigma, critical = floor, z
     out = {}
     for left, at, right in zip(bounds, bounds[1:], bounds[2:]):
@@ -125,33 +122,25 @@ def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float, z:
     return out
 
 
-def history_changes(points: Sequence[HistoryPoint], *, min_effect: float = 0.02, noise_floor: float = NOISE_FLOOR,
+def history_changes(points: Sequence[HistoryPoint], *, min_effect: float = 0.02,
                     floors: Mapping[str, float] | None = None) -> list[HistoryChange]:  # fmt: skip
-    """The change points of every history in ``points`` (`perf.store.db.HistoryStore.history`), grouped by
-    benchmark, machine and branch; runs made with test-only options are left out. ``floors``: a benchmark's own
-    between-process scatter (`floors_from_profile`), used where it is larger than ``noise_floor``."""
+    """The change points of every history (benchmark, machine, branch) in ``points``; ``floors``: each
+    benchmark's own between-process scatter (`perf.gate.noise.floors_from_profile`) where above the floor."""
     histories: dict[tuple[str, str, str | None], list[HistoryPoint]] = defaultdict(list)
     for point in points:
         if not point.injected and point.median_s is not None:
             histories[(point.fullname, point.machine_key, point.branch)].append(point)
-    out = []
-    for (fullname, key, branch), series in sorted(histories.items(), key=lambda item: str(item[0])):
-        floor = max(noise_floor, (floors or {}).get(fullname, 0.0))
-        for change in history_change_points([p.median_s for p in series], min_effect=min_effect, noise_floor=floor):
-            first = series[change.index]
-            out.append(HistoryChange(fullname, first.name, key, branch, first.run_id, first.commit, first.saved_at,
-                                     change))  # fmt: skip
-    return out
+    return [HistoryChange(fullname, series[c.index].name, key, branch, series[c.index].run_id,
+                          series[c.index].commit, series[c.index].saved_at, c)
+            for (fullname, key, branch), series in sorted(histories.items(), key=lambda item: str(item[0]))
+            for c in history_change_points([p.median_s for p in series], min_effect=min_effect,
+                                           noise_floor=max(NOISE_FLOOR, (floors or {}).get(fullname, 0.0)))]
 
 
 def points_from_runs(runs: Sequence[SavedRun]) -> list[HistoryPoint]:
-    """The history points of saved runs read from files (`perf.runs.load_runs`), as the store gives them, so a
-    report finds the same change points with or without a store."""
-    from perf.store.db import HistoryPoint, branch_of, machine_key, run_id_of
+    """The history points of saved runs, read from files or from the store: the same points either way."""
+    from perf.store.db import branch_of, machine_key, run_id_of
 
-    out = []
-    for run in runs:
-        key, branch, rid = machine_key(run.machine_info), branch_of(run.raw), run.run_id or run_id_of(run.raw)
-        out += [HistoryPoint(rid, run.datetime, run.commit, branch, key, b.fullname, b.name, b.median_s,
-                             bool(run.injected)) for b in run.benchmarks.values()]  # fmt: skip
-    return out
+    return [HistoryPoint(run.run_id or run_id_of(run.raw), run.datetime, run.commit, branch_of(run.raw),
+                         machine_key(run.machine_info), b.fullname, b.name, b.median_s, bool(run.injected))
+            for run in runs for b in run.benchmarks.values()]  # fmt: skip

@@ -1,6 +1,7 @@
-"""``perf-history``: the history store from the command line (``import``, ``runs``, ``changes``, ``comparable``,
-``judge``, ``simulate``; their help says what each does). ``--store WHERE``: a path, ``sqlite:///path`` or
-``postgresql://...``, default ``$PERF_STORE``, else `DEFAULT_STORE`. Bad input: one line on stderr, exit status 2.
+"""``perf-history``: the history store from the command line (``import``, ``runs``, ``changes``,
+``comparable``, ``judge``, ``simulate``; their help says what each does). ``--store WHERE``: a path,
+``sqlite:///path`` or ``postgresql://...``, default ``$PERF_STORE``, else `DEFAULT_STORE`. Bad input: one line
+on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perf.options import parse_count, parse_fraction, parse_positive_int, parse_store
+from perf.runs import HistoryError, SavedRun, load_run, load_runs, run_files
 from perf.tabletext import markdown_table
 
 if TYPE_CHECKING:
-    from perf.runs import SavedRun
     from perf.store.changepoints import HistoryChange
 
 DEFAULT_STORE = ".benchmarks/history.sqlite"
@@ -61,63 +62,18 @@ def _parser() -> argparse.ArgumentParser:
     simulate = sub.add_parser("simulate", help="simulated CI runs (history, first pass, confirmation) from the runs of "
                               "--perf-selftest-processes or --perf-noise folders")  # fmt: skip
     simulate.add_argument("folders", nargs="+", metavar="DIR")
-    simulate.add_argument("--history", type=parse_positive_int, default=20)
-    simulate.add_argument("--confirm", type=parse_count, default=4)
-    simulate.add_argument("--draws", type=parse_positive_int, default=25)
-    simulate.add_argument("--min-effect", type=parse_fraction, default=0.02)
+    for flag, parse, default in (("--history", parse_positive_int, 20), ("--confirm", parse_count, 4),
+                                 ("--draws", parse_positive_int, 25), ("--min-effect", parse_fraction, 0.02)):
+        simulate.add_argument(flag, type=parse, default=default)
     simulate.add_argument("--json", metavar="FILE", default=None)
     return parser
 
 
-def judge_saved(runs: Sequence[SavedRun], wanted: str | None, processes: int, history: int, branch: str | None,
-                min_effect: float) -> tuple[list[Any], Any, Any, list[SavedRun]]:  # fmt: skip
-    """(rows, baseline, budget, judged runs): the last ``processes`` runs up to ``wanted`` (number, id or label; None:
-    the latest) judged together against the history before them, as ``--perf-compare --perf-confirm=0``."""
-    from perf.gate.compare import Baseline, GateSettings, budget, judge_benchmark
-    from perf.gate.history import history_runs
-    from perf.runs import HistoryError
-
-    index = len(runs) - 1
-    if wanted is not None:
-        matches = [i for i, run in enumerate(runs) if wanted in (str(run.number), run.run_id, run.label, run.name)
-                   or (wanted.isdigit() and run.number == int(wanted))]  # fmt: skip
-        if not matches:
-            raise HistoryError(f"--run {wanted!r}: no such saved run (give its number, id or label)")
-        index = matches[-1]
-    judged = runs[max(0, index - processes + 1): index + 1]
-    current = judged[-1]
-    kept = history_runs(runs[: index - len(judged) + 1], fingerprint=current.fingerprint,
-                        identity=current.machine_info.get("perf_subject") or None, branch=branch, last=history)
-    if not kept:
-        raise HistoryError(f"{current.name}: no comparable run before it (same machine, model and video, no "
-                           "test-only options) to judge it against")  # fmt: skip
-    baseline = Baseline(kept)
-    settings = GateSettings(min_effect)
-    plan = budget(baseline, settings, list(current.benchmarks))
-    rows = [judge_benchmark(baseline, bench, plan, min_effect,
-                            [r.benchmarks[name] for r in judged[:-1] if name in r.benchmarks])
-            for name, bench in current.benchmarks.items()]  # fmt: skip
-    return rows, baseline, plan, judged
-
-
-def comparable_lines(run: Path, device: str) -> list[str]:
-    """One line per fingerprint field on which saved run ``run`` differs from this machine on ``device`` (none: it
-    can be a baseline here)."""
-    from perf.measure.machine import fingerprint_differences, machine_fingerprint
-    from perf.runs import load_run
-
-    saved = load_run(run)
-    device_type, _, index = device.partition(":")
-    current = {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
-    return [f"{field}: saved {old!r}, this machine {new!r}"
-            for field, old, new in fingerprint_differences(saved.fingerprint, current)]  # fmt: skip
-
-
 def changes_table(changes: Sequence[HistoryChange]) -> str:
     """The change points as a markdown table."""
-    rows = [[item.name, f"{str(item.commit or '?')[:12]} ({item.saved_at or 'no date'})", f"{c.before_s * 1e3:.4g} ms",
-             f"{c.after_s * 1e3:.4g} ms", f"{100 * (c.ratio - 1):+.1f}%", str(c.points_after)]
-            for item in changes for c in [item.change]]  # fmt: skip
+    rows = [[item.name, f"{str(item.commit or '?')[:12]} ({item.saved_at or 'no date'})",
+             f"{c.before_s * 1e3:.4g} ms", f"{c.after_s * 1e3:.4g} ms", f"{100 * (c.ratio - 1):+.1f}%",
+             str(c.points_after)] for item in changes for c in [item.change]]  # fmt: skip
     headers = ["benchmark", "changed at (commit, run date)", "before", "after", "size", "runs after"]
     return "\n".join(markdown_table(headers, rows)) + "\n"
 
@@ -129,34 +85,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     if where == "none":
         print("perf-history: error: --store none: there is no store to read", file=sys.stderr)
         return 2
-    from perf.gate.history import comparable_groups
-    from perf.gate.noise import NoiseProfile, floors_from_profile
-    from perf.runs import HistoryError, load_run, run_files
-    from perf.store import changepoints
-    from perf.store.db import import_runs, open_store
-    from perf.subject import subject_line
+    from perf.store.db import open_store
 
     try:
-        if args.command == "comparable":
-            differences = comparable_lines(args.run, args.device)
-            for line in differences:
-                print(line)
-            return 1 if differences else 0
         if args.command == "simulate":
             from perf.crossprocess import main as simulate_main
 
             return simulate_main([*args.folders, "--history", str(args.history), "--confirm", str(args.confirm),
                                   "--draws", str(args.draws), "--min-effect", str(args.min_effect),
                                   *(["--json", args.json] if args.json else [])])  # fmt: skip
+        if args.command == "comparable":  # one line per fingerprint field that differs from this machine
+            from perf.measure.machine import fingerprint_differences, machine_fingerprint
+
+            saved, (device_type, _, index) = load_run(args.run), args.device.partition(":")
+            current = {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
+            differences = fingerprint_differences(saved.fingerprint, current)
+            for field, old, new in differences:
+                print(f"{field}: saved {old!r}, this machine {new!r}")
+            return 1 if differences else 0
         if args.command == "judge":
-            return _judge_command(args, where)
+            return _judge(args, where)
         if args.command == "import":
-            files = run_files(args.storage)  # checked before the store is created
-            documents = [(str(path), load_run(path).raw) for path in files]
+            documents = [(str(path), load_run(path).raw) for path in run_files(args.storage)]  # read first
             with open_store(where) as store:
-                new, old = import_runs(store, documents)
-            print(f"{new} run(s) stored, {old} already in {store.shown}")
+                new = sum(store.save_run(document, source=source)[1] for source, document in documents)
+            print(f"{new} run(s) stored, {len(documents) - new} already in {store.shown}")
         elif args.command == "runs":
+            from perf.subject import subject_line
+
             with open_store(where) as store:
                 for run in store.runs(include_injected=True):
                     marked = f" [injected: {run.injected}]" if run.injected else ""
@@ -165,18 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             with open_store(where) as store:
                 runs = store.runs(branch=args.branch)
-                stored = {key: store.noise_profile_json(key) for key, _, _ in store.machines()}
-            profiles = {key: floors_from_profile(None if text is None else NoiseProfile.from_json(text))
-                        for key, text in stored.items()}  # fmt: skip
-            # One history per machine, model and video (the gate's comparability rule), each judged against its
-            # machine's own noise profile where one is stored.
-            found = []
-            for group in comparable_groups(runs):
-                points = changepoints.points_from_runs(group)
-                found += changepoints.history_changes(points, min_effect=args.min_effect,
-                                                      floors=profiles.get(points[0].machine_key) if points else None)
-            found = sorted({(c.fullname, c.machine_key, c.branch, c.run_id): c for c in found}.values(),
-                           key=lambda c: (c.fullname, c.saved_at or ""))  # fmt: skip
+                profiles = {key: store.noise_profile_json(key) for key, _, _ in store.machines()}
+            found = _changes(runs, profiles, args.min_effect)
             print(changes_table(found), end="")
             names = {b for run in runs for b in run.benchmarks}
             print(f"{len(found)} change point(s) in {len(names)} benchmark(s) of {len(runs)} run(s)")
@@ -186,10 +132,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _judge_command(args: argparse.Namespace, where: str) -> int:
-    from perf.gate.compare import GateSettings
+def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: float) -> list[HistoryChange]:
+    """The change points of one history per machine, model and video (the gate's comparability rule), each
+    judged against its machine's noise profile (``profiles``: the stored JSON by machine key) if any."""
+    from perf.gate.history import comparable_groups
+    from perf.gate.noise import NoiseProfile, floors_from_profile
+    from perf.store.changepoints import history_changes, points_from_runs
+
+    found = []
+    for group in comparable_groups(runs):
+        points = points_from_runs(group)
+        text = profiles.get(points[0].machine_key) if points else None
+        floors = floors_from_profile(None if text is None else NoiseProfile.from_json(text))
+        found += history_changes(points, min_effect=min_effect, floors=floors)
+    return sorted({(c.fullname, c.machine_key, c.branch, c.run_id): c for c in found}.values(),
+                  key=lambda c: (c.fullname, c.saved_at or ""))  # fmt: skip
+
+
+def _judge(args: argparse.Namespace, where: str) -> int:
+    """The last ``--processes`` runs up to ``--run`` (number, id or label; the latest by default) judged
+    together against the history before them, as ``--perf-compare --perf-confirm=0``; exit 1 when slower."""
+    from perf.gate.compare import Baseline, GateSettings, budget, judge_benchmark
+    from perf.gate.history import history_runs
     from perf.gate.table import format_lines, summary, write_verdicts
-    from perf.runs import load_runs
     from perf.store.db import open_store
     from perf.subject import describe_subject
 
@@ -201,22 +166,33 @@ def _judge_command(args: argparse.Namespace, where: str) -> int:
     if not runs:
         print(f"perf-history: error: no saved runs in {args.storage or where}", file=sys.stderr)
         return 2
-    rows, baseline, plan, judged = judge_saved(runs, args.run, args.processes, args.history, args.branch,
-                                               args.min_effect)  # fmt: skip
+    wanted = args.run
+    matches = [i for i, run in enumerate(runs) if wanted in (None, run.run_id, run.label, run.name)
+               or (wanted.isdigit() and run.number == int(wanted))]  # fmt: skip
+    if not matches:
+        raise HistoryError(f"--run {wanted!r}: no such saved run (give its number, id or label)")
+    judged = runs[max(0, matches[-1] - args.processes + 1): matches[-1] + 1]
+    run = judged[-1]
+    kept = history_runs(runs[: matches[-1] - len(judged) + 1], fingerprint=run.fingerprint, last=args.history,
+                        identity=run.machine_info.get("perf_subject") or None, branch=args.branch)
+    if not kept:
+        raise HistoryError(f"{run.name}: no comparable run before it (same machine, model and video, no "
+                           "test-only options) to judge it against")  # fmt: skip
+    baseline, settings = Baseline(kept), GateSettings(args.min_effect)
+    plan = budget(baseline, settings, list(run.benchmarks))
+    rows = [judge_benchmark(baseline, bench, plan, args.min_effect,
+                            [r.benchmarks[name] for r in judged[:-1] if name in r.benchmarks])
+            for name, bench in run.benchmarks.items()]  # fmt: skip
     header = (f"perf-history judge: {', '.join(r.name for r in judged)} against {baseline.describe()}: "
               f"{plan.describe()}; offline, so suspects are not confirmed: a slower row is a suspect to confirm "
               "with --perf-compare on the runner, or with more processes (--processes)")  # fmt: skip
-    print(header)
-    for line in format_lines(rows):
-        print(line)
-    settings = GateSettings(args.min_effect)
+    print(header, *format_lines(rows), sep="\n")
     counts = summary(rows, settings)
     if args.out is not None:
-        info = judged[-1].machine_info
         write_verdicts(args.out, rows, baseline, settings, header, budget=plan,
-                       current={"run_id": judged[-1].run_id, "injected": dict(judged[-1].injected)},
-                       subject=describe_subject(info.get("perf_subject"), judged[-1].fingerprint,
-                                                info.get("node") or judged[-1].machine_id))  # fmt: skip
+                       current={"run_id": run.run_id, "injected": dict(run.injected)},
+                       subject=describe_subject(run.machine_info.get("perf_subject"), run.fingerprint,
+                                                run.machine_info.get("node") or run.machine_id))  # fmt: skip
     print(", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "inconclusive", "missing")))
     return 1 if counts["failed"] else 0
 

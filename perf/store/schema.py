@@ -1,10 +1,10 @@
 """The history store's tables (SQLAlchemy Core, the same on SQLite and PostgreSQL) and versioned migrations.
 
-``perf_schema`` (one row per migration applied), ``perf_runs`` (one per saved run: ``run_id`` unique, ``machine_key``
-the hash of the machine fingerprint, ``document`` the whole saved JSON, read back with `perf.runs.run_from_json`),
-``perf_benchmarks`` (one per benchmark of a run: what history queries read), ``perf_verdicts`` (the verdicts that
-judged a run) and ``perf_noise`` (the noise profile it was judged with). `MIGRATIONS` lists the migrations in order;
-`perf.store.db.migrate` applies the missing ones, one transaction each, and refuses a newer store.
+``perf_schema`` (one row per migration applied), ``perf_runs`` (one per saved run: ``run_id`` unique,
+``machine_key`` the hash of the machine fingerprint, ``document`` the whole saved JSON, read back with
+`perf.runs.run_from_json`), ``perf_benchmarks`` (one per benchmark of a run: what history queries read),
+``perf_verdicts`` (the verdicts that judged a run) and ``perf_noise`` (the noise profile it was judged with).
+`perf.store.db.HistoryStore` applies the missing `MIGRATIONS` when it opens, and refuses a newer store.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ runs = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("run_id", String(80), nullable=False, unique=True),
     Column("saved_at", String(40)),          # ISO 8601, as pytest-benchmark saved it (UTC)
-    Column("machine_id", String(200)),       # pytest-benchmark's machine folder, e.g. Linux-CPython-3.12-64bit
+    Column("machine_id", String(200)),       # the host (machine_info's node)
     Column("machine_key", String(64), nullable=False),
     Column("commit", String(80)),
     Column("branch", String(250)),
     Column("dirty", Boolean, nullable=False, default=False),
     Column("injected", JSON, nullable=False),  # the test-only options (`perf.runs.injected_of`), {} for none
     Column("test_only", Boolean, nullable=False, default=False),  # injected: never a baseline, never a history
-    Column("source", Text),                  # where the run came from: its saved file, or "pytest session"
+    Column("source", Text),                  # where the run came from: its saved file, or None
     Column("document", JSON, nullable=False),
     Index("perf_runs_machine_branch", "machine_key", "branch", "saved_at"),
 )  # fmt: skip
@@ -71,14 +71,9 @@ noise = Table(
     Column("profile", JSON, nullable=False),
 )  # fmt: skip
 
-
-def _create_v1(connection: Any) -> None:
-    for table in (runs, benchmarks, verdicts, noise):
-        table.create(connection)
-
-
 #: (version, what it does, the migration). Append; never edit one that has shipped.
 MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
-    (1, "runs, benchmarks, verdicts and noise profiles", _create_v1),
-]
+    (1, "runs, benchmarks, verdicts and noise profiles", lambda connection: metadata.create_all(
+        connection, tables=[runs, benchmarks, verdicts, noise], checkfirst=False)),
+]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]
