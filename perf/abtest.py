@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -40,17 +39,17 @@ def _git(repo: Path, *args: str) -> str:
 
 def merge_base(repo: Path, base: str | None) -> tuple[str, str]:
     """(the ref used, the merge base's commit) of HEAD and ``base`` (default origin/main, else main)."""
-    candidates = [base] if base else ["origin/main", "main"]
-    for ref in candidates:
-        check = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=repo,
-                               capture_output=True, text=True, check=False)  # fmt: skip
-        if check.returncode == 0:
-            return ref, _git(repo, "merge-base", "HEAD", ref)
+    for ref in [base] if base else ["origin/main", "main"]:
+        try:
+            _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        except ABError:
+            continue
+        return ref, _git(repo, "merge-base", "HEAD", ref)
     raise ABError(f"--base {base or 'origin/main or main'}: no such commit in '{repo}' (fetch it, e.g. "
                   "git fetch origin main)")  # fmt: skip
 
 
-def plan_pairs(pairs: int, base_tree: Path, options: Sequence[str], base_cache: Path) -> list[object]:
+def plan_pairs(pairs: int, base_tree: Path, base_cache: Path) -> list[Any]:
     """The children of ``pairs`` pairs, ABBA order: base first in odd pairs, candidate first in even ones."""
     from perf.gate.processes import Child
 
@@ -62,8 +61,7 @@ def plan_pairs(pairs: int, base_tree: Path, options: Sequence[str], base_cache: 
     return children
 
 
-def judge(storage: Path, pairs: int, min_effect: float, confirm: bool = False,
-          baseline: Any = None) -> list[Any]:  # fmt: skip
+def judge(storage: Path, pairs: int, min_effect: float, confirm: bool, baseline: Any) -> list[Any]:
     """One row per benchmark that every complete pair measured on both sides."""
     from perf.gate.compare import judge_paired, judged_names
     from perf.gate.judge import Budget
@@ -76,23 +74,19 @@ def judge(storage: Path, pairs: int, min_effect: float, confirm: bool = False,
         raise ABError(f"only {len(complete)} complete pair(s) saved a run in '{storage}': need 2 or more (see the logs)")
     names = set.intersection(*(set(sides[s][i].benchmarks) for s in (BASE, CANDIDATE) for i in complete))
     first = sides[CANDIDATE][complete[0]]
-    metrics = sum(len(judged_names(first.benchmarks[name])) for name in names)
-    plan = Budget(metrics, confirm)
-    rows = []
-    for fullname in sorted(names):
-        base = [sides[BASE][i].benchmarks[fullname] for i in complete]
-        cand = [sides[CANDIDATE][i].benchmarks[fullname] for i in complete]
-        rows.append(judge_paired(base, cand, plan, min_effect, baseline))
-    return rows
+    plan = Budget(sum(len(judged_names(first.benchmarks[name])) for name in names), confirm)
+    return [judge_paired([sides[BASE][i].benchmarks[name] for i in complete],
+                         [sides[CANDIDATE][i].benchmarks[name] for i in complete], plan, min_effect, baseline)
+            for name in sorted(names)]
 
 
-def _history(path: Path | None, sample: Any) -> Any:
-    """Main's history in storage ``path`` for the machine of ``sample`` (a saved run), or None."""
+def _history(path: Path, sample: Any) -> Any:
+    """Main's history in storage ``path`` for the machine of ``sample`` (a saved run, or None), or None."""
     from perf.gate.compare import Baseline
     from perf.gate.history import history_runs
     from perf.runs import HistoryError, load_runs
 
-    if path is None or not path.is_dir():
+    if sample is None or not path.is_dir():
         return None
     try:
         runs = history_runs(load_runs(path), fingerprint=sample.fingerprint,
@@ -145,16 +139,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except GitError as e:
             raise ABError(f"{e}; give a new --out or delete it" if "holds another base" in str(e) else str(e)) from None
         options = list(args.pytest_args or DEFAULT_TESTS)
-        plan = plan_pairs(args.pairs, tree, options, out / "cache-base")
-        existing = load_plan(out)
-        if existing is not None and existing != plan:
+        plan = plan_pairs(args.pairs, tree, out / "cache-base")
+        if (existing := load_plan(out)) is not None and existing != plan:
             raise ABError(f"'{out}' holds another plan (other pairs or base); give a new --out or delete it")
-        save_plan(out, plan)  # type: ignore[arg-type]
+        save_plan(out, plan)
         started = time.monotonic()
-        results = run_children(plan, options, out, repo)  # type: ignore[arg-type]
+        results = run_children(plan, options, out, repo)
         spent = sum(r.seconds for r in results)
         sample = next((load_run(r.run) for r in results if r.run is not None), None)
-        baseline = _history(args.history, sample) if sample is not None else None
+        baseline = _history(args.history, sample)
         rows = judge(out / "storage", args.pairs, args.min_effect, args.confirm > 0, baseline)
         confirmed = 0.0
         if args.confirm > 0 and any(r.verdict == "slower" for r in rows):
@@ -177,7 +170,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from perf.gate.table import to_markdown
 
     markdown = to_markdown(rows, header)
-
     atomic_write_text(out / "perf-ab.md", markdown)
     atomic_write_text(out / "perf-ab.json", json.dumps({"base": sha, "ref": ref, "pairs": args.pairs,
                       "min_effect": args.min_effect, "seconds": spent + confirmed, "rows": [asdict(r) for r in rows]},

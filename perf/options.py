@@ -1,10 +1,6 @@
-"""Every option of the perf suite -- ``--perf-*`` and the ``perf_*`` ini settings -- with its parser, default and
-help, registered from one table (`all_options`, `add_options`); perf/session.py reads them.
-
-Parsers are argparse ``type=`` callables made by `detector.argtypes.value_parser` (raising
-``argparse.ArgumentTypeError("Could not parse value: 'x'. Expected ...")``), also used by the suite's commands;
-registered through `deferred`, a bad value is one usage line naming the option (`start_up_errors`).
-"""
+"""Every option of the perf suite (``--perf-*`` and the ``perf_*`` ini settings) with its parser, default and
+help, in one table (`all_options`); perf/session.py reads them. The parsers (`detector.argtypes.value_parser`)
+also serve the suite's commands; a bad value is one usage line naming the option (`start_up_errors`)."""
 
 from __future__ import annotations
 
@@ -31,12 +27,12 @@ DEFAULT_REGRESSIONS = "layer:5%,preprocess:5%"
 
 
 class BadValue(str):
-    """What a parser said of an option value it rejected; `bad_values` reports it as a one-line usage error."""
+    """What a parser said of an option value it rejected."""
 
 
 def deferred(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """``parse`` as an argparse ``type=`` that returns a `BadValue` instead of raising (pytest would print a usage
-    block of several lines; `bad_values` reports it as one)."""
+    """``parse`` returning a `BadValue` instead of raising: pytest would print a usage block of several lines,
+    `bad_values` reports it as one."""
 
     def parse_or_keep(value: str) -> Any:
         try:
@@ -60,7 +56,7 @@ def _decimal(text: str) -> int | None:
 
 
 def _integers(minimum: int, expected: str) -> Callable[[str], tuple[int, ...]]:
-    """A parser of comma-separated integers >= ``minimum`` (``"1,8,32"`` -> ``(1, 8, 32)``), duplicates dropped."""
+    """A parser of comma-separated integers >= ``minimum``: ``"1,8,32"`` -> ``(1, 8, 32)``."""
     return value_parser(lambda text: tuple(map(_decimal, split_list(text))) or None,
                         lambda values: None not in values and min(values) >= minimum, expected)  # fmt: skip
 
@@ -72,32 +68,26 @@ def _percent(text: str) -> float:
 
 
 parse_batch_sizes = _integers(1, "comma-separated positive integers, e.g. '1,8,32'")
-#: Frames skipped between inferences (DeepStream's ``interval``).
 parse_skip_intervals = _integers(0, "comma-separated integers >= 0 (frames skipped between inferences), e.g. "
                                  "'0,1,2,4'")
 parse_positive_int = value_parser(_decimal, lambda v: v >= 1, "a positive integer")
 parse_count = value_parser(_decimal, lambda v: v >= 0, "an integer >= 0")
 parse_processes = value_parser(_decimal, lambda v: v >= 2, "a number of processes >= 2")
-#: ``"2%"`` or ``"0.02"`` -> 0.02; a fraction in [0, 1).
 parse_fraction = value_parser(_percent, lambda v: 0 <= v < 1, "a fraction >= 0 and < 1 (100%), e.g. 2% or 0.02")
-#: ``perf-report --change-threshold``: ``"10%"`` or ``"0.1"`` -> 0.1 (a fraction > 0).
+#: ``perf-report --change-threshold``.
 parse_threshold = value_parser(_percent, lambda v: 0 < v < math.inf, "a change > 0, e.g. 10%",
                                unreadable="e.g. 10% or 0.1")
-#: ``"0.2"`` or ``"0.2ms"`` -> 0.2 (milliseconds, >= 0).
 parse_delay_ms = value_parser(lambda text: float(text.strip().lower().removesuffix("ms")),
                               lambda v: 0 <= v < math.inf, "a finite number of milliseconds >= 0, e.g. 0.2ms",
                               unreadable="milliseconds, e.g. 0.2ms")  # fmt: skip
-#: ``"540"`` or ``"540s"`` -> 540.0; seconds > 0.
 parse_seconds = value_parser(lambda text: float(text.strip().lower().removesuffix("s")), lambda v: v > 0,
                              "seconds > 0, e.g. 540")
-#: ``"2,5,10"`` -> (0.02, 0.05, 0.1): slowdowns in percent, each > 0, sorted, duplicates dropped.
+#: ``"2,5,10"`` -> (0.02, 0.05, 0.1): slowdowns in percent, sorted, duplicates dropped.
 parse_levels = value_parser(lambda text: tuple(sorted({float(item.removesuffix("%")) / 100
                                                        for item in split_list(text)})) or None,
                             lambda levels: all(0 < level < 10 for level in levels), "percentages > 0, e.g. 2,5,10")
-#: ``"torch"`` -> ``"torch"``; one of `PROFILERS` (case-insensitive).
 parse_profiler = value_parser(lambda text: text.strip().lower(), lambda name: name in PROFILERS,
                               f"one of: {', '.join(PROFILERS)}")
-#: ``"fp32,fp16"`` -> ``("fp32", "fp16")``; each one of `PRECISIONS` (case-insensitive).
 parse_precisions = value_parser(lambda text: tuple(split_list(text.lower())) or None,
                                 lambda names: set(names) <= set(PRECISIONS),
                                 f"comma-separated precisions from: {', '.join(PRECISIONS)}")  # fmt: skip
@@ -109,8 +99,6 @@ def _device(text: str) -> str:
     return device
 
 
-#: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (case-insensitive) -> the same, lower-cased; the rule is
-#: :func:`detector.devices.parse_device`'s.
 parse_device = value_parser(_device, bool, DEVICE_FORMS)
 
 
@@ -127,8 +115,7 @@ parse_store = value_parser(_store, bool, "a path, sqlite:///path, postgresql://.
 
 
 def parse_backends(value: str) -> tuple[str, ...]:
-    """``"torch,onnxruntime"`` -> ``("torch", "onnxruntime")``; each must be a registered backend
-    (`perf.session.backend_names`, read when the option is parsed)."""
+    """``"torch,onnxruntime"`` -> ``("torch", "onnxruntime")``, each a backend registered at parse time."""
     from perf.session import backend_names
 
     known = backend_names()
@@ -151,8 +138,8 @@ def parse_sources(value: str) -> tuple[Any, ...]:
 
 
 def parse_controls(value: str) -> Controls:
-    """``"all"``, ``"none"``, or a comma list of `perf.measure.controls.NAMES`, each optionally prefixed ``-`` to
-    leave it out of all (``"-pin"``) -> a `perf.measure.controls.Controls`."""
+    """``"all"``, ``"none"``, or a comma list of `perf.measure.controls.NAMES`, each optionally prefixed ``-``
+    to leave it out of all (``"-pin"``)."""
     from perf.measure.controls import NAMES, Controls
 
     items = split_list(value.lower(), unique=False)
@@ -168,10 +155,9 @@ def parse_controls(value: str) -> Controls:
 
 
 def parse_regression(value: str) -> Regression:
-    """``"layer:5%"`` -> ``Regression("layer", 0.05)`` (`perf.gate.regressions.Regression`); KIND one of
-    `perf.gate.regressions.KINDS`, PERCENT in (0, 100]."""
-    # imported here, not with this module: it loads the model code
-    from perf.gate.regressions import KINDS, Regression
+    """``"layer:5%"`` -> ``Regression("layer", 0.05)``; KIND one of `perf.gate.regressions.KINDS`, PERCENT in
+    (0, 100]."""
+    from perf.gate.regressions import KINDS, Regression  # here, not with this module: it loads the model code
 
     kind, _, amount = value.strip().lower().partition(":")
     try:
@@ -199,29 +185,22 @@ _BENCHMARK_LIMITS: dict[str, Callable[[str], float]] = {
 
 
 def benchmark_option_errors(getoption: Callable[..., Any]) -> list[str]:
-    """``argument --benchmark-x: Could not parse value: ...`` for each pytest-benchmark option (read with
-    ``config.getoption``) that its parser accepted but that cannot work: zero or negative times, fewer than one
-    round, a negative warmup. Empty where pytest-benchmark is not loaded."""
-    out = []
-    for flag, check in _BENCHMARK_LIMITS.items():
-        value = getoption(flag.removeprefix("--").replace("-", "_"), None)
-        try:
-            if value is not None:
-                check(str(value))
-        except argparse.ArgumentTypeError as e:
-            out.append(f"argument {flag}: {e}")
-    return out
+    """``argument --benchmark-x: Could not parse value: ...`` for each pytest-benchmark option (``getoption``:
+    ``config.getoption``) that `_BENCHMARK_LIMITS` refuses; empty where pytest-benchmark is not loaded."""
+    values = {flag: getoption(flag.removeprefix("--").replace("-", "_"), None) for flag in _BENCHMARK_LIMITS}
+    parsed = {flag: deferred(_BENCHMARK_LIMITS[flag])(str(v)) for flag, v in values.items() if v is not None}
+    return [f"argument {flag}: {v}" for flag, v in parsed.items() if isinstance(v, BadValue)]
 
 
 def _join(values: tuple[Any, ...]) -> str:
-    return ",".join(str(v) for v in values)
+    return ",".join(map(str, values))
 
 
 @dataclass(frozen=True)
 class Option:
-    """One option: ``flag`` (``--perf-<name>``, dest ``perf_<name>``), ``help`` (None: hidden) ending ``Default:
-    <shown>.``; ``metavar`` None makes a switch; ``parse`` None keeps the text; ``const`` makes the value optional;
-    ``ini``: also the ini setting ``perf_<name>``, which the option overrides."""
+    """One option: ``flag`` (``--perf-<name>``, dest ``perf_<name>``), ``help`` (None: hidden) ending
+    ``Default: <shown>.``; ``metavar`` None makes a switch; ``parse`` None keeps the text; ``const`` makes the
+    value optional; ``ini``: also the ini setting ``perf_<name>``, which the option overrides."""
 
     flag: str
     metavar: str | None
@@ -239,14 +218,12 @@ class Option:
 
     def argparse_kwargs(self) -> dict[str, Any]:
         """``group.addoption`` keywords; the help's % signs escaped (argparse formats help with %)."""
-        if self.help is None:
-            text = argparse.SUPPRESS
-        else:
-            where = f" Ini setting: {self.dest}." if self.ini else ""
-            text = f"{self.help}{where} Default: {self.shown}.".replace("%", "%%")
+        where = f" Ini setting: {self.dest}." if self.ini else ""
+        text = argparse.SUPPRESS if self.help is None else f"{self.help}{where} Default: {self.shown}."
+        kwargs: dict[str, Any] = {"dest": self.dest, "help": text.replace("%", "%%"), "default": self.default}
         if self.metavar is None:
-            return {"dest": self.dest, "action": "store_true", "default": False, "help": text}
-        kwargs: dict[str, Any] = {"dest": self.dest, "metavar": self.metavar, "default": self.default, "help": text}
+            return {**kwargs, "action": "store_true", "default": False}
+        kwargs["metavar"] = self.metavar
         if self.parse is not None:
             kwargs["type"] = deferred(self.parse)
         if self.const is not None:
@@ -258,12 +235,10 @@ def all_options() -> tuple[Option, ...]:
     """Every option of the suite, in the order --help lists them (defaults that come from the measuring and gate
     modules are imported here, when pytest registers the options)."""
     from perf.gate.judge import DEFAULT_FLOOR as DEFAULT_MIN_EFFECT
-    from perf.measure.stability import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT
     from perf.measure.clock import DEFAULT_LEAD_IN_MS
-    from perf.measure.controls import NAMES as CONTROL_NAMES
-    from perf.measure.controls import Controls
+    from perf.measure.controls import NAMES as CONTROL_NAMES, Controls
     from perf.measure.sources import DEFAULT_SOURCES
-    from perf.measure.stability import DEFAULT_MAX_REMEASURE
+    from perf.measure.stability import DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT, DEFAULT_MAX_REMEASURE
     from perf.profile.kernels import DEFAULT_CALLS as KERNEL_CALLS
     from perf.profile.nsys import NSYS_CHILD_FLAG
     from perf.session import DEFAULT_BATCH_SIZES, DEFAULT_FRAMES, DEFAULT_SKIP_INTERVALS, DEFAULT_STREAMS, backend_names
@@ -411,9 +386,8 @@ def all_options() -> tuple[Option, ...]:
 
 
 def start_up_errors(config: pytest.Config) -> list[str]:
-    """What is wrong with the option values (`bad_values`, `benchmark_option_errors`: one line each, not a block).
-    With none, pytest-benchmark's default storage (``./.benchmarks``) becomes ``<rootdir>/.benchmarks`` (every file
-    of the suite lives under the rootdir), before pytest-benchmark opens it; a storage given is kept as given."""
+    """What is wrong with the option values, one line each. With none, pytest-benchmark's default storage
+    (``./.benchmarks``) becomes ``<rootdir>/.benchmarks``: every file of the suite lives under the rootdir."""
     errors = bad_values(config.option) + benchmark_option_errors(config.getoption)
     if not errors and getattr(config.option, "benchmark_storage", None) == "file://./.benchmarks":
         config.option.benchmark_storage = f"file://{config.rootpath / '.benchmarks'}"

@@ -1,8 +1,5 @@
-"""The perf suite's pytest plugin: its hooks, options and fixtures; the state lives in a `perf.session.PerfSession`.
-
-Registered by the root conftest.py; the one module of perf/ with hooks, each a call into the session kept in
-``config.stash[PERF_SESSION]``. The benchmark modules' case fixtures are parametrised here, from
-`perf.measure.cases.CASE_FIXTURES`; the options come from the one table in `perf.options`."""
+"""The perf suite's pytest plugin (registered by the root conftest.py): hooks, each a one-line call into the
+`perf.session.PerfSession` in ``config.stash[PERF_SESSION]``, and the session's fixtures."""
 
 from __future__ import annotations
 
@@ -45,8 +42,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """Give each xdist worker the controller's run name (its report part is then this run's, no other's)."""
-    node.workerinput["perf_run"] = _session(node.config).run_name
+    """Give each xdist worker the controller's run name (its report part is then this run's)."""
+    node.workerinput["perf_run"] = _session(node.config).report.run
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -142,40 +139,38 @@ def pytest_terminal_summary_last(terminalreporter: pytest.TerminalReporter, conf
 
 @pytest.fixture(scope="session")
 def perf_options(pytestconfig: pytest.Config) -> PerfOptions:
-    """The perf options as parsed (device as requested: see perf_device)."""
+    """The perf options as parsed (device as requested)."""
     return _session(pytestconfig).options
 
 
 @pytest.fixture(scope="session")
 def perf_device(pytestconfig: pytest.Config) -> str:
-    """Resolved device ("cpu", "cuda", "cuda:N"); a requested CUDA device that is missing never gets here (it is a
-    usage error at start-up)."""
+    """Resolved device ("cpu", "cuda", "cuda:N"); a missing CUDA device is a usage error at start-up."""
     return _session(pytestconfig).device
 
 
 @pytest.fixture(scope="session")
 def perf_controls(pytestconfig: pytest.Config) -> Controls:
-    """The noise controls in force while measuring (``--perf-controls``, see perf/measure/controls.py)."""
+    """The noise controls in force while measuring (``--perf-controls``)."""
     return _session(pytestconfig).options.controls
 
 
 @pytest.fixture(scope="session")
 def perf_frames(perf_options: PerfOptions, perf_device: str) -> int:
-    """Frames of the synthetic video: --perf-frames, else 300 on CUDA and 60 on CPU."""
+    """Frames of the synthetic video (`PerfOptions.frames_for`)."""
     return perf_options.frames_for(perf_device)
 
 
 @pytest.fixture(scope="session")
 def perf_cache_dir(perf_options: PerfOptions) -> Path:
-    """--perf-cache-dir (default $DETECTOR_CACHE or ~/.cache/detector, the CLI's), created; shared by xdist workers."""
+    """--perf-cache-dir, created; shared by xdist workers and the detector CLI."""
     perf_options.cache_dir.mkdir(parents=True, exist_ok=True)
     return perf_options.cache_dir
 
 
 @pytest.fixture
 def perf_samples(pytestconfig: pytest.Config) -> Any:
-    """``perf_samples(benchmark, samples_s, label=, unit=, block=, metrics=)``: make per-block samples the
-    benchmark's rounds, judged by the stability rule (`perf.measure.samples.record_samples`)."""
+    """`perf.measure.samples.record_samples` with this run's stability rule: per-block samples as rounds."""
     from perf.measure.samples import record_samples
 
     return functools.partial(record_samples, rule=_session(pytestconfig).gate.settings.rule)
@@ -183,8 +178,8 @@ def perf_samples(pytestconfig: pytest.Config) -> Any:
 
 @pytest.fixture
 def perf_measure(pytestconfig: pytest.Config) -> Any:
-    """``perf_measure(benchmark, fn, *args, **kwargs)``: ``benchmark(fn, ...)`` re-measured while unstable (the
-    stability gate, `perf.measure.stability`)."""
+    """`perf.measure.stability.measure_stable` with this run's rule: ``benchmark(fn, ...)`` re-measured while
+    unstable."""
     from perf.measure.stability import measure_stable
 
     return functools.partial(measure_stable, rule=_session(pytestconfig).gate.settings.rule)

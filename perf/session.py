@@ -1,9 +1,5 @@
-"""The state the perf suite's hooks share: the options as parsed (`PerfOptions`) and the run's `PerfSession`.
-
-`perf.plugin` builds one `PerfSession` in ``pytest_configure`` (`PerfSession.start`), kept in
-``config.stash[PERF_SESSION]``; each hook is one call into it. The session owns the options, the run id, the
-reports folder and the parts of a run (`perf.roles`), and calls them in the order their effects need
-(docs/architecture.md, "The session and its parts")."""
+"""The state the perf suite's hooks share: the options as parsed (`PerfOptions`) and the run's `PerfSession`,
+kept in ``config.stash[PERF_SESSION]`` (docs/architecture.md, "The session and its parts")."""
 
 from __future__ import annotations
 
@@ -19,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from detector.devices import parse_device
-from perf.runs import describe_injected, injected_of
-from perf.subject import Subject, subject_differences, subject_mismatch_message
+from perf.runs import describe_injected, injected_of, param_json
+from perf.subject import Subject, describe_subject, subject_differences, subject_mismatch_message
 
 if TYPE_CHECKING:
     from perf.roles.gate import GateRun
@@ -28,15 +24,12 @@ if TYPE_CHECKING:
     from perf.roles.report import ReportRun
     from perf.roles.store import StoreRun
 
-#: Batch sizes of the inference benchmarks when --perf-batch-sizes is not given; the CPU pass is a smoke test (batch
-#: 32 of the shipped model took 2.9 s a call on the 2-core CI machine, 150 s of its 275 s pass with ONNX Runtime's).
+#: Defaults by device kind of --perf-batch-sizes, --perf-frames, --perf-streams; the CPU pass is a smoke test
+#: (batch 32 took 2.9 s a call on the 2-core CI machine), the GPU's video 10 s at 30 fps.
 DEFAULT_BATCH_SIZES = {"cuda": (1, 8, 32), "cpu": (1, 8)}
-#: Frames of the synthetic video for e2e/parity tests when --perf-frames is not given: 10 s of 30 fps video on a
-#: GPU; 2 s on CPU, where the torch backend runs at a few frames per second and the CPU pass must stay short.
 DEFAULT_FRAMES = {"cuda": 300, "cpu": 60}
-#: Stream counts of the multi-stream test when --perf-streams is not given (the CPU run is a smoke test).
 DEFAULT_STREAMS = {"cuda": (1, 2, 4, 8, 16), "cpu": (1, 2)}
-#: Skip intervals of the skip-interval test when --perf-skip-interval is not given: NVIDIA's DeepStream lab table.
+#: --perf-skip-interval's default: NVIDIA's DeepStream lab table.
 DEFAULT_SKIP_INTERVALS = (0, 1, 2, 4)
 
 
@@ -55,11 +48,15 @@ def backend_markers() -> dict[str, str]:
             for name in backend_names() for mark in backend(name).marks}
 
 
+def _kind(device: str) -> str:
+    return "cpu" if device == "cpu" else "cuda"
+
+
 @dataclass(frozen=True)
 class PerfOptions:
     """The perf suite's options as parsed (the ``perf_options`` fixture): each field is its ``--perf-*`` option
-    (docs/options.md). ``device`` is as requested ("auto" included; ``perf_device`` is the resolved one); ``frames``,
-    ``batch_sizes``, ``streams`` are None unless given (`frames_for`, `batch_sizes_for`, `streams_for`)."""
+    (docs/options.md). ``device`` is as requested ("auto" included); ``frames``, ``batch_sizes``, ``streams``
+    are None unless given (`frames_for`, `batch_sizes_for`, `streams_for`)."""
 
     backends: tuple[str, ...]
     device: str
@@ -97,51 +94,43 @@ class PerfOptions:
     store: str | None = None  #: --perf-store, else the ini setting ``perf_store``
 
     def batch_sizes_for(self, device: str) -> tuple[int, ...]:
-        """Batch sizes of the inference benchmarks on `device`: --perf-batch-sizes, else `DEFAULT_BATCH_SIZES`."""
-        return self.batch_sizes or DEFAULT_BATCH_SIZES["cpu" if device == "cpu" else "cuda"]
+        """Batch sizes of the inference benchmarks on `device` ("cpu", "cuda", "cuda:N")."""
+        return self.batch_sizes or DEFAULT_BATCH_SIZES[_kind(device)]
 
     def streams_for(self, device: str) -> tuple[int, ...]:
-        """Stream counts of the multi-stream test on `device`: --perf-streams, else `DEFAULT_STREAMS`."""
-        return self.streams or DEFAULT_STREAMS["cpu" if device == "cpu" else "cuda"]
+        """Stream counts of the multi-stream test on `device`."""
+        return self.streams or DEFAULT_STREAMS[_kind(device)]
 
     def frames_for(self, device: str) -> int:
-        """Synthetic-video length in frames for `device` ("cpu", "cuda", "cuda:N")."""
-        return self.frames or DEFAULT_FRAMES["cpu" if device == "cpu" else "cuda"]
+        """Synthetic-video length in frames on `device`."""
+        return self.frames or DEFAULT_FRAMES[_kind(device)]
 
     @property
     def injected(self) -> dict[str, Any]:
         """The test-only changes this run was made with ({} for a normal run): marked in every benchmark."""
-        out: dict[str, Any] = {}
-        if self.inject_delay_ms:
-            out["inject_delay_ms"] = self.inject_delay_ms
-        if self.regression is not None:
-            out["regression"] = str(self.regression)
-        return out
+        out: dict[str, Any] = {"inject_delay_ms": self.inject_delay_ms} if self.inject_delay_ms else {}
+        return out | ({} if self.regression is None else {"regression": str(self.regression)})
 
 
 def resolve_device(requested: str, cuda_device_count: int) -> tuple[str, str | None]:
     """A --perf-device value as the device tests run on, and why that device does not exist (or None): "auto" is
-    "cuda" when one is visible, else "cpu"; "cuda" / "cuda:N" stay as asked (only "auto" falls back to the CPU).
-    ValueError for another name (`detector.devices.parse_device`)."""
+    "cuda" when one is visible, else "cpu"; "cuda" / "cuda:N" stay as asked. ValueError for another name."""
     kind, index = parse_device(requested)
     if kind == "auto":
         return ("cuda" if cuda_device_count > 0 else "cpu"), None
-    if kind == "cpu":
-        return "cpu", None
-    if index is not None and index >= cuda_device_count:
+    if kind != "cpu" and index is not None and index >= cuda_device_count:
         return requested, f"no CUDA device {index} (found {cuda_device_count})"
-    if cuda_device_count == 0:
+    if kind != "cpu" and cuda_device_count == 0:
         return requested, "no CUDA device (found 0)"
     return requested, None
 
 
 class PerfSession:
-    """Per-run state of the perf plugin: options, subject, the resolved device and fingerprint (lazy), the parts."""
+    """Per-run state of the perf plugin: options, subject, the resolved device and fingerprint (lazy), the
+    parts (`perf.roles`), set by `start`."""
 
-    def __init__(self, options: PerfOptions, subject: Subject | None = None) -> None:
-        self.options = options
-        self.subject = subject if subject is not None else Subject()
-        # the parts of a run, set by `start`
+    def __init__(self, options: PerfOptions, subject: Subject) -> None:
+        self.options, self.subject = options, subject
         self.config: pytest.Config
         self.report: ReportRun
         self.gate: GateRun
@@ -154,7 +143,7 @@ class PerfSession:
               processes: Callable[[PerfSession, pytest.Config], Any]) -> PerfSession:  # fmt: skip
         """``pytest_configure``: check the options (a usage error, one line per problem), build the session and its
         parts. ``markers``: name -> description; ``option_errors``: `perf.options.start_up_errors`; ``processes``:
-        `perf.roles.processes.ProcessesRun.start`."""
+        `perf.roles.processes.ProcessesRun.start` (both above this floor)."""
         from perf.measure.clock import SUITE_CLOCK
         from perf.measure.multigpu import bind_worker_gpu
         from perf.preflight import check_options
@@ -165,22 +154,19 @@ class PerfSession:
         bind_worker_gpu()  # an xdist worker gets its own GPU, before anything initialises CUDA
         for name, description in {**backend_markers(), **markers}.items():
             config.addinivalue_line("markers", f"{name}: {description}")
-        errors = option_errors(config)
-        if errors:
+        if errors := option_errors(config):
             raise pytest.UsageError("\n".join(errors))
         session = cls.from_config(config)
-        errors = list(session.usage_errors(autosave=bool(config.getoption("benchmark_autosave", False))))
-        if errors:
+        if errors := list(session.usage_errors(autosave=bool(config.getoption("benchmark_autosave", False)))):
             raise pytest.UsageError("\n".join(errors))
         session.config = config
         config.stash[PERF_SESSION] = session
         for message in session.subject.warnings():  # settings that work but are likely wrong
             config.issue_config_time_warning(SubjectWarning(message), stacklevel=2)
         SUITE_CLOCK.configure(lambda: session.device, session.options.clock_lead_in_ms)  # CUDA events on a GPU
-        worker = getattr(config, "workerinput", None)
-        run = worker.get("perf_run") if worker is not None else None
-        session.report = ReportRun(session, run or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-                                   None if worker is None else worker.get("workerid"))  # fmt: skip
+        worker = getattr(config, "workerinput", None) or {}
+        run = worker.get("perf_run") or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        session.report = ReportRun(session, run, worker.get("workerid"))
         session.processes = processes(session, config)
         check_options(config, session.options)
         if hasattr(config.option, "benchmark_save_data"):
@@ -188,11 +174,6 @@ class PerfSession:
         session.gate = GateRun(session, gate_settings(config))
         session.nsys = NsysRun(session.options, nsys_selected(session.options, config.getoption("markexpr", "")))
         return session
-
-    @property
-    def run_name(self) -> str:
-        """This run's name in the report files (start time, process id), shared with its xdist workers."""
-        return self.report.run
 
     def on_sessionstart(self, session: pytest.Session) -> None:
         """Open the history store, then read main's history: both refuse a wrong setting before measuring."""
@@ -209,21 +190,18 @@ class PerfSession:
 
     def on_runtest_setup(self, item: pytest.Item) -> None:
         """Skip a test whose markers need what this machine lacks (`skip_reason`)."""
-        markers = {mark.name for mark in item.iter_markers()} & self.gated_markers
-        reason = self.skip_reason(markers) if markers else None
-        if reason is not None:
+        markers = {mark.name for mark in item.iter_markers()} & {"gpu", *backend_markers()}
+        if markers and (reason := self.skip_reason(markers)) is not None:
             pytest.skip(reason)
 
     def on_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
         """Around a test's call: mark a benchmark of a run with injected slowdowns (and, after, the calibration)."""
-        marks = self.options.injected
-        funcargs = getattr(item, "funcargs", {})
-        bench = funcargs.get("benchmark")
-        if marks and bench is not None:
+        marks, funcargs = self.options.injected, getattr(item, "funcargs", {})
+        bench = funcargs.get("benchmark") if marks else None
+        if bench is not None:
             bench.extra_info["injected"] = marks
         yield
-        calibration = getattr(funcargs.get("runner_pool"), "calibration", None)
-        if marks and bench is not None and calibration:
+        if bench is not None and (calibration := getattr(funcargs.get("runner_pool"), "calibration", None)):
             bench.extra_info.setdefault("regression_calibration", calibration)
 
     def on_makereport(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
@@ -236,10 +214,8 @@ class PerfSession:
         self.gate.judge_test(item, call, report)
 
     def on_update_json(self, benchmarks: Any, output_json: dict[str, Any]) -> None:
-        """``perf_run`` = ``{"run_id", "injected"}`` beside machine_info, every benchmark's ``params`` as JSON
-        (`perf.runs.param_json`); the store keeps the document (docs/architecture.md, "Saved runs")."""
-        from perf.runs import param_json
-
+        """``perf_run`` beside machine_info, every benchmark's ``params`` as JSON; the store keeps the
+        document (docs/architecture.md, "Saved runs")."""
         output_json["perf_run"] = {"run_id": self.run_id, "injected": self.options.injected}
         for bench in output_json.get("benchmarks") or ():
             if isinstance(bench.get("params"), dict):
@@ -272,12 +248,9 @@ class PerfSession:
     def header(self) -> list[str]:
         """``pytest_report_header``: what the run measures, and a warning line for an injected slowdown."""
         options = self.options
-        lines = [
-            f"perf: device={options.device} backends={','.join(options.backends)} "
-            f"batch-sizes={','.join(map(str, options.batch_sizes_for(self.device)))} "
-            f"precisions={','.join(options.precisions)} "
-            f"cache-dir={options.cache_dir}"
-        ]
+        lines = [f"perf: device={options.device} backends={','.join(options.backends)} "
+                 f"batch-sizes={','.join(map(str, options.batch_sizes_for(self.device)))} "
+                 f"precisions={','.join(options.precisions)} cache-dir={options.cache_dir}"]
         if options.injected:
             lines.append(f"perf: INJECTED SLOWDOWN ({describe_injected(options.injected)}): a test-only run, marked "
                          "as such in every saved benchmark; never a baseline")  # fmt: skip
@@ -324,27 +297,28 @@ class PerfSession:
         ``option``): see docs/architecture.md, "The session and its parts"."""
         from perf.measure.machine import fingerprint_differences, mismatch_message
 
-        config = self.config
-        injected = injected_of(saved_run)
-        if injected:
+        if injected := injected_of(saved_run):
             raise pytest.UsageError(f"{option}: the saved run in '{location}' (saved {saved_run.get('datetime')}) was made "
                                     f"with {describe_injected(injected)}, a deliberate slowdown: it is not a baseline; "
                                     "compare with another run (NUM or ID)")  # fmt: skip
         machine_info = saved_run.get("machine_info") or {}
-        saved_subject = machine_info.get("perf_subject")
-        if not saved_subject:
-            config.issue_config_time_warning(MachineMismatchWarning(
+        if not (saved_subject := machine_info.get("perf_subject")):
+            self.config.issue_config_time_warning(MachineMismatchWarning(
                 f"{option}: the saved run in '{location}' records no model or video identity (saved before they were "
                 "recorded); it is compared as if it measured this model and video"), stacklevel=2)
         elif differences := subject_differences(saved_subject, self.identity):
             allowed = self.options.allow_model_mismatch
-            _refuse_or_warn(config, subject_mismatch_message(differences, saved_run, location, allowed=allowed,
-                                                             option=option), allowed)  # fmt: skip
-        differences = fingerprint_differences(machine_info.get("perf"), self.fingerprint)
-        if differences:
+            self._refuse_or_warn(subject_mismatch_message(differences, saved_run, location, allowed=allowed,
+                                                          option=option), allowed)  # fmt: skip
+        if differences := fingerprint_differences(machine_info.get("perf"), self.fingerprint):
             allowed = self.options.allow_machine_mismatch
-            _refuse_or_warn(config, mismatch_message(differences, saved_run, location, allowed=allowed, option=option),
-                            allowed)  # fmt: skip
+            message = mismatch_message(differences, saved_run, location, allowed=allowed, option=option)
+            self._refuse_or_warn(message, allowed)
+
+    def _refuse_or_warn(self, message: str, allowed: bool) -> None:
+        if not allowed:
+            raise pytest.UsageError(message)
+        self.config.issue_config_time_warning(MachineMismatchWarning(message), stacklevel=3)
 
     @functools.cached_property
     def _device(self) -> tuple[str, str | None]:
@@ -373,33 +347,24 @@ class PerfSession:
 
         return max_time_given(self.config)
 
-    @functools.cached_property
-    def gated_markers(self) -> frozenset[str]:
-        """The markers whose tests may be skipped here: "gpu" and every backend's own (``register(..., marks=)``)."""
-        return frozenset({"gpu", *backend_markers()})
-
     def skip_reason(self, markers: set[str]) -> str | None:
         """Why a test marked with `markers` ("gpu", "trt") cannot run here, or None: "gpu" needs a CUDA device; a
         backend's marker needs that backend to run on this device (`detector.backends.availability`)."""
         from detector.backends import availability, backend
 
         device_type = self.device.partition(":")[0]
-        no_cuda = None
-        if device_type == "cpu":
-            found = "is cpu" if self.options.device == "cpu" else "auto found no CUDA device"
-            no_cuda = f"needs a CUDA device; --perf-device {found}"
-            if "gpu" in markers:
-                return no_cuda
+        found = "is cpu" if self.options.device == "cpu" else "auto found no CUDA device"
+        no_cuda = f"needs a CUDA device; --perf-device {found}" if device_type == "cpu" else None
+        if no_cuda and "gpu" in markers:
+            return no_cuda
         for name in backend_names():
             entry = backend(name)
             if not markers & set(entry.marks):
                 continue
             if device_type not in entry.devices:
-                if no_cuda is not None and "cuda" in entry.devices:
-                    return no_cuda
-                return f"{name} runs on {', '.join(entry.devices)} only, not {self.device}"
-            reason = availability(name, self.device)  # "tensorrt not installed (...)", an RTX refusal, or None
-            if reason is not None:
+                return no_cuda if no_cuda and "cuda" in entry.devices else (
+                    f"{name} runs on {', '.join(entry.devices)} only, not {self.device}")
+            if (reason := availability(name, self.device)) is not None:  # not installed, an RTX refusal
                 return reason
         return None
 
@@ -413,8 +378,6 @@ class PerfSession:
     def described(self) -> dict[str, str]:
         """What this run measures and where, as every report names it (`perf.subject.describe_subject`)."""
         import platform
-
-        from perf.subject import describe_subject
 
         return describe_subject(self.identity, self.fingerprint, platform.node())
 
@@ -437,10 +400,3 @@ class MachineMismatchWarning(pytest.PytestWarning):
 
 class SubjectWarning(pytest.PytestWarning):
     """A model or video setting that works but is likely wrong (ground-truth categories not the class names)."""
-
-
-
-def _refuse_or_warn(config: pytest.Config, message: str, allowed: bool) -> None:
-    if not allowed:
-        raise pytest.UsageError(message)
-    config.issue_config_time_warning(MachineMismatchWarning(message), stacklevel=3)

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perf.gate.compare import GateSettings
+from perf.gate.compare import SLOWER, GateSettings
 from perf.gate.judge import MIN_REFERENCE
 from perf.gate.processes import COMPARE_FAIL_LINE
 from perf.measure.stability import StabilityRule
 from perf.runs import injected_of
 
 if TYPE_CHECKING:
-    from perf.session import PerfOptions, PerfSession
+    from perf.session import PerfSession
 
 SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
 #: The line that says why --benchmark-compare-fail's verdicts cannot be trusted where the gate has no history.
@@ -57,26 +57,6 @@ def gate_settings(config: pytest.Config) -> GateSettings:
                         confirm=get("perf_confirm"))  # fmt: skip
 
 
-#: What a refusal says when no saved run is comparable with this one ("latest" is the latest comparable run).
-NO_COMPARABLE_RUN = (
-    "None of the {runs} saved run(s) in '{storage}' measured this machine, model and video, so there is no latest "
-    "comparable run: record a baseline of this one (--benchmark-autosave), or pick a run: --perf-compare=NUM (with "
-    "--perf-allow-model-mismatch or --perf-allow-machine-mismatch); `perf-history runs` lists each run's model and "
-    "`perf-history comparable RUN` says whether a run's machine matches this one.")
-
-
-def _benchmark_session(config: pytest.Config) -> Any:
-    session = getattr(config, "_benchmarksession", None)
-    if session is None:
-        raise pytest.UsageError("--perf-compare needs pytest-benchmark (it is disabled: drop -p no:benchmark)")
-    return session
-
-
-def _compare_fail(config: pytest.Config) -> list[Any]:
-    """pytest-benchmark's parsed ``--benchmark-compare-fail`` checks ([] when not given or pytest-benchmark is off)."""
-    return list(getattr(getattr(config, "_benchmarksession", None), "compare_fail", None) or ())
-
-
 def _record(metadata: Any) -> Any:
     """pytest-benchmark's in-memory result of one benchmark as the saved-run model's record."""
     import numpy as np
@@ -95,6 +75,7 @@ class GateRun:
     perf: PerfSession
     settings: GateSettings
     session: pytest.Session | None = None
+    checks: list[Any] = field(default_factory=list)  #: pytest-benchmark's parsed --benchmark-compare-fail
     baseline: Any = None
     expected: list[str] | None = None
     judged: dict[str, Any] = field(default_factory=dict)
@@ -109,19 +90,17 @@ class GateRun:
     document: dict[str, Any] | None = None  #: what the verdict file holds, for the store
     summary: dict[str, Any] | None = None
 
-    @property
-    def options(self) -> PerfOptions:
-        return self.perf.options
-
     def start(self, session: pytest.Session) -> None:
         """Read main's history before measuring; a storage with no comparable run is a usage error."""
-        config = session.config
-        self.session = session
-        wanted = self.options.compare
-        takeover = wanted is None and bool(_compare_fail(config))
+        config, wanted = session.config, self.perf.options.compare
+        benchmarks = getattr(config, "_benchmarksession", None)
+        self.session, self.checks = session, list(getattr(benchmarks, "compare_fail", None) or ())
+        takeover = wanted is None and bool(self.checks)
         if (wanted is None and not takeover) or hasattr(config, "workerinput"):
             return
-        benchmarks = _benchmark_session(config)
+        if benchmarks is None:
+            raise pytest.UsageError("--perf-compare needs pytest-benchmark (it is disabled: drop -p "
+                                    "no:benchmark)")
         if benchmarks.disabled:
             if takeover:
                 return
@@ -141,52 +120,54 @@ class GateRun:
         from perf.gate.history import history_runs
         from perf.runs import HistoryError, run_from_json
 
-        check = self.perf.check_saved_run
+        check, options, folder = self.perf.check_saved_run, self.perf.options, Path(str(storage))
         every = list(storage.load())
         if wanted is not True:
-            chosen = list(storage.load(wanted))
-            if not chosen:
+            if not (chosen := list(storage.load(wanted))):
                 raise pytest.UsageError(f"--perf-compare: no saved run matching {wanted!r} in '{storage}'")
             if injected_of(chosen[-1][1]):
-                check(chosen[-1][1], str(Path(str(storage)) / chosen[-1][0]), "--perf-compare")
-            upto = [str(path) for path, _ in every].index(str(chosen[-1][0]))
-            every = every[: upto + 1]
-        clean = [(path, data) for path, data in every if not injected_of(data)]
-        if not clean:
+                check(chosen[-1][1], str(folder / chosen[-1][0]), "--perf-compare")
+            every = every[: [str(path) for path, _ in every].index(str(chosen[-1][0])) + 1]
+        if not (clean := [(path, data) for path, data in every if not injected_of(data)]):
             if quiet:
                 return None
             which = "no saved run" if wanted is True else f"no saved run up to {wanted!r}"
             raise pytest.UsageError(f"--perf-compare: {which} in '{storage}' (runs made with test-only options are "
                                     "never a baseline); record one with --benchmark-autosave")  # fmt: skip
         try:
-            runs = [run_from_json(data, Path(str(storage)) / path) for path, data in clean]
+            runs = [run_from_json(data, folder / path) for path, data in clean]
         except HistoryError as e:  # the start-up check (perf.preflight) refuses these first
             raise pytest.UsageError(f"--perf-compare: {e}") from None
-        perf, last = self.perf, self.options.history
-        fingerprint = None if perf.options.allow_machine_mismatch else perf.fingerprint
-        identity = None if perf.options.allow_model_mismatch else perf.identity
-        kept = history_runs(runs, fingerprint=fingerprint, identity=identity, last=last)
-        if not kept:
-            if quiet:
-                return None
-            path, data = clean[-1]
-            try:  # names what differs from the latest run
-                check(data, str(Path(str(storage)) / path), "--perf-compare")
-            except pytest.UsageError as e:
-                raise pytest.UsageError(f"{e}\n{NO_COMPARABLE_RUN.format(storage=storage, runs=len(clean))}") from None
-            kept = runs[-last:]
-        else:  # the latest run judged against: its warnings (allowed mismatches, a run without identity) are said once
+        perf = self.perf
+        kept = history_runs(runs, fingerprint=None if options.allow_machine_mismatch else perf.fingerprint,
+                            identity=None if options.allow_model_mismatch else perf.identity,
+                            last=options.history)
+        if kept:  # the latest run judged against: its warnings (allowed mismatches, no identity) said once
             check(kept[-1].raw, str(kept[-1].path), "--perf-compare")
+        elif quiet:
+            return None
+        else:
+            try:  # names what differs from the latest run
+                check(clean[-1][1], str(folder / clean[-1][0]), "--perf-compare")
+            except pytest.UsageError as e:
+                raise pytest.UsageError(
+                    f"{e}\nNone of the {len(clean)} saved run(s) in '{storage}' measured this machine, model "
+                    "and video, so there is no latest comparable run: record a baseline of this one "
+                    "(--benchmark-autosave), or pick a run: --perf-compare=NUM (with "
+                    "--perf-allow-model-mismatch or --perf-allow-machine-mismatch); `perf-history runs` "
+                    "lists each run's model and `perf-history comparable RUN` says whether a run's machine "
+                    "matches this one.") from None
+            kept = runs[-options.history:]
         return Baseline(kept, self._noise_profile(storage))
 
     def _noise_profile(self, storage: Any) -> Any:
         """The profile that seeds a short history: --perf-noise-profile's file, none, or this runner's stored one."""
         from perf.gate.noise import NoiseProfileError, find_profile, load_profile
 
-        wanted = self.options.noise_profile
+        wanted = self.perf.options.noise_profile
+        folder = getattr(storage, "path", None)  # file storage only
         try:
             if wanted is None:
-                folder = getattr(storage, "path", None)  # file storage only
                 return None if folder is None else find_profile(folder, self.perf.fingerprint)
             if wanted.strip().lower() == "none":
                 return None
@@ -196,13 +177,10 @@ class GateRun:
 
     def select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """--perf-selftest: keep only the gate's self-checks."""
-        if not self.options.selftest:
-            return
-        kept = [item for item in items if item.path.name in SELFTEST_FILES]
         dropped = [item for item in items if item.path.name not in SELFTEST_FILES]
-        if dropped:
+        if self.perf.options.selftest and dropped:
             config.hook.pytest_deselected(items=dropped)
-            items[:] = kept
+            items[:] = [item for item in items if item.path.name in SELFTEST_FILES]
 
     def collected(self, items: list[pytest.Item]) -> None:
         self.expected = [item.nodeid for item in items]
@@ -212,62 +190,44 @@ class GateRun:
             self.budget = budget(self.baseline, self.settings, self.expected)
 
     def judge_test(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
-        """Fail a passed benchmark's call when the gate judges it slower."""
-        if call.when != "call" or not report.passed:
+        """Judge a passed benchmark as its test ends (the first pass, kept) and fail its call when it is slower
+        with no confirmation to come, or when --benchmark-compare-fail's checks fail where the gate has no
+        history (where it has, they are counted, not applied)."""
+        metadata = getattr(getattr(item, "funcargs", {}).get("benchmark"), "stats", None)
+        if call.when != "call" or not report.passed or metadata is None:
             return
-        bench = getattr(item, "funcargs", {}).get("benchmark")
-        metadata = getattr(bench, "stats", None)
-        if metadata is not None:
-            reasons = [*self._perf_compare_failure(metadata), *self._compare_fail_failure(item.config, metadata)]
-            if reasons:
-                report.outcome = "failed"
-                report.longrepr = GateFailure("; ".join(reasons))  # type: ignore[assignment]
-
-    def _perf_compare_failure(self, metadata: Any) -> list[str]:
-        """The first pass on one benchmark, kept; the reason when it fails now (slower, no confirmation to come)."""
-        baseline, settings = self.baseline, self.settings
-        if baseline is None:
-            return []
-        from perf.gate.compare import SLOWER, explain_slower, judge_benchmark
+        from perf.gate.compare import explain_slower, judge_benchmark
         from perf.gate.table import describe_failure
 
-        record = _record(metadata)
-        row = judge_benchmark(baseline, record, self.budget, settings.min_effect)
-        self.judged[metadata.fullname] = row
-        if row.verdict == SLOWER and settings.confirm <= 0:
-            explain_slower(row, baseline, record)
-            return [describe_failure(row, settings, baseline)]
-        return []
-
-    def _compare_fail_failure(self, config: pytest.Config, metadata: Any) -> list[str]:
-        """pytest-benchmark's own ``--benchmark-compare-fail`` checks on one benchmark; counted, not applied, where
-        the gate judges against a history."""
-        checks = _compare_fail(config)
-        if not checks:
-            return []
-        out = []
-        for path, mapping in getattr(config._benchmarksession, "compared_mapping", {}).items():
-            compared = mapping.get(metadata.fullname)
-            if compared is None:
-                continue
-            for check in checks:
-                failure = check.fails(metadata, compared["stats"])
-                if failure:
-                    out.append(f"--benchmark-compare-fail against {Path(str(path)).name}: {failure}")
-        if out and self.baseline is not None:
+        reasons: list[str] = []
+        if (baseline := self.baseline) is not None:
+            record = _record(metadata)
+            row = judge_benchmark(baseline, record, self.budget, self.settings.min_effect)
+            self.judged[metadata.fullname] = row
+            if row.verdict == SLOWER and self.settings.confirm <= 0:
+                explain_slower(row, baseline, record)
+                reasons.append(describe_failure(row, self.settings, baseline))
+        mappings = getattr(item.config._benchmarksession, "compared_mapping", {}) if self.checks else {}
+        compared = [(Path(str(path)).name, mapping[metadata.fullname]) for path, mapping in mappings.items()
+                    if metadata.fullname in mapping]  # fmt: skip
+        failures = [f"--benchmark-compare-fail against {name}: {failure}" for name, saved in compared
+                    for check in self.checks if (failure := check.fails(metadata, saved["stats"]))]  # fmt: skip
+        if failures and baseline is not None:
             self.replaced += 1
-            return []
-        if out:
+        elif failures:
             self.compare_fail += 1
-        return out
+            reasons += failures
+        if reasons:
+            report.outcome = "failed"
+            report.longrepr = GateFailure("; ".join(reasons))  # type: ignore[assignment]
 
     def _header(self) -> str:
-        baseline, settings = self.baseline, self.settings
+        settings = self.settings
         confirm = (f"suspects confirmed in at most {settings.confirm} pair(s) of fresh processes"
                    if settings.confirm > 0 else "no confirmation (--perf-confirm=0)")
         spent = f" ({self.confirm_seconds:.0f} s of processes)" if self.confirm_seconds else ""
-        return (f"--perf-compare against {baseline.describe()}: {self.budget.describe()}; slower/faster = "
-                f"significant and beyond {settings.min_effect:.1%}; {confirm}{spent}")
+        return (f"--perf-compare against {self.baseline.describe()}: {self.budget.describe()}; slower/faster "
+                f"= significant and beyond {settings.min_effect:.1%}; {confirm}{spent}")
 
     def _confirm(self, config: pytest.Config, rows: list[Any]) -> None:
         """Confirm the suspects in fresh processes (`perf.gate.confirm`), the base in a worktree where needed."""
@@ -275,10 +235,8 @@ class GateRun:
         from perf.gate.processes import (DROPPED, INJECTING, GitError, base_worktree, forwarded_options, git,
                                          remove_worktree, same_code)  # fmt: skip
 
-        baseline, settings = self.baseline, self.settings
-        folder = self.options.reports_dir / "confirm" / self.perf.run_name
-        repo = config.rootpath
-        commit = baseline.latest.commit
+        folder = self.perf.options.reports_dir / "confirm" / self.perf.report.run
+        repo, commit = config.rootpath, self.baseline.latest.commit
         tree, base_dir = None, None
         same = same_code(repo, commit)
         if same:  # this tree is the base's code: both sides run here, paired, so a drift of the runner cancels
@@ -291,10 +249,11 @@ class GateRun:
             except (GitError, ValueError) as e:
                 self.confirm_note = f"base commit {str(commit)[:12]} not checked out ({e}): candidate processes only"
         values = {"--perf-compare": None, "--benchmark-compare": None}
-        options = forwarded_options(config.invocation_params.args, config.args, values, {**DROPPED, **INJECTING})
-        injected = forwarded_options(config.invocation_params.args, config.args, values,
-                                     {k: v for k, v in DROPPED.items() if k not in INJECTING})  # fmt: skip
-        extra = tuple(token for token in injected if token not in options)
+        args = (config.invocation_params.args, config.args, values)
+        options = forwarded_options(*args, {**DROPPED, **INJECTING})
+        injected = forwarded_options(*args, {k: v for k, v in DROPPED.items() if k not in INJECTING})
+        sides = Sides(repo, base_dir, folder / "cache-base" if tree is not None else None,
+                      tuple(token for token in injected if token not in options))  # fmt: skip
         reporter = config.pluginmanager.get_plugin("terminalreporter")
 
         def progress(result: Any, done: int, total: int) -> None:
@@ -302,11 +261,11 @@ class GateRun:
                 reporter.write_line(f"perf-compare confirmation: {result.label} ({result.kind}) "
                                     f"{result.seconds:.0f} s, exit {result.returncode}")  # fmt: skip
 
-        sides = Sides(repo, base_dir, folder / "cache-base" if tree is not None else None, extra)
         if reporter is not None:
             reporter.write("\n")  # after the progress line of the tests
         try:
-            self.confirm_seconds = confirm_rows(rows, baseline, settings, sides, folder, options, progress)
+            self.confirm_seconds = confirm_rows(rows, self.baseline, self.settings, sides, folder, options,
+                                                progress)
         finally:
             if tree is not None:
                 remove_worktree(repo, tree)
@@ -315,11 +274,12 @@ class GateRun:
         """Judge, confirm the suspects, write the verdicts, and fail the session on a confirmed slowdown."""
         if self.baseline is None or session.exitstatus == pytest.ExitCode.USAGE_ERROR:
             return  # refused before measuring (perf.preflight): nothing to compare
-        from perf.gate.compare import SLOWER, compare_runs, explain_slower
+        from perf.gate.compare import compare_runs, explain_slower
         from perf.gate.table import summary, verdict_document, write_verdicts
 
-        config = session.config
-        current = {m.fullname: _record(m) for m in _benchmark_session(config).benchmarks if m and not m.has_error}
+        config, perf = session.config, self.perf
+        current = {m.fullname: _record(m) for m in config._benchmarksession.benchmarks
+                   if m and not m.has_error}
         rows = compare_runs(self.baseline, current, self.settings, self.expected,
                             judged=self.judged)  # the first pass as each test ended, not drawn again
         if self.settings.confirm > 0 and any(row.verdict == SLOWER for row in rows):
@@ -328,10 +288,9 @@ class GateRun:
             if row.verdict == SLOWER and row.fullname in current:
                 explain_slower(row, self.baseline, current[row.fullname])
         self.rows = rows
-        perf = self.perf
         marks = {"run_id": perf.run_id, "injected": perf.options.injected}
-        self.path = write_verdicts(self.options.reports_dir, rows, self.baseline, self.settings, self._header(),
-                                   run=perf.run_name, budget=self.budget, current=marks,
+        self.path = write_verdicts(perf.options.reports_dir, rows, self.baseline, self.settings,
+                                   self._header(), run=perf.report.run, budget=self.budget, current=marks,
                                    subject=perf.described())  # fmt: skip
         self.document = verdict_document(rows, self.baseline, self.settings, current=marks, budget=self.budget,
                                          subject=perf.described())  # fmt: skip
@@ -339,50 +298,46 @@ class GateRun:
         if self.summary["failed"] and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """The perf-compare section, then why --benchmark-compare-fail cannot be trusted here, if it cannot."""
-        if self.rows is not None:
-            self._write_verdicts(terminalreporter)
-        if self.untrusted:
-            terminalreporter.write_line(self.untrusted, yellow=True)
-
     def compare_failed(self, terminalreporter: pytest.TerminalReporter) -> None:
         """A failed --benchmark-compare-fail check (PerformanceRegression): one line, no failure where the gate
-        judged against a history."""
-
+        judged against a history (COMPARE_FAIL_REPLACED said why)."""
         if self.baseline is not None:
-            return  # COMPARE_FAIL_REPLACED said why, above
+            return
         terminalreporter.write_line(COMPARE_FAIL_LINE.format(n=self.compare_fail), red=True)
         if self.session is not None and self.session.exitstatus == pytest.ExitCode.OK:
             self.session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def _write_verdicts(self, terminalreporter: pytest.TerminalReporter) -> None:
-        from perf.gate.compare import SLOWER
+    def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """The perf-compare section, then why --benchmark-compare-fail cannot be trusted here, if it cannot."""
         from perf.gate.table import describe_failure, format_lines, why_lines
 
-        counts, rows = self.summary, self.rows or []
+        write, counts = terminalreporter.write_line, self.summary
+        if self.untrusted:
+            write(self.untrusted, yellow=True)
+        if self.rows is None or counts is None:
+            return
         terminalreporter.write_sep("=", "perf-compare")
-        terminalreporter.write_line(self._header())
+        write(self._header())
         if self.confirm_note:
-            terminalreporter.write_line(self.confirm_note, yellow=True)
-        for line in format_lines(rows):
-            terminalreporter.write_line(line)
-        for row in rows:
+            write(self.confirm_note, yellow=True)
+        for line in format_lines(self.rows):
+            write(line)
+        for row in self.rows:
             if row.verdict == SLOWER:
-                terminalreporter.write_line(describe_failure(row, self.settings, self.baseline), red=True)
+                write(describe_failure(row, self.settings, self.baseline), red=True)
             if why := why_lines(row):
-                terminalreporter.write_line(f"why {row.name} is slower (kernels by change in time per call):")
+                write(f"why {row.name} is slower (kernels by change in time per call):")
                 for line in why:
-                    terminalreporter.write_line(f"  {line}")
+                    write(f"  {line}")
         text = ", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "inconclusive", "missing"))
-        verdict = "FAILED" if counts["failed"] else "passed"
-        terminalreporter.write_line(f"perf-compare {verdict}: {text}; verdicts in {self.path} (and .md)",
-                                    red=counts["failed"], green=not counts["failed"])  # fmt: skip
-        checks = _compare_fail(self.perf.config)
-        if checks:
-            terminalreporter.write_line(COMPARE_FAIL_REPLACED.format(
-                checks=" ".join(_check_text(check) for check in checks), spread=100 * _spread(self.baseline),
-                runs=len(self.baseline.runs), n=self.replaced, verdict=text), yellow=True)
+        failed = counts["failed"]
+        write(f"perf-compare {'FAILED' if failed else 'passed'}: {text}; verdicts in {self.path} (and .md)",
+              red=failed, green=not failed)
+        if self.checks:
+            checks = " ".join(map(_check_text, self.checks))
+            spread = 100 * _spread(self.baseline)
+            write(COMPARE_FAIL_REPLACED.format(checks=checks, spread=spread, runs=len(self.baseline.runs),
+                                               n=self.replaced, verdict=text), yellow=True)
 
 
 def _check_text(check: Any) -> str:
@@ -390,17 +345,13 @@ def _check_text(check: Any) -> str:
     field, threshold = getattr(check, "field", None), getattr(check, "threshold", None)
     if field is None or threshold is None:
         return str(check)
-    percent = "Percentage" in type(check).__name__
-    return f"{field}:{threshold:g}{'%' if percent else ''}"
+    return f"{field}:{threshold:g}{'%' if 'Percentage' in type(check).__name__ else ''}"
 
 
 def _spread(baseline: Any) -> float:
     """The largest between-process move (max / min - 1) of a benchmark's primary median over the history."""
     from perf.gate.history import metric_median
 
-    worst = 0.0
-    for name in baseline.benchmarks:
-        values = [v for run in baseline.runs if (v := metric_median(run, name)) is not None]
-        if len(values) > 1:
-            worst = max(worst, max(values) / min(values) - 1)
-    return worst
+    medians = ([v for run in baseline.runs if (v := metric_median(run, name)) is not None]
+               for name in baseline.benchmarks)
+    return max((max(values) / min(values) - 1 for values in medians if len(values) > 1), default=0.0)
