@@ -162,7 +162,7 @@ from perf.store.changepoints import find_change_points, history_changes, points_
 
 
 @settings(max_examples=60, deadline=None)
-@given(before=st.integers(2, 30), after=st.integers(1, 30), step=st.floats(0.05, 2.0), seed=st.integers(0, 2**31),
+@given(before=st.integers(2, 30), after=st.integers(2, 30), step=st.floats(0.05, 2.0), seed=st.integers(0, 2**31),
        level=st.floats(1e-5, 1.0))  # fmt: skip
 def test_a_step_well_above_the_scatter_is_found_where_it_starts(before: int, after: int, step: float, seed: int,
                                                                 level: float) -> None:  # fmt: skip
