@@ -1,10 +1,8 @@
 """``--perf-compare``: one verdict row per benchmark of a run, judged against main's history of this runner.
 
-Each judged metric (`judged_names`: the primary ``time``, ``host`` where launch-bound, ``stage:<name>`` marked
-``judged``) gets its own reference (`Baseline`, `perf.gate.history`) and is judged by `perf.gate.judge` at its share
-of the run's `perf.gate.judge.Budget`; any judged metric "slower" makes the row slower. Verdicts: "slower",
-"faster", "no change", "inconclusive" (`perf.gate.confirm`) and "missing"; runs saved before this gate may hold
-"unstable", read as written. docs/method.md, section 4 (items 7, 8) and section 8; the table: `perf.gate.table`.
+Each judged metric (`judged_names`) gets its own reference (`perf.gate.history`) and is judged by
+`perf.gate.judge` at its share of the run's `Budget`; any judged metric "slower" makes the row slower. Runs saved
+before this gate may hold the verdict "unstable", read as written. docs/method.md, section 4 (items 7, 8) and 8.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,9 +31,8 @@ HOST, STAGE = "host", "stage:"
 
 @dataclass(frozen=True)
 class GateSettings:
-    """How ``--perf-compare`` decides: the floor (smallest change called slower or faster), the stability rule
-    of the measurement, whether inconclusive rows fail the run, this runner's noise profile (seeds a short
-    history), and the confirmation (``confirm``: at most this many pairs of fresh processes per suspect; 0: none)."""
+    """How ``--perf-compare`` decides: the floor (a fraction), the stability rule, whether inconclusive rows
+    fail, the noise profile seeding a short history, and ``confirm``: confirmation pairs at most (0: none)."""
 
     min_effect: float = DEFAULT_FLOOR
     rule: StabilityRule = field(default_factory=StabilityRule)
@@ -53,8 +49,8 @@ class GateSettings:
 
 @dataclass
 class Baseline:
-    """What a run is judged against: ``runs``, main's comparable history on this runner (oldest first; the last is
-    the latest), and the noise profile that seeds a short one. References are built once per metric."""
+    """What a run is judged against: ``runs``, main's comparable history on this runner (oldest first), and the
+    noise profile that seeds a short one. References are built once per metric."""
 
     runs: list[SavedRun]
     noise: NoiseProfile | None = None
@@ -69,10 +65,6 @@ class Baseline:
         return self.runs[-1]
 
     @property
-    def path(self) -> Path:
-        return self.latest.path
-
-    @property
     def benchmarks(self) -> dict[str, BenchmarkRecord]:
         return self.latest.benchmarks
 
@@ -84,9 +76,8 @@ class Baseline:
         return self._cache[key]
 
     def judged_metrics(self, expected: Iterable[str] | None = None) -> int:
-        """How many metrics a run of the ``expected`` benchmarks (None: the latest run's) is judged on, at least 1:
-        each benchmark with its judged metrics in the latest history run that measured it (docs/method.md,
-        section 4, item 6); a benchmark no run has measured is not counted."""
+        """How many metrics a run of the ``expected`` benchmarks (None: the latest run's) is judged on, at least 1,
+        each with its metrics in the latest history run that measured it (docs/method.md, section 4, item 6)."""
         newest: dict[str, BenchmarkRecord] = {}
         for run in self.runs:  # oldest first: a later run's record replaces an earlier one's
             newest.update(run.benchmarks)
@@ -104,11 +95,8 @@ class Baseline:
 
 @dataclass
 class MetricResult:
-    """One metric of a benchmark judged: the reference's and this run's medians (seconds), the judgement's ratio,
-    interval and verdict, ``detectable`` (smallest slowdown it would catch, a fraction), whether it counts.
-
-    For a stage, ``contribution`` is the ratio's excess times the stage's share of the reference frame (a
-    fraction of the frame, ``[lo, hi]``)."""
+    """One metric judged: medians (seconds), ratio, interval, verdict, ``detectable`` (a fraction); for a stage,
+    ``contribution``: the ratio's excess times the stage's share of the reference frame (``[lo, hi]``)."""
 
     metric: str
     label: str
@@ -135,19 +123,13 @@ class MetricResult:
             return f"{self.label} {delta_ms:+.3g} ms/frame ({share}) {word or self.verdict}"
         return f"{self.label} {self.ratio:.3f} [{self.lo:.3f}, {self.hi:.3f}] {word or self.verdict}"
 
-    @property
-    def middle(self) -> float:
-        """A stage's share of the change, the middle of its interval (a fraction of the frame; 0 for no stage)."""
-        return 0.0 if self.contribution is None else sum(self.contribution) / 2
-
 
 @dataclass
 class Row:
-    """One benchmark's line of the verdict table (times in seconds per call, frame or tick; ratio = current /
-    reference, of the primary metric). ``moved``: what changed, by metric or stage; ``detectable``: the smallest
-    slowdown of the primary metric this run could catch (a fraction); ``reference_runs``: the processes the
-    reference rests on; ``suspect``: the judged metrics the first pass called slower (to confirm); ``metrics``:
-    every metric judged."""
+    """One benchmark's line of the verdict table (seconds per call, frame or tick; the primary metric's ratio).
+    ``moved``: what changed; ``detectable``: the smallest slowdown caught (a fraction); ``suspect``: the metrics
+    the first pass called slower; ``why`` / ``kernels_moved_us``: for a slower row, the kernels that moved most
+    (`perf.profile.kernels.kernel_changes`) and how much all moved (microseconds per call)."""
 
     fullname: str
     name: str
@@ -167,27 +149,17 @@ class Row:
     suspect: list[str] = field(default_factory=list)
     confirmation: dict[str, Any] | None = None
     metrics: list[MetricResult] = field(default_factory=list)
-    #: For a slower row: the kernels whose time per call moved most (`perf.profile.kernels.kernel_changes`), and
-    #: how much all the kernels of the two tables moved, microseconds per call (None: no tables to compare).
     why: list[dict[str, Any]] = field(default_factory=list)
     kernels_moved_us: float | None = None
 
 
-def _label(bench: BenchmarkRecord, metric: str) -> str:
-    label = bench.metric_info(metric).get("label")
-    if label:
-        return str(label)
-    return metric.replace(STAGE, "stage ") if metric.startswith(STAGE) else metric
-
-
 def judged_names(bench: BenchmarkRecord) -> list[str]:
-    """The metrics of ``bench`` the gate judges (see the module docstring), primary first."""
-    names = [PRIMARY] if PRIMARY in bench.metrics() or bench.median_s else []
+    """The metrics of ``bench`` the gate judges, primary first: ``time``, ``host`` where launch-bound, and each
+    ``stage:<name>`` marked ``judged``."""
     launch_bound = bool(bench.extra_info.get("launch_bound"))
-    for metric in bench.metrics():
-        if (metric == HOST and launch_bound) or (metric.startswith(STAGE) and bench.metric_info(metric).get("judged")):
-            names.append(metric)
-    return names
+    return [*([PRIMARY] if PRIMARY in bench.metrics() or bench.median_s else []),
+            *(m for m in bench.metrics() if (m == HOST and launch_bound)
+              or (m.startswith(STAGE) and bench.metric_info(m).get("judged")))]  # fmt: skip
 
 
 def reference_of(baseline: Baseline, fullname: str, metric: str) -> tuple[Reference | None, int, str]:
@@ -213,98 +185,84 @@ def _levels(level: float | Budget) -> tuple[float, float | None]:
     return (level.first_level, level.faster_level) if isinstance(level, Budget) else (level, None)
 
 
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(float(np.mean(np.log(values))))
+
+
 def _result(bench: BenchmarkRecord, metric: str, result: Judgement, base_s: float, current_s: float,
             share: float | None, level: float, runs: int, note: str = "") -> MetricResult:  # fmt: skip
     """A `MetricResult` of one judgement; a stage's (``share`` of the reference frame) also its contribution."""
-    out = MetricResult(metric, _label(bench, metric), True, result.verdict, base_s, current_s, result.ratio, result.lo,
-                       result.hi, result.detectable * (share or 1.0), note=note, reference_runs=runs, level=level)
-    if share:
-        out.contribution = ((result.lo - 1) * share, (result.hi - 1) * share)
-    return out
-
-
-def judge_metric(baseline: Baseline, current: BenchmarkRecord, metric: str, level: float, floor: float,
-                 frame_s: float | None = None, candidates_s: Sequence[float] | None = None,
-                 faster_level: float | None = None) -> MetricResult | None:  # fmt: skip
-    """One metric of ``current`` against its reference at one-sided ``level`` (``faster_level`` for "faster"); None
-    when it cannot be judged (no such series here or in the history). ``frame_s``: the reference frame time, for a
-    stage's share; ``candidates_s``: per-process medians to judge instead of ``current``'s own."""
-    value = record_median(current, metric)
-    if value is None:
-        return None
-    ref, runs, note = reference_of(baseline, current.fullname, metric)
-    if ref is None:
-        return None
-    share = min(1.0, ref.median_s / frame_s) if metric.startswith(STAGE) and frame_s else None
-    if candidates_s:
-        value = math.exp(float(np.mean(np.log(candidates_s))))
-    result = judge(ref, list(candidates_s) if candidates_s else [value], level,
-                   floor / share if share else floor, faster_level)  # fmt: skip
-    return _result(current, metric, result, ref.median_s, value, share, level, runs, note)
+    label = bench.metric_info(metric).get("label") or (metric.replace(STAGE, "stage ") if metric.startswith(STAGE)
+                                                        else metric)  # fmt: skip
+    return MetricResult(metric, str(label), True, result.verdict, base_s, current_s, result.ratio, result.lo,
+                        result.hi, result.detectable * (share or 1.0), note=note, reference_runs=runs, level=level,
+                        contribution=((result.lo - 1) * share, (result.hi - 1) * share) if share else None)
 
 
 def _moved(metrics: list[MetricResult]) -> str:
     """What moved, largest first: the judged metrics besides the primary called slower or faster, and the primary
-    first when it moved and other metrics were judged (to say which of them moved); when the primary moved and no
-    stage did beyond its noise, the stage with the largest share of the change, "moved most"."""
+    first when it moved and other metrics were judged; when the primary moved and no stage did beyond its noise,
+    the stage with the largest share of the change, "moved most"."""
     primary, others = metrics[0], metrics[1:]
-    changed = [m for m in others if m.verdict in (SLOWER, FASTER)]
-    changed.sort(key=lambda m: -abs(m.current_median_s - m.baseline_median_s))
-    if primary.verdict in (SLOWER, FASTER) and others:
-        changed.insert(0, primary)
-    words = [m.describe() for m in changed]
+    changed = sorted((m for m in others if m.verdict in (SLOWER, FASTER)),
+                     key=lambda m: -abs(m.current_median_s - m.baseline_median_s))
+    moved = primary.verdict in (SLOWER, FASTER)
+    words = [m.describe() for m in ([primary] if moved and others else []) + changed]
     stages = [m for m in others if m.contribution is not None]
-    if primary.verdict in (SLOWER, FASTER) and stages and not any(m.contribution for m in changed):
-        sign = 1 if primary.verdict == SLOWER else -1  # no stage beyond its noise: the one with most of the change
-        top = max(stages, key=lambda m: sign * m.middle)
-        if sign * top.middle > 0:
+    if moved and stages and not any(m.contribution for m in changed):
+        sign = 1 if primary.verdict == SLOWER else -1
+        top = max(stages, key=lambda m: sign * sum(m.contribution))  # type: ignore[arg-type]
+        if sign * sum(top.contribution) > 0:  # type: ignore[arg-type]
             words.append(top.describe("moved most"))
     return "; ".join(words)
 
 
 def _assemble(row: Row, metrics: list[MetricResult]) -> Row:
     """Fill ``row`` from its judged metrics (primary first): medians, ratio, interval, suspects, verdict."""
-    primary = metrics[0]
-    row.metrics = metrics
-    row.baseline_median_s, row.ratio, row.lo, row.hi = primary.baseline_median_s, primary.ratio, primary.lo, primary.hi
-    row.current_median_s = primary.current_median_s
-    row.detectable, row.reference_runs = primary.detectable, primary.reference_runs
+    p = metrics[0]
+    row.metrics, row.note, row.moved = metrics, p.note, _moved(metrics)
+    row.baseline_median_s, row.current_median_s, row.ratio, row.lo, row.hi = (
+        p.baseline_median_s, p.current_median_s, p.ratio, p.lo, p.hi)
+    row.detectable, row.reference_runs = p.detectable, p.reference_runs
     row.suspect = [m.metric for m in metrics if m.verdict == SLOWER]
-    verdicts = {m.verdict for m in metrics}
-    row.verdict = SLOWER if row.suspect else FASTER if FASTER in verdicts else NO_CHANGE
-    row.moved = _moved(metrics)
-    row.note = primary.note
+    row.verdict = SLOWER if row.suspect else FASTER if any(m.verdict == FASTER for m in metrics) else NO_CHANGE
     return row
 
 
 def judge_benchmark(baseline: Baseline, current: BenchmarkRecord, level: float | Budget, floor: float = DEFAULT_FLOOR,
                     more: Sequence[BenchmarkRecord] = ()) -> Row:  # fmt: skip
-    """The first-pass verdict row for one benchmark of this run, every judged metric at one-sided ``level`` (a
-    `Budget`: its first-pass level for "slower", its own for "faster"); ``more``: the same benchmark in more
-    processes of the same code, judged together with ``current``."""
+    """The first-pass verdict row of one benchmark, every judged metric at one-sided ``level`` (a `Budget`: its
+    first-pass level for "slower", its own for "faster"); ``more``: the same benchmark in more processes of the
+    same code, judged together with ``current``."""
     level, faster = _levels(level)
     row = Row(current.fullname, current.name, current.group, MISSING, current_median_s=current.median_s)
-
-    def values(name: str) -> list[float] | None:
-        found = [v for r in (current, *more) if (v := record_median(r, name)) is not None]
-        return found if more else None
-
-    primary = judge_metric(baseline, current, PRIMARY, level, floor, candidates_s=values(PRIMARY), faster_level=faster)
-    if primary is None:
+    metrics: list[MetricResult] = []
+    for metric in judged_names(current):
+        value = record_median(current, metric)
+        ref, runs, note = reference_of(baseline, current.fullname, metric) if value is not None else (None, 0, "")
+        if ref is None:
+            if metric == PRIMARY:
+                break
+            continue
+        frame_s = metrics[0].baseline_median_s if metrics else None
+        share = min(1.0, ref.median_s / frame_s) if metric.startswith(STAGE) and frame_s else None
+        candidates = [v for r in (current, *more) if (v := record_median(r, metric)) is not None] if more else []
+        value = _geomean(candidates) if candidates else value
+        result = judge(ref, candidates or [value], level, floor / share if share else floor, faster)  # type: ignore
+        metrics.append(_result(current, metric, result, ref.median_s, value, share, level, runs, note))  # type: ignore
+    if not metrics or metrics[0].metric != PRIMARY:
         row.note = ("not in the history" if current.fullname not in baseline.benchmarks else
                     "no rounds to judge (saved without --benchmark-save-data)")  # fmt: skip
         return row
-    others = [m for name in judged_names(current)[1:] if (m := judge_metric(
-        baseline, current, name, level, floor, primary.baseline_median_s, values(name), faster)) is not None]
     row.n_current = None if current.data is None else int(current.data.size)
-    return _assemble(row, [primary, *others])
+    return _assemble(row, metrics)
 
 
 def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkRecord], level: float | Budget,
                  floor: float = DEFAULT_FLOOR, baseline: Baseline | None = None) -> Row:  # fmt: skip
     """One benchmark judged on K pairs of processes (``base[i]`` and ``candidate[i]`` back to back), every judged
-    metric on its pair ratios (`perf.gate.judge.judge_pairs`), pooled with the history's spread where ``baseline``
-    has one. Medians are geometric means over the pairs."""
+    metric by `perf.gate.judge.judge_pairs`, pooled with the history's spread where ``baseline`` has one.
+    Medians are geometric means over the pairs."""
     level, faster = _levels(level)
     first = candidate[0]
     row = Row(first.fullname, first.name, first.group, MISSING)
@@ -316,11 +274,11 @@ def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkR
         if any(v is None for v in (*b, *c)):
             continue
         found = baseline.reference(first.fullname, name) if baseline is not None else None
-        b_s, c_s = math.exp(float(np.mean(np.log(b)))), math.exp(float(np.mean(np.log(c))))
+        b_s, c_s = _geomean(b), _geomean(c)  # type: ignore[arg-type]
         share = min(1.0, b_s / frame) if name.startswith(STAGE) and frame else None
         try:
-            result = judge_pairs(b, c, level, floor / share if share else floor, found.reference if found else None,
-                                 faster)  # fmt: skip
+            result = judge_pairs(b, c, level, floor / share if share else floor,  # type: ignore[arg-type]
+                                 found.reference if found else None, faster)  # fmt: skip
         except ValueError as e:  # too few pairs for a spread
             row.note = str(e)
             return row
@@ -343,25 +301,16 @@ def explain_slower(row: Row, baseline: Baseline, current: BenchmarkRecord) -> No
 
 def compare_runs(baseline: Baseline, current: Mapping[str, BenchmarkRecord], settings: GateSettings,
                  expected: Iterable[str] | None = None, judged: Mapping[str, Row] | None = None) -> list[Row]:  # fmt: skip
-    """Rows for every current benchmark, then for history benchmarks this run should have measured.
-
-    ``expected``: node ids collected in this session; a history benchmark outside it was deselected and gets
-    no row. None: every benchmark of the latest run is expected. ``judged``: rows already judged (as each test
-    ended), kept as they are.
-    """
+    """Rows for every current benchmark (``judged``: rows already judged, kept), then a "missing" row for each
+    history benchmark of ``expected`` (this session's node ids; None: the latest run's) not measured."""
     plan = budget(baseline, settings, expected)
-    rows = []
-    for fullname, bench in current.items():
-        if judged is not None and fullname in judged:
-            rows.append(judged[fullname])
-        else:
-            rows.append(judge_benchmark(baseline, bench, plan, settings.min_effect))
-    wanted = None if expected is None else set(expected)
-    for fullname, bench in baseline.benchmarks.items():
-        if fullname not in current and (wanted is None or fullname in wanted):
-            rows.append(Row(fullname, bench.name, bench.group, MISSING, "not measured in this run (skipped or failed)",
-                            baseline_median_s=bench.median_s))  # fmt: skip
-    return rows
+    judged = judged or {}
+    rows = [judged[name] if name in judged else judge_benchmark(baseline, bench, plan, settings.min_effect)
+            for name, bench in current.items()]
+    return rows + [Row(name, bench.name, bench.group, MISSING, "not measured in this run (skipped or failed)",
+                       baseline_median_s=bench.median_s)
+                   for name, bench in baseline.benchmarks.items()
+                   if name not in current and (expected is None or name in set(expected))]  # fmt: skip
 
 
 def budget(baseline: Baseline, settings: GateSettings, expected: Iterable[str] | None = None) -> Budget:

@@ -5,19 +5,15 @@ docs/method.md, sections 4 (item 6) and 8.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from perf.gate.compare import STAGE, Baseline, GateSettings, Row, reference_of
 from perf.gate.history import record_median
-from perf.gate.judge import INCONCLUSIVE, NO_CHANGE, SLOWER, confirm_level, judge, judge_pairs
+from perf.gate.judge import INCONCLUSIVE, NO_CHANGE, SLOWER, Judgement, confirm_level, judge, judge_pairs
 from perf.runs import SavedRun, load_run
-
-log = logging.getLogger(__name__)
 
 #: Pairs of fresh processes per look; a confirmation of at most K pairs takes ceil(K / PAIRS_PER_LOOK) looks.
 PAIRS_PER_LOOK = 2
@@ -29,15 +25,22 @@ BASE, CANDIDATE = "base", "candidate"
 
 @dataclass(frozen=True)
 class Sides:
-    """Where the two sides' code is: ``base_tree`` (a worktree of the base commit; None: candidate only),
-    ``candidate_tree`` (this working tree), the base's cache folder (exports and engines of its own) and the
-    candidate's own options."""
+    """Where the two sides' code is: ``candidate_tree`` (this working tree), ``base_tree`` (a worktree of the base
+    commit; None: candidate only), the base's cache folder, and the options only the candidate gets (the test-only
+    ones that change its code: a self-test's injected slowdown)."""
 
     candidate_tree: Path
     base_tree: Path | None
     base_cache: Path | None = None
-    #: Options only the candidate gets: the test-only ones that change its code (a self-test's injected slowdown).
     candidate_options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Process:
+    """One confirmation process: its side (`BASE` or `CANDIDATE`) and its saved run."""
+
+    kind: str
+    run: SavedRun
 
 
 def looks(pairs: int) -> int:
@@ -54,31 +57,6 @@ def level_per_look(pairs: int) -> float:
     return confirm_level(confirming)
 
 
-def plan_look(look: int, sides: Sides, nodeids: Sequence[str]) -> list[Any]:
-    """The children of one look: `PAIRS_PER_LOOK` pairs, base first in odd pairs (or candidates only)."""
-    from perf.gate.processes import Child
-
-    children = []
-    for j in range(PAIRS_PER_LOOK):
-        i = (look - 1) * PAIRS_PER_LOOK + j + 1
-        candidate = Child(f"{CANDIDATE}-{i:02d}", CANDIDATE, tuple(nodeids), sides.candidate_options)
-        if sides.base_tree is None:
-            children.append(candidate)
-            continue
-        base = Child(f"{BASE}-{i:02d}", BASE, tuple(nodeids),
-                     (f"--perf-cache-dir={sides.base_cache}",) if sides.base_cache else (), str(sides.base_tree))
-        children += [base, candidate] if i % 2 else [candidate, base]
-    return children
-
-
-@dataclass(frozen=True)
-class Process:
-    """One confirmation process: its side (`BASE` or `CANDIDATE`) and its saved run."""
-
-    kind: str
-    run: SavedRun
-
-
 def _medians(processes: Sequence[Process], kind: str, fullname: str, metric: str) -> list[float]:
     found = (record_median(p.run.benchmarks.get(fullname), metric) for p in processes if p.kind == kind)
     return [value for value in found if value is not None]
@@ -88,32 +66,27 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
                   paired: bool, final: bool) -> bool:  # fmt: skip
     """Judge ``row``'s suspect metrics on the confirmation processes so far; update the row and return True when it
     is decided (confirmed or cleared), or when ``final``."""
-    outcomes = []
+    outcomes: list[tuple[str, Judgement | None]] = []
     for metric in row.suspect:
         cand = _medians(results, CANDIDATE, row.fullname, metric)
         base = _medians(results, BASE, row.fullname, metric) if paired else []
         prior = reference_of(baseline, row.fullname, metric)[0] if baseline is not None else None
-        if not cand or (paired and len(base) != len(cand)):
-            outcomes.append((metric, None))
-            continue
-        frame = next((m.baseline_median_s for m in row.metrics if m.metric == "time"), None)
-        stage = next((m.baseline_median_s for m in row.metrics if m.metric == metric), None)
-        share = min(1.0, stage / frame) if metric.startswith(STAGE) and frame and stage else None
-        floor = settings.min_effect / share if share else settings.min_effect
-        if paired:
-            try:
-                result = judge_pairs(base, cand, level, floor, prior)
-            except ValueError:  # one pair and no history: no spread yet
-                result = None
-        else:
-            result = None if prior is None else judge(prior, cand, level, floor)
-        if result is not None and result.verdict == SLOWER and len(cand) < MIN_CONFIRM and not final:
-            result = replace(result, verdict=NO_CHANGE)  # too few processes to confirm yet: look again
+        result = None
+        if cand and not (paired and len(base) != len(cand)):
+            frame = next((m.baseline_median_s for m in row.metrics if m.metric == "time"), None)
+            stage = next((m.baseline_median_s for m in row.metrics if m.metric == metric), None)
+            share = min(1.0, stage / frame) if metric.startswith(STAGE) and frame and stage else None
+            floor = settings.min_effect / share if share else settings.min_effect
+            if paired:
+                try:
+                    result = judge_pairs(base, cand, level, floor, prior)
+                except ValueError:  # one pair and no history: no spread yet
+                    pass
+            elif prior is not None:
+                result = judge(prior, cand, level, floor)
+            if result is not None and result.verdict == SLOWER and len(cand) < MIN_CONFIRM and not final:
+                result = replace(result, verdict=NO_CHANGE)  # too few processes to confirm yet: look again
         outcomes.append((metric, result))
-    return _apply(row, outcomes, settings, paired, final)
-
-
-def _apply(row: Row, outcomes: list[tuple[str, Any]], settings: GateSettings, paired: bool, final: bool) -> bool:
     judged = [(metric, r) for metric, r in outcomes if r is not None]
     processes = max((r.n_candidate for _, r in judged), default=0)
     how = f"{processes} pair(s) of fresh processes" if paired else f"{processes} fresh process(es)"
@@ -124,46 +97,47 @@ def _apply(row: Row, outcomes: list[tuple[str, Any]], settings: GateSettings, pa
         row.confirmation = {"processes": processes, "paired": paired, "metric": metric, "ratio": r.ratio, "lo": r.lo,
                             "hi": r.hi, "text": f"confirmed by {how}: {metric} {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}]"}
         return True
-    cleared = judged and len(judged) == len(outcomes) and all(r.hi < 1 + r.floor for _, r in judged)
-    if cleared:
+    if judged and len(judged) == len(outcomes) and all(r.hi < 1 + r.floor for _, r in judged):
+        worst = max((r for _, r in judged), key=lambda r: r.hi)
         row.verdict = NO_CHANGE
-        worst = max(judged, key=lambda item: item[1].hi)[1]
         row.confirmation = {"processes": processes, "paired": paired, "ratio": worst.ratio, "lo": worst.lo,
                             "hi": worst.hi, "text": f"first-pass suspect cleared by {how}"}
-        row.note = "; ".join(p for p in (row.note, row.confirmation["text"]) if p)
-        return True
-    if not final:
+    elif final:
+        # A stage's judgement is on the stage's own ratio, its floor the frame's over its share: back to the frame.
+        bound, metric = max(((r.hi - 1) * (settings.min_effect / r.floor if r.floor else 1.0), metric)
+                            for metric, r in judged) if judged else (math.nan, "")  # fmt: skip
+        of = f" of the frame ({metric})" if metric.startswith(STAGE) else ""
+        row.verdict = INCONCLUSIVE
+        row.confirmation = {"processes": processes, "paired": paired, "text": (
+            f"inconclusive: cannot rule out +{100 * bound:.1f}%{of} after {how}" if judged else
+            "inconclusive: the confirmation processes saved no result (see their logs)")}  # fmt: skip
+    else:
         return False
-    # A stage's judgement is on the stage's own ratio, its floor the frame's over the stage's share: back to the frame.
-    bounds = [((r.hi - 1) * (settings.min_effect / r.floor if r.floor else 1.0), metric) for metric, r in judged]
-    bound, metric = max(bounds, default=(math.nan, ""))
-    row.verdict = INCONCLUSIVE
-    of = f" of the frame ({metric})" if metric.startswith(STAGE) else ""
-    text = (f"inconclusive: cannot rule out +{100 * bound:.1f}%{of} after {how}" if judged else
-            "inconclusive: the confirmation processes saved no result (see their logs)")  # fmt: skip
-    row.confirmation = {"processes": processes, "paired": paired, "text": text}
-    row.note = "; ".join(p for p in (row.note, text) if p)
+    row.note = "; ".join(p for p in (row.note, row.confirmation["text"]) if p)
     return True
 
 
 def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateSettings, sides: Sides, folder: Path,
                  options: Sequence[str], on_done: Callable[..., None] | None = None) -> float:  # fmt: skip
     """Confirm every suspect row (verdict "slower" with ``suspect`` metrics) in place; return the seconds the
-    processes took. Rows that are not suspects are left as they are."""
-    from perf.gate.processes import run_children
+    processes took. Each look runs `PAIRS_PER_LOOK` pairs, base first in odd pairs (or candidates only)."""
+    from perf.gate.processes import Child, run_children
 
     pending = [row for row in rows if row.verdict == SLOWER and row.suspect]
     if not pending or settings.confirm <= 0:
         return 0.0
     folder.mkdir(parents=True, exist_ok=True)
-    total = looks(settings.confirm)
-    level = level_per_look(settings.confirm)
-    paired = sides.base_tree is not None
+    total, level, paired = looks(settings.confirm), level_per_look(settings.confirm), sides.base_tree is not None
+    base_options = (f"--perf-cache-dir={sides.base_cache}",) if sides.base_cache else ()
     results: list[Process] = []
     spent = 0.0
     for look in range(1, total + 1):
-        nodeids = sorted({row.fullname for row in pending})
-        children = plan_look(look, sides, nodeids)
+        nodeids = tuple(sorted({row.fullname for row in pending}))
+        children = []
+        for i in range((look - 1) * PAIRS_PER_LOOK + 1, look * PAIRS_PER_LOOK + 1):
+            candidate = Child(f"{CANDIDATE}-{i:02d}", CANDIDATE, nodeids, sides.candidate_options)
+            base = Child(f"{BASE}-{i:02d}", BASE, nodeids, base_options, str(sides.base_tree)) if paired else None
+            children += [c for c in ((base, candidate) if i % 2 else (candidate, base)) if c is not None]
         done = run_children(children, options, folder, sides.candidate_tree, on_done=on_done)
         spent += sum(r.seconds for r in done)
         results += [Process(r.kind, load_run(r.run)) for r in done if r.run is not None]

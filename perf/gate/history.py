@@ -14,13 +14,9 @@ import numpy as np
 
 from perf.gate.judge import MIN_REFERENCE, Reference, reference
 from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
-from perf.store.changepoints import MIN_SEGMENT
 
 #: How many of the latest comparable runs make the history.
 DEFAULT_LAST = 20
-#: Runs a change point needs after it before the reference restarts there (and before it: the levels of
-#: `perf.store.changepoints.history_change_points`, the one rule of every history).
-MIN_AFTER = MIN_SEGMENT
 
 
 def record_median(bench: BenchmarkRecord | None, metric: str = PRIMARY) -> float | None:
@@ -41,33 +37,20 @@ def metric_median(run: SavedRun, fullname: str, metric: str = PRIMARY) -> float 
     return record_median(run.benchmarks.get(fullname), metric)
 
 
-def _branch(run: SavedRun) -> str | None:
-    return (run.raw.get("commit_info") or {}).get("branch")
-
-
 def history_runs(runs: Sequence[SavedRun], *, fingerprint: Mapping[str, Any] | None,
                  identity: Mapping[str, Any] | None, branch: str | None = None, last: int = DEFAULT_LAST,
                  exclude: Sequence[str] = ()) -> list[SavedRun]:  # fmt: skip
-    """The runs (oldest first, as given) a new run on this machine (``fingerprint``; None: any) measuring this
-    model and video (``identity``; None: any) is judged against: see the module docstring. ``exclude``: run ids
-    left out (the run being judged)."""
-    kept = []
-    for run in runs:
-        if run.injected or (run.run_id is not None and run.run_id in exclude):
-            continue
-        if not comparable(run, fingerprint=fingerprint, identity=identity):
-            continue
-        if branch is not None and _branch(run) not in (None, "", "HEAD", branch):
-            continue
-        kept.append(run)
+    """The `last` runs (oldest first, as given) not injected, not in ``exclude`` (run ids), of ``branch`` (None:
+    any) and `comparable` with ``fingerprint`` and ``identity``: what a new run is judged against."""
+    kept = [run for run in runs if not run.injected and not (run.run_id is not None and run.run_id in exclude)
+            and comparable(run, fingerprint=fingerprint, identity=identity)
+            and (branch is None or (run.raw.get("commit_info") or {}).get("branch") in (None, "", "HEAD", branch))]
     return kept[-last:] if last > 0 else kept
 
 
 def comparable(run: SavedRun, *, fingerprint: Mapping[str, Any] | None, identity: Mapping[str, Any] | None) -> bool:
-    """The one comparability rule: whether ``run`` measured on this machine (``fingerprint``; None: any, the
-    fields of `perf.measure.machine.fingerprint_differences`) the same model and video (``identity``; None: any,
-    `perf.subject.subject_differences`). A run that recorded no identity is taken as this model's. The gate's
-    history (`history_runs`), ``perf-history changes`` (`comparable_groups`) and the reports use it."""
+    """The one comparability rule: whether ``run`` measured on this machine (``fingerprint``; None: any) the same
+    model and video (``identity``; None: any); a run that recorded no identity is taken as this model's."""
     from perf.measure.machine import fingerprint_differences
     from perf.subject import subject_differences
 
@@ -116,7 +99,8 @@ def reference_for(runs: Sequence[SavedRun], fullname: str, metric: str = PRIMARY
     pairs = [(run, value) for run in runs if (value := metric_median(run, fullname, metric)) is not None]
     values = [value for _, value in pairs]
     restarted, spread = None, None
-    # every level at least MIN_AFTER runs long: one run alone cannot tell a slow run from a new level
+    # every level at least MIN_SEGMENT runs long (`perf.store.changepoints`): one run cannot tell a slow run from a
+    # new level
     changes = history_change_points(values) if len(values) >= 2 * MIN_REFERENCE else []
     if changes:
         at = changes[-1].index

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -72,9 +72,8 @@ class Budget:
 
 @dataclass(frozen=True)
 class Reference:
-    """The distribution of one metric's per-process median on this runner: ``logs`` (natural logs of the medians
-    of seconds, the processes kept), ``dropped`` (how many outliers were left out), ``sd`` and ``df`` (its
-    between-process standard deviation, log scale, and degrees of freedom)."""
+    """One metric's per-process medians on this runner: ``logs`` (natural logs of the kept medians, seconds),
+    ``dropped`` outliers, and the between-process ``sd`` (log scale) and its ``df``, unless overridden."""
 
     logs: tuple[float, ...]
     dropped: int = 0
@@ -103,10 +102,6 @@ class Reference:
     @property
     def df(self) -> float:
         return self.df_override if self.df_override is not None else float(self.n - 1)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"processes": self.n, "dropped": self.dropped, "median_s": self.median_s, "sd": self.sd,
-                "df": self.df}
 
 
 def reference(medians_s: Sequence[float]) -> Reference:
@@ -141,9 +136,6 @@ class Judgement:
     n_candidate: int
     sd: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def verdict_of(ratio: float, lo: float, hi: float, floor: float = DEFAULT_FLOOR) -> str:
     """The rule on a ratio and its interval: "slower" when the interval lies above 1 and the ratio beyond
@@ -166,8 +158,7 @@ def _quantile(level: float, df: float) -> float:
 def _decide(d: float, se: float, df: float, level: float, floor: float, n_ref: int, m: int, sd: float,
             faster_level: float | None = None) -> Judgement:  # fmt: skip
     """The judgement of a log difference ``d`` with standard error ``se`` on ``df`` degrees of freedom: the interval's
-    low end at ``level`` (what "slower" needs), its high end at ``faster_level`` (what "faster" needs; default
-    ``level``)."""
+    low end at ``level``, its high end at ``faster_level`` (default ``level``)."""
     from scipy.stats import norm
 
     if not floor >= 0:
@@ -236,6 +227,5 @@ def judge_pairs(base_s: Sequence[float], candidate_s: Sequence[float], level: fl
 
 def within_reference(median_s: float, log_se: float) -> Reference:
     """A one-process reference for when no history exists: its median, credited with its own within-process
-    standard error (``log_se``, from a bootstrap of its rounds) as if it were the between-process spread, on
-    infinite degrees of freedom. Shifts between processes are not in it: a verdict on it is the weakest kind."""
+    standard error (``log_se``) as the between-process spread, on infinite degrees of freedom (the weakest kind)."""
     return Reference((math.log(median_s),), sd_override=log_se, df_override=math.inf)

@@ -39,11 +39,10 @@ class NoiseProfileError(ValueError):
 
 @dataclass(frozen=True)
 class NoiseEntry:
-    """Between-process noise of one benchmark metric, from ``processes`` processes: ``medians_s`` (each process's
-    median, seconds per call, frame or tick), their ``cv``, ``max_ratio`` (max / min - 1), ``total_sd`` (of the log
-    medians), ``within_se`` (root mean square of each process's bootstrap standard error of its log median),
-    ``between_sd`` (``sqrt(max(0, total_sd ** 2 - within_se ** 2))``) and ``max_cv`` / ``max_drift`` (`upper_limit`
-    of the processes' robust CV and window drift: this runner's normal within-run noise)."""
+    """Between-process noise of one benchmark metric: each process's median (seconds), their ``cv``, ``max_ratio``
+    (max / min - 1), the log medians' ``total_sd``, ``within_se`` (RMS of each process's bootstrap standard error of
+    its log median), ``between_sd`` and ``max_cv`` / ``max_drift`` (`upper_limit` of the processes' robust CV and
+    window drift); docs/method.md, section 3."""
 
     processes: int
     medians_s: tuple[float, ...]
@@ -66,7 +65,7 @@ def summarize_sample(x: np.ndarray) -> Summary:
 
 
 def entry_from_summaries(summaries: Sequence[Summary]) -> NoiseEntry:
-    """The `NoiseEntry` of one metric from each of >= 2 processes' `summarize_sample`."""
+    """The `NoiseEntry` of one metric from >= 2 processes' `summarize_sample`."""
     if len(summaries) < 2:
         raise ValueError(f"a noise entry needs >= 2 processes, got {len(summaries)}")
     medians = np.array([s[0] for s in summaries])
@@ -88,9 +87,8 @@ LIMIT_QUANTILE = 0.99
 
 
 def upper_limit(values: Sequence[float]) -> float:
-    """The `LIMIT_QUANTILE` quantile of a log-normal fitted to ``values`` (>= 0; noise measures of K processes),
-    and at least their largest: the largest of K draws is a poor estimate of how noisy a run may still be (with
-    K = 8 a new process exceeds it one time in 9)."""
+    """The `LIMIT_QUANTILE` quantile of a log-normal fitted to ``values`` (>= 0, of K processes), at least their
+    largest (with K = 8 a new process exceeds the largest one time in 9)."""
     from scipy.stats import norm
 
     positive = np.log(np.maximum(np.asarray(values, dtype=float), 1e-6))
@@ -126,9 +124,7 @@ class NoiseProfile:
         return self.entries.get(fullname, {}).get(metric)
 
     def describe(self) -> str:
-        """One line: where the profile is, how many processes, when."""
-        where = f"{self.path}" if self.path else "in memory"
-        return f"noise profile {where} ({self.processes} processes, measured {self.created[:19]})"
+        return f"noise profile {self.path or 'in memory'} ({self.processes} processes, measured {self.created[:19]})"
 
     def to_json(self) -> str:
         document = {"format": FORMAT, "key": self.key, "fingerprint": dict(self.fingerprint),
@@ -189,8 +185,7 @@ def profile_path(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]
 
 def save_profile(storage: str | os.PathLike[str], profile: NoiseProfile) -> Path:
     """Write ``profile`` atomically to ``<storage>/noise/<key>.json``; return the path."""
-    path = Path(storage) / NOISE_DIR / f"{profile.key}.json"
-    profile.path = atomic_write_text(path, profile.to_json())
+    profile.path = atomic_write_text(Path(storage) / NOISE_DIR / f"{profile.key}.json", profile.to_json())
     return profile.path
 
 
@@ -213,12 +208,10 @@ def find_profile(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]
 
 
 def floors_from_profile(profile: NoiseProfile | None) -> dict[str, float]:
-    """Each benchmark's between-process scatter (relative, of its primary metric) in a noise profile: the floor its
-    history's change points are judged with (`perf.store.changepoints.history_changes`)."""
-    if profile is None:
-        return {}
-    return {name: math.expm1(metrics["time"].between_sd) for name, metrics in profile.entries.items()
-            if "time" in metrics}
+    """Each benchmark's between-process scatter (relative, of its primary metric): the floor its history's change
+    points are judged with (`perf.store.changepoints.history_changes`)."""
+    entries = profile.entries if profile is not None else {}
+    return {name: math.expm1(metrics["time"].between_sd) for name, metrics in entries.items() if "time" in metrics}
 
 
 def family_rows(profile: NoiseProfile, metric: str = "time") -> list[dict[str, Any]]:
@@ -228,28 +221,20 @@ def family_rows(profile: NoiseProfile, metric: str = "time") -> list[dict[str, A
     for name, metrics in profile.entries.items():
         if metric in metrics:
             by_family.setdefault(profile.families.get(name, "?"), []).append(metrics[metric])
-    rows = []
-    for family, entries in sorted(by_family.items()):
-        cvs = [e.cv for e in entries]
-        target = CV_TARGETS.get(family)
-        rows.append({"family": family, "benchmarks": len(entries), "processes": max(e.processes for e in entries),
-                     "median CV %": 100 * statistics.median(cvs), "max CV %": 100 * max(cvs),
-                     "max |ratio-1| %": 100 * max(e.max_ratio for e in entries),
-                     "CV target %": None if target is None else 100 * target,
-                     "meets target": "-" if target is None else ("yes" if max(cvs) <= target else "no")})  # fmt: skip
-    return rows
+    return [{"family": family, "benchmarks": len(entries), "processes": max(e.processes for e in entries),
+             "median CV %": 100 * statistics.median(e.cv for e in entries),
+             "max CV %": 100 * max(e.cv for e in entries),
+             "max |ratio-1| %": 100 * max(e.max_ratio for e in entries),
+             "CV target %": None if (target := CV_TARGETS.get(family)) is None else 100 * target,
+             "meets target": "-" if target is None else ("yes" if max(e.cv for e in entries) <= target else "no")}
+            for family, entries in sorted(by_family.items())]  # fmt: skip
 
 
 def benchmark_rows(profile: NoiseProfile) -> list[dict[str, Any]]:
     """One row per benchmark and metric: per-process median CV, largest A/A ratio, between-process sd."""
-    rows = []
-    for name, metrics in sorted(profile.entries.items()):
-        for metric, e in metrics.items():
-            rows.append({"benchmark": name.rpartition("::")[2], "metric": metric,
-                         "family": profile.families.get(name, "?"), "processes": e.processes,
-                         "median of medians ms": 1e3 * statistics.median(e.medians_s), "CV %": 100 * e.cv,
-                         "max |ratio-1| %": 100 * e.max_ratio, "between sd %": 100 * e.between_sd,
-                         "within se %": 100 * e.within_se})  # fmt: skip
-    return rows
+    return [{"benchmark": name.rpartition("::")[2], "metric": metric, "family": profile.families.get(name, "?"),
+             "processes": e.processes, "median of medians ms": 1e3 * statistics.median(e.medians_s), "CV %": 100 * e.cv,
+             "max |ratio-1| %": 100 * e.max_ratio, "between sd %": 100 * e.between_sd, "within se %": 100 * e.within_se}
+            for name, metrics in sorted(profile.entries.items()) for metric, e in metrics.items()]  # fmt: skip
 
 

@@ -26,25 +26,21 @@ Arity = int | str
 #: Options that save a run, compare with one, or write into the parent's own places (its reports, its JUnit XML,
 #: its temporary folder, which a pytest session empties when it starts): the parent's job, no child repeats them.
 PARENT_OUTPUTS: dict[str, Arity] = {
-    "--perf-compare": "?", "--perf-html": 1,
-    "--benchmark-autosave": 0, "--benchmark-save": 1, "--benchmark-save-data": 0, "--benchmark-json": 1,
-    "--benchmark-compare": "?", "--benchmark-compare-fail": "+", "--benchmark-storage": 1,
-    "--benchmark-histogram": "?", "--benchmark-cprofile-dump": "?", "--junitxml": 1, "--junit-xml": 1,
-    "--basetemp": 1, "--perf-store": 1,
-}  # fmt: skip
+    "--perf-compare": "?", "--perf-html": 1, "--benchmark-autosave": 0, "--benchmark-save": 1,
+    "--benchmark-save-data": 0, "--benchmark-json": 1, "--benchmark-compare": "?", "--benchmark-compare-fail": "+",
+    "--benchmark-storage": 1, "--benchmark-histogram": "?", "--benchmark-cprofile-dump": "?", "--junitxml": 1,
+    "--junit-xml": 1, "--basetemp": 1, "--perf-store": 1}  # fmt: skip
 #: Options a child cannot take: it runs without pytest's cache plugin (``-p no:cacheprovider``) and without a
 #: terminal (its output goes to a log), so no last-failed selection, no stepwise, no debugger.
 NO_CACHE_NO_TERMINAL: dict[str, Arity] = {
-    "--lf": 0, "--last-failed": 0, "--ff": 0, "--failed-first": 0, "--nf": 0, "--new-first": 0,
-    "--lfnf": 1, "--last-failed-no-failures": 1, "--cache-clear": 0, "--cache-show": "?",
-    "--sw": 0, "--stepwise": 0, "--sw-skip": 0, "--stepwise-skip": 0, "--sw-reset": 0, "--stepwise-reset": 0,
-    "--pdb": 0, "--pdbcls": 1, "--trace": 0,
-}  # fmt: skip
+    "--lf": 0, "--last-failed": 0, "--ff": 0, "--failed-first": 0, "--nf": 0, "--new-first": 0, "--lfnf": 1,
+    "--last-failed-no-failures": 1, "--cache-clear": 0, "--cache-show": "?", "--sw": 0, "--stepwise": 0,
+    "--sw-skip": 0, "--stepwise-skip": 0, "--sw-reset": 0, "--stepwise-reset": 0, "--pdb": 0, "--pdbcls": 1,
+    "--trace": 0}  # fmt: skip
 #: Options that plan processes: the parent's alone (a child would start children of its own).
 PLANNING: dict[str, Arity] = {
     "--perf-noise": 1, "--perf-selftest-processes": 1, "--perf-selftest-regressions": 1, "--perf-runs-dir": 1,
-    "--perf-processes-budget": 1, "--perf-confirm": 1, "--perf-history": 1,
-}  # fmt: skip
+    "--perf-processes-budget": 1, "--perf-confirm": 1, "--perf-history": 1}  # fmt: skip
 #: What the cross-process children (`run_children`) do not get: the above, and the reports folder and injected
 #: regression, which each child is given in its own form.
 DROPPED: dict[str, Arity] = {**PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING,
@@ -55,10 +51,8 @@ INJECTING: dict[str, Arity] = {"--perf-inject-delay": 1, "--perf-regression": 1}
 #: regression (it measures what the parent would have), and the parent's selection (the child is given the one
 #: node id), xdist workers and the switch that profiles (the child would profile again).
 NSYS_DROPPED: dict[str, Arity] = {
-    **PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING,
-    "-m": 1, "-k": 1, "--deselect": 1, "-n": 1, "--numprocesses": 1, "--maxprocesses": 1, "--dist": 1, "-d": 0,
-    "--tx": 1, "--perf-nsys": 0,
-}  # fmt: skip
+    **PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING, "-m": 1, "-k": 1, "--deselect": 1, "-n": 1,
+    "--numprocesses": 1, "--maxprocesses": 1, "--dist": 1, "-d": 0, "--tx": 1, "--perf-nsys": 0}  # fmt: skip
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 #: What pytest-benchmark prints when --benchmark-compare-fail finds a regression.
 REGRESSED = "Performance has regressed"
@@ -73,20 +67,19 @@ FOOTER = "# perf child: exit {code} after {seconds:.1f} s"
 @dataclass(frozen=True)
 class Child:
     """One planned process: ``label`` (its saved run's name), ``kind`` ("identical" or a regression such as
-    "layer:5%"), the node ids it runs and extra options (the regression, a compare)."""
+    "layer:5%"), the node ids it runs, extra options, and the source tree it runs (None: the caller's)."""
 
     label: str
     kind: str
     nodeids: tuple[str, ...]
     options: tuple[str, ...] = ()
-    #: The source tree it runs (a git worktree of another commit, for a paired A/B); None: the caller's ``cwd``.
     cwd: str | None = None
 
 
 @dataclass
 class ChildResult:
-    """What a child did: exit status, seconds, its saved run (None if it saved none), its log, and the outcome
-    of pytest-benchmark's ``--benchmark-compare-fail`` when it was asked ("passed" / "failed")."""
+    """What a child did: exit status, seconds, its saved run (None: none), its log, and ``compare_fail``
+    ("passed" / "failed") when it was asked."""
 
     label: str
     kind: str
@@ -103,26 +96,13 @@ def _is_value(token: str) -> bool:
     return not token.startswith("-") or token == "-" or " " in token or bool(_NEGATIVE_NUMBER.match(token))
 
 
-def _dropped_name(token: str, dropped: Mapping[str, Arity]) -> tuple[str | None, bool]:
-    """The `dropped` option ``token`` names (None if none) and whether its value is in the token itself
-    (``--name=value``, ``-n4``, ``-kgraph``)."""
-    name, has_value, _ = token.partition("=")
-    if name in dropped:
-        return name, bool(has_value)
-    short = token[:2]
-    if len(token) > 2 and not token.startswith("--") and dropped.get(short, 0) != 0:
-        return short, True
-    return None, False
-
-
 def forwarded_options(
     args: Sequence[str], positional: Sequence[str], values: Mapping[str, str | None] | None = None,
     dropped: Mapping[str, Arity] = DROPPED,
 ) -> list[str]:  # fmt: skip
-    """The parent's command-line ``args`` without its positional arguments (``positional``: the paths and node
-    ids pytest parsed) and without the ``dropped`` options (default `DROPPED`) and their values, read as argparse
-    reads them; after an option with an optional value, ``values`` (option name -> the value pytest parsed) says
-    whether the next token is its value."""
+    """The parent's command-line ``args`` without its ``positional`` arguments (paths and node ids) and without
+    the ``dropped`` options and their values, read as argparse reads them; ``values`` (option -> the value pytest
+    parsed) says whether the token after an option with an optional value is its value."""
     out: list[str] = []
     places = set(positional)
     tokens = list(args)
@@ -130,8 +110,10 @@ def forwarded_options(
     while i < len(tokens):
         token = tokens[i]
         i += 1
-        name, has_value = _dropped_name(token, dropped)
-        if name is not None:
+        name, has_value, _ = token.partition("=")  # --name=value, or a short one with its value: -n4, -kgraph
+        if name not in dropped and len(token) > 2 and not token.startswith("--") and dropped.get(token[:2], 0) != 0:
+            name, has_value = token[:2], "1"
+        if name in dropped:
             arity = 0 if has_value else dropped[name]
             if isinstance(arity, int):
                 i += arity
@@ -160,12 +142,6 @@ def _failed_tests(log_text: str, returncode: int) -> int:
     return 0 if returncode == 0 or REGRESSED in log_text else 1
 
 
-def _ended(log_text: str) -> tuple[int, float]:
-    """Exit status and seconds of an earlier child, from its log's footer; (0, 0.0) for a log without one."""
-    found = re.findall(r"^# perf child: exit (-?\d+) after ([\d.]+) s$", log_text, flags=re.MULTILINE)
-    return (int(found[-1][0]), float(found[-1][1])) if found else (0, 0.0)
-
-
 def _saved_run(storage: Path, label: str) -> Path | None:
     found = sorted(storage.glob(f"*/[0-9][0-9][0-9][0-9]_{label}.json"))
     return found[-1] if found else None
@@ -173,11 +149,10 @@ def _saved_run(storage: Path, label: str) -> Path | None:
 
 def load_plan(folder: Path) -> list[Child] | None:
     """The plan saved in ``folder``, or None."""
-    path = folder / PLAN
-    if not path.is_file():
+    if not (folder / PLAN).is_file():
         return None
     return [Child(c["label"], c["kind"], tuple(c["nodeids"]), tuple(c["options"]), c.get("cwd"))
-            for c in json.loads(path.read_text(encoding="utf-8"))["children"]]  # fmt: skip
+            for c in json.loads((folder / PLAN).read_text(encoding="utf-8"))["children"]]  # fmt: skip
 
 
 def save_plan(folder: Path, children: Sequence[Child]) -> None:
@@ -190,11 +165,10 @@ def run_children(
     compare_fail: str | None = None, on_done: Callable[[ChildResult, int, int], None] | None = None,
     deadline: float | None = None,
 ) -> list[ChildResult]:  # fmt: skip
-    """Run each child not yet saved in ``folder`` (through `perf.profile.child.run_pytest_child`; its log ends with
-    `FOOTER`) and return every child's result. ``compare_fail`` (e.g. "median:5%"): each "identical" child after
-    the first also runs pytest-benchmark's compare against the previous one, and its result says whether that check
-    passed. ``deadline`` (``time.monotonic()`` seconds): no child starts that would likely end after it (by the
-    longest so far). A progress bar (`detector.progress`) counts the processes."""
+    """Run each child not yet saved in ``folder`` (its log ends with `FOOTER`); return every child's result.
+    ``compare_fail`` (e.g. "median:5%"): each "identical" child after the first also runs pytest-benchmark's
+    compare against the previous one. ``deadline`` (``time.monotonic()`` seconds): no child starts that would
+    likely end after it (by the longest so far)."""
     from detector.progress import progress
 
     storage = folder / "storage"
@@ -214,7 +188,8 @@ def run_children(
         if compare_fail and child.kind == "identical" and previous_identical is not None:
             compare = [f"--benchmark-compare={previous_identical.name[:4]}", f"--benchmark-compare-fail={compare_fail}",
                        "--perf-confirm=0"]  # one process judged as pytest-benchmark's users run it, no children
-        if run is None:
+        fresh = run is None
+        if fresh:
             command = child_command([*options, "-p", "no:cacheprovider", f"--benchmark-storage=file://{storage}",
                                       f"--benchmark-save={child.label}",
                                       f"--perf-reports-dir={folder / ('reports-' + child.label)}", *compare,
@@ -227,16 +202,15 @@ def run_children(
             with open(log_path, "a", encoding="utf-8") as out:
                 out.write("\n" + FOOTER.format(code=code, seconds=seconds) + "\n")
             run = _saved_run(storage, child.label)
-            text = log_path.read_text(encoding="utf-8", errors="replace")
-        else:
-            text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
-            code, seconds = _ended(text)
+        text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
+        if not fresh:  # saved by an earlier call: how it ended is its log's footer (0, 0.0 without one)
             log.info("%s: already saved (%s), not run again", child.label, run.name)
+            found = re.findall(r"^# perf child: exit (-?\d+) after ([\d.]+) s$", text, flags=re.MULTILINE)
+            code, seconds = (int(found[-1][0]), float(found[-1][1])) if found else (0, 0.0)
         longest = max(longest, seconds)
         result = ChildResult(child.label, child.kind, code, seconds, run, log_path,
-                             extra={"failed_tests": _failed_tests(text, code)})
-        if compare:
-            result.compare_fail = "failed" if REGRESSED in text else "passed"
+                             "failed" if compare and REGRESSED in text else "passed" if compare else None,
+                             {"failed_tests": _failed_tests(text, code)})
         results.append(result)
         if child.kind == "identical" and run is not None:
             previous_identical = run

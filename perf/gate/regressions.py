@@ -6,12 +6,13 @@ on a calibrated share of frames, `SlowedStage`, `slowed_writes`); docs/method.md
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,20 +24,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KINDS = ("layer", "layer1", "preprocess", "write")
-#: The kinds that inject the extra layer into the model.
 LAYER_KINDS = ("layer", "layer1")
 #: Index (in the cfg's layer list) of the convolution the extra block follows: the first 13x13x512 conv.
 LAYER_AFTER = 26
 #: Batch the layer's cost is calibrated at (the largest selected batch size up to this).
 CALIBRATION_BATCH = 32
-#: Width the calibration starts from (a multiple of 8 keeps tensor cores busy), and how often it may grow
-#: fourfold until the block's cost stands clear of the noise (at least half the target).
+#: The calibration's search (docs/method.md, section 5): the first width (a multiple of 8), its fourfold growths,
+#: the steps after; the fewest calls and GPU seconds per reading, the readings per width (median).
 TRIAL_WIDTH = 256
 TRIAL_GROWTHS = 4
-#: Further steps from the chosen width while its measured cost misses the target by more than a fifth of it.
 SECANT_STEPS = 3
-#: Fewest calls per calibration reading, per device type; on a GPU a reading holds at least `CALIBRATION_READING_S`
-#: of GPU time, and each width's cost is the median of `CALIBRATION_ROUNDS` readings.
 CALIBRATION_CALLS = {"cuda": 200, "cpu": 3}
 CALIBRATION_READING_S = 0.25
 CALIBRATION_ROUNDS = {"cuda": 3, "cpu": 1}
@@ -44,8 +41,7 @@ CALIBRATION_ROUNDS = {"cuda": 3, "cpu": 1}
 
 @dataclass(frozen=True)
 class Regression:
-    """A requested regression: ``kind`` (one of `KINDS`) and ``fraction`` (0.05 = 5% slower); parsed from
-    ``KIND:PERCENT`` by `perf.options.parse_regression`."""
+    """A requested regression: ``kind`` (one of `KINDS`) and ``fraction`` (0.05 = 5% slower)."""
 
     kind: str
     fraction: float
@@ -62,13 +58,12 @@ class Regression:
 
     @property
     def min_batch(self) -> int:
-        """The smallest batch its detection is judged at (the layer is calibrated at batch 32; batch 1 is
-        launch-bound, where an extra layer costs what its launches cost)."""
+        """The smallest batch its detection is judged at (batch 1 is launch-bound for ``layer``)."""
         return 8 if self.kind == "layer" else 1
 
     @property
     def max_batch(self) -> int | None:
-        """The largest batch its detection is judged at (None: any): ``layer1`` is calibrated at batch 1 only."""
+        """The largest batch its detection is judged at (None: any)."""
         return 1 if self.kind == "layer1" else None
 
     @property
@@ -123,7 +118,7 @@ class LayerRegressedSpec(ModelSpec):
 
 
 def _warm_input(runner: Any, batch: Any, calls: int) -> Any:
-    """``batch`` in ``runner``'s input format and device, after ``calls`` untimed calls (warm-up, graph capture)."""
+    """``batch`` as ``runner``'s input, after ``calls`` untimed calls (warm-up, graph capture)."""
     from detector.stagespeed import infer_ms_per_call
 
     x = runner.as_input(batch.to(runner.torch_device)) if runner.stream is not None else batch
@@ -133,9 +128,8 @@ def _warm_input(runner: Any, batch: Any, calls: int) -> Any:
 
 
 def _clock_ms(runner: Any, x: Any, calls: int) -> float:
-    """Milliseconds per call as the inference benchmarks read it: on a GPU the median of ``calls`` calls, each
-    timed alone between CUDA events after the suite clock's GPU busy-wait (`perf.measure.clock`; docs/method.md,
-    section 5); on a CPU the bare host loop's mean."""
+    """Milliseconds per call as the inference benchmarks read it: on a GPU the median of ``calls`` calls on the
+    suite's clock (`perf.measure.clock`), on a CPU the bare host loop's mean (docs/method.md, section 5)."""
     from detector.stagespeed import infer_ms_per_call
 
     if runner.stream is None:
@@ -154,16 +148,13 @@ def _clock_ms(runner: Any, x: Any, calls: int) -> float:
 
 
 def _on_stream(runner: Any) -> Any:
-    import contextlib
-
     import torch
 
     return torch.cuda.stream(runner.stream) if runner.stream is not None else contextlib.nullcontext()
 
 
 def _release(runner: Any) -> None:
-    """Deactivate ``runner`` and free what it held; for a compiled model also TorchDynamo's caches and CUDA-graph
-    trees, so the next candidate is the process's only compiled model (docs/method.md, section 5)."""
+    """Deactivate ``runner`` and free what it held, TorchDynamo's caches included (docs/method.md, section 5)."""
     on_gpu = runner.stream is not None
     runner.deactivate()
     if not on_gpu:
@@ -179,10 +170,9 @@ def _release(runner: Any) -> None:
 
 def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callable[[ModelSpec], Any],
                     device: str) -> tuple[Any, int, dict[str, float]]:  # fmt: skip
-    """The runner whose model carries the bottleneck width that makes a call on ``batch`` (float32 [B, 3, H, W],
-    host) ``fraction`` slower as the suite's clock reads it (`_clock_ms`), that width, and the readings it was
-    chosen from. ``build(spec)`` makes an activated runner of the judged variant itself; the runner returned is the
-    one the benchmark then times. Only one runner is alive at a time; the search: docs/method.md, section 5."""
+    """(the runner, its bottleneck width, the readings) that make a call on ``batch`` (float32 [B, 3, H, W], host)
+    ``fraction`` slower on the suite's clock; ``build(spec)`` makes an activated runner of the judged variant, and
+    the runner returned is the one the benchmark times. The search: docs/method.md, section 5."""
     on_gpu = device.startswith("cuda")
     fewest = CALIBRATION_CALLS["cuda" if on_gpu else "cpu"]
     rounds = CALIBRATION_ROUNDS["cuda" if on_gpu else "cpu"]
@@ -233,13 +223,9 @@ def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callabl
     return candidate[0], width, readings
 
 
-def _fields(spec: ModelSpec) -> dict[str, Any]:
-    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(ModelSpec)}
-
-
 def regressed_spec(spec: ModelSpec, width: int) -> LayerRegressedSpec:
     """``spec`` with the injected layer of ``width`` channels."""
-    return LayerRegressedSpec(**_fields(spec), width=width)
+    return LayerRegressedSpec(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(ModelSpec)}, width=width)
 
 
 # -- preprocess -------------------------------------------------------------------------------------------
@@ -252,10 +238,13 @@ class SlowedStage:
     def __init__(self, fn: Callable[..., Any], extra: float) -> None:
         self.fn, self.extra, self.calls = fn, extra, 0
 
+    def extra_calls(self) -> int:
+        """The extra calls of the next call (counting it)."""
+        i, self.calls = self.calls, self.calls + 1
+        return math.floor((i + 1) * self.extra) - math.floor(i * self.extra)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        i = self.calls
-        self.calls += 1
-        for _ in range(math.floor((i + 1) * self.extra) - math.floor(i * self.extra)):
+        for _ in range(self.extra_calls()):
             self.fn(*args, **kwargs)
         return self.fn(*args, **kwargs)
 
@@ -263,12 +252,8 @@ class SlowedStage:
 def calibrate_stage(fn: Callable[..., Any], frames: Sequence[Any], args: tuple[Any, ...], frame_ms: float,
                     fraction: float, kwargs: dict[str, Any] | None = None,
                     conditions: Callable[[], Any] | None = None) -> tuple[float, float]:  # fmt: skip
-    """(extra calls per frame, bare ms per call): ``fn([frame], *args)`` timed alone on ``frames`` (median of 5
-    passes) under ``conditions()`` (a context manager: the measured region's noise controls, which change a
-    stage's cost -- one OpenCV thread instead of many), and the extra calls that add ``fraction`` of
-    ``frame_ms``."""
-    import contextlib
-
+    """(extra calls per frame that add ``fraction`` of ``frame_ms``, bare ms per call): ``fn([frame], *args)``
+    timed alone on ``frames`` (median of 5 passes) under ``conditions()``, the measured region's noise controls."""
     kwargs = kwargs or {}
     per_pass = []
     with conditions() if conditions is not None else contextlib.nullcontext():
@@ -277,7 +262,7 @@ def calibrate_stage(fn: Callable[..., Any], frames: Sequence[Any], args: tuple[A
             for frame in frames:
                 fn([frame], *args, **kwargs)
             per_pass.append((time.perf_counter() - start) * 1e3 / max(len(frames), 1))
-    bare = sorted(per_pass)[len(per_pass) // 2]
+    bare = statistics.median(per_pass)
     return fraction * frame_ms / bare, bare
 
 
@@ -292,28 +277,20 @@ def encode_jpeg(frames: Sequence[Any]) -> None:
         cv2.imencode(".jpg", frame)
 
 
-def slowed_writes(extra: float) -> Any:
-    """A context manager under which every `detector.video.VideoWriter.write` also JPEG-encodes its frame
-    ``extra`` more times on average (`SlowedStage`), after the real write, inside the caller's write time."""
-    import contextlib
-
+@contextlib.contextmanager
+def slowed_writes(extra: float) -> Iterator[None]:
+    """While open, every `detector.video.VideoWriter.write` also JPEG-encodes its frame ``extra`` more times on
+    average (spread as `SlowedStage`), after the real write, inside the caller's write time."""
     from detector.video import VideoWriter
 
-    @contextlib.contextmanager
-    def patched() -> Any:
-        original = VideoWriter.write
-        calls = [0]
+    original, counter = VideoWriter.write, SlowedStage(encode_jpeg, extra)
 
-        def write(self: Any, frame: Any) -> None:
-            original(self, frame)
-            i = calls[0]
-            calls[0] += 1
-            encode_jpeg([frame] * (math.floor((i + 1) * extra) - math.floor(i * extra)))
+    def write(self: Any, frame: Any) -> None:
+        original(self, frame)
+        encode_jpeg([frame] * counter.extra_calls())
 
-        VideoWriter.write = write  # type: ignore[method-assign]
-        try:
-            yield
-        finally:
-            VideoWriter.write = original  # type: ignore[method-assign]
-
-    return patched()
+    VideoWriter.write = write  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        VideoWriter.write = original  # type: ignore[method-assign]

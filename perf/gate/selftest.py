@@ -4,6 +4,7 @@ it cries wolf on unmodified code (`run_selftest`, `threshold`, `table_rows`); do
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import statistics
@@ -34,8 +35,8 @@ class Trial:
 
 @dataclass
 class LevelResult:
-    """The trials at one injected slowdown ``level`` (fraction of the median; 0 = unmodified code), judged per
-    minimum effect (`slower`) so one set of samples answers for several; an unstable trial is never "slower"."""
+    """The trials at one injected slowdown ``level`` (fraction of the median; 0: unmodified code), judged per
+    minimum effect; an unstable trial is never "slower"."""
 
     level: float
     trials: list[Trial] = field(default_factory=list)
@@ -45,16 +46,14 @@ class LevelResult:
         return sum(not t.stable for t in self.trials)
 
     def slower(self, min_effect: float) -> int:
-        """Trials judged "slower" with ``min_effect``."""
         return sum(t.stable and verdict_of(t.ratio, t.lo, t.hi, min_effect) == SLOWER for t in self.trials)
 
     def rate(self, min_effect: float) -> float:
-        """Fraction of trials judged "slower": the false-alarm rate at level 0, else the detection rate."""
         return self.slower(min_effect) / len(self.trials) if self.trials else math.nan
 
     @property
     def measured(self) -> float:
-        """Median observed ratio over the stable trials (all trials if none): the slowdown injected, + 1."""
+        """Median observed ratio over the stable trials (all trials if none)."""
         ratios = [t.ratio for t in self.trials if t.stable] or [t.ratio for t in self.trials]
         return statistics.median(ratios) if ratios else math.nan
 
@@ -73,7 +72,7 @@ def suite_rounds(call_s: float, min_rounds: int, max_time_s: float) -> int:
 
 def _measure(fn: Callable[[], Any], timer: Callable[[], float], rounds: int, iterations: int,
              settings: GateSettings) -> tuple[np.ndarray, bool]:  # fmt: skip
-    """A sample as the gate would keep it: re-measured while unstable; (rounds in s, stable?)."""
+    """(rounds in s, stable?): re-measured while unstable, as the gate would keep it."""
     for _ in range(settings.rule.max_remeasure + 1):
         data = np.asarray(time_rounds(fn, timer, rounds, iterations))
         if settings.rule.assess(data).stable:
@@ -84,12 +83,8 @@ def _measure(fn: Callable[[], Any], timer: Callable[[], float], rounds: int, ite
 def run_selftest(call: Callable[[], Any], make_delay: Callable[[float], Callable[[], None]], timer: Callable[[], float],
                  *, median_s: float, rounds: int, levels: Sequence[float], trials: int, settings: GateSettings,
                  iterations: int = 1, seed: int = 0) -> list[LevelResult]:  # fmt: skip
-    """Detection and false-alarm counts: level 0 (unmodified) first, then each of ``levels``.
-
-    ``make_delay(ms)`` returns a callable adding ``ms`` milliseconds of work; the delay at level X is
-    ``X * median_s``.
-    """
-    delays = {level: make_delay(level * median_s * 1e3) for level in levels}
+    """Detection and false-alarm counts: level 0 (unmodified) first, then each of ``levels``; ``make_delay(ms)``
+    returns a callable adding ``ms`` milliseconds of work, ``level * median_s`` at a level."""
 
     def slowed(delay: Callable[[], None]) -> Callable[[], None]:
         def fn() -> None:
@@ -99,7 +94,7 @@ def run_selftest(call: Callable[[], Any], make_delay: Callable[[float], Callable
         return fn
 
     functions: dict[Any, Callable[[], Any]] = {BASELINE: call, 0.0: call}
-    functions.update({level: slowed(delay) for level, delay in delays.items()})
+    functions.update({level: slowed(make_delay(level * median_s * 1e3)) for level in levels})
     results = {level: LevelResult(level) for level in (0.0, *levels)}
     effect = settings.min_effect
     rng = np.random.default_rng(seed)
@@ -125,27 +120,18 @@ def threshold(results: Sequence[LevelResult], min_effect: float, detection: floa
     alarms = next((r for r in results if r.level == 0), None)
     if alarms is None or alarms.rate(min_effect) > false_alarm:
         return None
-    found = None
-    for r in sorted((r for r in results if r.level > 0), key=lambda r: r.level, reverse=True):
-        if r.rate(min_effect) < detection:
-            break
-        found = r.level
-    return found
+    levels = sorted((r for r in results if r.level > 0), key=lambda r: r.level, reverse=True)
+    detected = list(itertools.takewhile(lambda r: r.rate(min_effect) >= detection, levels))
+    return detected[-1].level if detected else None
 
 
 def table_rows(results: Sequence[LevelResult], min_effects: Sequence[float]) -> list[dict[str, Any]]:
     """Report rows: injected slowdown, measured ratio, unstable trials, and per minimum effect the trials
     judged slower (false alarms at "none", detections elsewhere), then a "threshold" row."""
-    rows = []
-    for r in results:
-        row: dict[str, Any] = {"injected": "none (identical code)" if r.level == 0 else f"{r.level:.0%}",
-                               "measured ratio": r.measured, "unstable": r.unstable}  # fmt: skip
-        for e in min_effects:
-            row[f"slower @ min effect {e:.0%}"] = f"{r.slower(e)}/{len(r.trials)} ({r.rate(e):.0%})"
-        rows.append(row)
-    last: dict[str, Any] = {"injected": "threshold (>= 95% detected, <= 5% false alarms)"}
-    for e in min_effects:
-        found = threshold(results, e)
-        last[f"slower @ min effect {e:.0%}"] = "none" if found is None else f"{found:.0%}"
-    rows.append(last)
-    return rows
+    rows: list[dict[str, Any]] = [
+        {"injected": "none (identical code)" if r.level == 0 else f"{r.level:.0%}", "measured ratio": r.measured,
+         "unstable": r.unstable, **{f"slower @ min effect {e:.0%}": f"{r.slower(e)}/{len(r.trials)} ({r.rate(e):.0%})"
+                                    for e in min_effects}} for r in results]  # fmt: skip
+    found = {e: threshold(results, e) for e in min_effects}
+    return [*rows, {"injected": "threshold (>= 95% detected, <= 5% false alarms)",
+                    **{f"slower @ min effect {e:.0%}": "none" if f is None else f"{f:.0%}" for e, f in found.items()}}]

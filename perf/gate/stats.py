@@ -29,16 +29,12 @@ def auto_block_length(x: np.ndarray) -> int:
     return max(1, min(max(block_length(n), math.ceil(2 * (1 + r) / (1 - r))), n // 4))
 
 
-def bootstrap_medians(
-    x: np.ndarray, resamples: int, rng: np.random.Generator, block: int | None = None
-) -> np.ndarray:
+def bootstrap_medians(x: np.ndarray, resamples: int, rng: np.random.Generator, block: int | None = None) -> np.ndarray:
     """Medians of ``resamples`` circular-block-bootstrap resamples of ``x`` (float64 [resamples]); blocks of
     ``block`` rounds (default `auto_block_length`)."""
     n = x.size
     length = min(block or auto_block_length(x), n)
-    blocks = math.ceil(n / length)
-    offsets = np.arange(length)
-    out = np.empty(resamples)
+    blocks, offsets, out = math.ceil(n / length), np.arange(length), np.empty(resamples)
     for start in range(0, resamples, _CHUNK):
         count = min(_CHUNK, resamples - start)
         starts = rng.integers(0, n, size=(count, blocks, 1))

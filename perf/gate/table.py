@@ -47,13 +47,7 @@ def _ms(seconds: float | None) -> str:
 
 
 def _ratio(row: Row) -> str:
-    if row.ratio is None:
-        return "-"
-    return f"{row.ratio:.3f} [{row.lo:.3f}, {row.hi:.3f}]"
-
-
-def _detectable(row: Row) -> str:
-    return "-" if row.detectable is None else f"+{100 * row.detectable:.1f}%"
+    return "-" if row.ratio is None else f"{row.ratio:.3f} [{row.lo:.3f}, {row.hi:.3f}]"
 
 
 def _note(row: Row) -> str:
@@ -79,13 +73,13 @@ HEADINGS = ("benchmark", "history", "this run", "ratio [interval]", "detectable"
 
 
 def _cells(r: Row) -> tuple[str, ...]:
-    runs = "-" if r.reference_runs is None else str(r.reference_runs)
-    return (r.name, _ms(r.baseline_median_s), _ms(r.current_median_s), _ratio(r), _detectable(r), runs, r.verdict)
+    return (r.name, _ms(r.baseline_median_s), _ms(r.current_median_s), _ratio(r),
+            "-" if r.detectable is None else f"+{100 * r.detectable:.1f}%",
+            "-" if r.reference_runs is None else str(r.reference_runs), r.verdict)
 
 
 def format_lines(rows: list[Row]) -> list[str]:
-    """One aligned text line per row: name, the history's median, this run's, ratio [interval], the smallest
-    slowdown it could detect, the runs its reference rests on, verdict, then what moved and the note."""
+    """One aligned text line per row (`HEADINGS`), then what moved and the note."""
     header, *lines = text_table(HEADINGS, [_cells(r) for r in rows])
     return [header, *(line + (f"  ({_note(r)})" if _note(r) else "") for line, r in zip(lines, rows))]
 
@@ -112,32 +106,24 @@ def verdict_document(rows: list[Row], baseline: Baseline, settings: GateSettings
                      subject: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """What ``perf-compare.json`` holds (`write_verdicts`): the baseline, the run judged, settings, budget, rows."""
     latest = baseline.latest
-    return {
-        "format": FORMAT,
-        "subject": dict(subject or {}),
-        "baseline": {"path": str(latest.path), "number": latest.number, "datetime": latest.datetime,
-                     "commit": latest.commit, "run_id": latest.run_id, "history_runs": len(baseline.runs),
-                     "history": [run.run_id or run.name for run in baseline.runs]},
-        "current": dict(current or {}),
-        "settings": settings.to_dict(),
-        "budget": None if budget is None else budget.to_dict(),
-        "summary": summary(rows, settings),
-        "rows": [asdict(row) for row in rows],
-    }  # fmt: skip
+    return {"format": FORMAT, "subject": dict(subject or {}),
+            "baseline": {"path": str(latest.path), "number": latest.number, "datetime": latest.datetime,
+                         "commit": latest.commit, "run_id": latest.run_id, "history_runs": len(baseline.runs),
+                         "history": [run.run_id or run.name for run in baseline.runs]},
+            "current": dict(current or {}), "settings": settings.to_dict(),
+            "budget": None if budget is None else budget.to_dict(), "summary": summary(rows, settings),
+            "rows": [asdict(row) for row in rows]}  # fmt: skip
 
 
 def write_verdicts(folder: Path, rows: list[Row], baseline: Baseline, settings: GateSettings, header: str,
                    run: str | None = None, current: Mapping[str, Any] | None = None,
                    budget: Budget | None = None, subject: Mapping[str, str] | None = None) -> Path:  # fmt: skip
-    """Write ``perf-compare.json`` and ``.md`` into ``folder`` atomically (with ``run``, this run's name, first as
-    ``perf-compare-<run>.json`` / ``.md``, so runs sharing the folder keep their own; the plain names are the
-    latest); return the JSON path. ``current``: the run judged (``{"run_id", "injected"}``), so a report attaches
-    the verdicts to it only; ``subject``: `perf.subject.describe_subject` of the judged run."""
+    """Write ``perf-compare.json`` and ``.md`` into ``folder`` atomically, with ``run`` (this run's name) first as
+    ``perf-compare-<run>.json`` / ``.md``; the plain names are the latest. Return the JSON path. ``current``: the run
+    judged (``{"run_id", "injected"}``); ``subject``: `perf.subject.describe_subject` of it."""
     document = verdict_document(rows, baseline, settings, current=current, budget=budget, subject=subject)
     text, markdown = json.dumps(document, indent=2) + "\n", to_markdown(rows, header, subject)
-    if run is not None:
-        atomic_write_text(folder / VERDICT_FILE.replace(".json", f"-{run}.json"), text)
-        atomic_write_text(folder / f"perf-compare-{run}.md", markdown)
-    path = atomic_write_text(folder / VERDICT_FILE, text)
-    atomic_write_text(folder / "perf-compare.md", markdown)
+    for suffix in ([f"-{run}"] if run is not None else []) + [""]:
+        path = atomic_write_text(folder / VERDICT_FILE.replace(".json", f"{suffix}.json"), text)
+        atomic_write_text(folder / f"perf-compare{suffix}.md", markdown)
     return path
