@@ -23,8 +23,8 @@ log = logging.getLogger(__name__)
 
 #: How many values follow an option: a count, "?" (an optional one) or "+" (one or more), as argparse's nargs.
 Arity = int | str
-#: Options that save a run, compare with one, or write into the parent's own places (its reports, its JUnit XML,
-#: its temporary folder, which a pytest session empties when it starts): the parent's job, no child repeats them.
+#: Options that save a run, compare with one, or write into the parent's own places (reports, JUnit XML, its
+#: temporary folder): the parent's job, no child repeats them.
 PARENT_OUTPUTS: dict[str, Arity] = {
     "--perf-compare": "?", "--perf-html": 1, "--benchmark-autosave": 0, "--benchmark-save": 1,
     "--benchmark-save-data": 0, "--benchmark-json": 1, "--benchmark-compare": "?", "--benchmark-compare-fail": "+",
@@ -47,17 +47,15 @@ DROPPED: dict[str, Arity] = {**PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNIN
                              "--perf-reports-dir": 1, "--perf-regression": 1}  # fmt: skip
 #: The test-only options that change the code measured: a confirmation's base processes run without them.
 INJECTING: dict[str, Arity] = {"--perf-inject-delay": 1, "--perf-regression": 1}
-#: What a Nsight Systems child of one test (perf.roles.nsys) does not get: the above but its reports folder and
-#: regression (it measures what the parent would have), and the parent's selection (the child is given the one
-#: node id), xdist workers and the switch that profiles (the child would profile again).
+#: What a Nsight Systems child of one test (perf.roles.nsys) does not get: `DROPPED` but the reports folder and
+#: regression, plus the parent's selection (it is given one node id), xdist workers and the switch that profiles.
 NSYS_DROPPED: dict[str, Arity] = {
     **PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING, "-m": 1, "-k": 1, "--deselect": 1, "-n": 1,
     "--numprocesses": 1, "--maxprocesses": 1, "--dist": 1, "-d": 0, "--tx": 1, "--perf-nsys": 0}  # fmt: skip
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 #: What pytest-benchmark prints when --benchmark-compare-fail finds a regression.
 REGRESSED = "Performance has regressed"
-#: The line the gate's plugin prints instead of pytest-benchmark's PerformanceRegression traceback; a child's log
-#: is read for it (`_failed_tests`).
+#: The line the gate's plugin prints instead of pytest-benchmark's PerformanceRegression traceback.
 COMPARE_FAIL_LINE = "--benchmark-compare-fail: {n} benchmark(s) regressed; each is a failed test above"
 PLAN = "plan.json"
 #: The last line of a child's log: how it ended, read again when a later call resumes the plan.

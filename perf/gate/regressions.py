@@ -157,15 +157,14 @@ def _release(runner: Any) -> None:
     """Deactivate ``runner`` and free what it held, TorchDynamo's caches included (docs/method.md, section 5)."""
     on_gpu = runner.stream is not None
     runner.deactivate()
-    if not on_gpu:
-        return
-    import torch
+    if on_gpu:
+        import torch
 
-    if runner.options.get("compile"):
-        torch._dynamo.reset()
-    from perf.measure.gpu_memory import release_cuda_memory
+        from perf.measure.gpu_memory import release_cuda_memory
 
-    release_cuda_memory()
+        if runner.options.get("compile"):
+            torch._dynamo.reset()
+        release_cuda_memory()
 
 
 def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callable[[ModelSpec], Any],
