@@ -61,9 +61,8 @@ def comparable(run: SavedRun, *, fingerprint: Mapping[str, Any] | None, identity
 
 
 def comparable_groups(runs: Sequence[SavedRun]) -> list[list[SavedRun]]:
-    """``runs`` (oldest first) split into histories of comparable runs (`comparable` with the group's newest run
-    that recorded an identity), each oldest first; a run comparable with several groups is in each. What
-    ``perf-history changes`` finds change points in."""
+    """``runs`` (oldest first) split into histories of runs `comparable` with the group's newest run that recorded
+    an identity, each oldest first (a run may be in several): what ``perf-history changes`` reads."""
     heads: list[SavedRun] = []
     newest_first = [*reversed(runs)]
     for run in sorted(newest_first, key=lambda r: _identity(r) is None):  # the newest run of each subject heads
@@ -99,8 +98,7 @@ def reference_for(runs: Sequence[SavedRun], fullname: str, metric: str = PRIMARY
     pairs = [(run, value) for run in runs if (value := metric_median(run, fullname, metric)) is not None]
     values = [value for _, value in pairs]
     restarted, spread = None, None
-    # every level at least MIN_SEGMENT runs long (`perf.store.changepoints`): one run cannot tell a slow run from a
-    # new level
+    # every level at least MIN_SEGMENT runs long: one run cannot tell a slow run from a new level
     changes = history_change_points(values) if len(values) >= 2 * MIN_REFERENCE else []
     if changes:
         at = changes[-1].index

@@ -1,6 +1,5 @@
-"""This runner's noise profile: what identical code does between separate pytest processes (docs/method.md,
-section 3). `compute_profile` turns the K saved runs of ``--perf-noise=K`` into one `NoiseEntry` per benchmark and
-metric, saved as ``<storage>/noise/<key>.json`` (`profile_key`: one profile per runner).
+"""This runner's noise profile (docs/method.md, section 3): `compute_profile` turns the K saved runs of
+``--perf-noise=K`` into one `NoiseEntry` per benchmark and metric, saved as ``<storage>/noise/<key>.json``.
 """
 
 from __future__ import annotations

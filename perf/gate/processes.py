@@ -129,9 +129,8 @@ def forwarded_options(
 
 
 def _failed_tests(log_text: str, returncode: int) -> int:
-    """Tests that failed or errored in a child, from pytest's last summary line, less those failed by the
-    --benchmark-compare-fail check (a verdict, not a broken test: `COMPARE_FAIL_LINE` counts them); a non-zero
-    exit without a failed test (a crash, a usage error) counts as one."""
+    """Tests that failed or errored in a child (pytest's last summary line) less the `COMPARE_FAIL_LINE` verdicts;
+    a non-zero exit without a failed test (a crash, a usage error) counts as one."""
     matches = re.findall(r"(\d+) (?:failed|errors?)\b", log_text.rsplit("\n= ", 1)[-1])
     pattern = re.escape(COMPARE_FAIL_LINE).replace(re.escape("{n}"), r"(\d+)")
     regressed = sum(int(n) for n in re.findall(pattern, log_text))
@@ -237,8 +236,8 @@ def git(repo: Path, *args: str) -> str:
 
 
 def base_worktree(repo: Path, commit: str, tree: Path) -> Path:
-    """A detached git worktree of ``commit`` at ``tree`` (made, or reused when it already holds that commit), for
-    the base side of paired processes. `GitError` when ``tree`` holds another commit or git fails."""
+    """A detached git worktree of ``commit`` at ``tree`` (made, or reused when it holds that commit); `GitError`
+    when ``tree`` holds another commit or git fails."""
     if (tree / ".git").exists():
         held = git(tree, "rev-parse", "HEAD")
         if held != git(repo, "rev-parse", f"{commit}^{{commit}}"):
