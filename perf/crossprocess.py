@@ -29,9 +29,6 @@ IDENTICAL = "identical"
 TARGETS = {"red": 0.01, "inconclusive": 0.05, "detect_inference": 0.95, "detect_pipeline": 0.90}
 DEFAULT_DRAWS = 25
 DEFAULT_CONFIRM = 4
-#: Runs saved further apart than this (seconds) are taken as made on different machines (sessions): a simulated
-#: confirmation pairs processes of one session where the pool allows, as CI runs a pair back to back on one runner.
-SESSION_GAP_S = 240.0
 
 
 @dataclass
@@ -61,39 +58,17 @@ def _slowed(regression: Any, bench: BenchmarkRecord) -> bool:
     return bench.group in regression.groups and batch >= regression.min_batch and (top is None or batch <= top)
 
 
-def _session(run: SavedRun) -> float:
-    return getattr(run, "_session", 0.0)
-
-
-def _when(run: SavedRun) -> float | None:
-    """When ``run`` was saved (POSIX seconds), or None when it has no readable date."""
+def _when(run: SavedRun) -> float:
+    """When ``run`` was saved (POSIX seconds; 0 when it has no readable date)."""
     try:
         return dt.datetime.fromisoformat(run.datetime or "").timestamp()
     except ValueError:
-        return None
+        return 0.0
 
 
-def _mark_sessions(runs: Sequence[SavedRun]) -> None:
-    """Number the machine sessions of ``runs`` by their save times (`SESSION_GAP_S`), on each run."""
-    session, last = 0, None
-    for run in sorted(runs, key=lambda r: r.datetime or ""):
-        when = _when(run)
-        when = (last or 0.0) if when is None else when  # no date saved: one session with the runs before it
-        session += last is not None and when - last > SESSION_GAP_S
-        last = when
-        object.__setattr__(run, "_session", float(session))
-
-
-def _take(labels: list[str], runs: Mapping[str, SavedRun], session: float, near: SavedRun | None = None) -> str | None:
-    """Pop a label of ``session`` from ``labels`` if there is one, else any (None when empty); with ``near``, the
-    one saved closest in time to it (CI runs a confirmation pair back to back: slow drifts of the runner cancel)."""
-    same = [i for i in range(len(labels)) if _session(runs[labels[i]]) == session] or list(range(len(labels)))
-    if not same:
-        return None
-    if near is None:
-        return labels.pop(same[-1])
-    at = _when(near) or 0.0
-    return labels.pop(min(same, key=lambda i: abs((_when(runs[labels[i]]) or 0.0) - at)))
+def _nearest(labels: list[str], runs: Mapping[str, SavedRun], at: float) -> SavedRun:
+    """Pop from ``labels`` the run saved closest in time to ``at`` (POSIX seconds)."""
+    return runs[labels.pop(min(range(len(labels)), key=lambda i: abs(_when(runs[labels[i]]) - at)))]
 
 
 def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_kind: Mapping[str, SavedRun],
@@ -118,15 +93,19 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
     rng.shuffle(cand_spare)
     processes: list[Process] = []
     if suspects and settings.confirm > 0:
-        total, level = looks(settings.confirm), level_per_look(settings.confirm)
+        total, level = looks(settings.confirm), level_per_look(settings.confirm, plan.confirm_level)
         for look in range(1, total + 1):
-            for _ in range(PAIRS_PER_LOOK):  # the candidate from the first pass's session, its base from its own
+            for _ in range(PAIRS_PER_LOOK):  # as CI runs them: right after the first pass, each pair back to back
                 if len(spare) < 2 if kind == IDENTICAL else not (cand_spare and spare):
                     break  # the pool is spent: the confirmation has fewer pairs
-                source, labels = (pool, spare) if kind == IDENTICAL else (same_kind, cand_spare)
-                cand = source[_take(labels, source, _session(run))]  # type: ignore[index]
-                processes += [Process(BASE, pool[_take(spare, pool, _session(cand), near=cand)]),  # type: ignore[index]
-                              Process(CANDIDATE, cand)]
+                if kind == IDENTICAL:  # the two processes saved closest to the first pass, in ABBA order
+                    first, second = _nearest(spare, pool, _when(run)), _nearest(spare, pool, _when(run))
+                    early, late = sorted((first, second), key=_when)
+                    base_run, cand = (early, late) if len(processes) % 4 == 0 else (late, early)
+                else:
+                    cand = _nearest(cand_spare, same_kind, _when(run))
+                    base_run = _nearest(spare, pool, _when(cand))
+                processes += [Process(BASE, base_run), Process(CANDIDATE, cand)]
             pending = [row for row in pending if not judge_suspect(
                 row, base, settings, processes, level, True, final=look == total)]
             if not pending:
@@ -144,7 +123,6 @@ def simulate(identical: Mapping[str, SavedRun], regressed: Mapping[str, Mapping[
     ``regressions``: kind -> `perf.gate.regressions.Regression`, whose slowed benchmarks alone are judged."""
     rng = random.Random(seed)
     expected = sorted({name for run in identical.values() for name in run.benchmarks})
-    _mark_sessions([*identical.values(), *(run for runs in regressed.values() for run in runs.values())])
     return [simulate_run(label, kind, identical, runs, settings, rng, history, expected,
                          None if regressions is None else regressions.get(kind))
             for kind, runs in [(IDENTICAL, identical), *regressed.items()] for label in runs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -59,6 +59,8 @@ class Baseline:
         if not self.runs:
             raise ValueError("a baseline needs at least one saved run")
         self._cache: dict[tuple[str, str], HistoryReference | None] = {}
+        #: (judged metrics, floor) -> how many runs the first pass flags, each judged against the others (`budget`)
+        self.flagged: dict[tuple[int, float], int] = {}
 
     @property
     def latest(self) -> SavedRun:
@@ -314,5 +316,16 @@ def compare_runs(baseline: Baseline, current: Mapping[str, BenchmarkRecord], set
 
 
 def budget(baseline: Baseline, settings: GateSettings, expected: Iterable[str] | None = None) -> Budget:
-    """The run's error budget: its judged metrics, and whether suspects are confirmed."""
-    return Budget(baseline.judged_metrics(expected), settings.confirm > 0)
+    """The run's error budget: its judged metrics, whether suspects are confirmed, and with confirmation how many
+    of the history's runs its first pass flags, each judged against the others (docs/method.md, section 4, item 6)."""
+    plan = Budget(baseline.judged_metrics(expected), settings.confirm > 0)
+    runs = baseline.runs
+    if not plan.confirm or len(runs) <= MIN_REFERENCE:
+        return plan
+    key = (plan.metrics, settings.min_effect)
+    if key not in baseline.flagged:
+        baseline.flagged[key] = sum(any(
+            row.verdict == SLOWER and row.suspect for row in (judge_benchmark(
+                Baseline(runs[:i] + runs[i + 1:], baseline.noise), bench, plan, settings.min_effect)
+                for bench in run.benchmarks.values())) for i, run in enumerate(runs))  # fmt: skip
+    return replace(plan, flagged=baseline.flagged[key], judged=len(runs))

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from perf.gate.compare import STAGE, Baseline, GateSettings, Row, reference_of
 from perf.gate.history import record_median
-from perf.gate.judge import INCONCLUSIVE, NO_CHANGE, SLOWER, Judgement, confirm_level, judge, judge_pairs
+from perf.gate.judge import (CONFIRM_LEVEL, INCONCLUSIVE, NO_CHANGE, SLOWER, Judgement, confirm_level, judge,
+                             judge_pairs)  # fmt: skip
 from perf.runs import SavedRun, load_run
 
 #: Pairs of fresh processes per look; a confirmation of at most K pairs takes ceil(K / PAIRS_PER_LOOK) looks.
@@ -48,13 +49,13 @@ def looks(pairs: int) -> int:
     return max(1, math.ceil(pairs / PAIRS_PER_LOOK))
 
 
-def level_per_look(pairs: int) -> float:
-    """The one-sided level of each look that may confirm: `perf.gate.judge.CONFIRM_LEVEL` split evenly over the
-    looks of a confirmation of at most ``pairs`` pairs that hold at least `MIN_CONFIRM` pairs, and the last (an
-    earlier look can only clear a suspect, which spends none of it)."""
+def level_per_look(pairs: int, level: float = CONFIRM_LEVEL) -> float:
+    """The one-sided level of each look that may confirm: ``level`` (a `perf.gate.judge.Budget`'s confirm_level)
+    split evenly over the looks of a confirmation of at most ``pairs`` pairs that hold at least `MIN_CONFIRM` pairs,
+    and the last (an earlier look can only clear a suspect, which spends none of it)."""
     total = looks(pairs)
     confirming = sum(min(look * PAIRS_PER_LOOK, pairs) >= MIN_CONFIRM or look == total for look in range(1, total + 1))
-    return confirm_level(confirming)
+    return confirm_level(confirming, level)
 
 
 def _medians(processes: Sequence[Process], kind: str, fullname: str, metric: str) -> list[float]:
@@ -118,16 +119,19 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
 
 
 def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateSettings, sides: Sides, folder: Path,
-                 options: Sequence[str], on_done: Callable[..., None] | None = None) -> float:  # fmt: skip
-    """Confirm every suspect row (verdict "slower" with ``suspect`` metrics) in place; return the seconds the
-    processes took. Each look runs `PAIRS_PER_LOOK` pairs, base first in odd pairs (or candidates only)."""
+                 options: Sequence[str], on_done: Callable[..., None] | None = None,
+                 level: float = CONFIRM_LEVEL) -> float:  # fmt: skip
+    """Confirm every suspect row (verdict "slower" with ``suspect`` metrics) in place at one-sided ``level`` (the
+    run's `perf.gate.judge.Budget.confirm_level`); return the seconds the processes took. Each look runs
+    `PAIRS_PER_LOOK` pairs, base first in odd pairs (or candidates only)."""
     from perf.gate.processes import Child, run_children
 
     pending = [row for row in rows if row.verdict == SLOWER and row.suspect]
     if not pending or settings.confirm <= 0:
         return 0.0
     folder.mkdir(parents=True, exist_ok=True)
-    total, level, paired = looks(settings.confirm), level_per_look(settings.confirm), sides.base_tree is not None
+    total, paired = looks(settings.confirm), sides.base_tree is not None
+    level = level_per_look(settings.confirm, level)
     base_options = (f"--perf-cache-dir={sides.base_cache}",) if sides.base_cache else ()
     results: list[Process] = []
     spent = 0.0

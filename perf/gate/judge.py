@@ -36,17 +36,21 @@ OUTLIER_Z = 5.0
 SD_FLOOR = 0.001
 
 
-def confirm_level(looks: int = 1) -> float:
-    """One-sided level of each look of a confirmation of ``looks`` looks at most: `CONFIRM_LEVEL` split evenly."""
-    return CONFIRM_LEVEL / max(1, looks)
+def confirm_level(looks: int = 1, level: float = CONFIRM_LEVEL) -> float:
+    """One-sided level of each look of a confirmation of ``looks`` looks at most: ``level`` split evenly."""
+    return level / max(1, looks)
 
 
 @dataclass(frozen=True)
 class Budget:
-    """How a run spends `RUN_BUDGET`: ``metrics`` judged metrics, first-pass level each, confirmation level."""
+    """How a run spends `RUN_BUDGET`: ``metrics`` judged metrics, first-pass level each, confirmation level;
+    ``flagged`` of the history's ``judged`` runs had a suspect when each was judged against the others
+    (`perf.gate.compare.budget`): the confirmation is stricter where the first pass flags more than `SUSPECT_RATE`."""
 
     metrics: int
     confirm: bool
+    flagged: int = 0
+    judged: int = 0
 
     @property
     def first_level(self) -> float:
@@ -58,16 +62,25 @@ class Budget:
         """One-sided level of each judgement of "faster": never confirmed, so always the whole budget's share."""
         return RUN_BUDGET / max(1, self.metrics)
 
+    @property
+    def confirm_level(self) -> float:
+        """One-sided level of a confirmation per suspect: `RUN_BUDGET` over the larger of `SUSPECT_RATE` and the
+        share of the history's runs the first pass flagged."""
+        return RUN_BUDGET / max(SUSPECT_RATE, self.flagged / self.judged if self.judged else 0.0)
+
     def describe(self) -> str:
         head = f"a run of unchanged code fails with probability <= {RUN_BUDGET:.0%}: {self.metrics} judged metrics"
         if self.confirm:
+            seen = (f" (the first pass flagged {self.flagged} of the history's {self.judged} runs, each judged "
+                    f"against the others)" if self.judged else "")  # fmt: skip
             return (f"{head} flag suspects at {SUSPECT_RATE:.0%} in all ({self.first_level:.2g} each), and fresh "
-                    f"processes must confirm a suspect at {CONFIRM_LEVEL:.0%}")
+                    f"processes must confirm a suspect at {self.confirm_level:.2g}{seen}")
         return f"{head} at {self.first_level:.2g} each (no confirmation)"
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_budget": RUN_BUDGET, "metrics": self.metrics, "confirm": self.confirm,
-                "first_level": self.first_level, "confirm_level": CONFIRM_LEVEL if self.confirm else None}
+                "first_level": self.first_level, "confirm_level": self.confirm_level if self.confirm else None,
+                "history_flagged": self.flagged, "history_judged": self.judged}
 
 
 @dataclass(frozen=True)

@@ -265,7 +265,7 @@ class GateRun:
             reporter.write("\n")  # after the progress line of the tests
         try:
             self.confirm_seconds = confirm_rows(rows, self.baseline, self.settings, sides, folder, options,
-                                                progress)
+                                                progress, self.budget.confirm_level)
         finally:
             if tree is not None:
                 remove_worktree(repo, tree)

@@ -256,11 +256,25 @@ def test_a_suspect_is_confirmed_cleared_or_left_inconclusive_by_its_confirmation
     assert open_.verdict == "inconclusive" and open_.note.startswith("inconclusive: cannot rule out +")
 
 
-def test_a_simulated_confirmation_pairs_each_candidate_process_with_the_base_saved_closest_in_time() -> None:
-    from perf.crossprocess import _take
+def test_a_simulated_confirmation_takes_the_processes_saved_closest_in_time_to_the_first_pass() -> None:
+    from perf.crossprocess import _nearest, _when
 
     runs = {f"p{k}": _run(k, _bench("a", 1e-3, k)) for k in (1, 5, 9, 30)}  # saved 00:01, 00:05, 00:09, 00:30
     labels = list(runs)
-    assert _take(labels, runs, 0.0, near=_run(8, _bench("a", 1e-3, 8))) == "p9"
-    assert _take(labels, runs, 0.0, near=_run(28, _bench("a", 1e-3, 28))) == "p30"
-    assert _take(labels, runs, 0.0) == "p5" and labels == ["p1"]  # without a time: the last one, as before
+    first_pass = _when(_run(8, _bench("a", 1e-3, 8)))
+    assert [_nearest(labels, runs, first_pass) for _ in range(3)] == [runs["p9"], runs["p5"], runs["p1"]]
+    assert labels == ["p30"]
+
+def test_a_history_whose_first_pass_flags_its_own_runs_often_makes_the_confirmation_stricter() -> None:
+    from perf.gate.judge import CONFIRM_LEVEL, RUN_BUDGET
+
+    medians = _process_medians(10, 0.002, seed=3)
+    calm = Baseline([_run(k, _bench("a", m, k)) for k, m in enumerate(medians)])
+    assert budget(calm, GateSettings(confirm=4)).confirm_level == CONFIRM_LEVEL
+    slow = {2, 5, 8}  # three processes of ten in a slow state of the runner, 10% above the rest
+    mixed = Baseline([_run(k, _bench("a", m * (1.1 if k in slow else 1.0), k)) for k, m in enumerate(medians)])
+    plan = budget(mixed, GateSettings(confirm=4))
+    assert (plan.flagged, plan.judged) == (3, 10)
+    assert plan.confirm_level == pytest.approx(RUN_BUDGET / 0.3) and plan.confirm_level < CONFIRM_LEVEL
+    assert "flagged 3 of the history's 10 runs" in plan.describe()
+    assert budget(mixed, GateSettings(confirm=0)).judged == 0  # no confirmation: nothing to make stricter

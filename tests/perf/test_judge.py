@@ -150,3 +150,12 @@ def test_a_confirmation_spends_its_level_only_on_the_looks_that_may_confirm() ->
     assert level_per_look(4) == CONFIRM_LEVEL  # looks of 2 and 4 pairs: only the second may confirm
     assert level_per_look(8) == CONFIRM_LEVEL / 3  # 4, 6 and 8 pairs
     assert level_per_look(2) == CONFIRM_LEVEL  # a small --perf-confirm: its one look
+
+
+@given(flagged=st.integers(0, 40), judged=st.integers(1, 40))
+def test_the_confirmation_level_keeps_the_run_budget_at_the_rate_the_history_was_flagged(flagged: int,
+                                                                                        judged: int) -> None:
+    plan = Budget(12, True, min(flagged, judged), judged)
+    rate = max(SUSPECT_RATE, plan.flagged / judged)
+    assert plan.confirm_level * rate == pytest.approx(RUN_BUDGET)
+    assert plan.confirm_level <= CONFIRM_LEVEL
