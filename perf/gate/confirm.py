@@ -108,10 +108,13 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
         bound, metric = max(((r.hi - 1) * (settings.min_effect / r.floor if r.floor else 1.0), metric)
                             for metric, r in judged) if judged else (math.nan, "")  # fmt: skip
         of = f" of the frame ({metric})" if metric.startswith(STAGE) else ""
-        row.verdict = INCONCLUSIVE
+        # Inconclusive only where the estimate leans slower (above the floor); under it, no change within the bound.
+        leaning = not judged or len(judged) < len(outcomes) or any(r.ratio >= 1 + r.floor for _, r in judged)
+        row.verdict = INCONCLUSIVE if leaning else NO_CHANGE
         row.confirmation = {"processes": processes, "paired": paired, "text": (
-            f"inconclusive: cannot rule out +{100 * bound:.1f}%{of} after {how}" if judged else
-            "inconclusive: the confirmation processes saved no result (see their logs)")}  # fmt: skip
+            "inconclusive: the confirmation processes saved no result (see their logs)" if not judged else
+            f"inconclusive: cannot rule out +{100 * bound:.1f}%{of} after {how}" if leaning else
+            f"not confirmed by {how}: under the floor, at most +{100 * bound:.1f}%{of}")}  # fmt: skip
     else:
         return False
     row.note = "; ".join(p for p in (row.note, row.confirmation["text"]) if p)

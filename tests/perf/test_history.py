@@ -221,7 +221,7 @@ def test_the_offline_judge_takes_several_processes_of_one_code_together_and_refu
         "perf-history: error: --run '0042': no such saved run (give its number, id or label)")
 
 
-def test_a_suspect_is_confirmed_cleared_or_left_inconclusive_by_its_confirmation_pairs() -> None:
+def test_a_suspect_is_confirmed_cleared_left_inconclusive_or_bounded_by_its_confirmation_pairs() -> None:
     from perf.gate.confirm import BASE, CANDIDATE, Process, judge_suspect
 
     baseline = _history(12, sd=0.01)
@@ -250,10 +250,14 @@ def test_a_suspect_is_confirmed_cleared_or_left_inconclusive_by_its_confirmation
     cleared = suspect()
     assert judge_suspect(cleared, baseline, GateSettings(), pairs([1.0, 1.0]), 0.025, True, final=False)
     assert cleared.verdict == "no change" and "cleared by 2 pair(s)" in cleared.note
-    open_ = suspect()
-    assert not judge_suspect(open_, baseline, GateSettings(), pairs([1.03, 0.99]), 0.025, True, final=False)
-    assert judge_suspect(open_, baseline, GateSettings(), pairs([1.03, 0.99]), 0.025, True, final=True)
+    open_ = suspect()  # leaning slower (above the 2% floor), the pairs disagree: inconclusive
+    assert not judge_suspect(open_, baseline, GateSettings(), pairs([1.06, 0.99]), 0.025, True, final=False)
+    assert judge_suspect(open_, baseline, GateSettings(), pairs([1.06, 0.99]), 0.025, True, final=True)
     assert open_.verdict == "inconclusive" and open_.note.startswith("inconclusive: cannot rule out +")
+    under = suspect()  # not cleared, but the estimate is under the floor: no change, its bound said
+    assert judge_suspect(under, baseline, GateSettings(), pairs([1.03, 0.99]), 0.025, True, final=True)
+    assert under.verdict == "no change" and "not confirmed by 2 pair(s) of fresh processes: under the floor, " \
+        "at most +" in under.note
 
 
 def test_a_simulated_confirmation_takes_the_processes_saved_closest_in_time_to_the_first_pass() -> None:
