@@ -346,7 +346,8 @@ def all_options() -> tuple[Option, ...]:
                "unstable.", str(DEFAULT_MAX_REMEASURE), parse_count,
                default=DEFAULT_MAX_REMEASURE),
         Option("--perf-fail-inconclusive", None, "With --perf-compare, fail the run on inconclusive benchmarks too "
-               "(suspects the confirmation could neither confirm nor clear; else they are reported and counted)."),
+               "(suspects the confirmation could neither confirm nor clear, their estimate still at or above the floor; "
+               "else they are reported and counted)."),
         Option("--perf-noise-profile", "PATH|none", "The noise profile that seeds a history of fewer than 3 runs for "
                "--perf-compare: a file written by --perf-noise, or none.",
                "this runner's profile in the benchmark storage (<storage>/noise/), if any"),
