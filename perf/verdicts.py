@@ -19,7 +19,7 @@ from perf.runs import HistoryError, SavedRun, mapping, read_json, text_value
 #: What ``--perf-compare`` writes into the reports folder (and ``perf-compare.md`` beside it).
 VERDICT_FILE = "perf-compare.json"
 _FIGURES = re.compile(r"\s[-+]?\d.*$")  # " 1.085 [1.051, 1.120] slower": a moved metric's figures
-_CANNOT_RULE_OUT = re.compile(r"cannot rule out \+[\d.]+%(?: of the frame)?")
+_CANNOT_RULE_OUT = re.compile(r"(?:cannot rule out|at most) \+[\d.]+%(?: of the frame)?")  # an open or a bounded suspect
 
 
 @dataclass(frozen=True)

@@ -103,3 +103,11 @@ def test_an_inconclusive_rows_note_does_not_repeat_its_verdict() -> None:
 
     entry = {"verdict": "inconclusive", "note": "inconclusive: cannot rule out +21.3% after 4 fresh process(es)"}
     assert note_phrase(entry) == "cannot rule out +21.3%"
+
+
+def test_a_suspect_left_under_the_floor_keeps_its_bound_in_the_note_column() -> None:
+    from perf.verdicts import note_phrase
+
+    note = "not confirmed by 4 pair(s) of fresh processes: under the floor, at most +6.2% of the frame (stage:write)"
+    assert note_phrase({"verdict": "no change", "note": note}) == (
+        "not confirmed by 4 pair(s) of fresh processes; at most +6.2% of the frame")
