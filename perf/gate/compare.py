@@ -305,14 +305,15 @@ def compare_runs(baseline: Baseline, current: Mapping[str, BenchmarkRecord], set
                  expected: Iterable[str] | None = None, judged: Mapping[str, Row] | None = None) -> list[Row]:  # fmt: skip
     """Rows for every current benchmark (``judged``: rows already judged, kept), then a "missing" row for each
     history benchmark of ``expected`` (this session's node ids; None: the latest run's) not measured."""
-    plan = budget(baseline, settings, expected)
+    wanted = None if expected is None else set(expected)  # once: an iterator of node ids is read once
+    plan = budget(baseline, settings, wanted)
     judged = judged or {}
     rows = [judged[name] if name in judged else judge_benchmark(baseline, bench, plan, settings.min_effect)
             for name, bench in current.items()]
     return rows + [Row(name, bench.name, bench.group, MISSING, "not measured in this run (skipped or failed)",
                        baseline_median_s=bench.median_s)
                    for name, bench in baseline.benchmarks.items()
-                   if name not in current and (expected is None or name in set(expected))]  # fmt: skip
+                   if name not in current and (wanted is None or name in wanted)]  # fmt: skip
 
 
 def budget(baseline: Baseline, settings: GateSettings, expected: Iterable[str] | None = None) -> Budget:

@@ -95,6 +95,8 @@ class NvmlSampler:
     exit (a short block has two); ``samples`` holds the readings."""
 
     def __init__(self, device_index: int = 0, interval_s: float = 0.05, *, read: Callable[[], Sample] | None = None):
+        if not interval_s > 0:  # 0 or NaN would spin the sampling thread
+            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         self.device_index, self.interval_s, self._read = device_index, interval_s, read
         self.samples: list[Sample] = []
         self.unavailable_reason: str | None = None

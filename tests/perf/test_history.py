@@ -145,6 +145,9 @@ def test_rows_cover_both_runs_and_say_why_a_benchmark_is_missing() -> None:
     assert rows["new"].verdict == "missing" and rows["new"].note == "not in the history"
     assert rows["gone"].verdict == "missing" and rows["gone"].note.startswith("not measured")
     assert rows["a"].verdict == "no change"
+    collected = iter(["perf/t.py::a", "perf/t.py::gone"])  # the session's node ids, as an iterator
+    again = {r.name: r.verdict for r in compare_runs(baseline, current, GateSettings(), collected)}
+    assert again == {name: row.verdict for name, row in rows.items()}
 
 
 def test_paired_processes_judge_every_judged_metric_on_their_ratios() -> None:

@@ -105,6 +105,12 @@ def test_without_nvml_the_sampler_is_a_no_op_that_says_why() -> None:
     assert sampler.summary() == {"available": False, "reason": reason}
 
 
+def test_interval_must_be_positive() -> None:
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="interval_s must be > 0"):
+            NvmlSampler(interval_s=bad)
+
+
 def test_without_nvidia_ml_py_the_reason_names_the_gpu_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # as where nvidia-ml-py is not installed
     ok, reason = NvmlSampler.available()
