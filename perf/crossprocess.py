@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchmark
-from perf.gate.confirm import BASE, CANDIDATE, PAIRS_PER_LOOK, Process, judge_suspect, level_per_look, looks
+from perf.gate.confirm import (BASE, CANDIDATE, DEFAULT_PAIRS, PAIRS_PER_LOOK, Process, judge_suspect, level_per_look,
+                               looks)  # fmt: skip
 from perf.gate.judge import FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER
 from perf.runs import BenchmarkRecord, SavedRun
 
@@ -28,7 +29,6 @@ IDENTICAL = "identical"
 #: What the issue asks of the gate: red runs of unchanged code, inconclusive rows, detections.
 TARGETS = {"red": 0.01, "inconclusive": 0.05, "detect_inference": 0.95, "detect_pipeline": 0.90}
 DEFAULT_DRAWS = 25
-DEFAULT_CONFIRM = 4
 
 
 @dataclass
@@ -97,7 +97,7 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
         for look in range(1, total + 1):
             for _ in range(PAIRS_PER_LOOK):  # as CI runs them: right after the first pass, each pair back to back
                 if len(spare) < 2 if kind == IDENTICAL else not (cand_spare and spare):
-                    break  # the pool is spent: the confirmation has fewer pairs
+                    break  # the pool is spent: the confirmation has fewer pairs (its last look judges what it has)
                 if kind == IDENTICAL:  # the two processes saved closest to the first pass, in ABBA order
                     first, second = _nearest(spare, pool, _when(run)), _nearest(spare, pool, _when(run))
                     early, late = sorted((first, second), key=_when)
@@ -238,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-effect", type=parse_fraction, default=GateSettings().min_effect)
     parser.add_argument("--history", type=parse_positive_int, default=20,
                         help="identical processes drawn as main's history")
-    parser.add_argument("--confirm", type=parse_count, default=DEFAULT_CONFIRM,
+    parser.add_argument("--confirm", type=parse_count, default=DEFAULT_PAIRS,
                         help="confirmation pairs at most (0: none)")
     parser.add_argument("--draws", type=parse_positive_int, default=DEFAULT_DRAWS, help="simulated runs per process")
     parser.add_argument("--compare-fail", default="median:5%")

@@ -234,6 +234,7 @@ class Option:
 def all_options() -> tuple[Option, ...]:
     """Every option of the suite, in the order --help lists them (defaults that come from the measuring and gate
     modules are imported here, when pytest registers the options)."""
+    from perf.gate.confirm import DEFAULT_BUDGET_S, DEFAULT_PAIRS
     from perf.gate.judge import DEFAULT_FLOOR as DEFAULT_MIN_EFFECT
     from perf.measure.clock import DEFAULT_LEAD_IN_MS
     from perf.measure.controls import NAMES as CONTROL_NAMES, Controls
@@ -333,7 +334,11 @@ def all_options() -> tuple[Option, ...]:
         Option("--perf-confirm", "PAIRS", "With --perf-compare, confirm each suspect in at most PAIRS pairs of fresh "
                "processes of the base (a git worktree of the history's latest commit) and this tree, alternating, "
                "only the suspects' tests, 2 pairs per look; 0 = no confirmation (then the first pass alone spends "
-               "the error budget).", "4", parse_count, default=4),
+               "the error budget).", str(DEFAULT_PAIRS), parse_count, default=DEFAULT_PAIRS),
+        Option("--perf-confirm-budget", "SECONDS", "With --perf-compare, start no further look of the confirmation "
+               "(2 pairs) that would likely end after this many seconds of its processes; the suspects then stand as "
+               "the last look left them (a look of fewer than 3 pairs confirms nothing).",
+               f"{DEFAULT_BUDGET_S:.0f}", parse_seconds, default=DEFAULT_BUDGET_S),
         Option("--perf-min-effect", "FRACTION", "Smallest change --perf-compare calls slower or faster (the floor: "
                "the change must also be significant).", f"{DEFAULT_MIN_EFFECT:.0%}", parse_fraction,
                default=DEFAULT_MIN_EFFECT),

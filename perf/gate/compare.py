@@ -32,17 +32,20 @@ HOST, STAGE = "host", "stage:"
 @dataclass(frozen=True)
 class GateSettings:
     """How ``--perf-compare`` decides: the floor (a fraction), the stability rule, whether inconclusive rows
-    fail, the noise profile seeding a short history, and ``confirm``: confirmation pairs at most (0: none)."""
+    fail, the noise profile seeding a short history, ``confirm``: confirmation pairs at most (0: none), and
+    ``confirm_budget_s``: the seconds of confirmation processes no further look may likely overrun (None: no limit)."""
 
     min_effect: float = DEFAULT_FLOOR
     rule: StabilityRule = field(default_factory=StabilityRule)
     fail_inconclusive: bool = False
     noise: NoiseProfile | None = None
     confirm: int = 0
+    confirm_budget_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"min_effect": self.min_effect, "max_cv": self.rule.max_cv, "max_drift": self.rule.max_drift,
                 "fail_inconclusive": self.fail_inconclusive, "confirm_pairs": self.confirm,
+                "confirm_budget_s": self.confirm_budget_s,
                 "noise_profile": None if self.noise is None else str(self.noise.path or "in memory"),
                 "noise_processes": None if self.noise is None else self.noise.processes}  # fmt: skip
 

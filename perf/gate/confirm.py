@@ -5,6 +5,7 @@ docs/method.md, sections 4 (item 6) and 8.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -21,7 +22,11 @@ PAIRS_PER_LOOK = 2
 #: A suspect is confirmed on at least this many pairs (candidate processes, unpaired), or at the last look of a
 #: smaller ``--perf-confirm``: two pairs confirmed unchanged code too often (docs/method.md, section 4, item 6).
 MIN_CONFIRM = 3
+#: ``--perf-confirm`` and ``--perf-confirm-budget`` by default: 4 looks (a third of the level at 4, 6 and 8 pairs),
+#: and the seconds of processes that keep the whole gate within 20 minutes on the H100 (docs/method.md, section 8).
+DEFAULT_PAIRS, DEFAULT_BUDGET_S = 8, 900.0
 BASE, CANDIDATE = "base", "candidate"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -64,9 +69,10 @@ def _medians(processes: Sequence[Process], kind: str, fullname: str, metric: str
 
 
 def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, results: Sequence[Process], level: float,
-                  paired: bool, final: bool) -> bool:  # fmt: skip
+                  paired: bool, final: bool, early: bool = False) -> bool:  # fmt: skip
     """Judge ``row``'s suspect metrics on the confirmation processes so far; update the row and return True when it
-    is decided (confirmed or cleared), or when ``final``."""
+    is decided (confirmed or cleared), or when ``final``. ``early``: the last look is before the planned last (the
+    time budget ran out), so fewer than `MIN_CONFIRM` processes confirm nothing."""
     outcomes: list[tuple[str, Judgement | None]] = []
     for metric in row.suspect:
         cand = _medians(results, CANDIDATE, row.fullname, metric)
@@ -85,7 +91,7 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
                     pass
             elif prior is not None:
                 result = judge(prior, cand, level, floor)
-            if result is not None and result.verdict == SLOWER and len(cand) < MIN_CONFIRM and not final:
+            if result is not None and result.verdict == SLOWER and len(cand) < MIN_CONFIRM and (early or not final):
                 result = replace(result, verdict=NO_CHANGE)  # too few processes to confirm yet: look again
         outcomes.append((metric, result))
     judged = [(metric, r) for metric, r in outcomes if r is not None]
@@ -126,7 +132,8 @@ def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateS
                  level: float = CONFIRM_LEVEL) -> float:  # fmt: skip
     """Confirm every suspect row (verdict "slower" with ``suspect`` metrics) in place at one-sided ``level`` (the
     run's `perf.gate.judge.Budget.confirm_level`); return the seconds the processes took. Each look runs
-    `PAIRS_PER_LOOK` pairs, base first in odd pairs (or candidates only)."""
+    `PAIRS_PER_LOOK` pairs, base first in odd pairs (or candidates only); no look starts that would likely end after
+    ``settings.confirm_budget_s`` (by the last look's seconds): the last look run then judges finally."""
     from perf.gate.processes import Child, run_children
 
     pending = [row for row in rows if row.verdict == SLOWER and row.suspect]
@@ -146,10 +153,15 @@ def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateS
             base = Child(f"{BASE}-{i:02d}", BASE, nodeids, base_options, str(sides.base_tree)) if paired else None
             children += [c for c in ((base, candidate) if i % 2 else (candidate, base)) if c is not None]
         done = run_children(children, options, folder, sides.candidate_tree, on_done=on_done)
-        spent += sum(r.seconds for r in done)
+        took = sum(r.seconds for r in done)
+        spent += took
         results += [Process(r.kind, load_run(r.run)) for r in done if r.run is not None]
-        pending = [row for row in pending
-                   if not judge_suspect(row, baseline, settings, results, level, paired, final=look == total)]
-        if not pending:
+        early = look < total and settings.confirm_budget_s is not None and spent + took > settings.confirm_budget_s
+        if early:
+            log.warning("confirmation: %.0f s spent; the next look would likely end after --perf-confirm-budget "
+                        "(%.0f s): judged on %d pair(s)", spent, settings.confirm_budget_s, look * PAIRS_PER_LOOK)
+        pending = [row for row in pending if not judge_suspect(
+            row, baseline, settings, results, level, paired, final=early or look == total, early=early)]
+        if not pending or early:
             break
     return spent

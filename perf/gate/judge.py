@@ -34,6 +34,9 @@ MIN_REFERENCE = 3
 OUTLIER_Z = 5.0
 #: The smallest between-process standard deviation (log scale) a reference is credited with: 0.1%.
 SD_FLOOR = 0.001
+#: From this many pairs on, `judge_pairs` judges the trimmed mean of the pair differences (Yuen), trimming this
+#: share at each end: one odd process among them neither decides nor vetoes (docs/method.md, section 4, item 4).
+TRIM_PAIRS, TRIM = 6, 0.2
 
 
 def confirm_level(looks: int = 1, level: float = CONFIRM_LEVEL) -> float:
@@ -203,16 +206,24 @@ def judge(ref: Reference, candidate_s: Sequence[float], level: float, floor: flo
 def judge_pairs(base_s: Sequence[float], candidate_s: Sequence[float], level: float, floor: float = DEFAULT_FLOOR,
                 prior: Reference | None = None, faster_level: float | None = None, robust: bool = True) -> Judgement:  # fmt: skip
     """K paired processes (``base_s[i]`` and ``candidate_s[i]`` back to back on one runner, medians in seconds)
-    at one-sided ``level``: the mean log ratio, its spread pooled from the pairs and, when given, the ``prior``
-    reference's (``sqrt(2) * sd`` per difference). K >= 2 without a prior, K >= 1 with one. "Slower" or "faster"
-    also needs every pair to agree and, with ``robust``, the same verdict with any one pair left out (one odd
-    process must not decide: docs/method.md, section 4, item 4)."""
+    at one-sided ``level``. Below `TRIM_PAIRS` pairs: the mean log ratio, its spread pooled from the pairs and, when
+    given, the ``prior`` reference's (``sqrt(2) * sd`` per difference); K >= 2 without a prior, K >= 1 with one;
+    "slower" or "faster" also needs every pair to agree and, with ``robust``, the same verdict with any one pair left
+    out. From `TRIM_PAIRS` pairs (with ``robust``): Yuen's trimmed mean of the differences on its own winsorized
+    spread, which an odd pair can neither carry nor veto (docs/method.md, section 4, item 4)."""
     base, cand = np.log(np.asarray(base_s, dtype=float)), np.log(np.asarray(candidate_s, dtype=float))
     if base.size != cand.size or not (np.all(np.isfinite(base)) and np.all(np.isfinite(cand))):
         raise ValueError(f"pairs: expected as many positive base as candidate medians, got {base.size} and "
                          f"{cand.size}")  # fmt: skip
     k = base.size
     diffs = cand - base
+    if robust and k >= TRIM_PAIRS:
+        from scipy.stats import mstats, trim_mean
+
+        kept = k - 2 * int(TRIM * k)
+        se = max(float(mstats.trimmed_stde(diffs, limits=(TRIM, TRIM))), SD_FLOOR / math.sqrt(k))
+        return _decide(float(trim_mean(diffs, TRIM)), se, kept - 1, level, floor, prior.n if prior else 0, k,
+                       se * math.sqrt(k), faster_level)  # fmt: skip
     df, var = 0.0, 0.0
     if prior is not None and (k < 2 or math.isfinite(prior.df)):  # a within-process prior only stands in for none
         df, var = prior.df, 2 * prior.sd**2

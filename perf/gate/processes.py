@@ -40,7 +40,8 @@ NO_CACHE_NO_TERMINAL: dict[str, Arity] = {
 #: Options that plan processes: the parent's alone (a child would start children of its own).
 PLANNING: dict[str, Arity] = {
     "--perf-noise": 1, "--perf-selftest-processes": 1, "--perf-selftest-regressions": 1, "--perf-runs-dir": 1,
-    "--perf-processes-budget": 1, "--perf-confirm": 1, "--perf-history": 1}  # fmt: skip
+    "--perf-processes-budget": 1, "--perf-confirm": 1, "--perf-confirm-budget": 1,
+    "--perf-history": 1}  # fmt: skip
 #: What the cross-process children (`run_children`) do not get: the above, and the reports folder and injected
 #: regression, which each child is given in its own form.
 DROPPED: dict[str, Arity] = {**PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING,

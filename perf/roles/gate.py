@@ -54,7 +54,7 @@ def gate_settings(config: pytest.Config) -> GateSettings:
     get = config.getoption
     rule = StabilityRule(get("perf_max_cv"), get("perf_max_drift"), get("perf_max_remeasure"))
     return GateSettings(get("perf_min_effect"), rule=rule, fail_inconclusive=get("perf_fail_inconclusive"),
-                        confirm=get("perf_confirm"))  # fmt: skip
+                        confirm=get("perf_confirm"), confirm_budget_s=get("perf_confirm_budget"))  # fmt: skip
 
 
 def _record(metadata: Any) -> Any:
@@ -223,7 +223,8 @@ class GateRun:
 
     def _header(self) -> str:
         settings = self.settings
-        confirm = (f"suspects confirmed in at most {settings.confirm} pair(s) of fresh processes"
+        within = f" within {settings.confirm_budget_s:.0f} s" if settings.confirm_budget_s else ""
+        confirm = (f"suspects confirmed in at most {settings.confirm} pair(s) of fresh processes{within}"
                    if settings.confirm > 0 else "no confirmation (--perf-confirm=0)")
         spent = f" ({self.confirm_seconds:.0f} s of processes)" if self.confirm_seconds else ""
         return (f"--perf-compare against {self.baseline.describe()}: {self.budget.describe()}; slower/faster "

@@ -30,6 +30,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from perf.gate.confirm import DEFAULT_PAIRS
+
     parser = _Parser(prog="perf-history", description="The results history in a database: import saved runs, "
                      "list them, find change points.")  # fmt: skip
     parser.add_argument("--store", type=parse_store, default=None,
@@ -62,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     simulate = sub.add_parser("simulate", help="simulated CI runs (history, first pass, confirmation) from the runs of "
                               "--perf-selftest-processes or --perf-noise folders")  # fmt: skip
     simulate.add_argument("folders", nargs="+", metavar="DIR")
-    for flag, parse, default in (("--history", parse_positive_int, 20), ("--confirm", parse_count, 4),
+    for flag, parse, default in (("--history", parse_positive_int, 20), ("--confirm", parse_count, DEFAULT_PAIRS),
                                  ("--draws", parse_positive_int, 25), ("--min-effect", parse_fraction, 0.02)):
         simulate.add_argument(flag, type=parse, default=default)
     simulate.add_argument("--json", metavar="FILE", default=None)

@@ -98,13 +98,26 @@ def test_a_suspect_is_confirmed_in_fresh_processes_before_the_run_fails(project:
     result.stdout.fnmatch_lines([
         "perf-compare confirmation: candidate-01 (candidate) * s, exit 0",
         "perf-compare confirmation: candidate-02 (candidate) * s, exit 0",
-        "*suspects confirmed in at most 2 pair(s) of fresh processes (* s of processes)",
+        "*suspects confirmed in at most 2 pair(s) of fresh processes within 900 s (* s of processes)",
         "perf-compare: slower: * confirmed by 2 fresh process(es): time *",
         "perf-compare FAILED: 1 slower, *"])  # fmt: skip
     children = list((project.path / "reports" / "confirm").glob("*/candidate-0*.log"))
     assert len(children) == 2 and all("--perf-inject-delay=2" in log.read_text() for log in children)
     verdicts = load_verdicts(project.path / "reports")
     assert verdicts is not None and verdicts["rows"][0]["confirmation"]["processes"] == 2
+
+
+def test_a_confirmation_stops_at_its_time_budget_and_two_processes_confirm_nothing(project: pytest.Pytester) -> None:
+    result = _pytest(project.path, "--perf-compare", "--perf-inject-delay=2", "--perf-confirm=8",
+                     "--perf-confirm-budget=1", "-rf")  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()  # inconclusive: reported, not failed
+    result.stdout.fnmatch_lines([
+        "*suspects confirmed in at most 8 pair(s) of fresh processes within 1 s (* s of processes)",
+        "test_busy *inconclusive*cannot rule out*"])  # fmt: skip
+    assert len(list((project.path / "reports" / "confirm").glob("*/candidate-0*.log"))) == 2
+    verdicts = load_verdicts(project.path / "reports")
+    assert verdicts is not None and verdicts["rows"][0]["confirmation"]["processes"] == 2
+    assert "after 2 fresh process(es)" in verdicts["rows"][0]["confirmation"]["text"]
 
 
 def test_a_suspect_of_the_base_commit_itself_is_confirmed_on_pairs_run_from_this_tree(tmp_path: Path) -> None:
