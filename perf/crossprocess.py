@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchmark
-from perf.gate.confirm import (BASE, CANDIDATE, DEFAULT_PAIRS, PAIRS_PER_LOOK, Process, judge_suspect, level_per_look,
-                               looks)  # fmt: skip
-from perf.gate.judge import FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER
+from perf.gate.confirm import BASE, CANDIDATE, PAIRS_PER_LOOK, Process, judge_suspect, level_per_look, looks
+from perf.gate.judge import DEFAULT_PAIRS, FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER
 from perf.runs import BenchmarkRecord, SavedRun
 
 IDENTICAL = "identical"

@@ -234,8 +234,7 @@ class Option:
 def all_options() -> tuple[Option, ...]:
     """Every option of the suite, in the order --help lists them (defaults that come from the measuring and gate
     modules are imported here, when pytest registers the options)."""
-    from perf.gate.confirm import DEFAULT_BUDGET_S, DEFAULT_PAIRS
-    from perf.gate.judge import DEFAULT_FLOOR as DEFAULT_MIN_EFFECT
+    from perf.gate.judge import DEFAULT_BUDGET_S, DEFAULT_PAIRS, DEFAULT_FLOOR as DEFAULT_MIN_EFFECT
     from perf.measure.clock import DEFAULT_LEAD_IN_MS
     from perf.measure.controls import NAMES as CONTROL_NAMES, Controls
     from perf.measure.sources import DEFAULT_SOURCES

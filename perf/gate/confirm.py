@@ -22,9 +22,6 @@ PAIRS_PER_LOOK = 2
 #: A suspect is confirmed on at least this many pairs (candidate processes, unpaired), or at the last look of a
 #: smaller ``--perf-confirm``: two pairs confirmed unchanged code too often (docs/method.md, section 4, item 6).
 MIN_CONFIRM = 3
-#: ``--perf-confirm`` and ``--perf-confirm-budget`` by default: 4 looks (a third of the level at 4, 6 and 8 pairs),
-#: and the seconds of processes that keep the whole gate within 20 minutes on the H100 (docs/method.md, section 8).
-DEFAULT_PAIRS, DEFAULT_BUDGET_S = 8, 900.0
 BASE, CANDIDATE = "base", "candidate"
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,10 @@ MIN_REFERENCE = 3
 OUTLIER_Z = 5.0
 #: The smallest between-process standard deviation (log scale) a reference is credited with: 0.1%.
 SD_FLOOR = 0.001
+#: ``--perf-confirm`` and ``--perf-confirm-budget`` by default: 4 looks of 2 pairs (a third of the confirmation level
+#: at 4, 6 and 8 pairs), and the seconds of processes that keep the whole gate within 20 minutes on the H100
+#: (docs/method.md, section 8).
+DEFAULT_PAIRS, DEFAULT_BUDGET_S = 8, 900.0
 #: From this many pairs on, `judge_pairs` judges the trimmed mean of the pair differences (Yuen), trimming this
 #: share at each end: one odd process among them neither decides nor vetoes (docs/method.md, section 4, item 4).
 TRIM_PAIRS, TRIM = 6, 0.2

@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from perf.gate.confirm import DEFAULT_PAIRS
+    from perf.gate.judge import DEFAULT_PAIRS
 
     parser = _Parser(prog="perf-history", description="The results history in a database: import saved runs, "
                      "list them, find change points.")  # fmt: skip
