@@ -334,9 +334,9 @@ def all_options() -> tuple[Option, ...]:
                "processes of the base (a git worktree of the history's latest commit) and this tree, alternating, "
                "only the suspects' tests, 2 pairs per look; 0 = no confirmation (then the first pass alone spends "
                "the error budget).", str(DEFAULT_PAIRS), parse_count, default=DEFAULT_PAIRS),
-        Option("--perf-confirm-budget", "SECONDS", "With --perf-compare, start no further look of the confirmation "
-               "(2 pairs) that would likely end after this many seconds of its processes; the suspects then stand as "
-               "the last look left them (a look of fewer than 3 pairs confirms nothing).",
+        Option("--perf-confirm-budget", "SECONDS", "With --perf-compare, a look of the confirmation (2 pairs) that "
+               "would likely end after this many seconds of its processes runs only the pairs that would not and is "
+               "the last (none: the last look run is); fewer than 3 pairs confirm nothing.",
                f"{DEFAULT_BUDGET_S:.0f}", parse_seconds, default=DEFAULT_BUDGET_S),
         Option("--perf-min-effect", "FRACTION", "Smallest change --perf-compare calls slower or faster (the floor: "
                "the change must also be significant).", f"{DEFAULT_MIN_EFFECT:.0%}", parse_fraction,

@@ -60,6 +60,17 @@ def level_per_look(pairs: int, level: float = CONFIRM_LEVEL) -> float:
     return confirm_level(confirming, level)
 
 
+def next_look_pairs(done: int, planned: int, spent_s: float, last_look_s: float, last_look_pairs: int,
+                    budget_s: float | None) -> int:
+    """Pairs the next look runs after ``done`` of at most ``planned``: `PAIRS_PER_LOOK` (fewer at the end), or, where
+    that would likely end after ``budget_s`` seconds of processes (by the last look's seconds a pair), as many as
+    would not; 0: stop."""
+    want = min(PAIRS_PER_LOOK, planned - done)
+    if want <= 0 or budget_s is None or last_look_pairs <= 0 or last_look_s <= 0:
+        return max(want, 0)
+    return max(0, min(want, math.floor((budget_s - spent_s) * last_look_pairs / last_look_s)))
+
+
 def _medians(processes: Sequence[Process], kind: str, fullname: str, metric: str) -> list[float]:
     found = (record_median(p.run.benchmarks.get(fullname), metric) for p in processes if p.kind == kind)
     return [value for value in found if value is not None]
@@ -129,36 +140,42 @@ def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateS
                  level: float = CONFIRM_LEVEL) -> float:  # fmt: skip
     """Confirm every suspect row (verdict "slower" with ``suspect`` metrics) in place at one-sided ``level`` (the
     run's `perf.gate.judge.Budget.confirm_level`); return the seconds the processes took. Each look runs
-    `PAIRS_PER_LOOK` pairs, base first in odd pairs (or candidates only); no look starts that would likely end after
-    ``settings.confirm_budget_s`` (by the last look's seconds): the last look run then judges finally."""
+    `PAIRS_PER_LOOK` pairs, base first in odd pairs (or candidates only), within ``settings.confirm_budget_s``
+    (`next_look_pairs`): a look that would likely end after it runs the pairs that would not, and is the last; where
+    none would, the last look run judges finally."""
     from perf.gate.processes import Child, run_children
 
     pending = [row for row in rows if row.verdict == SLOWER and row.suspect]
     if not pending or settings.confirm <= 0:
         return 0.0
     folder.mkdir(parents=True, exist_ok=True)
-    total, paired = looks(settings.confirm), sides.base_tree is not None
+    paired, budget = sides.base_tree is not None, settings.confirm_budget_s
     level = level_per_look(settings.confirm, level)
     base_options = (f"--perf-cache-dir={sides.base_cache}",) if sides.base_cache else ()
     results: list[Process] = []
-    spent = 0.0
-    for look in range(1, total + 1):
+    spent, done, pairs, shrunk = 0.0, 0, min(PAIRS_PER_LOOK, settings.confirm), False
+    while True:
         nodeids = tuple(sorted({row.fullname for row in pending}))
         children = []
-        for i in range((look - 1) * PAIRS_PER_LOOK + 1, look * PAIRS_PER_LOOK + 1):
+        for i in range(done + 1, done + pairs + 1):
             candidate = Child(f"{CANDIDATE}-{i:02d}", CANDIDATE, nodeids, sides.candidate_options)
             base = Child(f"{BASE}-{i:02d}", BASE, nodeids, base_options, str(sides.base_tree)) if paired else None
             children += [c for c in ((base, candidate) if i % 2 else (candidate, base)) if c is not None]
-        done = run_children(children, options, folder, sides.candidate_tree, on_done=on_done)
-        took = sum(r.seconds for r in done)
-        spent += took
-        results += [Process(r.kind, load_run(r.run)) for r in done if r.run is not None]
-        early = look < total and settings.confirm_budget_s is not None and spent + took > settings.confirm_budget_s
+        ran = run_children(children, options, folder, sides.candidate_tree, on_done=on_done)
+        took = sum(r.seconds for r in ran)
+        results += [Process(r.kind, load_run(r.run)) for r in ran if r.run is not None]
+        spent, done = spent + took, done + pairs
+        following = 0 if shrunk else next_look_pairs(done, settings.confirm, spent, took, pairs, budget)
+        early = following == 0 and done < settings.confirm
         if early:
             log.warning("confirmation: %.0f s spent; the next look would likely end after --perf-confirm-budget "
-                        "(%.0f s): judged on %d pair(s)", spent, settings.confirm_budget_s, look * PAIRS_PER_LOOK)
+                        "(%.0f s): judged on %d pair(s)", spent, budget, done)
         pending = [row for row in pending if not judge_suspect(
-            row, baseline, settings, results, level, paired, final=early or look == total, early=early)]
-        if not pending or early:
+            row, baseline, settings, results, level, paired, final=following == 0, early=early)]
+        if not pending or following == 0:
             break
+        shrunk, pairs = following < min(PAIRS_PER_LOOK, settings.confirm - done), following
+        if shrunk:
+            log.warning("confirmation: %.0f s spent; the last look runs %d pair(s) within --perf-confirm-budget "
+                        "(%.0f s)", spent, pairs, budget)
     return spent

@@ -120,6 +120,28 @@ def test_a_confirmation_stops_at_its_time_budget_and_two_processes_confirm_nothi
     assert "after 2 fresh process(es)" in verdicts["rows"][0]["confirmation"]["text"]
 
 
+def test_a_look_that_would_overrun_the_budget_runs_the_one_pair_that_fits_and_is_the_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import perf.gate.processes
+    from perf.gate.compare import GateSettings, Row
+    from perf.gate.confirm import Sides, confirm_rows
+
+    looks: list[list[str]] = []
+
+    def processes_of_50_s(children, options, folder, tree, on_done=None):  # the processes, not the planning under test
+        looks.append([child.label for child in children])
+        return [perf.gate.processes.ChildResult(c.label, c.kind, 0, 50.0, None, folder / f"{c.label}.log")
+                for c in children]
+
+    monkeypatch.setattr(perf.gate.processes, "run_children", processes_of_50_s)
+    row = Row("test_x.py::test_busy", "test_busy", None, "slower", suspect=["time"])
+    spent = confirm_rows([row], None, GateSettings(confirm=8, confirm_budget_s=320.0),
+                         Sides(tmp_path, tmp_path), tmp_path / "confirm", ())  # fmt: skip
+    # 2 pairs took 200 s; 2 more would likely end at 400 s, after the budget; 1 more at 300 s, within it
+    assert looks == [["base-01", "candidate-01", "candidate-02", "base-02"], ["base-03", "candidate-03"]]
+    assert spent == 300.0 and row.verdict == "inconclusive"  # judged finally: these processes saved nothing
+
+
 def test_a_suspect_of_the_base_commit_itself_is_confirmed_on_pairs_run_from_this_tree(tmp_path: Path) -> None:
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=folder, check=True, capture_output=True)

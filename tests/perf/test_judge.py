@@ -162,6 +162,31 @@ def test_a_confirmation_spends_its_level_only_on_the_looks_that_may_confirm() ->
     assert level_per_look(2) == CONFIRM_LEVEL  # a small --perf-confirm: its one look
 
 
+@given(done=st.integers(0, 12), planned=st.integers(1, 12), spent=st.floats(0, 2000), look=st.floats(0.1, 1000),
+       look_pairs=st.integers(1, 2), budget=st.one_of(st.none(), st.floats(1, 2000)))
+def test_the_next_look_runs_at_most_two_pairs_and_only_the_pairs_likely_to_end_within_the_budget(
+        done: int, planned: int, spent: float, look: float, look_pairs: int, budget: float | None) -> None:  # fmt: skip
+    from perf.gate.confirm import PAIRS_PER_LOOK, next_look_pairs
+
+    pairs = next_look_pairs(done, planned, spent, look, look_pairs, budget)
+    assert 0 <= pairs <= min(PAIRS_PER_LOOK, max(0, planned - done))
+    if budget is None:
+        assert pairs == min(PAIRS_PER_LOOK, max(0, planned - done))
+    elif pairs:
+        assert spent + pairs * look / look_pairs <= budget * (1 + 1e-9)  # by the last look's seconds a pair
+    elif planned > done:
+        assert spent + look / look_pairs > budget * (1 - 1e-9)  # not one more pair fits
+
+
+def test_a_look_that_would_overrun_the_budget_shrinks_to_the_one_pair_that_fits() -> None:
+    from perf.gate.confirm import next_look_pairs
+
+    # the H100's torch-compile confirmation (docs/results.md, fifth session): 2 pairs took 218 s of a 400 s budget
+    assert next_look_pairs(2, 8, 218.0, 218.0, 2, 400.0) == 1  # a third pair: enough to confirm (MIN_CONFIRM)
+    assert next_look_pairs(2, 8, 218.0, 218.0, 2, 900.0) == 2
+    assert next_look_pairs(2, 8, 330.0, 218.0, 2, 400.0) == 0
+
+
 @given(flagged=st.integers(0, 40), judged=st.integers(1, 40))
 def test_the_confirmation_level_keeps_the_run_budget_at_the_rate_the_history_was_flagged(flagged: int,
                                                                                         judged: int) -> None:
