@@ -33,7 +33,8 @@ HOST, STAGE = "host", "stage:"
 class GateSettings:
     """How ``--perf-compare`` decides: the floor (a fraction), the stability rule, whether inconclusive rows
     fail, the noise profile seeding a short history, ``confirm``: confirmation pairs at most (0: none), and
-    ``confirm_budget_s``: the seconds of confirmation processes no further look may likely overrun (None: no limit)."""
+    ``confirm_budget_s``: the seconds of confirmation processes its looks may not likely overrun (a look that would runs
+    the pairs that fit, `perf.gate.confirm.next_look_pairs`; None: no limit)."""
 
     min_effect: float = DEFAULT_FLOOR
     rule: StabilityRule = field(default_factory=StabilityRule)
