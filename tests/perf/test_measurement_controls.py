@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import math
 import os
 from collections.abc import Iterator
@@ -410,6 +411,42 @@ def test_the_layer_calibration_hands_back_the_runner_it_measured_last_and_releas
         assert readings["batch"] == 1 and readings["target"] == 0.05 and readings["base_ms"] > 0
     finally:
         runner.deactivate()
+
+
+def test_a_calibrated_layer_width_is_kept_so_a_later_process_builds_its_runner_once(tmp_path: Path) -> None:
+    import torch
+
+    from detector.backends import create_runner
+    from detector.spec import ModelSpec
+    from perf.gate.regressions import calibrated_layer
+
+    spec = ModelSpec.default(cache_dir=tmp_path)
+    built: list[int] = []
+
+    def build(model: Any) -> Any:
+        runner = create_runner("torch", model, device="cpu", precision="fp32")
+        runner.activate()
+        built.append(getattr(model, "width", 0))
+        return runner
+
+    batch = torch.rand(1, 3, *spec.input_size)
+    first, readings = calibrated_layer(spec, "torch fp32", 0.05, batch, build, "cpu")
+    first.deactivate()
+    assert not readings["cached"] and len(built) >= 2 and built[0] == 0
+    (kept,) = (tmp_path / "regressions").iterdir()
+    built.clear()
+    again, reread = calibrated_layer(spec, "torch fp32", 0.05, batch, build, "cpu")
+    again.deactivate()
+    assert built == [readings["width"]] and reread == {**readings, "cached": True}  # one build: nothing measured
+    built.clear()
+    other, _ = calibrated_layer(spec, "torch fp32", 0.1, batch, build, "cpu")  # another fraction: its own width
+    other.deactivate()
+    assert built[0] == 0 and len(list((tmp_path / "regressions").iterdir())) == 2
+    kept.write_text("{not json")
+    built.clear()
+    redone, _ = calibrated_layer(spec, "torch fp32", 0.05, batch, build, "cpu")  # unreadable: calibrated again
+    redone.deactivate()
+    assert built[0] == 0 and json.loads(kept.read_text())["width"] > 0
 
 
 def test_a_slowed_stage_does_its_work_again_as_often_as_asked_on_average() -> None:
