@@ -241,7 +241,9 @@ def calibrated_layer(spec: ModelSpec, label: str, fraction: float, batch: Any, b
     path = spec.cache_dir / "regressions" / f"layer-{key}.json"
     try:
         readings = json.loads(path.read_text())
-        width = int(readings["width"])
+        width = readings["width"]
+        if type(width) is not int or width <= 0:  # width 0 would be the unchanged model: never a regression
+            raise ValueError(f"width {width!r}")
     except (OSError, ValueError, KeyError, TypeError):  # none kept yet, or unreadable: calibrate again
         runner, _, readings = calibrate_layer(spec, fraction, batch, build, device)
         fileio.atomic_write_text(path, json.dumps(readings))

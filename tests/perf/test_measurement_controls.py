@@ -442,11 +442,12 @@ def test_a_calibrated_layer_width_is_kept_so_a_later_process_builds_its_runner_o
     other, _ = calibrated_layer(spec, "torch fp32", 0.1, batch, build, "cpu")  # another fraction: its own width
     other.deactivate()
     assert built[0] == 0 and len(list((tmp_path / "regressions").iterdir())) == 2
-    kept.write_text("{not json")
-    built.clear()
-    redone, _ = calibrated_layer(spec, "torch fp32", 0.05, batch, build, "cpu")  # unreadable: calibrated again
-    redone.deactivate()
-    assert built[0] == 0 and json.loads(kept.read_text())["width"] > 0
+    for unreadable in ("{not json", '{"width": 0}', '[64]'):
+        kept.write_text(unreadable)
+        built.clear()
+        redone, _ = calibrated_layer(spec, "torch fp32", 0.05, batch, build, "cpu")  # calibrated again
+        redone.deactivate()
+        assert built[0] == 0 and json.loads(kept.read_text())["width"] > 0, unreadable
 
 
 def test_a_slowed_stage_does_its_work_again_as_often_as_asked_on_average() -> None:
