@@ -306,8 +306,10 @@ def all_options() -> tuple[Option, ...]:
                parse_delay_ms, default=0.0),
         Option("--perf-regression", "KIND:PERCENT", "Test only: inject a real code change that makes the suite "
                "slower, calibrated on this machine: layer:5% (an extra layer in the model, +5% per inference call at "
-               "batch 32; its width kept in the model's cache folder), layer1:3% (the same at batch 1), preprocess:10% "
-               "(+10% per frame end to end) or write:10% (the pipelined writer); runs made with it are marked injected.", "none", parse_regression),
+               "batch 32; its width kept in the model's cache folder), layer1:3% (the same at batch 1), "
+               "preprocess:10% (+10% per frame end to end) or write:10% (the pipelined writer); runs made with it "
+               "are marked injected.",
+               "none", parse_regression),
         Option("--perf-controls", "NAMES", f"Noise sources controlled while measuring: all, none, or names from "
                f"{', '.join(CONTROL_NAMES)} (a leading - leaves one out, e.g. -pin). See perf/measure/controls.py.",
                "all", parse_controls, default=Controls()),

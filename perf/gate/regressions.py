@@ -1,8 +1,8 @@
 """Real code changes injected as regressions (``--perf-regression=KIND:PERCENT``, test-only), so the gate's
 detection rates are measured on what CI will see: ``layer`` / ``layer1`` (a calibrated residual 1x1 bottleneck after
 convolution `LAYER_AFTER`, `LayerRegressedSpec`, `calibrate_layer`, kept per machine by `calibrated_layer`),
-``preprocess`` and ``write`` (a stage run again
-on a calibrated share of frames, `SlowedStage`, `slowed_writes`); docs/method.md, section 5.
+``preprocess`` and ``write`` (a stage run again on a calibrated share of frames, `SlowedStage`, `slowed_writes`);
+docs/method.md, section 5.
 """
 
 from __future__ import annotations
@@ -246,7 +246,10 @@ def calibrated_layer(spec: ModelSpec, label: str, fraction: float, batch: Any, b
             raise ValueError(f"width {width!r}")
     except (OSError, ValueError, KeyError, TypeError):  # none kept yet, or unreadable: calibrate again
         runner, _, readings = calibrate_layer(spec, fraction, batch, build, device)
-        fileio.atomic_write_text(path, json.dumps(readings))
+        try:
+            fileio.atomic_write_text(path, json.dumps(readings))
+        except OSError as e:  # a read-only cache: the next process calibrates again
+            log.warning("layer regression: the width is not kept: %s", e)
         return runner, {**readings, "cached": False}
     log.info("layer regression: width %d for %s, calibrated on this machine before (%s)", width, label, path)
     return build(regressed_spec(spec, width)), {**readings, "cached": True}
