@@ -231,8 +231,8 @@ def calibrated_layer(spec: ModelSpec, label: str, fraction: float, batch: Any, b
     the model's cache folder, else `calibrate_layer`'s, kept there. A process that finds it builds the runner once,
     first, as an unchanged process does: a torch.compile fp16 b1 model read 0.2135 and 0.2291 ms for one width
     in two builds of one process (H100), so a runner built after the search's other builds is not what the next
-    process builds (docs/method.md, section 5). A search whose last reading was no cost or over twice
-    ``fraction`` (noise: a loaded CPU) is not kept. The readings say ``cached`` when the width was read back."""
+    process builds (docs/method.md, section 5). A search whose last reading was off ``fraction`` by more than a
+    factor of 2 (noise: a loaded CPU) is not kept. The readings say ``cached`` when the width was read back."""
     import torch
 
     from detector import fileio
@@ -247,7 +247,7 @@ def calibrated_layer(spec: ModelSpec, label: str, fraction: float, batch: Any, b
             raise ValueError(f"width {width!r}")
     except (OSError, ValueError, KeyError, TypeError):  # none kept yet, or unreadable: calibrate again
         runner, _, readings = calibrate_layer(spec, fraction, batch, build, device)
-        if not 0 < readings["measured_fraction"] <= 2 * fraction:  # noise, not a calibration to keep
+        if not fraction / 2 <= readings["measured_fraction"] <= 2 * fraction:  # noise, not a calibration to keep
             log.warning("layer regression: width %d read %+.1f%% against %.1f%%; not kept", readings["width"],
                         100 * readings["measured_fraction"], 100 * fraction)  # fmt: skip
             return runner, {**readings, "cached": False}
