@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detector.spec import ModelSpec
@@ -240,24 +241,32 @@ def calibrated_layer(spec: ModelSpec, label: str, fraction: float, batch: Any, b
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
     key = spec.cache_key("layer-width", label, tuple(batch.shape), fraction, name, torch.__version__)
     path = spec.cache_dir / "regressions" / f"layer-{key}.json"
-    try:
-        readings = json.loads(path.read_text())
-        width = readings["width"]
-        if type(width) is not int or width <= 0:  # width 0 would be the unchanged model: never a regression
-            raise ValueError(f"width {width!r}")
-    except (OSError, ValueError, KeyError, TypeError):  # none kept yet, or unreadable: calibrate again
-        runner, _, readings = calibrate_layer(spec, fraction, batch, build, device)
-        if not fraction / 2 <= readings["measured_fraction"] <= 2 * fraction:  # noise, not a calibration to keep
-            log.warning("layer regression: width %d read %+.1f%% against %.1f%%; not kept", readings["width"],
-                        100 * readings["measured_fraction"], 100 * fraction)  # fmt: skip
-            return runner, {**readings, "cached": False}
+    kept = _kept_readings(path)
+    if kept is not None:
+        log.info("layer regression: width %d for %s, calibrated on this machine before (%s)", kept["width"], label,
+                 path)  # fmt: skip
+        return build(regressed_spec(spec, kept["width"])), {**kept, "cached": True}
+    runner, _, readings = calibrate_layer(spec, fraction, batch, build, device)
+    if not fraction / 2 <= readings["measured_fraction"] <= 2 * fraction:  # noise, not a calibration to keep
+        log.warning("layer regression: width %d read %+.1f%% against %.1f%%; not kept", readings["width"],
+                    100 * readings["measured_fraction"], 100 * fraction)  # fmt: skip
+    else:
         try:
             fileio.atomic_write_text(path, json.dumps(readings))
         except OSError as e:  # a read-only cache: the next process calibrates again
             log.warning("layer regression: the width is not kept: %s", e)
-        return runner, {**readings, "cached": False}
-    log.info("layer regression: width %d for %s, calibrated on this machine before (%s)", width, label, path)
-    return build(regressed_spec(spec, width)), {**readings, "cached": True}
+    return runner, {**readings, "cached": False}
+
+
+def _kept_readings(path: Path) -> dict[str, Any] | None:
+    """The readings kept at ``path``, or None: none kept, unreadable, or a width that is not a positive whole
+    number (width 0 would be the unchanged model: never a regression)."""
+    try:
+        readings = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(readings, dict) and type(readings.get("width")) is int and readings["width"] > 0
+    return readings if ok else None
 
 
 def regressed_spec(spec: ModelSpec, width: int) -> LayerRegressedSpec:
