@@ -20,6 +20,14 @@ SENTENCE = "Could not parse value: {value!r}. Expected {expected}."
 ASIDE = "Could not parse value: {value!r} (expected {expected})."
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A command's parser whose usage error is one line, ``<command>: error: <message>``, exit 2 (no usage block);
+    a subcommand's error names the command (the suite's commands: perf-ab, perf-history)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog.split()[0]}: error: {message}\n")
+
+
 def value_error(text: str, expected: str, wording: str = SENTENCE) -> argparse.ArgumentTypeError:
     """The error of a rejected ``text``, naming it and what is ``expected`` (``"a positive integer"``)."""
     return argparse.ArgumentTypeError(wording.format(value=text, expected=expected))

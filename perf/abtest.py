@@ -16,9 +16,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-log = logging.getLogger(__name__)
+from detector.argtypes import OneLineParser
+from detector.fileio import atomic_write_text
+from perf.gate.compare import Baseline, GateSettings, Row, judge_paired, judged_names
+from perf.gate.confirm import Sides, confirm_rows
+from perf.gate.history import history_runs
+from perf.gate.judge import Budget
+from perf.gate.processes import Child, GitError, base_worktree, git, load_plan, remove_worktree, run_children, save_plan
+from perf.gate.table import to_markdown
+from perf.options import parse_count, parse_fraction, parse_positive_int
+from perf.runs import HistoryError, SavedRun, load_run, load_runs
 
 DEFAULT_TESTS = ("perf", "-m", "ci")
 BASE, CANDIDATE = "base", "candidate"
@@ -28,31 +36,20 @@ class ABError(Exception):
     """Bad input to perf-ab: one line."""
 
 
-def _git(repo: Path, *args: str) -> str:
-    from perf.gate.processes import GitError, git
-
-    try:
-        return git(repo, *args)
-    except GitError as e:
-        raise ABError(str(e)) from None
-
-
 def merge_base(repo: Path, base: str | None) -> tuple[str, str]:
     """(the ref used, the merge base's commit) of HEAD and ``base`` (default origin/main, else main)."""
     for ref in [base] if base else ["origin/main", "main"]:
         try:
-            _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-        except ABError:
+            git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        except GitError:
             continue
-        return ref, _git(repo, "merge-base", "HEAD", ref)
+        return ref, git(repo, "merge-base", "HEAD", ref)
     raise ABError(f"--base {base or 'origin/main or main'}: no such commit in '{repo}' (fetch it, e.g. "
                   "git fetch origin main)")  # fmt: skip
 
 
-def plan_pairs(pairs: int, base_tree: Path, base_cache: Path) -> list[Any]:
+def plan_pairs(pairs: int, base_tree: Path, base_cache: Path) -> list[Child]:
     """The children of ``pairs`` pairs, ABBA order: base first in odd pairs, candidate first in even ones."""
-    from perf.gate.processes import Child
-
     children = []
     for i in range(1, pairs + 1):
         base = Child(f"{BASE}-{i:02d}", BASE, (), (f"--perf-cache-dir={base_cache}",), str(base_tree))
@@ -61,17 +58,14 @@ def plan_pairs(pairs: int, base_tree: Path, base_cache: Path) -> list[Any]:
     return children
 
 
-def judge(storage: Path, pairs: int, min_effect: float, confirm: bool, baseline: Any) -> list[Any]:
+def judge(storage: Path, pairs: int, min_effect: float, confirm: bool, baseline: Baseline | None) -> list[Row]:
     """One row per benchmark that every complete pair measured on both sides."""
-    from perf.gate.compare import judge_paired, judged_names
-    from perf.gate.judge import Budget
-    from perf.runs import load_runs
-
     by_label = {run.path.stem.split("_", 1)[1]: run for run in load_runs(storage)}
     sides = {side: [by_label.get(f"{side}-{i:02d}") for i in range(1, pairs + 1)] for side in (BASE, CANDIDATE)}
     complete = [i for i in range(pairs) if sides[BASE][i] is not None and sides[CANDIDATE][i] is not None]
     if len(complete) < 2:
-        raise ABError(f"only {len(complete)} complete pair(s) saved a run in '{storage}': need 2 or more (see the logs)")
+        raise ABError(f"only {len(complete)} complete pair(s) saved a run in '{storage}': need 2 or more (see the "
+                      "logs)")
     names = set.intersection(*(set(sides[s][i].benchmarks) for s in (BASE, CANDIDATE) for i in complete))
     first = sides[CANDIDATE][complete[0]]
     plan = Budget(sum(len(judged_names(first.benchmarks[name])) for name in names), confirm)
@@ -80,12 +74,8 @@ def judge(storage: Path, pairs: int, min_effect: float, confirm: bool, baseline:
             for name in sorted(names)]
 
 
-def _history(path: Path, sample: Any) -> Any:
+def _history(path: Path, sample: SavedRun | None) -> Baseline | None:
     """Main's history in storage ``path`` for the machine of ``sample`` (a saved run, or None), or None."""
-    from perf.gate.compare import Baseline
-    from perf.gate.history import history_runs
-    from perf.runs import HistoryError, load_runs
-
     if sample is None or not path.is_dir():
         return None
     try:
@@ -97,14 +87,8 @@ def _history(path: Path, sample: Any) -> Any:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from perf.options import parse_count, parse_fraction, parse_positive_int
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:
-            self.exit(2, f"perf-ab: error: {message}\n")
-
-    parser = Parser(prog="perf-ab", description="Paired A/B of this working tree against its merge base, in "
-                    "alternating fresh pytest processes on this runner.")  # fmt: skip
+    parser = OneLineParser(prog="perf-ab", description="Paired A/B of this working tree against its merge base, "
+                           "in alternating fresh pytest processes on this runner.")  # fmt: skip
     parser.add_argument("--base", default=None, help="the branch or commit to compare with; the merge base of HEAD "
                         "and it is measured (default: origin/main, else main)")  # fmt: skip
     parser.add_argument("--pairs", type=parse_positive_int, default=3, help="pairs of processes, >= 2 (default 3)")
@@ -127,11 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.pairs < 2:
         print("perf-ab: error: --pairs: need at least 2 pairs for an interval", file=sys.stderr)
         return 2
-    from perf.gate.processes import GitError, base_worktree, load_plan, remove_worktree, run_children, save_plan
-    from perf.runs import load_run
-
     try:
-        repo = Path(_git(Path.cwd(), "rev-parse", "--show-toplevel"))
+        repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))
         ref, sha = merge_base(repo, args.base)
         out = args.out.resolve()
         try:
@@ -146,18 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.monotonic()
         results = run_children(plan, options, out, repo)
         spent = sum(r.seconds for r in results)
-        sample = next((load_run(r.run) for r in results if r.run is not None), None)
-        baseline = _history(args.history, sample)
+        baseline = _history(args.history, next((load_run(r.run) for r in results if r.run is not None), None))
         rows = judge(out / "storage", args.pairs, args.min_effect, args.confirm > 0, baseline)
         confirmed = 0.0
         if args.confirm > 0 and any(r.verdict == "slower" for r in rows):
-            from perf.gate.compare import GateSettings
-            from perf.gate.confirm import Sides, confirm_rows
-
-            settings = GateSettings(args.min_effect, confirm=args.confirm)
-            sides = Sides(repo, tree, out / "cache-base")
-            confirmed = confirm_rows(rows, baseline, settings, sides, out / "confirm", options)
-    except ABError as e:
+            confirmed = confirm_rows(rows, baseline, GateSettings(args.min_effect, confirm=args.confirm),
+                                     Sides(repo, tree, out / "cache-base"), out / "confirm", options)  # fmt: skip
+    except (ABError, GitError) as e:
         print(f"perf-ab: error: {e}", file=sys.stderr)
         return 2
     history = f"; pooled with {baseline.describe()}" if baseline is not None else ""
@@ -166,9 +142,6 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"at most {args.confirm} more pairs; slower/faster = significant and beyond {args.min_effect:.1%}; the "
               f"processes took {spent + confirmed:.0f} s ({spent:.0f} s the pairs, {confirmed:.0f} s the "
               f"confirmation; {time.monotonic() - started:.0f} s this call)")
-    from detector.fileio import atomic_write_text
-    from perf.gate.table import to_markdown
-
     markdown = to_markdown(rows, header)
     atomic_write_text(out / "perf-ab.md", markdown)
     atomic_write_text(out / "perf-ab.json", json.dumps({"base": sha, "ref": ref, "pairs": args.pairs,

@@ -1,8 +1,6 @@
-"""``perf-history``: the history store from the command line (``import``, ``runs``, ``changes``,
-``comparable``, ``judge``, ``simulate``; their help says what each does). ``--store WHERE``: a path,
-``sqlite:///path`` or ``postgresql://...``, default ``$PERF_STORE``, else `DEFAULT_STORE`. Bad input: one line
-on stderr, exit status 2.
-"""
+"""``perf-history``: the history store from the command line (``import``, ``runs``, ``changes``, ``comparable``,
+``judge``, ``simulate``; their help says what each does). ``--store WHERE``: a path, ``sqlite:///path`` or
+``postgresql://...``, default ``$PERF_STORE``, else `DEFAULT_STORE`. Bad input: one line on stderr, exit status 2."""
 
 from __future__ import annotations
 
@@ -12,28 +10,27 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from perf.options import parse_count, parse_fraction, parse_positive_int, parse_store
+from detector.argtypes import OneLineParser
+from perf import crossprocess
+from perf.gate.compare import Baseline, GateSettings, budget, judge_benchmark
+from perf.gate.history import comparable_groups, history_runs
+from perf.gate.noise import NoiseProfile, floors_from_profile
+from perf.gate.table import format_lines, summary, write_verdicts
+from perf.measure.machine import fingerprint_differences, machine_fingerprint
+from perf.options import parse_fraction, parse_positive_int, parse_store
 from perf.runs import HistoryError, SavedRun, load_run, load_runs, run_files
+from perf.store.changepoints import HistoryChange, history_changes, points_from_runs
+from perf.store.db import open_store
+from perf.subject import describe_subject, subject_line
 from perf.tabletext import markdown_table
-
-if TYPE_CHECKING:
-    from perf.store.changepoints import HistoryChange
 
 DEFAULT_STORE = ".benchmarks/history.sqlite"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage block
-        self.exit(2, f"perf-history: error: {message}\n")
-
-
 def _parser() -> argparse.ArgumentParser:
-    from perf.gate.judge import DEFAULT_PAIRS
-
-    parser = _Parser(prog="perf-history", description="The results history in a database: import saved runs, "
-                     "list them, find change points.")  # fmt: skip
+    parser = OneLineParser(prog="perf-history", description="The results history in a database: import saved "
+                           "runs, list them, find change points.")  # fmt: skip
     parser.add_argument("--store", type=parse_store, default=None,
                         help=f"the store: a path, sqlite:///path or postgresql://... (default: $PERF_STORE, else "
                              f"{DEFAULT_STORE})")  # fmt: skip
@@ -61,13 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     judge.add_argument("--branch", default=None, help="only history runs of this branch (default: any)")
     judge.add_argument("--min-effect", type=parse_fraction, default=0.02, help="the floor (default 2%%)")
     judge.add_argument("--out", type=Path, default=None, help="also write the verdicts here (perf-compare.json / .md)")
-    simulate = sub.add_parser("simulate", help="simulated CI runs (history, first pass, confirmation) from the runs of "
-                              "--perf-selftest-processes or --perf-noise folders")  # fmt: skip
-    simulate.add_argument("folders", nargs="+", metavar="DIR")
-    for flag, parse, default in (("--history", parse_positive_int, 20), ("--confirm", parse_count, DEFAULT_PAIRS),
-                                 ("--draws", parse_positive_int, 25), ("--min-effect", parse_fraction, 0.02)):
-        simulate.add_argument(flag, type=parse, default=default)
-    simulate.add_argument("--json", metavar="FILE", default=None)
+    crossprocess.add_arguments(sub.add_parser("simulate", help="simulated CI runs (history, first pass, confirmation) "
+                                              "from the runs of --perf-selftest-processes or --perf-noise folders"))
     return parser
 
 
@@ -87,18 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if where == "none":
         print("perf-history: error: --store none: there is no store to read", file=sys.stderr)
         return 2
-    from perf.store.db import open_store
-
     try:
         if args.command == "simulate":
-            from perf.crossprocess import main as simulate_main
-
-            return simulate_main([*args.folders, "--history", str(args.history), "--confirm", str(args.confirm),
-                                  "--draws", str(args.draws), "--min-effect", str(args.min_effect),
-                                  *(["--json", args.json] if args.json else [])])  # fmt: skip
+            return crossprocess.main(args=args)
         if args.command == "comparable":  # one line per fingerprint field that differs from this machine
-            from perf.measure.machine import fingerprint_differences, machine_fingerprint
-
             saved, (device_type, _, index) = load_run(args.run), args.device.partition(":")
             current = {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
             differences = fingerprint_differences(saved.fingerprint, current)
@@ -113,8 +97,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 new = sum(store.save_run(document, source=source)[1] for source, document in documents)
             print(f"{new} run(s) stored, {len(documents) - new} already in {store.shown}")
         elif args.command == "runs":
-            from perf.subject import subject_line
-
             with open_store(where) as store:
                 for run in store.runs(include_injected=True):
                     marked = f" [injected: {run.injected}]" if run.injected else ""
@@ -137,10 +119,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: float) -> list[HistoryChange]:
     """The change points of one history per machine, model and video (the gate's comparability rule), each
     judged against its machine's noise profile (``profiles``: the stored JSON by machine key) if any."""
-    from perf.gate.history import comparable_groups
-    from perf.gate.noise import NoiseProfile, floors_from_profile
-    from perf.store.changepoints import history_changes, points_from_runs
-
     found = []
     for group in comparable_groups(runs):
         points = points_from_runs(group)
@@ -154,20 +132,13 @@ def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: 
 def _judge(args: argparse.Namespace, where: str) -> int:
     """The last ``--processes`` runs up to ``--run`` (number, id or label; the latest by default) judged
     together against the history before them, as ``--perf-compare --perf-confirm=0``; exit 1 when slower."""
-    from perf.gate.compare import Baseline, GateSettings, budget, judge_benchmark
-    from perf.gate.history import history_runs
-    from perf.gate.table import format_lines, summary, write_verdicts
-    from perf.store.db import open_store
-    from perf.subject import describe_subject
-
     if args.storage is not None:
         runs = load_runs(args.storage)
     else:
         with open_store(where) as store:
             runs = store.runs(include_injected=True)
     if not runs:
-        print(f"perf-history: error: no saved runs in {args.storage or where}", file=sys.stderr)
-        return 2
+        raise HistoryError(f"no saved runs in {args.storage or where}")
     wanted = args.run
     matches = [i for i, run in enumerate(runs) if wanted in (None, run.run_id, run.label, run.name)
                or (wanted.isdigit() and run.number == int(wanted))]  # fmt: skip
