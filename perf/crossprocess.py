@@ -1,15 +1,16 @@
 """The gate judged as CI uses it: simulated CI runs drawn from separate processes, identical and regressed.
 
-``python -m perf.crossprocess DIR ...`` (or ``perf-history simulate``) judges runs saved by
-``--perf-selftest-processes`` (`perf.roles.processes`): history, first pass and confirmation with the real gate's
-code (`simulate_run`); docs/method.md, section 5, says how the runs are drawn and read.
-"""
+``python -m perf.crossprocess DIR ...`` (or ``perf-history simulate``) judges the runs that
+``--perf-selftest-processes`` saved (`perf.roles.processes`): history, first pass and confirmation with the real gate's
+code (`simulate_run`); docs/method.md, section 5, says how the runs are drawn and read."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime as dt
 import itertools
+import json
 import math
 import random
 import statistics
@@ -22,7 +23,11 @@ from typing import Any
 from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchmark
 from perf.gate.confirm import BASE, CANDIDATE, PAIRS_PER_LOOK, Process, judge_suspect, level_per_look, looks
 from perf.gate.judge import DEFAULT_PAIRS, FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER
-from perf.runs import BenchmarkRecord, SavedRun
+from perf.gate.noise import compute_profile, family_rows
+from perf.options import parse_count, parse_fraction, parse_positive_int, parse_regression
+from perf.report import schema
+from perf.report.suite import PerfReport
+from perf.runs import BenchmarkRecord, HistoryError, SavedRun, load_run, run_files
 
 IDENTICAL = "identical"
 #: What the issue asks of the gate: red runs of unchanged code, inconclusive rows, detections.
@@ -32,8 +37,8 @@ DEFAULT_DRAWS = 25
 
 @dataclass
 class SimulatedRun:
-    """One simulated CI run: the candidate process, its kind, the rows as the gate ended them, whether it was
-    red, the first pass's suspects, the confirmation's processes, the history's runs; family and batch by row."""
+    """One simulated CI run: the candidate process, its kind, the rows as the gate ended them, whether it was red,
+    the first pass's suspects, the confirmation's processes, the history's runs; family and batch by row."""
 
     candidate: str
     kind: str
@@ -98,8 +103,7 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
                 if len(spare) < 2 if kind == IDENTICAL else not (cand_spare and spare):
                     break  # the pool is spent: the confirmation has fewer pairs (its last look judges what it has)
                 if kind == IDENTICAL:  # the two processes saved closest to the first pass, in ABBA order
-                    first, second = _nearest(spare, pool, _when(run)), _nearest(spare, pool, _when(run))
-                    early, late = sorted((first, second), key=_when)
+                    early, late = sorted((_nearest(spare, pool, _when(run)) for _ in range(2)), key=_when)
                     base_run, cand = (early, late) if len(processes) % 4 == 0 else (late, early)
                 else:
                     cand = _nearest(cand_spare, same_kind, _when(run))
@@ -163,8 +167,7 @@ def regression_rows(runs: Sequence[SimulatedRun]) -> list[dict[str, Any]]:
     for kind, family, batch in sorted({v[:3] for v in verdicts}):
         chosen = [(row, r) for k, f, b, row, r in verdicts if (k, f, b) == (kind, family, batch)]
         detected = [row for row, _ in chosen if row.verdict == SLOWER]
-        stage = kind.partition(":")[0]
-        stage = None if stage.startswith("layer") else stage
+        stage = None if kind.startswith("layer") else kind.partition(":")[0]
         named = [row for row in detected if stage is not None and f"stage {stage}" in row.moved]
         ratios = [row.ratio for row, _ in chosen if row.ratio is not None]
         target = TARGETS["detect_inference"] if family.startswith("inference") else TARGETS["detect_pipeline"]
@@ -202,8 +205,6 @@ def load_runs_dirs(folders: Sequence[str]) -> tuple[dict[str, SavedRun], dict[st
     """The saved runs of ``--perf-runs-dir`` folders: identical ones by label, regressed ones (``extra_info
     ["injected"]``) by regression and label; labels prefixed with the folder's name when there are several.
     `perf.runs.HistoryError` when a folder has no ``storage`` folder or a run cannot be read."""
-    from perf.runs import HistoryError, load_run, run_files
-
     identical: dict[str, SavedRun] = {}
     regressed: dict[str, dict[str, SavedRun]] = {}
     for folder in folders:
@@ -220,19 +221,8 @@ def load_runs_dirs(folders: Sequence[str]) -> tuple[dict[str, SavedRun], dict[st
     return identical, regressed
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m perf.crossprocess DIR [DIR ...]``: judge the saved runs of ``--perf-runs-dir`` folders again
-    (e.g. runs of one code made in several calls of a time-limited machine), printing the self-test's tables."""
-    import argparse
-    import json
-
-    from perf.gate.noise import compute_profile, family_rows
-    from perf.options import parse_count, parse_fraction, parse_positive_int, parse_regression
-    from perf.report import schema
-    from perf.report.suite import PerfReport
-    from perf.runs import HistoryError
-
-    parser = argparse.ArgumentParser(prog="python -m perf.crossprocess", description=main.__doc__, allow_abbrev=False)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``python -m perf.crossprocess`` and ``perf-history simulate``."""
     parser.add_argument("folders", nargs="+", metavar="DIR")
     parser.add_argument("--min-effect", type=parse_fraction, default=GateSettings().min_effect)
     parser.add_argument("--history", type=parse_positive_int, default=20,
@@ -242,13 +232,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--draws", type=parse_positive_int, default=DEFAULT_DRAWS, help="simulated runs per process")
     parser.add_argument("--compare-fail", default="median:5%")
     parser.add_argument("--json", metavar="FILE", help="also write every verdict here")
-    args = parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, args: argparse.Namespace | None = None) -> int:
+    """``python -m perf.crossprocess DIR [DIR ...]``: judge the saved runs of ``--perf-runs-dir`` folders again
+    (e.g. runs of one code made in several calls of a time-limited machine), printing the self-test's tables."""
+    parser = argparse.ArgumentParser(prog="python -m perf.crossprocess", description=main.__doc__, allow_abbrev=False)
+    add_arguments(parser)
+    args = args or parser.parse_args(argv)  # args: parsed already by perf-history simulate
     try:
         identical, regressed = load_runs_dirs(args.folders)
     except HistoryError as e:
         parser.error(str(e))
     if len(identical) < 3:
-        parser.error(f"{', '.join(args.folders)}: {len(identical)} identical run(s); need >= 3 for leave-pair-out profiles")
+        parser.error(f"{', '.join(args.folders)}: {len(identical)} identical run(s); need >= 3 for leave-pair-out "
+                     "profiles")
     fingerprint = next(iter(identical.values())).fingerprint or {}
     verdicts = simulate(identical, regressed, GateSettings(min_effect=args.min_effect, confirm=args.confirm),
                         history=args.history, draws=args.draws, regressions={k: parse_regression(k) for k in regressed})

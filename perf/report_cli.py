@@ -1,5 +1,5 @@
-"""``perf-report``: ``summary.md`` and ``index.html`` from the saved runs; bad input is one line naming the
-file, exit status 2, nothing written (docs/method.md, section 9)."""
+"""``perf-report``: ``summary.md`` and ``index.html`` from the saved runs; bad input is one line naming the file,
+exit status 2, nothing written (docs/method.md, section 9)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from perf.options import parse_store, parse_threshold
 from perf.report.changes import DEFAULT_THRESHOLD
+from perf.report.html import build_report
 from perf.runs import HistoryError
 
 PROG = "perf-report"
@@ -21,19 +22,15 @@ def build_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--storage", type=Path, default=Path(".benchmarks"),
         help="pytest-benchmark storage folder (or one machine's folder in it). Default: .benchmarks.")
-    add("--store", type=parse_store, default=None,
-        help="Read the runs from this history store (a path, sqlite:///path or postgresql://...) instead of "
-        "--storage. Default: the storage folder.")
-    add("--reports", type=Path, default=None,
-        help="The suite's reports folder (perf-report.json: end-to-end stages, parity). Default: reports, "
-        "when it exists.")
-    add("--out", type=Path, default=Path("report"),
-        help="Folder for summary.md and index.html. Default: report.")
-    add("--machine-id", default=None,
-        help="Machine folder of the storage to report. Default: the one with the newest run.")
-    add("--verdicts", type=Path, default=None,
-        help="JSON file of compare verdicts per benchmark. Default: perf-compare.json (what --perf-compare "
-        "writes) in the reports folder, when there.")
+    add("--store", type=parse_store, default=None, help="Read the runs from this history store (a path, "
+        "sqlite:///path or postgresql://...) instead of --storage. Default: the storage folder.")
+    add("--reports", type=Path, default=None, help="The suite's reports folder (perf-report.json: end-to-end "
+        "stages, parity). Default: reports, when it exists.")
+    add("--out", type=Path, default=Path("report"), help="Folder for summary.md and index.html. Default: report.")
+    add("--machine-id", default=None, help="Machine folder of the storage to report. Default: the one with the "
+        "newest run.")
+    add("--verdicts", type=Path, default=None, help="JSON file of compare verdicts per benchmark. Default: "
+        "perf-compare.json (what --perf-compare writes) in the reports folder, when there.")
     add("--change-threshold", type=parse_threshold, default=DEFAULT_THRESHOLD, metavar="PCT",
         help="Mark a run in the history when its median moved more than this vs the previous run. Default: "
         f"{DEFAULT_THRESHOLD:.0%}.".replace("%", "%%"))  # argparse formats help with %
@@ -43,17 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     reports = args.reports or (Path("reports") if Path("reports").is_dir() else None)
-    from perf.report.html import build_report
-
     try:
         written, warnings = build_report(args.storage, reports, args.out, machine_id=args.machine_id,
                                          verdicts=args.verdicts, threshold=args.change_threshold,
                                          store=None if args.store in (None, "none") else args.store)
-    except HistoryError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:  # an unwritable --out
-        print(f"{PROG}: error: cannot write to '{args.out}': {e.strerror or e}", file=sys.stderr)
+    except (HistoryError, OSError) as e:  # bad input; an unwritable --out
+        problem = str(e) if isinstance(e, HistoryError) else f"cannot write to '{args.out}': {e.strerror or e}"
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
         return 2
     for warning in warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)

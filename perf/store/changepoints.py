@@ -1,8 +1,6 @@
-"""Change points in a benchmark's history (one benchmark on one machine and branch, one point per run,
-oldest first, test-only runs left out): where its median moved, and by how much. The rule, its noise floor
-and why: docs/method.md, section 11. Sizes are ratios of geometric means (``after / before``); a change point
-is the first run of the new level.
-"""
+"""Change points in a benchmark's history (one benchmark on one machine and branch, one point per run, oldest first,
+test-only runs left out): where its median moved, as a ratio of geometric means ``after / before``, at the first run
+of the new level. The rule, its noise floor and why: docs/method.md, section 11."""
 
 from __future__ import annotations
 
@@ -10,14 +8,11 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perf.measure.stability import robust_sd
-
-if TYPE_CHECKING:
-    from perf.runs import SavedRun
+from perf.runs import SavedRun
 
 #: Relative run-to-run scatter assumed at least (0.5%): a GPU run never repeats closer than that.
 NOISE_FLOOR = 0.005
@@ -139,7 +134,7 @@ def history_changes(points: Sequence[HistoryPoint], *, min_effect: float = 0.02,
 
 def points_from_runs(runs: Sequence[SavedRun]) -> list[HistoryPoint]:
     """The history points of saved runs, read from files or from the store: the same points either way."""
-    from perf.store.db import branch_of, machine_key, run_id_of
+    from perf.store.db import branch_of, machine_key, run_id_of  # here: the gate's history needs no SQLAlchemy
 
     return [HistoryPoint(run.run_id or run_id_of(run.raw), run.datetime, run.commit, branch_of(run.raw),
                          machine_key(run.machine_info), b.fullname, b.name, b.median_s, bool(run.injected))

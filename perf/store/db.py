@@ -1,9 +1,8 @@
 """The history store: every saved run also in a database, one transaction per run (docs/method.md, 11).
 
-Where (``--perf-store`` / ``perf-history --store``): a path or ``sqlite:///path`` (SQLite, created with its
-folder), or ``postgresql://user:password@host:port/dbname`` (or ``postgres://``: psycopg 3, the ``postgres``
-extra). ``open_store(where)`` gives a `HistoryStore`: ``save_run``, ``runs`` (`perf.runs.SavedRun`, oldest
-first), ``machines``, ``noise_profile_json``, ``verdicts``; tables and migrations: `perf.store.schema`.
+Where (``--perf-store`` / ``perf-history --store``): a path or ``sqlite:///path`` (SQLite, created with its folder),
+or ``postgresql://user:password@host:port/dbname`` (or ``postgres://``: psycopg 3, the ``postgres`` extra).
+Tables and migrations: `perf.store.schema`.
 """
 
 from __future__ import annotations
@@ -18,10 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, inspect, select
+from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import make_url
 
 from detector.fileio import content_key
+from perf.measure.machine import COMPARED_FIELDS
 from perf.runs import HistoryError, SavedRun, mapping, run_from_json, text_value
 from perf.store import schema
 
@@ -34,8 +34,6 @@ class StoreError(HistoryError):
 
 def machine_key(machine_info: Mapping[str, Any]) -> str:
     """The key of a run's history: its host (``node``) and its fingerprint's compared fields, hashed."""
-    from perf.measure.machine import COMPARED_FIELDS  # the fields that make timings comparable
-
     fingerprint = machine_info.get("perf") or {}
     fields = {name: fingerprint.get(name) for name in COMPARED_FIELDS if isinstance(fingerprint, Mapping)}
     return content_key(str(machine_info.get("node") or ""), fields)
@@ -45,8 +43,7 @@ def run_id_of(document: Mapping[str, Any]) -> str:
     """``perf_run["run_id"]``, else ``sha256:<hash of the document>`` (a file imported twice is one run)."""
     if given := text_value(mapping(document.get("perf_run")).get("run_id")):
         return given
-    text = json.dumps(document, sort_keys=True, default=str)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
+    return "sha256:" + hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:40]
 
 
 def branch_of(document: Mapping[str, Any], override: str | None = None) -> str | None:
@@ -84,21 +81,23 @@ class HistoryStore(contextlib.AbstractContextManager):
     """An open store (see the module docstring); opening it and `save_run` raise `StoreError` naming it."""
 
     def __init__(self, where: str) -> None:
+        url = engine_url(where)
         try:
-            self.shown = make_url(engine_url(where)).render_as_string(hide_password=True)
+            self.shown = make_url(url).render_as_string(hide_password=True)
         except Exception:  # noqa: BLE001 - only to name the store in a message
             self.shown = "<unparsable store URL>"
-        if (url := engine_url(where)).startswith("sqlite:///"):
+        sqlite = url.startswith("sqlite")
+        if url.startswith("sqlite:///"):
             Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.engine = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
+            self.engine = create_engine(url, connect_args={"timeout": 30} if sqlite else {})
         except Exception as e:  # a missing driver, a malformed URL
             reason = _reason(e)
-            if isinstance(e, ImportError) and url.startswith("postgresql"):  # psycopg 3: the postgres extra
+            if isinstance(e, ImportError) and not sqlite:  # psycopg 3: the postgres extra
                 reason = (f"PostgreSQL needs psycopg 3, which is not installed here ({reason}): "
-                          "pip install -e '.[postgres]'")  # fmt: skip
+                          "pip install -e '.[postgres]'")
             raise StoreError(f"store '{self.shown}': {reason}") from e
-        if url.startswith("sqlite"):
+        if sqlite:
             event.listen(self.engine, "connect", lambda dbapi, _: dbapi.execute("PRAGMA foreign_keys=ON"))
         self._migrate()
 
@@ -112,8 +111,7 @@ class HistoryStore(contextlib.AbstractContextManager):
         """Bring the tables to `schema.LATEST`, one transaction per migration; refuse a newer store."""
         try:
             with self.engine.begin() as conn:
-                if not inspect(conn).has_table(schema.schema_versions.name):
-                    schema.schema_versions.create(conn)
+                schema.schema_versions.create(conn, checkfirst=True)
                 version = conn.execute(select(func.max(schema.schema_versions.c.version))).scalar() or 0
         except Exception as e:
             raise StoreError(f"store '{self.shown}': {_reason(e)}") from e
@@ -180,8 +178,7 @@ class HistoryStore(contextlib.AbstractContextManager):
     def noise_profile_json(self, machine_key: str | None = None) -> str | None:
         """The noise profile the newest run (of one history) was judged with, as JSON text, or None."""
         r, n = schema.runs.c, schema.noise.c
-        query = select(n.profile).join_from(schema.noise, schema.runs, n.run == r.id)
-        query = _where(query, machine_key, None, include_injected=True)
+        query = _where(select(n.profile).join_from(schema.noise, schema.runs, n.run == r.id), machine_key, None, True)
         found = self._all(query.order_by(r.saved_at.desc(), r.id.desc()).limit(1))
         return json.dumps(found[0][0]) if found else None
 

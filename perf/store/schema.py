@@ -1,11 +1,7 @@
-"""The history store's tables (SQLAlchemy Core, the same on SQLite and PostgreSQL) and versioned migrations.
-
-``perf_schema`` (one row per migration applied), ``perf_runs`` (one per saved run: ``run_id`` unique,
-``machine_key`` the hash of the machine fingerprint, ``document`` the whole saved JSON, read back with
-`perf.runs.run_from_json`), ``perf_benchmarks`` (one per benchmark of a run: what history queries read),
-``perf_verdicts`` (the verdicts that judged a run) and ``perf_noise`` (the noise profile it was judged with).
-`perf.store.db.HistoryStore` applies the missing `MIGRATIONS` when it opens, and refuses a newer store.
-"""
+"""The history store's tables (SQLAlchemy Core, the same on SQLite and PostgreSQL) and versioned `MIGRATIONS`,
+applied by `perf.store.db.HistoryStore` when it opens: ``perf_schema`` (the migrations applied), ``perf_runs`` (one
+row per saved run, ``document`` its whole JSON), ``perf_benchmarks`` (one per benchmark of a run: what history
+queries read), ``perf_verdicts`` and ``perf_noise`` (the verdicts and the noise profile that judged a run)."""
 
 from __future__ import annotations
 
@@ -29,38 +25,29 @@ runs = Table(
     Column("run_id", String(80), nullable=False, unique=True),
     Column("saved_at", String(40)),          # ISO 8601, as pytest-benchmark saved it (UTC)
     Column("machine_id", String(200)),       # the host (machine_info's node)
-    Column("machine_key", String(64), nullable=False),
-    Column("commit", String(80)),
-    Column("branch", String(250)),
+    Column("machine_key", String(64), nullable=False),  # `perf.store.db.machine_key`: host and fingerprint hashed
+    Column("commit", String(80)), Column("branch", String(250)),
     Column("dirty", Boolean, nullable=False, default=False),
     Column("injected", JSON, nullable=False),  # the test-only options (`perf.runs.injected_of`), {} for none
     Column("test_only", Boolean, nullable=False, default=False),  # injected: never a baseline, never a history
     Column("source", Text),                  # where the run came from: its saved file, or None
-    Column("document", JSON, nullable=False),
+    Column("document", JSON, nullable=False),  # read back with `perf.runs.run_from_json`
     Index("perf_runs_machine_branch", "machine_key", "branch", "saved_at"),
 )  # fmt: skip
 
 benchmarks = Table(
     "perf_benchmarks", metadata,
     Column("run", Integer, ForeignKey("perf_runs.id", ondelete="CASCADE"), nullable=False),
-    Column("fullname", Text, nullable=False),
-    Column("name", Text, nullable=False),
-    Column("group", Text),
-    Column("median_s", Float),
-    Column("rounds", Integer),
-    UniqueConstraint("run", "fullname"),
-    Index("perf_benchmarks_fullname", "fullname"),
+    Column("fullname", Text, nullable=False), Column("name", Text, nullable=False), Column("group", Text),
+    Column("median_s", Float), Column("rounds", Integer),
+    UniqueConstraint("run", "fullname"), Index("perf_benchmarks_fullname", "fullname"),
 )  # fmt: skip
 
 verdicts = Table(
     "perf_verdicts", metadata,
     Column("run", Integer, ForeignKey("perf_runs.id", ondelete="CASCADE"), nullable=False),
-    Column("baseline_run_id", String(80)),
-    Column("fullname", Text, nullable=False),
-    Column("verdict", String(20), nullable=False),
-    Column("ratio", Float),
-    Column("lo", Float),
-    Column("hi", Float),
+    Column("baseline_run_id", String(80)), Column("fullname", Text, nullable=False),
+    Column("verdict", String(20), nullable=False), Column("ratio", Float), Column("lo", Float), Column("hi", Float),
     Column("row", JSON, nullable=False),     # the whole verdict row (`perf.gate.compare.Row`)
     UniqueConstraint("run", "fullname"),
 )  # fmt: skip
