@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from detector.errors import DetectorError
+
 NO_SPACE = os.strerror(errno.ENOSPC)  # "No space left on device"
 
 
@@ -17,8 +19,6 @@ def full_disk_line(error: BaseException, folders: Mapping[str, Path]) -> str | N
     """One line for an ``error`` caused by a full disk (``OSError`` ENOSPC anywhere in its chain, or a
     `detector.errors.DetectorError` saying `NO_SPACE`) naming what could not be written and the folder of
     ``folders`` (option -> folder, ``{"--perf-cache-dir": cache}``) it is in; None for any other error."""
-    from detector.errors import DetectorError
-
     chain: list[BaseException] = []
     current: BaseException | None = error
     while current is not None and all(current is not seen for seen in chain):
@@ -30,8 +30,7 @@ def full_disk_line(error: BaseException, folders: Mapping[str, Path]) -> str | N
         return None
     told = next((e for e in chain if isinstance(e, DetectorError)), None)  # the one line the package wrote
     filename = getattr(full[0], "filename", None)
-    text = f"cannot write '{filename}': {NO_SPACE}" if filename else NO_SPACE
-    text = str(told) if told is not None else text
+    text = str(told) if told is not None else f"cannot write '{filename}': {NO_SPACE}" if filename else NO_SPACE
     places = " ".join([text, *(str(getattr(e, "filename", "") or "") for e in full)])
     for option, folder in folders.items():
         if str(folder) in places:
@@ -41,8 +40,6 @@ def full_disk_line(error: BaseException, folders: Mapping[str, Path]) -> str | N
 
 
 def stop_if_disk_full(folders: Mapping[str, Path], error: BaseException) -> None:
-    """``pytest.exit`` with `full_disk_line` when ``error`` (a test's failure) comes from a full disk under
-    one of ``folders`` (option -> folder)."""
-    line = full_disk_line(error, folders)
-    if line is not None:
+    """``pytest.exit`` with `full_disk_line` when ``error`` (a test's failure) comes from a full disk."""
+    if (line := full_disk_line(error, folders)) is not None:
         pytest.exit(line, returncode=pytest.ExitCode.INTERRUPTED)

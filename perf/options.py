@@ -31,8 +31,7 @@ class BadValue(str):
 
 
 def deferred(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """``parse`` returning a `BadValue` instead of raising: pytest would print a usage block of several lines,
-    `bad_values` reports it as one."""
+    """``parse`` returning a `BadValue` instead of raising, so that `bad_values` reports it in one line."""
 
     def parse_or_keep(value: str) -> Any:
         try:
@@ -67,9 +66,22 @@ def _percent(text: str) -> float:
     return float(text[:-1]) / 100 if text.endswith("%") else float(text)
 
 
+def _device(text: str) -> str:
+    """``text`` lower-cased where `detector.devices.parse_device` reads it (ValueError for another name)."""
+    devices.parse_device(device := text.strip().lower())
+    return device
+
+
+def _store(text: str) -> str | None:
+    text = text.strip()
+    if text.lower() == "none":
+        return "none"
+    known = ("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")
+    return None if "://" in text and not text.startswith(known) else text
+
+
 parse_batch_sizes = _integers(1, "comma-separated positive integers, e.g. '1,8,32'")
-parse_skip_intervals = _integers(0, "comma-separated integers >= 0 (frames skipped between inferences), e.g. "
-                                 "'0,1,2,4'")
+parse_skip_intervals = _integers(0, "comma-separated integers >= 0 (frames skipped between inferences), e.g. '0,1,2,4'")
 parse_positive_int = value_parser(_decimal, lambda v: v >= 1, "a positive integer")
 parse_count = value_parser(_decimal, lambda v: v >= 0, "an integer >= 0")
 parse_processes = value_parser(_decimal, lambda v: v >= 2, "a number of processes >= 2")
@@ -91,25 +103,7 @@ parse_profiler = value_parser(lambda text: text.strip().lower(), lambda name: na
 parse_precisions = value_parser(lambda text: tuple(split_list(text.lower())) or None,
                                 lambda names: set(names) <= set(PRECISIONS),
                                 f"comma-separated precisions from: {', '.join(PRECISIONS)}")  # fmt: skip
-
-
-def _device(text: str) -> str:
-    device = text.strip().lower()
-    devices.parse_device(device)  # ValueError for another name
-    return device
-
-
 parse_device = value_parser(_device, bool, DEVICE_FORMS)
-
-
-def _store(text: str) -> str | None:
-    text = text.strip()
-    if text.lower() == "none":
-        return "none"
-    known = ("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")
-    return None if "://" in text and not text.startswith(known) else text
-
-
 #: A history store: ``none``, a path (SQLite), ``sqlite:///path`` or ``postgresql://...`` (`perf.store.db`).
 parse_store = value_parser(_store, bool, "a path, sqlite:///path, postgresql://... or none")
 
@@ -138,8 +132,7 @@ def parse_sources(value: str) -> tuple[Any, ...]:
 
 
 def parse_controls(value: str) -> Controls:
-    """``"all"``, ``"none"``, or a comma list of `perf.measure.controls.NAMES`, each optionally prefixed ``-``
-    to leave it out of all (``"-pin"``)."""
+    """``"all"``, ``"none"``, or a comma list of `perf.measure.controls.NAMES`, or of ``-name`` to leave them out."""
     from perf.measure.controls import NAMES, Controls
 
     items = split_list(value.lower(), unique=False)
@@ -155,8 +148,7 @@ def parse_controls(value: str) -> Controls:
 
 
 def parse_regression(value: str) -> Regression:
-    """``"layer:5%"`` -> ``Regression("layer", 0.05)``; KIND one of `perf.gate.regressions.KINDS`, PERCENT in
-    (0, 100]."""
+    """``"layer:5%"`` -> ``Regression("layer", 0.05)``; KIND in `perf.gate.regressions.KINDS`, PERCENT in (0, 100]."""
     from perf.gate.regressions import KINDS, Regression  # here, not with this module: it loads the model code
 
     kind, _, amount = value.strip().lower().partition(":")
@@ -172,8 +164,6 @@ def parse_regression(value: str) -> Regression:
 #: ``"layer:5%,preprocess:5%"`` -> one `perf.gate.regressions.Regression` per item (`parse_regression`).
 parse_regressions = value_parser(lambda text: tuple(parse_regression(item) for item in text.split(",") if item.strip())
                                  or None, bool, f"e.g. {DEFAULT_REGRESSIONS}")
-
-
 #: pytest-benchmark's options whose values its own parsers accept although they cannot work: flag -> its check.
 _BENCHMARK_LIMITS: dict[str, Callable[[str], float]] = {
     "--benchmark-max-time": value_parser(float, lambda v: 0 < v < math.inf, "seconds > 0, e.g. 1.0"),
@@ -232,8 +222,7 @@ class Option:
 
 
 def all_options() -> tuple[Option, ...]:
-    """Every option of the suite, in the order --help lists them (defaults that come from the measuring and gate
-    modules are imported here, when pytest registers the options)."""
+    """Every option of the suite, in the order --help lists them (the library's defaults imported on first call)."""
     from perf.gate.judge import DEFAULT_BUDGET_S, DEFAULT_PAIRS, DEFAULT_FLOOR as DEFAULT_MIN_EFFECT
     from perf.measure.clock import DEFAULT_LEAD_IN_MS
     from perf.measure.controls import NAMES as CONTROL_NAMES, Controls
@@ -308,8 +297,7 @@ def all_options() -> tuple[Option, ...]:
                "slower, calibrated on this machine: layer:5% (an extra layer in the model, +5% per inference call at "
                "batch 32; its width kept in the model's cache folder), layer1:3% (the same at batch 1), "
                "preprocess:10% (+10% per frame end to end) or write:10% (the pipelined writer); runs made with it "
-               "are marked injected.",
-               "none", parse_regression),
+               "are marked injected.", "none", parse_regression),
         Option("--perf-controls", "NAMES", f"Noise sources controlled while measuring: all, none, or names from "
                f"{', '.join(CONTROL_NAMES)} (a leading - leaves one out, e.g. -pin). See perf/measure/controls.py.",
                "all", parse_controls, default=Controls()),
@@ -349,11 +337,10 @@ def all_options() -> tuple[Option, ...]:
                "above their noise) a benchmark drifts, so is unstable.", f"{DEFAULT_MAX_DRIFT:.0%}", parse_fraction,
                default=DEFAULT_MAX_DRIFT),
         Option("--perf-max-remeasure", "N", "Extra measurements of an unstable benchmark before it is reported "
-               "unstable.", str(DEFAULT_MAX_REMEASURE), parse_count,
-               default=DEFAULT_MAX_REMEASURE),
+               "unstable.", str(DEFAULT_MAX_REMEASURE), parse_count, default=DEFAULT_MAX_REMEASURE),
         Option("--perf-fail-inconclusive", None, "With --perf-compare, fail the run on inconclusive benchmarks too "
-               "(suspects the confirmation could neither confirm nor clear, their estimate still at or above the floor; "
-               "else they are reported and counted)."),
+               "(suspects the confirmation could neither confirm nor clear, their estimate still at or above the "
+               "floor; else they are reported and counted)."),
         Option("--perf-noise-profile", "PATH|none", "The noise profile that seeds a history of fewer than 3 runs for "
                "--perf-compare: a file written by --perf-noise, or none.",
                "this runner's profile in the benchmark storage (<storage>/noise/), if any"),

@@ -12,6 +12,8 @@ import pytest
 
 from perf.measure.cases import parametrize
 from perf.measure.controls import Controls
+from perf.measure.samples import record_samples
+from perf.measure.stability import measure_stable
 from perf.options import add_options, start_up_errors
 from perf.roles.processes import ProcessesRun
 from perf.session import PERF_SESSION, PerfOptions, PerfSession
@@ -98,7 +100,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
-    machine_info["perf"], machine_info["perf_subject"] = _session(config).fingerprint, _session(config).identity
+    machine_info.update(perf=_session(config).fingerprint, perf_subject=_session(config).identity)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -107,9 +109,8 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_benchmark_compare_machine_info(
-    config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any], compared_benchmark: dict[str, Any]
-) -> None:
+def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksession: Any, machine_info: dict[str, Any],
+                                          compared_benchmark: dict[str, Any]) -> None:  # fmt: skip
     _session(config).check_saved_run(compared_benchmark, str(benchmarksession.storage), "--benchmark-compare")
 
 
@@ -171,8 +172,6 @@ def perf_cache_dir(perf_options: PerfOptions) -> Path:
 @pytest.fixture
 def perf_samples(pytestconfig: pytest.Config) -> Any:
     """`perf.measure.samples.record_samples` with this run's stability rule: per-block samples as rounds."""
-    from perf.measure.samples import record_samples
-
     return functools.partial(record_samples, rule=_session(pytestconfig).gate.settings.rule)
 
 
@@ -180,6 +179,4 @@ def perf_samples(pytestconfig: pytest.Config) -> Any:
 def perf_measure(pytestconfig: pytest.Config) -> Any:
     """`perf.measure.stability.measure_stable` with this run's rule: ``benchmark(fn, ...)`` re-measured while
     unstable."""
-    from perf.measure.stability import measure_stable
-
     return functools.partial(measure_stable, rule=_session(pytestconfig).gate.settings.rule)

@@ -53,11 +53,11 @@ def _check_compared_runs(config: pytest.Config) -> None:
     from pytest_benchmark.storage.file import FileStorage
     from pytest_benchmark.utils import get_machine_id
 
-    path = _storage_path(config)
+    if (path := _storage_path(config)) is None or not path.is_dir():
+        return  # nothing to load: pytest-benchmark and the gate say so themselves
     for name, complete in (("benchmark_compare", True), ("perf_compare", False)):
-        wanted = _option(config, name)
-        if wanted is None or wanted is False or path is None or not path.is_dir():
-            continue  # nothing to load: pytest-benchmark and the gate say so themselves
+        if (wanted := _option(config, name)) is None or wanted is False:
+            continue
         storage = FileStorage(path, logger=None, default_machine_id=get_machine_id())
         for run in storage.query(RUN_FILES)[-1:] if wanted is True else storage.query(str(wanted)):
             try:
@@ -65,24 +65,18 @@ def _check_compared_runs(config: pytest.Config) -> None:
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 problem = f"cannot read it as JSON: {e}"
             if problem is not None:
-                raise pytest.UsageError(f"--{name.replace('_', '-')}: '{run}' is not a usable saved run: "
-                                        f"{problem}; repair or remove it, or compare with another run "
-                                        "(NUM|ID)")
+                raise pytest.UsageError(f"--{name.replace('_', '-')}: '{run}' is not a usable saved run: {problem}; "
+                                        "repair or remove it, or compare with another run (NUM|ID)")
 
 
-def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool, cache: bool,
-                   storage: bool) -> None:  # fmt: skip
-    """Each folder the run will write can be written: the reports, an empty or missing perf cache, the
-    storage."""
-    cache_dir = options.cache_dir if cache else None
-    if cache_dir is not None and cache_dir.is_dir() and any(cache_dir.iterdir()):
-        cache_dir = None  # a cache that holds files is not created here
-    folders = [("--perf-reports-dir", "write the reports to", reports and options.reports_dir),
-               ("--perf-cache-dir", "create the perf cache in", cache_dir),
-               ("--benchmark-storage", "save the run in", storage and _storage_path(config))]
-    for option, what, folder in folders:
-        why = unwritable(folder) if folder else None
-        if why:
+def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool, cache: bool, storage: bool) -> None:
+    """Each folder the run will write can be written: the reports, an empty or missing perf cache, the storage."""
+    cache_dir = options.cache_dir
+    cache = cache and not (cache_dir.is_dir() and any(cache_dir.iterdir()))  # a cache holding files is not made here
+    for option, what, folder in (("--perf-reports-dir", "write the reports to", reports and options.reports_dir),
+                                 ("--perf-cache-dir", "create the perf cache in", cache and cache_dir),
+                                 ("--benchmark-storage", "save the run in", storage and _storage_path(config))):
+        if folder and (why := unwritable(folder)):
             raise pytest.UsageError(f"{option}: cannot {what} '{folder}': {why}; make it writable or choose "
                                     f"another folder with {option}")
 
@@ -95,9 +89,7 @@ def check_options(config: pytest.Config, options: PerfOptions) -> None:
     if _option(config, "dist") in (None, "no"):
         _check_compared_runs(config)
         return
-    given = [f"--{name.replace('_', '-')}" for name in SAVING
-             if _option(config, name) not in (None, False, [])]
-    if given:
+    if given := [f"--{name.replace('_', '-')}" for name in SAVING if _option(config, name) not in (None, False, [])]:
         raise pytest.UsageError(f"{', '.join(given)} cannot be used with pytest-xdist (-n): pytest-benchmark "
                                 "switches itself off under xdist, so nothing would be saved or compared; run "
                                 "the benchmarks without -n")  # fmt: skip

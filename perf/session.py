@@ -6,23 +6,29 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import platform
 import time
+import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from detector.devices import parse_device
+from detector.spec import default_cache_dir  # one cache with the detector CLI
+from perf.diskfull import stop_if_disk_full
+from perf.measure.clock import SUITE_CLOCK
+from perf.measure.machine import cuda_device_count, fingerprint_differences, machine_fingerprint, mismatch_message
+from perf.measure.multigpu import bind_worker_gpu
+from perf.preflight import check_options, check_selection
+from perf.roles.gate import GateRun, gate_settings
+from perf.roles.nsys import NsysRun, nsys_selected
+from perf.roles.report import ReportRun
+from perf.roles.store import StoreRun
 from perf.runs import describe_injected, injected_of, param_json
 from perf.subject import Subject, describe_subject, subject_differences, subject_mismatch_message
-
-if TYPE_CHECKING:
-    from perf.roles.gate import GateRun
-    from perf.roles.nsys import NsysRun
-    from perf.roles.report import ReportRun
-    from perf.roles.store import StoreRun
 
 #: Defaults by device kind of --perf-batch-sizes, --perf-frames, --perf-streams; the CPU pass is a smoke test
 #: (batch 32 took 2.9 s a call on the 2-core CI machine), the GPU's video 10 s at 30 fps.
@@ -54,9 +60,8 @@ def _kind(device: str) -> str:
 
 @dataclass(frozen=True)
 class PerfOptions:
-    """The perf suite's options as parsed (the ``perf_options`` fixture): each field is its ``--perf-*`` option
-    (docs/options.md). ``device`` is as requested ("auto" included); ``frames``, ``batch_sizes``, ``streams``
-    are None unless given (`frames_for`, `batch_sizes_for`, `streams_for`)."""
+    """The ``--perf-*`` options as parsed (the ``perf_options`` fixture; docs/options.md). ``device`` is as requested
+    ("auto" included); ``frames``, ``batch_sizes``, ``streams`` are None unless given (see the ``*_for`` methods)."""
 
     backends: tuple[str, ...]
     device: str
@@ -118,16 +123,14 @@ def resolve_device(requested: str, cuda_device_count: int) -> tuple[str, str | N
     kind, index = parse_device(requested)
     if kind == "auto":
         return ("cuda" if cuda_device_count > 0 else "cpu"), None
-    if kind != "cpu" and index is not None and index >= cuda_device_count:
-        return requested, f"no CUDA device {index} (found {cuda_device_count})"
-    if kind != "cpu" and cuda_device_count == 0:
-        return requested, "no CUDA device (found 0)"
+    if kind != "cpu" and (index or 0) >= cuda_device_count:
+        return requested, f"no CUDA device{'' if index is None else f' {index}'} (found {cuda_device_count})"
     return requested, None
 
 
 class PerfSession:
-    """Per-run state of the perf plugin: options, subject, the resolved device and fingerprint (lazy), the
-    parts (`perf.roles`), set by `start`."""
+    """Per-run state of the perf plugin: options, subject, the resolved device and fingerprint (lazy), the parts
+    (`perf.roles`), set by `start`."""
 
     def __init__(self, options: PerfOptions, subject: Subject) -> None:
         self.options, self.subject = options, subject
@@ -139,18 +142,12 @@ class PerfSession:
         self.store: StoreRun | None = None
 
     @classmethod
-    def start(cls, config: pytest.Config, markers: Mapping[str, str], option_errors: Callable[[pytest.Config], list[str]],
+    def start(cls, config: pytest.Config, markers: Mapping[str, str],
+              option_errors: Callable[[pytest.Config], list[str]],
               processes: Callable[[PerfSession, pytest.Config], Any]) -> PerfSession:  # fmt: skip
         """``pytest_configure``: check the options (a usage error, one line per problem), build the session and its
-        parts. ``markers``: name -> description; ``option_errors``: `perf.options.start_up_errors`; ``processes``:
-        `perf.roles.processes.ProcessesRun.start` (both above this floor)."""
-        from perf.measure.clock import SUITE_CLOCK
-        from perf.measure.multigpu import bind_worker_gpu
-        from perf.preflight import check_options
-        from perf.roles.gate import GateRun, gate_settings
-        from perf.roles.nsys import NsysRun, nsys_selected
-        from perf.roles.report import ReportRun
-
+        parts. ``markers``: name -> description; ``option_errors`` and ``processes`` (above this floor):
+        `perf.options.start_up_errors`, `perf.roles.processes.ProcessesRun.start`."""
         bind_worker_gpu()  # an xdist worker gets its own GPU, before anything initialises CUDA
         for name, description in {**backend_markers(), **markers}.items():
             config.addinivalue_line("markers", f"{name}: {description}")
@@ -177,14 +174,11 @@ class PerfSession:
 
     def on_sessionstart(self, session: pytest.Session) -> None:
         """Open the history store, then read main's history: both refuse a wrong setting before measuring."""
-        from perf.roles.store import StoreRun
-
         self.store = StoreRun.open(session.config, self.options.store)
         self.gate.start(session)
 
     def on_collection_finish(self, session: pytest.Session) -> None:
-        from perf.preflight import check_selection
-
+        """Refuse folders the selected tests cannot write (`perf.preflight.check_selection`); the gate's selection."""
         check_selection(session, self.options)
         self.gate.collected(session.items)
 
@@ -206,11 +200,9 @@ class PerfSession:
 
     def on_makereport(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
         """A full disk stops the run in one line (`perf.diskfull`); the gate judges a passed benchmark."""
-        from perf.diskfull import stop_if_disk_full
-
         if report.failed and call.excinfo is not None:
-            stop_if_disk_full({"--perf-cache-dir": self.options.cache_dir,
-                               "--perf-reports-dir": self.options.reports_dir}, call.excinfo.value)  # fmt: skip
+            folders = {"--perf-cache-dir": self.options.cache_dir, "--perf-reports-dir": self.options.reports_dir}
+            stop_if_disk_full(folders, call.excinfo.value)
         self.gate.judge_test(item, call, report)
 
     def on_update_json(self, benchmarks: Any, output_json: dict[str, Any]) -> None:
@@ -260,8 +252,6 @@ class PerfSession:
     def from_config(cls, config: pytest.Config) -> PerfSession:
         """Build from the options and the subject's ini settings; relative paths of options are taken from where
         pytest started, of ini values from the ini file's folder."""
-        from detector.spec import default_cache_dir  # one cache with the detector CLI
-
         getoption, invocation_dir = config.getoption, config.invocation_params.dir
         ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
         # every field is the option ``perf_<field>`` (its dest), but for these three
@@ -269,13 +259,11 @@ class PerfSession:
                  "clock_lead_in_ms": "perf_clock_lead_in"}  # fmt: skip
         values = {f.name: getoption(dests.get(f.name, f"perf_{f.name}")) for f in dataclasses.fields(PerfOptions)}
         cache_dir, reports = values["cache_dir"], values["reports_dir"]
-        values.update(
-            backends=values["backends"] or backend_names(),
-            cache_dir=(invocation_dir / cache_dir).resolve() if cache_dir else default_cache_dir(),
-            reports_dir=(invocation_dir / reports).resolve() if reports else config.rootpath / "reports",
-            store=values["store"] or config.getini("perf_store"),
-            **{flag: bool(values[flag]) for flag in ("allow_model_mismatch", "nsys_child", "selftest")},
-        )
+        values.update(backends=values["backends"] or backend_names(),
+                      store=values["store"] or config.getini("perf_store"),
+                      cache_dir=(invocation_dir / cache_dir).resolve() if cache_dir else default_cache_dir(),
+                      reports_dir=(invocation_dir / reports).resolve() if reports else config.rootpath / "reports",
+                      **{key: bool(values[key]) for key in ("allow_model_mismatch", "nsys_child", "selftest")})
         return cls(PerfOptions(**values), Subject.from_config(getoption, config.getini, invocation_dir, ini_dir))
 
     def usage_errors(self, *, autosave: bool = False) -> Iterable[str]:
@@ -295,38 +283,32 @@ class PerfSession:
     def check_saved_run(self, saved_run: Mapping[str, Any], location: str, option: str) -> None:
         """Refuse (pytest.UsageError) or warn about comparing with ``saved_run`` (its JSON, in ``location``, for
         ``option``): see docs/architecture.md, "The session and its parts"."""
-        from perf.measure.machine import fingerprint_differences, mismatch_message
-
         if injected := injected_of(saved_run):
-            raise pytest.UsageError(f"{option}: the saved run in '{location}' (saved {saved_run.get('datetime')}) was made "
-                                    f"with {describe_injected(injected)}, a deliberate slowdown: it is not a baseline; "
-                                    "compare with another run (NUM or ID)")  # fmt: skip
+            raise pytest.UsageError(f"{option}: the saved run in '{location}' (saved {saved_run.get('datetime')}) was "
+                                    f"made with {describe_injected(injected)}, a deliberate slowdown: it is not a "
+                                    "baseline; compare with another run (NUM or ID)")  # fmt: skip
         machine_info = saved_run.get("machine_info") or {}
         if not (saved_subject := machine_info.get("perf_subject")):
-            self.config.issue_config_time_warning(MachineMismatchWarning(
-                f"{option}: the saved run in '{location}' records no model or video identity (saved before they were "
-                "recorded); it is compared as if it measured this model and video"), stacklevel=2)
+            self._refuse_or_warn(f"{option}: the saved run in '{location}' records no model or video identity (saved "
+                                 "before they were recorded); it is compared as if it measured this model and video")
         elif differences := subject_differences(saved_subject, self.identity):
             allowed = self.options.allow_model_mismatch
             self._refuse_or_warn(subject_mismatch_message(differences, saved_run, location, allowed=allowed,
                                                           option=option), allowed)  # fmt: skip
         if differences := fingerprint_differences(machine_info.get("perf"), self.fingerprint):
             allowed = self.options.allow_machine_mismatch
-            message = mismatch_message(differences, saved_run, location, allowed=allowed, option=option)
-            self._refuse_or_warn(message, allowed)
+            self._refuse_or_warn(mismatch_message(differences, saved_run, location, allowed=allowed, option=option),
+                                 allowed)
 
-    def _refuse_or_warn(self, message: str, allowed: bool) -> None:
+    def _refuse_or_warn(self, message: str, allowed: bool = True) -> None:
         if not allowed:
             raise pytest.UsageError(message)
         self.config.issue_config_time_warning(MachineMismatchWarning(message), stacklevel=3)
 
     @functools.cached_property
     def _device(self) -> tuple[str, str | None]:
-        """The resolved device and why the CUDA device asked for does not exist, or None (`resolve_device`)."""
-        from perf.measure.machine import cuda_device_count
-
-        requested = self.options.device
-        return resolve_device(requested, 0 if requested == "cpu" else cuda_device_count())
+        """`resolve_device` of --perf-device: the device, and why the CUDA device asked for is missing, or None."""
+        return resolve_device(self.options.device, 0 if self.options.device == "cpu" else cuda_device_count())
 
     @property
     def device(self) -> str:
@@ -336,8 +318,6 @@ class PerfSession:
     @functools.cached_property
     def run_id(self) -> str:
         """This pytest session's id (uuid4 hex): ``perf_run["run_id"]`` of its saved run and its verdicts'."""
-        import uuid
-
         return uuid.uuid4().hex
 
     @functools.cached_property
@@ -377,16 +357,12 @@ class PerfSession:
 
     def described(self) -> dict[str, str]:
         """What this run measures and where, as every report names it (`perf.subject.describe_subject`)."""
-        import platform
-
         return describe_subject(self.identity, self.fingerprint, platform.node())
 
     @functools.cached_property
     def fingerprint(self) -> dict[str, Any]:
         """``machine_info["perf"]``: `perf.measure.machine.machine_fingerprint` of the GPU in use, plus ``device``
         ("cpu" or "cuda")."""
-        from perf.measure.machine import machine_fingerprint
-
         device_type, _, index = self.device.partition(":")
         return {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
 
