@@ -1,20 +1,17 @@
-"""Saved benchmark runs: the one model of a saved run, read by the gate, the reports and the history store.
-
-`load_runs` gives every `SavedRun` of a storage, oldest first, each with its `BenchmarkRecord` by full name;
-the file's fields: docs/architecture.md ("Saved runs"). Every file is checked by `perf.validate.run_problem`
-first; every problem reading one is a `HistoryError` ``'<path>': <what is wrong>``."""
+"""Saved benchmark runs, the one model the gate, the reports and the history store read: `load_runs` gives every
+`SavedRun` of a storage, oldest first, with its `BenchmarkRecord`s by full name (docs/architecture.md, "Saved runs").
+Each file is checked by `perf.validate.run_problem` first; a problem is a `HistoryError` ``'<path>': <problem>``."""
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
 import json
 import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -80,9 +77,8 @@ class BenchmarkRecord:
 
     def metric_info(self, name: str) -> Mapping[str, Any]:
         """``extra_info["metrics"][name]`` (label, unit, judged); ``extra_info["samples"]`` for ``"time"``."""
-        if name == PRIMARY:
-            return mapping(self.extra_info.get("samples"))
-        return mapping(mapping(self.extra_info.get("metrics")).get(name))
+        info = self.extra_info.get("samples") if name == PRIMARY else mapping(self.extra_info.get("metrics")).get(name)
+        return mapping(info)
 
     @property
     def family(self) -> str:
@@ -93,8 +89,7 @@ class BenchmarkRecord:
     @property
     def stability(self) -> Mapping[str, Any] | None:
         """``extra_info["stability"]`` recorded by the stability gate, or None."""
-        value = self.extra_info.get("stability")
-        return value if isinstance(value, Mapping) else None
+        return value if isinstance(value := self.extra_info.get("stability"), Mapping) else None
 
     @classmethod
     def from_json(cls, bench: Mapping[str, Any]) -> BenchmarkRecord:
@@ -110,8 +105,8 @@ def param_json(value: Any) -> Any:
     """A test parameter as JSON for a saved run's ``params`` (``to_json()`` if it has one; else a repr)."""
     if hasattr(value, "to_json"):
         return param_json(value.to_json())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in fields(value)}
     if isinstance(value, Mapping):
         return {str(key): param_json(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -133,13 +128,13 @@ def _old_param(value: Any) -> Any:
         return value
     if not isinstance(call, ast.Call) or any(keyword.arg is None for keyword in call.keywords):
         return value
-    fields: dict[str, Any] = {}
+    values: dict[str, Any] = {}
     for keyword in call.keywords:
         try:
-            fields[str(keyword.arg)] = ast.literal_eval(keyword.value)
+            values[str(keyword.arg)] = ast.literal_eval(keyword.value)
         except (ValueError, TypeError, SyntaxError):  # a nested object (a source): its repr, as written
-            fields[str(keyword.arg)] = ast.unparse(keyword.value)
-    return fields
+            values[str(keyword.arg)] = ast.unparse(keyword.value)
+    return values
 
 
 def describe_injected(injected: Mapping[str, Any]) -> str:
@@ -188,8 +183,7 @@ class SavedRun:
     @property
     def device(self) -> str | None:
         """The device type the run measured on (``"cpu"`` or ``"cuda"``, from the fingerprint), or None."""
-        device = mapping(self.fingerprint).get("device")
-        return str(device).split(":")[0] if device else None
+        return str(device).split(":")[0] if (device := mapping(self.fingerprint).get("device")) else None
 
     @property
     def machine_id(self) -> str:
@@ -220,8 +214,7 @@ class SavedRun:
 def run_from_json(data: Any, path: str | os.PathLike[str] = "<memory>") -> SavedRun:
     """A `SavedRun` from a pytest-benchmark JSON document (``--benchmark-json`` too); else `HistoryError`."""
     path = Path(path)
-    problem = run_problem(data)
-    if problem is not None:
+    if (problem := run_problem(data)) is not None:
         raise HistoryError(f"'{path}': not a usable saved run: {problem}")
     number, commit = re.match(r"^(\d{4})_", path.name), data.get("commit_info") or {}
     return SavedRun(path, int(number.group(1)) if number else None, data.get("datetime"), commit.get("id"),

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from argparse import ArgumentTypeError
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from detector.argtypes import fraction
 from detector.devices import PRECISIONS
-
-if TYPE_CHECKING:
-    from detector.spec import ModelSpec
+from detector.errors import DetectorError
+from detector.fileio import file_digest
+from detector.groundtruth import check_categories, load_ground_truth
+from detector.spec import ModelSpec
+from detector.video import open_video
+from perf.runs import mismatch_lines
 
 PATHS = ("cfg", "weights", "names", "onnx", "engine", "video", "ground_truth")
 #: The shipped model's floor: catches broken pre/post-processing or weights (random weights score ~0).
@@ -62,8 +67,7 @@ class Subject:
         values: dict[str, Any] = {}
         origin: dict[str, str] = {}
         for name in (field.name for field in dataclasses.fields(cls) if field.name != "origin"):
-            value, base = getoption("perf_" + name), invocation_dir
-            where = "--perf-" + name.replace("_", "-")
+            value, base, where = getoption("perf_" + name), invocation_dir, "--perf-" + name.replace("_", "-")
             if value in (None, ""):
                 value, base, where = getini("perf_" + name), ini_dir, f"perf_{name} (ini)"
             if value not in (None, "", []):
@@ -75,69 +79,43 @@ class Subject:
     def problems(self) -> list[str]:
         """One line per setting that cannot work, else the first failure of the model's files (cfg or ONNX,
         weights, names, ONNX against the cfg), the video's, the ground truth's; []: all is well. No torch."""
-        from argparse import ArgumentTypeError
-
-        from detector.argtypes import fraction
-        from detector.errors import DetectorError
-
-        out = [f"{self.origin[name]}: cannot open '{path}': "
-               + ("is a directory" if path.is_dir() else "no such file")
+        out = [f"{self.origin[name]}: cannot open '{path}': " + ("is a directory" if path.is_dir() else "no such file")
                for name in PATHS if (path := getattr(self, name)) is not None and not path.is_file()]
         if self.weights is not None and self.cfg is None:
-            out.append(f"{self.origin['weights']}: weights need the Darknet cfg they belong to: give "
-                       "--perf-cfg")
+            out.append(f"{self.origin['weights']}: weights need the Darknet cfg they belong to: give --perf-cfg")
         if self.engine is not None and self.cfg is None and self.onnx is None:
             out.append(f"{self.origin['engine']}: a prebuilt engine needs the model it was built from (its "
                        "input size and classes, and the reference): give --perf-cfg or --perf-onnx")
         if self.engine_precision is not None and self.engine_precision not in PRECISIONS:
             out.append(f"{self.origin['engine_precision']}: {self.engine_precision!r}; expected one of "
                        f"{', '.join(PRECISIONS)}")
-        if self.min_map is not None:
-            try:
-                fraction(self.min_map)
-            except ArgumentTypeError:
-                out.append(f"{self.origin['min_map']}: {self.min_map!r}; expected a number from 0 to 1")
+        if (min_map := self.min_map) is not None and _error(lambda: fraction(min_map), ArgumentTypeError):
+            out.append(f"{self.origin['min_map']}: {min_map!r}; expected a number from 0 to 1")
         if out:
             return out
-
-        def failure(origin: str, check: Callable[[], object]) -> list[str]:
-            try:
-                check()
-            except DetectorError as e:
-                return [f"{origin}: {e}"]
-            return []
-
         spec = self.model_spec(Path("."))
         model = None if self.shipped_model else "cfg" if self.cfg is not None else "onnx"
         steps: list[tuple[Any, Callable[[], object]]] = [
             (model, lambda: spec.input_size), (self.weights and "weights", spec.check_files),
             (self.names and "names", lambda: spec.names), (self.cfg and self.onnx and "onnx", spec.onnx_path)]
-        for key, check in steps:
-            if key and (out := failure(self.origin[key], check)):
-                break  # the first failure of the model's chain
-        if (video := self._user_video) is not None:
-            from detector.video import open_video
-
-            out += failure(self.origin["video"], lambda: open_video(video.path).close())
-        # the ground truth is loaded (and checked) once, for `warnings` too
-        return out + failure(self._ground_truth_origin, lambda: self._ground_truth)
+        # the first failure of the model's chain
+        out = next(([f"{self.origin[key]}: {error}"] for key, check in steps if key and (error := _error(check))), [])
+        if (video := self._user_video) is not None and (error := _error(lambda: open_video(video.path).close())):
+            out.append(f"{self.origin['video']}: {error}")
+        if error := _error(lambda: self._ground_truth):  # loaded (and checked) once, for `warnings` too
+            out.append(f"{self._ground_truth_origin}: {error}")
+        return out
 
     def warnings(self) -> list[str]:
         """One line per setting that works but is likely wrong (ground-truth categories that are not the
         model's class names); call after `problems` is empty."""
-        from detector.errors import DetectorError
-        from detector.groundtruth import check_categories
-
         data, video = self._ground_truth, self._user_video
         if data is None or video is None:
             return []
-        try:
-            fix = "give the class names it lists, in category-id order (--perf-names)"
-            check_categories(data, self.model_spec(Path(".")).names, video.ground_truth, fix=fix)
-        except DetectorError as e:
-            return [f"{self._ground_truth_origin}: {e}; the accuracy figures score category id k + 1 as "
-                    "class k"]
-        return []
+        fix = "give the class names it lists, in category-id order (--perf-names)"
+        error = _error(lambda: check_categories(data, self.model_spec(Path(".")).names, video.ground_truth, fix=fix))
+        return [] if error is None else [f"{self._ground_truth_origin}: {error}; the accuracy figures score category "
+                                         "id k + 1 as class k"]  # fmt: skip
 
     @property
     def _user_video(self) -> VideoCase | None:
@@ -147,8 +125,6 @@ class Subject:
     @functools.cached_property
     def _ground_truth(self) -> dict[str, Any] | None:
         """The user video's ground truth, read and checked (DetectorError names the file), or None."""
-        from detector.groundtruth import load_ground_truth
-
         video = self._user_video
         return None if video is None or video.ground_truth is None else load_ground_truth(video.ground_truth)
 
@@ -169,8 +145,6 @@ class Subject:
 
     def model_spec(self, cache_dir: Path) -> ModelSpec:
         """The model under test, with derived files cached in ``cache_dir``."""
-        from detector.spec import ModelSpec
-
         extra = {"onnx": self.onnx, "engine": self.engine, "names_file": self.names, "cache_dir": cache_dir,
                  "engine_precision": self.engine_precision or "fp16"}  # fmt: skip
         if self.shipped_model:
@@ -186,24 +160,17 @@ class Subject:
 
     def min_map50(self) -> float | None:
         """The reference's mAP@0.5 floor: ``min_map``, else the shipped model's, else None (no check)."""
-        if self.min_map is not None:
-            return float(self.min_map)
-        return SHIPPED_MIN_MAP50 if self.shipped_model else None
+        return float(self.min_map) if self.min_map is not None else SHIPPED_MIN_MAP50 if self.shipped_model else None
 
     def identity(self, spec: ModelSpec, *, synthetic_frames: int, precisions: Iterable[str],
                  backends: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
         """What a saved run measured: model files by digest, input size, classes, the video by digest (the
         synthetic one by its parameters) and frames (``"all"``: all), ground truth, backends, precisions."""
-        from detector.errors import DetectorError
-
         synthetic = VideoCase(Path(f"synthetic seed {SYNTHETIC_SEED}"), None, synthetic_frames)
         video = self.video_case(lambda: synthetic)
-        try:
-            names: list[str] | None = list(spec.names)
-        except DetectorError:  # a names file the start-up checks refuse
-            names = None
+        names = None if _error(lambda: spec.names) else list(spec.names)  # None: a names file refused at start-up
         weights = f"sha256:{_digest(spec.weights)}" if spec.weights is not None else f"seed:{spec.seed}"
-        out: dict[str, Any] = {
+        return {
             "model": spec.model_file.name, "cfg_sha256": _digest(spec.cfg),
             "weights": weights if spec.cfg is not None else None,
             "onnx_sha256": _digest(spec.onnx), "engine_sha256": _digest(spec.engine),
@@ -213,15 +180,14 @@ class Subject:
             "frames": video.frames if video.frames is not None else "all",
             "ground_truth_sha256": _digest(video.ground_truth),
             "precisions": list(precisions), "backends": list(backends), "class_names": names,
-        }  # fmt: skip
-        return out | ({"engine_precision": spec.engine_precision} if spec.engine is not None else {})
+        } | ({"engine_precision": spec.engine_precision} if spec.engine is not None else {})  # fmt: skip
 
 
 def describe_subject(identity: Mapping[str, Any] | None, fingerprint: Mapping[str, Any] | None = None,
                      machine: str | None = None) -> dict[str, str]:  # fmt: skip
-    """What every report is about, one text per field: model, input size, classes, video, backends,
-    precisions, device, machine; from ``machine_info["perf_subject"]`` (None: an older run, model "<not
-    recorded>"), the fingerprint ``machine_info["perf"]`` and the host ``machine``."""
+    """What every report is about, one text per field (model, input size, classes, video, backends, precisions,
+    device, machine) from ``machine_info["perf_subject"]`` (None: an older run, model "<not recorded>"), the
+    fingerprint ``machine_info["perf"]`` and the host ``machine``."""
     ident, fp = dict(identity or {}), dict(fingerprint or {})
     out = {"model": NOT_RECORDED}
     if ident:
@@ -230,15 +196,13 @@ def describe_subject(identity: Mapping[str, Any] | None, fingerprint: Mapping[st
         out["model"] = f"{ident.get('model', '?')}" + (f" ({digests})" if digests else "")
         out["input size"] = f"{ident.get('input_size', '?')} px"
         count, names = ident.get("classes"), ident.get("class_names")
-        out["classes"] = str(count if count is not None else "?")
-        if isinstance(names, list) and names:
-            more = f", ... ({len(names) - SHOWN_NAMES} more)" if len(names) > SHOWN_NAMES else ""
-            out["classes"] = (f"{count if count is not None else len(names)}: "
-                              f"{', '.join(map(str, names[:SHOWN_NAMES]))}{more}")  # fmt: skip
+        names = names if isinstance(names, list) else []
+        more = f", ... ({len(names) - SHOWN_NAMES} more)" if len(names) > SHOWN_NAMES else ""
+        shown = f": {', '.join(map(str, names[:SHOWN_NAMES]))}{more}" if names else ""
+        out["classes"] = f"{count if count is not None else len(names) or '?'}{shown}"
         sha, frames = ident.get("video_sha256"), ident.get("frames")
         video = "synthetic" if sha == "synthetic" else f"sha256 {sha}"
-        out["video"] = f"{ident.get('video', '?')} ({video}), " + ("all frames" if frames == "all" else
-                                                                    f"{frames} frames")
+        out["video"] = f"{ident.get('video', '?')} ({video}), {'all' if frames == 'all' else frames} frames"
         out |= {key: ", ".join(map(str, ident[key])) for key in ("backends", "precisions") if ident.get(key)}
     device = str(fp.get("device") or "")
     where = fp.get("cpu_model") if device == "cpu" else fp.get("gpu_name")
@@ -261,20 +225,15 @@ def subject_markdown(described: Mapping[str, str]) -> str:
     return "\n".join(["### Subject", "", *(f"- {key}: {value}" for key, value in described.items()), ""])
 
 
-def subject_differences(saved: Mapping[str, Any] | None,
-                        current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:  # fmt: skip
+def subject_differences(saved: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """(field, saved, current) for each `COMPARED` field where two identities disagree; [] if none saved."""
-    if not saved:
-        return []
     return [(key, saved.get(key, NOT_RECORDED), current.get(key))
-            for key in COMPARED if saved.get(key) != current.get(key)]
+            for key in COMPARED if saved.get(key) != current.get(key)] if saved else []
 
 
 def subject_mismatch_message(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any],
                              location: str, *, allowed: bool, option: str) -> str:  # fmt: skip
     """Explain `subject_differences` between a saved run (its JSON) and this run, one field a line."""
-    from perf.runs import mismatch_lines
-
     lines = mismatch_lines(differences, saved_run, location, option, "measured another model or video")
     lines.append("Comparing anyway (--perf-allow-model-mismatch); the figures measure different things."
                  if allowed else "Figures of another model or video are not a regression signal: record a "
@@ -284,7 +243,13 @@ def subject_mismatch_message(differences: list[tuple[str, Any, Any]], saved_run:
 
 def _digest(path: Path | None) -> str | None:
     """The first 16 hex digits of the file's sha256 (once per file version), None without a file."""
-    from detector.fileio import file_digest
-
     return None if path is None else file_digest(path)[:16]
 
+
+def _error(check: Callable[[], object], errors: type[Exception] = DetectorError) -> str | None:
+    """The message of the error of ``errors`` that ``check()`` raises, or None when it raises none."""
+    try:
+        check()
+    except errors as e:
+        return str(e)
+    return None

@@ -1,6 +1,5 @@
-"""Every table the suite writes: `markdown_table` (the reports, the verdict files, the commands' output),
-`text_table` (aligned columns for the terminal) and `html_table` (the HTML report). Cells come in as formatted
-text; what a column means is the caller's (`perf.report.schema` for the declared tables)."""
+"""Every table the suite writes: `markdown_table` (reports, verdict files, the commands' output), `text_table`
+(aligned columns for the terminal) and `html_table` (the HTML report), from cells already formatted as text."""
 
 from __future__ import annotations
 
@@ -18,10 +17,8 @@ def markdown_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _checked(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[str] = (),
-             ) -> list[Sequence[str]]:  # fmt: skip
-    """``rows`` as a list; `ValueError` naming a ``right`` column that is not a header, or a row whose length
-    is not the headers'."""
+def _checked(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[str] = ()) -> list[Sequence[str]]:
+    """``rows`` as a list; `ValueError` naming a ``right`` column not among the headers, or a row of another length."""
     if unknown := set(right) - set(headers):
         raise ValueError(f"right-aligned column(s) {sorted(unknown)!r} are not among the headers "
                          f"{list(headers)!r}")  # fmt: skip
@@ -33,8 +30,7 @@ def _checked(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Colle
     return rows
 
 
-def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[str] = (),
-                   ) -> list[str]:  # fmt: skip
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[str] = ()) -> list[str]:
     """The lines of a markdown table: ``headers``, the rule, one line per row (cells in ``headers`` order),
     every cell through `markdown_cell`; ``right``: the headers of the columns aligned right, the rest left."""
     head, *body = [f"| {' | '.join(map(markdown_cell, cells))} |"
@@ -63,6 +59,5 @@ def html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Col
         attr = f" class='{' '.join(classes)}'" if classes else ""
         return f"<td{attr}>{html.escape(text)}</td>"
 
-    rows = _checked(headers, rows, right or ())
-    body = "".join(f"<tr>{''.join(map(td, headers, row))}</tr>" for row in rows)
+    body = "".join(f"<tr>{''.join(map(td, headers, row))}</tr>" for row in _checked(headers, rows, right or ()))
     return f"<table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in headers)}</tr>{body}</table>"

@@ -1,9 +1,6 @@
-"""The one check of saved data every reader runs first: saved runs and the suite's ``perf-report.json``.
-
-Readers (`perf.runs`, `perf.report.inputs`, `perf.preflight`) call `run_problem` / `report_problem` on the
-parsed JSON and turn a problem into a one-line error naming the file; a file that passes has every key a
-reader indexes, with the type it expects. `perf.report.suite.PerfReport.add` checks rows with `row_problem`.
-"""
+"""The one check of saved data every reader runs first: `run_problem` (saved runs) and `report_problem` (the
+suite's ``perf-report.json``) give a one-line problem the reader turns into an error naming the file; a file that
+passes has every key a reader indexes, with the type it expects. `row_problem` checks a report's rows."""
 
 from __future__ import annotations
 
@@ -18,8 +15,7 @@ BENCHMARK_STATS = ("min", "max", "mean", "stddev", "median", "iqr", "rounds", "i
 
 
 class Table(Protocol):
-    """What `row_problem` reads of a report table (`perf.report.schema.TableSpec`): its title and
-    ``column(key)``, the declared column (with a ``kind``) or None."""
+    """A report table (`perf.report.schema.TableSpec`): ``title``; ``column(key)``, a column (``kind``) or None."""
 
     title: str
 
@@ -43,10 +39,14 @@ def _typed(where: str, value: Any, kind: type) -> str | None:
     return f"{where} is {_kind(value)}, expected {_kind(kind())}"
 
 
+def _not_number(where: str, value: Any) -> str | None:
+    return None if is_number(value) else f"{where} is {value!r}, not a number"
+
+
 def _numbers_problem(where: str, values: Any) -> str | None:
     if not isinstance(values, list):
         return f"{where} is {_kind(values)}, expected a list of numbers"
-    return _first(f"{where}[{i}] is {v!r}, not a number" for i, v in enumerate(values) if not is_number(v))
+    return _first(_not_number(f"{where}[{i}]", value) for i, value in enumerate(values))
 
 
 def _first(problems: Iterable[str | None]) -> str | None:
@@ -64,19 +64,16 @@ def _benchmark_problems(bench: Any, i: int, complete: bool) -> Iterator[str | No
     required = BENCHMARK_STATS if complete else ("median",)
     yield from (f"{where}: stats.{key} is missing" for key in required if key not in stats)
     for key, value in stats.items():
-        if key == "data":
-            yield _numbers_problem(f"{where}: stats.data", value)
-        elif key == "outliers" and not isinstance(value, str):
-            yield f"{where}: stats.outliers is {value!r}, expected a string"
-        elif key != "outliers" and not is_number(value):
-            yield f"{where}: stats.{key} is {value!r}, not a number"
+        if key == "outliers":  # pytest-benchmark's "1;0" text
+            yield None if isinstance(value, str) else f"{where}: stats.outliers is {value!r}, expected a string"
+        else:
+            yield (_numbers_problem if key == "data" else _not_number)(f"{where}: stats.{key}", value)
     yield from (_typed(f"{where}: '{key}'", bench.get(key), kind)
                 for key, kind in (("extra_info", dict), ("params", dict), ("group", str)))  # fmt: skip
     extra = bench.get("extra_info") or {}
-    if extra.get("e2e_fps") is not None and not is_number(extra["e2e_fps"]):
-        yield f"{where}: extra_info.e2e_fps is {extra['e2e_fps']!r}, not a number"
-    yield _typed(f"{where}: extra_info.stage_ms_per_frame", extra.get("stage_ms_per_frame"), dict)
-    yield _typed(f"{where}: extra_info.metrics", extra.get("metrics"), dict)
+    if extra.get("e2e_fps") is not None:
+        yield _not_number(f"{where}: extra_info.e2e_fps", extra["e2e_fps"])
+    yield from (_typed(f"{where}: extra_info.{key}", extra.get(key), dict) for key in ("stage_ms_per_frame", "metrics"))
     for name, metric in (extra.get("metrics") or {}).items():
         yield _typed(f"{where}: extra_info.metrics.{name}", metric, dict)
         if metric.get("data") is not None:
@@ -98,10 +95,9 @@ def _run_problems(doc: Any, complete: bool) -> Iterator[str | None]:
 
 
 def run_problem(doc: Any, *, complete: bool = False) -> str | None:
-    """What makes ``doc`` (parsed JSON) unusable as a saved benchmark run (pytest-benchmark's ``NNNN_*.json``
-    or a ``--benchmark-json`` file), or None. Every key a reader indexes is checked (docs/architecture.md,
-    "Saved runs"); ``complete``: also what ``--benchmark-compare`` reads (`BENCHMARK_STATS`, machine_info).
-    """
+    """What makes ``doc`` (parsed JSON) unusable as a saved run (``NNNN_*.json``, ``--benchmark-json``), or None
+    (docs/architecture.md, "Saved runs"); ``complete``: also `BENCHMARK_STATS` and machine_info, as
+    ``--benchmark-compare`` reads them."""
     return _first(_run_problems(doc, complete))
 
 
@@ -112,9 +108,8 @@ def row_problem(table: Table, row: Mapping[str, Any], where: str | None = None) 
         column = table.column(key) if isinstance(key, str) else None
         if column is None or value is None:
             continue
-        if column.kind == NUMBER and not is_number(value):
-            return f"{where}: {key!r} is {value!r}, not a number"
-        if column.kind == NUMBERS and (problem := _numbers_problem(f"{where}: {key!r}", value)):
+        check = {NUMBER: _not_number, NUMBERS: _numbers_problem}.get(column.kind)
+        if check is not None and (problem := check(f"{where}: {key!r}", value)):
             return problem
         if column.kind == TEXTS and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             return f"{where}: {key!r} is {value!r}, expected a list of strings"

@@ -1,9 +1,6 @@
-"""The gate's verdict files: what ``--perf-compare`` wrote (``<reports>/perf-compare.json``, `VERDICT_FILE`;
-the format: `perf.gate.table.write_verdicts`, docs/method.md section 8), read back for the reports.
-
-The verdicts belong to the run whose ``perf_run.run_id`` is ``current.run_id`` and to no other
-(`Verdicts.judges`); a file without it (an older one, or another tool's) belongs to no run.
-"""
+"""The gate's verdict files (`VERDICT_FILE`; written by `perf.gate.table.write_verdicts`, docs/method.md section
+8), read back for the reports. They belong to the run whose ``perf_run.run_id`` is ``current.run_id`` and to no
+other (`Verdicts.judges`); a file without it (an older one, or another tool's) belongs to no run."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from perf.runs import HistoryError, SavedRun, mapping, read_json, text_value
 #: What ``--perf-compare`` writes into the reports folder (and ``perf-compare.md`` beside it).
 VERDICT_FILE = "perf-compare.json"
 _FIGURES = re.compile(r"\s[-+]?\d.*$")  # " 1.085 [1.051, 1.120] slower": a moved metric's figures
-_CANNOT_RULE_OUT = re.compile(r"(?:cannot rule out|at most) \+[\d.]+%(?: of the frame)?")  # an open or a bounded suspect
+_CANNOT_RULE_OUT = re.compile(r"(?:cannot rule out|at most) \+[\d.]+%(?: of the frame)?")  # an open or bounded suspect
 
 
 @dataclass(frozen=True)
@@ -109,11 +106,9 @@ def load_verdicts(reports_dir: str | os.PathLike[str] = "reports", *,
     """The verdicts of the last ``--perf-compare`` (``<reports_dir>/perf-compare.json``; None when there is
     none), or of the verdict file ``path`` (which must exist; the shapes read: docs/method.md, section 8).
     `HistoryError`: unreadable, or no entries with a name and a ``verdict`` (or ``status``)."""
-    if path is None:
-        path = Path(reports_dir) / VERDICT_FILE
-        if not path.exists():
-            return None
-    path = Path(path)
+    if path is None and not (Path(reports_dir) / VERDICT_FILE).exists():
+        return None
+    path = Path(reports_dir) / VERDICT_FILE if path is None else Path(path)
     document = read_json(path, "the verdicts")
     entries = tuple({**e, "verdict": str(verdict).lower()} for e in _verdict_entries(document)
                     if (verdict := mapping(e).get("verdict", mapping(e).get("status"))) is not None
@@ -122,8 +117,6 @@ def load_verdicts(reports_dir: str | os.PathLike[str] = "reports", *,
         raise HistoryError(f"'{path}': holds no compare verdicts (entries with a name and a 'verdict')")
     current, baseline = mapping(mapping(document).get("current")), mapping(mapping(document).get("baseline"))
     number = baseline.get("number")
-    return Verdicts(path, document, entries, text_value(current.get("run_id")),
-                    dict(mapping(current.get("injected"))), text_value(baseline.get("run_id")),
-                    text_value(baseline.get("path")),
-                    number if isinstance(number, int) and not isinstance(number, bool) else None,
-                    text_value(baseline.get("commit")))  # fmt: skip
+    return Verdicts(path, document, entries, text_value(current.get("run_id")), dict(mapping(current.get("injected"))),
+                    text_value(baseline.get("run_id")), text_value(baseline.get("path")),
+                    number if type(number) is int else None, text_value(baseline.get("commit")))  # fmt: skip
