@@ -1,9 +1,6 @@
-"""``--perf-compare``: one verdict row per benchmark of a run, judged against main's history of this runner.
-
-Each judged metric (`judged_names`) gets its own reference (`perf.gate.history`) and is judged by
-`perf.gate.judge` at its share of the run's `Budget`; any judged metric "slower" makes the row slower. Runs saved
-before this gate may hold the verdict "unstable", read as written. docs/method.md, section 4 (items 7, 8) and 8.
-"""
+"""``--perf-compare``: one verdict row per benchmark, each judged metric (`judged_names`) against its reference in
+main's history of this runner (`perf.gate.history`) at its share of the run's `Budget`; any metric "slower" makes
+the row slower. Old saved rows may say "unstable", read as written. docs/method.md, section 4 (items 7, 8) and 8."""
 
 from __future__ import annotations
 
@@ -23,7 +20,7 @@ from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
 if TYPE_CHECKING:
     from perf.gate.noise import NoiseProfile
 
-UNSTABLE, MISSING = "unstable", "missing"
+MISSING = "missing"
 VERDICTS = (SLOWER, FASTER, NO_CHANGE, INCONCLUSIVE, MISSING)
 FORMAT = 3
 HOST, STAGE = "host", "stage:"
@@ -31,10 +28,9 @@ HOST, STAGE = "host", "stage:"
 
 @dataclass(frozen=True)
 class GateSettings:
-    """How ``--perf-compare`` decides: the floor (a fraction), the stability rule, whether inconclusive rows
-    fail, the noise profile seeding a short history, ``confirm``: confirmation pairs at most (0: none), and
-    ``confirm_budget_s``: the seconds of confirmation processes its looks may not likely overrun (a look that would runs
-    the pairs that fit, `perf.gate.confirm.next_look_pairs`; None: no limit)."""
+    """How ``--perf-compare`` decides: the floor (a fraction), the stability rule, whether inconclusive rows fail,
+    the noise profile seeding a short history, confirmation pairs at most (0: none) and the seconds of confirmation
+    processes its looks may not likely overrun (`perf.gate.confirm.next_look_pairs`; None: no limit)."""
 
     min_effect: float = DEFAULT_FLOOR
     rule: StabilityRule = field(default_factory=StabilityRule)
@@ -122,12 +118,11 @@ class MetricResult:
     def describe(self, word: str | None = None) -> str:
         """``host latency (sync) 1.085 [1.051, 1.120] slower``, or for a stage ``stage preprocess +0.41 ms/frame
         (+5.2% of the frame [4.6%, 5.8%]) slower``; ``word`` in place of the verdict."""
-        if self.contribution is not None:
-            delta_ms = (self.current_median_s - self.baseline_median_s) * 1e3
-            lo, hi = self.contribution
-            share = f"{100 * (lo + hi) / 2:+.1f}% of the frame [{100 * lo:+.1f}%, {100 * hi:+.1f}%]"
-            return f"{self.label} {delta_ms:+.3g} ms/frame ({share}) {word or self.verdict}"
-        return f"{self.label} {self.ratio:.3f} [{self.lo:.3f}, {self.hi:.3f}] {word or self.verdict}"
+        if self.contribution is None:
+            return f"{self.label} {self.ratio:.3f} [{self.lo:.3f}, {self.hi:.3f}] {word or self.verdict}"
+        (lo, hi), delta_ms = self.contribution, (self.current_median_s - self.baseline_median_s) * 1e3
+        share = f"{100 * (lo + hi) / 2:+.1f}% of the frame [{100 * lo:+.1f}%, {100 * hi:+.1f}%]"
+        return f"{self.label} {delta_ms:+.3g} ms/frame ({share}) {word or self.verdict}"
 
 
 @dataclass
@@ -160,19 +155,23 @@ class Row:
 
 
 def judged_names(bench: BenchmarkRecord) -> list[str]:
-    """The metrics of ``bench`` the gate judges, primary first: ``time``, ``host`` where launch-bound, and each
-    ``stage:<name>`` marked ``judged``."""
+    """The metrics of ``bench`` the gate judges: ``time`` first, ``host`` if launch-bound, ``stage:*`` marked judged."""
     launch_bound = bool(bench.extra_info.get("launch_bound"))
     return [*([PRIMARY] if PRIMARY in bench.metrics() or bench.median_s else []),
             *(m for m in bench.metrics() if (m == HOST and launch_bound)
               or (m.startswith(STAGE) and bench.metric_info(m).get("judged")))]  # fmt: skip
 
 
+def stage_share(metric: str, stage_s: float | None, frame_s: float | None, floor: float) -> tuple[float | None, float]:
+    """(a stage's share of the reference frame, None for other metrics; the floor on its ratio: ``floor`` / share)."""
+    share = min(1.0, stage_s / frame_s) if metric.startswith(STAGE) and frame_s and stage_s else None
+    return share, floor / share if share else floor
+
+
 def reference_of(baseline: Baseline, fullname: str, metric: str) -> tuple[Reference | None, int, str]:
     """(the reference, the processes it rests on, a note) of one metric: the history's, or with too short a
     history the latest run's own within-process spread (noted); None when neither has the series."""
-    found = baseline.reference(fullname, metric)
-    if found is not None:
+    if (found := baseline.reference(fullname, metric)) is not None:
         note = f"history restarted at a change point ({found.restarted_at})" if found.restarted_at else ""
         return found.reference, found.reference.n, note
     base = baseline.latest.benchmarks.get(fullname)
@@ -198,17 +197,15 @@ def _geomean(values: Sequence[float]) -> float:
 def _result(bench: BenchmarkRecord, metric: str, result: Judgement, base_s: float, current_s: float,
             share: float | None, level: float, runs: int, note: str = "") -> MetricResult:  # fmt: skip
     """A `MetricResult` of one judgement; a stage's (``share`` of the reference frame) also its contribution."""
-    label = bench.metric_info(metric).get("label") or (metric.replace(STAGE, "stage ") if metric.startswith(STAGE)
-                                                        else metric)  # fmt: skip
+    label = bench.metric_info(metric).get("label") or metric.replace(STAGE, "stage ")
     return MetricResult(metric, str(label), True, result.verdict, base_s, current_s, result.ratio, result.lo,
                         result.hi, result.detectable * (share or 1.0), note=note, reference_runs=runs, level=level,
                         contribution=((result.lo - 1) * share, (result.hi - 1) * share) if share else None)
 
 
 def _moved(metrics: list[MetricResult]) -> str:
-    """What moved, largest first: the judged metrics besides the primary called slower or faster, and the primary
-    first when it moved and other metrics were judged; when the primary moved and no stage did beyond its noise,
-    the stage with the largest share of the change, "moved most"."""
+    """What moved, largest first: the other metrics called slower or faster, after the primary when it moved too;
+    when the primary moved and no stage did, the stage with the largest share of the change, "moved most"."""
     primary, others = metrics[0], metrics[1:]
     changed = sorted((m for m in others if m.verdict in (SLOWER, FASTER)),
                      key=lambda m: -abs(m.current_median_s - m.baseline_median_s))
@@ -237,24 +234,23 @@ def _assemble(row: Row, metrics: list[MetricResult]) -> Row:
 
 def judge_benchmark(baseline: Baseline, current: BenchmarkRecord, level: float | Budget, floor: float = DEFAULT_FLOOR,
                     more: Sequence[BenchmarkRecord] = ()) -> Row:  # fmt: skip
-    """The first-pass verdict row of one benchmark, every judged metric at one-sided ``level`` (a `Budget`: its
-    first-pass level for "slower", its own for "faster"); ``more``: the same benchmark in more processes of the
-    same code, judged together with ``current``."""
+    """The first-pass verdict row of one benchmark, every judged metric at one-sided ``level`` (or a `Budget`'s);
+    ``more``: the same benchmark in more processes of the same code, judged together with ``current``."""
     level, faster = _levels(level)
     row = Row(current.fullname, current.name, current.group, MISSING, current_median_s=current.median_s)
     metrics: list[MetricResult] = []
     for metric in judged_names(current):
         value = record_median(current, metric)
         ref, runs, note = reference_of(baseline, current.fullname, metric) if value is not None else (None, 0, "")
+        if ref is None and metric == PRIMARY:
+            break
         if ref is None:
-            if metric == PRIMARY:
-                break
             continue
-        frame_s = metrics[0].baseline_median_s if metrics else None
-        share = min(1.0, ref.median_s / frame_s) if metric.startswith(STAGE) and frame_s else None
+        share, metric_floor = stage_share(metric, ref.median_s, metrics[0].baseline_median_s if metrics else None,
+                                          floor)  # fmt: skip
         candidates = [v for r in (current, *more) if (v := record_median(r, metric)) is not None] if more else []
         value = _geomean(candidates) if candidates else value
-        result = judge(ref, candidates or [value], level, floor / share if share else floor, faster)  # type: ignore
+        result = judge(ref, candidates or [value], level, metric_floor, faster)  # type: ignore[list-item]
         metrics.append(_result(current, metric, result, ref.median_s, value, share, level, runs, note))  # type: ignore
     if not metrics or metrics[0].metric != PRIMARY:
         row.note = ("not in the history" if current.fullname not in baseline.benchmarks else
@@ -266,29 +262,24 @@ def judge_benchmark(baseline: Baseline, current: BenchmarkRecord, level: float |
 
 def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkRecord], level: float | Budget,
                  floor: float = DEFAULT_FLOOR, baseline: Baseline | None = None) -> Row:  # fmt: skip
-    """One benchmark judged on K pairs of processes (``base[i]`` and ``candidate[i]`` back to back), every judged
-    metric by `perf.gate.judge.judge_pairs`, pooled with the history's spread where ``baseline`` has one.
-    Medians are geometric means over the pairs."""
+    """One benchmark judged on K pairs of processes (``base[i]``, ``candidate[i]`` back to back) by
+    `perf.gate.judge.judge_pairs`, with the history's spread where ``baseline`` has one; medians: geometric means."""
     level, faster = _levels(level)
     first = candidate[0]
     row = Row(first.fullname, first.name, first.group, MISSING)
     metrics: list[MetricResult] = []
-    frame = None
     for name in judged_names(first):
-        b = [record_median(r, name) for r in base]
-        c = [record_median(r, name) for r in candidate]
+        b, c = [record_median(r, name) for r in base], [record_median(r, name) for r in candidate]
         if any(v is None for v in (*b, *c)):
             continue
         found = baseline.reference(first.fullname, name) if baseline is not None else None
         b_s, c_s = _geomean(b), _geomean(c)  # type: ignore[arg-type]
-        share = min(1.0, b_s / frame) if name.startswith(STAGE) and frame else None
+        share, metric_floor = stage_share(name, b_s, metrics[0].baseline_median_s if metrics else None, floor)
         try:
-            result = judge_pairs(b, c, level, floor / share if share else floor,  # type: ignore[arg-type]
-                                 found.reference if found else None, faster)  # fmt: skip
+            result = judge_pairs(b, c, level, metric_floor, found.reference if found else None, faster)  # type: ignore
         except ValueError as e:  # too few pairs for a spread
             row.note = str(e)
             return row
-        frame = frame or b_s
         metrics.append(_result(first, name, result, b_s, c_s, share, level, found.reference.n if found else 0))
     if not metrics or metrics[0].metric != PRIMARY:
         row.note = row.note or "no rounds to judge in every pair"
@@ -306,12 +297,11 @@ def explain_slower(row: Row, baseline: Baseline, current: BenchmarkRecord) -> No
 
 
 def compare_runs(baseline: Baseline, current: Mapping[str, BenchmarkRecord], settings: GateSettings,
-                 expected: Iterable[str] | None = None, judged: Mapping[str, Row] | None = None) -> list[Row]:  # fmt: skip
+                 expected: Iterable[str] | None = None, judged: Mapping[str, Row] | None = None) -> list[Row]:
     """Rows for every current benchmark (``judged``: rows already judged, kept), then a "missing" row for each
     history benchmark of ``expected`` (this session's node ids; None: the latest run's) not measured."""
     wanted = None if expected is None else set(expected)  # once: an iterator of node ids is read once
-    plan = budget(baseline, settings, wanted)
-    judged = judged or {}
+    plan, judged = budget(baseline, settings, wanted), judged or {}
     rows = [judged[name] if name in judged else judge_benchmark(baseline, bench, plan, settings.min_effect)
             for name, bench in current.items()]
     return rows + [Row(name, bench.name, bench.group, MISSING, "not measured in this run (skipped or failed)",
@@ -323,8 +313,7 @@ def compare_runs(baseline: Baseline, current: Mapping[str, BenchmarkRecord], set
 def budget(baseline: Baseline, settings: GateSettings, expected: Iterable[str] | None = None) -> Budget:
     """The run's error budget: its judged metrics, whether suspects are confirmed, and with confirmation how many
     of the history's runs its first pass flags, each judged against the others (docs/method.md, section 4, item 6)."""
-    plan = Budget(baseline.judged_metrics(expected), settings.confirm > 0)
-    runs = baseline.runs
+    plan, runs = Budget(baseline.judged_metrics(expected), settings.confirm > 0), baseline.runs
     if not plan.confirm or len(runs) <= MIN_REFERENCE:
         return plan
     key = (plan.metrics, settings.min_effect)

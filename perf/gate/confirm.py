@@ -1,24 +1,23 @@
 """Confirm before failing: the suspects of a first pass measured again in fresh processes, base and this tree
-alternating (ABBA), `PAIRS_PER_LOOK` pairs a look, and judged on those processes alone (`confirm_rows`);
-docs/method.md, sections 4 (item 6) and 8.
-"""
+alternating (ABBA), `PAIRS_PER_LOOK` pairs a look, judged on those processes alone (`confirm_rows`);
+docs/method.md, sections 4 (item 6) and 8."""
 
 from __future__ import annotations
 
 import logging
 import math
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from perf.gate.compare import STAGE, Baseline, GateSettings, Row, reference_of
+from perf.gate.compare import STAGE, Baseline, GateSettings, Row, reference_of, stage_share
 from perf.gate.history import record_median
 from perf.gate.judge import (CONFIRM_LEVEL, INCONCLUSIVE, NO_CHANGE, SLOWER, Judgement, confirm_level, judge,
                              judge_pairs)  # fmt: skip
-from perf.runs import SavedRun, load_run
+from perf.runs import PRIMARY, SavedRun, load_run
 
-#: Pairs of fresh processes per look; a confirmation of at most K pairs takes ceil(K / PAIRS_PER_LOOK) looks.
-PAIRS_PER_LOOK = 2
+PAIRS_PER_LOOK = 2  #: Pairs of fresh processes per look.
 #: A suspect is confirmed on at least this many pairs (candidate processes, unpaired), or at the last look of a
 #: smaller ``--perf-confirm``: two pairs confirmed unchanged code too often (docs/method.md, section 4, item 6).
 MIN_CONFIRM = 3
@@ -28,9 +27,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Sides:
-    """Where the two sides' code is: ``candidate_tree`` (this working tree), ``base_tree`` (a worktree of the base
-    commit; None: candidate only), the base's cache folder, and the options only the candidate gets (the test-only
-    ones that change its code: a self-test's injected slowdown)."""
+    """Where the two sides' code is (``base_tree`` None: candidate only), the base's cache folder, and the test-only
+    options only the candidate gets (those that change its code: a self-test's injected slowdown)."""
 
     candidate_tree: Path
     base_tree: Path | None
@@ -52,9 +50,8 @@ def looks(pairs: int) -> int:
 
 
 def level_per_look(pairs: int, level: float = CONFIRM_LEVEL) -> float:
-    """The one-sided level of each look that may confirm: ``level`` (a `perf.gate.judge.Budget`'s confirm_level)
-    split evenly over the looks of a confirmation of at most ``pairs`` pairs that hold at least `MIN_CONFIRM` pairs,
-    and the last (an earlier look can only clear a suspect, which spends none of it)."""
+    """The one-sided level of each look that may confirm: ``level`` split evenly over the looks (of at most ``pairs``
+    pairs) that hold `MIN_CONFIRM` pairs, and the last; an earlier look can only clear a suspect, spending none."""
     total = looks(pairs)
     confirming = sum(min(look * PAIRS_PER_LOOK, pairs) >= MIN_CONFIRM or look == total for look in range(1, total + 1))
     return confirm_level(confirming, level)
@@ -62,9 +59,8 @@ def level_per_look(pairs: int, level: float = CONFIRM_LEVEL) -> float:
 
 def next_look_pairs(done: int, planned: int, spent_s: float, last_look_s: float, last_look_pairs: int,
                     budget_s: float | None) -> int:
-    """Pairs the next look runs after ``done`` of at most ``planned``: `PAIRS_PER_LOOK` (fewer at the end), or, where
-    that would likely end after ``budget_s`` seconds of processes (by the last look's seconds a pair), as many as
-    would not; 0: stop."""
+    """Pairs the next look runs after ``done`` of at most ``planned``: `PAIRS_PER_LOOK` (fewer at the end), or as many
+    as would likely end within ``budget_s`` seconds of processes (by the last look's seconds a pair); 0: stop."""
     want = min(PAIRS_PER_LOOK, planned - done)
     if want <= 0 or budget_s is None or last_look_pairs <= 0 or last_look_s <= 0:
         return max(want, 0)
@@ -78,35 +74,29 @@ def _medians(processes: Sequence[Process], kind: str, fullname: str, metric: str
 
 def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, results: Sequence[Process], level: float,
                   paired: bool, final: bool, early: bool = False) -> bool:  # fmt: skip
-    """Judge ``row``'s suspect metrics on the confirmation processes so far; update the row and return True when it
-    is decided (confirmed or cleared), or when ``final``. ``early``: the last look is before the planned last (the
-    time budget ran out), so fewer than `MIN_CONFIRM` processes confirm nothing."""
+    """Judge ``row``'s suspects on the confirmation processes so far; update the row and return True once decided
+    (confirmed, cleared, or ``final``). ``early``: the time budget ended the looks, so below `MIN_CONFIRM`
+    processes confirm nothing."""
     outcomes: list[tuple[str, Judgement | None]] = []
+    medians = {m.metric: m.baseline_median_s for m in row.metrics}
     for metric in row.suspect:
         cand = _medians(results, CANDIDATE, row.fullname, metric)
         base = _medians(results, BASE, row.fullname, metric) if paired else []
         prior = reference_of(baseline, row.fullname, metric)[0] if baseline is not None else None
+        floor = stage_share(metric, medians.get(metric), medians.get(PRIMARY), settings.min_effect)[1]
         result = None
-        if cand and not (paired and len(base) != len(cand)):
-            frame = next((m.baseline_median_s for m in row.metrics if m.metric == "time"), None)
-            stage = next((m.baseline_median_s for m in row.metrics if m.metric == metric), None)
-            share = min(1.0, stage / frame) if metric.startswith(STAGE) and frame and stage else None
-            floor = settings.min_effect / share if share else settings.min_effect
-            if paired:
-                try:
-                    result = judge_pairs(base, cand, level, floor, prior)
-                except ValueError:  # one pair and no history: no spread yet
-                    pass
-            elif prior is not None:
-                result = judge(prior, cand, level, floor)
-            if result is not None and result.verdict == SLOWER and len(cand) < MIN_CONFIRM and (early or not final):
-                result = replace(result, verdict=NO_CHANGE)  # too few processes to confirm yet: look again
+        if cand and paired and len(base) == len(cand):
+            with suppress(ValueError):  # one pair and no history: no spread yet
+                result = judge_pairs(base, cand, level, floor, prior)
+        elif cand and not paired and prior is not None:
+            result = judge(prior, cand, level, floor)
+        if result is not None and result.verdict == SLOWER and len(cand) < MIN_CONFIRM and (early or not final):
+            result = replace(result, verdict=NO_CHANGE)  # too few processes to confirm yet: look again
         outcomes.append((metric, result))
     judged = [(metric, r) for metric, r in outcomes if r is not None]
     processes = max((r.n_candidate for _, r in judged), default=0)
     how = f"{processes} pair(s) of fresh processes" if paired else f"{processes} fresh process(es)"
-    confirmed = [(metric, r) for metric, r in judged if r.verdict == SLOWER]
-    if confirmed:
+    if confirmed := [(metric, r) for metric, r in judged if r.verdict == SLOWER]:
         metric, r = confirmed[0]
         row.verdict = SLOWER
         row.confirmation = {"processes": processes, "paired": paired, "metric": metric, "ratio": r.ratio, "lo": r.lo,
@@ -138,11 +128,9 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
 def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateSettings, sides: Sides, folder: Path,
                  options: Sequence[str], on_done: Callable[..., None] | None = None,
                  level: float = CONFIRM_LEVEL) -> float:  # fmt: skip
-    """Confirm every suspect row (verdict "slower" with ``suspect`` metrics) in place at one-sided ``level`` (the
-    run's `perf.gate.judge.Budget.confirm_level`); return the seconds the processes took. Each look runs
-    `PAIRS_PER_LOOK` pairs, base first in odd pairs (or candidates only), within ``settings.confirm_budget_s``
-    (`next_look_pairs`): a look that would likely end after it runs the pairs that would not, and is the last; where
-    none would, the last look run judges finally."""
+    """Confirm every suspect row in place at one-sided ``level`` (`perf.gate.judge.Budget.confirm_level`); return
+    the seconds the processes took. Looks of `PAIRS_PER_LOOK` pairs (base first in odd pairs) run within
+    ``settings.confirm_budget_s`` (`next_look_pairs`); the last look run judges finally."""
     from perf.gate.processes import Child, run_children
 
     pending = [row for row in rows if row.verdict == SLOWER and row.suspect]
@@ -155,8 +143,7 @@ def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateS
     results: list[Process] = []
     spent, done, pairs, shrunk = 0.0, 0, min(PAIRS_PER_LOOK, settings.confirm), False
     while True:
-        nodeids = tuple(sorted({row.fullname for row in pending}))
-        children = []
+        nodeids, children = tuple(sorted({row.fullname for row in pending})), []
         for i in range(done + 1, done + pairs + 1):
             candidate = Child(f"{CANDIDATE}-{i:02d}", CANDIDATE, nodeids, sides.candidate_options)
             base = Child(f"{BASE}-{i:02d}", BASE, nodeids, base_options, str(sides.base_tree)) if paired else None
@@ -166,16 +153,14 @@ def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateS
         results += [Process(r.kind, load_run(r.run)) for r in ran if r.run is not None]
         spent, done = spent + took, done + pairs
         following = 0 if shrunk else next_look_pairs(done, settings.confirm, spent, took, pairs, budget)
-        early = following == 0 and done < settings.confirm
-        if early:
+        if early := (following == 0 and done < settings.confirm):
             log.warning("confirmation: %.0f s spent; the next look would likely end after --perf-confirm-budget "
                         "(%.0f s): judged on %d pair(s)", spent, budget, done)
         pending = [row for row in pending if not judge_suspect(
             row, baseline, settings, results, level, paired, final=following == 0, early=early)]
         if not pending or following == 0:
-            break
+            return spent
         shrunk, pairs = following < min(PAIRS_PER_LOOK, settings.confirm - done), following
         if shrunk:
             log.warning("confirmation: %.0f s spent; the last look runs %d pair(s) within --perf-confirm-budget "
                         "(%.0f s)", spent, pairs, budget)
-    return spent

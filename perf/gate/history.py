@@ -1,7 +1,5 @@
-"""Main's history as the gate's noise model: which saved runs a new run is judged against (`history_runs`,
-`comparable`), and each metric's `perf.gate.judge.Reference` from them, restarted after a change point
-(`reference_for`); docs/method.md, section 8.
-"""
+"""Main's history as the gate's noise model: the saved runs a new run is judged against (`history_runs`,
+`comparable`) and each metric's reference, restarted after a change point (`reference_for`); docs/method.md, 8."""
 
 from __future__ import annotations
 
@@ -26,22 +24,15 @@ def record_median(bench: BenchmarkRecord | None, metric: str = PRIMARY) -> float
     if metric == PRIMARY and not bench.has_rounds:
         return bench.median_s
     data = bench.metrics().get(metric)
-    if data is None or not data.size:
-        return None
-    value = float(np.median(data))
+    value = float(np.median(data)) if data is not None and data.size else math.nan
     return value if value > 0 and math.isfinite(value) else None
-
-
-def metric_median(run: SavedRun, fullname: str, metric: str = PRIMARY) -> float | None:
-    """The median (seconds) of ``metric`` of benchmark ``fullname`` in ``run``; None when it has no such series."""
-    return record_median(run.benchmarks.get(fullname), metric)
 
 
 def history_runs(runs: Sequence[SavedRun], *, fingerprint: Mapping[str, Any] | None,
                  identity: Mapping[str, Any] | None, branch: str | None = None, last: int = DEFAULT_LAST,
                  exclude: Sequence[str] = ()) -> list[SavedRun]:  # fmt: skip
-    """The `last` runs (oldest first, as given) not injected, not in ``exclude`` (run ids), of ``branch`` (None:
-    any) and `comparable` with ``fingerprint`` and ``identity``: what a new run is judged against."""
+    """The `last` runs (oldest first) not injected, not in ``exclude`` (run ids), of ``branch`` (None: any) and
+    `comparable` with ``fingerprint`` and ``identity``."""
     kept = [run for run in runs if not run.injected and not (run.run_id is not None and run.run_id in exclude)
             and comparable(run, fingerprint=fingerprint, identity=identity)
             and (branch is None or (run.raw.get("commit_info") or {}).get("branch") in (None, "", "HEAD", branch))]
@@ -80,11 +71,10 @@ def _identity(run: SavedRun) -> Mapping[str, Any] | None:
 
 @dataclass(frozen=True)
 class HistoryReference:
-    """A metric's reference and where it came from: the runs it rests on (oldest first) and the change point it
-    starts after ("commit <sha>" or "run <name>" of its first run; None without one)."""
+    """A metric's reference, the change point it starts after ("commit <sha>" or "run <name>" of its first run;
+    None without one), and how many noise-profile medians seeded it."""
 
     reference: Reference
-    runs: tuple[SavedRun, ...]
     restarted_at: str | None = None
     seeded: int = 0
 
@@ -95,22 +85,18 @@ def reference_for(runs: Sequence[SavedRun], fullname: str, metric: str = PRIMARY
     the noise profile's per-process medians ``seed_medians_s``; None when there are still too few."""
     from perf.store.changepoints import history_change_points
 
-    pairs = [(run, value) for run in runs if (value := metric_median(run, fullname, metric)) is not None]
+    pairs = [(run, v) for run in runs if (v := record_median(run.benchmarks.get(fullname), metric)) is not None]
     values = [value for _, value in pairs]
-    restarted, spread = None, None
-    # every level at least MIN_SEGMENT runs long: one run cannot tell a slow run from a new level
-    changes = history_change_points(values) if len(values) >= 2 * MIN_REFERENCE else []
-    if changes:
-        at = changes[-1].index
-        if len(values) - at < MIN_REFERENCE and at >= MIN_REFERENCE:
-            spread = reference(values[:at])
-        first = pairs[at][0]
+    restarted = None
+    if changes := (history_change_points(values) if len(values) >= 2 * MIN_REFERENCE else []):
+        at, first = changes[-1].index, pairs[changes[-1].index][0]
         restarted = f"commit {first.commit[:12]}" if first.commit else f"run {first.name}"
-        pairs, values = pairs[at:], values[at:]
-    if spread is not None:
-        ref = Reference(tuple(math.log(v) for v in values), sd_override=spread.sd, df_override=spread.df)
-        return HistoryReference(ref, tuple(run for run, _ in pairs), restarted)
+        if len(values) - at < MIN_REFERENCE and at >= MIN_REFERENCE:  # a new level too short for its own spread
+            spread = reference(values[:at])
+            logs = tuple(math.log(v) for v in values[at:])
+            return HistoryReference(Reference(logs, sd_override=spread.sd, df_override=spread.df), restarted)
+        values = values[at:]
     seeded = list(seed_medians_s) if len(values) < MIN_REFERENCE else []
     if len(values) + len(seeded) < MIN_REFERENCE:
         return None
-    return HistoryReference(reference([*seeded, *values]), tuple(run for run, _ in pairs), restarted, len(seeded))
+    return HistoryReference(reference([*seeded, *values]), restarted, len(seeded))

@@ -1,7 +1,5 @@
-"""Statistics of one process's rounds (1-D arrays of seconds, in the order they ran): the standard error of its
-median from a seeded, vectorised circular block bootstrap (docs/method.md, section 4). No verdicts here: the one
-judge is `perf.gate.judge`; whether rounds were stable is `perf.measure.stability`.
-"""
+"""The standard error of one process's median from a seeded, vectorised circular block bootstrap of its rounds
+(1-D arrays of seconds, in the order they ran); docs/method.md, section 4. Verdicts are `perf.gate.judge`'s."""
 
 from __future__ import annotations
 
@@ -9,8 +7,7 @@ import math
 
 import numpy as np
 
-#: Resamples per vectorised chunk (bounds memory to ~ chunk * n * 16 bytes).
-_CHUNK = 250
+_CHUNK = 250  #: Resamples per vectorised chunk (bounds memory to ~ chunk * n * 16 bytes).
 
 
 def block_length(n: int) -> int:
@@ -21,11 +18,9 @@ def block_length(n: int) -> int:
 def auto_block_length(x: np.ndarray) -> int:
     """Block length for the rounds ``x``: ``max(ceil(n ** (1/3)), ceil(2 (1 + r) / (1 - r)))`` with ``r`` the
     lag-1 autocorrelation clipped to [0, 0.95], at most ``max(1, n // 4)``."""
-    n = x.size
-    centred = x - np.median(x)
+    n, centred = x.size, x - np.median(x)
     energy = float(np.dot(centred, centred))
-    r = float(np.dot(centred[:-1], centred[1:])) / energy if energy > 0 and n > 2 else 0.0
-    r = min(max(r, 0.0), 0.95)
+    r = min(max(float(np.dot(centred[:-1], centred[1:])) / energy if energy > 0 and n > 2 else 0.0, 0.0), 0.95)
     return max(1, min(max(block_length(n), math.ceil(2 * (1 + r) / (1 - r))), n // 4))
 
 

@@ -1,6 +1,5 @@
-"""The gate's verdict table: one aligned line per benchmark, its markdown, the one line a failure says, "why
-slower", the counts, and the verdict files (``<reports>/perf-compare.json`` / ``.md``, `perf.verdicts.VERDICT_FILE`;
-`perf.verdicts` reads them back). The rows themselves are `perf.gate.compare`'s."""
+"""The gate's verdict table (rows of `perf.gate.compare`): aligned lines, markdown, the one line a failure says,
+"why slower", the counts, and the verdict files ``perf-compare.json`` / ``.md`` that `perf.verdicts` reads back."""
 
 from __future__ import annotations
 
@@ -16,6 +15,8 @@ from perf.gate.compare import FORMAT, INCONCLUSIVE, SLOWER, VERDICTS, Baseline, 
 from perf.gate.judge import Budget
 from perf.tabletext import markdown_table, text_table
 from perf.verdicts import VERDICT_FILE, note_phrase
+
+HEADINGS = ("benchmark", "history", "this run", "ratio [interval]", "detectable", "runs", "verdict")
 
 
 def summary(rows: list[Row], settings: GateSettings) -> dict[str, Any]:
@@ -50,11 +51,6 @@ def _ratio(row: Row) -> str:
     return "-" if row.ratio is None else f"{row.ratio:.3f} [{row.lo:.3f}, {row.hi:.3f}]"
 
 
-def _note(row: Row) -> str:
-    """The note column: one phrase (`perf.verdicts.note_phrase`); the figures stay in the JSON's row."""
-    return note_phrase({"moved": row.moved, "note": row.note})
-
-
 def why_lines(row: Row) -> list[str]:
     """"Why slower" of a row: the kernels that moved most (time per call, torch.profiler), one per line."""
     if not row.why:
@@ -69,19 +65,19 @@ def why_lines(row: Row) -> list[str]:
     return lines
 
 
-HEADINGS = ("benchmark", "history", "this run", "ratio [interval]", "detectable", "runs", "verdict")
-
-
 def _cells(r: Row) -> tuple[str, ...]:
+    """`HEADINGS`' cells of a row, then its note (`perf.verdicts.note_phrase`; the figures stay in the JSON)."""
     return (r.name, _ms(r.baseline_median_s), _ms(r.current_median_s), _ratio(r),
             "-" if r.detectable is None else f"+{100 * r.detectable:.1f}%",
-            "-" if r.reference_runs is None else str(r.reference_runs), r.verdict)
+            "-" if r.reference_runs is None else str(r.reference_runs), r.verdict,
+            note_phrase({"moved": r.moved, "note": r.note}))  # fmt: skip
 
 
 def format_lines(rows: list[Row]) -> list[str]:
     """One aligned text line per row (`HEADINGS`), then what moved and the note."""
-    header, *lines = text_table(HEADINGS, [_cells(r) for r in rows])
-    return [header, *(line + (f"  ({_note(r)})" if _note(r) else "") for line, r in zip(lines, rows))]
+    cells = [_cells(r) for r in rows]
+    header, *lines = text_table(HEADINGS, [c[:-1] for c in cells])
+    return [header, *(line + (f"  ({c[-1]})" if c[-1] else "") for line, c in zip(lines, cells))]
 
 
 def to_markdown(rows: list[Row], header: str, subject: Mapping[str, str] | None = None) -> str:
@@ -97,7 +93,7 @@ def to_markdown(rows: list[Row], header: str, subject: Mapping[str, str] | None 
             lines.append(f"* `{r.name}`: {_ratio(r)}" + (f" -- {r.moved}" if r.moved else ""))
             lines += [f"  * {line}" for line in why_lines(r)]
         lines.append("")
-    lines += markdown_table([*HEADINGS, "what moved / note"], [[*_cells(r), _note(r)] for r in rows])
+    lines += markdown_table([*HEADINGS, "what moved / note"], [_cells(r) for r in rows])
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,5 @@
-"""The regression gate of a session (`GateRun`): ``--perf-compare`` judged against main's history with
-confirmation, ``--perf-selftest``, and ``--benchmark-compare-fail`` replaced or said untrusted (docs/method.md,
-section 8; docs/architecture.md, "The session and its parts")."""
+"""The session's regression gate (`GateRun`): ``--perf-compare`` with confirmation, ``--perf-selftest``, and
+``--benchmark-compare-fail`` replaced or said untrusted (docs/method.md, section 8; docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -8,24 +7,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pytest
 
-from perf.gate.compare import SLOWER, GateSettings
+from perf.gate.compare import SLOWER, VERDICTS, GateSettings
 from perf.gate.judge import MIN_REFERENCE
 from perf.gate.processes import COMPARE_FAIL_LINE
 from perf.measure.stability import StabilityRule
-from perf.runs import injected_of
+from perf.runs import BenchmarkRecord, injected_of
 
 if TYPE_CHECKING:
     from perf.session import PerfSession
 
 SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
-#: The line that says why --benchmark-compare-fail's verdicts cannot be trusted where the gate has no history.
-COMPARE_FAIL_UNTRUSTED = ("--benchmark-compare-fail: applied as pytest-benchmark has it, against one saved process; this "
-                          "runner's history has {runs} comparable run(s), fewer than the {need} the gate needs to know "
-                          "how far identical code moves between processes, so its verdicts cannot be trusted here "
-                          "(seed a history: pytest perf -m ci --perf-noise=10)")
-#: The line that says why --benchmark-compare-fail was not applied, and what the gate judged instead.
+#: Why --benchmark-compare-fail's verdicts cannot be trusted where the gate has no history.
+COMPARE_FAIL_UNTRUSTED = ("--benchmark-compare-fail: applied as pytest-benchmark has it, against one saved process; "
+                          "this runner's history has {runs} comparable run(s), fewer than the {need} the gate needs to "
+                          "know how far identical code moves between processes, so its verdicts cannot be trusted "
+                          "here (seed a history: pytest perf -m ci --perf-noise=10)")
+#: Why --benchmark-compare-fail was not applied, and what the gate judged instead.
 COMPARE_FAIL_REPLACED = ("--benchmark-compare-fail={checks} not applied: it compares one saved process, and identical "
                          "code moved up to {spread:.1f}% between the {runs} processes of this runner's history; it "
                          "flagged {n} benchmark(s); the gate judged against that history instead: {verdict}")
@@ -33,8 +33,8 @@ COMPARE_FAIL_REPLACED = ("--benchmark-compare-fail={checks} not applied: it comp
 
 @dataclass(frozen=True)
 class GateFailure:
-    """A test's failure by the gate, its one line ``message``, shaped as pytest's crash report (``reprcrash``,
-    ``toterminal``) so the short summary, JUnit XML and the failures section show that line alone."""
+    """A test's failure by the gate, shaped as pytest's crash report so the short summary, JUnit XML and the
+    failures section show its one line ``message`` alone."""
 
     message: str
 
@@ -57,12 +57,8 @@ def gate_settings(config: pytest.Config) -> GateSettings:
                         confirm=get("perf_confirm"), confirm_budget_s=get("perf_confirm_budget"))  # fmt: skip
 
 
-def _record(metadata: Any) -> Any:
+def _record(metadata: Any) -> BenchmarkRecord:
     """pytest-benchmark's in-memory result of one benchmark as the saved-run model's record."""
-    import numpy as np
-
-    from perf.runs import BenchmarkRecord
-
     return BenchmarkRecord(metadata.fullname, metadata.name, metadata.group,
                            np.asarray(metadata.stats.data, dtype=np.float64), {}, metadata.extra_info)  # fmt: skip
 
@@ -70,7 +66,7 @@ def _record(metadata: Any) -> Any:
 @dataclass
 class GateRun:
     """The gate of one session: settings, main's history (`perf.gate.compare.Baseline`; None: no compare), the
-    expected benchmarks, first-pass and final rows, the verdict document, the error budget, the summary's lines."""
+    expected benchmarks, first-pass and final rows, the verdict document, the error budget, the summary."""
 
     perf: PerfSession
     settings: GateSettings
@@ -87,8 +83,7 @@ class GateRun:
     confirm_note: str | None = None
     confirm_seconds: float | None = None
     path: Path | None = None  #: the verdict file written
-    document: dict[str, Any] | None = None  #: what the verdict file holds, for the store
-    summary: dict[str, Any] | None = None
+    document: dict[str, Any] | None = None  #: what the verdict file holds (its "summary" too), for the store
 
     def start(self, session: pytest.Session) -> None:
         """Read main's history before measuring; a storage with no comparable run is a usage error."""
@@ -99,8 +94,7 @@ class GateRun:
         if (wanted is None and not takeover) or hasattr(config, "workerinput"):
             return
         if benchmarks is None:
-            raise pytest.UsageError("--perf-compare needs pytest-benchmark (it is disabled: drop -p "
-                                    "no:benchmark)")
+            raise pytest.UsageError("--perf-compare needs pytest-benchmark (it is disabled: drop -p no:benchmark)")
         if benchmarks.disabled:
             if takeover:
                 return
@@ -114,13 +108,13 @@ class GateRun:
         self.baseline = baseline
 
     def _history(self, storage: Any, wanted: Any, quiet: bool = False) -> Any:
-        """The `perf.gate.compare.Baseline` of ``--perf-compare[=wanted]``; ``quiet``: None instead of a usage error
-        when nothing can be judged (pytest-benchmark's own compare then runs as it is)."""
+        """The `perf.gate.compare.Baseline` of ``--perf-compare[=wanted]``; ``quiet``: None, not a usage error, when
+        nothing can be judged (pytest-benchmark's own compare then runs as it is)."""
         from perf.gate.compare import Baseline
         from perf.gate.history import history_runs
         from perf.runs import HistoryError, run_from_json
 
-        check, options, folder = self.perf.check_saved_run, self.perf.options, Path(str(storage))
+        perf, check, options, folder = self.perf, self.perf.check_saved_run, self.perf.options, Path(str(storage))
         every = list(storage.load())
         if wanted is not True:
             if not (chosen := list(storage.load(wanted))):
@@ -138,10 +132,8 @@ class GateRun:
             runs = [run_from_json(data, folder / path) for path, data in clean]
         except HistoryError as e:  # the start-up check (perf.preflight) refuses these first
             raise pytest.UsageError(f"--perf-compare: {e}") from None
-        perf = self.perf
         kept = history_runs(runs, fingerprint=None if options.allow_machine_mismatch else perf.fingerprint,
-                            identity=None if options.allow_model_mismatch else perf.identity,
-                            last=options.history)
+                            identity=None if options.allow_model_mismatch else perf.identity, last=options.history)
         if kept:  # the latest run judged against: its warnings (allowed mismatches, no identity) said once
             check(kept[-1].raw, str(kept[-1].path), "--perf-compare")
         elif quiet:
@@ -164,8 +156,7 @@ class GateRun:
         """The profile that seeds a short history: --perf-noise-profile's file, none, or this runner's stored one."""
         from perf.gate.noise import NoiseProfileError, find_profile, load_profile
 
-        wanted = self.perf.options.noise_profile
-        folder = getattr(storage, "path", None)  # file storage only
+        wanted, folder = self.perf.options.noise_profile, getattr(storage, "path", None)  # file storage only
         try:
             if wanted is None:
                 return None if folder is None else find_profile(folder, self.perf.fingerprint)
@@ -190,9 +181,8 @@ class GateRun:
             self.budget = budget(self.baseline, self.settings, self.expected)
 
     def judge_test(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
-        """Judge a passed benchmark as its test ends (the first pass, kept) and fail its call when it is slower
-        with no confirmation to come, or when --benchmark-compare-fail's checks fail where the gate has no
-        history (where it has, they are counted, not applied)."""
+        """Judge a passed benchmark as its test ends (the first pass) and fail it when slower with no confirmation to
+        come, or when --benchmark-compare-fail's checks fail where the gate has no history (else only counted)."""
         metadata = getattr(getattr(item, "funcargs", {}).get("benchmark"), "stats", None)
         if call.when != "call" or not report.passed or metadata is None:
             return
@@ -202,8 +192,8 @@ class GateRun:
         reasons: list[str] = []
         if (baseline := self.baseline) is not None:
             record = _record(metadata)
-            row = judge_benchmark(baseline, record, self.budget, self.settings.min_effect)
-            self.judged[metadata.fullname] = row
+            row = self.judged[metadata.fullname] = judge_benchmark(baseline, record, self.budget,
+                                                                   self.settings.min_effect)  # fmt: skip
             if row.verdict == SLOWER and self.settings.confirm <= 0:
                 explain_slower(row, baseline, record)
                 reasons.append(describe_failure(row, self.settings, baseline))
@@ -238,32 +228,28 @@ class GateRun:
 
         folder = self.perf.options.reports_dir / "confirm" / self.perf.report.run
         repo, commit = config.rootpath, self.baseline.latest.commit
-        tree, base_dir = None, None
-        same = same_code(repo, commit)
-        if same:  # this tree is the base's code: both sides run here, paired, so a drift of the runner cancels
-            base_dir = repo
-        elif same is False:
+        tree, same = None, same_code(repo, commit)
+        base_dir = repo if same else None  # this tree is the base's code: both sides run here, paired
+        if same is False:
             try:
                 top = Path(git(repo, "rev-parse", "--show-toplevel"))
                 tree = base_worktree(repo, str(commit), folder / "base-src")
                 base_dir = tree / repo.resolve().relative_to(top.resolve())  # the rootdir's place in the base tree
             except (GitError, ValueError) as e:
                 self.confirm_note = f"base commit {str(commit)[:12]} not checked out ({e}): candidate processes only"
-        values = {"--perf-compare": None, "--benchmark-compare": None}
-        args = (config.invocation_params.args, config.args, values)
+        args = (config.invocation_params.args, config.args, {"--perf-compare": None, "--benchmark-compare": None})
         options = forwarded_options(*args, {**DROPPED, **INJECTING})
         injected = forwarded_options(*args, {k: v for k, v in DROPPED.items() if k not in INJECTING})
         sides = Sides(repo, base_dir, folder / "cache-base" if tree is not None else None,
                       tuple(token for token in injected if token not in options))  # fmt: skip
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if (reporter := config.pluginmanager.get_plugin("terminalreporter")) is not None:
+            reporter.write("\n")  # after the progress line of the tests
 
         def progress(result: Any, done: int, total: int) -> None:
             if reporter is not None:
                 reporter.write_line(f"perf-compare confirmation: {result.label} ({result.kind}) "
                                     f"{result.seconds:.0f} s, exit {result.returncode}")  # fmt: skip
 
-        if reporter is not None:
-            reporter.write("\n")  # after the progress line of the tests
         try:
             self.confirm_seconds = confirm_rows(rows, self.baseline, self.settings, sides, folder, options,
                                                 progress, self.budget.confirm_level)
@@ -276,11 +262,10 @@ class GateRun:
         if self.baseline is None or session.exitstatus == pytest.ExitCode.USAGE_ERROR:
             return  # refused before measuring (perf.preflight): nothing to compare
         from perf.gate.compare import compare_runs, explain_slower
-        from perf.gate.table import summary, verdict_document, write_verdicts
+        from perf.gate.table import verdict_document, write_verdicts
 
         config, perf = session.config, self.perf
-        current = {m.fullname: _record(m) for m in config._benchmarksession.benchmarks
-                   if m and not m.has_error}
+        current = {m.fullname: _record(m) for m in config._benchmarksession.benchmarks if m and not m.has_error}
         rows = compare_runs(self.baseline, current, self.settings, self.expected,
                             judged=self.judged)  # the first pass as each test ended, not drawn again
         if self.settings.confirm > 0 and any(row.verdict == SLOWER for row in rows):
@@ -290,18 +275,15 @@ class GateRun:
                 explain_slower(row, self.baseline, current[row.fullname])
         self.rows = rows
         marks = {"run_id": perf.run_id, "injected": perf.options.injected}
-        self.path = write_verdicts(perf.options.reports_dir, rows, self.baseline, self.settings,
-                                   self._header(), run=perf.report.run, budget=self.budget, current=marks,
-                                   subject=perf.described())  # fmt: skip
+        self.path = write_verdicts(perf.options.reports_dir, rows, self.baseline, self.settings, self._header(),
+                                   run=perf.report.run, budget=self.budget, current=marks, subject=perf.described())
         self.document = verdict_document(rows, self.baseline, self.settings, current=marks, budget=self.budget,
                                          subject=perf.described())  # fmt: skip
-        self.summary = summary(rows, self.settings)
-        if self.summary["failed"] and session.exitstatus == pytest.ExitCode.OK:
+        if self.document["summary"]["failed"] and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def compare_failed(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """A failed --benchmark-compare-fail check (PerformanceRegression): one line, no failure where the gate
-        judged against a history (COMPARE_FAIL_REPLACED said why)."""
+        """A failed --benchmark-compare-fail check: one line; no failure where the gate judged against a history."""
         if self.baseline is not None:
             return
         terminalreporter.write_line(COMPARE_FAIL_LINE.format(n=self.compare_fail), red=True)
@@ -309,14 +291,16 @@ class GateRun:
             self.session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """The perf-compare section, then why --benchmark-compare-fail cannot be trusted here, if it cannot."""
+        """The perf-compare section, and why --benchmark-compare-fail cannot be trusted here, if it cannot."""
+        from perf.gate.history import record_median
         from perf.gate.table import describe_failure, format_lines, why_lines
 
-        write, counts = terminalreporter.write_line, self.summary
+        write = terminalreporter.write_line
         if self.untrusted:
             write(self.untrusted, yellow=True)
-        if self.rows is None or counts is None:
+        if self.rows is None or self.document is None:
             return
+        counts = self.document["summary"]
         terminalreporter.write_sep("=", "perf-compare")
         write(self._header())
         if self.confirm_note:
@@ -330,15 +314,16 @@ class GateRun:
                 write(f"why {row.name} is slower (kernels by change in time per call):")
                 for line in why:
                     write(f"  {line}")
-        text = ", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "inconclusive", "missing"))
-        failed = counts["failed"]
+        text, failed = ", ".join(f"{counts[v]} {v}" for v in VERDICTS), counts["failed"]
         write(f"perf-compare {'FAILED' if failed else 'passed'}: {text}; verdicts in {self.path} (and .md)",
               red=failed, green=not failed)
-        if self.checks:
-            checks = " ".join(map(_check_text, self.checks))
-            spread = 100 * _spread(self.baseline)
-            write(COMPARE_FAIL_REPLACED.format(checks=checks, spread=spread, runs=len(self.baseline.runs),
-                                               n=self.replaced, verdict=text), yellow=True)
+        if self.checks:  # the largest between-process move (max / min - 1) of a primary median over the history
+            medians = ([v for run in self.baseline.runs if (v := record_median(run.benchmarks.get(name))) is not None]
+                       for name in self.baseline.benchmarks)  # fmt: skip
+            spread = max((max(values) / min(values) - 1 for values in medians if len(values) > 1), default=0.0)
+            write(COMPARE_FAIL_REPLACED.format(checks=" ".join(map(_check_text, self.checks)), spread=100 * spread,
+                                               runs=len(self.baseline.runs), n=self.replaced, verdict=text),
+                  yellow=True)  # fmt: skip
 
 
 def _check_text(check: Any) -> str:
@@ -347,12 +332,3 @@ def _check_text(check: Any) -> str:
     if field is None or threshold is None:
         return str(check)
     return f"{field}:{threshold:g}{'%' if 'Percentage' in type(check).__name__ else ''}"
-
-
-def _spread(baseline: Any) -> float:
-    """The largest between-process move (max / min - 1) of a benchmark's primary median over the history."""
-    from perf.gate.history import metric_median
-
-    medians = ([v for run in baseline.runs if (v := metric_median(run, name)) is not None]
-               for name in baseline.benchmarks)
-    return max((max(values) / min(values) - 1 for values in medians if len(values) > 1), default=0.0)
