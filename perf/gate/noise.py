@@ -1,6 +1,5 @@
 """This runner's noise profile (docs/method.md, section 3): `compute_profile` turns the K saved runs of
-``--perf-noise=K`` into one `NoiseEntry` per benchmark and metric, saved as ``<storage>/noise/<key>.json``.
-"""
+``--perf-noise=K`` into one `NoiseEntry` per benchmark and metric, saved as ``<storage>/noise/<key>.json``."""
 
 from __future__ import annotations
 
@@ -30,6 +29,8 @@ KEY_FIELDS = (*COMPARED_FIELDS, "cpu_model", "cpu_count")
 #: The per-process median CV each family should stay under (fractions), for the printed summary.
 CV_TARGETS = {"inference torch-graph": 0.005, "inference torch-compile": 0.005, "inference torch": 0.03,
               "end-to-end": 0.02, "pipelined": 0.02, "multistream": 0.03}  # fmt: skip
+#: The share of processes whose within-run noise a profile's limit covers (`upper_limit`).
+LIMIT_QUANTILE = 0.99
 
 
 class NoiseProfileError(ValueError):
@@ -38,10 +39,9 @@ class NoiseProfileError(ValueError):
 
 @dataclass(frozen=True)
 class NoiseEntry:
-    """Between-process noise of one benchmark metric: each process's median (seconds), their ``cv``, ``max_ratio``
-    (max / min - 1), the log medians' ``total_sd``, ``within_se`` (RMS of each process's bootstrap standard error of
-    its log median), ``between_sd`` and ``max_cv`` / ``max_drift`` (`upper_limit` of the processes' robust CV and
-    window drift); docs/method.md, section 3."""
+    """Between-process noise of one benchmark metric: each process's median (s), their ``cv``, ``max_ratio`` (max / min
+    - 1), the log medians' ``total_sd``, ``within_se`` (RMS of each process's bootstrap standard error of its log
+    median), ``between_sd``, ``max_cv`` / ``max_drift`` (`upper_limit` of the processes' robust CV and drift)."""
 
     processes: int
     medians_s: tuple[float, ...]
@@ -54,52 +54,35 @@ class NoiseEntry:
     max_drift: float = 0.0
 
 
-Summary = tuple[float, float, float, float]
-
-
-def summarize_sample(x: np.ndarray) -> Summary:
-    """(median, bootstrap standard error of the log median, robust CV, window drift or 0) of one process's sample."""
-    stability = assess_stability(np.asarray(x))
-    return float(np.median(x)), log_median_se(np.asarray(x)), stability.cv, stability.drift or 0.0
-
-
-def entry_from_summaries(summaries: Sequence[Summary]) -> NoiseEntry:
-    """The `NoiseEntry` of one metric from >= 2 processes' `summarize_sample`."""
-    if len(summaries) < 2:
-        raise ValueError(f"a noise entry needs >= 2 processes, got {len(summaries)}")
-    medians = np.array([s[0] for s in summaries])
-    if np.any(medians <= 0):
-        raise ValueError("a per-process median is 0: cannot take ratios")
-    logs = np.log(medians)
-    total = float(np.std(logs, ddof=1))
-    within = math.sqrt(statistics.fmean(s[1] ** 2 for s in summaries))
-    return NoiseEntry(
-        processes=len(summaries), medians_s=tuple(float(m) for m in medians),
-        cv=float(np.std(medians, ddof=1) / np.mean(medians)), max_ratio=float(medians.max() / medians.min() - 1),
-        total_sd=total, within_se=within, between_sd=math.sqrt(max(0.0, total**2 - within**2)),
-        max_cv=upper_limit([s[2] for s in summaries]), max_drift=upper_limit([s[3] for s in summaries]),
-    )  # fmt: skip
-
-
-#: The share of processes whose within-run noise a profile's limit covers (`upper_limit`).
-LIMIT_QUANTILE = 0.99
-
-
 def upper_limit(values: Sequence[float]) -> float:
     """The `LIMIT_QUANTILE` quantile of a log-normal fitted to ``values`` (>= 0, of K processes), at least their
     largest (with K = 8 a new process exceeds the largest one time in 9)."""
     from scipy.stats import norm
 
-    positive = np.log(np.maximum(np.asarray(values, dtype=float), 1e-6))
-    if positive.size < 2:
+    logs = np.log(np.maximum(np.asarray(values, dtype=float), 1e-6))
+    if logs.size < 2:
         return float(max(values))
-    fitted = math.exp(float(positive.mean()) + float(norm.ppf(LIMIT_QUANTILE)) * float(positive.std(ddof=1)))
+    fitted = math.exp(float(logs.mean()) + float(norm.ppf(LIMIT_QUANTILE)) * float(logs.std(ddof=1)))
     return max(fitted, float(max(values)))
 
 
 def entry_from_samples(samples: Sequence[np.ndarray]) -> NoiseEntry:
     """The `NoiseEntry` of one metric from its sample in each of >= 2 processes (seconds, any one unit)."""
-    return entry_from_summaries([summarize_sample(x) for x in samples])
+    samples = [np.asarray(x) for x in samples]
+    stability = [assess_stability(x) for x in samples]
+    if len(samples) < 2:
+        raise ValueError(f"a noise entry needs >= 2 processes, got {len(samples)}")
+    medians = np.array([np.median(x) for x in samples])
+    if np.any(medians <= 0):
+        raise ValueError("a per-process median is 0: cannot take ratios")
+    total = float(np.std(np.log(medians), ddof=1))
+    within = math.sqrt(statistics.fmean(log_median_se(x) ** 2 for x in samples))
+    return NoiseEntry(
+        processes=len(samples), medians_s=tuple(float(m) for m in medians),
+        cv=float(np.std(medians, ddof=1) / np.mean(medians)), max_ratio=float(medians.max() / medians.min() - 1),
+        total_sd=total, within_se=within, between_sd=math.sqrt(max(0.0, total**2 - within**2)),
+        max_cv=upper_limit([s.cv for s in stability]), max_drift=upper_limit([s.drift or 0.0 for s in stability]),
+    )  # fmt: skip
 
 
 @dataclass
@@ -121,9 +104,6 @@ class NoiseProfile:
 
     def entry(self, fullname: str, metric: str) -> NoiseEntry | None:
         return self.entries.get(fullname, {}).get(metric)
-
-    def describe(self) -> str:
-        return f"noise profile {self.path or 'in memory'} ({self.processes} processes, measured {self.created[:19]})"
 
     def to_json(self) -> str:
         document = {"format": FORMAT, "key": self.key, "fingerprint": dict(self.fingerprint),
@@ -160,14 +140,14 @@ def compute_profile(runs: Sequence[SavedRun], fingerprint: Mapping[str, Any]) ->
     at least two of the runs measured (all of them, normally)."""
     if len(runs) < 2:
         raise ValueError(f"a noise profile needs >= 2 runs of separate processes, got {len(runs)}")
-    collected: dict[str, dict[str, list[Summary]]] = {}
+    collected: dict[str, dict[str, list[np.ndarray]]] = {}
     families: dict[str, str] = {}
     for run in runs:
         for fullname, bench in run.benchmarks.items():
             families[fullname] = bench.family
             for metric, data in bench.metrics().items():
-                collected.setdefault(fullname, {}).setdefault(metric, []).append(summarize_sample(data))
-    entries = {name: {metric: entry_from_summaries(values) for metric, values in metrics.items() if len(values) >= 2}
+                collected.setdefault(fullname, {}).setdefault(metric, []).append(data)
+    entries = {name: {metric: entry_from_samples(values) for metric, values in metrics.items() if len(values) >= 2}
                for name, metrics in collected.items()}  # fmt: skip
     commits = {run.commit for run in runs}
     return NoiseProfile(
@@ -175,11 +155,6 @@ def compute_profile(runs: Sequence[SavedRun], fingerprint: Mapping[str, Any]) ->
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(), commit=commits.pop() if len(commits) == 1 else None,
         runs=[run.path.name for run in runs], entries={k: v for k, v in entries.items() if v}, families=families,
     )  # fmt: skip
-
-
-def profile_path(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]) -> Path:
-    """Where this runner's profile lives under a pytest-benchmark storage folder."""
-    return Path(storage) / NOISE_DIR / f"{profile_key(fingerprint)}.json"
 
 
 def save_profile(storage: str | os.PathLike[str], profile: NoiseProfile) -> Path:
@@ -192,17 +167,16 @@ def load_profile(path: str | os.PathLike[str]) -> NoiseProfile:
     """Read a profile file; `NoiseProfileError` names the file when it is missing or not a profile."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return NoiseProfile.from_json(path.read_text(encoding="utf-8"), path)
     except FileNotFoundError as e:
         raise NoiseProfileError(f"'{path}': no such file") from e
     except (OSError, UnicodeDecodeError) as e:
         raise NoiseProfileError(f"'{path}': cannot read: {e}") from e
-    return NoiseProfile.from_json(text, path)
 
 
 def find_profile(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]) -> NoiseProfile | None:
-    """This runner's profile in ``storage``, or None when none was measured here."""
-    path = profile_path(storage, fingerprint)
+    """This runner's profile in ``storage`` (``<storage>/noise/<key>.json``), or None when none was measured here."""
+    path = Path(storage) / NOISE_DIR / f"{profile_key(fingerprint)}.json"
     return load_profile(path) if path.is_file() else None
 
 
@@ -222,8 +196,7 @@ def family_rows(profile: NoiseProfile, metric: str = "time") -> list[dict[str, A
             by_family.setdefault(profile.families.get(name, "?"), []).append(metrics[metric])
     return [{"family": family, "benchmarks": len(entries), "processes": max(e.processes for e in entries),
              "median CV %": 100 * statistics.median(e.cv for e in entries),
-             "max CV %": 100 * max(e.cv for e in entries),
-             "max |ratio-1| %": 100 * max(e.max_ratio for e in entries),
+             "max CV %": 100 * max(e.cv for e in entries), "max |ratio-1| %": 100 * max(e.max_ratio for e in entries),
              "CV target %": None if (target := CV_TARGETS.get(family)) is None else 100 * target,
              "meets target": "-" if target is None else ("yes" if max(e.cv for e in entries) <= target else "no")}
             for family, entries in sorted(by_family.items())]  # fmt: skip
@@ -235,5 +208,3 @@ def benchmark_rows(profile: NoiseProfile) -> list[dict[str, Any]]:
              "processes": e.processes, "median of medians ms": 1e3 * statistics.median(e.medians_s), "CV %": 100 * e.cv,
              "max |ratio-1| %": 100 * e.max_ratio, "between sd %": 100 * e.between_sd, "within se %": 100 * e.within_se}
             for name, metrics in sorted(profile.entries.items()) for metric, e in metrics.items()]  # fmt: skip
-
-

@@ -1,8 +1,7 @@
 """Run the selected benchmarks in fresh pytest processes (`Child`, `run_children`), one after another, each saving
 its run; the base commit's worktree (`base_worktree`). Children get the user's options unchanged but those in
 `DROPPED`: `forwarded_options` is the one place that decides what a child repeats (perf.roles.nsys uses it too,
-with `NSYS_DROPPED`). A plan (``plan.json``) lets a later call resume; docs/method.md, section 3.
-"""
+with `NSYS_DROPPED`). A plan (``plan.json``) lets a later call resume; docs/method.md, section 3."""
 
 from __future__ import annotations
 
@@ -25,22 +24,19 @@ log = logging.getLogger(__name__)
 Arity = int | str
 #: Options that save a run, compare with one, or write into the parent's own places (reports, JUnit XML, its
 #: temporary folder): the parent's job, no child repeats them.
-PARENT_OUTPUTS: dict[str, Arity] = {
-    "--perf-compare": "?", "--perf-html": 1, "--benchmark-autosave": 0, "--benchmark-save": 1,
-    "--benchmark-save-data": 0, "--benchmark-json": 1, "--benchmark-compare": "?", "--benchmark-compare-fail": "+",
-    "--benchmark-storage": 1, "--benchmark-histogram": "?", "--benchmark-cprofile-dump": "?", "--junitxml": 1,
-    "--junit-xml": 1, "--basetemp": 1, "--perf-store": 1}  # fmt: skip
+PARENT_OUTPUTS: dict[str, Arity] = {"--perf-compare": "?", "--perf-html": 1, "--benchmark-autosave": 0,
+    "--benchmark-save": 1, "--benchmark-save-data": 0, "--benchmark-json": 1, "--benchmark-compare": "?",
+    "--benchmark-compare-fail": "+", "--benchmark-storage": 1, "--benchmark-histogram": "?", "--junitxml": 1,
+    "--benchmark-cprofile-dump": "?", "--junit-xml": 1, "--basetemp": 1, "--perf-store": 1}  # fmt: skip
 #: Options a child cannot take: it runs without pytest's cache plugin (``-p no:cacheprovider``) and without a
 #: terminal (its output goes to a log), so no last-failed selection, no stepwise, no debugger.
-NO_CACHE_NO_TERMINAL: dict[str, Arity] = {
-    "--lf": 0, "--last-failed": 0, "--ff": 0, "--failed-first": 0, "--nf": 0, "--new-first": 0, "--lfnf": 1,
-    "--last-failed-no-failures": 1, "--cache-clear": 0, "--cache-show": "?", "--sw": 0, "--stepwise": 0,
-    "--sw-skip": 0, "--stepwise-skip": 0, "--sw-reset": 0, "--stepwise-reset": 0, "--pdb": 0, "--pdbcls": 1,
-    "--trace": 0}  # fmt: skip
+NO_CACHE_NO_TERMINAL: dict[str, Arity] = {"--lf": 0, "--last-failed": 0, "--ff": 0, "--failed-first": 0, "--nf": 0,
+    "--new-first": 0, "--lfnf": 1, "--last-failed-no-failures": 1, "--cache-clear": 0, "--cache-show": "?", "--sw": 0,
+    "--stepwise": 0, "--sw-skip": 0, "--stepwise-skip": 0, "--sw-reset": 0, "--stepwise-reset": 0, "--pdb": 0,
+    "--pdbcls": 1, "--trace": 0}  # fmt: skip
 #: Options that plan processes: the parent's alone (a child would start children of its own).
-PLANNING: dict[str, Arity] = {
-    "--perf-noise": 1, "--perf-selftest-processes": 1, "--perf-selftest-regressions": 1, "--perf-runs-dir": 1,
-    "--perf-processes-budget": 1, "--perf-confirm": 1, "--perf-confirm-budget": 1,
+PLANNING: dict[str, Arity] = {"--perf-noise": 1, "--perf-selftest-processes": 1, "--perf-selftest-regressions": 1,
+    "--perf-runs-dir": 1, "--perf-processes-budget": 1, "--perf-confirm": 1, "--perf-confirm-budget": 1,
     "--perf-history": 1}  # fmt: skip
 #: What the cross-process children (`run_children`) do not get: the above, and the reports folder and injected
 #: regression, which each child is given in its own form.
@@ -50,9 +46,9 @@ DROPPED: dict[str, Arity] = {**PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNIN
 INJECTING: dict[str, Arity] = {"--perf-inject-delay": 1, "--perf-regression": 1}
 #: What a Nsight Systems child of one test (perf.roles.nsys) does not get: `DROPPED` but the reports folder and
 #: regression, plus the parent's selection (it is given one node id), xdist workers and the switch that profiles.
-NSYS_DROPPED: dict[str, Arity] = {
-    **PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING, "-m": 1, "-k": 1, "--deselect": 1, "-n": 1,
-    "--numprocesses": 1, "--maxprocesses": 1, "--dist": 1, "-d": 0, "--tx": 1, "--perf-nsys": 0}  # fmt: skip
+NSYS_DROPPED: dict[str, Arity] = {**PARENT_OUTPUTS, **NO_CACHE_NO_TERMINAL, **PLANNING, "-m": 1, "-k": 1,
+    "--deselect": 1, "-n": 1, "--numprocesses": 1, "--maxprocesses": 1, "--dist": 1, "-d": 0, "--tx": 1,
+    "--perf-nsys": 0}  # fmt: skip
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 #: What pytest-benchmark prints when --benchmark-compare-fail finds a regression.
 REGRESSED = "Performance has regressed"
@@ -103,9 +99,7 @@ def forwarded_options(
     the ``dropped`` options and their values, read as argparse reads them; ``values`` (option -> the value pytest
     parsed) says whether the token after an option with an optional value is its value."""
     out: list[str] = []
-    places = set(positional)
-    tokens = list(args)
-    i = 0
+    places, tokens, i = set(positional), list(args), 0
     while i < len(tokens):
         token = tokens[i]
         i += 1
@@ -122,10 +116,8 @@ def forwarded_options(
             elif arity == "+":
                 while i < len(tokens) and _is_value(tokens[i]) and tokens[i] not in places:
                     i += 1
-            continue
-        if token == "--" or token in places:
-            continue
-        out.append(token)
+        elif token != "--" and token not in places:
+            out.append(token)
     return out
 
 
@@ -140,21 +132,15 @@ def _failed_tests(log_text: str, returncode: int) -> int:
     return 0 if returncode == 0 or REGRESSED in log_text else 1
 
 
-def _saved_run(storage: Path, label: str) -> Path | None:
-    found = sorted(storage.glob(f"*/[0-9][0-9][0-9][0-9]_{label}.json"))
-    return found[-1] if found else None
-
-
 def load_plan(folder: Path) -> list[Child] | None:
     """The plan saved in ``folder``, or None."""
     if not (folder / PLAN).is_file():
         return None
-    return [Child(c["label"], c["kind"], tuple(c["nodeids"]), tuple(c["options"]), c.get("cwd"))
-            for c in json.loads((folder / PLAN).read_text(encoding="utf-8"))["children"]]  # fmt: skip
+    children = json.loads((folder / PLAN).read_text(encoding="utf-8"))["children"]
+    return [Child(c["label"], c["kind"], tuple(c["nodeids"]), tuple(c["options"]), c.get("cwd")) for c in children]
 
 
 def save_plan(folder: Path, children: Sequence[Child]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / PLAN, json.dumps({"children": [asdict(c) for c in children]}, indent=2) + "\n")
 
 
@@ -174,10 +160,14 @@ def run_children(
     previous_identical: Path | None = None
     longest = 0.0
     bar = progress(total=len(children), desc="fresh pytest processes", unit="process")
-    for index, child in enumerate(children):
+
+    def saved_run(label: str) -> Path | None:
+        return max(storage.glob(f"*/[0-9][0-9][0-9][0-9]_{label}.json"), default=None)
+
+    for index, child in enumerate(children, 1):
         bar.set_postfix_str(child.label)
         log_path = folder / f"{child.label}.log"
-        run = _saved_run(storage, child.label)
+        run = saved_run(child.label)
         if run is None and deadline is not None and time.monotonic() + longest > deadline:
             log.warning("stopping before %s: the time budget would be exceeded; resume with the same --perf-runs-dir",
                         child.label)  # fmt: skip
@@ -186,8 +176,7 @@ def run_children(
         if compare_fail and child.kind == "identical" and previous_identical is not None:
             compare = [f"--benchmark-compare={previous_identical.name[:4]}", f"--benchmark-compare-fail={compare_fail}",
                        "--perf-confirm=0"]  # one process judged as pytest-benchmark's users run it, no children
-        fresh = run is None
-        if fresh:
+        if run is None:
             command = child_command([*options, "-p", "no:cacheprovider", f"--benchmark-storage=file://{storage}",
                                       f"--benchmark-save={child.label}",
                                       f"--perf-reports-dir={folder / ('reports-' + child.label)}", *compare,
@@ -199,10 +188,10 @@ def run_children(
             code, seconds = done.returncode, done.seconds
             with open(log_path, "a", encoding="utf-8") as out:
                 out.write("\n" + FOOTER.format(code=code, seconds=seconds) + "\n")
-            run = _saved_run(storage, child.label)
-        text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
-        if not fresh:  # saved by an earlier call: how it ended is its log's footer (0, 0.0 without one)
+            run, text = saved_run(child.label), log_path.read_text(encoding="utf-8", errors="replace")
+        else:  # saved by an earlier call: how it ended is its log's footer (0, 0.0 without one)
             log.info("%s: already saved (%s), not run again", child.label, run.name)
+            text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
             found = re.findall(r"^# perf child: exit (-?\d+) after ([\d.]+) s$", text, flags=re.MULTILINE)
             code, seconds = (int(found[-1][0]), float(found[-1][1])) if found else (0, 0.0)
         longest = max(longest, seconds)
@@ -214,7 +203,7 @@ def run_children(
             previous_identical = run
         if on_done is not None:
             bar.clear()  # the caller's line, then the bar again below it
-            on_done(result, index + 1, len(children))
+            on_done(result, index, len(children))
         bar.update(1)
     bar.close()
     return results
@@ -239,13 +228,11 @@ def git(repo: Path, *args: str) -> str:
 def base_worktree(repo: Path, commit: str, tree: Path) -> Path:
     """A detached git worktree of ``commit`` at ``tree`` (made, or reused when it holds that commit); `GitError`
     when ``tree`` holds another commit or git fails."""
-    if (tree / ".git").exists():
-        held = git(tree, "rev-parse", "HEAD")
-        if held != git(repo, "rev-parse", f"{commit}^{{commit}}"):
-            raise GitError(f"'{tree}' holds another base ({held[:12]}, not {commit[:12]})")
-        return tree
-    tree.parent.mkdir(parents=True, exist_ok=True)
-    git(repo, "worktree", "add", "--detach", str(tree), commit)
+    if not (tree / ".git").exists():
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        git(repo, "worktree", "add", "--detach", str(tree), commit)
+    elif (held := git(tree, "rev-parse", "HEAD")) != git(repo, "rev-parse", f"{commit}^{{commit}}"):
+        raise GitError(f"'{tree}' holds another base ({held[:12]}, not {commit[:12]})")
     return tree
 
 

@@ -1,9 +1,7 @@
-"""Real code changes injected as regressions (``--perf-regression=KIND:PERCENT``, test-only), so the gate's
-detection rates are measured on what CI will see: ``layer`` / ``layer1`` (a calibrated residual 1x1 bottleneck after
-convolution `LAYER_AFTER`, `LayerRegressedSpec`, `calibrate_layer`, kept per machine by `calibrated_layer`),
-``preprocess`` and ``write`` (a stage run again on a calibrated share of frames, `SlowedStage`, `slowed_writes`);
-docs/method.md, section 5.
-"""
+"""Real code changes injected as regressions (``--perf-regression=KIND:PERCENT``, test-only; docs/method.md, section
+5): ``layer`` / ``layer1`` (a calibrated residual 1x1 bottleneck after convolution `LAYER_AFTER`, `LayerRegressedSpec`,
+`calibrate_layer`, kept per machine by `calibrated_layer`), ``preprocess`` and ``write`` (a stage run again on a
+calibrated share of frames, `SlowedStage`, `slowed_writes`)."""
 
 from __future__ import annotations
 
@@ -16,9 +14,9 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from detector.fileio import atomic_write_text
 from detector.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -33,13 +31,10 @@ LAYER_AFTER = 26
 #: Batch the layer's cost is calibrated at (the largest selected batch size up to this).
 CALIBRATION_BATCH = 32
 #: The calibration's search (docs/method.md, section 5): the first width (a multiple of 8), its fourfold growths,
-#: the steps after; the fewest calls and GPU seconds per reading, the readings per width (median).
-TRIAL_WIDTH = 256
-TRIAL_GROWTHS = 4
-SECANT_STEPS = 3
-CALIBRATION_CALLS = {"cuda": 200, "cpu": 3}
+#: the steps after; GPU seconds per reading; by device, the fewest calls per reading and the readings per width.
+TRIAL_WIDTH, TRIAL_GROWTHS, SECANT_STEPS = 256, 4, 3
 CALIBRATION_READING_S = 0.25
-CALIBRATION_ROUNDS = {"cuda": 3, "cpu": 1}
+CALIBRATION_CALLS_ROUNDS = {"cuda": (200, 3), "cpu": (3, 1)}
 
 
 @dataclass(frozen=True)
@@ -55,9 +50,7 @@ class Regression:
     @property
     def groups(self) -> tuple[str, ...]:
         """The benchmark groups it slows (the others measure unchanged code)."""
-        if self.kind in LAYER_KINDS:
-            return ("inference",)
-        return ("pipelined",) if self.kind == "write" else ("end-to-end",)
+        return ("inference",) if self.kind in LAYER_KINDS else ("pipelined" if self.kind == "write" else "end-to-end",)
 
     @property
     def min_batch(self) -> int:
@@ -73,9 +66,6 @@ class Regression:
     def calibration_batch(self) -> int:
         """The batch its width is calibrated at (up to this: the largest selected batch not above it)."""
         return 1 if self.kind == "layer1" else CALIBRATION_BATCH
-
-
-# -- layer ------------------------------------------------------------------------------------------------
 
 
 def _bottleneck(channels: int, width: int, seed: int = 0) -> torch.nn.Module:
@@ -120,40 +110,31 @@ class LayerRegressedSpec(ModelSpec):
         return super().cache_key(*parts, "regression-layer", self.width)
 
 
-def _warm_input(runner: Any, batch: Any, calls: int) -> Any:
-    """``batch`` as ``runner``'s input, after ``calls`` untimed calls (warm-up, graph capture)."""
-    from detector.stagespeed import infer_ms_per_call
-
-    x = runner.as_input(batch.to(runner.torch_device)) if runner.stream is not None else batch
-    with _on_stream(runner):
-        infer_ms_per_call(runner, x, calls)
-    return x
-
-
-def _clock_ms(runner: Any, x: Any, calls: int) -> float:
-    """Milliseconds per call as the inference benchmarks read it: on a GPU the median of ``calls`` calls on the
-    suite's clock (`perf.measure.clock`), on a CPU the bare host loop's mean (docs/method.md, section 5)."""
+def _clock_ms(runner: Any, batch: Any, warmup: int) -> Callable[[int], float]:
+    """After ``warmup`` untimed calls on ``batch`` (warm-up, graph capture), a reader of milliseconds per call as the
+    inference benchmarks read it: on a GPU the median of ``calls`` calls on the suite's clock (`perf.measure.clock`),
+    on a CPU the bare host loop's mean (docs/method.md, section 5)."""
     from detector.stagespeed import infer_ms_per_call
 
     if runner.stream is None:
-        return infer_ms_per_call(runner, x, calls)
-    from detector.timing import CudaEventClock
-    from perf.measure.clock import DEFAULT_LEAD_IN_MS, SUITE_CLOCK
-
-    clock = CudaEventClock(lead_in_ms=SUITE_CLOCK.lead_in_ms or DEFAULT_LEAD_IN_MS)
-    times = []
-    with _on_stream(runner):
-        for _ in range(calls):
-            start = clock()
-            runner.infer(x, to_host=False)
-            times.append((clock() - start) * 1e3)
-    return statistics.median(times)
-
-
-def _on_stream(runner: Any) -> Any:
+        infer_ms_per_call(runner, batch, warmup)
+        return lambda calls: infer_ms_per_call(runner, batch, calls)
     import torch
 
-    return torch.cuda.stream(runner.stream) if runner.stream is not None else contextlib.nullcontext()
+    from detector.timing import CudaEventClock
+    from perf.measure.clock import DEFAULT_LEAD_IN_MS, SUITE_CLOCK
+    from perf.measure.stability import time_rounds
+
+    x = runner.as_input(batch.to(runner.torch_device))
+    clock = CudaEventClock(lead_in_ms=SUITE_CLOCK.lead_in_ms or DEFAULT_LEAD_IN_MS)
+
+    def read(calls: int) -> float:
+        with torch.cuda.stream(runner.stream):
+            return statistics.median(1e3 * t for t in time_rounds(lambda: runner.infer(x, to_host=False), clock, calls))
+
+    with torch.cuda.stream(runner.stream):
+        infer_ms_per_call(runner, x, warmup)
+    return read
 
 
 def _release(runner: Any) -> None:
@@ -176,15 +157,14 @@ def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callabl
     ``fraction`` slower on the suite's clock; ``build(spec)`` makes an activated runner of the judged variant, and
     the runner returned is the one the benchmark times. The search: docs/method.md, section 5."""
     on_gpu = device.startswith("cuda")
-    fewest = CALIBRATION_CALLS["cuda" if on_gpu else "cpu"]
-    rounds = CALIBRATION_ROUNDS["cuda" if on_gpu else "cpu"]
+    fewest, rounds = CALIBRATION_CALLS_ROUNDS["cuda" if on_gpu else "cpu"]
     candidate: list[Any] = []  # the latest candidate runner, kept for the benchmark
     base_runner = build(spec)
     try:
-        base_x = _warm_input(base_runner, batch, max(1, fewest // 10))
-        first = _clock_ms(base_runner, base_x, fewest)
+        read = _clock_ms(base_runner, batch, max(1, fewest // 10))
+        first = read(fewest)
         calls = max(fewest, math.ceil(CALIBRATION_READING_S * 1e3 / max(first, 1e-6))) if on_gpu else fewest
-        base = statistics.median(_clock_ms(base_runner, base_x, calls) for _ in range(rounds))
+        base = statistics.median(read(calls) for _ in range(rounds))
     finally:
         _release(base_runner)
     try:
@@ -193,16 +173,14 @@ def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callabl
             while candidate:
                 _release(candidate.pop())
             candidate.append(build(regressed_spec(spec, width)))
-            x = _warm_input(candidate[0], batch, max(1, calls // 10))
-            return statistics.median(_clock_ms(candidate[0], x, calls) for _ in range(rounds)) / base - 1
+            read = _clock_ms(candidate[0], batch, max(1, calls // 10))
+            return statistics.median(read(calls) for _ in range(rounds)) / base - 1
 
-        trial_width = TRIAL_WIDTH
-        trial = cost(trial_width)
+        trial_width, trial = TRIAL_WIDTH, cost(TRIAL_WIDTH)
         for _ in range(TRIAL_GROWTHS):
             if trial >= fraction / 2:
                 break
-            trial_width *= 4
-            trial = cost(trial_width)
+            trial_width, trial = 4 * trial_width, cost(4 * trial_width)
         per_channel = max(trial / trial_width, 1e-12)
         width = min(max(8, 8 * round(fraction / per_channel / 8)), trial_width * 4)
         got = cost(width) if width != trial_width else trial
@@ -227,22 +205,20 @@ def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callabl
 
 def calibrated_layer(spec: ModelSpec, label: str, fraction: float, batch: Any, build: Callable[[ModelSpec], Any],
                      device: str) -> tuple[Any, dict[str, Any]]:  # fmt: skip
-    """(the runner with the injected layer, the readings) for variant ``label`` (``torch-compile fp16``): the
-    width this machine (GPU, torch) calibrated for this model, batch and fraction in an earlier process, read from
-    the model's cache folder, else `calibrate_layer`'s, kept there. A process that finds it builds the runner once,
-    first, as an unchanged process does: a torch.compile fp16 b1 model read 0.2135 and 0.2291 ms for one width
-    in two builds of one process (H100), so a runner built after the search's other builds is not what the next
-    process builds (docs/method.md, section 5). A search whose last reading was off ``fraction`` by more than a
-    factor of 2 (noise: a loaded CPU) is not kept. The readings say ``cached`` when the width was read back."""
+    """(the runner with the injected layer, the readings, ``cached`` when the width was read back) for variant
+    ``label`` (``torch-compile fp16``): the width calibrated on this machine (GPU, torch) for this model, batch and
+    fraction in an earlier process, kept in the model's cache folder and built once, first, as an unchanged process
+    builds its runner (docs/method.md, section 5); else `calibrate_layer`'s, kept unless off ``fraction`` by over 2x."""
     import torch
-
-    from detector import fileio
 
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
     key = spec.cache_key("layer-width", label, tuple(batch.shape), fraction, name, torch.__version__)
     path = spec.cache_dir / "regressions" / f"layer-{key}.json"
-    kept = _kept_readings(path)
-    if kept is not None:
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        kept = None
+    if isinstance(kept, dict) and type(kept.get("width")) is int and kept["width"] > 0:  # 0: the unchanged model
         log.info("layer regression: width %d for %s, calibrated on this machine before (%s)", kept["width"], label,
                  path)  # fmt: skip
         return build(regressed_spec(spec, kept["width"])), {**kept, "cached": True}
@@ -252,29 +228,15 @@ def calibrated_layer(spec: ModelSpec, label: str, fraction: float, batch: Any, b
                     100 * readings["measured_fraction"], 100 * fraction)  # fmt: skip
     else:
         try:
-            fileio.atomic_write_text(path, json.dumps(readings))
+            atomic_write_text(path, json.dumps(readings))
         except OSError as e:  # a read-only cache: the next process calibrates again
             log.warning("layer regression: the width is not kept: %s", e)
     return runner, {**readings, "cached": False}
 
 
-def _kept_readings(path: Path) -> dict[str, Any] | None:
-    """The readings kept at ``path``, or None: none kept, unreadable, or a width that is not a positive whole
-    number (width 0 would be the unchanged model: never a regression)."""
-    try:
-        readings = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    ok = isinstance(readings, dict) and type(readings.get("width")) is int and readings["width"] > 0
-    return readings if ok else None
-
-
 def regressed_spec(spec: ModelSpec, width: int) -> LayerRegressedSpec:
     """``spec`` with the injected layer of ``width`` channels."""
     return LayerRegressedSpec(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(ModelSpec)}, width=width)
-
-
-# -- preprocess -------------------------------------------------------------------------------------------
 
 
 class SlowedStage:
@@ -300,19 +262,18 @@ def calibrate_stage(fn: Callable[..., Any], frames: Sequence[Any], args: tuple[A
                     conditions: Callable[[], Any] | None = None) -> tuple[float, float]:  # fmt: skip
     """(extra calls per frame that add ``fraction`` of ``frame_ms``, bare ms per call): ``fn([frame], *args)``
     timed alone on ``frames`` (median of 5 passes) under ``conditions()``, the measured region's noise controls."""
+    from perf.measure.stability import time_rounds
+
     kwargs = kwargs or {}
-    per_pass = []
+
+    def one_pass() -> None:
+        for frame in frames:
+            fn([frame], *args, **kwargs)
+
     with conditions() if conditions is not None else contextlib.nullcontext():
-        for _ in range(5):
-            start = time.perf_counter()
-            for frame in frames:
-                fn([frame], *args, **kwargs)
-            per_pass.append((time.perf_counter() - start) * 1e3 / max(len(frames), 1))
-    bare = statistics.median(per_pass)
+        per_pass = time_rounds(one_pass, time.perf_counter, 5)
+    bare = statistics.median(seconds * 1e3 / max(len(frames), 1) for seconds in per_pass)
     return fraction * frame_ms / bare, bare
-
-
-# -- write ------------------------------------------------------------------------------------------------
 
 
 def encode_jpeg(frames: Sequence[Any]) -> None:

@@ -1,6 +1,5 @@
 """The gate's self-test within one process: how often the one judge catches a known injected delay, and how often
-it cries wolf on unmodified code (`run_selftest`, `threshold`, `table_rows`); docs/method.md, section 8.
-"""
+it cries wolf on unmodified code (`run_selftest`, `threshold`, `table_rows`); docs/method.md, section 8."""
 
 from __future__ import annotations
 
@@ -59,25 +58,13 @@ class LevelResult:
 
     def to_dict(self, min_effects: Sequence[float]) -> dict[str, Any]:
         return {"level": self.level, "trials": len(self.trials), "unstable": self.unstable,
-                "measured_ratio": self.measured,
-                "slower": {f"{e:g}": self.slower(e) for e in min_effects},
-                "rate": {f"{e:g}": self.rate(e) for e in min_effects},
-                "per_trial": [asdict(t) for t in self.trials]}  # fmt: skip
+                "measured_ratio": self.measured, "slower": {f"{e:g}": self.slower(e) for e in min_effects},
+                "rate": {f"{e:g}": self.rate(e) for e in min_effects}, "per_trial": [asdict(t) for t in self.trials]}
 
 
 def suite_rounds(call_s: float, min_rounds: int, max_time_s: float) -> int:
     """Rounds pytest-benchmark runs for a call of ``call_s`` seconds: ``max(min_rounds, ceil(max_time / call))``."""
     return max(min_rounds, math.ceil(max_time_s / call_s))
-
-
-def _measure(fn: Callable[[], Any], timer: Callable[[], float], rounds: int, iterations: int,
-             settings: GateSettings) -> tuple[np.ndarray, bool]:  # fmt: skip
-    """(rounds in s, stable?): re-measured while unstable, as the gate would keep it."""
-    for _ in range(settings.rule.max_remeasure + 1):
-        data = np.asarray(time_rounds(fn, timer, rounds, iterations))
-        if settings.rule.assess(data).stable:
-            return data, True
-    return data, False
 
 
 def run_selftest(call: Callable[[], Any], make_delay: Callable[[float], Callable[[], None]], timer: Callable[[], float],
@@ -93,14 +80,20 @@ def run_selftest(call: Callable[[], Any], make_delay: Callable[[float], Callable
 
         return fn
 
+    def measure(fn: Callable[[], Any]) -> tuple[np.ndarray, bool]:
+        """(rounds in s, stable?): re-measured while unstable, as the gate would keep it."""
+        for _ in range(settings.rule.max_remeasure + 1):
+            data = np.asarray(time_rounds(fn, timer, rounds, iterations))
+            if settings.rule.assess(data).stable:
+                return data, True
+        return data, False
+
     functions: dict[Any, Callable[[], Any]] = {BASELINE: call, 0.0: call}
     functions.update({level: slowed(make_delay(level * median_s * 1e3)) for level in levels})
     results = {level: LevelResult(level) for level in (0.0, *levels)}
-    effect = settings.min_effect
-    rng = np.random.default_rng(seed)
-    names = list(functions)
+    effect, rng, names = settings.min_effect, np.random.default_rng(seed), list(functions)
     for trial in range(trials):
-        samples = {names[i]: _measure(functions[names[i]], timer, rounds, iterations, settings)
+        samples = {names[i]: measure(functions[names[i]])
                    for i in rng.permutation(len(names))}  # a fresh order each trial: drift hits every sample alike
         base, base_stable = samples[BASELINE]
         reference = within_reference(float(np.median(base)), log_median_se(base, seed=seed * 100003 + trial))

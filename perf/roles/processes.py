@@ -1,6 +1,6 @@
-"""The cross-process measurements of a session (`ProcessesRun`): ``--perf-noise=K`` (docs/method.md,
-section 3) and ``--perf-selftest-processes=K`` (section 5), each in K fresh processes (`perf.gate.processes`);
-the process the user starts only orchestrates (docs/architecture.md, "The session and its parts")."""
+"""The cross-process measurements of a session (`ProcessesRun`): ``--perf-noise=K`` (docs/method.md, section 3) and
+``--perf-selftest-processes=K`` (section 5), each in K fresh processes (`perf.gate.processes`); the process the user
+starts only orchestrates (docs/architecture.md, "The session and its parts")."""
 
 from __future__ import annotations
 
@@ -51,8 +51,7 @@ class ProcessesRun:
             return None
         if hasattr(config, "workerinput") or config.getoption("numprocesses", None):
             option = "noise" if mode == "noise" else "selftest-processes"
-            raise pytest.UsageError(f"--perf-{option} runs its own processes one at a time: drop -n "
-                                    "(pytest-xdist)")
+            raise pytest.UsageError(f"--perf-{option} runs its own processes one at a time: drop -n (pytest-xdist)")
         if options.compare is not None:
             raise pytest.UsageError("--perf-noise / --perf-selftest-processes measure, they do not compare: "
                                     "drop --perf-compare")
@@ -68,11 +67,8 @@ class ProcessesRun:
         from perf.gate.processes import forwarded_options, load_plan, run_children, save_plan
 
         config, options = session.config, self.perf.options
-        if options.runs_dir:
-            folder = (config.invocation_params.dir / options.runs_dir).resolve()
-        else:
-            stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-            folder = options.reports_dir / "processes" / stamp
+        folder = ((config.invocation_params.dir / options.runs_dir).resolve() if options.runs_dir else
+                  options.reports_dir / "processes" / _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
         plan = _plan(options.selftest_regressions, session.items, self.mode, self.k)
         if options.runs_dir and load_plan(folder) not in (None, plan):
             raise pytest.UsageError(f"--perf-runs-dir: '{folder}' holds another plan (other tests, K or "
@@ -83,8 +79,7 @@ class ProcessesRun:
         compared = None if compared in (None, True, False) else str(compared)
         forwarded = forwarded_options(config.invocation_params.args, config.args,
                                       {"--perf-compare": None, "--benchmark-compare": compared})
-        # the parent's first --benchmark-compare-fail check, if any
-        check = (getattr(bench, "compare_fail", None) or [None])[0]
+        check = (getattr(bench, "compare_fail", None) or [None])[0]  # the parent's first --benchmark-compare-fail
         if self.mode == "selftest":
             unit = "%" if type(check).__name__.startswith("Percentage") else ""
             self.compare_fail = f"{check.field}:{check.threshold}{unit}" if check else DEFAULT_COMPARE_FAIL
@@ -116,17 +111,15 @@ class ProcessesRun:
         from perf.runs import load_run
 
         report, results = self.perf.report.rows, self.results
-        for r in results:
-            report.add(schema.CROSSPROCESS_RUNS, {"run": r.label, "kind": r.kind, "exit": r.returncode,
-                                                  "seconds": round(r.seconds, 1),
-                                                  "saved": r.run.name if r.run else "-",
-                                                  "compare-fail": r.compare_fail or "-"})  # fmt: skip
-        self.failed = [r for r in results if r.run is None or r.extra.get("failed_tests")]
-        identical = {r.label: load_run(r.run) for r in results if r.kind == IDENTICAL and r.run is not None}
+        identical: dict[str, Any] = {}
         regressed: dict[str, dict[str, Any]] = {}
         for r in results:
-            if r.kind != IDENTICAL and r.run is not None:
-                regressed.setdefault(r.kind, {})[r.label] = load_run(r.run)
+            report.add(schema.CROSSPROCESS_RUNS, {"run": r.label, "kind": r.kind, "exit": r.returncode,
+                                                  "seconds": round(r.seconds, 1), "saved": r.run.name if r.run else "-",
+                                                  "compare-fail": r.compare_fail or "-"})  # fmt: skip
+            if r.run is not None:
+                (identical if r.kind == IDENTICAL else regressed.setdefault(r.kind, {}))[r.label] = load_run(r.run)
+        self.failed = [r for r in results if r.run is None or r.extra.get("failed_tests")]
         if len(identical) < 2:
             self.error = f"only {len(identical)} identical process(es) saved a run: no noise profile"
             return
@@ -137,26 +130,22 @@ class ProcessesRun:
                                    "family": family_rows(profile)}  # fmt: skip
         tables = [(schema.NOISE_FAMILY, summary["family"]), (schema.NOISE_BENCHMARK, benchmark_rows(profile))]
         if self.mode == "selftest":
-            verdicts = simulate(identical, regressed, self.perf.gate.settings,
-                                history=self.perf.options.history,
+            verdicts = simulate(identical, regressed, self.perf.gate.settings, history=self.perf.options.history,
                                 regressions={kind: parse_regression(kind) for kind in regressed})  # fmt: skip
-            real = [r for r in results if r.compare_fail is not None]
+            real = [r.compare_fail for r in results if r.compare_fail is not None]
+            compare_fail = {**compare_fail_rows(identical, self.compare_fail),
+                            "consecutive processes run with it": f"{real.count('passed')}/{len(real)} passed"}
             summary |= {"identical": identical_rows(verdicts), "regressed": regression_rows(verdicts),
-                        "compare_fail": compare_fail_rows(identical, self.compare_fail)}  # fmt: skip
-            summary["compare_fail"]["consecutive processes run with it"] = (
-                f"{sum(r.compare_fail == 'passed' for r in real)}/{len(real)} passed")
-            summary["verdicts"] = [dataclasses.asdict(v) for v in verdicts]
+                        "compare_fail": compare_fail, "verdicts": [dataclasses.asdict(v) for v in verdicts]}
             tables += [(schema.SELFTEST_IDENTICAL, summary["identical"]),
                        (schema.SELFTEST_REGRESSED, summary["regressed"]),
-                       (schema.SELFTEST_COMPARE_FAIL, [summary["compare_fail"]])]  # fmt: skip
+                       (schema.SELFTEST_COMPARE_FAIL, [compare_fail])]  # fmt: skip
         for table, rows in tables:
             for row in rows:
                 report.add(table, row)
-        folder = self.perf.options.reports_dir
-        folder.mkdir(parents=True, exist_ok=True)
         name = "selftest-processes.json" if self.mode == "selftest" else "noise-profile.json"
         text = json.dumps(summary, indent=2, default=str) + "\n"
-        self.summary_path = atomic_write_text(folder / name, text)
+        self.summary_path = atomic_write_text(self.perf.options.reports_dir / name, text)
 
     def finish(self, session: pytest.Session) -> None:
         if (self.error or self.failed) and session.exitstatus == pytest.ExitCode.OK:
