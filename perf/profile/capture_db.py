@@ -12,7 +12,7 @@ import os
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,8 @@ MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD"
 NOTHING = "nothing traced"  # the source of the empty region of a capture with no region at all
 #: ``copyKind`` ids of host-to-device and device-to-host copies (plain and unified memory).
 COPY_DIRECTIONS = {1: "h2d", 11: "h2d", 2: "d2h", 12: "d2h"}
-#: ATen's ``spin_kernel`` (``torch.cuda._sleep``: the clock's lead-in, an injected slowdown), launched by the
-#: suite and never by the model, in any nsys spelling (demangled, bare, or mangled: the second alternative); a
-#: whole identifier only, so "my_spin_kernel" is a model kernel. Why left out: docs/method.md, section 6.
+#: ATen's ``spin_kernel`` (``torch.cuda._sleep``: the clock's lead-in, injected slowdowns), launched only by the
+#: suite; any nsys spelling (mangled: the 2nd alternative), whole identifiers only. Why: docs/method.md, section 6.
 SUITE_KERNEL_NAME = re.compile(r"(?<!\w)spin_kernel(?!\w)|11spin_kernelE")
 
 
@@ -114,14 +113,6 @@ class GpuOp:
 
 
 @dataclass(frozen=True)
-class SyncTarget:
-    """What a synchronising call waited for (CUPTI): the stream, and an event record's correlation id."""
-
-    stream: int | None
-    before_correlation: int | None = None
-
-
-@dataclass(frozen=True)
 class Total:
     """One name's total over the whole capture: ``ns``, ``count`` (calls, launches, ranges), ``bytes``."""
 
@@ -144,7 +135,8 @@ class Capture:
     os_calls: list[HostCall] = field(default_factory=list)
     gpu_ops: list[GpuOp] = field(default_factory=list)
     ranges: list[NvtxRange] = field(default_factory=list)
-    sync_targets: dict[int, SyncTarget] = field(default_factory=dict)
+    #: What a synchronising call (its correlation id) waited for: (stream, an event record's correlation id).
+    sync_targets: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
     #: The thread holding the region's NVTX range, else the one with the most CUDA API time, else None.
     region_thread: int | None = None
     range_name: str = MEASURED_RANGE
@@ -164,44 +156,27 @@ class Capture:
         return self.threads.get(gtid) or ThreadInfo(gtid, "thread")
 
 
-class _Db:
-    """An open export; queries treat a missing table as empty and a missing column as NULL."""
-
-    def __init__(self, conn: sqlite3.Connection, tables: set[str]) -> None:
-        self.conn, self.tables = conn, tables
-        self.strings: dict[int, str] = dict(conn.execute("SELECT id, value FROM StringIds"))
-
-    def rows(self, table: str, wanted: tuple[str, ...], where: str = "") -> list[tuple]:
-        if table not in self.tables:
-            return []
-        have = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
-        select = ", ".join(c if c in have else "NULL" for c in wanted)
-        return self.conn.execute(f"SELECT {select} FROM {table} {where}").fetchall()
-
-
-def _sync_targets(db: _Db) -> dict[int, SyncTarget]:
-    """``{correlation id of a synchronising call: SyncTarget}``: the stream its record names, else the event
-    record it waited for (same ``eventSyncId``, else the latest of the same ``eventId`` before the call)."""
-    by_sync: dict[int, tuple[int, int]] = {}
-    by_event: dict[int, list[tuple[int, int]]] = {}
+def _sync_targets(rows: Callable[[str, tuple[str, ...]], list[tuple]]) -> dict[int, tuple[int | None, int | None]]:
+    """`Capture.sync_targets`: the stream a call's record names, else the event record it waited for (same
+    ``eventSyncId``, else the latest of the same ``eventId`` before the call)."""
+    by_sync: dict[int, tuple[int, int]] = {}  # (stream, correlation id) of an event record
+    by_event: dict[int, list[tuple[int, int]]] = {}  # (correlation id, stream), in order
     wanted = ("eventId", "streamId", "correlationId", "eventSyncId")
-    for event, stream, corr, sync_id in db.rows("CUPTI_ACTIVITY_KIND_CUDA_EVENT", wanted):
+    for event, stream, corr, sync_id in rows("CUPTI_ACTIVITY_KIND_CUDA_EVENT", wanted):
         if corr is not None:
-            by_event.setdefault(event, []).append((corr, stream))
+            bisect.insort(by_event.setdefault(event, []), (corr, stream))
             if sync_id:
-                by_sync[sync_id] = (corr, stream)
-    for entries in by_event.values():
-        entries.sort()
+                by_sync[sync_id] = (stream, corr)
     targets = {}
-    for event, stream, corr, sync_id in db.rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", wanted):
+    for event, stream, corr, sync_id in rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", wanted):
         if corr is None:
             continue
         if stream is not None and stream != NO_STREAM:
-            targets[corr] = SyncTarget(stream)
+            targets[corr] = (stream, None)
         elif sync_id and sync_id in by_sync:
-            targets[corr] = SyncTarget(by_sync[sync_id][1], by_sync[sync_id][0])
+            targets[corr] = by_sync[sync_id]
         elif event is not None and (i := bisect.bisect_left(by_event.get(event, []), (corr, -1)) - 1) >= 0:
-            targets[corr] = SyncTarget(by_event[event][i][1], by_event[event][i][0])
+            targets[corr] = by_event[event][i][::-1]
     return targets
 
 
@@ -219,17 +194,26 @@ def _calls(rows: Iterable[tuple]) -> list[HostCall]:
     return sorted((HostCall(*row) for row in rows), key=lambda c: (c.start_ns, -c.end_ns))
 
 
-def _read(db: _Db, path: Path, range_name: str, given: tuple[int, int] | None) -> Capture:
-    """Every table read once: the records inside the region and the whole capture's totals."""
-    name = db.strings.get
+def _read(conn: sqlite3.Connection, tables: set[str], path: Path, range_name: str,
+          given: tuple[int, int] | None) -> Capture:  # fmt: skip
+    """Every table read once (a missing one as empty, a missing column as NULL): the region's records, the totals."""
+    name = dict(conn.execute("SELECT id, value FROM StringIds")).get
+
+    def rows(table: str, wanted: tuple[str, ...], where: str = "") -> list[tuple]:
+        if table not in tables:
+            return []
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        select = ", ".join(c if c in have else "NULL" for c in wanted)
+        return conn.execute(f"SELECT {select} FROM {table} {where}").fetchall()
+
     wanted = ("start", "end", "globalTid", "text", "textId", "eventType")
     where = f"WHERE eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND end IS NOT NULL"
     nvtx = [(s, e, g or 0, t if t is not None else name(i, "") if i is not None else "", kind)
-            for s, e, g, t, i, kind in db.rows("NVTX_EVENTS", wanted, where)]
-    api = db.rows("CUPTI_ACTIVITY_KIND_RUNTIME", ("start", "end", "globalTid", "nameId", "correlationId"))
-    osrt = db.rows("OSRT_API", ("start", "end", "globalTid", "nameId"))
-    gpu = {kind: db.rows(f"CUPTI_ACTIVITY_KIND_{kind.upper()}",
-                         ("start", "end", "deviceId", "streamId", "correlationId", column, "bytes"))
+            for s, e, g, t, i, kind in rows("NVTX_EVENTS", wanted, where)]
+    api = rows("CUPTI_ACTIVITY_KIND_RUNTIME", ("start", "end", "globalTid", "nameId", "correlationId"))
+    osrt = rows("OSRT_API", ("start", "end", "globalTid", "nameId"))
+    gpu = {kind: rows(f"CUPTI_ACTIVITY_KIND_{kind.upper()}",
+                      ("start", "end", "deviceId", "streamId", "correlationId", column, "bytes"))
            for kind, column in (("kernel", "demangledName"), ("memcpy", "copyKind"), ("memset", "NULL"))}
     ranges = _calls((s, e, g, text) for s, e, g, text, kind in nvtx if kind == NVTX_PUSH_POP)
     cuda = _calls((s, e, g or 0, re.sub(r"_v\d+$", "", name(n, "?")), c) for s, e, g, n, c in api)
@@ -237,7 +221,7 @@ def _read(db: _Db, path: Path, range_name: str, given: tuple[int, int] | None) -
     ops = sorted((GpuOp(s, e, stream, short_name(name(x, "kernel"), 60) if kind == "kernel"
                         else f"[memcpy {MEMCPY_KINDS.get(x, '?')}]" if kind == "memcpy" else "[memset]",
                         kind, dev or 0, corr)
-                  for kind, rows in gpu.items() for s, e, dev, stream, corr, x, _ in rows),
+                  for kind, records in gpu.items() for s, e, dev, stream, corr, x, _ in records),
                  key=lambda op: (op.start_ns, op.end_ns))  # fmt: skip
     marked = [r for r in ranges if r.name == range_name]
     model = [op for op in ops if not is_suite_kernel(op.name)] or ops
@@ -250,19 +234,19 @@ def _read(db: _Db, path: Path, range_name: str, given: tuple[int, int] | None) -
         return [r for r in records if r.start_ns < region.end_ns and r.end_ns > region.start_ns]
 
     c = Capture(path, region, cuda_calls=inside(cuda), os_calls=inside(os_calls), gpu_ops=inside(ops),
-                ranges=inside(ranges), sync_targets=_sync_targets(db), range_name=range_name)  # fmt: skip
+                ranges=inside(ranges), sync_targets=_sync_targets(rows), range_name=range_name)  # fmt: skip
     api_time: Counter[int] = Counter()
     for call in c.cuda_calls:
         api_time[call.gtid] += call.end_ns - call.start_ns
     c.region_thread = (min(marked, key=lambda r: r.start_ns).gtid if marked
                        else max(api_time, key=api_time.__getitem__, default=None))  # fmt: skip
-    names = {g: name(n, "thread") for n, g in db.rows("ThreadNames", ("nameId", "globalTid"))}
+    names = {g: name(n, "thread") for n, g in rows("ThreadNames", ("nameId", "globalTid"))}
     seen = {call.gtid for call in (*c.cuda_calls, *c.os_calls, *c.ranges)}
     c.threads = {g: ThreadInfo(g, names.get(g, "thread")) for g in sorted(seen)}
     c.kernels = _totals((name(x, "kernel"), e - s, 0) for s, e, *_, x, _ in gpu["kernel"])
     c.api = _totals((stats_api_name(name(n, "?")), e - s, 0) for s, e, _, n, _ in api)
     c.nvtx = _totals((text, e - s, 0) for s, e, _, text, _ in nvtx)
-    c.pushpop = sum(1 for *_, kind in nvtx if kind == NVTX_PUSH_POP)
+    c.pushpop = len(ranges)
     c.copies = {t.name: t for t in _totals((COPY_DIRECTIONS[k], e - s, b) for s, e, *_, k, b in gpu["memcpy"]
                                            if k in COPY_DIRECTIONS)}  # fmt: skip
     c.memsets = len(gpu["memset"])
@@ -287,10 +271,9 @@ def read_capture(path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
             raise CaptureError(f"'{path}' is an SQLite file but not an Nsight Systems export (no StringIds "
                                f"table); {make}")  # fmt: skip
         try:
-            capture = _read(_Db(conn, tables), path, range_name, region)
+            capture = _read(conn, tables, path, range_name, region)
         except sqlite3.DatabaseError as e:
             raise CaptureError(f"cannot read nsys SQLite export '{path}': {e}") from e
-    log.debug("read %s: %d CUDA calls, %d OS calls, %d GPU ops, %d NVTX ranges in %s", path,
-              len(capture.cuda_calls), len(capture.os_calls), len(capture.gpu_ops), len(capture.ranges),
-              capture.region.source)  # fmt: skip
+    log.debug("read %s: %d CUDA calls, %d OS calls, %d GPU ops, %d NVTX ranges in %s", path, len(capture.cuda_calls),
+              len(capture.os_calls), len(capture.gpu_ops), len(capture.ranges), capture.region.source)
     return capture

@@ -47,8 +47,7 @@ def run_pytest_child(command: Sequence[str], cwd: str | os.PathLike[str], env: M
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as out:
         if echo_command:
-            out.write("$ " + " ".join(command) + "\n")
-            out.flush()
+            print("$", *command, file=out, flush=True)
         code = subprocess.run(list(command), cwd=cwd, env={**child_env, "PYTHONUNBUFFERED": "1"}, stdout=out,
                               stderr=subprocess.STDOUT, timeout=timeout_s, check=False).returncode
     return ChildRun(code, time.perf_counter() - start, Path(log_path))

@@ -11,14 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from perf.profile.capture_db import Capture, GpuOp, HostCall, busy_ns, read_capture
-from perf.profile.critical_path_summary import (
-    CriticalPathSummary,
-    PathShare,
-    Segment,
-    StreamLoad,
-    ThreadLoad,
-    Wait,
-)
+from perf.profile.critical_path_summary import CriticalPathSummary, PathShare, Segment, StreamLoad, ThreadLoad, Wait
 from perf.profile.timeline import GPU_SYNC_CALLS, SLEEP_CALLS, STREAM_TOLERANCE_NS, Timeline, merge_runs
 from perf.profile.torch_profiler import MEASURED_RANGE
 
@@ -86,7 +79,7 @@ class _Walker:
             begin = max(wait.end_ns if wait else self.start, tl.span(gtid)[0], self.start)
             self.host_work(gtid, begin, t)
             return gtid, begin
-        if wait.gpu:
+        if wait.call.name in GPU_SYNC_CALLS:
             op = tl.release_op(wait.call, wait.start_ns, t, gtid)
             if op is None:  # the GPU was done already: the call's own CPU time
                 self.host_work(gtid, wait.start_ns, t)
@@ -150,13 +143,12 @@ def analyze(capture: Capture) -> CriticalPath:
         calls = tl.wait_calls.get(gtid, [])
         every = busy_ns([(c.start_ns, c.end_ns) for c in calls], lo, hi)
         gpu = busy_ns([(c.start_ns, c.end_ns) for c in calls if c.name in GPU_SYNC_CALLS], lo, hi)
-        threads.append(ThreadLoad(info.label, hi - lo, hi - lo - every, gpu, every - gpu,
-                                  on_path[info.label]))  # fmt: skip
+        threads.append(ThreadLoad(info.label, hi - lo, hi - lo - every, gpu, every - gpu, on_path[info.label]))
     threads.sort(key=lambda t: (-t.busy_ns, -t.on_path_ns, t.where))
     busy = {label: busy_ns([(op.start_ns, op.end_ns) for op in ops], region.start_ns, region.end_ns)
             for label, ops in tl.streams.items()}  # fmt: skip
-    streams = sorted((StreamLoad(label, ns, region.length_ns - ns, on_path[label])
-                      for label, ns in busy.items()), key=lambda s: (-s.busy_ns, s.where))  # fmt: skip
+    streams = sorted((StreamLoad(label, ns, region.length_ns - ns, on_path[label]) for label, ns in busy.items()),
+                     key=lambda s: (-s.busy_ns, s.where))  # fmt: skip
     matter = {t.where for t in threads if t.on_path_ns >= PATH_SHARE_THAT_MATTERS * region.length_ns}
     wanted = {c.gtid for c in (*capture.cuda_calls, *capture.ranges)}
     wanted |= {g for g, info in capture.threads.items() if info.label in matter}
@@ -165,8 +157,8 @@ def analyze(capture: Capture) -> CriticalPath:
                   _released_by(capture, tl, call, gtid))
              for gtid in sorted(wanted) for call in tl.wait_calls.get(gtid, [])
              if min(call.end_ns, region.end_ns) > max(call.start_ns, region.start_ns)]  # fmt: skip
-    return CriticalPath(capture, segments, sorted(waits, key=lambda w: (-w.duration_ns, w.start_ns)), threads,
-                        streams)  # fmt: skip
+    waits.sort(key=lambda w: (-w.duration_ns, w.start_ns))
+    return CriticalPath(capture, segments, waits, threads, streams)
 
 
 def summarize_path(path: CriticalPath, top: int = TOP) -> CriticalPathSummary:
@@ -182,20 +174,16 @@ def summarize_path(path: CriticalPath, top: int = TOP) -> CriticalPathSummary:
         waits.setdefault(w.name, []).append(w)
     totals = [{"name": name, "kind": ws[0].kind, "ns": sum(w.duration_ns for w in ws), "calls": len(ws),
                "threads": len({w.where for w in ws})} for name, ws in waits.items()]  # fmt: skip
-    notes = [] if path.capture.os_calls else [
-        "no OS runtime calls traced (--trace osrt): blocking waits between threads are not seen"]  # fmt: skip
     return CriticalPathSummary(
-        source=path.capture.path.name,
+        source=path.capture.path.name, segments=len(path.segments), by_kind=dict(by_kind),
         region={"start_ns": region.start_ns, "end_ns": region.end_ns, "source": region.source},
-        segments=len(path.segments), by_kind=dict(by_kind),
         shares=[PathShare(k, n, ns, ns / (region.length_ns or 1)) for (k, n), ns in by_name.most_common()],
-        longest=sorted(merge_runs(path.segments), key=lambda s: -s.duration_ns)[:top],
-        threads=path.threads, streams=path.streams, top_waits=path.waits[:top],
-        wait_totals=sorted(totals, key=lambda e: -e["ns"])[:top], notes=notes,
-    )  # fmt: skip
+        longest=sorted(merge_runs(path.segments), key=lambda s: -s.duration_ns)[:top], threads=path.threads,
+        streams=path.streams, top_waits=path.waits[:top], wait_totals=sorted(totals, key=lambda e: -e["ns"])[:top],
+        notes=[] if path.capture.os_calls else [
+            "no OS runtime calls traced (--trace osrt): blocking waits between threads are not seen"])  # fmt: skip
 
 
-def critical_path_summary(sqlite_path: str | os.PathLike[str],
-                          range_name: str = MEASURED_RANGE) -> CriticalPathSummary:  # fmt: skip
+def critical_path_summary(sqlite_path: str | os.PathLike[str], range_name: str = MEASURED_RANGE) -> CriticalPathSummary:
     """The summarized critical path of the nsys SQLite export at ``sqlite_path`` (else `CaptureError`)."""
     return summarize_path(analyze(read_capture(sqlite_path, range_name)))

@@ -70,8 +70,7 @@ class ThreadLoad:
 
 @dataclass(frozen=True)
 class StreamLoad:
-    """A GPU stream in the region: ``busy_ns`` (union of its work) + ``idle_ns`` = region; ``on_path_ns`` its
-    GPU time on the path."""
+    """A GPU stream in the region: ``busy_ns`` (its work) + ``idle_ns`` = region; ``on_path_ns`` its GPU time."""
 
     where: str
     busy_ns: int
@@ -89,8 +88,7 @@ class PathShare:
     share: float
 
 
-_NESTED = {"shares": PathShare, "longest": Segment, "threads": ThreadLoad, "streams": StreamLoad,
-           "top_waits": Wait}  # fmt: skip
+_NESTED = {"shares": PathShare, "longest": Segment, "threads": ThreadLoad, "streams": StreamLoad, "top_waits": Wait}
 
 
 @dataclass
@@ -130,11 +128,10 @@ class CriticalPathSummary:
             if not self.region_ns or ns < 0.001 * self.region_ns:
                 continue
             part = f"{label} {_pct(ns, self.region_ns)}"
-            top = [s for s in self.shares if s.kind == kind and s.share >= least]
-            if top and kind != "launch":
-                more = len([s for s in self.shares if s.kind == kind]) > min(len(top), names)
-                listed = ", ".join(f"{shorten(s.name, 40)} {100 * s.share:.1f} %" for s in top[:names])
-                part += f" ({listed}{', ...' if more else ''})"
+            mine = [s for s in self.shares if s.kind == kind]
+            if (top := [s for s in mine if s.share >= least][:names]) and kind != "launch":
+                listed = ", ".join(f"{shorten(s.name, 40)} {100 * s.share:.1f} %" for s in top)
+                part += f" ({listed}{', ...' if len(mine) > len(top) else ''})"
             parts.append(part)
         return "Bounded by: " + (", ".join(parts) if parts else "nothing traced")
 

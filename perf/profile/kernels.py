@@ -6,13 +6,10 @@ the `TOP` kernels of CALLS more calls under ``torch.profiler`` in ``extra_info["
 
 from __future__ import annotations
 
-import logging
 import re
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 DEFAULT_CALLS, TOP = 20, 15
 SHOWN = 5  # kernels listed under a slower benchmark
@@ -25,10 +22,9 @@ def kernel_table(call: Callable[[], Any], calls: int, *, device: str,
     from torch.profiler import ProfilerActivity, profile
 
     on_gpu = device.startswith("cuda")
-    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
     with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": one cycle here
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*", category=UserWarning)
-        with profile(activities=activities) as prof:
+        with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]) as prof:
             for _ in range(calls):
                 call()
             if synchronize is not None:

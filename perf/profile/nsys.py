@@ -25,6 +25,7 @@ from perf.profile.critical_path import analyze, summarize_path
 from perf.profile.nsys_summary import NsysSummary, summarize, write_summary
 
 log = logging.getLogger(__name__)
+StrPath = str | os.PathLike[str]
 
 NSYS_CHILD_FLAG = "--perf-nsys-child"
 #: Where captures go, relative to the rootdir, unless the caller chooses otherwise (reports/ is git-ignored).
@@ -32,15 +33,13 @@ DEFAULT_REPORT_ROOT = Path("reports") / "nsys"
 #: Install locations searched after --nsys-path, $NSYS and PATH, in order; newest version first within each.
 NSYS_GLOBS = ("opt/nvidia/nsight-systems/*/bin/nsys", "opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
               "usr/local/cuda*/bin/nsys", "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys")
-NSYS_NOT_FOUND_REASON = ("nsys (Nsight Systems) not found: looked at --nsys-path, $NSYS, PATH, "
-                         "/opt/nvidia/nsight-systems/*/, /usr/local/cuda*/bin and "
-                         "/opt/nvidia/nsight-compute/*/host/target-linux-x64; point at it with "
-                         "--nsys-path=/path/to/nsys or NSYS=/path/to/nsys")  # fmt: skip
+NSYS_NOT_FOUND_REASON = ("nsys (Nsight Systems) not found: looked at --nsys-path, $NSYS, PATH, /opt/nvidia/"
+                         "nsight-systems/*/, /usr/local/cuda*/bin and /opt/nvidia/nsight-compute/*/host/"
+                         "target-linux-x64; point at it with --nsys-path=/path/to/nsys or NSYS=/path/to/nsys")
 #: nsys output that means its importer or exporter broke (the report is missing or incomplete).
-_NSYS_FAILURE = re.compile(r"error while loading shared libraries|cannot open shared object file"
-                           r"|Importer error|Importation failed|QdstrmImporter.*(?:error|fail)"
-                           r"|Failed to create .*\.nsys-rep|Report file .* could not be generated",
-                           re.IGNORECASE)  # fmt: skip
+_NSYS_FAILURE = re.compile(r"error while loading shared libraries|cannot open shared object file|Importer error"
+                           r"|Importation failed|QdstrmImporter.*(?:error|fail)|Failed to create .*\.nsys-rep"
+                           r"|Report file .* could not be generated", re.IGNORECASE)  # fmt: skip
 
 
 class NsysError(DetectorError):
@@ -65,8 +64,7 @@ def _executable(path: Path) -> Path | None:
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
-def find_nsys(explicit: str | None, env: Mapping[str, str] = os.environ, *,
-              root: Path = Path("/")) -> Path | None:  # fmt: skip
+def find_nsys(explicit: str | None, env: Mapping[str, str] = os.environ, *, root: Path = Path("/")) -> Path | None:
     """The nsys executable: ``explicit`` (--nsys-path: a file, a folder holding nsys, or a name on PATH),
     ``$NSYS``, ``PATH``, then `NSYS_GLOBS` under ``root`` (newest first). A given path that is no executable
     gives None (no fall-through); the bare name ``nsys`` falls through."""
@@ -78,25 +76,21 @@ def find_nsys(explicit: str | None, env: Mapping[str, str] = os.environ, *,
             return _executable(Path(value).expanduser())
     if found := shutil.which("nsys", path=env.get("PATH", "")):
         return Path(found)
-    for pattern in NSYS_GLOBS:  # newest first: version numbers compared as numbers (2024.10 > 2024.4)
-        for match in sorted(glob.glob(str(root / pattern)), reverse=True, key=lambda p: [
-                (0, int(x)) if x.isdigit() else (1, x) for x in re.split(r"(\d+)", p) if x]):  # fmt: skip
-            if _executable(Path(match)):
-                return Path(match)
-    return None
+    # each pattern's matches newest first, version numbers compared as numbers (2024.10 > 2024.4)
+    matches = (Path(match) for pattern in NSYS_GLOBS for match in sorted(glob.glob(str(root / pattern)), reverse=True,
+               key=lambda p: [(0, int(x)) if x.isdigit() else (1, x) for x in re.split(r"(\d+)", p) if x]))
+    return next((match for match in matches if _executable(match)), None)
 
 
 def nsys_not_found_reason(explicit: str | None, env: Mapping[str, str] = os.environ) -> str:
     """Why `find_nsys` returned None, naming a bad --nsys-path / $NSYS value when there was one."""
     for name, value in (("--nsys-path ", explicit), ("NSYS=", env.get("NSYS"))):
         if value and value != "nsys":
-            return (f"{name}{value!r} is not an nsys executable (nor a folder holding one); "
-                    + NSYS_NOT_FOUND_REASON)
+            return f"{name}{value!r} is not an nsys executable (nor a folder holding one); {NSYS_NOT_FOUND_REASON}"
     return NSYS_NOT_FOUND_REASON
 
 
-def nsys_profile_command(nsys: str | os.PathLike[str], output_base: str | os.PathLike[str],
-                         child_argv: Sequence[str]) -> list[str]:  # fmt: skip
+def nsys_profile_command(nsys: StrPath, output_base: StrPath, child_argv: Sequence[str]) -> list[str]:
     """``nsys profile`` argv recording ``child_argv`` from cudaProfilerStart to the first cudaProfilerStop
     into ``<output_base>.nsys-rep``: CUDA, NVTX and OS calls, each kernel of a CUDA graph, no CPU sampling."""
     return [os.fspath(nsys), "profile", "--trace=cuda,nvtx,osrt", "--capture-range=cudaProfilerApi",
@@ -104,7 +98,7 @@ def nsys_profile_command(nsys: str | os.PathLike[str], output_base: str | os.Pat
             "--cpuctxsw=none", f"--output={os.fspath(output_base)}", *child_argv]  # fmt: skip
 
 
-def report_dir_for(nodeid: str, root: str | os.PathLike[str]) -> Path:
+def report_dir_for(nodeid: str, root: StrPath) -> Path:
     """``root/<safe name>-<8 hex>``: ``perf/test_x.py::test_infer[torch-fp16-8]`` ->
     ``root/test_x.py-test_infer-torch-fp16-8-<hash of the id>`` (anything but ``[A-Za-z0-9._-]`` replaced)."""
     module, _, rest = nodeid.partition("::")
@@ -144,11 +138,9 @@ def _junit_outcome(path: Path) -> tuple[str, str | None] | None:
     return "passed", None
 
 
-def run_child_under_nsys(nsys: str | os.PathLike[str], nodeid: str, rootdir: str | os.PathLike[str],
-                         extra_pytest_args: Sequence[str] = (),
-                         report_root: str | os.PathLike[str] | None = None,
-                         env: Mapping[str, str] | None = None, *, cwd: str | os.PathLike[str] | None = None,
-                         timeout_s: float = 1800.0) -> NsysResult:  # fmt: skip
+def run_child_under_nsys(nsys: StrPath, nodeid: str, rootdir: StrPath, extra_pytest_args: Sequence[str] = (),
+                         report_root: StrPath | None = None, env: Mapping[str, str] | None = None, *,
+                         cwd: StrPath | None = None, timeout_s: float = 1800.0) -> NsysResult:  # fmt: skip
     """Run test ``nodeid`` in a child pytest under ``nsys profile`` into `report_dir_for` (under
     ``report_root``, default ``rootdir/reports/nsys``), its output in ``nsys-run.log`` there. The child starts
     in ``cwd`` (default ``rootdir``; ``extra_pytest_args``, the parent's options, read paths relative to it).
@@ -174,46 +166,44 @@ def run_child_under_nsys(nsys: str | os.PathLike[str], nodeid: str, rootdir: str
     except OSError as e:
         raise NsysError(f"cannot run nsys at {os.fspath(nsys)!r} for {nodeid}: {e}") from e
     output, code, reports = run.output(), run.returncode, sorted(report_dir.glob("*.nsys-rep"))
-    verdict = _junit_outcome(junit)
+    verdict, full = _junit_outcome(junit), f"full output in {log_path}"
     if verdict is None:
         raise nsys_error(f"nsys profile of {nodeid} failed (exit {code}) before the child test finished "
-                         f"(no {junit.name}); full output in {log_path}", output)  # fmt: skip
+                         f"(no {junit.name}); {full}", output)  # fmt: skip
     if verdict[0] == "passed":  # a failed test's own errors are never taken for nsys's
         if broken := _NSYS_FAILURE.search(output):
-            raise nsys_error(f"nsys failed while profiling {nodeid}: {broken.group(0)!r} (exit {code}); "
-                             f"full output in {log_path}", output)  # fmt: skip
+            raise nsys_error(f"nsys failed while profiling {nodeid}: {broken.group(0)!r} (exit {code}); {full}", output)
         if code != 0:
-            raise nsys_error(f"nsys exited {code} although {nodeid} passed; full output in {log_path}",
-                             output)  # fmt: skip
+            raise nsys_error(f"nsys exited {code} although {nodeid} passed; {full}", output)
         if not reports:
             raise nsys_error(f"nsys wrote no .nsys-rep for {nodeid} in {report_dir} (did the test reach "
-                             f"cudaProfilerStart?); full output in {log_path}", output)  # fmt: skip
+                             f"cudaProfilerStart?); {full}", output)  # fmt: skip
     return NsysResult(command, code, verdict[0], report_dir, reports[0] if reports else None, _tail(output),
                       verdict[1], log_path)  # fmt: skip
 
 
-def export_sqlite(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str],
-                  out: str | os.PathLike[str], *, timeout_s: float = 600.0) -> Path:  # fmt: skip
+def export_sqlite(nsys: StrPath, rep_path: StrPath, out: StrPath, *, timeout_s: float = 600.0) -> Path:
     """``nsys export --type sqlite`` of ``rep_path`` into ``out`` (returned), its output in
     ``nsys-export.log`` beside it; `NsysError` quoting nsys when it cannot run, fails or writes no file."""
     rep_path, out = Path(rep_path), Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
+    command = [os.fspath(nsys), "export", "--type", "sqlite", "--force-overwrite=true", "--output", os.fspath(out),
+               os.fspath(rep_path)]  # fmt: skip
     try:
-        command = [os.fspath(nsys), "export", "--type", "sqlite", "--force-overwrite=true", "--output",
-                   os.fspath(out), os.fspath(rep_path)]  # fmt: skip
         proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               errors="replace", timeout=timeout_s, check=False)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as e:
         raise NsysError(f"cannot run nsys export on {rep_path}: {e}") from e
-    (out.parent / "nsys-export.log").write_text(proc.stdout or "", encoding="utf-8")
-    if proc.returncode != 0 or not out.is_file() or _NSYS_FAILURE.search(proc.stdout or ""):
+    output = proc.stdout or ""
+    (out.parent / "nsys-export.log").write_text(output, encoding="utf-8")
+    if proc.returncode != 0 or not out.is_file() or _NSYS_FAILURE.search(output):
         raise nsys_error(f"nsys export failed on {rep_path} (exit {proc.returncode}"
-                         f"{'' if out.is_file() else f', no {out.name}'})", proc.stdout or "")  # fmt: skip
+                         f"{'' if out.is_file() else f', no {out.name}'})", output)  # fmt: skip
     return out
 
 
-def summarize_report(nsys: str | os.PathLike[str], rep_path: str | os.PathLike[str]) -> NsysSummary:
+def summarize_report(nsys: StrPath, rep_path: StrPath) -> NsysSummary:
     """Export ``rep_path`` to ``<report>.sqlite`` once, read it once, summarize it with its critical path and
     write ``summary.json`` / ``summary.md`` beside it; `NsysError` when the export fails or cannot be read."""
     rep_path = Path(rep_path)

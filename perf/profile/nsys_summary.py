@@ -36,8 +36,7 @@ def is_timing_event_api(name: str) -> bool:
     return TIMING_EVENT_API_NAME.match(name) is not None
 
 
-def gpu_idle_fraction(ops: Sequence[GpuOp | tuple[int, int]], region_start_ns: int,
-                      region_end_ns: int) -> float:  # fmt: skip
+def gpu_idle_fraction(ops: Sequence[GpuOp | tuple[int, int]], region_start_ns: int, region_end_ns: int) -> float:
     """Fraction (0..1) of the region (ns) in which none of ``ops`` (GPU work or ns intervals) ran."""
     if region_end_ns <= region_start_ns:
         raise ValueError(f"empty measured region [{region_start_ns}, {region_end_ns}) ns")
@@ -102,10 +101,9 @@ class NsysSummary:
                                ms(k["total_ns"]), str(k["instances"]), f"{k['avg_ns'] / 1e3:.1f}"]
                               for i, k in enumerate(self.top_kernels, 1)], ("#", *KERNEL_COLUMNS[2:])),
             (NVTX_COLUMNS, [[shorten(name, 90), ms(r["total_ns"]), str(r["instances"]),
-                             ms(r["total_ns"] / max(r["instances"], 1))] for name, r in ranges],
-             NVTX_COLUMNS[1:]),
-            (API_COLUMNS, [[shorten(a["name"], 90), ms(a["total_ns"]), str(a["calls"])]
-                           for a in self.top_api], API_COLUMNS[1:]),
+                             ms(r["total_ns"] / max(r["instances"], 1))] for name, r in ranges], NVTX_COLUMNS[1:]),
+            (API_COLUMNS, [[shorten(a["name"], 90), ms(a["total_ns"]), str(a["calls"])] for a in self.top_api],
+             API_COLUMNS[1:]),
         )  # fmt: skip
         for columns, rows, right in tables:
             if rows:
@@ -115,49 +113,41 @@ class NsysSummary:
         return "\n".join(lines) + "\n"
 
 
-def summarize(capture: Capture, *, report_path: str | os.PathLike[str] | None = None,
-              top_n: int = 10) -> NsysSummary:  # fmt: skip
+def summarize(capture: Capture, *, report_path: str | os.PathLike[str] | None = None, top_n: int = 10) -> NsysSummary:
     """Summarize ``capture`` (see `NsysSummary`: ``percent`` is of the model's kernel time, the top CUDA API
     calls by host time); the caller adds the critical path."""
     ranges = {t.name: {"total_ns": t.ns, "instances": t.count} for t in capture.nvtx}
     stages = {name: ranges[name] for name in STAGES if name in ranges}
     model = [k for k in capture.kernels if not is_suite_kernel(k.name)]
-    total = sum(k.ns for k in model)
+    suite = [k for k in capture.kernels if is_suite_kernel(k.name)]
     events = [a for a in capture.api if is_timing_event_api(a.name)]
-    region, copies = capture.region, {d: capture.copies.get(d, Total(d, 0, 0)) for d in ("h2d", "d2h")}
+    region, total = capture.region, sum(k.ns for k in model)
     has_copies = bool(capture.copies or capture.memsets)
     has = (capture.kernels, capture.api, capture.nvtx, has_copies, has_copies, capture.kernels or has_copies,
            capture.pushpop)  # fmt: skip
-    suite = [op.kind == "kernel" and is_suite_kernel(op.name) for op in capture.gpu_ops]
     idle = suite_busy = None
     if capture.found and region.length_ns > 0 and (capture.kernels or has_copies):
-        spans = [(op.start_ns, op.end_ns) for op in capture.gpu_ops]
-        model_spans = [x for x, mine in zip(spans, suite) if not mine]
-        idle = gpu_idle_fraction(model_spans, region.start_ns, region.end_ns)
-        suite_busy = busy_ns([x for x, mine in zip(spans, suite) if mine], region.start_ns, region.end_ns)
-        suite_busy /= region.length_ns
+        spans: dict[bool, list[tuple[int, int]]] = {True: [], False: []}  # by whether a suite kernel
+        for op in capture.gpu_ops:
+            spans[op.kind == "kernel" and is_suite_kernel(op.name)].append((op.start_ns, op.end_ns))
+        idle = gpu_idle_fraction(spans[False], region.start_ns, region.end_ns)
+        suite_busy = busy_ns(spans[True], region.start_ns, region.end_ns) / region.length_ns
+    copies = {d: capture.copies.get(d, Total(d, 0, 0)) for d in ("h2d", "d2h")}
     return NsysSummary(
         report=os.fspath(report_path) if report_path is not None else None,
-        kernel_total_ns=total,
-        kernel_instances=sum(k.count for k in model),
-        top_kernels=[{"name": k.name, "total_ns": k.ns, "instances": k.count,
-                      "avg_ns": k.ns / max(k.count, 1), "percent": 100.0 * k.ns / total if total else 0.0}
-                     for k in model[:top_n]],
-        stages=stages,
-        nvtx_ranges=[{"name": name, **r} for name, r in ranges.items() if name not in stages][:top_n],
+        kernel_total_ns=total, kernel_instances=sum(k.count for k in model),
+        top_kernels=[{"name": k.name, "total_ns": k.ns, "instances": k.count, "avg_ns": k.ns / max(k.count, 1),
+                      "percent": 100.0 * k.ns / total if total else 0.0} for k in model[:top_n]],
+        stages=stages, nvtx_ranges=[{"name": name, **r} for name, r in ranges.items() if name not in stages][:top_n],
         **{d: {"bytes": c.bytes, "ns": c.ns, "count": c.count} for d, c in copies.items()},
         region=({"start_ns": region.start_ns, "end_ns": region.end_ns, "source": region.source}
-                if capture.found else None),
-        idle_fraction=idle,
+                if capture.found else None), idle_fraction=idle,
         top_api=[{"name": a.name, "total_ns": a.ns, "calls": a.count}
                  for a in capture.api if not is_timing_event_api(a.name)][:5],
         missing=[name for name, present in zip(DATA_NAMES, has) if not present],
-        suite_kernel_ns=sum(k.ns for k in capture.kernels if is_suite_kernel(k.name)),
-        suite_kernel_instances=sum(k.count for k in capture.kernels if is_suite_kernel(k.name)),
-        suite_busy_fraction=suite_busy,
-        timing_event_api_ns=sum(a.ns for a in events),
-        timing_event_api_calls=sum(a.count for a in events),
-    )  # fmt: skip
+        suite_kernel_ns=sum(k.ns for k in suite), suite_kernel_instances=sum(k.count for k in suite),
+        suite_busy_fraction=suite_busy, timing_event_api_ns=sum(a.ns for a in events),
+        timing_event_api_calls=sum(a.count for a in events))  # fmt: skip
 
 
 def write_summary(summary: NsysSummary, folder: str | os.PathLike[str]) -> tuple[Path, Path]:

@@ -12,13 +12,11 @@ from dataclasses import dataclass
 from perf.profile.capture_db import Capture, GpuOp, HostCall
 from perf.profile.critical_path_summary import Segment
 
-#: CUDA calls that block the host until GPU work is done (no ``_v<version>`` suffix; queries and async copies
-#: are not).
+#: CUDA calls that block the host until GPU work is done (no ``_v<version>``); queries, async copies do not.
 GPU_SYNC_CALLS = frozenset((
     "cudaDeviceSynchronize cudaThreadSynchronize cudaStreamSynchronize cudaEventSynchronize cuCtxSynchronize "
-    "cuStreamSynchronize cuEventSynchronize cudaMemcpy cudaMemcpy2D cudaMemcpy3D cudaMemcpyToSymbol "
-    "cudaMemcpyFromSymbol cudaMemcpyPeer cuMemcpy cuMemcpyDtoH cuMemcpyHtoD cuMemcpyDtoD cuMemcpy2D "
-    "cuMemcpy3D").split())
+    "cuStreamSynchronize cuEventSynchronize cudaMemcpy cudaMemcpy2D cudaMemcpy3D cudaMemcpyToSymbol cuMemcpy "
+    "cudaMemcpyFromSymbol cudaMemcpyPeer cuMemcpyDtoH cuMemcpyHtoD cuMemcpyDtoD cuMemcpy2D cuMemcpy3D").split())
 #: Blocking OS calls that end by themselves (timers): never resolved to another thread.
 SLEEP_CALLS = frozenset(("nanosleep", "clock_nanosleep", "usleep", "sleep"))
 #: OS runtime calls in which a thread waits for another thread, a file descriptor or a timer.
@@ -44,27 +42,20 @@ class WaitSpan:
     end_ns: int
     call: HostCall
 
-    @property
-    def gpu(self) -> bool:
-        """Whether one of the calls synchronises with the GPU."""
-        return self.call.name in GPU_SYNC_CALLS
-
 
 def _merge(calls: list[HostCall]) -> list[WaitSpan]:
-    groups: list[list[HostCall]] = []
+    spans: list[WaitSpan] = []
     for call in sorted(calls, key=lambda c: c.start_ns):
-        if groups and call.start_ns < max(c.end_ns for c in groups[-1]):
-            groups[-1].append(call)
+        if spans and call.start_ns < (last := spans[-1]).end_ns:
+            longest = max(last.call, call, key=lambda c: (c.name in GPU_SYNC_CALLS, c.end_ns - c.start_ns))
+            spans[-1] = WaitSpan(last.start_ns, max(last.end_ns, call.end_ns), longest)
         else:
-            groups.append([call])
-    return [WaitSpan(group[0].start_ns, max(c.end_ns for c in group),
-                     max([c for c in group if c.name in GPU_SYNC_CALLS] or group,
-                         key=lambda c: c.end_ns - c.start_ns)) for group in groups]  # fmt: skip
+            spans.append(WaitSpan(call.start_ns, call.end_ns, call))
+    return spans
 
 
 def innermost_pieces(ranges: Iterable[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-    """Disjoint ``(start, end, name)`` pieces in time order, each named by the innermost of the nested
-    ``ranges`` covering it; uncovered time has no piece."""
+    """Disjoint ``(start, end, name)`` pieces in time order, named by the innermost range covering them (gaps: none)."""
     pieces: list[tuple[int, int, str]] = []
     stack: list[tuple[int, int, str]] = []
     cursor = 0
@@ -107,12 +98,11 @@ class Timeline:
         self._by_end = sorted(capture.gpu_ops, key=lambda op: op.end_ns)
         self._ends = [op.end_ns for op in self._by_end]
         self._launch = {c.correlation_id: c for c in capture.cuda_calls if c.correlation_id is not None}
-        self._streams: dict[tuple[int, int], list[GpuOp]] = {}
-        for op in capture.gpu_ops:
-            self._streams.setdefault((op.device, op.stream), []).append(op)
-        self._stream_pos = {id(op): i for ops in self._streams.values() for i, op in enumerate(ops)}
         self._one_device = len({op.device for op in capture.gpu_ops}) <= 1
-        self.streams = {self.stream_label(ops[0]): ops for ops in self._streams.values()}
+        self.streams: dict[str, list[GpuOp]] = {}  # by `stream_label`, each in start order
+        for op in capture.gpu_ops:
+            self.streams.setdefault(self.stream_label(op), []).append(op)
+        self._stream_pos = {id(op): i for ops in self.streams.values() for i, op in enumerate(ops)}
         #: Each thread's blocking calls one by one (GPU-synchronising and OS).
         self.wait_calls: dict[int, list[HostCall]] = {}
         events: dict[int, list[int]] = {}
@@ -189,7 +179,7 @@ class Timeline:
 
     def launch_of(self, op: GpuOp) -> HostCall | None:
         """The CUDA call that launched ``op`` (same correlation id), if it was traced in the region."""
-        return self._launch.get(op.correlation_id) if op.correlation_id is not None else None
+        return self._launch.get(op.correlation_id)
 
     def last_op(self, t: int) -> GpuOp | None:
         """The activity that ended last by ``t``."""
@@ -199,14 +189,13 @@ class Timeline:
     def previous_on_stream(self, op: GpuOp) -> GpuOp | None:
         """The latest-ending of the work just before ``op`` on its stream that started before it and ended by
         its start (+ `STREAM_TOLERANCE_NS`); of equal ends, the one queued last."""
-        ops, i = self._streams[(op.device, op.stream)], self._stream_pos[id(op)]
+        ops, i = self.streams[self.stream_label(op)], self._stream_pos[id(op)]
         fits = [o for o in reversed(ops[max(0, i - _STREAM_LOOKBACK) : i])
                 if o.start_ns < op.start_ns and o.end_ns <= op.start_ns + STREAM_TOLERANCE_NS]  # fmt: skip
         return max(fits, key=lambda o: o.end_ns, default=None)
 
     def cross_stream(self, op: GpuOp) -> GpuOp | None:
-        """The latest-ending work on another stream of the device, started before ``op``, ended within
-        `STREAM_TOLERANCE_NS` of its start."""
+        """The latest-ending work on another stream of the device, started before ``op``, ended near its start."""
         i = bisect.bisect_right(self._ends, op.start_ns + STREAM_TOLERANCE_NS) - 1
         while i >= 0 and self._ends[i] >= op.start_ns - STREAM_TOLERANCE_NS:
             other = self._by_end[i]
@@ -219,11 +208,10 @@ class Timeline:
         """The GPU work whose end released ``call`` (waiting over ``[start, t]``): the last to end in
         ``(start, t + CLOCK_TOLERANCE_NS]`` on the stream CUPTI names, else of ``gtid``'s launches, else
         any."""
-        target = self.c.sync_targets.get(call.correlation_id) if call.correlation_id is not None else None
-        if target is not None and target.stream is not None:
-            rules = [lambda op: op.stream == target.stream and (
-                target.before_correlation is None or op.correlation_id is None
-                or op.correlation_id < target.before_correlation)]  # fmt: skip
+        stream, before = self.c.sync_targets.get(call.correlation_id, (None, None))
+        if stream is not None:
+            rules = [lambda op: op.stream == stream and (
+                before is None or op.correlation_id is None or op.correlation_id < before)]  # fmt: skip
         else:
             rules = [lambda op: getattr(self.launch_of(op), "gtid", None) == gtid, lambda op: True]
         last = bisect.bisect_right(self._ends, t + CLOCK_TOLERANCE_NS) - 1

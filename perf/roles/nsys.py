@@ -36,8 +36,7 @@ def child_options(config: pytest.Config, env: Mapping[str, str]) -> tuple[list[s
         options += ["-c", str(config.inipath)]
     child_env = dict(env)
     if addopts := child_env.get("PYTEST_ADDOPTS"):
-        child_env["PYTEST_ADDOPTS"] = shlex.join(forwarded_options(shlex.split(addopts), (),
-                                                                   dropped=NSYS_DROPPED))  # fmt: skip
+        child_env["PYTEST_ADDOPTS"] = shlex.join(forwarded_options(shlex.split(addopts), (), dropped=NSYS_DROPPED))
     return [*options, "--benchmark-disable-gc", "-p", "no:randomly"], child_env
 
 
@@ -50,8 +49,7 @@ class NsysRun:
     summaries: list[tuple[str, Any]] = field(default_factory=list)
 
     def run_test(self, item: pytest.Item) -> bool | None:
-        """``pytest_runtest_protocol``: a test marked ``nsys`` runs in a child under nsys (True) when captures
-        were asked for; else None."""
+        """``pytest_runtest_protocol``: a test marked ``nsys`` runs in a child under nsys (True) if asked; else None."""
         if item.get_closest_marker("nsys") is None or not self.selected:
             return None
         ihook = item.ihook
