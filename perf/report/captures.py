@@ -19,8 +19,7 @@ _COLUMNS = ["capture", "region ms", "GPU idle", "bounded by (critical path)", "l
 
 @dataclass(frozen=True)
 class CaptureRow:
-    """One capture: its folder's name, region length (ms), GPU idle share (0..1), critical path (None: not
-    known)."""
+    """One capture: its folder's name, region length (ms), GPU idle share (0..1), critical path (None: unknown)."""
 
     name: str
     region_ms: float | None
@@ -29,11 +28,10 @@ class CaptureRow:
 
     def cells(self) -> list[str]:
         """Its row of the captures' table (`_COLUMNS`)."""
-        waits = self.critical_path.top_waits if self.critical_path else []
+        path, waits = self.critical_path, self.critical_path.top_waits if self.critical_path else []
         return [self.name, f"{self.region_ms:.3f}" if self.region_ms is not None else "",
                 f"{100 * self.idle_fraction:.1f} %" if self.idle_fraction is not None else "",
-                self.critical_path.bounded_by().removeprefix("Bounded by: ") if self.critical_path
-                else "no critical path",
+                path.bounded_by().removeprefix("Bounded by: ") if path else "no critical path",
                 f"{waits[0].name} on {waits[0].where}, {waits[0].duration_ns / 1e6:.3f} ms" if waits else ""]
 
 
@@ -44,10 +42,9 @@ def load_captures(reports: Path, warnings: list[str]) -> list[CaptureRow]:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             region, critical = data.get("region") or None, data.get("critical_path")
-            rows.append(CaptureRow(path.parent.name, (region["end_ns"] - region["start_ns"]) / 1e6 if region
-                                   else None, data.get("idle_fraction"),
-                                   CriticalPathSummary.from_dict(critical) if isinstance(critical, dict)
-                                   else None))  # fmt: skip
+            region_ms = (region["end_ns"] - region["start_ns"]) / 1e6 if region else None
+            summary = CriticalPathSummary.from_dict(critical) if isinstance(critical, dict) else None
+            rows.append(CaptureRow(path.parent.name, region_ms, data.get("idle_fraction"), summary))
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
             warnings.append(f"skipped unreadable nsys summary '{path}': {e}")
     return rows

@@ -42,27 +42,17 @@ class Point:
         return self.bench.stat("median")
 
 
-def bench_names(runs: list[SavedRun]) -> list[str]:
-    """Every benchmark fullname over ``runs``: the newest run's order first, then older-only ones."""
-    return list(dict.fromkeys(name for run in reversed(runs) for name in run.benchmarks))
-
-
-def verdict_word(verdict: dict | None) -> str | None:
-    """The gate's word of a verdict entry (another tool's "regression" is "slower", "improved" is "faster"),
-    or None without one."""
-    word = str((verdict or {}).get("verdict", "")).lower()
-    return "slower" if word in SLOWER else "faster" if word in FASTER else word or None
-
-
 def history(inputs: ReportInputs, fullname: str, threshold: float = DEFAULT_THRESHOLD) -> list[Point]:
-    """The points of benchmark ``fullname`` over ``inputs.runs`` (oldest first), changes marked."""
+    """The points of benchmark ``fullname`` over ``inputs.runs`` (oldest first), changes marked; the mark is the
+    gate's word of the verdict (another tool's "regression" is "slower", "improved" is "faster"), else "moved"."""
     points: list[Point] = []
     base: Point | None = None
     for index, run in enumerate(inputs.runs):
         if (bench := run.benchmarks.get(fullname)) is None:
             continue
         reasons = [f"injected ({describe_injected(run.injected)})"] if run.injected else []
-        change, mark = None, verdict_word(inputs.verdict_for(run, bench))
+        word = str((inputs.verdict_for(run, bench) or {}).get("verdict", "")).lower()
+        change, mark = None, "slower" if word in SLOWER else "faster" if word in FASTER else word or None
         if mark is not None:
             reasons.append(f"compare verdict: {mark}")
         if base is not None and base.median > 0:

@@ -4,7 +4,6 @@ rendered in memory, then written atomically; what each holds: docs/method.md, se
 from __future__ import annotations
 
 import base64
-import importlib
 import logging
 from dataclasses import dataclass, field
 from html import escape
@@ -17,10 +16,11 @@ from detector.fileio import atomic_write_text
 from detector.timing import STAGES
 from perf.report import plots, schema
 from perf.report.captures import captures_html, captures_markdown
-from perf.report.changes import DEFAULT_THRESHOLD, bench_names, history
+from perf.report.changes import DEFAULT_THRESHOLD, history
 from perf.report.inputs import ReportInputs, load_inputs
 from perf.report.suite import PerfReport
-from perf.report.tables import Notice, Table, all_tables, notices, ordered, stage_rows, to_markdown
+from perf.report.tables import (Notice, Table, benchmark_table, change_table, notices, ordered, parity_table,
+                                stage_rows, stages_table, to_markdown, verdict_table)
 from perf.runs import HistoryError
 
 log = logging.getLogger(__name__)
@@ -49,8 +49,8 @@ $body
 
 @dataclass(frozen=True)
 class Figure:
-    """One figure of the page: its ``section`` heading, ``caption``, PNG bytes, a CSS ``kind`` (its class) and
-    ``details``: lines listed under the caption, folded (what each mark of the history is)."""
+    """One figure of the page: ``section`` heading, ``caption``, PNG bytes, CSS ``kind`` (its class) and ``details``
+    (lines folded under the caption: what each mark of the history is)."""
 
     section: str
     caption: str
@@ -75,11 +75,10 @@ class Report:
 
 
 def _history_figure(inputs: ReportInputs, threshold: float) -> list[Figure]:
-    """One figure of small multiples (none without runs): a panel per benchmark, grouped and in numeric order
-    of their names."""
-    series = (history(inputs, name, threshold) for name in bench_names(inputs.runs))
-    by_name = {points[-1].bench.fullname: points for points in series if points}
-    if not by_name:
+    """One figure of small multiples (none without runs): a panel per benchmark, grouped, in numeric name order."""
+    names = dict.fromkeys(name for run in reversed(inputs.runs) for name in run.benchmarks)
+    series = (history(inputs, name, threshold) for name in names)
+    if not (by_name := {points[-1].bench.fullname: points for points in series if points}):
         return []
     order = ordered([points[-1].bench for points in by_name.values()])
     grouped = len({b.group for b in order}) > 1
@@ -88,15 +87,13 @@ def _history_figure(inputs: ReportInputs, threshold: float) -> list[Figure]:
     labels = [str(r.number) if r.number is not None else r.path.stem[:8] for r in inputs.runs]
     marks = tuple(f"{plots.short_name(p.bench)}, run {p.run.name}: {p.mark or 'change point'}, {p.reason}"
                   for _, points in panels for p in points if p.mark or p.level)  # fmt: skip
-    caption = (f"{len(panels)} benchmark(s) over {len(inputs.runs)} saved run(s), each panel in its own time "
-               f"unit; {len(marks) or 'no'} point(s) marked.")  # fmt: skip
-    figure = plots.history_grid(panels, labels, threshold)
-    return [Figure(HISTORY, caption, figure, kind="history", details=marks)]
+    caption = (f"{len(panels)} benchmark(s) over {len(inputs.runs)} saved run(s), each panel in its own time unit; "
+               f"{len(marks) or 'no'} point(s) marked.")
+    return [Figure(HISTORY, caption, plots.history_grid(panels, labels, threshold), kind="history", details=marks)]
 
 
 def _figures(inputs: ReportInputs, threshold: float) -> list[Figure]:
-    """The latency distributions of the newest run (one figure per group), its end-to-end stages, the history
-    and each parity candidate's IoU."""
+    """The newest run's latency distributions (a figure per group), its stages, the history, each parity IoU."""
     from perf.measure.parity import TOLERANCES
 
     out = []
@@ -104,28 +101,27 @@ def _figures(inputs: ReportInputs, threshold: float) -> list[Figure]:
         benches = ordered(list(latest.benchmarks.values()))
         for group, each in groupby(benches, key=lambda b: b.group or "ungrouped"):
             benches = list(each)
-            raw = ("every round" if all(b.has_rounds for b in benches)
-                   else "saved statistics (no rounds saved)")  # fmt: skip
-            caption = (f"{group}: run {latest.label}, from {raw}; a violin from {plots.VIOLIN_MIN_ROUNDS} "
-                       "rounds on, else a box (min to max) with each round as a dot")  # fmt: skip
+            raw = "every round" if all(b.has_rounds for b in benches) else "saved statistics (no rounds saved)"
+            caption = (f"{group}: run {latest.label}, from {raw}; a violin from {plots.VIOLIN_MIN_ROUNDS} rounds on, "
+                       "else a box (min to max) with each round as a dot")
             out.append(Figure("Latency distribution", caption, plots.latency_distribution(benches, group)))
     if rows := stage_rows(inputs):
-        out.append(Figure("End-to-end stages", "ms per frame of each pipeline stage",
-                          plots.stage_breakdown(rows, STAGES)))  # fmt: skip
+        figure = plots.stage_breakdown(rows, STAGES)
+        out.append(Figure("End-to-end stages", "ms per frame of each pipeline stage", figure))
     out += _history_figure(inputs, threshold)
     for row in inputs.rows(schema.PARITY):
         if ious := [float(v) for v in row.get("ious") or [] if isinstance(v, (int, float))]:
-            tol = TOLERANCES.get(str(row.get("precision")))
-            label = str(row.get("candidate", "?"))
+            tol, label = TOLERANCES.get(str(row.get("precision"))), str(row.get("candidate", "?"))
             caption = f"{label}: IoU of each matched detection vs torch fp32 ({row.get('verdict')})"
-            figure = plots.iou_histogram(label, ious, tol.mean_iou if tol else None)
-            out.append(Figure("Parity IoU", caption, figure))
+            out.append(Figure("Parity IoU", caption, plots.iou_histogram(label, ious, tol.mean_iou if tol else None)))
     return out
 
 
 def render(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> Report:
-    """Tables, markdown and figures of ``inputs`` (nothing written)."""
-    tables, said, subject = all_tables(inputs, threshold), notices(inputs), inputs.subject
+    """Tables (those with rows, in `perf.report.schema.SUMMARY` order), markdown and figures of ``inputs``."""
+    tables = [t for t in (benchmark_table(inputs, threshold), verdict_table(inputs), change_table(inputs),
+                          stages_table(inputs), parity_table(inputs)) if t is not None]  # fmt: skip
+    said, subject = notices(inputs), inputs.subject
     markdown = "\n".join(part for part in (to_markdown(tables, inputs.warnings, said=said, subject=subject),
                                             captures_markdown(inputs.captures)) if part)  # fmt: skip
     return Report(markdown, tables, _figures(inputs, threshold), list(inputs.warnings), said,
@@ -177,12 +173,11 @@ def build_report(storage: Path | None, reports: Path | None, out: Path, *, machi
     """Write ``out/summary.md`` and ``out/index.html``; their paths and the warnings (also shown in both).
     `perf.runs.HistoryError` (nothing written): unusable inputs, or no matplotlib."""
     try:
-        importlib.import_module("matplotlib")  # imported for real by perf.report.plots, lazily
+        import matplotlib  # noqa: F401 - imported for real by perf.report.plots, lazily
     except ImportError as e:
         raise HistoryError(f"the HTML report needs matplotlib ({e}): pip install -e '.[report]'") from e
     inputs = load_inputs(storage, reports, machine_id=machine_id, verdicts=verdicts, store=store)
     report = render(inputs, threshold)
-    page = to_html(report)
-    paths = [atomic_write_text(out / SUMMARY, report.markdown), atomic_write_text(out / INDEX, page)]
+    paths = [atomic_write_text(out / SUMMARY, report.markdown), atomic_write_text(out / INDEX, to_html(report))]
     log.info("wrote %s (%d figures)", ", ".join(map(str, paths)), len(report.figures))
     return paths, report.warnings

@@ -4,6 +4,7 @@ warnings to ``warnings``; bad input that leaves nothing to report is a `perf.run
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import Counter
 from dataclasses import dataclass, field
@@ -52,14 +53,7 @@ class ReportInputs:
         if (latest := self.latest) is None:
             return {}
         info = latest.machine_info
-        where = info.get("node") or latest.machine_id
-        return describe_subject(info.get("perf_subject"), latest.fingerprint, where)
-
-    @property
-    def judged_run(self) -> SavedRun | None:
-        """The run the compare verdicts judged, when it is one of :attr:`runs`; else None."""
-        verdicts = self.verdicts
-        return next((run for run in self.runs if verdicts is not None and verdicts.judges(run)), None)
+        return describe_subject(info.get("perf_subject"), latest.fingerprint, info.get("node") or latest.machine_id)
 
     def rows(self, table: TableSpec) -> list[dict[str, Any]]:
         """The suite report's rows of ``table`` (none when the report lacks it)."""
@@ -85,8 +79,7 @@ class ReportInputs:
 
 
 def load_machine_runs(storage: Path, machine_id: str | None, warnings: list[str]) -> list[SavedRun]:
-    """One machine's saved runs (default: the newest run file's), oldest first; `HistoryError` when every
-    file is corrupt, or ``storage`` is not a folder."""
+    """One machine's saved runs (default: the newest file's), oldest first; `HistoryError`: all corrupt, no folder."""
     files = run_files(storage)
     if machine_id is None:
         if not files:
@@ -105,12 +98,9 @@ def load_tables(reports: Path, warnings: list[str]) -> tuple[dict[str, list[dict
     """The tables of ``<reports>/perf-report.json`` by title and the device it names (or None); a missing
     file is a warning, a corrupt one a `HistoryError`."""
     if not reports.is_dir():
-        problem = "not a folder" if reports.exists() else "no such folder"
-        raise HistoryError(f"reports folder '{reports}': {problem}")
-    path = reports / PERF_REPORT
-    if not path.exists():
-        warnings.append(f"no {PERF_REPORT} in '{reports}': no end-to-end stage table from the report, "
-                        "no parity")
+        raise HistoryError(f"reports folder '{reports}': {'not a folder' if reports.exists() else 'no such folder'}")
+    if not (path := reports / PERF_REPORT).exists():
+        warnings.append(f"no {PERF_REPORT} in '{reports}': no end-to-end stage table from the report, no parity")
         return {}, None
     doc = read_json(path, "the suite's report")
     if (problem := report_problem(doc, find_suite_table)) is not None:
@@ -139,8 +129,7 @@ def load_store_runs(where: str, warnings: list[str]) -> tuple[list[SavedRun], An
 
 
 def same_subject(runs: list[SavedRun], warnings: list[str]) -> list[SavedRun]:
-    """The runs comparable with the newest (same machine, model and video: the gate's one rule,
-    `perf.gate.history.comparable`); a warning names the others."""
+    """The runs comparable with the newest (`perf.gate.history.comparable`); a warning names the others."""
     if not runs:
         return runs
     from perf.gate.history import comparable
@@ -152,18 +141,15 @@ def same_subject(runs: list[SavedRun], warnings: list[str]) -> list[SavedRun]:
         what = "; ".join(sorted({subject_line(run.machine_info.get("perf_subject")) for run in others}))
         warnings.append(f"{len(others)} saved run(s) of another model, video or machine are not in this "
                         f"report ({what}): this report is of {subject_line(identity)}")
-        return kept
-    return runs
+    return kept
 
 
 def find_changes(runs: list[SavedRun], warnings: list[str], profile: Any = None) -> list[Any]:
-    """The change points of ``runs``' histories (each benchmark's floor from ``profile`` where it has one);
-    without ruptures none, and a warning."""
+    """The change points of ``runs``' histories (floors from ``profile``); without ruptures none, and a warning."""
     try:
         import ruptures  # noqa: F401 - the change-point finder's library
     except ImportError:
-        warnings.append("no change points: they need ruptures, a dependency of this package "
-                        "(pip install -e .)")
+        warnings.append("no change points: they need ruptures, a dependency of this package (pip install -e .)")
         return []
     from perf.gate.noise import floors_from_profile
     from perf.store.changepoints import history_changes, points_from_runs
@@ -186,22 +172,17 @@ def load_inputs(storage: Path | None, reports: Path | None, *, machine_id: str |
         elif isinstance(fingerprint := inputs.runs[-1].fingerprint, dict):  # this machine's noise profile
             from perf.gate.noise import NoiseProfileError, find_profile
 
-            try:
+            with contextlib.suppress(NoiseProfileError):  # unreadable: change points use the default floor
                 profile = find_profile(storage, fingerprint)
-            except NoiseProfileError:  # unreadable: change points use the default floor
-                pass
     inputs.runs = same_subject(inputs.runs, warnings)
     if len(inputs.runs) >= 3:
         inputs.changes = find_changes(inputs.runs, warnings, profile)
     if reports is not None:
         inputs.tables, inputs.report_device = load_tables(reports, warnings)
         inputs.captures = load_captures(reports, warnings)
-    if verdicts is not None:
-        inputs.verdicts = load_verdicts(path=verdicts)
-    elif reports is not None:
-        inputs.verdicts = load_verdicts(reports)
+    if verdicts is not None or reports is not None:  # a verdict file given, else the reports' perf-compare.json
+        inputs.verdicts = load_verdicts(reports or ".", path=verdicts)
     if not inputs.runs and not inputs.tables:
-        where = " or ".join(f"'{p}'" for p in (store or storage, reports) if p is not None)
-        where = where or "no input given"
+        where = " or ".join(f"'{p}'" for p in (store or storage, reports) if p is not None) or "no input given"
         raise HistoryError(f"nothing to report: no saved benchmark runs and no {PERF_REPORT} in {where}")
     return inputs

@@ -20,8 +20,7 @@ if TYPE_CHECKING:
 
 #: Colours of the marks: the gate's slower and faster, any other mark (a move no verdict judged, another
 #: verdict), a change point of the history, commit change, injected run.
-SLOWER, FASTER, MOVED, LEVEL = "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"
-COMMIT, INJECTED = "#7f7f7f", "#8c8c8c"
+SLOWER, FASTER, MOVED, LEVEL, COMMIT, INJECTED = "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#7f7f7f", "#8c8c8c"
 _PALETTE = ("#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 DPI = 100
 #: Figure width (inches): the page's width at `DPI`.
@@ -31,13 +30,12 @@ VIOLIN_MIN_ROUNDS = 20
 #: Panels per row of the history figure, by how many panels there are at most: (panels, columns).
 HISTORY_COLUMNS = ((4, 2), (18, 3), (10**9, 4))
 P = ParamSpec("P")
-_FONT = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9,
-         "ytick.labelsize": 9, "legend.fontsize": 9}  # fmt: skip
+_FONT = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
+         "legend.fontsize": 9}
 
 
 def _png(draw: Callable[P, Figure]) -> Callable[P, bytes]:
-    """``draw``'s figure as PNG bytes (Agg), drawn with the report's font sizes (`_FONT`), matplotlib's
-    settings left as they were."""
+    """``draw``'s figure as PNG bytes (Agg), with the report's font sizes (`_FONT`), matplotlib's settings kept."""
 
     @functools.wraps(draw)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> bytes:
@@ -68,8 +66,7 @@ def _plain_ticks(axis: Any) -> None:
 
 
 def short_name(bench: BenchmarkRecord) -> str:
-    """The part of a benchmark's name that tells it from others of its test: ``torch-fp32-b8`` of
-    ``test_inference_speed[torch-fp32-b8]``; the whole name when it has no parameters."""
+    """``torch-fp32-b8`` of ``test_inference_speed[torch-fp32-b8]``; the whole name when it has no parameters."""
     name = bench.name
     return name[name.index("[") + 1 : -1] if "[" in name and name.endswith("]") else name
 
@@ -86,48 +83,42 @@ def distribution_kind(data: Sequence[float]) -> str:
 
 @_png
 def latency_distribution(benches: Sequence[BenchmarkRecord], title: str) -> Figure:
-    """Every round's time per benchmark, a row each in the given order, coloured by backend, drawn as
-    `distribution_kind` says; a log axis when the times span more than 30x."""
+    """Every round's time, a row per benchmark, coloured by backend, as `distribution_kind` says; log beyond 30x."""
     backends = [str(b.extra_info.get("variant") or b.extra_info.get("backend") or "") for b in benches]
     colour = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(dict.fromkeys(backends))}
     unit, scale = time_unit(min((b.stat("median") for b in benches if b.stat("median") > 0), default=1e-3))
     fig = _figure(WIDTH, 1.3 + 0.42 * len(benches))
     ax = fig.add_subplot()
-    lows, highs, labels = [], [], []
+    spans, labels = [], []
     for y, (bench, backend) in enumerate(zip(benches, backends)):
         c = colour[backend]
         data = [float(v) / scale for v in bench.data] if bench.has_rounds else []
-        kind = distribution_kind(data)
-        if kind == "violin":
+        box = {"patch_artist": True, "boxprops": {"facecolor": c, "alpha": 0.35}, "medianprops": {"color": "black"}}
+        if (kind := distribution_kind(data)) == "violin":
             parts = ax.violinplot([data], positions=[y], orientation="horizontal", showmedians=True,
                                   showextrema=False, widths=0.8)  # fmt: skip
             for body in parts["bodies"]:
-                body.set_facecolor(c)
-                body.set_alpha(0.5)
+                body.set(facecolor=c, alpha=0.5)
             parts["cmedians"].set_color("black")
-        elif kind in ("box", "dot"):
+        elif kind == "stats":  # the box from the saved statistics
+            s = {k: bench.stat(k) / scale for k in ("min", "q1", "median", "q3", "max")}
+            ax.bxp([{"med": s["median"], "q1": s["q1"], "q3": s["q3"], "whislo": s["min"], "whishi": s["max"],
+                     "fliers": []}], positions=[y], orientation="horizontal", widths=0.5, **box)  # fmt: skip
+            data = [s["min"], s["max"]]
+        else:
             if kind == "box":
                 ax.boxplot([data], positions=[y], orientation="horizontal", whis=(0, 100), widths=0.55,
-                           patch_artist=True, showfliers=False, boxprops={"facecolor": c, "alpha": 0.35},
-                           medianprops={"color": "black"})  # fmt: skip
+                           showfliers=False, **box)  # fmt: skip
             n = len(data)
             offsets = [0.0] if n == 1 else [0.18 * (i / (n - 1) - 0.5) for i in range(n)]
             ax.scatter(data, [y + o for o in offsets], s=14 if kind == "box" else 40, color=c, zorder=3,
                        edgecolors="black", linewidths=0.4)  # fmt: skip
-        else:
-            s = {k: bench.stat(k) / scale for k in ("min", "q1", "median", "q3", "max")}
-            ax.bxp([{"med": s["median"], "q1": s["q1"], "q3": s["q3"], "whislo": s["min"], "whishi": s["max"],
-                     "fliers": []}], positions=[y], orientation="horizontal", widths=0.5, patch_artist=True,
-                   boxprops={"facecolor": c, "alpha": 0.35}, medianprops={"color": "black"})  # fmt: skip
-            data = [s["min"], s["max"]]
-        lows.append(min(data))
-        highs.append(max(data))
+        spans.append((min(data), max(data)))
         rounds = len(bench.data) if bench.has_rounds else int(r) if (r := bench.stat("rounds")) > 0 else 0
         labels.append(f"{short_name(bench)} · {rounds} round{'s' if rounds != 1 else ''}")
     ax.set_yticks(range(len(benches)), labels)
     ax.set_ylim(len(benches) - 0.5, -0.5)
-    positive = [v for v in lows if v > 0]
-    if positive and max(highs) / min(positive) > 30:
+    if (positive := [low for low, _ in spans if low > 0]) and max(high for _, high in spans) / min(positive) > 30:
         ax.set_xscale("log")
     _plain_ticks(ax.xaxis)
     if benches:  # "frame time (ms per frame)" from the samples' label and unit, else "time per call (ms)"
@@ -146,8 +137,7 @@ def latency_distribution(benches: Sequence[BenchmarkRecord], title: str) -> Figu
 
 
 @_png
-def stage_breakdown(rows: Sequence[tuple[str, dict[str, float], float, Any]], stages: Sequence[str],
-                    ) -> Figure:  # fmt: skip
+def stage_breakdown(rows: Sequence[tuple[str, dict[str, float], float, Any]], stages: Sequence[str]) -> Figure:
     """Stacked horizontal bars: milliseconds per frame of each pipeline stage, one bar per end-to-end case."""
     fig = _figure(WIDTH, 1.6 + 0.5 * len(rows))
     ax = fig.add_subplot()
@@ -158,8 +148,7 @@ def stage_breakdown(rows: Sequence[tuple[str, dict[str, float], float, Any]], st
         left = [a + b for a, b in zip(left, widths)]
     for y, (total, row) in enumerate(zip(left, rows)):
         fps = f", {number(row[2])} FPS" if not math.isnan(row[2]) else ""
-        ax.annotate(f"{duration(total / 1e3)}{fps}", (total, y), xytext=(4, 0), textcoords="offset points",
-                    va="center")  # fmt: skip
+        ax.annotate(f"{duration(total / 1e3)}{fps}", (total, y), xytext=(4, 0), textcoords="offset points", va="center")
     ax.set_yticks(range(len(rows)), [row[0] for row in rows])
     ax.invert_yaxis()
     ax.set_xlim(0, max(left, default=1.0) * 1.3 or 1.0)
@@ -218,8 +207,7 @@ def _history_panel(ax: Axes, points: Sequence[Point]) -> None:
 
 
 @_png
-def history_grid(panels: Sequence[tuple[str, Sequence[Point]]], run_labels: Sequence[str],
-                 threshold: float) -> Figure:  # fmt: skip
+def history_grid(panels: Sequence[tuple[str, Sequence[Point]]], run_labels: Sequence[str], threshold: float) -> Figure:
     """The history of every benchmark: a panel per ``(title, points)``, 2 to 4 a row (`HISTORY_COLUMNS`),
     sharing the x axis (``run_labels[i]`` names run ``i``); ``threshold``: named in the legend."""
     from matplotlib.lines import Line2D
@@ -245,8 +233,7 @@ def history_grid(panels: Sequence[tuple[str, Sequence[Point]]], run_labels: Sequ
                *(Line2D([], [], mec=colour, label=label, **ring) for colour, label in (
                    (SLOWER, "gate: slower"), (FASTER, "gate: faster"),
                    (MOVED, f"moved > {threshold:.0%} (no verdict) or another verdict"))),
-               Line2D([], [], ls="none", marker="s", ms=10, mfc="none", mec=LEVEL, mew=1.5,
-                      label="change point"),
+               Line2D([], [], ls="none", marker="s", ms=10, mfc="none", mec=LEVEL, mew=1.5, label="change point"),
                Line2D([], [], ls="none", marker="X", ms=8, color=INJECTED, mec="black", mew=0.5,
                       label="injected run (not a base)"),
                Line2D([], [], color=COMMIT, ls="--", lw=1, label="commit changed")]  # fmt: skip

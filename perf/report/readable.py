@@ -21,8 +21,7 @@ def _missing(value: Any) -> str | None:
 
 
 def number(value: Any, digits: int = 3) -> str:
-    """``value`` with ``digits`` significant digits, positional: ``0.00123``, ``38.3``, ``512``; from 1,000 on
-    a whole number with thousands separators (``12,346``). Integers as they are."""
+    """``value`` to ``digits`` significant digits, positional (``0.00123``, ``38.3``); from 1,000 whole (``12,346``)."""
     if (missing := _missing(value)) is not None:
         return missing
     if isinstance(value, int):
@@ -34,15 +33,13 @@ def number(value: Any, digits: int = 3) -> str:
 
 
 def time_unit(seconds: float) -> tuple[str, float]:
-    """The largest unit in which ``seconds`` is at least 1 (seconds from 1 s up), and its size in seconds:
-    ``("ms", 1e-3)`` for 0.0123."""
+    """The largest unit in which ``seconds`` is at least 1, and its size: ``("ms", 1e-3)`` for 0.0123."""
     size = 0.0 if math.isnan(seconds) else abs(seconds)
     return next(((name, scale) for name, scale in TIME_UNITS if size >= scale), TIME_UNITS[-1])
 
 
 def duration(seconds: Any, digits: int = 3) -> str:
-    """Seconds in the unit that fits them: ``"512 µs"``, ``"12.3 ms"``, ``"1,234 s"`` (999.96 ms is
-    ``"1.00 s"``)."""
+    """Seconds in the unit that fits them: ``"512 µs"``, ``"12.3 ms"``, ``"1,234 s"`` (999.96 ms: ``"1.00 s"``)."""
     if (missing := _missing(seconds)) is not None:
         return missing
     name, scale = time_unit(float(f"{seconds:.{digits - 1}e}"))
@@ -60,19 +57,15 @@ def change(fraction: Any) -> str:
 
 def ratio(value: Any) -> str:
     """A ratio of two speeds or times: ``"0.45x"``."""
-    missing = _missing(value)
-    return missing if missing is not None else f"{number(value)}x"
+    return missing if (missing := _missing(value)) is not None else f"{number(value)}x"
 
 
 def tick_text(value: float, _position: Any = None) -> str:
-    """An axis tick (a ``matplotlib.ticker.FuncFormatter`` function): the shortest positional text of
-    ``value``, ``"0.5"``, ``"20"``, ``"1,000"``."""
+    """An axis tick (a ``FuncFormatter`` function): the shortest positional text, ``"0.5"``, ``"20"``, ``"1,000"``."""
     text = number(value, 3) if value else "0"
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key that orders the numbers inside ``text`` by value (``[torch-fp32-b8]`` before
-    ``[torch-fp32-b32]``), the rest case-insensitively."""
-    parts = (part for part in re.split(r"(\d+)", text) if part)
-    return tuple((0, int(part)) if part.isdigit() else (1, part.lower()) for part in parts)
+    """Sort key: numbers in ``text`` by value (``[torch-fp32-b8]`` before ``[torch-fp32-b32]``), the rest any case."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part.lower()) for part in re.split(r"(\d+)", text) if part)

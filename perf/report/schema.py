@@ -97,10 +97,8 @@ class TableSpec:
         """The heading of each row key of ``names``: its column's ``header`` when it has one, else the key."""
         return [(column.header if (column := self.column(n)) else "") or n for n in names]
 
-    def markdown(self, names: Sequence[str], rows: Iterable[Sequence[str]], numbers_right: bool = False,
-                 ) -> list[str]:  # fmt: skip
-        """The markdown table of ``rows`` (cells in ``names`` order); ``numbers_right``: columns with a unit
-        aligned right."""
+    def markdown(self, names: Sequence[str], rows: Iterable[Sequence[str]], numbers_right: bool = False) -> list[str]:
+        """The markdown table of ``rows`` (cells in ``names`` order); ``numbers_right``: unit columns right."""
         headers = self.headers(names)
         right = [h for h, n in zip(headers, names) if numbers_right and (c := self.column(n)) and c.unit]
         return markdown_table(headers, rows, right)
@@ -115,7 +113,6 @@ class TableSpec:
 
 
 _STAGE_MS = tuple(num(stage, "ms per frame") for stage in STAGES)
-_HOST_IO = "(host I/O loop)"
 
 # The suite's report: what tests add rows to.
 LAB = TableSpec("LAB", "End-to-end (the lab's table)", (
@@ -126,19 +123,16 @@ STAGES_TABLE = TableSpec("STAGES_TABLE", "End-to-end stages (ms per frame)", (
 STAGE_SPREAD = TableSpec("STAGE_SPREAD", "End-to-end stage spread (IQR of the blocks, ms per frame)", (
     text("Model Type"), num("blocks"), num("frames per block", "frames"), *_STAGE_MS))
 INFERENCE = TableSpec("INFERENCE", "Inference", (
-    text("case"), num("batch", "images"), num("median ms", "ms"), num("p99 ms", "ms"),
-    num("images/s", "img/s"), num("h2d ms", "ms", gpu_only=True, header=f"h2d ms {_HOST_IO}"),
-    num("compute ms", "ms", header=f"compute ms {_HOST_IO}"),
-    num("d2h ms", "ms", gpu_only=True, header=f"d2h ms {_HOST_IO}"),
-    num("enqueue ms", "ms", gpu_only=True, header=f"enqueue ms {_HOST_IO}"), num("host ms (sync)", "ms"),
-    num("warm-up s", "s")),
-    note="Three measurements. median ms, p99 ms, images/s: the benchmark itself (input and output on the "
-    "device; GPU time from CUDA events on a GPU, host time on a CPU), what --perf-compare judges. Columns "
-    "marked (host I/O loop): a separate loop of a few calls with the input and output on the host (what a "
-    "pipeline pays), each stage timed on its own; its compute is not a part of the median and may exceed it. "
-    "host ms (sync): a third loop, host wall time of each call with synchronisation.",
-    cpu_note="On a CPU there are no host-device copies and no asynchronous launches: h2d, d2h and enqueue "
-    "are left out.")
+    text("case"), num("batch", "images"), num("median ms", "ms"), num("p99 ms", "ms"), num("images/s", "img/s"),
+    *(num(f"{io} ms", "ms", gpu_only=io != "compute", header=f"{io} ms (host I/O loop)")
+      for io in ("h2d", "compute", "d2h", "enqueue")), num("host ms (sync)", "ms"), num("warm-up s", "s")),
+    note="Three measurements. median ms, p99 ms, images/s: the benchmark itself (input and output on the device; GPU "
+    "time from CUDA events on a GPU, host time on a CPU), what --perf-compare judges. Columns marked (host I/O loop): "
+    "a separate loop of a few calls with the input and output on the host (what a pipeline pays), each stage timed "
+    "on its own; its compute is not a part of the median and may exceed it. host ms (sync): a third loop, host wall "
+    "time of each call with synchronisation.",
+    cpu_note="On a CPU there are no host-device copies and no asynchronous launches: h2d, d2h and enqueue are left "
+    "out.")
 SPEEDUP = TableSpec("SPEEDUP", "Speed-up vs torch fp32 (same run)", (
     text("case"), num("batch", "images"), num("median ms", "ms"), num("torch fp32 median ms", "ms"),
     num("speed-up", "x")))
@@ -149,10 +143,10 @@ HARNESS = TableSpec("HARNESS", "Harness overhead", (
     text("case"), num("batch", "images"), num("suite median ms", "ms"), num("bare loop ms/call", "ms"),
     num("bare per-call events ms", "ms"), num("suite FPS", "img/s"), num("bare loop FPS", "img/s"),
     num("overhead", "fraction", gpu_only=True)),
-    note="overhead = suite median / bare loop ms per call - 1: what pytest-benchmark and the suite's clock "
-    "add to a call on a GPU (0.02 = 2%).",
-    cpu_note="On a CPU this is a smoke test: a handful of calls per reading and no CUDA events, so the suite "
-    "and the bare loop differ by noise alone; the overhead is not shown (run it on a GPU for that figure).")
+    note="overhead = suite median / bare loop ms per call - 1: what pytest-benchmark and the suite's clock add to a "
+    "call on a GPU (0.02 = 2%).",
+    cpu_note="On a CPU this is a smoke test: a handful of calls per reading and no CUDA events, so the suite and the "
+    "bare loop differ by noise alone; the overhead is not shown (run it on a GPU for that figure).")
 PARITY = TableSpec("PARITY", "Parity vs torch fp32", (
     text("candidate"), text("verdict"), num("reference boxes", "detections"), num("match rate", "fraction"),
     num("mean IoU"), num("max score diff", "score"), num("class agreement", "fraction"),
@@ -163,44 +157,42 @@ ACCURACY = TableSpec("ACCURACY", "Accuracy vs ground truth", (
 PIPELINED_PATHS = TableSpec("PIPELINED_PATHS", "Pipelined end to end: each path alone", (
     text("case"), text("path"), num("FPS", "FPS"), num("ms/frame", "ms per frame")))
 PIPELINED_RATIOS = TableSpec("PIPELINED_RATIOS", "Pipelined vs its slowest stage and the sequential loop", (
-    text("case"), num("frames", "frames"), text("pipelined"), num("pipelined FPS", "FPS"),
-    text("slowest stage"), num("slowest stage FPS", "FPS"), num("pipeline/slowest stage", "x"),
-    text("meets 0.9", gpu_only=True), num("pipeline/sequential", "x")),
-    note="pipeline/slowest stage: the best pipelined FPS over the slowest stage measured alone, the most a "
-    "pipeline can reach ('meets 0.9': at least 0.9 of it, the GPU target); pipeline/sequential: over the "
-    "sequential loop (above 1 when overlapping the stages pays).",
-    cpu_note="On a CPU the video is cut to a few frames and every stage competes for the same cores: the "
-    "ratios are a smoke test, and the 0.9 target, which holds for a GPU only, is not shown.")
+    text("case"), num("frames", "frames"), text("pipelined"), num("pipelined FPS", "FPS"), text("slowest stage"),
+    num("slowest stage FPS", "FPS"), num("pipeline/slowest stage", "x"), text("meets 0.9", gpu_only=True),
+    num("pipeline/sequential", "x")),
+    note="pipeline/slowest stage: the best pipelined FPS over the slowest stage measured alone, the most a pipeline "
+    "can reach ('meets 0.9': at least 0.9 of it, the GPU target); pipeline/sequential: over the sequential loop "
+    "(above 1 when overlapping the stages pays).",
+    cpu_note="On a CPU the video is cut to a few frames and every stage competes for the same cores: the ratios are a "
+    "smoke test, and the 0.9 target, which holds for a GPU only, is not shown.")
 SKIP_INTERVAL = TableSpec("SKIP_INTERVAL", "Skip interval (DeepStream interval): FPS and mAP", (
-    text("case"), num("N", "frames skipped"), num("inferred frames", "frames"),
-    num("FPS, no video written", "FPS"), num("mAP@0.5"), num("mAP@0.5:0.95"), text("note")),
-    note="N: frames skipped between inferences, as DeepStream's interval: N=0 infers every frame, N=1 frames "
-    "0,2,4,..., N=2 frames 0,3,6,..., N=4 frames 0,5,10,...; a constant-velocity IoU tracker moves the last "
-    "boxes over the skipped frames. FPS: every frame (read, preprocess, infer, postprocess and track: the "
-    "sequential loop, no video written, as DeepStream's figures use a fake sink) over wall time; mAP over "
-    "the same frames against the video's ground truth (n/a without one, the note says why).",
+    text("case"), num("N", "frames skipped"), num("inferred frames", "frames"), num("FPS, no video written", "FPS"),
+    num("mAP@0.5"), num("mAP@0.5:0.95"), text("note")),
+    note="N: frames skipped between inferences, as DeepStream's interval: N=0 infers every frame, N=1 frames 0,2,4,"
+    "..., N=2 frames 0,3,6,..., N=4 frames 0,5,10,...; a constant-velocity IoU tracker moves the last boxes over the "
+    "skipped frames. FPS: every frame (read, preprocess, infer, postprocess and track: the sequential loop, no video "
+    "written, as DeepStream's figures use a fake sink) over wall time; mAP over the same frames against the video's "
+    "ground truth (n/a without one, the note says why).",
     cpu_note="On a CPU the video is cut to a few frames: FPS and mAP are a smoke test.")
 MULTISTREAM = TableSpec("MULTISTREAM", "Multi-stream batching", (
     text("case"), num("streams"), num("ticks"), num("aggregate FPS", "FPS"), num("FPS per stream", "FPS"),
     num("latency p50 ms", "ms"), num("latency p99 ms", "ms"), num("queue depth", "frames")))
 CLOCK_TRUTH = TableSpec("CLOCK_TRUTH", "Clock truth", (
-    num("known ms", "ms"), num("CUDA-event ms", "ms"), num("event error %", "%"),
-    num("event offset us", "us"), num("host+sync ms", "ms"), num("host error %", "%")))
+    num("known ms", "ms"), num("CUDA-event ms", "ms"), num("event error %", "%"), num("event offset us", "us"),
+    num("host+sync ms", "ms"), num("host error %", "%")))
 GPU_MEMORY = TableSpec("GPU_MEMORY", "GPU memory at backend release (MiB)", (
     text("backend"), num("runners"), num("allocated_mib before", "MiB"), num("reserved_mib before", "MiB"),
     num("device_used_mib before", "MiB"), num("allocated_mib after", "MiB"), num("reserved_mib after", "MiB"),
     num("device_used_mib after", "MiB"), text("why")), gpu_only=True,
     cpu_note="GPU memory: a CPU run has none to measure, so the table is left out.")
-NOISE_CONTROLS = TableSpec("NOISE_CONTROLS", "Noise sources: each control off and on, alternating in one "
-                           "process", (
+NOISE_CONTROLS = TableSpec("NOISE_CONTROLS", "Noise sources: each control off and on, alternating in one process", (
     text("control"), text("subject"), num("passes"), num("median ms off", "ms"), num("median ms on", "ms"),
     num("on/off", "x"), num("on/off (CPU-reference units)", "x"), num("pass spread % off", "%"),
-    num("pass spread % on", "%"), num("within CV % off", "%"), num("within CV % on", "%"),
-    num("p99 ms off", "ms"), num("p99 ms on", "ms")))
+    num("pass spread % on", "%"), num("within CV % off", "%"), num("within CV % on", "%"), num("p99 ms off", "ms"),
+    num("p99 ms on", "ms")))
 NOISE_CLOCKS = TableSpec("NOISE_CLOCKS", "Noise sources: clocks over the study's passes", (
-    text("subject"), num("passes"), text("GPU SM clock MHz range", "MHz"),
-    num("corr(median, GPU SM clock MHz)"), text("CPU reference ms range", "ms"),
-    num("corr(median, CPU reference ms)")))
+    text("subject"), num("passes"), text("GPU SM clock MHz range", "MHz"), num("corr(median, GPU SM clock MHz)"),
+    text("CPU reference ms range", "ms"), num("corr(median, CPU reference ms)")))
 GATE_SELFTEST = TableSpec("GATE_SELFTEST", "Gate self-test", (
     text("subject"), num("rounds"), text("injected"), num("measured ratio", "x"), num("unstable", "trials"),
     text("slower @ min effect {}", "trials")))
@@ -208,22 +200,18 @@ GPU_THROTTLING = TableSpec("GPU_THROTTLING", "GPU throttling", (text("test"), te
 
 # The cross-process self-test and noise profile (perf.roles.processes; shorter titles: the
 # `python -m perf.crossprocess` command).
-_FAMILY_NOISE = (
-    text("family"), num("benchmarks"), num("processes"), num("median CV %", "%"), num("max CV %", "%"),
-    num("max |ratio-1| %", "%"), num("CV target %", "%"), text("meets target"))
-_IDENTICAL = (
-    text("family"), num("rows"), num("slower"), num("faster"), text("inconclusive", "rows"),
-    num("median detectable %", "%"), num("runs"), text("red runs", "runs"),
-    text("runs with suspects", "runs"), text("meets targets"))
-_REGRESSED = (
-    text("regression"), text("family"), text("batch", "images"), num("runs"), num("median ratio", "x"),
-    text("slower", "runs"), text("slower, stage named", "runs"), text("inconclusive", "runs"),
-    num("confirmation processes"), text("target"), text("meets target"))
+_FAMILY_NOISE = (text("family"), num("benchmarks"), num("processes"), num("median CV %", "%"), num("max CV %", "%"),
+                 num("max |ratio-1| %", "%"), num("CV target %", "%"), text("meets target"))
+_IDENTICAL = (text("family"), num("rows"), num("slower"), num("faster"), text("inconclusive", "rows"),
+              num("median detectable %", "%"), num("runs"), text("red runs", "runs"),
+              text("runs with suspects", "runs"), text("meets targets"))
+_REGRESSED = (text("regression"), text("family"), text("batch", "images"), num("runs"), num("median ratio", "x"),
+              text("slower", "runs"), text("slower, stage named", "runs"), text("inconclusive", "runs"),
+              num("confirmation processes"), text("target"), text("meets target"))
 _COMPARE_FAIL = (text("check"), num("ordered pairs"), text("pairs passing", "pairs"),
                  text("benchmarks that failed (pairs)"))
 NOISE_FAMILY = TableSpec(
-    "NOISE_FAMILY", "Noise between processes, per family (per-process median of each "
-                    "benchmark)", _FAMILY_NOISE)
+    "NOISE_FAMILY", "Noise between processes, per family (per-process median of each benchmark)", _FAMILY_NOISE)
 NOISE_BENCHMARK = TableSpec("NOISE_BENCHMARK", "Noise between processes, per benchmark and metric", (
     text("benchmark"), text("metric"), text("family"), num("processes"), num("median of medians ms", "ms"),
     num("CV %", "%"), num("max |ratio-1| %", "%"), num("between sd %", "%"), num("within se %", "%")))
@@ -232,24 +220,21 @@ SELFTEST_IDENTICAL = TableSpec(
 SELFTEST_REGRESSED = TableSpec(
     "SELFTEST_REGRESSED", "Cross-process self-test: simulated CI runs of injected regressions", _REGRESSED)
 SELFTEST_COMPARE_FAIL = TableSpec(
-    "SELFTEST_COMPARE_FAIL",
-    "Cross-process self-test: pytest-benchmark --benchmark-compare-fail on identical code",
+    "SELFTEST_COMPARE_FAIL", "Cross-process self-test: pytest-benchmark --benchmark-compare-fail on identical code",
     (*_COMPARE_FAIL, text("consecutive processes run with it", "processes")))
 CROSSPROCESS_RUNS = TableSpec("CROSSPROCESS_RUNS", "Cross-process runs", (
     text("run"), text("kind"), num("exit"), num("seconds", "s"), text("saved"), text("compare-fail")))
 RERUN_FAMILY = TableSpec("RERUN_FAMILY", "Noise between processes, per family", _FAMILY_NOISE)
 RERUN_IDENTICAL = TableSpec("RERUN_IDENTICAL", "Identical code", _IDENTICAL)
 RERUN_REGRESSED = TableSpec("RERUN_REGRESSED", "Injected regressions", _REGRESSED)
-RERUN_COMPARE_FAIL = TableSpec(
-    "RERUN_COMPARE_FAIL", "pytest-benchmark compare-fail on identical code", _COMPARE_FAIL)
+RERUN_COMPARE_FAIL = TableSpec("RERUN_COMPARE_FAIL", "pytest-benchmark compare-fail on identical code", _COMPARE_FAIL)
 
 #: The suite report's tables, in the order the documentation lists them.
 SUITE: tuple[TableSpec, ...] = (
-    LAB, STAGES_TABLE, STAGE_SPREAD, INFERENCE, SPEEDUP, MULTI_GPU, HARNESS, PARITY, ACCURACY,
-    PIPELINED_PATHS, PIPELINED_RATIOS, SKIP_INTERVAL, MULTISTREAM, CLOCK_TRUTH, GPU_MEMORY, NOISE_CONTROLS,
-    NOISE_CLOCKS, GATE_SELFTEST, GPU_THROTTLING, NOISE_FAMILY, NOISE_BENCHMARK, SELFTEST_IDENTICAL,
-    SELFTEST_REGRESSED, SELFTEST_COMPARE_FAIL, CROSSPROCESS_RUNS, RERUN_FAMILY, RERUN_IDENTICAL,
-    RERUN_REGRESSED, RERUN_COMPARE_FAIL)
+    LAB, STAGES_TABLE, STAGE_SPREAD, INFERENCE, SPEEDUP, MULTI_GPU, HARNESS, PARITY, ACCURACY, PIPELINED_PATHS,
+    PIPELINED_RATIOS, SKIP_INTERVAL, MULTISTREAM, CLOCK_TRUTH, GPU_MEMORY, NOISE_CONTROLS, NOISE_CLOCKS, GATE_SELFTEST,
+    GPU_THROTTLING, NOISE_FAMILY, NOISE_BENCHMARK, SELFTEST_IDENTICAL, SELFTEST_REGRESSED, SELFTEST_COMPARE_FAIL,
+    CROSSPROCESS_RUNS, RERUN_FAMILY, RERUN_IDENTICAL, RERUN_REGRESSED, RERUN_COMPARE_FAIL)
 
 # perf-report's summary: cells are formatted text carrying their units; detail columns are in the HTML page
 # only, so each markdown table keeps to MARKDOWN_COLUMNS.
@@ -258,8 +243,8 @@ SUMMARY_BENCHMARKS = TableSpec("SUMMARY_BENCHMARKS", "Benchmarks (latest run)", 
     text("p99", "time", detail=True), text("rounds", detail=True), text("images/s", "img/s"),
     text("vs previous", "%"), text("verdict")))
 SUMMARY_VERDICTS = TableSpec("SUMMARY_VERDICTS", "Compare verdicts", (
-    text("benchmark"), text("verdict"), text("baseline", "time"), text("current", "time"),
-    text("ratio [CI]", "x"), text("detectable", "%"), text("note", detail=True)))
+    text("benchmark"), text("verdict"), text("baseline", "time"), text("current", "time"), text("ratio [CI]", "x"),
+    text("detectable", "%"), text("note", detail=True)))
 SUMMARY_STAGES = TableSpec("SUMMARY_STAGES", "End-to-end", (
     text("case"), text("frames", "frames", detail=True), text("FPS", "FPS"), text("per frame", "time"),
     text("slowest stage"), *(text(s, "ms per frame", detail=True) for s in STAGES)))
@@ -270,13 +255,11 @@ SUMMARY_PARITY = TableSpec("SUMMARY_PARITY", "Parity vs torch fp32", (
 SUMMARY_CHANGES = TableSpec("SUMMARY_CHANGES", "Change points in the history", (
     text("benchmark"), text("changed at"), text("before", "time"), text("after", "time"), text("size", "%"),
     num("runs after", "runs")),
-    note="where a benchmark's level changed in this machine's history (perf.store.changepoints: PELT on the "
-         "log medians, kept when beyond the minimum effect and 4 standard errors); changed at: the commit "
-         "and run of the first run at the new level; runs after: how many runs are at it (one alone may be a "
-         "slow run)")
+    note="where a benchmark's level changed in this machine's history (perf.store.changepoints: PELT on the log "
+    "medians, kept when beyond the minimum effect and 4 standard errors); changed at: the commit and run of the first "
+    "run at the new level; runs after: how many runs are at it (one alone may be a slow run)")
 #: perf-report's summary tables, in report order.
-SUMMARY: tuple[TableSpec, ...] = (
-    SUMMARY_BENCHMARKS, SUMMARY_VERDICTS, SUMMARY_CHANGES, SUMMARY_STAGES, SUMMARY_PARITY)
+SUMMARY: tuple[TableSpec, ...] = (SUMMARY_BENCHMARKS, SUMMARY_VERDICTS, SUMMARY_CHANGES, SUMMARY_STAGES, SUMMARY_PARITY)
 
 _SUITE_BY_TITLE = {spec.title: spec for spec in SUITE}
 #: The suite report's table of a title, or None (a saved report of another version).
@@ -285,10 +268,9 @@ find_suite_table = _SUITE_BY_TITLE.get
 
 def suite_table(table: TableSpec | str) -> TableSpec:
     """The suite report's table ``table`` (a spec, or its title); `SchemaError` when the schema lacks it."""
-    spec = _SUITE_BY_TITLE.get(table.title if isinstance(table, TableSpec) else table)
-    if spec is None or (isinstance(table, TableSpec) and spec != table):
-        title = table.title if isinstance(table, TableSpec) else table
+    title = table.title if isinstance(table, TableSpec) else table
+    if (spec := _SUITE_BY_TITLE.get(title)) is None or (isinstance(table, TableSpec) and spec != table):
         titles = ", ".join(repr(s.title) for s in SUITE)
-        raise SchemaError(f"no report table {title!r} in perf/report/schema.py: declare it there, or use one "
-                          f"of its tables ({titles})")
+        raise SchemaError(f"no report table {title!r} in perf/report/schema.py: declare it there, or use one of its "
+                          f"tables ({titles})")
     return spec

@@ -23,8 +23,7 @@ REPORT_STEM = "perf-report"
 
 
 def speedup_rows(rows: Sequence[dict[str, Any]], reference: str = "torch fp32") -> list[dict[str, Any]]:
-    """Each "Inference" row against the ``reference`` case's at the same batch size: ``speed-up`` = reference
-    median / case median (2.0 = twice as fast). Rows without a reference are left out."""
+    """Each "Inference" row with a ``reference`` row at its batch: ``speed-up`` = reference median / its median."""
     ref = {r["batch"]: r["median ms"] for r in rows if r.get("case") == reference and r.get("median ms")}
     return [{"case": r["case"], "batch": r["batch"], "median ms": r["median ms"],
              f"{reference} median ms": ref[r["batch"]], "speed-up": ref[r["batch"]] / r["median ms"]}

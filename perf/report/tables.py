@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from detector.timing import STAGES, percentile
 from perf.report import schema
@@ -39,8 +39,7 @@ class Table:
 
 
 class Notice(NamedTuple):
-    """A line said above the tables: ``kind`` ``"run"`` (what was measured where) or ``"injected"`` (a run
-    made with test-only options: shown as a banner)."""
+    """A line above the tables: ``kind`` ``"run"`` (what was measured where) or ``"injected"`` (shown as a banner)."""
 
     kind: str
     text: str
@@ -69,8 +68,7 @@ def ordered(benches: Sequence[BenchmarkRecord]) -> list[BenchmarkRecord]:
 
 def notices(inputs: ReportInputs) -> list[Notice]:
     """What the report is of (the newest run, its device and machine, how many runs), every injected run."""
-    latest = inputs.latest
-    if latest is None:
+    if (latest := inputs.latest) is None:
         return []
     fingerprint = latest.fingerprint if isinstance(latest.fingerprint, Mapping) else {}
     device = inputs.device or "an unknown device"
@@ -114,8 +112,7 @@ def benchmark_table(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) 
 
 
 def stage_rows(inputs: ReportInputs) -> list[tuple[str, dict[str, float], float, int | None]]:
-    """End-to-end (label, {stage: ms per frame}, e2e FPS, frames): the newest run's benchmarks, else the
-    suite's report."""
+    """End-to-end (label, {stage: ms per frame}, e2e FPS, frames): the newest run's, else the suite report's."""
     rows = [(bench.name, {k: float(v) for k, v in stages.items() if isinstance(v, (int, float))},
              float(bench.extra_info.get("e2e_fps", math.nan)), bench.extra_info.get("frames"))
             for bench in (ordered(list(inputs.latest.benchmarks.values())) if inputs.latest else ())
@@ -153,28 +150,23 @@ def parity_table(inputs: ReportInputs) -> Table | None:
     return Table(schema.SUMMARY_PARITY, out) if out else None
 
 
-def _verdict_cells(e: dict[str, Any]) -> dict[str, str]:
-    """A verdict entry's figures: the medians, ratio current/baseline with its interval, the smallest
-    detectable slowdown ("-" in a file from before #28)."""
-    value, lo, hi, found = (e.get(k) for k in ("ratio", "lo", "hi", "detectable"))
-    both = isinstance(lo, (int, float)) and isinstance(hi, (int, float))
-    ci = f" [{number(lo)}, {number(hi)}]" if both else ""
-    return {**{k: duration(float(e[key])) if isinstance(e.get(key), (int, float)) else ""
-               for k, key in (("baseline", "baseline_median_s"), ("current", "current_median_s"))},
-            "ratio [CI]": f"{ratio(value)}{ci}" if isinstance(value, (int, float)) else "",
-            "detectable": f"+{100 * found:.1f}%"
-            if isinstance(found, (int, float)) and not isinstance(found, bool) else "-"}
-
-
 def verdict_table(inputs: ReportInputs) -> Table | None:
-    """The compare verdicts: benchmark, verdict, medians, ratio, what was detectable, note; the table's note
-    names the run judged (or why they belong to none), the baseline and the file."""
+    """The compare verdicts: medians, ratio current/baseline [interval], the smallest detectable slowdown ("-" in a
+    file from before #28), note; the table's note names the run judged (or why none), the baseline and the file."""
     if (verdicts := inputs.verdicts) is None:
         return None
-    name = lambda e: str(e.get("name") or e.get("fullname"))  # noqa: E731
-    rows = [{"benchmark": name(e), "verdict": str(e["verdict"]), **_verdict_cells(e), "note": note_phrase(e)}
-            for e in sorted(verdicts.entries, key=lambda e: natural_key(name(e)))]
-    if (judged := inputs.judged_run) is not None:
+    rows = []
+    for e in sorted(verdicts.entries, key=lambda e: natural_key(str(e.get("name") or e.get("fullname")))):
+        value, lo, hi, found = (e.get(k) for k in ("ratio", "lo", "hi", "detectable"))
+        ci = f" [{number(lo)}, {number(hi)}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else ""
+        rows.append({"benchmark": str(e.get("name") or e.get("fullname")), "verdict": str(e["verdict"]),
+                     **{k: duration(float(e[key])) if isinstance(e.get(key), (int, float)) else ""
+                        for k, key in (("baseline", "baseline_median_s"), ("current", "current_median_s"))},
+                     "ratio [CI]": f"{ratio(value)}{ci}" if isinstance(value, (int, float)) else "",
+                     "detectable": f"+{100 * found:.1f}%"
+                     if isinstance(found, (int, float)) and not isinstance(found, bool) else "-",
+                     "note": note_phrase(e)})  # fmt: skip
+    if (judged := next((run for run in inputs.runs if verdicts.judges(run)), None)) is not None:
         whose = f"Verdicts of run {judged.name}"
     elif verdicts.current_run_id is None:
         whose = ("Verdicts of a run the file does not name (written before runs had ids): attached to no run "
@@ -183,15 +175,13 @@ def verdict_table(inputs: ReportInputs) -> Table | None:
         whose = (f"Verdicts of run id {verdicts.current_run_id[:12]}, which is not among these saved runs: "
                  "attached to no run of the history")
     injected = dict(verdicts.current_injected) or (dict(judged.injected) if judged is not None else {})
-    marked = (f" The judged run was made with {describe_injected(injected)}: a test of the gate."
-              if injected else "")
+    marked = f" The judged run was made with {describe_injected(injected)}: a test of the gate." if injected else ""
     return Table(schema.SUMMARY_VERDICTS, rows,
                  f"{whose}; baseline {verdicts.baseline_label}. From `{verdicts.path}`.{marked}")
 
 
 def change_table(inputs: ReportInputs) -> Table | None:
-    """The change points of the histories: benchmark, the commit and run where the new level starts, the
-    levels before and after, the size, the runs at the new level."""
+    """The histories' change points: benchmark, where the new level starts, levels before and after, size, runs."""
     if not inputs.changes:
         return None
     names = {run.run_id: run.name for run in inputs.runs if run.run_id}
@@ -201,13 +191,6 @@ def change_table(inputs: ReportInputs) -> Table | None:
              "runs after": c.change.points_after}
             for c in sorted(inputs.changes, key=lambda c: natural_key(c.name))]  # fmt: skip
     return Table(schema.SUMMARY_CHANGES, rows, schema.SUMMARY_CHANGES.note)
-
-
-def all_tables(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> list[Table]:
-    """Every table that has rows, in report order (`perf.report.schema.SUMMARY`)."""
-    tables = (benchmark_table(inputs, threshold), verdict_table(inputs), change_table(inputs),
-              stages_table(inputs), parity_table(inputs))  # fmt: skip
-    return [t for t in tables if t is not None]
 
 
 def to_markdown(tables: Sequence[Table], warnings: Sequence[str], title: str = "Performance report",

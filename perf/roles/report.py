@@ -55,18 +55,15 @@ class ReportRun:
 
         bench: Any = getattr(config, "_benchmarksession", None)
         saved = bench is not None and bool(bench.save or bench.autosave)
-        lines = [] if saved else ["perf html: this run was not saved (add --benchmark-autosave): no "
-                                  "benchmark tables"]  # fmt: skip
+        lines = [] if saved else ["perf html: this run was not saved (add --benchmark-autosave): no benchmark tables"]
         storage = getattr(bench.storage, "path", None) if saved else None  # None: not saved, or not a folder
-        folder = self.perf.options.reports_dir
+        folder, where = self.perf.options.reports_dir, config.invocation_params.dir / out
         try:
-            paths, warnings = build_report(storage, folder if folder.is_dir() else None,
-                                           config.invocation_params.dir / out,
+            paths, warnings = build_report(storage, folder if folder.is_dir() else None, where,
                                            machine_id=bench.machine_id if saved else None)  # fmt: skip
         except (HistoryError, OSError) as e:
             return [*lines, f"perf html: not written: {e}"]
-        lines += [f"perf html: warning: {w}" for w in warnings]
-        return lines + [f"perf html: wrote {p}" for p in paths]
+        return lines + [f"perf html: warning: {w}" for w in warnings] + [f"perf html: wrote {p}" for p in paths]
 
     def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         for line in self.html_lines:

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-#: The exit status of a run whose tests passed but whose saved run did not go into the store asked for
-#: (pytest's own statuses are 0-5).
+#: The exit status of a green run whose saved run did not go into the store asked for (pytest's own: 0-5).
 NOT_STORED = 6
 
 
@@ -70,12 +69,10 @@ class StoreRun:
             rid, _ = store.save_run(self.document, source=source, verdicts=verdicts, noise=noise_json)
             self.line = (f"history store: run {rid} stored in {store.shown}", False)
         except StoreError as e:
-            status = self.asked and session.exitstatus == pytest.ExitCode.OK
-            if status:
+            if status := self.asked and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = NOT_STORED
             storage = getattr(session.config._benchmarksession.storage, "path", None)
-            where = f"'{source}'" if source else "the benchmark storage"
-            folder = f" '{storage}'" if storage else ""
+            where, folder = f"'{source}'" if source else "the benchmark storage", f" '{storage}'" if storage else ""
             code = f" (exit status {NOT_STORED})" if status else ""
             self.not_stored = (f"NOT STORED: {e}; the run is saved in {where}: store it later with "
                                f"perf-history --store '{store.shown}' import{folder}{code}")
