@@ -1,6 +1,5 @@
-"""The measured cases (backend variant x precision x batch, each collected, skipping at set-up where it cannot
-run), the ``ci`` marks of `KEY_CASES`, and `CASE_FIXTURES`: what each benchmark module is parametrised over.
-"""
+"""The measured cases (backend variant x precision x batch, each collected, skipping at set-up where it cannot run),
+the ``ci`` marks of `KEY_CASES`, and `CASE_FIXTURES`: what each benchmark module is parametrised over."""
 
 from __future__ import annotations
 
@@ -49,7 +48,7 @@ class Case:
         return f"{self.variant}-{self.precision}-b{self.batch}"
 
     def to_json(self) -> dict[str, Any]:
-        """The case as a saved run's ``params["case"]`` (batch in images, the source as ``--perf-sources`` writes it)."""
+        """The case as a saved run's ``params["case"]`` (batch in images, the source as in ``--perf-sources``)."""
         from perf.runs import param_json
 
         return {"id": self.id, "variant": self.variant, "backend": self.backend, "precision": self.precision,
@@ -62,8 +61,8 @@ class Case:
 
 
 def unavailable_reason(backend: str, device: str, precision: str) -> str | None:
-    """Why ``backend`` cannot run ``precision`` on ``device`` here, in one line, or None: the one wording of
-    these skips (the cases and `perf.fixtures.models.RunnerPool`)."""
+    """Why ``backend`` cannot run ``precision`` on ``device`` here, in one line, or None: the one wording of these
+    skips (the cases and `perf.fixtures.models.RunnerPool`)."""
     try:
         supported = runner_class(backend).precisions
     except BackendUnavailable as e:
@@ -80,12 +79,12 @@ def make_cases(
     backends: Iterable[str], precisions: Iterable[str], batch_sizes: Iterable[int] | None, device: str,
     *, nsys_first: bool = False, exclude: tuple[str, str] | None = None, family: str | None = None,
 ) -> list[Any]:
-    """pytest params for every variant x precision (x batch size) of ``backends``, skipped with the reason
-    where they cannot run on ``device``; ``nsys_first``: ``nsys`` on each variant's first runnable case;
-    ``exclude``: a (variant, precision) left out; ``family`` (default inference with batch sizes): ``ci`` on
-    its `KEY_CASES`."""
-    family = family or ("inference" if batch_sizes else "")
+    """pytest params for every variant x precision (x batch size) of ``backends``, skipped with the reason where
+    they cannot run on ``device``; ``nsys_first``: ``nsys`` on each variant's first runnable case; ``exclude``: a
+    (variant, precision) left out; ``family`` (default inference with batch sizes): ``ci`` on its `KEY_CASES`."""
     device_type = device.partition(":")[0]
+    key_cases = KEY_CASES.get(family or ("inference" if batch_sizes else ""), {}).get(device_type, ())
+    ci_batches = (1, max(batch_sizes) if batch_sizes and device_type == "cuda" else 1)
     reason_of = functools.cache(unavailable_reason)
     params = []
     for preset in variants(backends):  # on every device: a case that cannot run here is a skip, not a gap
@@ -101,8 +100,6 @@ def make_cases(
                 reason = None  # its ``gpu`` marker skips it at set-up, in the words of --perf-device
             else:
                 reason = f"{preset.name} runs on {', '.join(preset.devices)} only, not {device}"
-            key = (preset.name, precision) in KEY_CASES.get(family, {}).get(device_type, ())
-            largest = max(batch_sizes) if batch_sizes and device_type == "cuda" else 1
             for batch in batch_sizes or (1,):
                 case = Case(preset.name, preset.backend, precision, batch, dict(preset.options))
                 case_marks = [*marks]
@@ -111,7 +108,7 @@ def make_cases(
                 elif nsys_first and not profiled and device_type in preset.devices:
                     case_marks.append(pytest.mark.nsys)
                     profiled = True
-                if key and (not batch_sizes or batch in (1, largest)):
+                if (preset.name, precision) in key_cases and (not batch_sizes or batch in ci_batches):
                     case_marks.append(pytest.mark.ci)
                 params.append(pytest.param(case, id=case.id if batch_sizes else case.label.replace(" ", "-"),
                                            marks=case_marks))
@@ -122,10 +119,6 @@ def reference_case(subject: Subject) -> tuple[str, str]:
     """The (variant, precision) the parity and skip-interval tests take as the reference for ``subject``:
     torch fp32, or ONNX Runtime fp32 for a model given as an ONNX file only."""
     return ("onnxruntime", "fp32") if subject.onnx_only else ("torch", "fp32")
-
-
-#: How a case fixture's params are made: (`perf.session.PerfOptions`, resolved device, subject) -> pytest params.
-MakeParams = Callable[[Any, str, Subject], list[Any]]
 
 
 def _video_cases(o: Any, device: str, subject: Subject, family: str, nsys_first: bool = False) -> list[Any]:
@@ -144,8 +137,9 @@ def _stream_cases(o: Any, device: str, _subject: Subject) -> list[Any]:
             for n in streams]  # fmt: skip
 
 
-#: Every case fixture of the benchmark modules (comma-separated names for one joint parametrisation) -> its params.
-CASE_FIXTURES: dict[str, MakeParams] = {
+#: Every case fixture of the benchmark modules (comma-separated names for one joint parametrisation) -> how its
+#: params are made: (`perf.session.PerfOptions`, resolved device, subject) -> pytest params.
+CASE_FIXTURES: dict[str, Callable[[Any, str, Subject], list[Any]]] = {
     "case": lambda o, device, _: make_cases(o.backends, o.precisions, o.batch_sizes_for(device), device,
                                             nsys_first=True),  # inference
     "e2e_case": lambda o, device, subject: _video_cases(o, device, subject, "end-to-end", nsys_first=True),

@@ -1,21 +1,19 @@
-"""The suite's benchmark clock, `SUITE_CLOCK` (the ``benchmark`` marker's ``timer``): CUDA events on the
-current stream on a GPU run, ``time.perf_counter`` on a CPU run, picked on first use (docs/method.md, section
-1).
-"""
+"""The suite's benchmark clock, `SUITE_CLOCK` (the ``benchmark`` marker's ``timer``): CUDA events on the current
+stream on a GPU run, ``time.perf_counter`` on a CPU run, picked on first use (docs/method.md, section 1)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-
 #: GPU busy-wait ahead of each start event (ms): longer than the enqueue of a CUDA-graph replay or a compiled
 #: model (0.1-0.6 ms measured on an H100), so their readings are GPU execution time without launch latency.
 DEFAULT_LEAD_IN_MS = 1.0
-#: A call whose enqueue takes longer than the lead-in gets this many times its enqueue time (`SuiteClock.covering`,
-#: docs/method.md, section 1).
+#: A call whose enqueue takes longer than the lead-in gets this many times its enqueue time (`SuiteClock.covering`).
 LEAD_IN_PER_ENQUEUE = 1.5
 #: pytest-benchmark's time budget per benchmark on the GPU clock (s of GPU time) without ``--benchmark-max-time``:
 #: rounds past ~100 do not narrow the spread between processes (docs/method.md, section 1).
@@ -35,8 +33,7 @@ class SuiteClock:
         return f"SuiteClock[{self.kind}]"
 
     def configure(self, device: Callable[[], str], lead_in_ms: float = DEFAULT_LEAD_IN_MS) -> None:
-        """Point the clock at the resolved device (a callable giving "cpu" or "cuda:N") and its lead-in
-        (ms)."""
+        """Point the clock at the resolved device (a callable giving "cpu" or "cuda:N") and its lead-in (ms)."""
         self._device, self.lead_in_ms, self._clock = device, lead_in_ms, None
 
     @property
@@ -73,9 +70,6 @@ class SuiteClock:
 
 def max_time_given(config: Any) -> bool:
     """Whether ``--benchmark-max-time`` is on the command line, the ini's ``addopts`` or ``PYTEST_ADDOPTS``."""
-    import os
-    import shlex
-
     words = [*config.invocation_params.args, *config.getini("addopts"),
              *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
     return any(str(word).startswith("--benchmark-max-time") for word in words)

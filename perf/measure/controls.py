@@ -61,21 +61,13 @@ def _pinned(info: dict[str, object]) -> Iterator[None]:
         info["pin"] = {"caller": sorted(caller), **assigned}
 
 
-@contextlib.contextmanager
-def _swapped(swap: Callable[[int | None], int | None], value: int | None) -> Iterator[None]:
-    """``swap(value)``, which returns the setting before, for the block; then that setting back."""
-    before = swap(value)
-    try:
-        yield
-    finally:
-        swap(before)
+def _torch_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads unless None or already so (no re-trace); returns the count before."""
+    import torch
 
-
-def _cv2_threads(threads: int | None) -> int:
-    import cv2
-
-    before = cv2.getNumThreads()
-    cv2.setNumThreads(threads)
+    before = torch.get_num_threads()
+    if threads is not None and threads != before:
+        torch.set_num_threads(threads)
     return before
 
 
@@ -90,53 +82,36 @@ def session_controls(controls: Controls, *, on_gpu: bool) -> None:
         _torch_threads_before = _torch_threads(1)
 
 
-def _torch_threads(threads: int | None) -> int:
-    """Set torch's intra-op threads unless None or already so (no re-trace); returns the count before."""
-    import torch
-
-    before = torch.get_num_threads()
-    if threads is not None and threads != before:
-        torch.set_num_threads(threads)
-    return before
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.freeze()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-        gc.unfreeze()
-
-
 @contextlib.contextmanager
 def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object]]:
-    """The in-region controls for the block; yields what was applied (for ``extra_info["controls"]``)."""
+    """The in-region controls for the block, each undone after it; yields what was applied (extra_info["controls"])."""
     from detector.video import set_decode_threads
 
     info: dict[str, object] = {"active": sorted(controls.active)}
     with contextlib.ExitStack() as stack:
         if on_gpu:
             threads = 1 if "torch-threads" in controls else _torch_threads_before
-            stack.enter_context(_swapped(_torch_threads, threads))
+            stack.callback(_torch_threads, _torch_threads(threads))
         elif "torch-threads" in controls:
             info["torch-threads"] = "off: CPU run (inference needs the pool)"
         if "cv2-threads" in controls:
-            stack.enter_context(_swapped(_cv2_threads, 1))
+            import cv2
+
+            stack.callback(cv2.setNumThreads, cv2.getNumThreads())
+            cv2.setNumThreads(1)
         if "decode-threads" in controls:
-            stack.enter_context(_swapped(set_decode_threads, DECODE_THREADS))
-        if "pin" in controls:
-            if on_gpu:
-                stack.enter_context(_pinned(info))
-            else:
-                info["pin"] = "off: CPU run (torch's threads need the cores)"
-        if "gc" in controls:
-            stack.enter_context(_no_gc())
+            stack.callback(set_decode_threads, set_decode_threads(DECODE_THREADS))
+        if "pin" in controls and on_gpu:
+            stack.enter_context(_pinned(info))
+        elif "pin" in controls:
+            info["pin"] = "off: CPU run (torch's threads need the cores)"
+        if "gc" in controls:  # collected, frozen and off; on again (if it was) and unfrozen after
+            stack.callback(gc.unfreeze)
+            if gc.isenabled():
+                stack.callback(gc.enable)
+            gc.collect()
+            gc.freeze()
+            gc.disable()
         yield info
 
 
@@ -160,8 +135,7 @@ def warm_page_cache(path: str | os.PathLike[str], chunk: int = 1 << 20) -> int:
 
 @contextlib.contextmanager
 def scratch_dir(controls: Controls, fallback: Path) -> Iterator[Path]:
-    """A folder for timed passes' outputs: fresh in ``/dev/shm`` with the ``scratch`` control, else
-    ``fallback``."""
+    """A folder for timed passes' outputs: fresh in ``/dev/shm`` with the ``scratch`` control, else ``fallback``."""
     if "scratch" in controls and _SHM.is_dir() and os.access(_SHM, os.W_OK):
         with tempfile.TemporaryDirectory(prefix="perf-scratch-", dir=_SHM, ignore_cleanup_errors=True) as d:
             yield Path(d)

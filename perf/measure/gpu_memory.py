@@ -1,5 +1,4 @@
-"""GPU memory for the suite: an out-of-memory error as a skip reason, and the memory (MiB) in use.
-"""
+"""GPU memory for the suite: an out-of-memory error as a skip reason, and the memory (MiB) in use."""
 
 from __future__ import annotations
 

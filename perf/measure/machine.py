@@ -1,5 +1,5 @@
-"""What a benchmark ran on (`machine_fingerprint`, ``machine_info["perf"]`` of a saved run; what cannot be
-read is None), and whether a saved run may be compared with this one (`fingerprint_differences`)."""
+"""What a benchmark ran on (`machine_fingerprint`, ``machine_info["perf"]`` of a saved run; what cannot be read is
+None), and whether a saved run may be compared with this one (`fingerprint_differences`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-#: Fields that must match for two runs' timings to be comparable ("device": "cpu" or "cuda", the device type of
-#: the --perf-device a run used).
+#: Fields that must match for two runs' timings to be comparable ("device": "cpu" or "cuda", of --perf-device).
 COMPARED_FIELDS = ("device", "gpu_name", "compute_capability", "driver_version", "cuda_version")
 
 #: Python modules whose versions are recorded, as (fingerprint key, importable module names tried in order).
@@ -31,13 +30,11 @@ _GPU_FIELDS = ("gpu_name", "compute_capability", "gpu_memory_mib", "driver_versi
 
 
 def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
-    """This machine and GPU ``gpu_index`` (of ``cuda:N``), JSON-ready: `_GPU_FIELDS` (memory MiB, max clocks
-    MHz, power limit W; no current clocks), ``gpu_count``, torch's ``cuda_version``, ``cudnn_version``, the
-    versions of `_VERSIONED_MODULES` (``tensorrt_module``: which one), ``cpu_model``, ``cpu_count`` (CPUs it
-    may use)."""
-    info: dict[str, Any] = {"gpu_index": gpu_index, "gpu_count": None, "cuda_version": None,
-                            "cudnn_version": None, **dict.fromkeys(_GPU_FIELDS)}
-    info.update(_torch_cuda_info(gpu_index))
+    """This machine and GPU ``gpu_index`` (of ``cuda:N``), JSON-ready: `_GPU_FIELDS` (memory MiB, max clocks MHz,
+    power limit W; no current clocks), ``gpu_count``, torch's ``cuda_version``, ``cudnn_version``, the versions of
+    `_VERSIONED_MODULES` (``tensorrt_module``: which one), ``cpu_model``, ``cpu_count`` (CPUs it may use)."""
+    info: dict[str, Any] = {"gpu_index": gpu_index, "gpu_count": None, "cuda_version": None, "cudnn_version": None,
+                            **dict.fromkeys(_GPU_FIELDS), **_torch_cuda_info(gpu_index)}
     nvml = _nvml_info(gpu_index, uuid=info.pop("_uuid", None))
     info.update({key: value for key, value in nvml.items() if info.get(key) is None})  # torch's answer first
     info["gpu_count"] = info["gpu_count"] or 0
@@ -63,8 +60,7 @@ def cuda_device_count() -> int:
         return 0
 
 
-def fingerprint_differences(saved: Mapping[str, Any] | None,
-                            current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:  # fmt: skip
+def fingerprint_differences(saved: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """(field, saved value, current value) of each of the `COMPARED_FIELDS` that differs; a saved run without
     a fingerprint (None) differs, as ``"<not recorded>"``, on every field the current one knows."""
     if saved is None:
@@ -136,14 +132,16 @@ def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
         return {}
 
     def read(fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, a str for bytes (older bindings), or None where NVML cannot say."""
         try:
-            return fn(*args)
+            value = fn(*args)
         except pynvml.NVMLError as e:  # not supported on this GPU / MIG slice / permissions
             log.debug("NVML %s failed: %s", fn.__name__, e)
             return None
+        return value.decode(errors="replace") if isinstance(value, bytes) else value
 
     try:
-        info: dict[str, Any] = {"driver_version": _text(read(pynvml.nvmlSystemGetDriverVersion))}
+        info: dict[str, Any] = {"driver_version": read(pynvml.nvmlSystemGetDriverVersion)}
         cuda_driver = read(pynvml.nvmlSystemGetCudaDriverVersion)  # e.g. 12080
         info["cuda_driver_version"] = f"{cuda_driver // 1000}.{cuda_driver % 1000 // 10}" if cuda_driver else None
         info["gpu_count"] = read(pynvml.nvmlDeviceGetCount) or 0
@@ -152,31 +150,21 @@ def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         entries = [e.strip() for e in visible.split(",") if e.strip()] if visible is not None else None
         entry = uuid or (str(index) if entries is None else entries[index] if index < len(entries) else "")
-        if entry.isdigit():
-            handle = read(pynvml.nvmlDeviceGetHandleByIndex, int(entry))
-        else:
-            handle = read(pynvml.nvmlDeviceGetHandleByUUID, entry) if entry.startswith("GPU-") else None
+        handle = (read(pynvml.nvmlDeviceGetHandleByIndex, int(entry)) if entry.isdigit()
+                  else read(pynvml.nvmlDeviceGetHandleByUUID, entry) if entry.startswith("GPU-") else None)
         if handle is None:
             return info
         capability = read(pynvml.nvmlDeviceGetCudaComputeCapability, handle)
         memory = read(pynvml.nvmlDeviceGetMemoryInfo, handle)
         power_mw = read(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-        info.update(
-            gpu_name=_text(read(pynvml.nvmlDeviceGetName, handle)),
-            compute_capability="{}.{}".format(*capability) if capability else None,
-            gpu_memory_mib=memory.total // 2**20 if memory else None,
-            sm_clock_max_mhz=read(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM),
-            mem_clock_max_mhz=read(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_MEM),
-            power_limit_w=power_mw / 1000 if power_mw else None,
-        )
-        return info
+        return {**info, "gpu_name": read(pynvml.nvmlDeviceGetName, handle),
+                "compute_capability": "{}.{}".format(*capability) if capability else None,
+                "gpu_memory_mib": memory.total // 2**20 if memory else None,
+                "sm_clock_max_mhz": read(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM),
+                "mem_clock_max_mhz": read(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_MEM),
+                "power_limit_w": power_mw / 1000 if power_mw else None}
     finally:
         read(pynvml.nvmlShutdown)
-
-
-def _text(value: Any) -> str | None:
-    """NVML strings are bytes in older bindings; return str (or None)."""
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def _cpu_model() -> str | None:

@@ -1,6 +1,5 @@
 """Several GPUs through pytest-xdist (``pytest perf/test_multi_gpu.py -n <GPUs> --dist each``; docs/method.md,
-section 7): one GPU per worker, a file barrier, a throughput loop.
-"""
+section 7): one GPU per worker, a file barrier, a throughput loop."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ log = logging.getLogger(__name__)
 def gpu_indices(env: MutableMapping[str, str] | None = None) -> list[str]:
     """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``'s (CUDA untouched)."""
     env = os.environ if env is None else env
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
+    if (visible := env.get("CUDA_VISIBLE_DEVICES")) is not None:
         return [v.strip() for v in visible.split(",") if v.strip()]
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
@@ -34,9 +32,7 @@ def bind_worker_gpu(env: MutableMapping[str, str] | None = None) -> str | None:
     returns it, or None outside a worker, with ``PERF_GPU_PER_WORKER=0`` or without GPUs."""
     env = os.environ if env is None else env
     worker = env.get("PYTEST_XDIST_WORKER", "")
-    if not worker.startswith("gw") or env.get("PERF_GPU_PER_WORKER", "1") == "0":
-        return None
-    if not (gpus := gpu_indices(env)):
+    if not worker.startswith("gw") or env.get("PERF_GPU_PER_WORKER", "1") == "0" or not (gpus := gpu_indices(env)):
         return None
     chosen = gpus[int(worker[2:]) % len(gpus)]
     env["CUDA_VISIBLE_DEVICES"] = chosen

@@ -1,6 +1,5 @@
 """Parity of a candidate backend against the reference, before NMS (`compare_tensors`) and after it
-(`compare_detections`); docs/method.md, section 7.
-"""
+(`compare_detections`); docs/method.md, section 7."""
 
 from __future__ import annotations
 
@@ -30,10 +29,8 @@ class Tolerance:
 #: Criteria per candidate precision. fp32 allows for TF32 convolutions and different kernel orderings; fp16
 #: and int8 for their rounding.
 TOLERANCES: dict[str, Tolerance] = {
-    "fp32": Tolerance(2e-3, box_abs_px=0.5, match_rate=0.99, mean_iou=0.99, match_score_abs=2e-3,
-                      class_agreement=1.0),
-    "fp16": Tolerance(3e-2, box_abs_px=3.0, match_rate=0.95, mean_iou=0.95, match_score_abs=3e-2,
-                      class_agreement=0.99),
+    "fp32": Tolerance(2e-3, box_abs_px=0.5, match_rate=0.99, mean_iou=0.99, match_score_abs=2e-3, class_agreement=1.0),
+    "fp16": Tolerance(3e-2, box_abs_px=3.0, match_rate=0.95, mean_iou=0.95, match_score_abs=3e-2, class_agreement=0.99),
     "int8": Tolerance(0.15, box_abs_px=10.0, match_rate=0.85, mean_iou=0.85, match_score_abs=0.15,
                       class_agreement=0.95),
 }
@@ -111,7 +108,6 @@ class DetectionParity:
     matched = property(lambda self: sum(f.matched for f in self.frames))
     borderline = property(lambda self: sum(f.borderline for f in self.frames))
     reference_detections = property(lambda self: sum(f.reference for f in self.frames))
-    candidate_detections = property(lambda self: sum(f.candidate for f in self.frames))
     max_score_diff = property(lambda self: max((f.max_score_diff for f in self.frames), default=0.0))
 
     @property
@@ -183,14 +179,12 @@ def report_row(label: str, backend: str, precision: str, failures: Sequence[str]
                parity: DetectionParity) -> dict[str, Any]:
     """The `perf.report.schema.PARITY` row of one candidate, with ``backend``, ``precision``, ``failures`` and
     ``ious`` (every matched pair's IoU, 4 decimals: the HTML report's histograms) kept in the JSON."""
-    return {
-        "candidate": label, "verdict": "FAIL" if failures else "pass",
-        "reference boxes": parity.reference_detections, "match rate": parity.match_rate,
-        "mean IoU": parity.mean_iou, "max score diff": parity.max_score_diff,
-        "class agreement": parity.class_agreement, "borderline": parity.borderline,
-        "score max abs": tensors.score_max_abs, "box max abs px": tensors.box_max_abs,
-        "backend": backend, "precision": precision, "failures": list(failures), "ious": parity.ious(),
-    }  # fmt: skip
+    return {"candidate": label, "verdict": "FAIL" if failures else "pass",
+            "reference boxes": parity.reference_detections, "match rate": parity.match_rate,
+            "mean IoU": parity.mean_iou, "max score diff": parity.max_score_diff,
+            "class agreement": parity.class_agreement, "borderline": parity.borderline,
+            "score max abs": tensors.score_max_abs, "box max abs px": tensors.box_max_abs, "backend": backend,
+            "precision": precision, "failures": list(failures), "ious": parity.ious()}  # fmt: skip
 
 
 def format_worst_frames(parity: DetectionParity, n: int = 5) -> str:

@@ -1,7 +1,6 @@
-"""Samples of the video pipelines: seconds per frame (or tick) in blocks of consecutive iterations, which
-replace the benchmark's rounds, each stage's blocks as ``stage:<name>`` metrics (docs/method.md, section 1).
-`TimedPasses` is the video benchmarks' one driver.
-"""
+"""Samples of the video pipelines: seconds per frame (or tick) in blocks of consecutive iterations, which replace
+the benchmark's rounds, each stage's blocks as ``stage:<name>`` metrics (docs/method.md, section 1). `TimedPasses` is
+the video benchmarks' one driver."""
 
 from __future__ import annotations
 
@@ -48,9 +47,9 @@ def block_samples(passes: Sequence[Sequence[float]], block: int, skip: int = 0) 
 
 def record_samples(benchmark: Any, samples_s: Sequence[float], *, rule: StabilityRule, label: str, unit: str,
                    block: int, metrics: Mapping[str, Mapping[str, Any]] | None = None) -> None:  # fmt: skip
-    """Make ``samples_s`` the benchmark's rounds and record how: ``extra_info["samples"]`` (``label``,
-    ``unit``, ``block``, count), ``["metrics"]`` (name -> {"label", "unit", "data", ...}), ``["stability"]``
-    (the rule's verdict); with ``--benchmark-disable`` only ``extra_info``."""
+    """Make ``samples_s`` the benchmark's rounds and record how: ``extra_info["samples"]`` (``label``, ``unit``,
+    ``block``, count), ``["metrics"]`` (name -> {"label", "unit", "data", ...}), ``["stability"]`` (the rule's
+    verdict); with ``--benchmark-disable`` only ``extra_info``."""
     benchmark.extra_info["samples"] = {"metric": PRIMARY, "label": label, "unit": unit, "block": block,
                                        "count": len(samples_s)}  # fmt: skip
     if metrics:
@@ -119,28 +118,23 @@ class TimedPasses(Generic[R]):
         return None if self.reference is None else [p.readings_s for p in self.probes if p is not None]
 
     def record(self, benchmark: Any, record: Callable[..., None], per: str = "frame") -> PassSamples:
-        """Record the passes through ``record`` (the ``perf_samples`` fixture): each block's s per ``per``
-        ("frame" or multi-stream "tick"), in CPU-reference units where read, stages alike; the wall clock as
-        ``wall``."""
+        """Record the passes through ``record`` (the ``perf_samples`` fixture): each block's s per ``per`` ("frame" or
+        multi-stream "tick"), in CPU-reference units where read, stages alike; the wall clock as ``wall``."""
         if per == "frame":
             iterations = [r.iteration_ms for r in self.results]
             stage_passes = [{k: v[: len(r.iteration_ms)] for k, v in r.stage_samples_ms.items()} for r in self.results]
         else:
             iterations, stage_passes = [r.tick_ms for r in self.results], []
         block, readings_s = self.block, self.readings_s
-        wall = [block_samples([i], block) for i in iterations]
-        stages = stage_metrics(stage_passes, block)
-        wall_flat = [x for pass_ in wall for x in pass_]
-        if readings_s is not None:
-            samples = normalize(wall, readings_s, NOMINAL_S)
+        wall, stages = block_samples(iterations, block), stage_metrics(stage_passes, block)
+        samples, label, unit = wall, f"{per} time", f"s per {per}"
+        if readings_s is not None:  # each pass's blocks at the reference's nominal speed
+            samples = normalize([block_samples([i], block) for i in iterations], readings_s, NOMINAL_S)
             for name, metric in stages.items():
                 per_pass = [block_samples([p[name.removeprefix("stage:")]], block) for p in stage_passes]
-                metric["data"] = normalize(per_pass, readings_s, NOMINAL_S)
-                metric["unit"] = "s per frame at reference speed"
+                metric.update(data=normalize(per_pass, readings_s, NOMINAL_S), unit="s per frame at reference speed")
             label, unit = f"{per} time (CPU-reference units)", f"s per {per} at reference speed"
             benchmark.extra_info["cpu_reference"] = {**reference_summary(readings_s), "nominal_ms": NOMINAL_S * 1e3}
-        else:
-            samples, label, unit = wall_flat, f"{per} time", f"s per {per}"
-        metrics = {**stages, "wall": {"label": f"{per} time (wall clock)", "unit": f"s per {per}", "data": wall_flat}}
+        metrics = {**stages, "wall": {"label": f"{per} time (wall clock)", "unit": f"s per {per}", "data": wall}}
         record(benchmark, samples, label=label, unit=unit, block=block, metrics=metrics)
-        return PassSamples(wall_flat, stage_passes, stages)
+        return PassSamples(wall, stage_passes, stages)

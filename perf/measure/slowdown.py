@@ -1,6 +1,5 @@
 """``--perf-inject-delay=MS``: a deliberate, known slowdown of every runner, the proof that the gate catches a
-regression (docs/method.md, section 8).
-"""
+regression (docs/method.md, section 8)."""
 
 from __future__ import annotations
 

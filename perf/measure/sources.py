@@ -1,13 +1,11 @@
 """Where the video benchmarks' frames come from and whether the output is encoded: ``--perf-sources``,
-``<codec>[+nvdec][+noencode]`` (docs/method.md, section 14).
-"""
+``<codec>[+nvdec][+noencode]`` (docs/method.md, section 14)."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -18,7 +16,7 @@ DEFAULT_SOURCES = "mp4v,h264,h264+nvdec,h264+noencode,h264+nvdec+noencode"
 _FLAGS = ("nvdec", "noencode")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Source:
     """Where frames come from and whether the output is encoded (see the module docstring)."""
 
@@ -62,8 +60,7 @@ def parse_source(text: str) -> Source:
 
 def for_video(sources: Iterable[Source], user_video: bool) -> tuple[Source, ...]:
     """``sources`` in order without repeats; with the user's video the codec is its own (``video``)."""
-    return tuple(dict.fromkeys(dataclasses.replace(s, codec=USER_VIDEO) if user_video else s
-                               for s in sources))  # fmt: skip
+    return tuple(dict.fromkeys(dataclasses.replace(s, codec=USER_VIDEO) if user_video else s for s in sources))
 
 
 def skip_unless_decodes(source: Source, runner: Any) -> None:
@@ -78,8 +75,7 @@ def skip_unless_decodes(source: Source, runner: Any) -> None:
 
 def with_sources(params: Sequence[Any], sources: Sequence[Source], device: str) -> list[Any]:
     """``params`` (`perf.measure.cases.Case`) on the default source, then a param per other source for each
-    ``ci``-marked one, without ``ci`` and ``nsys``; NVDEC skipped where it cannot run (known without loading
-    it)."""
+    ``ci``-marked one, without ``ci`` and ``nsys``; NVDEC skipped where it cannot run (known without loading it)."""
     from detector.gpudecode import nvdec_unavailable
 
     out = list(params)

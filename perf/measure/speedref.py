@@ -1,6 +1,5 @@
-"""The CPU reference: a fixed CPU workload (library code only) timed in-band, how fast the CPU under the
-pipeline is at that moment (docs/method.md, section 1).
-"""
+"""The CPU reference: a fixed CPU workload (library code only) timed in-band, how fast the CPU under the pipeline
+is at that moment (docs/method.md, section 1)."""
 
 from __future__ import annotations
 
@@ -41,7 +40,7 @@ class CpuReference:
 
 
 class ReferenceProbe:
-    """A loop's ``on_progress`` hook: a reading (``readings_s``) each time the count done passes a multiple of ``block``."""
+    """A loop's ``on_progress`` hook: a reading (``readings_s``) whenever the count done passes a ``block`` multiple."""
 
     def __init__(self, reference: CpuReference, block: int) -> None:
         self.reference, self.block = reference, block

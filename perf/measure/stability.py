@@ -1,6 +1,5 @@
-"""The stability rule at measurement time, re-measuring an unstable benchmark, and `robust_sd`, the suite's
-one robust scale (docs/method.md, section 8).
-"""
+"""The stability rule at measurement time, re-measuring an unstable benchmark, and `robust_sd`, the suite's one
+robust scale (docs/method.md, section 8)."""
 
 from __future__ import annotations
 
@@ -15,10 +14,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_REMEASURE = 2
-DEFAULT_MAX_CV = 0.10
-DEFAULT_MAX_DRIFT = 0.05
-DEFAULT_WINDOWS = 4
+DEFAULT_MAX_REMEASURE, DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT, DEFAULT_WINDOWS = 2, 0.10, 0.05, 4
 #: Fewer rounds than this and a sample is "unstable": no interval from 4 numbers is worth a verdict.
 MIN_ROUNDS = 5
 #: Window-median spread (in standard errors of one window median) that independent noise exceeds with
@@ -44,8 +40,7 @@ class Stability:
 
     def summary(self) -> dict[str, Any]:
         """One measurement in ``extra_info["stability"]["attempts"]``."""
-        return {"cv": self.cv, "drift": self.drift, "median_s": self.median, "rounds": self.n,
-                "reason": self.reason}
+        return {"cv": self.cv, "drift": self.drift, "median_s": self.median, "rounds": self.n, "reason": self.reason}
 
 
 def robust_sd(values: Sequence[float] | np.ndarray) -> float:
@@ -139,8 +134,7 @@ def replace_rounds(metadata: Any, data: list[float]) -> None:
 
 
 def measure_stable(benchmark: Any, fn: Callable[..., Any], *args: Any, rule: StabilityRule, **kwargs: Any) -> Any:
-    """``benchmark(fn, *args, **kwargs)``, re-measured while unstable (at most ``rule.max_remeasure``
-    times)."""
+    """``benchmark(fn, *args, **kwargs)``, re-measured while unstable (at most ``rule.max_remeasure`` times)."""
     result = benchmark(fn, *args, **kwargs)
     metadata = benchmark.stats
     if metadata is None or not metadata.stats.data:

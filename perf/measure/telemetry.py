@@ -1,6 +1,5 @@
-"""GPU telemetry during a benchmark: `NvmlSampler` samples NVML on a background thread and summarises it (a
-no-op whose summary says why without NVML or a GPU; docs/method.md, section 10).
-"""
+"""GPU telemetry during a benchmark: `NvmlSampler` samples NVML on a background thread and summarises it (a no-op
+whose summary says why without NVML or a GPU; docs/method.md, section 10)."""
 
 from __future__ import annotations
 
@@ -131,8 +130,7 @@ class NvmlSampler:
             import pynvml as nvml
 
             nvml.nvmlInit()
-            handle = nvml.nvmlDeviceGetHandleByIndex(self.device_index)
-            self._nvml, self._read = nvml, _nvml_reader(nvml, handle)
+            self._nvml, self._read = nvml, _nvml_reader(nvml, nvml.nvmlDeviceGetHandleByIndex(self.device_index))
         self._sample()
         self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
         self._thread.start()
@@ -166,6 +164,6 @@ class NvmlSampler:
         if self.unavailable_reason is not None:
             return {"available": False, "reason": self.unavailable_reason}
         throttled, reasons = detect_throttle(self.samples)
-        out: dict[str, Any] = {"available": True, **summarize_samples(self.samples), "throttled": throttled,
-                               "throttle_reasons": reasons, "interval_s": self.interval_s}  # fmt: skip
-        return {**out, "read_errors": self.read_errors} if self.read_errors else out
+        return {"available": True, **summarize_samples(self.samples), "throttled": throttled,
+                "throttle_reasons": reasons, "interval_s": self.interval_s,
+                **({"read_errors": self.read_errors} if self.read_errors else {})}
