@@ -20,12 +20,14 @@ DEFAULT_FLOOR = 0.02  #: Smallest change called slower or faster (Perfherder's 2
 POWER = 0.90  #: The probability with which `Judgement.detectable` is caught.
 MIN_REFERENCE = 3  #: Processes a reference needs (one is a point, not a distribution).
 #: A process whose log median lies further than this many robust standard deviations from the others' median is
-#: left out of a reference, at most a quarter of them.
+#: left out of a reference (a lucky or unlucky process), at most a quarter of them.
 OUTLIER_Z = 5.0
 SD_FLOOR = 0.001  #: The smallest between-process standard deviation (log scale) a reference is credited with.
-DEFAULT_PAIRS, DEFAULT_BUDGET_S = 8, 900.0  #: ``--perf-confirm`` and ``--perf-confirm-budget`` (s) by default.
+#: ``--perf-confirm`` and ``--perf-confirm-budget`` (s) by default: 4 looks of 2 pairs; a whole gate within 20 minutes
+#: on the H100 (docs/method.md, section 8).
+DEFAULT_PAIRS, DEFAULT_BUDGET_S = 8, 900.0
 #: From this many pairs on, `judge_pairs` judges the trimmed mean of the pair differences (Yuen), trimming this
-#: share at each end (docs/method.md, section 4, item 4).
+#: share at each end: one odd process neither decides nor vetoes (docs/method.md, section 4, item 4).
 TRIM_PAIRS, TRIM = 6, 0.2
 
 
