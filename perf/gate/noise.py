@@ -167,11 +167,12 @@ def load_profile(path: str | os.PathLike[str]) -> NoiseProfile:
     """Read a profile file; `NoiseProfileError` names the file when it is missing or not a profile."""
     path = Path(path)
     try:
-        return NoiseProfile.from_json(path.read_text(encoding="utf-8"), path)
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError as e:
         raise NoiseProfileError(f"'{path}': no such file") from e
     except (OSError, UnicodeDecodeError) as e:
         raise NoiseProfileError(f"'{path}': cannot read: {e}") from e
+    return NoiseProfile.from_json(text, path)  # outside the try: only reading the file is "cannot read"
 
 
 def find_profile(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]) -> NoiseProfile | None:
