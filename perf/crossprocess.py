@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchmark
-from perf.gate.confirm import BASE, CANDIDATE, PAIRS_PER_LOOK, Process, judge_suspect, level_per_look, looks
+from perf.gate.confirm import (BASE, CANDIDATE, PAIRS_PER_LOOK, Process, judge_suspect, level_per_look, looks,
+                                next_look_pairs)  # fmt: skip
 from perf.gate.judge import DEFAULT_PAIRS, FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER
 from perf.gate.noise import compute_profile, family_rows
 from perf.options import parse_count, parse_fraction, parse_positive_int, parse_regression
@@ -98,8 +99,9 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
     processes: list[Process] = []
     if suspects and settings.confirm > 0:
         total, level = looks(settings.confirm), level_per_look(settings.confirm, plan.confirm_level)
-        for look in range(1, total + 1):
-            for _ in range(PAIRS_PER_LOOK):  # as CI runs them: right after the first pass, each pair back to back
+        for look in range(1, total + 1):  # sized as the gate sizes its looks (no time budget: the last may be smaller)
+            for _ in range(next_look_pairs((look - 1) * PAIRS_PER_LOOK, settings.confirm, 0, 0, 0, None)):
+                # as CI runs them: right after the first pass, each pair back to back
                 if len(spare) < 2 if kind == IDENTICAL else not (cand_spare and spare):
                     break  # the pool is spent: the confirmation has fewer pairs (its last look judges what it has)
                 if kind == IDENTICAL:  # the two processes saved closest to the first pass, in ABBA order

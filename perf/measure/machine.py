@@ -119,6 +119,27 @@ def _torch_cuda_info(index: int) -> dict[str, Any]:
             "_uuid": f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None}  # fmt: skip
 
 
+def torch_gpu_uuid(index: int) -> str | None:
+    """``GPU-<uuid>`` of the GPU torch calls cuda:`index`, or None (no torch, no such GPU, no UUID given)."""
+    return _torch_cuda_info(index).get("_uuid")
+
+
+def nvml_handle(nvml: Any, index: int, uuid: str | None = None) -> Any:
+    """NVML's handle of the GPU torch calls cuda:`index` (NVML numbers every GPU of the host and ignores
+    CUDA_VISIBLE_DEVICES), or None: by ``uuid``, the UUID torch gave, else through CUDA_VISIBLE_DEVICES in NVML
+    (PCI) order (CUDA_DEVICE_ORDER=PCI_BUS_ID with mixed GPUs); MIG-... entries and UUID prefixes are not resolvable."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    entries = [e.strip() for e in visible.split(",") if e.strip()] if visible is not None else None
+    entry = uuid or (str(index) if entries is None else entries[index] if index < len(entries) else "")
+    try:
+        if entry.isdigit():
+            return nvml.nvmlDeviceGetHandleByIndex(int(entry))
+        return nvml.nvmlDeviceGetHandleByUUID(entry) if entry.startswith("GPU-") else None
+    except nvml.NVMLError as e:
+        log.debug("NVML has no GPU %r: %s", entry, e)
+        return None
+
+
 def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
     """Driver, clocks and power limit from NVML for the GPU torch calls cuda:`index`; {} without NVML."""
     try:
@@ -145,14 +166,7 @@ def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
         cuda_driver = read(pynvml.nvmlSystemGetCudaDriverVersion)  # e.g. 12080
         info["cuda_driver_version"] = f"{cuda_driver // 1000}.{cuda_driver % 1000 // 10}" if cuda_driver else None
         info["gpu_count"] = read(pynvml.nvmlDeviceGetCount) or 0
-        # torch's cuda:`index` by the UUID torch gave, else through CUDA_VISIBLE_DEVICES in NVML (PCI) order
-        # (CUDA_DEVICE_ORDER=PCI_BUS_ID with mixed GPUs); MIG-... entries and UUID prefixes are not resolvable
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        entries = [e.strip() for e in visible.split(",") if e.strip()] if visible is not None else None
-        entry = uuid or (str(index) if entries is None else entries[index] if index < len(entries) else "")
-        handle = (read(pynvml.nvmlDeviceGetHandleByIndex, int(entry)) if entry.isdigit()
-                  else read(pynvml.nvmlDeviceGetHandleByUUID, entry) if entry.startswith("GPU-") else None)
-        if handle is None:
+        if (handle := nvml_handle(pynvml, index, uuid)) is None:
             return info
         capability = read(pynvml.nvmlDeviceGetCudaComputeCapability, handle)
         memory = read(pynvml.nvmlDeviceGetMemoryInfo, handle)

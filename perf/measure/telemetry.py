@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from perf.measure.machine import nvml_handle, torch_gpu_uuid
+
 log = logging.getLogger(__name__)
 
 #: Sample fields summarized, with their units in the names.
@@ -90,8 +92,9 @@ def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], Sample]:
 
 
 class NvmlSampler:
-    """Samples GPU ``device_index`` every ``interval_s`` seconds on a background thread, once more on entry and on
-    exit (a short block has two); ``samples`` holds the readings."""
+    """Samples the GPU torch calls cuda:``device_index`` (`perf.measure.machine.nvml_handle`) every ``interval_s``
+    seconds on a background thread, once more on entry and on exit (a short block has two); ``samples`` holds the
+    readings."""
 
     def __init__(self, device_index: int = 0, interval_s: float = 0.05, *, read: Callable[[], Sample] | None = None):
         if not interval_s > 0:  # 0 or NaN would spin the sampling thread
@@ -130,7 +133,12 @@ class NvmlSampler:
             import pynvml as nvml
 
             nvml.nvmlInit()
-            self._nvml, self._read = nvml, _nvml_reader(nvml, nvml.nvmlDeviceGetHandleByIndex(self.device_index))
+            if (handle := nvml_handle(nvml, self.device_index, torch_gpu_uuid(self.device_index))) is None:
+                nvml.nvmlShutdown()
+                self.unavailable_reason = f"NVML cannot find the GPU torch calls cuda:{self.device_index}"
+                log.info("GPU telemetry off: %s", self.unavailable_reason)
+                return self
+            self._nvml, self._read = nvml, _nvml_reader(nvml, handle)
         self._sample()
         self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
         self._thread.start()

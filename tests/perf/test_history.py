@@ -177,6 +177,18 @@ def test_simulated_ci_runs_count_red_runs_detections_and_confirmation_processes(
     assert detected["confirmation processes"] >= 20  # every detection was confirmed in fresh processes
 
 
+
+def test_a_simulated_confirmation_sizes_its_looks_as_the_gate_does() -> None:
+    identical = {f"a{k}": _run(k + 1, _bench("x[b32]", m, k, batch=32))
+                 for k, m in enumerate(_process_medians(16, 0.01, 0))}  # fmt: skip
+    regressed = {f"l{k}": _run(40 + k, _bench("x[b32]", m, 40 + k, batch=32), injected={"regression": "layer:5%"})
+                 for k, m in enumerate(_process_medians(8, 0.01, 40, 1.05e-3))}  # fmt: skip
+    runs = simulate(identical, {"layer:5%": regressed}, GateSettings(confirm=3), history=8, draws=2,
+                    regressions={"layer:5%": parse_regression("layer:5%")})  # fmt: skip
+    confirmed = [r.confirmation_processes for r in runs if r.kind != IDENTICAL and r.suspects]
+    # --perf-confirm=3: a look of 2 pairs (which cannot confirm: MIN_CONFIRM is 3), then one of 1; never 4 pairs
+    assert confirmed and max(confirmed) == 6
+
 def _save(folder: Any, run_number: int, median_s: float, seed: int, **marks: Any) -> None:
     import json
 

@@ -116,3 +116,43 @@ def test_without_nvidia_ml_py_the_reason_names_the_gpu_extra(monkeypatch: pytest
     ok, reason = NvmlSampler.available()
     assert not ok and reason is not None
     assert reason.startswith("pynvml not importable (nvidia-ml-py, in the gpu extra: pip install -e '.[gpu]'): ")
+
+
+class _Nvml:
+    """NVML's calls the handle lookup makes, on a host of three GPUs: handles are the GPUs' UUIDs."""
+
+    class NVMLError(Exception):
+        pass
+
+    UUIDS = ("GPU-aaa", "GPU-bbb", "GPU-ccc")
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:  # noqa: N802  (NVML's names)
+        if index >= len(self.UUIDS):
+            raise self.NVMLError("Invalid Argument")
+        return self.UUIDS[index]
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:  # noqa: N802
+        if uuid not in self.UUIDS:
+            raise self.NVMLError("Not Found")
+        return uuid
+
+
+@pytest.mark.parametrize(("visible", "index", "uuid", "expected"), [
+    (None, 1, None, "GPU-bbb"),             # every GPU visible: torch's numbering is NVML's
+    ("2", 0, None, "GPU-ccc"),              # NVML ignores CUDA_VISIBLE_DEVICES: torch's cuda:0 is NVML's GPU 2
+    ("2,0", 1, None, "GPU-aaa"),
+    ("GPU-bbb", 0, None, "GPU-bbb"),        # a UUID in CUDA_VISIBLE_DEVICES
+    ("2", 0, "GPU-aaa", "GPU-aaa"),         # the UUID torch gave wins
+    ("MIG-1/2/3", 0, None, None),           # not resolvable: no handle, no guess
+    ("2", 1, None, None),                   # torch has no cuda:1 here
+    ("7", 0, None, None),                   # NVML has no GPU 7
+])  # fmt: skip
+def test_the_nvml_handle_is_of_the_gpu_torch_calls_cuda_n(monkeypatch: pytest.MonkeyPatch, visible: str | None,
+                                                          index: int, uuid: str | None, expected: str | None) -> None:
+    from perf.measure.machine import nvml_handle
+
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert nvml_handle(_Nvml(), index, uuid) == expected
