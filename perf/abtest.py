@@ -20,16 +20,15 @@ from pathlib import Path
 from detector.argtypes import OneLineParser
 from detector.fileio import atomic_write_text
 from perf.gate.compare import Baseline, GateSettings, Row, judge_paired, judged_names
-from perf.gate.confirm import Sides, confirm_rows
+from perf.gate.confirm import BASE, CANDIDATE, Sides, abba_children, confirm_rows
 from perf.gate.history import history_runs
 from perf.gate.judge import Budget
-from perf.gate.processes import Child, GitError, base_worktree, git, load_plan, remove_worktree, run_children, save_plan
+from perf.gate.processes import GitError, base_worktree, git, load_plan, remove_worktree, run_children, save_plan
 from perf.gate.table import to_markdown
 from perf.options import parse_count, parse_fraction, parse_positive_int
 from perf.runs import HistoryError, SavedRun, load_run, load_runs
 
 DEFAULT_TESTS = ("perf", "-m", "ci")
-BASE, CANDIDATE = "base", "candidate"
 
 
 class ABError(Exception):
@@ -46,16 +45,6 @@ def merge_base(repo: Path, base: str | None) -> tuple[str, str]:
         return ref, git(repo, "merge-base", "HEAD", ref)
     raise ABError(f"--base {base or 'origin/main or main'}: no such commit in '{repo}' (fetch it, e.g. "
                   "git fetch origin main)")  # fmt: skip
-
-
-def plan_pairs(pairs: int, base_tree: Path, base_cache: Path) -> list[Child]:
-    """The children of ``pairs`` pairs, ABBA order: base first in odd pairs, candidate first in even ones."""
-    children = []
-    for i in range(1, pairs + 1):
-        base = Child(f"{BASE}-{i:02d}", BASE, (), (f"--perf-cache-dir={base_cache}",), str(base_tree))
-        candidate = Child(f"{CANDIDATE}-{i:02d}", CANDIDATE, (), ())
-        children += [base, candidate] if i % 2 else [candidate, base]
-    return children
 
 
 def judge(storage: Path, pairs: int, min_effect: float, confirm: bool, baseline: Baseline | None) -> list[Row]:
@@ -120,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except GitError as e:
             raise ABError(f"{e}; give a new --out or delete it" if "holds another base" in str(e) else str(e)) from None
         options = list(args.pytest_args or DEFAULT_TESTS)
-        plan = plan_pairs(args.pairs, tree, out / "cache-base")
+        sides = Sides(repo, tree, out / "cache-base")
+        plan = abba_children(sides, 1, args.pairs)
         if (existing := load_plan(out)) is not None and existing != plan:
             raise ABError(f"'{out}' holds another plan (other pairs or base); give a new --out or delete it")
         save_plan(out, plan)
@@ -132,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         confirmed = 0.0
         if args.confirm > 0 and any(r.verdict == "slower" for r in rows):
             confirmed = confirm_rows(rows, baseline, GateSettings(args.min_effect, confirm=args.confirm),
-                                     Sides(repo, tree, out / "cache-base"), out / "confirm", options)  # fmt: skip
+                                     sides, out / "confirm", options)  # fmt: skip
     except (ABError, GitError) as e:
         print(f"perf-ab: error: {e}", file=sys.stderr)
         return 2

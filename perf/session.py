@@ -20,15 +20,15 @@ from detector.devices import parse_device
 from detector.spec import default_cache_dir  # one cache with the detector CLI
 from perf.diskfull import stop_if_disk_full
 from perf.measure.clock import SUITE_CLOCK
-from perf.measure.machine import cuda_device_count, fingerprint_differences, machine_fingerprint, mismatch_message
+from perf.measure.machine import cuda_device_count, fingerprint_differences, machine_fingerprint
 from perf.measure.multigpu import bind_worker_gpu
 from perf.preflight import check_options, check_selection
 from perf.roles.gate import GateRun, gate_settings
 from perf.roles.nsys import NsysRun, nsys_selected
 from perf.roles.report import ReportRun
 from perf.roles.store import StoreRun
-from perf.runs import describe_injected, injected_of, param_json
-from perf.subject import Subject, describe_subject, subject_differences, subject_mismatch_message
+from perf.runs import describe_injected, injected_of, mismatch_lines, param_json
+from perf.subject import Subject, describe_subject, subject_differences
 
 #: Defaults by device kind of --perf-batch-sizes, --perf-frames, --perf-streams; the CPU pass is a smoke test
 #: (batch 32 took 2.9 s a call on the 2-core CI machine), the GPU's video 10 s at 30 fps.
@@ -52,10 +52,6 @@ def backend_markers() -> dict[str, str]:
 
     return {mark: f"a case of backend {name!r}; skipped where it cannot run (no CUDA device, not installed)."
             for name in backend_names() for mark in backend(name).marks}
-
-
-def _kind(device: str) -> str:
-    return "cpu" if device == "cpu" else "cuda"
 
 
 @dataclass(frozen=True)
@@ -100,15 +96,15 @@ class PerfOptions:
 
     def batch_sizes_for(self, device: str) -> tuple[int, ...]:
         """Batch sizes of the inference benchmarks on `device` ("cpu", "cuda", "cuda:N")."""
-        return self.batch_sizes or DEFAULT_BATCH_SIZES[_kind(device)]
+        return self.batch_sizes or DEFAULT_BATCH_SIZES[parse_device(device)[0]]
 
     def streams_for(self, device: str) -> tuple[int, ...]:
         """Stream counts of the multi-stream test on `device`."""
-        return self.streams or DEFAULT_STREAMS[_kind(device)]
+        return self.streams or DEFAULT_STREAMS[parse_device(device)[0]]
 
     def frames_for(self, device: str) -> int:
         """Synthetic-video length in frames on `device`."""
-        return self.frames or DEFAULT_FRAMES[_kind(device)]
+        return self.frames or DEFAULT_FRAMES[parse_device(device)[0]]
 
     @property
     def injected(self) -> dict[str, Any]:
@@ -293,12 +289,19 @@ class PerfSession:
                                  "before they were recorded); it is compared as if it measured this model and video")
         elif differences := subject_differences(saved_subject, self.identity):
             allowed = self.options.allow_model_mismatch
-            self._refuse_or_warn(subject_mismatch_message(differences, saved_run, location, allowed=allowed,
-                                                          option=option), allowed)  # fmt: skip
+            lines = mismatch_lines(differences, saved_run, location, option, "measured another model or video")
+            lines.append("Comparing anyway (--perf-allow-model-mismatch); the figures measure different things."
+                         if allowed else "Figures of another model or video are not a regression signal: record a "
+                         "baseline of this one, or pass --perf-allow-model-mismatch to compare anyway.")  # fmt: skip
+            self._refuse_or_warn("\n".join(lines), allowed)
         if differences := fingerprint_differences(machine_info.get("perf"), self.fingerprint):
             allowed = self.options.allow_machine_mismatch
-            self._refuse_or_warn(mismatch_message(differences, saved_run, location, allowed=allowed, option=option),
-                                 allowed)
+            lines = mismatch_lines(differences, saved_run, location, option, "comes from a different machine")
+            lines.append("Comparing anyway (--perf-allow-machine-mismatch); the timings may not be comparable."
+                         if allowed else "Timings from another GPU, driver, CUDA version or device are not "
+                         "comparable: record a baseline on this machine, or pass --perf-allow-machine-mismatch to "
+                         "compare anyway.")  # fmt: skip
+            self._refuse_or_warn("\n".join(lines), allowed)
 
     def _refuse_or_warn(self, message: str, allowed: bool = True) -> None:
         if not allowed:

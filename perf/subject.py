@@ -18,7 +18,6 @@ from detector.fileio import file_digest
 from detector.groundtruth import check_categories, load_ground_truth
 from detector.spec import ModelSpec
 from detector.video import open_video
-from perf.runs import mismatch_lines
 
 PATHS = ("cfg", "weights", "names", "onnx", "engine", "video", "ground_truth")
 #: The shipped model's floor: catches broken pre/post-processing or weights (random weights score ~0).
@@ -229,16 +228,6 @@ def subject_differences(saved: Mapping[str, Any] | None, current: Mapping[str, A
     """(field, saved, current) for each `COMPARED` field where two identities disagree; [] if none saved."""
     return [(key, saved.get(key, NOT_RECORDED), current.get(key))
             for key in COMPARED if saved.get(key) != current.get(key)] if saved else []
-
-
-def subject_mismatch_message(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any],
-                             location: str, *, allowed: bool, option: str) -> str:  # fmt: skip
-    """Explain `subject_differences` between a saved run (its JSON) and this run, one field a line."""
-    lines = mismatch_lines(differences, saved_run, location, option, "measured another model or video")
-    lines.append("Comparing anyway (--perf-allow-model-mismatch); the figures measure different things."
-                 if allowed else "Figures of another model or video are not a regression signal: record a "
-                 "baseline of this one, or pass --perf-allow-model-mismatch to compare anyway.")  # fmt: skip
-    return "\n".join(lines)
 
 
 def _digest(path: Path | None) -> str | None:

@@ -15,6 +15,7 @@ from perf.gate.compare import STAGE, Baseline, GateSettings, Row, reference_of, 
 from perf.gate.history import record_median
 from perf.gate.judge import (CONFIRM_LEVEL, INCONCLUSIVE, NO_CHANGE, SLOWER, Judgement, confirm_level, judge,
                              judge_pairs)  # fmt: skip
+from perf.gate.processes import Child
 from perf.runs import PRIMARY, SavedRun, load_run
 
 PAIRS_PER_LOOK = 2  #: Pairs of fresh processes per look.
@@ -42,6 +43,18 @@ class Process:
 
     kind: str
     run: SavedRun
+
+
+def abba_children(sides: Sides, first: int, last: int, nodeids: tuple[str, ...] = ()) -> list[Child]:
+    """The children of pairs ``first``..``last`` in ABBA order: base first in odd pairs, candidate first in even
+    ones; the candidate alone where ``sides`` has no base tree. ``nodeids``: what they run (none: the whole run)."""
+    base_options = (f"--perf-cache-dir={sides.base_cache}",) if sides.base_cache else ()
+    children: list[Child] = []
+    for i in range(first, last + 1):
+        candidate = Child(f"{CANDIDATE}-{i:02d}", CANDIDATE, nodeids, sides.candidate_options)
+        base = Child(f"{BASE}-{i:02d}", BASE, nodeids, base_options, str(sides.base_tree)) if sides.base_tree else None
+        children += [c for c in ((base, candidate) if i % 2 else (candidate, base)) if c is not None]
+    return children
 
 
 def looks(pairs: int) -> int:
@@ -131,7 +144,7 @@ def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateS
     """Confirm every suspect row in place at one-sided ``level`` (`perf.gate.judge.Budget.confirm_level`); return
     the seconds the processes took. Looks of `PAIRS_PER_LOOK` pairs (base first in odd pairs) run within
     ``settings.confirm_budget_s`` (`next_look_pairs`); the last look run judges finally."""
-    from perf.gate.processes import Child, run_children
+    from perf.gate.processes import run_children
 
     pending = [row for row in rows if row.verdict == SLOWER and row.suspect]
     if not pending or settings.confirm <= 0:
@@ -139,15 +152,10 @@ def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateS
     folder.mkdir(parents=True, exist_ok=True)
     paired, budget = sides.base_tree is not None, settings.confirm_budget_s
     level = level_per_look(settings.confirm, level)
-    base_options = (f"--perf-cache-dir={sides.base_cache}",) if sides.base_cache else ()
     results: list[Process] = []
     spent, done, pairs, shrunk = 0.0, 0, min(PAIRS_PER_LOOK, settings.confirm), False
     while True:
-        nodeids, children = tuple(sorted({row.fullname for row in pending})), []
-        for i in range(done + 1, done + pairs + 1):
-            candidate = Child(f"{CANDIDATE}-{i:02d}", CANDIDATE, nodeids, sides.candidate_options)
-            base = Child(f"{BASE}-{i:02d}", BASE, nodeids, base_options, str(sides.base_tree)) if paired else None
-            children += [c for c in ((base, candidate) if i % 2 else (candidate, base)) if c is not None]
+        children = abba_children(sides, done + 1, done + pairs, tuple(sorted({row.fullname for row in pending})))
         ran = run_children(children, options, folder, sides.candidate_tree, on_done=on_done)
         took = sum(r.seconds for r in ran)
         results += [Process(r.kind, load_run(r.run)) for r in ran if r.run is not None]

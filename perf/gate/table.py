@@ -113,13 +113,14 @@ def verdict_document(rows: list[Row], baseline: Baseline, settings: GateSettings
 
 def write_verdicts(folder: Path, rows: list[Row], baseline: Baseline, settings: GateSettings, header: str,
                    run: str | None = None, current: Mapping[str, Any] | None = None,
-                   budget: Budget | None = None, subject: Mapping[str, str] | None = None) -> Path:  # fmt: skip
+                   budget: Budget | None = None,
+                   subject: Mapping[str, str] | None = None) -> tuple[Path, dict[str, Any]]:  # fmt: skip
     """Write ``perf-compare.json`` and ``.md`` into ``folder`` atomically, with ``run`` (this run's name) first as
-    ``perf-compare-<run>.json`` / ``.md``; the plain names are the latest. Return the JSON path. ``current``: the run
-    judged (``{"run_id", "injected"}``); ``subject``: `perf.subject.describe_subject` of it."""
+    ``perf-compare-<run>.json`` / ``.md``; the plain names are the latest. Return the JSON path and the document.
+    ``current``: the run judged (``{"run_id", "injected"}``); ``subject``: `perf.subject.describe_subject` of it."""
     document = verdict_document(rows, baseline, settings, current=current, budget=budget, subject=subject)
     text, markdown = json.dumps(document, indent=2) + "\n", to_markdown(rows, header, subject)
     for suffix in ([f"-{run}"] if run is not None else []) + [""]:
         path = atomic_write_text(folder / VERDICT_FILE.replace(".json", f"{suffix}.json"), text)
         atomic_write_text(folder / f"perf-compare{suffix}.md", markdown)
-    return path
+    return path, document

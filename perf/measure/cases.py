@@ -12,7 +12,7 @@ import pytest
 
 from detector.backends import availability, runner_class, variants
 from detector.backends import backend as registered_backend
-from detector.errors import BackendError, BackendUnavailable
+from detector.errors import BackendError
 from perf.measure.sources import DEFAULT as DEFAULT_SOURCE
 from perf.measure.sources import Source, for_video, with_sources
 from perf.subject import Subject
@@ -65,13 +65,10 @@ def unavailable_reason(backend: str, device: str, precision: str) -> str | None:
     skips (the cases and `perf.fixtures.models.RunnerPool`)."""
     try:
         supported = runner_class(backend).precisions
-    except BackendUnavailable as e:
-        return str(e)
-    if precision not in supported:
-        return f"{backend} has no {precision} mode (it runs {', '.join(supported)})"
-    try:
+        if precision not in supported:
+            return f"{backend} has no {precision} mode (it runs {', '.join(supported)})"
         return availability(backend, device, precision)
-    except BackendError as e:  # a device type the runner does not support
+    except BackendError as e:  # not importable here (BackendUnavailable), or a device type the runner does not support
         return str(e)
 
 

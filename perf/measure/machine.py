@@ -68,18 +68,6 @@ def fingerprint_differences(saved: Mapping[str, Any] | None, current: Mapping[st
     return [(f, saved.get(f), current.get(f)) for f in COMPARED_FIELDS if saved.get(f) != current.get(f)]
 
 
-def mismatch_message(differences: list[tuple[str, Any, Any]], saved_run: Mapping[str, Any], location: str, *,
-                     allowed: bool, option: str = "--benchmark-compare") -> str:  # fmt: skip
-    """Explain `fingerprint_differences` with a saved run (its JSON), naming ``option``."""
-    from perf.runs import mismatch_lines
-
-    lines = mismatch_lines(differences, saved_run, location, option, "comes from a different machine")
-    lines.append("Comparing anyway (--perf-allow-machine-mismatch); the timings may not be comparable." if allowed
-                 else "Timings from another GPU, driver, CUDA version or device are not comparable: record a baseline "
-                      "on this machine, or pass --perf-allow-machine-mismatch to compare anyway.")  # fmt: skip
-    return "\n".join(lines)
-
-
 def module_version(module: str) -> str | None:
     """Version of the distribution of importable `module` (e.g. "cv2"), else its ``__version__``, or None."""
     if importlib.util.find_spec(module) is None:

@@ -149,7 +149,7 @@ class Capture:
 
     @property
     def found(self) -> bool:
-        """Whether the capture had a region (a range, GPU work or one given), not an empty one at 0."""
+        """Whether the capture had a region (a range or GPU work), not an empty one at 0."""
         return self.region.source != NOTHING
 
     def thread(self, gtid: int) -> ThreadInfo:
@@ -194,8 +194,7 @@ def _calls(rows: Iterable[tuple]) -> list[HostCall]:
     return sorted((HostCall(*row) for row in rows), key=lambda c: (c.start_ns, -c.end_ns))
 
 
-def _read(conn: sqlite3.Connection, tables: set[str], path: Path, range_name: str,
-          given: tuple[int, int] | None) -> Capture:  # fmt: skip
+def _read(conn: sqlite3.Connection, tables: set[str], path: Path) -> Capture:
     """Every table read once (a missing one as empty, a missing column as NULL): the region's records, the totals."""
     name = dict(conn.execute("SELECT id, value FROM StringIds")).get
 
@@ -223,18 +222,17 @@ def _read(conn: sqlite3.Connection, tables: set[str], path: Path, range_name: st
                         kind, dev or 0, corr)
                   for kind, records in gpu.items() for s, e, dev, stream, corr, x, _ in records),
                  key=lambda op: (op.start_ns, op.end_ns))  # fmt: skip
-    marked = [r for r in ranges if r.name == range_name]
+    marked = [r for r in ranges if r.name == MEASURED_RANGE]
     model = [op for op in ops if not is_suite_kernel(op.name)] or ops
     found = marked or model
-    source = f"NVTX range {range_name!r}" if marked else "first to last GPU activity" if model else NOTHING
-    region = Region(*given, "given") if given is not None else Region(
-        min((x.start_ns for x in found), default=0), max((x.end_ns for x in found), default=0), source)
+    source = f"NVTX range {MEASURED_RANGE!r}" if marked else "first to last GPU activity" if model else NOTHING
+    region = Region(min((x.start_ns for x in found), default=0), max((x.end_ns for x in found), default=0), source)
 
     def inside(records: Iterable[Any]) -> list[Any]:
         return [r for r in records if r.start_ns < region.end_ns and r.end_ns > region.start_ns]
 
     c = Capture(path, region, cuda_calls=inside(cuda), os_calls=inside(os_calls), gpu_ops=inside(ops),
-                ranges=inside(ranges), sync_targets=_sync_targets(rows), range_name=range_name)  # fmt: skip
+                ranges=inside(ranges), sync_targets=_sync_targets(rows))  # fmt: skip
     api_time: Counter[int] = Counter()
     for call in c.cuda_calls:
         api_time[call.gtid] += call.end_ns - call.start_ns
@@ -253,11 +251,10 @@ def _read(conn: sqlite3.Connection, tables: set[str], path: Path, range_name: st
     return c
 
 
-def read_capture(path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
-                 region: tuple[int, int] | None = None) -> Capture:  # fmt: skip
-    """The export at ``path`` inside its region: the NVTX range ``range_name`` (first start to last end), else
-    the model's first to last GPU activity, or ``region`` (ns); none of these: an empty region at 0. Raises
-    `CaptureError` naming ``path`` when it is not an Nsight Systems SQLite export."""
+def read_capture(path: str | os.PathLike[str]) -> Capture:
+    """The export at ``path`` inside its region: the NVTX range `MEASURED_RANGE` (first start to last end), else
+    the model's first to last GPU activity; neither: an empty region at 0. Raises `CaptureError` naming ``path``
+    when it is not an Nsight Systems SQLite export."""
     path = Path(path)
     if not path.is_file():
         raise CaptureError(f"cannot read nsys SQLite export '{path}': no such file")
@@ -271,7 +268,7 @@ def read_capture(path: str | os.PathLike[str], range_name: str = MEASURED_RANGE,
             raise CaptureError(f"'{path}' is an SQLite file but not an Nsight Systems export (no StringIds "
                                f"table); {make}")  # fmt: skip
         try:
-            capture = _read(conn, tables, path, range_name, region)
+            capture = _read(conn, tables, path)
         except sqlite3.DatabaseError as e:
             raise CaptureError(f"cannot read nsys SQLite export '{path}': {e}") from e
     log.debug("read %s: %d CUDA calls, %d OS calls, %d GPU ops, %d NVTX ranges in %s", path, len(capture.cuda_calls),

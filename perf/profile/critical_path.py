@@ -6,14 +6,12 @@ jump, so the walk always moves back in time and the segments tile the region exa
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from perf.profile.capture_db import Capture, GpuOp, HostCall, busy_ns, read_capture
+from perf.profile.capture_db import Capture, GpuOp, HostCall, busy_ns
 from perf.profile.critical_path_summary import CriticalPathSummary, PathShare, Segment, StreamLoad, ThreadLoad, Wait
 from perf.profile.timeline import GPU_SYNC_CALLS, SLEEP_CALLS, STREAM_TOLERANCE_NS, Timeline, merge_runs
-from perf.profile.torch_profiler import MEASURED_RANGE
 
 #: A thread without CUDA calls or NVTX ranges has its waits listed with this share of the region on the path.
 PATH_SHARE_THAT_MATTERS = 0.01
@@ -176,14 +174,9 @@ def summarize_path(path: CriticalPath, top: int = TOP) -> CriticalPathSummary:
                "threads": len({w.where for w in ws})} for name, ws in waits.items()]  # fmt: skip
     return CriticalPathSummary(
         source=path.capture.path.name, segments=len(path.segments), by_kind=dict(by_kind),
-        region={"start_ns": region.start_ns, "end_ns": region.end_ns, "source": region.source},
+        region=asdict(region),
         shares=[PathShare(k, n, ns, ns / (region.length_ns or 1)) for (k, n), ns in by_name.most_common()],
         longest=sorted(merge_runs(path.segments), key=lambda s: -s.duration_ns)[:top], threads=path.threads,
         streams=path.streams, top_waits=path.waits[:top], wait_totals=sorted(totals, key=lambda e: -e["ns"])[:top],
         notes=[] if path.capture.os_calls else [
             "no OS runtime calls traced (--trace osrt): blocking waits between threads are not seen"])  # fmt: skip
-
-
-def critical_path_summary(sqlite_path: str | os.PathLike[str], range_name: str = MEASURED_RANGE) -> CriticalPathSummary:
-    """The summarized critical path of the nsys SQLite export at ``sqlite_path`` (else `CaptureError`)."""
-    return summarize_path(analyze(read_capture(sqlite_path, range_name)))

@@ -28,8 +28,6 @@ log = logging.getLogger(__name__)
 StrPath = str | os.PathLike[str]
 
 NSYS_CHILD_FLAG = "--perf-nsys-child"
-#: Where captures go, relative to the rootdir, unless the caller chooses otherwise (reports/ is git-ignored).
-DEFAULT_REPORT_ROOT = Path("reports") / "nsys"
 #: Install locations searched after --nsys-path, $NSYS and PATH, in order; newest version first within each.
 NSYS_GLOBS = ("opt/nvidia/nsight-systems/*/bin/nsys", "opt/nvidia/nsight-systems/*/target-linux-x64/nsys",
               "usr/local/cuda*/bin/nsys", "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys")
@@ -139,15 +137,14 @@ def _junit_outcome(path: Path) -> tuple[str, str | None] | None:
 
 
 def run_child_under_nsys(nsys: StrPath, nodeid: str, rootdir: StrPath, extra_pytest_args: Sequence[str] = (),
-                         report_root: StrPath | None = None, env: Mapping[str, str] | None = None, *,
-                         cwd: StrPath | None = None, timeout_s: float = 1800.0) -> NsysResult:  # fmt: skip
-    """Run test ``nodeid`` in a child pytest under ``nsys profile`` into `report_dir_for` (under
-    ``report_root``, default ``rootdir/reports/nsys``), its output in ``nsys-run.log`` there. The child starts
-    in ``cwd`` (default ``rootdir``; ``extra_pytest_args``, the parent's options, read paths relative to it).
-    A failing or skipped test is returned; `NsysError` when nsys failed (no JUnit XML, or after a passing test
-    an nsys error, a non-zero exit or no ``.nsys-rep``)."""
+                         env: Mapping[str, str] | None = None, *, report_root: StrPath, cwd: StrPath | None = None,
+                         timeout_s: float = 1800.0) -> NsysResult:  # fmt: skip
+    """Run test ``nodeid`` in a child pytest under ``nsys profile`` into `report_dir_for` under ``report_root``,
+    its output in ``nsys-run.log`` there. The child starts in ``cwd`` (default ``rootdir``; ``extra_pytest_args``,
+    the parent's options, read paths relative to it). A failing or skipped test is returned; `NsysError` when nsys
+    failed (no JUnit XML, or after a passing test an nsys error, a non-zero exit or no ``.nsys-rep``)."""
     rootdir = Path(rootdir).resolve()
-    report_dir = report_dir_for(nodeid, rootdir / DEFAULT_REPORT_ROOT if report_root is None else report_root)
+    report_dir = report_dir_for(nodeid, report_root)
     report_dir.mkdir(parents=True, exist_ok=True)
     junit, log_path = report_dir / "child-junit.xml", report_dir / "nsys-run.log"
     for stale in (*report_dir.glob("*.nsys-rep"), junit):

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from detector.fileio import atomic_write_text
 from detector.timing import STAGES
-from perf.profile.capture_db import Capture, GpuOp, Total, busy_ns, is_suite_kernel
+from perf.profile.capture_db import Capture, Total, busy_ns, is_suite_kernel
 from perf.profile.critical_path_summary import CriticalPathSummary, ms, shorten
 from perf.tabletext import markdown_table
 
@@ -34,14 +33,6 @@ TIMING_EVENT_LABEL = "timing events (suite clock and runner timers)"
 def is_timing_event_api(name: str) -> bool:
     """True for a CUDA API function name of the event family (see `TIMING_EVENT_API_NAME`)."""
     return TIMING_EVENT_API_NAME.match(name) is not None
-
-
-def gpu_idle_fraction(ops: Sequence[GpuOp | tuple[int, int]], region_start_ns: int, region_end_ns: int) -> float:
-    """Fraction (0..1) of the region (ns) in which none of ``ops`` (GPU work or ns intervals) ran."""
-    if region_end_ns <= region_start_ns:
-        raise ValueError(f"empty measured region [{region_start_ns}, {region_end_ns}) ns")
-    spans = [(op.start_ns, op.end_ns) if isinstance(op, GpuOp) else (int(op[0]), int(op[1])) for op in ops]
-    return 1.0 - busy_ns(spans, region_start_ns, region_end_ns) / (region_end_ns - region_start_ns)
 
 
 @dataclass
@@ -130,7 +121,7 @@ def summarize(capture: Capture, *, report_path: str | os.PathLike[str] | None = 
         spans: dict[bool, list[tuple[int, int]]] = {True: [], False: []}  # by whether a suite kernel
         for op in capture.gpu_ops:
             spans[op.kind == "kernel" and is_suite_kernel(op.name)].append((op.start_ns, op.end_ns))
-        idle = gpu_idle_fraction(spans[False], region.start_ns, region.end_ns)
+        idle = 1.0 - busy_ns(spans[False], region.start_ns, region.end_ns) / region.length_ns
         suite_busy = busy_ns(spans[True], region.start_ns, region.end_ns) / region.length_ns
     copies = {d: capture.copies.get(d, Total(d, 0, 0)) for d in ("h2d", "d2h")}
     return NsysSummary(
@@ -140,8 +131,7 @@ def summarize(capture: Capture, *, report_path: str | os.PathLike[str] | None = 
                       "percent": 100.0 * k.ns / total if total else 0.0} for k in model[:top_n]],
         stages=stages, nvtx_ranges=[{"name": name, **r} for name, r in ranges.items() if name not in stages][:top_n],
         **{d: {"bytes": c.bytes, "ns": c.ns, "count": c.count} for d, c in copies.items()},
-        region=({"start_ns": region.start_ns, "end_ns": region.end_ns, "source": region.source}
-                if capture.found else None), idle_fraction=idle,
+        region=asdict(region) if capture.found else None, idle_fraction=idle,
         top_api=[{"name": a.name, "total_ns": a.ns, "calls": a.count}
                  for a in capture.api if not is_timing_event_api(a.name)][:5],
         missing=[name for name, present in zip(DATA_NAMES, has) if not present],

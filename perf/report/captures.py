@@ -11,7 +11,7 @@ from pathlib import Path
 from perf.profile.critical_path_summary import CriticalPathSummary
 from perf.tabletext import html_table, markdown_table
 
-#: Where the captures are in the reports folder (`perf.profile.nsys.DEFAULT_REPORT_ROOT`'s last part).
+#: Where the captures are in the reports folder (`perf.roles.nsys` runs them with ``report_root=<reports>/nsys``).
 CAPTURES = "nsys"
 SECTION = "Nsight Systems captures"
 _COLUMNS = ["capture", "region ms", "GPU idle", "bounded by (critical path)", "longest wait"]

@@ -262,7 +262,7 @@ class GateRun:
         if self.baseline is None or session.exitstatus == pytest.ExitCode.USAGE_ERROR:
             return  # refused before measuring (perf.preflight): nothing to compare
         from perf.gate.compare import compare_runs, explain_slower
-        from perf.gate.table import verdict_document, write_verdicts
+        from perf.gate.table import write_verdicts
 
         config, perf = session.config, self.perf
         current = {m.fullname: _record(m) for m in config._benchmarksession.benchmarks if m and not m.has_error}
@@ -275,10 +275,9 @@ class GateRun:
                 explain_slower(row, self.baseline, current[row.fullname])
         self.rows = rows
         marks = {"run_id": perf.run_id, "injected": perf.options.injected}
-        self.path = write_verdicts(perf.options.reports_dir, rows, self.baseline, self.settings, self._header(),
-                                   run=perf.report.run, budget=self.budget, current=marks, subject=perf.described())
-        self.document = verdict_document(rows, self.baseline, self.settings, current=marks, budget=self.budget,
-                                         subject=perf.described())  # fmt: skip
+        self.path, self.document = write_verdicts(perf.options.reports_dir, rows, self.baseline, self.settings,
+                                                  self._header(), run=perf.report.run, budget=self.budget,
+                                                  current=marks, subject=perf.described())  # fmt: skip
         if self.document["summary"]["failed"] and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -68,8 +68,8 @@ class NsysRun:
             pytest.skip(nsys_not_found_reason(given, os.environ))
         try:
             options, env = child_options(config, os.environ)
-            result = run_child_under_nsys(nsys, item.nodeid, config.rootpath, options,
-                                          self.options.reports_dir / "nsys", env,
+            result = run_child_under_nsys(nsys, item.nodeid, config.rootpath, options, env,
+                                          report_root=self.options.reports_dir / "nsys",
                                           cwd=config.invocation_params.dir)  # fmt: skip
             if result.outcome == "skipped":
                 pytest.skip(result.skip_reason or "skipped in the nsys child")

@@ -24,9 +24,15 @@ from perf.profile.capture_db import (
     ThreadInfo,
     read_capture,
 )
-from perf.profile.critical_path import analyze, critical_path_summary, summarize_path
+from perf.profile.critical_path import analyze, summarize_path
 from perf.profile.critical_path_summary import CriticalPathSummary, Segment
 from perf.profile.timeline import innermost_pieces
+
+
+def critical_path_summary(sqlite_path: Path) -> CriticalPathSummary:
+    """The summarized critical path of the nsys SQLite export at ``sqlite_path``, as `summarize_report` makes it."""
+    return summarize_path(analyze(read_capture(sqlite_path)))
+
 
 def _launch_then_sync(c: HandMade) -> HandMade:
     """Host work 2 ms (preprocess), a launch (10 us), a 5 ms kernel starting 40 us after the launch returned, an

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from nsys_capture import CONV, DATA, LEAKY, MAIN, PID, HandMade, clock_capture
 from perf.gate.processes import NSYS_DROPPED, forwarded_options
-from perf.profile.capture_db import GpuOp, busy_ns, is_suite_kernel, read_capture, stats_api_name
+from perf.profile.capture_db import busy_ns, is_suite_kernel, read_capture, stats_api_name
 from perf.profile.nsys import (
     NSYS_CHILD_FLAG,
     NSYS_NOT_FOUND_REASON,
@@ -40,7 +40,6 @@ from perf.profile.nsys import (
 from perf.profile.nsys_summary import (
     DATA_NAMES,
     TIMING_EVENT_LABEL,
-    gpu_idle_fraction,
     is_timing_event_api,
     summarize,
     write_summary,
@@ -190,7 +189,8 @@ def _fake_nsys(folder: Path, *, write_report: bool, after: str = "") -> Path:
     touch = 'touch "$out.nsys-rep"\n' if write_report else ""
     return _script(folder / "nsys", (
         'shift\nout=""\n'
-        'while [ $# -gt 0 ]; do case "$1" in --output=*) out="${1#--output=}"; shift;; --*) shift;; *) break;; esac; done\n'
+        'while [ $# -gt 0 ]; do case "$1" in --output=*) out="${1#--output=}"; shift;; '
+        '--*) shift;; *) break;; esac; done\n'
         'echo "Collecting data..."\n"$@"\nrc=$?\n' + after + touch + "exit $rc\n"
     ))  # fmt: skip
 
@@ -318,13 +318,11 @@ _spans = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 5_000)).map(l
 
 
 @given(_spans, st.integers(0, 10_000), st.integers(1, 10_000))
-def test_busy_time_never_exceeds_the_region_and_idle_is_a_fraction(spans, start, length) -> None:
+def test_busy_time_never_exceeds_the_region_so_idle_is_a_fraction(spans, start, length) -> None:
     end = start + length
     busy = busy_ns(spans, start, end)
-    assert 0 <= busy <= length
+    assert 0 <= busy <= length  # the summary's idle fraction, 1 - busy / length, lies in 0..1
     assert busy <= sum(max(0, min(b, end) - max(a, start)) for a, b in spans)  # overlaps count once
-    idle = gpu_idle_fraction(spans, start, end)
-    assert 0.0 <= idle <= 1.0 and idle == pytest.approx(1 - busy / length)
 
 
 @given(_spans, st.integers(1, 10_000))
@@ -333,12 +331,19 @@ def test_busy_time_matches_a_unit_grid_count(spans, length) -> None:
     assert busy_ns(spans, 0, length) == len(covered)
 
 
-def test_idle_fraction_of_overlapping_streams() -> None:
-    rows = [GpuOp(0, 40, 7, "k1"), GpuOp(20, 60, 8, "k2"), GpuOp(80, 90, 7, "[memcpy HtoD]", "memcpy")]
-    assert gpu_idle_fraction(rows, 0, 100) == pytest.approx(0.3)  # busy [0, 60) and [80, 90)
-    assert gpu_idle_fraction(rows, 50, 70) == pytest.approx(0.5)
-    with pytest.raises(ValueError, match="empty measured region"):
-        gpu_idle_fraction(rows, 10, 10)
+@pytest.mark.parametrize(("start", "end", "idle"), [(1_000, 1_100, 0.3), (1_050, 1_070, 0.5), (1_010, 1_010, None)])
+def test_idle_fraction_of_overlapping_streams(tmp_path: Path, start: int, end: int, idle: float | None) -> None:
+    c = HandMade()
+    main = c.thread("python", PID)
+    c.nvtx(main, "measured", start, end)
+    c.kernel(c.cuda(main, "cudaLaunchKernel_v7000", 900, 905), 1_000, 1_040, "k1", stream=7)
+    c.kernel(c.cuda(main, "cudaLaunchKernel_v7000", 910, 915), 1_020, 1_060, "k2", stream=8)
+    c.memcpy(c.cuda(main, "cudaMemcpyAsync_v3020", 920, 925), 1_080, 1_090, 1, 64, stream=7)
+    summary = summarize(read_capture(c.write(tmp_path / "c.sqlite")))  # busy [1000, 1060) and [1080, 1090)
+    if idle is None:  # an empty measured region has no idle fraction
+        assert summary.idle_fraction is None
+    else:
+        assert summary.idle_fraction == pytest.approx(idle)
 
 
 # --- the summary of a capture ---------------------------------------------------------------------------------------
@@ -362,7 +367,8 @@ def test_summary_of_a_real_capture(tmp_path: Path) -> None:
     path = DATA / "h100_e2e_torch_fp32.sqlite"  # eager torch fp32, the sequential loop, 4 frames
     summary = summarize(read_capture(path), report_path=tmp_path / "capture.nsys-rep", top_n=3)
     assert len(summary.top_kernels) == 3 and summary.top_kernels[0]["total_ns"] == 2_926_496
-    assert summary.top_kernels[0]["instances"] == 76 and summary.top_kernels[0]["percent"] == pytest.approx(74.49, abs=0.01)
+    assert summary.top_kernels[0]["instances"] == 76
+    assert summary.top_kernels[0]["percent"] == pytest.approx(74.49, abs=0.01)
     assert list(summary.stages) == ["read", "preprocess", "infer", "postprocess", "write"]
     assert all(stage["instances"] == 4 for stage in summary.stages.values())
     assert summary.h2d == {"bytes": 4 * 2_076_672, "ns": 221_988, "count": 4}  # one 416x416x3 fp32 frame each
@@ -485,7 +491,7 @@ def test_suite_clock_kernels_are_left_out_of_top_kernels_and_idle_time(tmp_path:
     assert summary.region == {"start_ns": 10_000_000, "end_ns": 12_500_000, "source": "NVTX range 'measured'"}
     assert summary.idle_fraction == pytest.approx(1 - 450_000 / 2_500_000)  # 0.82: busy-wait spans count as idle
     assert summary.suite_busy_fraction == pytest.approx(1_940_000 / 2_500_000)  # 0.776 of the region
-    everything = gpu_idle_fraction(capture.gpu_ops, 10_000_000, 12_500_000)
+    everything = 1 - busy_ns([(op.start_ns, op.end_ns) for op in capture.gpu_ops], 10_000_000, 12_500_000) / 2_500_000
     assert everything == pytest.approx(1 - 2_390_000 / 2_500_000)  # 0.044 had the busy-wait counted as GPU work
     assert summary.idle_fraction == pytest.approx(everything + summary.suite_busy_fraction)  # they never overlap
     assert summary.missing == ["cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum"]  # no copies
@@ -569,7 +575,8 @@ def _recording_nsys(folder: Path) -> Path:
         f'if [ "$1" = export ]; then cp "{DATA / "h100_e2e_torch_fp32.sqlite"}" "$6"; exit 0; fi\n'
         f'printf "%s\\n" "$@" > "{folder}/argv.txt"\npwd > "{folder}/cwd.txt"\n'
         'shift\nout=""\n'
-        'while [ $# -gt 0 ]; do case "$1" in --output=*) out="${1#--output=}"; shift;; --*) shift;; *) break;; esac; done\n'
+        'while [ $# -gt 0 ]; do case "$1" in --output=*) out="${1#--output=}"; shift;; '
+        '--*) shift;; *) break;; esac; done\n'
         '"$@"\nrc=$?\ntouch "$out.nsys-rep"\nexit $rc\n'
     ))  # fmt: skip
 
@@ -583,7 +590,8 @@ def parent_project(tmp_path: Path) -> Path:
     (root / "work").mkdir(parents=True)
     shutil.copy(REPO / "detector" / "data" / "yolov4-tiny.cfg", root / "m.cfg")
     (root / "names.txt").write_text("class0\nclass1\n")  # the shipped cfg's 2 classes: a names file that fits it
-    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:randomly --benchmark-autosave\nperf_names = names.txt\n")
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:randomly --benchmark-autosave\n"
+                                     "perf_names = names.txt\n")
     (root / "conftest.py").write_text(
         "import pytest\n"
         "pytest_plugins = ['perf.plugin', 'perf.fixtures.reporting']\n"
