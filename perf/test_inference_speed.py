@@ -23,7 +23,6 @@ Benchmarks record; they never assert a time.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import pytest
 
 from perf.measure.cases import Case
-from perf.measure.clock import SUITE_CLOCK, gpu_time_budget
+from perf.measure.clock import SUITE_CLOCK, max_time_s
 from perf.session import PERF_SESSION
 from perf.report import schema
 
@@ -161,13 +160,17 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
         phases[name], mark[0] = now - mark[0], now
 
     benchmark.extra_info.update({"backend": case.backend, "variant": case.variant, "precision": case.precision,
-                                 "batch": case.batch, "device": runner.device, "clock": SUITE_CLOCK.kind,
+                                 "batch": case.batch, "device": runner.device,
+                                 "clock": SUITE_CLOCK.kind if on_gpu else "perf_counter",
                                  "warmup_s": warmup_s, "device_enqueue_ms": enqueue_ms,
                                  "samples": {"metric": "time", "label": "GPU time" if on_gpu else "host time",
                                              "unit": "s per call"}})  # fmt: skip
-    # The GPU clock records its events on the current stream: make it the runner's.
-    on_stream = torch.cuda.stream(runner.stream) if on_gpu else contextlib.nullcontext()
-    benchmark.extra_info["max_time_s"] = gpu_time_budget(benchmark, given) if on_gpu else None
+    # The GPU clock records its events on the current stream: make it the runner's. A runner on no stream of ours
+    # (ONNX Runtime's CUDA provider) is timed on the host: events would not see its work.
+    on_stream = torch.cuda.stream(runner.stream) if on_gpu else SUITE_CLOCK.on_host()
+    if on_gpu:  # its budget on the GPU clock, read as pytest-benchmark starts measuring
+        benchmark._max_time = max_time_s(benchmark._max_time, given)
+    benchmark.extra_info["max_time_s"] = benchmark._max_time if on_gpu else None
     with measured_region(f"inference[{case.id}]", runner, benchmark.extra_info), on_stream, \
             SUITE_CLOCK.covering(enqueue_ms or 0.0) as lead_in_ms:
         perf_measure(benchmark, runner.infer, x, to_host=not on_gpu)  # re-measured while unstable
@@ -181,8 +184,10 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
         probe = ReferenceProbe(CpuReference(), HOST_BLOCK) if "cpu-reference" in perf_controls else None
         with measured_region(f"host-latency[{case.id}]", runner):
             host_s = _host_latency_s(runner, x, probe)
-        gpu_ms = benchmark.stats.stats.median * 1e3 if benchmark.stats is not None and benchmark.stats.stats.data else None
-        benchmark.extra_info["launch_bound"] = bool(gpu_ms is not None and enqueue_ms is not None and enqueue_ms > gpu_ms)
+        gpu_ms = (benchmark.stats.stats.median * 1e3 if benchmark.stats is not None and benchmark.stats.stats.data
+                  else None)
+        benchmark.extra_info["launch_bound"] = bool(gpu_ms is not None and enqueue_ms is not None
+                                                    and enqueue_ms > gpu_ms)
         benchmark.extra_info.setdefault("metrics", {}).update(_host_metrics(host_s, probe))
     phase("host")
     # The top kernels of this call, kept with the run: what a later compare shows if it got slower.
@@ -211,7 +216,7 @@ def _measure(benchmark: Any, case: Case, runner: Any, input_frames: Any, measure
         perf_report.add(schema.INFERENCE, {
             "case": case.label, "batch": case.batch, "median ms": stats.median * 1e3, "p99 ms": info["p99_ms"],
             "images/s": info["images_per_s"], "h2d ms": stages["h2d_ms"], "compute ms": stages["compute_ms"],
-            "d2h ms": stages["d2h_ms"], "enqueue ms": stages["enqueue_ms"], "host ms (sync)": info["host_sync_median_ms"],
-            "warm-up s": warmup_s,
+            "d2h ms": stages["d2h_ms"], "enqueue ms": stages["enqueue_ms"],
+            "host ms (sync)": info["host_sync_median_ms"], "warm-up s": warmup_s,
         })  # fmt: skip
     benchmark.extra_info.update(info)

@@ -1,5 +1,6 @@
 """The suite's benchmark clock, `SUITE_CLOCK` (the ``benchmark`` marker's ``timer``): CUDA events on the current
-stream on a GPU run, ``time.perf_counter`` on a CPU run, picked on first use (docs/method.md, section 1)."""
+stream on a GPU run, ``time.perf_counter`` on a CPU run (and, on a GPU run, for a runner on no stream of the suite's:
+`SuiteClock.on_host`), picked on first use (docs/method.md, section 1)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class SuiteClock:
 
     def __init__(self) -> None:
         self.configure(lambda: "cpu")
+        self._on_host = False
 
     @property
     def __name__(self) -> str:  # pytest-benchmark stores the timer by name in saved runs
@@ -39,7 +41,19 @@ class SuiteClock:
     @property
     def kind(self) -> str:
         """``"cuda-events"`` or ``"perf_counter"`` (resolves the device)."""
-        return "cuda-events" if self._device().startswith("cuda") else "perf_counter"
+        return "cuda-events" if self._device().startswith("cuda") and not self._on_host else "perf_counter"
+
+    @contextlib.contextmanager
+    def on_host(self) -> Iterator[None]:
+        """For the block, ``time.perf_counter`` on any device: for a runner that enqueues on no stream of the suite's
+        (ONNX Runtime's CUDA provider works on its own stream and returns when done). CUDA events on the current
+        stream do not see that work: they read its host time less the lead-in, and about 0 for a call shorter than
+        the lead-in."""
+        before, self._on_host = self._on_host, True
+        try:
+            yield
+        finally:
+            self._on_host = before
 
     @contextlib.contextmanager
     def covering(self, enqueue_ms: float) -> Iterator[float]:
@@ -57,6 +71,8 @@ class SuiteClock:
             self._clock.lead_in_ms = before
 
     def __call__(self) -> float:
+        if self._on_host:
+            return time.perf_counter()
         if self._clock is None:
             from detector.timing import CudaEventClock
 
@@ -78,12 +94,6 @@ def max_time_given(config: Any) -> bool:
 def max_time_s(max_time: float, given: bool) -> float:
     """A benchmark's time budget (s): ``max_time``, at most `GPU_MAX_TIME_S` on the GPU clock unless ``given``."""
     return float(max_time) if given or SUITE_CLOCK.kind != "cuda-events" else min(float(max_time), GPU_MAX_TIME_S)
-
-
-def gpu_time_budget(benchmark: Any, given: bool) -> float:
-    """Set `max_time_s` as ``benchmark._max_time`` (read as pytest-benchmark starts measuring); return it."""
-    benchmark._max_time = max_time_s(benchmark._max_time, given)
-    return benchmark._max_time
 
 
 #: The one clock every inference benchmark uses (``@pytest.mark.benchmark(timer=SUITE_CLOCK)``).

@@ -43,6 +43,24 @@ def test_clock_lead_in_covers_a_long_enqueue_for_the_block_and_is_put_back() -> 
         assert lead_in == host.lead_in_ms  # the host clock has no lead-in to stretch
 
 
+
+def test_a_runner_on_no_stream_of_the_suites_is_timed_on_the_host_within_a_gpu_run() -> None:
+    class EventClock:  # stands in for the CUDA-event clock: it must not be read inside the block
+        lead_in_ms = 1.0
+
+        def __call__(self) -> float:
+            raise AssertionError("CUDA events read for a host-timed runner")
+
+    clock = SuiteClock()
+    clock.configure(lambda: "cuda:0", lead_in_ms=1.0)
+    clock._clock = EventClock()
+    with clock.on_host(), clock.covering(3.0) as lead_in:
+        assert clock.kind == "perf_counter" and lead_in == 1.0  # no lead-in stretched: none is enqueued
+        first = clock()
+        time.sleep(0.01)
+        assert clock() - first >= 0.009
+    assert clock.kind == "cuda-events"
+
 @pytest.mark.parametrize("lead_in_ms", [0.0, 0.5])
 def test_cuda_clock_times_the_work_between_any_two_readings_after_pytest_benchmarks_precision_probe(
         lead_in_ms: float) -> None:
