@@ -51,8 +51,9 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _model_spec(args: argparse.Namespace, random_weights_for: Sequence[str] = ("the model",)) -> Any:
     """The model of ``--cfg``, ``--weights``, ``--seed`` and ``--cache-dir``, its files checked
-    (:meth:`~detector.spec.ModelSpec.check_files`); then a warning when seeded random weights stand in for missing
-    ones, naming ``random_weights_for`` (what runs the cfg's weights; none: no warning)."""
+    (:meth:`~detector.spec.ModelSpec.check_files`, and the class names beside the cfg read); then a warning when
+    seeded random weights stand in for missing ones, naming ``random_weights_for`` (what runs the cfg's weights;
+    none: no warning)."""
     from detector.spec import ModelSpec
 
     base = ModelSpec.default()
@@ -63,6 +64,7 @@ def _model_spec(args: argparse.Namespace, random_weights_for: Sequence[str] = ("
         kwargs["cache_dir"] = Path(args.cache_dir)
     spec = ModelSpec(**kwargs)
     spec.check_files()
+    spec.names  # noqa: B018 - reads classes.names beside the cfg: an unreadable file is refused before the model loads
     if spec.weights is None and random_weights_for:
         given = f"no --weights given with --cfg {cfg}" if args.cfg else "no trained weights shipped or given"
         log.warning("%s: %s runs seeded random weights (seed %d)", given, ", ".join(random_weights_for), args.seed)
@@ -89,17 +91,23 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def _video_out(out: str, backends: Sequence[str], video: str | None) -> Path | None:
     """``--out`` as the detected video's path when it names a video file (a video suffix, no existing folder),
-    else None (a folder). :class:`DetectorError` for a video path with several backends or the input video."""
+    else None (a folder). :class:`DetectorError` for a path through a symbolic link loop, a video path with several
+    backends or the input video."""
+    from detector.fileio import symlink_loop
     from detector.video import WRITABLE_SUFFIXES
 
     path = Path(out)
+    if symlink_loop(path):
+        raise DetectorError(f"--out '{out}': a symbolic link loop (too many levels of symbolic links); give another "
+                            "path")
     if path.suffix.lower() not in WRITABLE_SUFFIXES or path.is_dir():
         return None
     if len(backends) > 1:
         raise DetectorError(f"--out '{out}' names one video file, but --backend {','.join(backends)} writes "
                             f"{len(backends)} videos; give a folder for --out (one video per backend goes in it) "
                             "or one backend")
-    if video is not None and path.resolve() == Path(video).resolve():
+    # (a --video whose links loop is not resolved here: check_video_file names it, next)
+    if video is not None and not symlink_loop(video) and path.resolve() == Path(video).resolve():
         raise DetectorError(f"--out '{out}' is the input video itself; give the detected video another name")
     return path
 
@@ -188,7 +196,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
         interval = f", interval {args.skip_interval}" if args.skip_interval else ""
         model_type = f"{display_name(backend)} {args.precision} ({device}, batch {args.batch}{interval})"
         rows.append(
-            {"model_type": model_type, "input_size": f"{w}x{h}", "infer_fps": result.infer_fps, "e2e_fps": result.e2e_fps}
+            {"model_type": model_type, "input_size": f"{w}x{h}", "infer_fps": result.infer_fps,
+             "e2e_fps": result.e2e_fps}
         )
         summaries.append(result.summary())
         print(f"wrote {output} ({result.frames} frames)" if output else f"{backend}: {result.frames} frames, no video "
@@ -248,8 +257,10 @@ _PROGRESS_HELP = (f"draw progress bars of the long steps on stderr, or never (de
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cfg", help="Darknet .cfg (default: the shipped two-class yolov4-tiny.cfg)")
     p.add_argument("--weights", help="Darknet .weights (default: the shipped weights, else seeded random weights)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights used when none are given (default: 0)")
-    p.add_argument("--cache-dir", help="cache for ONNX files, engines and videos (default: $DETECTOR_CACHE or ~/.cache/detector)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random weights used when none are given (default: 0)")
+    p.add_argument("--cache-dir",
+                   help="cache for ONNX files, engines and videos (default: $DETECTOR_CACHE or ~/.cache/detector)")
 
 
 def _version() -> str:
@@ -296,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "preprocess and postprocess on the GPU (needs a CUDA device and PyNvVideoCodec: pip install -e "
                    "'.[gpu]') (default: opencv)")
     p.add_argument("--no-video", action="store_true",
-                   help="write no detected video, only the results JSON: no CPU encoding in the loop (default: write it)")
+                   help="write no detected video, only the results JSON: no CPU encoding in the loop "
+                   "(default: write it)")
     p.set_defaults(func=cmd_detect)
 
     p = _command(sub, "export-onnx", "export the model to ONNX (decode included)")

@@ -9,6 +9,7 @@ file and the line (cfg) or byte offset (weights).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import struct
 from dataclasses import dataclass, field
@@ -335,10 +336,12 @@ def _check_value(path: Path, line: int, kind: str, key: str, value: str) -> None
     items = [v.strip() for v in value.split(",") if v.strip()] if typ.endswith("s") else [value]
     for item in items:
         try:
-            parse(item)
+            number = parse(item)
         except ValueError as e:
             what = "an integer" if parse is int else "a number"
             raise _fail(path, line, f"[{kind}] {key}={value!r}: {item!r} is not {what}") from e
+        if not math.isfinite(number):  # NaN passes every `v <= 0` check; inf overflows int()
+            raise _fail(path, line, f"[{kind}] {key}={value!r}: {item!r} is not a finite number")
 
 
 def _positive(path: Path, s: Section, key: str, default: int | None = None, minimum: int = 1,
@@ -366,9 +369,9 @@ def parse_cfg(path: str | os.PathLike[str]) -> NetConfig:
     width = _positive(path, net, "width", maximum=MAX_INPUT_SIDE)
     height = _positive(path, net, "height", maximum=MAX_INPUT_SIDE)
     channels = _positive(path, net, "channels", 3)
-    if channels * height * width > MAX_LAYER_VALUES:
-        raise _fail(path, net.line_of("channels"), f"[net] channels={channels} at {width}x{height} is "
-                    f"{channels * height * width:,} values per image; allowed up to {MAX_LAYER_VALUES:,}")
+    if channels != 3:  # every frame is fed as 3-channel RGB (preprocess), the exported ONNX input too
+        raise _fail(path, net.line_of("channels"), f"[net] channels={channels}: only 3-channel (RGB) input is "
+                    "supported (frames are fed to the network as RGB)")
     parameters = 0
     letterbox = _flag(path, net, "letter_box")
     layers: list[LayerSpec] = []
@@ -411,8 +414,8 @@ def parse_cfg(path: str | os.PathLike[str]) -> NetConfig:
         if isinstance(spec, ConvSpec):
             parameters += spec.num_values
             if parameters > MAX_PARAMETERS:
-                raise _fail(path, s.line_of("filters"), f"[convolutional] (layer {i}) filters={spec.filters} brings the "
-                            f"network to {parameters:,} "
+                raise _fail(path, s.line_of("filters"), f"[convolutional] (layer {i}) filters={spec.filters} brings "
+                            f"the network to {parameters:,} "
                             f"parameters; this package builds networks of up to {MAX_PARAMETERS:,}")
         if shape[0] * shape[1] * shape[2] > MAX_LAYER_VALUES:
             raise _fail(path, s.line, f"[{s.type}] (layer {i}) outputs {shape[0]}x{shape[1]}x{shape[2]} = "

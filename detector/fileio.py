@@ -48,6 +48,23 @@ def file_kind(st: os.stat_result) -> str | None:
     return "not a regular file"
 
 
+def symlink_loop(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` cannot be followed because symbolic links on it loop (ELOOP): ``Path.resolve`` raises
+    RuntimeError on such a path (before Python 3.13) and ``Path.is_file`` / ``is_dir`` answer False, as for a
+    missing file, so a caller names the loop with this."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
+
+
+def resolved(path: str | os.PathLike[str]) -> Path:
+    """``path`` absolute with its symbolic links resolved, or only absolute when they loop (:func:`symlink_loop`:
+    the caller's check of the path then names the loop, where ``Path.resolve`` would raise RuntimeError)."""
+    return Path(os.path.abspath(path)) if symlink_loop(path) else Path(path).resolve()
+
+
 def _named(error: OSError, tmp: Path, final: Path) -> OSError:
     """``error`` re-aimed at ``final`` when it concerns the temporary file (or names no file): a user never sees
     the temporary name, which is gone by the time the message is read."""

@@ -9,7 +9,9 @@ The convention this package scores by (:func:`detector.evaluate.evaluate_coco`, 
 from __future__ import annotations
 
 import json
+import math
 import os
+import reprlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,14 @@ __all__ = ["check_categories", "load_ground_truth"]
 def load_ground_truth(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check a COCO json; fills ``area`` / ``iscrowd`` / ``id`` where absent (pycocotools needs them).
 
+    Every annotation needs ``bbox`` ``[x, y, w, h]`` (4 finite numbers, ``w, h >= 0``) and an integer ``image_id``
+    and ``category_id`` listed in ``images`` / ``categories``; ``id`` (an integer), ``area`` (a finite number) and
+    ``iscrowd`` (0 or 1) are optional.
+
     Raises:
         DetectorError: (one line naming the file) missing, unreadable, not JSON, or not a COCO object whose
-            annotations name listed images and categories.
+            annotations name listed images and categories; for a bad annotation, the first one, by index (and id)
+            and field.
     """
     path = Path(path)
     try:
@@ -36,31 +43,72 @@ def load_ground_truth(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise DetectorError(f"ground truth '{path}': not valid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+        raise DetectorError(f"ground truth '{path}': not valid JSON at line {e.lineno} column {e.colno}: "
+                            f"{e.msg}") from e
+    except RecursionError as e:  # valid JSON that Python's parser cannot read: nesting past the recursion limit
+        raise DetectorError(f"ground truth '{path}': not readable JSON: nested deeper than Python's JSON parser "
+                            "reads") from e
+    except ValueError as e:  # valid JSON that Python's parser refuses: an integer longer than int() converts
+        raise DetectorError(f"ground truth '{path}': not readable JSON: {str(e).partition(';')[0]}") from e
     if not isinstance(data, dict):
         raise DetectorError(f"ground truth '{path}': expected a COCO json object, got {type(data).__name__}")
     for key in ("images", "annotations", "categories"):
         if not isinstance(data.get(key), list):
             raise DetectorError(f"ground truth '{path}': missing list {key!r} (a COCO json has images, annotations, "
                                 "categories)")
-    try:
-        image_ids = {int(img["id"]) for img in data["images"]}
-        category_ids = {int(cat["id"]) for cat in data["categories"]}
-    except (KeyError, TypeError, ValueError) as e:
-        raise DetectorError(f"ground truth '{path}': every image and category needs an integer 'id' ({e!r})") from e
+    ids: dict[str, set[int]] = {}
+    for key, one in (("images", "image"), ("categories", "category")):
+        for i, item in enumerate(data[key]):
+            if not isinstance(item, dict) or not _is_int(item.get("id")):
+                got = reprlib.repr(item.get("id")) if isinstance(item, dict) else f"a {type(item).__name__}"
+                raise DetectorError(f"ground truth '{path}': {one} {i}: every image and category needs an integer "
+                                    f"'id' (got {got})")
+        ids[key] = {item["id"] for item in data[key]}
     for i, ann in enumerate(data["annotations"]):
-        try:
-            bbox = [float(v) for v in ann["bbox"]]
-            ok = len(bbox) == 4 and int(ann["image_id"]) in image_ids and int(ann["category_id"]) in category_ids
-        except (KeyError, TypeError, ValueError) as e:
-            raise DetectorError(f"ground truth '{path}': annotation {i} is malformed ({e!r})") from e
-        if not ok:
-            raise DetectorError(f"ground truth '{path}': annotation {i} needs bbox [x, y, w, h] and an image_id and "
-                                "category_id listed in images / categories")
-        ann.setdefault("area", bbox[2] * bbox[3])
+        problem = _annotation_problem(ann, ids["images"], ids["categories"])
+        if problem is not None:
+            known = isinstance(ann, dict) and _is_int(ann.get("id"))
+            which = f"annotation {i}" + (f" (id {reprlib.repr(ann['id'])})" if known else "")
+            raise DetectorError(f"ground truth '{path}': {which}: {problem}")
+        ann.setdefault("area", ann["bbox"][2] * ann["bbox"][3])
         ann.setdefault("iscrowd", 0)
         ann.setdefault("id", i + 1)
     return data
+
+
+def _is_int(value: object) -> bool:
+    """An integer, not a bool (JSON ``true`` is no id) nor a float (``1.7``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    """A finite int or float, not a bool (JSON ``NaN`` and ``Infinity`` parse as floats)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _annotation_problem(ann: object, image_ids: set[int], category_ids: set[int]) -> str | None:
+    """What is wrong with one COCO annotation (its first bad field), or None: pycocotools and the scoring read
+    these fields as numbers, so a string, a list, NaN or a float id would fail there or score silently wrong."""
+    if not isinstance(ann, dict):
+        return f"expected an object with bbox, image_id and category_id, got a {type(ann).__name__}"
+    for key in ("bbox", "image_id", "category_id"):
+        if key not in ann:
+            return f"no '{key}' (an annotation needs bbox [x, y, w, h], image_id and category_id)"
+    if "id" in ann and not _is_int(ann["id"]):
+        return f"id {reprlib.repr(ann['id'])}: expected an integer"
+    bbox = ann["bbox"]
+    if not (isinstance(bbox, list) and len(bbox) == 4 and all(map(_is_number, bbox)) and min(bbox[2:]) >= 0):
+        return f"bbox {reprlib.repr(bbox)}: expected [x, y, w, h], 4 finite numbers with w and h >= 0"
+    for key, listed, where in (("image_id", image_ids, "images"), ("category_id", category_ids, "categories")):
+        if not _is_int(ann[key]):
+            return f"{key} {reprlib.repr(ann[key])}: expected an integer id listed in {where}"
+        if ann[key] not in listed:
+            return f"{key} {reprlib.repr(ann[key])} is not listed in {where}"
+    if "area" in ann and not _is_number(ann["area"]):
+        return f"area {reprlib.repr(ann['area'])}: expected a finite number"
+    if "iscrowd" in ann and not (_is_int(ann["iscrowd"]) and ann["iscrowd"] in (0, 1)):
+        return f"iscrowd {reprlib.repr(ann['iscrowd'])}: expected 0 or 1"
+    return None
 
 
 def check_categories(data: dict[str, Any], names: Sequence[str], path: str | os.PathLike[str], *,

@@ -4,7 +4,10 @@ its default model before torch loads."""
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
+
+from detector.errors import CfgError
 
 __all__ = ["DATA_DIR", "default_cfg_path", "default_names", "default_weights_path", "read_names"]
 
@@ -18,8 +21,25 @@ def default_cfg_path() -> Path:
 
 
 def read_names(path: Path) -> list[str]:
-    """The class names in a ``classes.names`` file, one a line, blank lines skipped."""
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The class names in a ``classes.names`` file, one a line, blank lines skipped; a UTF-8 byte-order mark (what
+    some Windows editors write first) is not part of the first name.
+
+    Raises:
+        CfgError: (one line naming the file) missing, unreadable, or not UTF-8 text.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as e:
+        raise CfgError(f"cannot read class names '{path}': no such file") from e
+    except OSError as e:
+        raise CfgError(f"cannot read class names '{path}': {e.strerror or e}") from e
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:  # utf-8-sig counts from after the mark: the offset is the file's
+        at = e.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
+        raise CfgError(f"cannot read class names '{path}': not UTF-8 text (byte {at}: 0x{data[at]:02x}); save it "
+                       "as UTF-8") from e
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def default_names() -> list[str]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from detector import fileio
 from detector.errors import BackendUnavailable, CfgError, ModelFileError, WeightsError
+from detector.shipped import read_names
 
 if TYPE_CHECKING:
     from detector.darknet import NetConfig, NmsConfig
@@ -177,7 +178,7 @@ class ModelSpec:
         if self.names_file is not None and not names_path.is_file():
             raise CfgError(f"cannot read class names '{names_path}': no such file")
         if names_path.is_file():
-            names = [line.strip() for line in names_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            names = read_names(names_path)
             if len(names) == self.num_classes:
                 return names
             if self.names_file is not None:

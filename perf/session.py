@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from detector.devices import parse_device
+from detector.fileio import resolved, symlink_loop
 from detector.spec import default_cache_dir  # one cache with the detector CLI
 from perf.diskfull import stop_if_disk_full
 from perf.measure.clock import SUITE_CLOCK
@@ -257,20 +258,24 @@ class PerfSession:
         cache_dir, reports = values["cache_dir"], values["reports_dir"]
         values.update(backends=values["backends"] or backend_names(),
                       store=values["store"] or config.getini("perf_store"),
-                      cache_dir=(invocation_dir / cache_dir).resolve() if cache_dir else default_cache_dir(),
-                      reports_dir=(invocation_dir / reports).resolve() if reports else config.rootpath / "reports",
+                      cache_dir=resolved(invocation_dir / cache_dir) if cache_dir else default_cache_dir(),
+                      reports_dir=resolved(invocation_dir / reports) if reports else config.rootpath / "reports",
                       **{key: bool(values[key]) for key in ("allow_model_mismatch", "nsys_child", "selftest")})
         return cls(PerfOptions(**values), Subject.from_config(getoption, config.getini, invocation_dir, ini_dir))
 
     def usage_errors(self, *, autosave: bool = False) -> Iterable[str]:
         """Messages for option values that cannot work (together): a CUDA device named but missing (imports torch),
-        an injected slowdown ``autosave`` would make the next baseline, the subject's problems, nsys + profiler."""
+        an injected slowdown ``autosave`` would make the next baseline, a cache or reports folder whose symbolic links
+        loop, the subject's problems, nsys + profiler."""
         if self.options.device.startswith("cuda") and (missing := self._device[1]) is not None:
             yield f"--perf-device {self.options.device}: {missing}"
         if autosave and self.options.injected:
             yield (f"--benchmark-autosave refuses a run made with {describe_injected(self.options.injected)}: it "
                    "would become the next baseline; save it apart (--benchmark-save=NAME --benchmark-storage=DIR) "
                    "or drop the option")  # fmt: skip
+        folders = {"--perf-cache-dir": self.options.cache_dir, "--perf-reports-dir": self.options.reports_dir}
+        yield from (f"{option}: cannot use '{folder}': a symbolic link loop (too many levels of symbolic links)"
+                    for option, folder in folders.items() if symlink_loop(folder))
         yield from self.subject.problems()
         if self.options.nsys and self.options.profile != "none":
             yield (f"--perf-nsys and --perf-profile={self.options.profile} cannot be combined: both profilers use "

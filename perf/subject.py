@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from detector.argtypes import fraction
 from detector.devices import PRECISIONS
 from detector.errors import DetectorError
-from detector.fileio import file_digest
+from detector.fileio import file_digest, resolved, symlink_loop
 from detector.groundtruth import check_categories, load_ground_truth
 from detector.spec import ModelSpec
 from detector.video import open_video
@@ -71,14 +71,14 @@ class Subject:
                 value, base, where = getini("perf_" + name), ini_dir, f"perf_{name} (ini)"
             if value not in (None, "", []):
                 value = str(value).strip()
-                values[name] = (base / Path(value).expanduser()).resolve() if name in PATHS else value
+                values[name] = resolved(base / Path(value).expanduser()) if name in PATHS else value
                 origin[name] = where
         return cls(**values, origin=origin)
 
     def problems(self) -> list[str]:
         """One line per setting that cannot work, else the first failure of the model's files (cfg or ONNX,
         weights, names, ONNX against the cfg), the video's, the ground truth's; []: all is well. No torch."""
-        out = [f"{self.origin[name]}: cannot open '{path}': " + ("is a directory" if path.is_dir() else "no such file")
+        out = [f"{self.origin[name]}: cannot open '{path}': {_not_a_file(path)}"
                for name in PATHS if (path := getattr(self, name)) is not None and not path.is_file()]
         if self.weights is not None and self.cfg is None:
             out.append(f"{self.origin['weights']}: weights need the Darknet cfg they belong to: give --perf-cfg")
@@ -228,6 +228,13 @@ def subject_differences(saved: Mapping[str, Any] | None, current: Mapping[str, A
     """(field, saved, current) for each `COMPARED` field where two identities disagree; [] if none saved."""
     return [(key, saved.get(key, NOT_RECORDED), current.get(key))
             for key in COMPARED if saved.get(key) != current.get(key)] if saved else []
+
+
+def _not_a_file(path: Path) -> str:
+    """Why ``path``, not a regular file, cannot be opened."""
+    if path.is_dir():
+        return "is a directory"
+    return "a symbolic link loop (too many levels of symbolic links)" if symlink_loop(path) else "no such file"
 
 
 def _digest(path: Path | None) -> str | None:

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_EVAL_SEEDS", "VideoScore", "check_categories", "default_ground_truth", "detect_video",
-           "eval_chain", "evaluate_model", "evaluate_seeds", "evaluate_video", "evaluate_weights", "require_pycocotools",
-           "video_cache"]
+           "eval_chain", "evaluate_model", "evaluate_seeds", "evaluate_video", "evaluate_weights",
+           "require_pycocotools", "video_cache"]
 
 DEFAULT_EVAL_SEEDS = (7,)
 """Held-out generator seeds scored by default (7, 8 and 9 are held out; see detector.train.data)."""
@@ -180,7 +180,8 @@ def evaluate_model(model: torch.nn.Module, *, video_seeds: Sequence[int] = DEFAU
 def model_spec(cfg: str | os.PathLike[str] | None, weights: str | os.PathLike[str] | None,
                cache_dir: str | os.PathLike[str] | None = None) -> Any:
     """The :class:`~detector.spec.ModelSpec` of ``cfg`` / ``weights`` (defaults: the shipped ones; a cfg without
-    weights: seeded random ones), its files checked (:meth:`~detector.spec.ModelSpec.check_files`; no torch)."""
+    weights: seeded random ones), its files checked (:meth:`~detector.spec.ModelSpec.check_files`, and the class
+    names beside the cfg read; no torch)."""
     from detector.spec import ModelSpec
 
     base = ModelSpec.default(cache_dir=cache_dir)
@@ -188,6 +189,7 @@ def model_spec(cfg: str | os.PathLike[str] | None, weights: str | os.PathLike[st
                      weights=Path(weights) if weights else (base.weights if cfg is None else None),
                      cache_dir=base.cache_dir)
     spec.check_files()
+    spec.names  # noqa: B018 - an unreadable classes.names beside the cfg is refused before the model loads
     return spec
 
 

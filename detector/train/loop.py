@@ -162,6 +162,7 @@ def _batches(n: int, batch: int, gen: torch.Generator, device: torch.device) -> 
 def _build_model(cfg_path: Path, seed: int, dev: torch.device, channels_last: bool) -> DarknetModel:
     from detector.darknet import parse_cfg
     from detector.model import DarknetModel, default_names
+    from detector.shipped import read_names
 
     torch.manual_seed(seed)
     cfg = parse_cfg(cfg_path)
@@ -169,7 +170,7 @@ def _build_model(cfg_path: Path, seed: int, dev: torch.device, channels_last: bo
     init_head_biases(model, cfg.input_size)
     names = cfg_path.parent / "classes.names"
     if names.is_file():
-        model.names = [n.strip() for n in names.read_text(encoding="utf-8").splitlines() if n.strip()]
+        model.names = read_names(names)
     elif len(default_names()) == cfg.classes:
         model.names = default_names()
     model = model.to(dev).train()

@@ -108,6 +108,63 @@ def test_bad_input_is_one_line_exit_2_and_no_partial_output(
     assert not out.exists() or not any(out.iterdir())
 
 
+def _refused_inputs(tmp: Path, short_video: Path) -> dict[str, tuple[list[str], str]]:
+    """name -> (arguments after the command, the exact error line): inputs that once ended in a traceback."""
+    shipped = (Path(__file__).resolve().parents[2] / "detector" / "data" / "yolov4-tiny.cfg").read_text()
+
+    def cfg(name: str, old: str, new: str) -> tuple[Path, int]:
+        path = tmp / name
+        path.write_text(shipped.replace(old, new, 1))
+        return path, path.read_text().splitlines().index(new) + 1
+
+    gray, gray_line = cfg("gray.cfg", "channels=3", "channels=1")
+    nan, nan_line = cfg("nan.cfg", "scale_x_y = 1.05", "scale_x_y = nan")
+    (tmp / "model").mkdir()
+    (tmp / "model" / "yolov4-tiny.cfg").write_text(shipped)
+    names = tmp / "model" / "classes.names"
+    names.write_bytes("person\nv\u00e9hicule\n".encode("latin-1"))
+    loops = {name: tmp / name for name in ("loop.mp4", "loop")}
+    for link in loops.values():
+        link.symlink_to(link.name)  # a link to itself
+    video = ["--video", str(short_video)]
+    not_utf8 = f"cannot read class names '{names}': not UTF-8 text (byte 8: 0xe9); save it as UTF-8"
+    gray_error = (f"{gray}:{gray_line}: [net] channels=1: only 3-channel (RGB) input is supported (frames are fed to "
+                  "the network as RGB)")
+    not_finite = "'nan' is not a finite number"
+    loop_error = "a symbolic link loop (too many levels of symbolic links); give another path"
+    return {
+        "grayscale cfg": ([*video, "--cfg", str(gray)], gray_error),
+        "nan in cfg": ([*video, "--cfg", str(nan)], f"{nan}:{nan_line}: [yolo] scale_x_y='nan': {not_finite}"),
+        "names not utf-8": ([*video, "--cfg", str(tmp / "model" / "yolov4-tiny.cfg")], not_utf8),
+        **{f"out {name} a symlink loop": ([*video, "--out", str(link)], f"--out '{link}': {loop_error}")
+           for name, link in loops.items()},
+    }
+
+
+@pytest.mark.parametrize("case", ["grayscale cfg", "nan in cfg", "names not utf-8", "out loop.mp4 a symlink loop",
+                                  "out loop a symlink loop"])
+def test_input_that_once_gave_a_traceback_is_one_exact_line_exit_2(
+    case: str, short_video: Path, tmp_path: Path, cache: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args, line = _refused_inputs(tmp_path, short_video)[case]
+    out = tmp_path / "out"
+    if "--out" not in args:
+        args = [*args, "--out", str(out)]
+    assert main(["detect", "--device", "cpu", "--cache-dir", cache, *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"detector: error: {line}"]
+    assert captured.out == "" and not out.exists()
+
+
+def test_eval_with_class_names_that_are_not_utf8_is_one_exact_line_exit_2(
+    short_video: Path, tmp_path: Path, cache: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args, line = _refused_inputs(tmp_path, short_video)["names not utf-8"]
+    assert main(["eval", "--device", "cpu", "--cache-dir", cache, *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"detector: error: {line}"] and captured.out == ""
+
+
 # -- detector eval on a labelled video ----------------------------------------------------------------------
 
 
@@ -148,7 +205,7 @@ def test_eval_reads_an_explicit_ground_truth_and_scores_only_its_labelled_frames
 
 
 def _bad_ground_truths(tmp: Path, short_video: Path) -> dict[str, tuple[list[str], str]]:
-    """name -> (eval arguments after --video, a piece of the expected message)."""
+    """name -> (eval arguments after --video, a piece of the expected message, or the whole of it)."""
     gt = json.loads(short_video.with_suffix(".json").read_text())
     alone = tmp / "alone.mp4"
     alone.write_bytes(short_video.read_bytes())  # a video without ground truth beside it
@@ -160,7 +217,19 @@ def _bad_ground_truths(tmp: Path, short_video: Path) -> dict[str, tuple[list[str
 
     broken = tmp / "broken.json"
     broken.write_text('{"images": [')
+    deep = tmp / "deep.json"
+    deep.write_text('{"images": ' + "[" * 100_000 + "]" * 100_000 + "}")
     coco80 = [{"id": i + 1, "name": f"c{i}"} for i in range(80)]
+
+    def bad_annotation(name: str, field: str, value: object, problem: str) -> tuple[list[str], str]:
+        """The video's own ground truth with ``field`` of its second annotation set to ``value``; the whole message."""
+        annotations = [dict(ann) for ann in gt["annotations"]]
+        annotations[1][field] = value
+        path = variant(name, annotations=annotations)
+        return [str(short_video), "--ground-truth", path], f"ground truth '{path}': annotation 1 (id 2): {problem}"
+
+    box = "expected [x, y, w, h], 4 finite numbers with w and h >= 0"
+    nested = "not readable JSON: nested deeper than Python's JSON parser reads"
     return {
         "missing default": ([str(alone)], f"'{tmp / 'alone.json'}': no such file"),
         "missing explicit": ([str(short_video), "--ground-truth", str(tmp / "nope.json")], "nope.json': no such file"),
@@ -179,12 +248,21 @@ def _bad_ground_truths(tmp: Path, short_video: Path) -> dict[str, tuple[list[str
         "frames beyond the video": ([str(short_video), "--ground-truth", variant(
             "long.json", images=[*gt["images"], {"id": FRAMES + 5, "width": WIDTH, "height": HEIGHT}])],
             f"long.json' labels image id {FRAMES + 5} (frame {FRAMES + 4}) but '{short_video}' has only {FRAMES}"),
+        "area not a number": bad_annotation("area.json", "area", "big", "area 'big': expected a finite number"),
+        "iscrowd a list": bad_annotation("crowd.json", "iscrowd", [1], "iscrowd [1]: expected 0 or 1"),
+        "negative width": bad_annotation("width.json", "bbox", [1, 2, -3, 4], f"bbox [1, 2, -3, 4]: {box}"),
+        "float image id": bad_annotation("image.json", "image_id", 1.7,
+                                         "image_id 1.7: expected an integer id listed in images"),
+        "bool category id": bad_annotation("category.json", "category_id", True,
+                                           "category_id True: expected an integer id listed in categories"),
+        "nested too deeply": ([str(short_video), "--ground-truth", str(deep)], f"ground truth '{deep}': {nested}"),
     }
 
 
 @pytest.mark.parametrize("case", [
     "missing default", "missing explicit", "not json", "other names", "more classes", "zero-based ids",
-    "no labelled frame", "frames beyond the video",
+    "no labelled frame", "frames beyond the video", "area not a number", "iscrowd a list", "negative width",
+    "float image id", "bool category id", "nested too deeply",
 ])  # fmt: skip
 def test_eval_bad_ground_truth_is_one_line_exit_2_and_no_output(
     case: str, short_video: Path, tmp_path: Path, cache: str, capsys: pytest.CaptureFixture[str]
@@ -196,6 +274,8 @@ def test_eval_bad_ground_truth_is_one_line_exit_2_and_no_output(
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("detector: error: ") and "ground truth '" in err[0], err
     assert expected in err[0] and "Traceback" not in captured.err
+    if expected.startswith("ground truth '"):  # the whole message
+        assert err[0] == f"detector: error: {expected}"
     assert not out.exists() and "AP@0.5" not in captured.out
 
 

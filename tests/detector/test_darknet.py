@@ -191,6 +191,36 @@ def test_error_when_input_too_small_for_the_routes(tmp_path: Path) -> None:
         parse_cfg(path)
 
 
+@pytest.mark.parametrize("channels", [1, 4], ids=["grayscale", "rgba"])
+def test_net_of_other_than_3_input_channels_is_refused_naming_its_line(tmp_path: Path, channels: int) -> None:
+    path = _variant(tmp_path, "channels=3", f"channels={channels}")
+    with pytest.raises(CfgError) as err:
+        parse_cfg(path)
+    assert str(err.value) == (f"{path}:{_line_of(path, f'channels={channels}')}: [net] channels={channels}: only "
+                              "3-channel (RGB) input is supported (frames are fed to the network as RGB)")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "shown"),
+    [
+        ("scale_x_y = 1.05", "scale_x_y = nan", "[yolo] scale_x_y='nan': 'nan'"),
+        ("anchors = 4,9,  8,20,", "anchors = 4,NaN,  8,20,",
+         "[yolo] anchors='4,NaN,  8,20,  25,11,  19,49,  54,22,  118,59': 'NaN'"),
+        ("anchors = 4,9,  8,20,", "anchors = inf,9,  8,20,",
+         "[yolo] anchors='inf,9,  8,20,  25,11,  19,49,  54,22,  118,59': 'inf'"),
+        ("jitter=.3", "jitter=-infinity", "[yolo] jitter='-infinity': '-infinity'"),  # training only, still a number
+        ("momentum=0.9", "momentum=nan", "[net] momentum='nan': 'nan'"),
+    ],
+    ids=["scale_x_y-nan", "anchor-nan", "anchor-inf", "training-key-inf", "net-key-nan"],
+)
+def test_a_number_that_is_not_finite_is_refused_naming_its_line(tmp_path: Path, old: str, new: str,
+                                                                 shown: str) -> None:
+    path = _variant(tmp_path, old, new)
+    with pytest.raises(CfgError) as err:
+        parse_cfg(path)
+    assert str(err.value) == f"{path}:{_line_of(path, new.split(',')[0])}: {shown} is not a finite number"
+
+
 def test_weights_round_trip_is_exact(cfg: NetConfig, weights_file: Path, tmp_path: Path) -> None:
     original = _random_weights(cfg, seen=123456789012)
     loaded = read_weights(weights_file, cfg)

@@ -127,6 +127,29 @@ def test_classes_names_beside_a_cfg_names_its_classes(tmp_path: Path, packaged_c
     assert ModelSpec(cfg, cache_dir=tmp_path).names == names
 
 
+@pytest.mark.parametrize("beside", [False, True], ids=["names-file", "classes.names-beside-the-cfg"])
+def test_a_names_file_that_is_not_utf8_is_one_error_naming_it(tmp_path: Path, packaged_cfg: CfgWriter,
+                                                               beside: bool) -> None:
+    cfg = packaged_cfg(tmp_path, 128)
+    names = tmp_path / ("classes.names" if beside else "latin1.names")
+    names.write_bytes("person\nv\u00e9hicule\n".encode("latin-1"))  # a Latin-1 byte 0xe9 at offset 8
+    spec = ModelSpec(cfg, cache_dir=tmp_path, names_file=None if beside else names)
+    with pytest.raises(CfgError) as err:
+        spec.names  # noqa: B018
+    assert str(err.value) == f"cannot read class names '{names}': not UTF-8 text (byte 8: 0xe9); save it as UTF-8"
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_name(tmp_path: Path, packaged_cfg: CfgWriter) -> None:
+    cfg = packaged_cfg(tmp_path, 128)
+    (tmp_path / "classes.names").write_text("person\nv\u00e9hicule\n", encoding="utf-8-sig")
+    (tmp_path / "bad.names").write_bytes(b"\xef\xbb\xbfperson\n\xff\n")
+    assert ModelSpec(cfg, cache_dir=tmp_path).names == ["person", "v\u00e9hicule"]
+    with pytest.raises(CfgError) as err:  # the offset counts the mark: it is the file's own
+        ModelSpec(cfg, cache_dir=tmp_path, names_file=tmp_path / "bad.names").names  # noqa: B018
+    assert str(err.value) == (f"cannot read class names '{tmp_path / 'bad.names'}': not UTF-8 text (byte 10: 0xff); "
+                              "save it as UTF-8")
+
+
 def test_an_onnx_file_alone_gives_input_size_and_classes_and_no_torch_model(
     tmp_path: Path, packaged_cfg: CfgWriter
 ) -> None:

@@ -131,3 +131,49 @@ def test_ground_truth_categories_unlike_the_class_names_are_one_warning_naming_b
     labels["categories"] = [{"id": 1, "name": "car"}, {"id": 2, "name": "person"}, {"id": 3, "name": "bike"}]
     (files / "matching.json").write_text(json.dumps(labels), encoding="utf-8")
     assert _subject(files, cfg="c3.cfg", video="clip.mp4", ground_truth="matching.json").warnings() == []
+
+
+def _unreadable(folder: Path) -> dict[str, tuple[dict[str, str], str]]:
+    """name -> (settings, the exact start-up line): files that once stopped the suite with an INTERNALERROR."""
+    (folder / "latin1.names").write_bytes("car\npersonne\nv\u00e9lo\n".encode("latin-1"))  # 0xe9 at byte 14
+    for name in ("loop.mp4", "loop.cfg", "loop"):
+        if not (folder / name).is_symlink():
+            (folder / name).symlink_to(name)  # a link to itself
+    labels = json.loads((folder / "clip.json").read_text())
+    labels["annotations"][0]["area"] = "big"
+    (folder / "area.json").write_text(json.dumps(labels), encoding="utf-8")
+    loop = "a symbolic link loop (too many levels of symbolic links)"
+    first = labels["annotations"][0]["id"]
+    return {
+        "names-not-utf8": ({"cfg": "c3.cfg", "names": "latin1.names"}, (
+            f"--perf-names: cannot read class names '{folder / 'latin1.names'}': not UTF-8 text (byte 14: 0xe9); save "
+            "it as UTF-8")),
+        "video-symlink-loop": ({"video": "loop.mp4"}, f"--perf-video: cannot open '{folder / 'loop.mp4'}': {loop}"),
+        "cfg-symlink-loop": ({"cfg": "loop.cfg"}, f"--perf-cfg: cannot open '{folder / 'loop.cfg'}': {loop}"),
+        "ground-truth-area-not-a-number": ({"video": "clip.mp4", "ground_truth": "area.json"}, (
+            f"--perf-ground-truth: ground truth '{folder / 'area.json'}': annotation 0 (id {first}): area 'big': "
+            "expected a finite number")),
+    }
+
+
+@pytest.mark.parametrize("case", ["names-not-utf8", "video-symlink-loop", "cfg-symlink-loop",
+                                  "ground-truth-area-not-a-number"])
+def test_a_file_that_cannot_be_read_is_one_exact_start_up_problem(files: Path, case: str) -> None:
+    settings, line = _unreadable(files)[case]
+    assert _subject(files, **settings).problems() == [line]
+
+
+@pytest.mark.parametrize("case", ["names-not-utf8", "video-symlink-loop", "cfg-symlink-loop", "cache-dir-symlink-loop"])
+def test_a_file_that_cannot_be_read_stops_collection_in_one_line_with_exit_status_4(files: Path, case: str) -> None:
+    unreadable = _unreadable(files)
+    if case == "cache-dir-symlink-loop":
+        options = ["--perf-cache-dir=loop"]
+        line = (f"--perf-cache-dir: cannot use '{files / 'loop'}': a symbolic link loop (too many levels of symbolic "
+                "links)")
+    else:
+        settings, line = unreadable[case]
+        options = [f"--perf-{key.replace('_', '-')}={value}" for key, value in settings.items()]
+    result = _pytest_perf(files, *options, "--collect-only", "-q")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [f"ERROR: {line}"]
+    assert "INTERNALERROR" not in result.stdout + result.stderr

@@ -1,0 +1,129 @@
+"""detector.groundtruth: a COCO ground-truth file is read and checked field by field (real files in tmp_path): a bad
+annotation, or JSON that Python's parser cannot read, is one DetectorError line naming the file (and the annotation
+and field), never a TypeError in the scoring or a silently wrong mAP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from detector.errors import DetectorError
+from detector.groundtruth import load_ground_truth
+from detector.synthetic import make_synthetic_video
+
+CATEGORIES = [{"id": 1, "name": "person"}, {"id": 2, "name": "vehicle"}]
+BOX = {"id": 7, "image_id": 2, "category_id": 1, "bbox": [10, 20, 30.5, 40]}
+
+
+def _gt(*annotations: dict[str, Any]) -> dict[str, Any]:
+    """Two images, the two categories, these annotations (the first a good box)."""
+    return {"images": [{"id": 1, "width": 64, "height": 64}, {"id": 2, "width": 64, "height": 64}],
+            "categories": CATEGORIES, "annotations": [dict(BOX), *annotations]}
+
+
+def _write(tmp_path: Path, data: object, name: str = "gt.json") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(DetectorError) as err:
+        load_ground_truth(path)
+    return str(err.value)
+
+
+# -- files that stay accepted -----------------------------------------------------------------------------------
+
+
+def test_synthetic_ground_truth_is_accepted_unchanged(tmp_path: Path) -> None:
+    made = make_synthetic_video(tmp_path / "clip.mp4", seed=1, width=96, height=64, frames=3)
+    written = json.loads(made.gt_json.read_text(encoding="utf-8"))
+    assert load_ground_truth(made.gt_json) == written  # every optional field already there
+
+
+def test_optional_fields_are_filled_and_legal_edge_values_accepted(tmp_path: Path) -> None:
+    path = _write(tmp_path, _gt({"image_id": 1, "category_id": 2, "bbox": [0, 0, 0, 5.5]},  # zero width: a line
+                                {"image_id": 1, "category_id": 2, "bbox": [-3, 1e3, 4, 2], "area": 8, "iscrowd": 1,
+                                 "id": 99, "segmentation": [], "track_id": "a"}))  # fmt: skip
+    anns = load_ground_truth(path)["annotations"]
+    assert [(a["id"], a["area"], a["iscrowd"]) for a in anns] == [(7, 30.5 * 40, 0), (2, 0.0, 0), (99, 8, 1)]
+
+
+# -- bad annotations: the first one, by index (and id) and field --------------------------------------------------
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("area", "big", "area 'big': expected a finite number"),
+    ("area", float("nan"), "area nan: expected a finite number"),
+    ("iscrowd", [1], "iscrowd [1]: expected 0 or 1"),
+    ("iscrowd", 2, "iscrowd 2: expected 0 or 1"),
+    ("bbox", [1, 2, -3, 4], "bbox [1, 2, -3, 4]: expected [x, y, w, h], 4 finite numbers with w and h >= 0"),
+    ("bbox", [1, 2, 3, -0.5], "bbox [1, 2, 3, -0.5]: expected [x, y, w, h], 4 finite numbers with w and h >= 0"),
+    ("bbox", [1, float("nan"), 3, 4], "bbox [1, nan, 3, 4]: expected [x, y, w, h], 4 finite numbers with w and h >= 0"),
+    ("bbox", [1, 2, float("inf"), 4], "bbox [1, 2, inf, 4]: expected [x, y, w, h], 4 finite numbers with w and h >= 0"),
+    ("bbox", ["1", 2, 3, 4], "bbox ['1', 2, 3, 4]: expected [x, y, w, h], 4 finite numbers with w and h >= 0"),
+    ("bbox", [1, 2, 3], "bbox [1, 2, 3]: expected [x, y, w, h], 4 finite numbers with w and h >= 0"),
+    ("bbox", {"x": 1}, "bbox {'x': 1}: expected [x, y, w, h], 4 finite numbers with w and h >= 0"),
+    ("image_id", 1.7, "image_id 1.7: expected an integer id listed in images"),
+    ("image_id", "2", "image_id '2': expected an integer id listed in images"),
+    ("image_id", 9, "image_id 9 is not listed in images"),
+    ("category_id", True, "category_id True: expected an integer id listed in categories"),
+    ("category_id", 3, "category_id 3 is not listed in categories"),
+])  # fmt: skip
+def test_a_bad_annotation_field_is_one_line_naming_the_file_annotation_and_field(
+    tmp_path: Path, field: str, value: object, problem: str
+) -> None:
+    path = _write(tmp_path, _gt({**BOX, "id": 8}, {**BOX, "id": 9, field: value}, {**BOX, "id": 10, field: value}))
+    assert _error(path) == f"ground truth '{path}': annotation 2 (id 9): {problem}"
+
+
+@pytest.mark.parametrize(("annotation", "problem"), [
+    ({"image_id": 2, "category_id": 1},
+     "annotation 1: no 'bbox' (an annotation needs bbox [x, y, w, h], image_id and category_id)"),
+    ({**BOX, "id": [3]}, "annotation 1: id [3]: expected an integer"),
+    ([1, 2, 3, 4], "annotation 1: expected an object with bbox, image_id and category_id, got a list"),
+])  # fmt: skip
+def test_an_annotation_without_a_usable_shape_is_named_by_index(tmp_path: Path, annotation: object,
+                                                                 problem: str) -> None:
+    path = _write(tmp_path, _gt(annotation))
+    assert _error(path) == f"ground truth '{path}': {problem}"
+
+
+def test_nan_written_by_pythons_json_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, '{"images": [{"id": 2}], "categories": [{"id": 1, "name": "person"}], "annotations": '
+                            '[{"image_id": 2, "category_id": 1, "bbox": [NaN, 0, Infinity, 4]}]}')
+    assert _error(path) == (f"ground truth '{path}': annotation 0: bbox [nan, 0, inf, 4]: expected [x, y, w, h], 4 "
+                            "finite numbers with w and h >= 0")
+
+
+@pytest.mark.parametrize(("key", "value", "problem"), [
+    ("images", {"id": 1.5}, "image 1: every image and category needs an integer 'id' (got 1.5)"),
+    ("images", {"id": "2"}, "image 1: every image and category needs an integer 'id' (got '2')"),
+    ("categories", {"id": False, "name": "x"},
+     "category 2: every image and category needs an integer 'id' (got False)"),
+    ("categories", "bike", "category 2: every image and category needs an integer 'id' (got a str)"),
+])  # fmt: skip
+def test_an_image_or_category_id_that_is_not_an_integer_is_named(tmp_path: Path, key: str, value: object,
+                                                                  problem: str) -> None:
+    data = _gt()
+    data[key] = [*data[key][:1 if key == "images" else 2], value]
+    path = _write(tmp_path, data)
+    assert _error(path) == f"ground truth '{path}': {problem}"
+
+
+# -- JSON that Python's parser itself cannot read -----------------------------------------------------------------
+
+
+def test_json_nested_deeper_than_the_parser_reads_is_one_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, '{"images": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert _error(path) == f"ground truth '{path}': not readable JSON: nested deeper than Python's JSON parser reads"
+
+
+def test_json_integer_longer_than_python_converts_is_one_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, '{"images": [{"id": ' + "9" * 5000 + "}], \"annotations\": [], \"categories\": []}")
+    assert _error(path) == (f"ground truth '{path}': not readable JSON: Exceeds the limit (4300 digits) for integer "
+                            "string conversion: value has 5000 digits")
