@@ -23,7 +23,8 @@ from perf.gate.compare import Baseline, GateSettings, Row, judge_paired, judged_
 from perf.gate.confirm import BASE, CANDIDATE, Sides, abba_children, confirm_rows
 from perf.gate.history import history_runs
 from perf.gate.judge import Budget
-from perf.gate.processes import GitError, base_worktree, git, load_plan, remove_worktree, run_children, save_plan
+from perf.gate.processes import (GitError, PlanError, base_worktree, git, load_plan, remove_worktree, run_children,
+                                 save_plan)  # fmt: skip
 from perf.gate.table import to_markdown
 from perf.options import parse_count, parse_fraction, parse_positive_int
 from perf.runs import HistoryError, SavedRun, load_run, load_runs
@@ -104,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))
         ref, sha = merge_base(repo, args.base)
         out = args.out.resolve()
+        existing = load_plan(out)  # a plan.json that is not one is refused before the worktree is made
         try:
             tree = base_worktree(repo, sha, out / "base-src")
         except GitError as e:
@@ -111,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = list(args.pytest_args or DEFAULT_TESTS)
         sides = Sides(repo, tree, out / "cache-base")
         plan = abba_children(sides, 1, args.pairs)
-        if (existing := load_plan(out)) is not None and existing != plan:
+        if existing is not None and existing != plan:
             raise ABError(f"'{out}' holds another plan (other pairs or base); give a new --out or delete it")
         save_plan(out, plan)
         started = time.monotonic()
@@ -123,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.confirm > 0 and any(r.verdict == "slower" for r in rows):
             confirmed = confirm_rows(rows, baseline, GateSettings(args.min_effect, confirm=args.confirm),
                                      sides, out / "confirm", options)  # fmt: skip
-    except (ABError, GitError) as e:
+    except (ABError, GitError, PlanError) as e:
         print(f"perf-ab: error: {e}", file=sys.stderr)
         return 2
     history = f"; pooled with {baseline.describe()}" if baseline is not None else ""

@@ -18,8 +18,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from detector.argtypes import OneLineParser, value_parser
+from detector.fileio import atomic_write_text
 from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchmark
 from perf.gate.confirm import (BASE, CANDIDATE, PAIRS_PER_LOOK, Process, judge_suspect, level_per_look, looks,
                                 next_look_pairs)  # fmt: skip
@@ -184,6 +186,23 @@ def regression_rows(runs: Sequence[SimulatedRun]) -> list[dict[str, Any]]:
     return out
 
 
+def _check(text: str) -> Any:
+    """pytest-benchmark's check object of ``--benchmark-compare-fail=<text>`` (``median:5%``, ``min:0.001``), read
+    by pytest-benchmark's own parser; None where it refuses ``text``."""
+    from pytest_benchmark.utils import parse_compare_fail
+
+    try:
+        return parse_compare_fail(text)
+    except argparse.ArgumentTypeError:
+        return None
+
+
+#: ``--compare-fail``: the text, once pytest-benchmark's parser reads it as a check (refused at argument parsing).
+parse_check = value_parser(lambda text: text if _check(text) is not None else None, bool,
+                           "a check as --benchmark-compare-fail takes it, FIELD:PERCENT% or FIELD:SECONDS with FIELD "
+                           "one of min, max, mean, median, stddev, iqr, e.g. median:5%")  # fmt: skip
+
+
 def compare_fail_rows(identical: Mapping[str, SavedRun], check: str) -> dict[str, Any]:
     """pytest-benchmark's own ``--benchmark-compare-fail=<check>`` on every pair of identical runs (each way
     round: the check is one-sided), with pytest-benchmark's check objects on the saved stats."""
@@ -195,8 +214,8 @@ def compare_fail_rows(identical: Mapping[str, SavedRun], check: str) -> dict[str
     failing_pairs = 0
     for run_a, run_b in pairs:
         failed = [bench.name for name, bench in run_b.benchmarks.items()
-                  if (base := run_a.benchmarks.get(name)) is not None and "median" in bench.stats
-                  and "median" in base.stats and rule.fails(dict(bench.stats), dict(base.stats))]  # fmt: skip
+                  if (base := run_a.benchmarks.get(name)) is not None and rule.field in bench.stats
+                  and rule.field in base.stats and rule.fails(dict(bench.stats), dict(base.stats))]  # fmt: skip
         failing.update(failed)
         failing_pairs += bool(failed)
     return {"check": check, "ordered pairs": len(pairs), "pairs passing": _rate(len(pairs) - failing_pairs, len(pairs)),
@@ -232,23 +251,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confirm", type=parse_count, default=DEFAULT_PAIRS,
                         help="confirmation pairs at most (0: none)")
     parser.add_argument("--draws", type=parse_positive_int, default=DEFAULT_DRAWS, help="simulated runs per process")
-    parser.add_argument("--compare-fail", default="median:5%")
-    parser.add_argument("--json", metavar="FILE", help="also write every verdict here")
+    parser.add_argument("--compare-fail", type=parse_check, default="median:5%",
+                        help="pytest-benchmark's --benchmark-compare-fail check run on every pair of identical runs "
+                             "(default median:5%%)")  # fmt: skip
+    parser.add_argument("--json", metavar="FILE", help="also write every verdict here (its folder must exist)")
+
+
+class _Parser(OneLineParser):
+    """`OneLineParser` naming the whole command, ``python -m perf.crossprocess: error: ...`` (its name has spaces)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def json_problem(path: str | None) -> str | None:
+    """Why ``--json`` cannot be written (a folder, a missing or unwritable folder), checked before the simulation;
+    None when it can (or is not given: ``--json ''`` writes nothing, as before)."""
+    if not path:
+        return None
+    file = Path(path)
+    if file.is_dir():
+        return f"--json '{path}' is a folder: give a file in it"
+    if not file.parent.is_dir():
+        problem = "not a folder" if file.parent.exists() else "no such folder"
+        return f"--json '{path}': '{file.parent}': {problem}"
+    from perf.preflight import unwritable  # pytest's import, only with --json
+
+    why = unwritable(file.parent)
+    return None if why is None else f"--json '{path}': cannot write in '{file.parent}': {why}"
 
 
 def main(argv: Sequence[str] | None = None, args: argparse.Namespace | None = None) -> int:
     """``python -m perf.crossprocess DIR [DIR ...]``: judge the saved runs of ``--perf-runs-dir`` folders again
     (e.g. runs of one code made in several calls of a time-limited machine), printing the self-test's tables."""
-    parser = argparse.ArgumentParser(prog="python -m perf.crossprocess", description=main.__doc__, allow_abbrev=False)
+    if args is not None:  # parsed already by perf-history simulate, which says a HistoryError in its own line
+        return _simulate_command(args)
+    parser = _Parser(prog="python -m perf.crossprocess", description=main.__doc__, allow_abbrev=False)
     add_arguments(parser)
-    args = args or parser.parse_args(argv)  # args: parsed already by perf-history simulate
+    args = parser.parse_args(argv)
     try:
-        identical, regressed = load_runs_dirs(args.folders)
+        return _simulate_command(args)
     except HistoryError as e:
         parser.error(str(e))
+
+
+def _simulate_command(args: argparse.Namespace) -> int:
+    """Both commands once their arguments are parsed; `perf.runs.HistoryError` for bad input, before anything is
+    printed or written."""
+    if problem := json_problem(args.json):
+        raise HistoryError(problem)
+    identical, regressed = load_runs_dirs(args.folders)
     if len(identical) < 3:
-        parser.error(f"{', '.join(args.folders)}: {len(identical)} identical run(s); need >= 3 for leave-pair-out "
-                     "profiles")
+        raise HistoryError(f"{', '.join(args.folders)}: {len(identical)} identical run(s); need >= 3 for "
+                           "leave-pair-out profiles")  # fmt: skip
     fingerprint = next(iter(identical.values())).fingerprint or {}
     verdicts = simulate(identical, regressed, GateSettings(min_effect=args.min_effect, confirm=args.confirm),
                         history=args.history, draws=args.draws, regressions={k: parse_regression(k) for k in regressed})
@@ -259,10 +314,14 @@ def main(argv: Sequence[str] | None = None, args: argparse.Namespace | None = No
                         (schema.RERUN_COMPARE_FAIL, [compare_fail_rows(identical, args.compare_fail)])):
         for row in rows:
             report.add(table, row)
+    if args.json:  # written before the tables are printed: a late failure (a full disk) prints nothing as done
+        text = json.dumps([dataclasses.asdict(v) for v in verdicts], indent=2, default=str) + "\n"
+        try:
+            atomic_write_text(args.json, text)
+        except OSError as e:
+            raise HistoryError(f"--json '{args.json}': cannot write it: {e.strerror or e}") from e
     print(f"{len(identical)} identical runs, {sum(len(r) for r in regressed.values())} regressed runs")
     print(report.to_markdown())
-    if args.json:
-        Path(args.json).write_text(json.dumps([dataclasses.asdict(v) for v in verdicts], indent=2, default=str) + "\n")
     return 0
 
 

@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from detector.fileio import atomic_write_text
+from detector.fileio import atomic_write_text, file_kind
 from perf.profile.child import child_command, run_pytest_child
+from perf.runs import HistoryError
 
 log = logging.getLogger(__name__)
 
@@ -132,12 +133,30 @@ def _failed_tests(log_text: str, returncode: int) -> int:
     return 0 if returncode == 0 or REGRESSED in log_text else 1
 
 
+class PlanError(HistoryError):
+    """A ``plan.json`` that is not a plan: one line naming it; its callers say which option gave the folder."""
+
+
 def load_plan(folder: Path) -> list[Child] | None:
-    """The plan saved in ``folder``, or None."""
-    if not (folder / PLAN).is_file():
+    """The plan saved in ``folder``, or None; `PlanError` when ``plan.json`` there is not one (not a file, not
+    JSON, not the children `save_plan` writes)."""
+    path = folder / PLAN
+    if not path.exists():
         return None
-    children = json.loads((folder / PLAN).read_text(encoding="utf-8"))["children"]
-    return [Child(c["label"], c["kind"], tuple(c["nodeids"]), tuple(c["options"]), c.get("cwd")) for c in children]
+    try:
+        if (kind := file_kind(path.stat())) is not None:
+            problem = f"it is {kind}"
+        else:
+            children = json.loads(path.read_text(encoding="utf-8"))["children"]
+            return [Child(c["label"], c["kind"], tuple(c["nodeids"]), tuple(c["options"]), c.get("cwd"))
+                    for c in children]  # fmt: skip
+    except OSError as e:
+        problem = e.strerror or str(e)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        problem = f"not JSON: {e}"
+    except (LookupError, TypeError, AttributeError, ValueError):
+        problem = "not the list of children a plan holds"
+    raise PlanError(f"'{path}' is not a plan ({problem}): delete it or give another folder")
 
 
 def save_plan(folder: Path, children: Sequence[Child]) -> None:

@@ -64,13 +64,17 @@ class ProcessesRun:
         if not session.items:
             self.error = "no tests selected: nothing to run in the child processes"
             return True
-        from perf.gate.processes import forwarded_options, load_plan, run_children, save_plan
+        from perf.gate.processes import PlanError, forwarded_options, load_plan, run_children, save_plan
 
         config, options = session.config, self.perf.options
         folder = ((config.invocation_params.dir / options.runs_dir).resolve() if options.runs_dir else
                   options.reports_dir / "processes" / _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
         plan = _plan(options.selftest_regressions, session.items, self.mode, self.k)
-        if options.runs_dir and load_plan(folder) not in (None, plan):
+        try:
+            saved = load_plan(folder) if options.runs_dir else None
+        except PlanError as e:
+            raise pytest.UsageError(f"--perf-runs-dir: {e}") from None
+        if saved not in (None, plan):
             raise pytest.UsageError(f"--perf-runs-dir: '{folder}' holds another plan (other tests, K or "
                                     "regressions); give a new folder or delete it")  # fmt: skip
         save_plan(folder, plan)

@@ -131,7 +131,14 @@ def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: 
 
 def _judge(args: argparse.Namespace, where: str) -> int:
     """The last ``--processes`` runs up to ``--run`` (number, id or label; the latest by default) judged
-    together against the history before them, as ``--perf-compare --perf-confirm=0``; exit 1 when slower."""
+    together against the history before them, as ``--perf-compare --perf-confirm=0``; exit 1 when slower. An
+    ``--out`` folder that cannot be written is refused before judging; the verdicts are written before printed."""
+    if args.out is not None:
+        from perf.preflight import unwritable  # pytest's import, only with --out
+
+        if why := unwritable(args.out):
+            raise HistoryError(f"--out: cannot write the verdicts to '{args.out}': {why}; make it writable or "
+                               "choose another folder with --out")  # fmt: skip
     if args.storage is not None:
         runs = load_runs(args.storage)
     else:
@@ -159,13 +166,16 @@ def _judge(args: argparse.Namespace, where: str) -> int:
     header = (f"perf-history judge: {', '.join(r.name for r in judged)} against {baseline.describe()}: "
               f"{plan.describe()}; offline, so suspects are not confirmed: a slower row is a suspect to confirm "
               "with --perf-compare on the runner, or with more processes (--processes)")  # fmt: skip
+    if args.out is not None:
+        try:
+            write_verdicts(args.out, rows, baseline, settings, header, budget=plan,
+                           current={"run_id": run.run_id, "injected": dict(run.injected)},
+                           subject=describe_subject(run.machine_info.get("perf_subject"), run.fingerprint,
+                                                    run.machine_info.get("node") or run.machine_id))  # fmt: skip
+        except OSError as e:  # a full disk, a folder made read-only meanwhile: nothing printed as judged
+            raise HistoryError(f"--out: cannot write the verdicts to '{args.out}': {e.strerror or e}") from e
     print(header, *format_lines(rows), sep="\n")
     counts = summary(rows, settings)
-    if args.out is not None:
-        write_verdicts(args.out, rows, baseline, settings, header, budget=plan,
-                       current={"run_id": run.run_id, "injected": dict(run.injected)},
-                       subject=describe_subject(run.machine_info.get("perf_subject"), run.fingerprint,
-                                                run.machine_info.get("node") or run.machine_id))  # fmt: skip
     print(", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "inconclusive", "missing")))
     return 1 if counts["failed"] else 0
 

@@ -56,14 +56,49 @@ def branch_of(document: Mapping[str, Any], override: str | None = None) -> str |
 
 
 def engine_url(where: str) -> str:
-    """The SQLAlchemy URL of a store given as a path, ``sqlite:///...`` or ``postgresql://...``."""
+    """The SQLAlchemy URL of a store given as a path, ``sqlite:///...`` or ``postgresql://...``; `StoreError` for
+    SQLite's in-memory database (``sqlite://``, ``sqlite:///``, ``:memory:``), which keeps no run."""
     if where.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + where.split("://", 1)[1]
     if where.startswith(("sqlite://", "postgresql+")):
+        if where.startswith("sqlite://") and _in_memory(where):
+            raise StoreError(f"store '{where}': {IN_MEMORY}")
         return where
     if "://" in where:
         raise StoreError(f"store '{where}': not a path, sqlite:///path or postgresql:// URL")
+    if where == ":memory:":
+        raise StoreError(f"store '{where}': {IN_MEMORY}")
     return f"sqlite:///{Path(where).expanduser().resolve()}"
+
+
+IN_MEMORY = "an in-memory SQLite database keeps no run; give a file (a path or sqlite:///path)"
+
+
+def _in_memory(url: str) -> bool:
+    """Whether SQLite's ``url`` is its in-memory database: no file name, ``:memory:``, or ``mode=memory``."""
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - a malformed URL: create_engine says why
+        return False
+    uri = parsed.query.get("uri")
+    return parsed.query.get("mode") == "memory" or (not uri and parsed.database in (None, "", ":memory:"))
+
+
+def _create_as_open_would(url: str) -> Path | None:
+    """Create the SQLite file of ``url`` empty, with the mode ``open()`` gives (0o666 less the umask; SQLite creates
+    it 0o644 whatever the umask), when it does not exist; the file created here, else None: it exists, cannot be
+    created (SQLite then says why in its own words), or is a ``file:`` URI (``uri=true``), which SQLite reads."""
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - a malformed URL: create_engine says why
+        return None
+    if parsed.query.get("uri") or not parsed.database or parsed.database == ":memory:":
+        return None
+    try:
+        os.close(os.open(parsed.database, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+    except OSError:
+        return None
+    return Path(parsed.database)
 
 
 def _reason(error: BaseException) -> str:
@@ -89,6 +124,17 @@ class HistoryStore(contextlib.AbstractContextManager):
         sqlite = url.startswith("sqlite")
         if url.startswith("sqlite:///"):
             Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        created = _create_as_open_would(url) if sqlite else None
+        try:
+            self._connect(url, sqlite)
+        except BaseException:
+            if created is not None:  # a store that did not open leaves no empty file of ours
+                with contextlib.suppress(OSError):
+                    if created.stat().st_size == 0:
+                        created.unlink()
+            raise
+
+    def _connect(self, url: str, sqlite: bool) -> None:
         try:
             self.engine = create_engine(url, connect_args={"timeout": 30} if sqlite else {})
         except Exception as e:  # a missing driver, a malformed URL

@@ -67,3 +67,15 @@ def test_a_base_that_does_not_exist_is_one_line_and_runs_nothing(repo: Path) -> 
                             cwd=repo, env=child_env(), capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 2 and result.stderr.startswith("perf-ab: error: --base nosuch: no such commit")
     assert len(result.stderr.splitlines()) == 1 and not (repo / "ab" / "storage").exists()
+
+
+def test_an_out_folder_whose_plan_is_not_one_is_one_line_and_runs_nothing(repo: Path) -> None:
+    plan = repo / "ab" / "plan.json"
+    plan.parent.mkdir()
+    plan.write_text('{"children": 3}')
+    result = _ab(repo, "--pairs", "2")
+    assert (result.returncode, result.stdout) == (2, ""), result.stdout + result.stderr
+    assert result.stderr.splitlines() == [f"perf-ab: error: '{plan}' is not a plan (not the list of children a plan "
+                                          "holds): delete it or give another folder"]
+    assert sorted(p.name for p in plan.parent.iterdir()) == ["plan.json"]  # no worktree, no run
+    assert plan.read_text() == '{"children": 3}'

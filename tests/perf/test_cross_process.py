@@ -1,6 +1,7 @@
 """--perf-noise and --perf-selftest-processes for real: child pytest processes of a tiny benchmark on a virtual
-clock (each process draws its own noise, as real processes do: the k-th process of a folder seed k), the profile they leave, and --perf-compare
-using it; plus how the parent's options reach the children."""
+clock (each process draws its own noise, as real processes do: the k-th process of a folder seed k), the profile
+they leave, and --perf-compare using it; plus how the parent's options reach the children, and the commands that
+simulate CI runs from such folders (python -m perf.crossprocess, perf-history simulate)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perf.crossprocess import DEFAULT_DRAWS
@@ -76,6 +78,29 @@ def test_a_saved_plan_resumes_and_a_different_one_is_refused(project: Path) -> N
     assert "holds another plan" in other.stderr
 
 
+@pytest.mark.parametrize(("content", "problem"), [
+    ("{", "not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+    ('{"children": [{"label": "a01"}]}', "not the list of children a plan holds"),
+    ('["a01"]', "not the list of children a plan holds"),
+    (None, "it is a directory"),
+])  # fmt: skip
+def test_a_runs_folder_whose_plan_is_not_one_is_one_usage_line(
+    project: Path, content: str | None, problem: str
+) -> None:
+    plan = project / "runs" / "plan.json"
+    plan.parent.mkdir()
+    if content is None:
+        plan.mkdir()
+    else:
+        plan.write_text(content)
+    result = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    assert [line for line in result.stderr.splitlines() if line.strip()] == [
+        f"ERROR: --perf-runs-dir: '{plan}' is not a plan ({problem}): delete it or give another folder"]
+    assert "INTERNALERROR" not in result.stdout and sorted(p.name for p in plan.parent.iterdir()) == ["plan.json"]
+    assert content is None or plan.read_text() == content  # kept as it was
+
+
 def test_a_time_budget_stops_starting_children_and_says_how_to_go_on(project: Path) -> None:
     result = _pytest(project, "--perf-noise=6", "--perf-runs-dir=runs", "--perf-processes-budget=0.001")
     assert result.returncode == pytest.ExitCode.TESTS_FAILED  # fewer than 2 runs: no profile
@@ -114,6 +139,9 @@ def test_children_get_the_parents_options_but_not_its_paths_saving_or_comparing(
     ("--history", "0", "Expected a positive integer."),
     ("--confirm", "-1", "Expected an integer >= 0."),
     ("--min-effect", "150%", "Expected a fraction >= 0 and < 1 (100%), e.g. 2% or 0.02."),
+    ("--compare-fail", "abc", "Expected a check as --benchmark-compare-fail takes it, FIELD:PERCENT% or FIELD:SECONDS "
+                              "with FIELD one of min, max, mean, median, stddev, iqr, e.g. median:5%."),
+    ("--compare-fail", "median:5 %", "Expected a check as --benchmark-compare-fail takes it"),
 ])  # fmt: skip
 def test_crossprocess_reads_its_numbers_with_the_suites_parsers(
     option: str, value: str, expected: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
@@ -121,5 +149,62 @@ def test_crossprocess_reads_its_numbers_with_the_suites_parsers(
     with pytest.raises(SystemExit) as exit_:
         crossprocess_main([str(tmp_path), option, value])
     assert exit_.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
-        f"argument {option}: Could not parse value: {value!r}. {expected}")
+    (line,) = capsys.readouterr().err.splitlines()  # one line, no usage block
+    assert line.startswith(f"python -m perf.crossprocess: error: argument {option}: Could not parse value: "
+                           f"{value!r}. {expected}")  # fmt: skip
+
+
+def _runs_folder(folder: Path, count: int = 4) -> Path:
+    """A --perf-runs-dir folder of ``count`` identical saved runs (a01, a02, ...) of one benchmark."""
+    storage = folder / "storage" / "machine"
+    storage.mkdir(parents=True)
+    fingerprint = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "driver_version": "580", "cuda_version": "13"}
+    for k in range(1, count + 1):
+        data = [1e-3 * (1 + 0.002 * x) for x in np.random.default_rng(k).standard_normal(40)]
+        bench = {"fullname": "perf/t.py::a", "name": "a", "group": "inference", "extra_info": {},
+                 "stats": {"median": float(np.median(data)), "min": min(data), "data": data}}  # fmt: skip
+        document = {"benchmarks": [bench], "datetime": f"2026-11-01T00:0{k}:00", "commit_info": {"id": "c1"},
+                    "machine_info": {"perf": fingerprint}, "perf_run": {"run_id": f"r{k}", "injected": {}}}  # fmt: skip
+        (storage / f"{k:04d}_a{k:02d}.json").write_text(json.dumps(document))
+    return folder
+
+
+COMMANDS = {"python -m perf.crossprocess": ["-m", "perf.crossprocess"],
+            "perf-history": ["-m", "perf.store.cli", "simulate"]}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("bad", ["check", "json-folder", "json-missing-folder", "json-under-a-file"])
+def test_simulated_ci_runs_refuse_bad_arguments_in_one_line_before_simulating(
+    tmp_path: Path, command: str, bad: str
+) -> None:
+    runs = _runs_folder(tmp_path / "runs")
+    (tmp_path / "a-file").write_text("kept\n")
+    args, expected = {
+        "check": (["--compare-fail", "abc"], "argument --compare-fail: Could not parse value: 'abc'. Expected a check "
+                  "as --benchmark-compare-fail takes it"),
+        "json-folder": (["--json", str(runs)], f"--json '{runs}' is a folder: give a file in it"),
+        "json-missing-folder": (["--json", str(tmp_path / "nope" / "v.json")],
+                                f"--json '{tmp_path / 'nope' / 'v.json'}': '{tmp_path / 'nope'}': no such folder"),
+        "json-under-a-file": (["--json", str(tmp_path / "a-file" / "v.json")],
+                              f"--json '{tmp_path / 'a-file' / 'v.json'}': '{tmp_path / 'a-file'}': not a folder"),
+    }[bad]  # fmt: skip
+    result = subprocess.run([sys.executable, *COMMANDS[command], str(runs), "--draws", "1", *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert (result.returncode, result.stdout) == (2, ""), result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"{command}: error: {expected}"), line
+    assert (tmp_path / "a-file").read_text() == "kept\n" and not (tmp_path / "nope").exists()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_simulated_ci_runs_write_their_json_whole_with_the_mode_open_would_give(tmp_path: Path, command: str) -> None:
+    runs, out = _runs_folder(tmp_path / "runs"), tmp_path / "verdicts.json"
+    result = subprocess.run(["sh", "-c", 'umask 002 && exec "$@"', "sh", sys.executable, *COMMANDS[command], str(runs),
+                             "--draws", "1", "--history", "3", "--compare-fail", "min:0.001", "--json", str(out)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("4 identical runs, 0 regressed runs") and "| min:0.001 | 12 |" in result.stdout
+    assert [run["kind"] for run in json.loads(out.read_text())] == ["identical"] * 4
+    assert out.stat().st_mode & 0o777 == 0o664  # umask 002, as open() would
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "verdicts.json"]  # no temporary file left

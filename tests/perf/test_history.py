@@ -4,6 +4,7 @@ simulated CI runs (perf.crossprocess) over saved processes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,8 +86,8 @@ def test_a_run_is_judged_against_the_distribution_of_the_history_not_one_process
 
 def test_a_stage_that_grew_by_a_tenth_of_the_frame_makes_the_pipeline_slower_and_is_named() -> None:
     def e2e(pre_s: float, seed: int, frame_s: float = 10e-3) -> dict[str, Any]:
-        stages = {"stage:preprocess": {"label": "stage preprocess", "judged": True,
-                                       "data": list(pre_s * np.exp(0.003 * np.random.default_rng(seed).standard_normal(40)))}}
+        noise = np.exp(0.003 * np.random.default_rng(seed).standard_normal(40))
+        stages = {"stage:preprocess": {"label": "stage preprocess", "judged": True, "data": list(pre_s * noise)}}
         return _bench("e2e", frame_s, seed, "end-to-end", spread=0.05, metrics=stages)
 
     rng = np.random.default_rng(5)
@@ -234,6 +235,36 @@ def test_the_offline_judge_takes_several_processes_of_one_code_together_and_refu
     missing = _judge_cli("--storage", str(storage), "--run", "0042")
     assert missing.returncode == 2 and missing.stderr.strip() == (
         "perf-history: error: --run '0042': no such saved run (give its number, id or label)")
+
+
+@pytest.mark.parametrize("out", ["a-file", "a-file/sub", "/dev/null", "read-only"])
+def test_the_offline_judge_refuses_an_out_folder_it_cannot_write_before_judging(tmp_path: Any, out: str) -> None:
+    import os
+    import subprocess
+
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    for k, m in enumerate(_process_medians(4, 0.005, 4)):
+        _save(storage, k + 1, m, k)
+    (tmp_path / "a-file").write_text("kept\n")
+    folder = tmp_path / out if out != "/dev/null" else Path(out)
+    if out == "read-only":
+        folder.mkdir()
+        folder.chmod(0o555)
+        if os.geteuid() == 0 and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+            pytest.skip("running as root and chattr +i is not allowed here: no folder is read-only to root")
+    try:
+        result = _judge_cli("--storage", str(storage), "--out", str(folder))
+    finally:
+        if out == "read-only":
+            subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+            folder.chmod(0o755)
+    assert (result.returncode, result.stdout) == (2, ""), result.stdout + result.stderr  # nothing judged, as said
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"perf-history: error: --out: cannot write the verdicts to '{folder}': ")
+    if out != "read-only":  # the file in the way is named
+        assert f"'{folder if out == '/dev/null' else tmp_path / 'a-file'}' is not a folder" in line
+    assert (tmp_path / "a-file").read_text() == "kept\n" and not list(tmp_path.glob("**/perf-compare*"))
 
 
 def test_a_suspect_is_confirmed_cleared_left_inconclusive_or_bounded_by_its_confirmation_pairs() -> None:

@@ -24,7 +24,8 @@ OPTIONS = (
     "--perf-regression", "--perf-controls", "--perf-allow-model-mismatch", "--perf-cfg", "--perf-weights",
     "--perf-names", "--perf-onnx", "--perf-engine", "--perf-engine-precision", "--perf-ground-truth", "--perf-min-map",
     "--perf-compare", "--perf-min-effect", "--perf-max-cv", "--perf-max-drift", "--perf-max-remeasure",
-    "--perf-fail-inconclusive", "--perf-history", "--perf-confirm", "--perf-confirm-budget", "--perf-noise-profile", "--perf-selftest", "--perf-selftest-trials",
+    "--perf-fail-inconclusive", "--perf-history", "--perf-confirm", "--perf-confirm-budget", "--perf-noise-profile",
+    "--perf-selftest", "--perf-selftest-trials",
     "--perf-selftest-levels", "--perf-noise", "--perf-selftest-processes", "--perf-selftest-regressions",
     "--perf-processes-budget", "--perf-runs-dir", "--perf-reports-dir", "--perf-html", "--perf-kernels",
     "--perf-store", "--perf-skip-interval", "--perf-sources",
@@ -64,6 +65,7 @@ BAD_VALUES = (
     ("--perf-confirm", "some", "Expected an integer >= 0."),
     ("--perf-confirm-budget", "0", "Expected seconds > 0"),
     ("--perf-store", "mysql://db", "Expected a path, sqlite:///path, postgresql://... or none."),
+    ("--perf-store", "sqlite:///", "Expected a store that keeps its runs: a path or sqlite:///path naming a file"),
     ("--benchmark-max-time", "-1", "Expected seconds > 0"),
     ("--benchmark-max-time", "0", "Expected seconds > 0"),
     ("--benchmark-min-time", "-0.001", "Expected seconds >= 0"),
@@ -277,7 +279,8 @@ def test_help_shows_percent_signs_once_and_the_model_settings_as_ini_values(perf
     option, and the history store, is also an ini setting of the same name."""
     text = perf_pytester.runpytest("--help").stdout.str()
     section = " ".join(text[text.index("perf suite (perf/):") :].split("\n\n")[0].split())
-    assert "faster / no change / inconclusive / missing" in section and "Default: layer:5%,preprocess:5%." in section and "%%" not in section
+    assert "faster / no change / inconclusive / missing" in section and "Default: layer:5%,preprocess:5%." in section
+    assert "%%" not in section
     ini = set(re.findall(r"^  (perf_\w+) \(string\)", text, re.MULTILINE))
     assert ini == {f"perf_{name}" for name in ("cfg", "weights", "names", "onnx", "engine", "engine_precision", "video",
                                               "ground_truth", "min_map", "store")}  # fmt: skip

@@ -3,6 +3,7 @@ in whole or not at all, once, with their verdicts and noise profile, and come ba
 
 from __future__ import annotations
 
+import argparse
 import glob
 import os
 import pwd
@@ -152,6 +153,61 @@ def test_a_store_that_cannot_be_used_is_one_line_naming_it(where: str) -> None:
         open_store(where)
     message = str(info.value)
     assert "\n" not in message and message.startswith("store '")
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o022])
+@pytest.mark.parametrize("form", ["path", "url"])
+def test_a_new_sqlite_store_gets_the_mode_open_would_give(tmp_path: Path, umask: int, form: str) -> None:
+    where = tmp_path / "new" / "history.sqlite"
+    previous = os.umask(umask)
+    try:
+        open_store(str(where) if form == "path" else f"sqlite:///{where}?timeout=5").close()
+        (tmp_path / "beside.txt").write_text("x")
+    finally:
+        os.umask(previous)
+    assert where.stat().st_mode & 0o777 == (tmp_path / "beside.txt").stat().st_mode & 0o777 == 0o666 & ~umask
+    where.chmod(0o600)
+    with open_store(str(where)) as store:  # an existing store keeps its mode
+        store.save_run(_document("r1"))
+    assert where.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("where", ["sqlite:///", "sqlite://", "sqlite:///:memory:", ":memory:",
+                                   "sqlite:///file:h?mode=memory&uri=true"])  # fmt: skip
+def test_an_in_memory_sqlite_store_is_refused_where_every_way_of_giving_one_leads(where: str, tmp_path: Path) -> None:
+    import json
+    import sys
+
+    from perf.options import parse_store
+
+    with pytest.raises(StoreError, match="an in-memory SQLite database keeps no run"):
+        open_store(where)  # $PERF_STORE and the perf_store ini setting reach the store unparsed
+    with pytest.raises(argparse.ArgumentTypeError, match="an in-memory SQLite database loses them"):
+        parse_store(where)
+    storage = tmp_path / "storage" / "m"
+    storage.mkdir(parents=True)
+    (storage / "0001_run.json").write_text(json.dumps(_document("r1")))
+    cli = [sys.executable, "-m", "perf.store.cli"]
+    refused = subprocess.run([*cli, "--store", where, "import", str(tmp_path / "storage")], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.splitlines() == [f"perf-history: error: argument --store: Could not parse value: {where!r}. "
+                                           "Expected a store that keeps its runs: a path or sqlite:///path naming a "
+                                           "file (an in-memory SQLite database loses them), postgresql://... or none."]
+    env = {**os.environ, "PERF_STORE": where}
+    from_env = subprocess.run([*cli, "import", str(tmp_path / "storage")], capture_output=True, text=True, env=env,
+                              check=False)  # fmt: skip
+    assert (from_env.returncode, from_env.stdout) == (2, "")
+    assert from_env.stderr.splitlines() == [f"perf-history: error: store '{where}': an in-memory SQLite database "
+                                            "keeps no run; give a file (a path or sqlite:///path)"]
+
+
+@pytest.mark.parametrize("where", ["history.sqlite", "sqlite:///history.sqlite", "sqlite:////tmp/h.sqlite",
+                                   "postgresql://perf@db/history", "none", "NONE"])  # fmt: skip
+def test_a_store_that_keeps_its_runs_is_still_accepted(where: str) -> None:
+    from perf.options import parse_store
+
+    assert parse_store(where) == ("none" if where.lower() == "none" else where)
 
 
 # -- change points (perf.store.changepoints) -------------------------------------------------------------------------
