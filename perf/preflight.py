@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from perf.runs import RUN_GLOB, parse_json, saved_run_files
 from perf.validate import run_problem
 
 if TYPE_CHECKING:
     from perf.session import PerfOptions
 
 SAVING = ("benchmark_autosave", "benchmark_save", "benchmark_json", "benchmark_compare", "perf_compare")
-RUN_FILES = "[0-9][0-9][0-9][0-9]_"  # pytest-benchmark's glob of saved runs
 
 
 def _option(config: pytest.Config, name: str) -> Any:
@@ -59,11 +59,13 @@ def _check_compared_runs(config: pytest.Config) -> None:
         if (wanted := _option(config, name)) is None or wanted is False:
             continue
         storage = FileStorage(path, logger=None, default_machine_id=get_machine_id())
-        for run in storage.query(RUN_FILES)[-1:] if wanted is True else storage.query(str(wanted)):
+        for run in saved_run_files(storage.query(RUN_GLOB))[-1:] if wanted is True else storage.query(str(wanted)):
             try:
-                problem = run_problem(json.loads(run.read_text(encoding="utf-8")), complete=complete)
+                problem = run_problem(parse_json(run.read_text(encoding="utf-8")), complete=complete)
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 problem = f"cannot read it as JSON: {e}"
+            except ValueError as e:  # what Python's own parser refuses: "not valid JSON: nested too deeply", ...
+                problem = str(e)
             if problem is not None:
                 raise pytest.UsageError(f"--{name.replace('_', '-')}: '{run}' is not a usable saved run: {problem}; "
                                         "repair or remove it, or compare with another run (NUM|ID)")

@@ -3,11 +3,11 @@ exit status 2, nothing written (docs/method.md, section 9)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from detector.argtypes import OneLineParser
 from perf.options import parse_store, parse_threshold
 from perf.report.changes import DEFAULT_THRESHOLD
 from perf.report.html import build_report
@@ -16,8 +16,8 @@ from perf.runs import HistoryError
 PROG = "perf-report"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
         prog=PROG, description="Markdown summary and HTML report of the perf suite.", allow_abbrev=False)
     add = parser.add_argument
     add("--storage", type=Path, default=Path(".benchmarks"),
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         written, warnings = build_report(args.storage, reports, args.out, machine_id=args.machine_id,
                                          verdicts=args.verdicts, threshold=args.change_threshold,
                                          store=None if args.store in (None, "none") else args.store)
-    except (HistoryError, OSError) as e:  # bad input; an unwritable --out
+    except (HistoryError, OSError) as e:  # bad or unreadable input (build_report names it); an unwritable --out
         problem = str(e) if isinstance(e, HistoryError) else f"cannot write to '{args.out}': {e.strerror or e}"
         print(f"{PROG}: error: {problem}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +25,11 @@ from perf.validate import is_number, run_problem
 PRIMARY = "time"
 _INJECTED = {"inject_delay_ms": "--perf-inject-delay={} (ms)", "regression": "--perf-regression={}"}
 _UNSERIALIZABLE = re.compile(r"^UNSERIALIZABLE\[(.*)\]$", re.DOTALL)
+#: A saved run's file name, pytest-benchmark's ``NNNN_<name>.json``: 4 digits or more (run 10000 follows 9999).
+RUN_NAME = re.compile(r"^(\d{4,})_.*\.json$", re.DOTALL)
+#: The same as a glob prefix for pytest-benchmark's ``FileStorage.query`` (which appends ``*.json``); what it finds
+#: is kept by `RUN_NAME` (`saved_run_files`). pytest-benchmark's own, ``[0-9][0-9][0-9][0-9]_``, misses 10000 on.
+RUN_GLOB = "[0-9][0-9][0-9][0-9]*_"
 
 
 class HistoryError(DetectorError, ValueError):
@@ -216,8 +221,8 @@ def run_from_json(data: Any, path: str | os.PathLike[str] = "<memory>") -> Saved
     path = Path(path)
     if (problem := run_problem(data)) is not None:
         raise HistoryError(f"'{path}': not a usable saved run: {problem}")
-    number, commit = re.match(r"^(\d{4})_", path.name), data.get("commit_info") or {}
-    return SavedRun(path, int(number.group(1)) if number else None, data.get("datetime"), commit.get("id"),
+    commit = data.get("commit_info") or {}
+    return SavedRun(path, run_number(path), data.get("datetime"), commit.get("id"),
                     data.get("machine_info") or {},
                     {b.fullname: b for b in map(BenchmarkRecord.from_json, data["benchmarks"])}, data,
                     text_value(mapping(data.get("perf_run")).get("run_id")), injected_of(data),
@@ -229,13 +234,27 @@ def text_value(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def parse_json(text: str) -> Any:
+    """``json.loads(text)``; what no parser takes is a ValueError of one line: a `json.JSONDecodeError` as it is,
+    Python's own refusals (nesting too deep, a RecursionError; an integer of more than 4300 digits) as ``not valid
+    JSON: <why>``. Every reader of a saved file parses it here (`read_json`)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise ValueError("not valid JSON: nested too deeply") from None
+    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion: ...; use sys.set_..."
+        raise ValueError(f"not valid JSON: {str(e).split(';')[0]}") from None
+
+
 def read_json(path: Path, what: str) -> Any:
     """Parsed JSON of ``path``; `HistoryError` ``'<path>': no such file`` / ``cannot read <what>: <why>``."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return parse_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError as e:
         raise HistoryError(f"'{path}': no such file") from e
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: UnicodeDecodeError, parse_json's
         reason = e.strerror if isinstance(e, OSError) and e.strerror else e
         raise HistoryError(f"'{path}': cannot read {what}: {reason}") from e
 
@@ -245,16 +264,31 @@ def load_run(path: str | os.PathLike[str]) -> SavedRun:
     return run_from_json(read_json(Path(path), "a saved run"), path)
 
 
+def run_number(path: str | os.PathLike[str]) -> int | None:
+    """The number of a saved run's file (`RUN_NAME`: 12 of ``0012_x.json``), None for any other name."""
+    return int(match.group(1)) if (match := RUN_NAME.match(Path(path).name)) else None
+
+
+def saved_run_files(paths: Iterable[Path]) -> list[Path]:
+    """The saved runs among ``paths`` (`RUN_NAME`), oldest first: by number (10000 after 9999), then name, folder."""
+    runs = [(number, path) for path in paths if (number := run_number(path)) is not None]
+    return [path for _, path in sorted(runs, key=lambda run: (run[0], run[1].name, str(run[1].parent)))]
+
+
 def run_files(storage: str | os.PathLike[str] = ".benchmarks", machine: str | None = None) -> list[Path]:
-    """Saved run files (``NNNN_*.json``) in ``storage`` or one machine's folder of it, oldest first."""
+    """Saved run files (`RUN_NAME`) in ``storage`` or one machine's folder of it, oldest first (`saved_run_files`);
+    `HistoryError` when the storage, or a folder in it, is missing or cannot be read."""
     root = Path(storage)
     if not root.is_dir():
         problem = "not a folder" if root.exists() else "no such folder"
         raise HistoryError(f"benchmark storage '{root}': {problem} (run pytest with --benchmark-autosave)")
-    folders = [root, *sorted(p for p in root.iterdir() if p.is_dir())]
-    files = [f for folder in folders for f in folder.glob("[0-9][0-9][0-9][0-9]_*.json")
-             if f.is_file() and machine in (None, folder.name)]  # fmt: skip
-    return sorted(files, key=lambda f: (f.name, str(f.parent)))
+    try:
+        folders = [root, *sorted(p for p in root.iterdir() if p.is_dir())]
+        files = [f for folder in folders if machine in (None, folder.name)
+                 for f in folder.iterdir() if RUN_NAME.match(f.name) and f.is_file()]  # fmt: skip
+    except OSError as e:  # a folder that cannot be listed: its runs would be missed without a word
+        raise HistoryError(f"benchmark storage '{root}': cannot read '{e.filename}': {e.strerror or e}") from e
+    return saved_run_files(files)
 
 
 def load_runs(storage: str | os.PathLike[str] = ".benchmarks", machine: str | None = None, *,

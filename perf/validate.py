@@ -1,9 +1,12 @@
 """The one check of saved data every reader runs first: `run_problem` (saved runs) and `report_problem` (the
 suite's ``perf-report.json``) give a one-line problem the reader turns into an error naming the file; a file that
-passes has every key a reader indexes, with the type it expects. `row_problem` checks a report's rows."""
+passes has every key a reader indexes, with the type it expects. `row_problem` checks a report's rows;
+`value_problem`, what no reader can take anywhere in a file (text no file can be written with, an integer no float
+holds), is part of both and checks the other files the reports read."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
@@ -12,6 +15,9 @@ from typing import Any, Protocol
 NUMBER, TEXT, NUMBERS, TEXTS = "number", "text", "numbers", "texts"
 #: The stats pytest-benchmark's ``--benchmark-compare`` table reads from every benchmark of a saved run.
 BENCHMARK_STATS = ("min", "max", "mean", "stddev", "median", "iqr", "rounds", "iterations")
+#: What the readers take from a saved run's ``machine_info``, and as what: the fingerprint and the subject
+#: (`perf.measure.machine`, `perf.subject`) as objects, the host as text.
+_MACHINE_INFO = (("perf", dict), ("perf_subject", dict), ("node", str))
 
 
 class Table(Protocol):
@@ -27,7 +33,8 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """What a message calls the JSON type of ``value``: ``an object``, ``a list``, ``a string``, ``a number``, ..."""
     kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
     return kinds.get(type(value), "a number")
 
@@ -36,17 +43,64 @@ def _typed(where: str, value: Any, kind: type) -> str | None:
     """``<where> is <what value is>, expected <a kind>`` when ``value`` is given and not a ``kind``."""
     if value is None or isinstance(value, kind):
         return None
-    return f"{where} is {_kind(value)}, expected {_kind(kind())}"
+    return f"{where} is {kind_of(value)}, expected {kind_of(kind())}"
 
 
-def _not_number(where: str, value: Any) -> str | None:
-    return None if is_number(value) else f"{where} is {value!r}, not a number"
+def _not_number(where: str, value: Any, finite: bool = False) -> str | None:
+    """What makes ``value`` no number a reader can take as a float: not an int or float, an integer too large for
+    a float, or (``finite``) an infinity; NaN, "not measured", passes."""
+    if not is_number(value):
+        return f"{where} is {value!r}, not a number"
+    try:
+        number = float(value)
+    except OverflowError:
+        return f"{where} is an integer of about 10^{int(math.log10(abs(value)))}, too large for a number"
+    return f"{where} is {number!r}, not a finite number" if finite and math.isinf(number) else None
 
 
-def _numbers_problem(where: str, values: Any) -> str | None:
+def _numbers_problem(where: str, values: Any, finite: bool = False) -> str | None:
     if not isinstance(values, list):
-        return f"{where} is {_kind(values)}, expected a list of numbers"
-    return _first(_not_number(f"{where}[{i}]", value) for i, value in enumerate(values))
+        return f"{where} is {kind_of(values)}, expected a list of numbers"
+    return _first(_not_number(f"{where}[{i}]", value, finite) for i, value in enumerate(values))
+
+
+def value_problem(doc: Any) -> str | None:
+    """What makes a value anywhere in parsed JSON ``doc`` unusable by every reader: a string (or key) that is not
+    valid Unicode text (a lone surrogate, ``"\\ud800"``, which no file can be written with) or an integer too large
+    for a float; its path (``benchmarks[0].name``) names it. A walk, not a recursion: JSON may nest as deep as the
+    parser let it."""
+    stack = [("", doc)]
+    while stack:
+        at, value = stack.pop()
+        if isinstance(value, str):
+            problem = _text_problem(at or "the document", value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            problem = _not_number(at or "the document", value)
+        elif isinstance(value, list):
+            problem = None
+            stack += [(f"{at}[{i}]", item) for i, item in reversed(list(enumerate(value)))
+                      if not isinstance(item, float)]  # fmt: skip
+        elif isinstance(value, dict):
+            problem = _first(_text_problem(f"a key of {at or 'the document'}", key) for key in value)
+            stack += [(_child(at, key), item) for key, item in reversed(list(value.items()))]
+        else:
+            problem = None
+        if problem is not None:
+            return problem
+    return None
+
+
+def _child(at: str, key: str) -> str:
+    """The path of ``key`` in the object at ``at``: ``at.key``, or ``at['a key']`` for a key no identifier."""
+    return (f"{at}.{key}" if at else key) if key.isidentifier() else f"{at}[{key!r}]"
+
+
+def _text_problem(where: str, text: str) -> str | None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"{where} is not valid Unicode text (it holds \\u{ord(text[e.start]):04x}, a lone surrogate)"
+    return None
 
 
 def _first(problems: Iterable[str | None]) -> str | None:
@@ -56,7 +110,7 @@ def _first(problems: Iterable[str | None]) -> str | None:
 
 def _benchmark_problems(bench: Any, i: int, complete: bool) -> Iterator[str | None]:
     if not isinstance(bench, dict):
-        yield f"benchmarks[{i}] is {_kind(bench)}, expected an object"
+        yield f"benchmarks[{i}] is {kind_of(bench)}, expected an object"
     for key in ("name", "fullname"):
         yield None if isinstance(bench.get(key), str) else f"benchmarks[{i}] has no string '{key}'"
     where, stats = f"benchmark {bench['fullname']!r}", bench.get("stats")
@@ -67,31 +121,38 @@ def _benchmark_problems(bench: Any, i: int, complete: bool) -> Iterator[str | No
         if key == "outliers":  # pytest-benchmark's "1;0" text
             yield None if isinstance(value, str) else f"{where}: stats.outliers is {value!r}, expected a string"
         else:
-            yield (_numbers_problem if key == "data" else _not_number)(f"{where}: stats.{key}", value)
+            yield (_numbers_problem if key == "data" else _not_number)(f"{where}: stats.{key}", value, True)
     yield from (_typed(f"{where}: '{key}'", bench.get(key), kind)
                 for key, kind in (("extra_info", dict), ("params", dict), ("group", str)))  # fmt: skip
     extra = bench.get("extra_info") or {}
     if extra.get("e2e_fps") is not None:
-        yield _not_number(f"{where}: extra_info.e2e_fps", extra["e2e_fps"])
+        yield _not_number(f"{where}: extra_info.e2e_fps", extra["e2e_fps"], True)
     yield from (_typed(f"{where}: extra_info.{key}", extra.get(key), dict) for key in ("stage_ms_per_frame", "metrics"))
     for name, metric in (extra.get("metrics") or {}).items():
         yield _typed(f"{where}: extra_info.metrics.{name}", metric, dict)
         if metric.get("data") is not None:
-            yield _numbers_problem(f"{where}: extra_info.metrics.{name}.data", metric["data"])
+            yield _numbers_problem(f"{where}: extra_info.metrics.{name}.data", metric["data"], True)
 
 
 def _run_problems(doc: Any, complete: bool) -> Iterator[str | None]:
     if not isinstance(doc, dict):
-        yield f"the top level is {_kind(doc)}, expected an object with a 'benchmarks' list"
+        yield f"the top level is {kind_of(doc)}, expected an object with a 'benchmarks' list"
     if not isinstance(doc.get("benchmarks"), list):
-        found = "missing" if "benchmarks" not in doc else _kind(doc["benchmarks"])
+        found = "missing" if "benchmarks" not in doc else kind_of(doc["benchmarks"])
         yield f"'benchmarks' is {found}, expected a list"
     if complete and "machine_info" not in doc:
         yield "'machine_info' is missing"
     yield from (_typed(f"'{key}'", doc.get(key), dict) for key in ("machine_info", "commit_info"))
     yield _typed("'datetime'", doc.get("datetime"), str)
+    info, commit = doc.get("machine_info") or {}, doc.get("commit_info") or {}
+    yield from (_typed(f"machine_info.{key}", info.get(key), kind) for key, kind in _MACHINE_INFO)
+    yield from (_typed(f"commit_info.{key}", commit.get(key), str) for key in ("id", "branch"))
+    subject = info.get("perf_subject") or {}
+    yield from (_typed(f"machine_info.perf_subject.{key}", subject.get(key), list)
+                for key in ("backends", "precisions"))  # fmt: skip
     for i, bench in enumerate(doc["benchmarks"]):
         yield from _benchmark_problems(bench, i, complete)
+    yield value_problem(doc)
 
 
 def run_problem(doc: Any, *, complete: bool = False) -> str | None:
@@ -124,12 +185,12 @@ def report_problem(doc: Any, find_table: Callable[[str], Table | None]) -> str |
         return 'not a perf report: expected {"tables": {name: [rows]}}'
     for name, rows in tables.items():
         if not isinstance(rows, list):
-            return f"table {name!r} is {_kind(rows)}, expected a list of rows"
+            return f"table {name!r} is {kind_of(rows)}, expected a list of rows"
         spec = find_table(name)
         for i, row in enumerate(rows):
             where = f"table {name!r} row {i}"
             if not isinstance(row, dict):
-                return f"{where} is {_kind(row)}, expected an object"
+                return f"{where} is {kind_of(row)}, expected an object"
             if spec is not None and (problem := row_problem(spec, row, where)):
                 return problem
-    return None
+    return value_problem(doc)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perf.runs import HistoryError, SavedRun, mapping, read_json, text_value
+from perf.validate import value_problem
 
 #: What ``--perf-compare`` writes into the reports folder (and ``perf-compare.md`` beside it).
 VERDICT_FILE = "perf-compare.json"
@@ -110,6 +111,8 @@ def load_verdicts(reports_dir: str | os.PathLike[str] = "reports", *,
         return None
     path = Path(reports_dir) / VERDICT_FILE if path is None else Path(path)
     document = read_json(path, "the verdicts")
+    if (problem := value_problem(document)) is not None:
+        raise HistoryError(f"'{path}': not usable compare verdicts: {problem}")
     entries = tuple({**e, "verdict": str(verdict).lower()} for e in _verdict_entries(document)
                     if (verdict := mapping(e).get("verdict", mapping(e).get("status"))) is not None
                     and (e.get("name") or e.get("fullname")))  # fmt: skip

@@ -35,13 +35,14 @@ def _read_only_folder(prefix: str) -> Path:
     return folder
 
 
-def _saved_run(folder: Path, doc: Any) -> Path:
-    """``doc`` saved as run 0001 of this machine in ``folder/storage`` (where pytest-benchmark looks)."""
+def _saved_run(folder: Path, doc: Any, name: str = "0001_bad.json") -> Path:
+    """``doc`` (JSON text as it is) saved as run ``name`` of this machine in ``folder/storage`` (where
+    pytest-benchmark looks)."""
     from pytest_benchmark.utils import get_machine_id
 
-    path = folder / "storage" / get_machine_id() / "0001_bad.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(doc))
+    path = folder / "storage" / get_machine_id() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
     return path
 
 
@@ -50,6 +51,14 @@ def _compare(option: str, doc: Any, *problem: str) -> Callable[[Path, Shared], M
         path = _saved_run(folder, doc)
         return _pytest(folder, option), [option, str(path), *problem]
     return make
+
+
+def _newest_is_run_10000(folder: Path, shared: Shared) -> Made:
+    """Run 9999 good, the newest, 10000 (pytest-benchmark's next name), not: the compare would load 10000."""
+    _saved_run(folder, _ROUNDS | {"benchmarks": [{**_ROUNDS["benchmarks"][0], "stats": {"median": 0.001}}]},
+               "9999_good.json")  # fmt: skip
+    path = _saved_run(folder, _ROUNDS, "10000_bad.json")
+    return _pytest(folder, "--perf-compare"), ["--perf-compare", str(path), "stats.data[1]"]
 
 
 def _xdist_autosave(folder: Path, shared: Shared) -> Made:
@@ -76,6 +85,12 @@ ROWS: tuple[Row, ...] = (
         in_repo=True),
     Row("pytest-benchmark-compare-wrong-shape", _compare("--benchmark-compare", {"benchmarks": {"test_x": 1}},
                                                          "'benchmarks' is an object"), in_repo=True),
+    Row("pytest-benchmark-compare-nested-too-deeply", _compare("--benchmark-compare", "[" * 100_000,
+                                                               "not valid JSON: nested too deeply"), in_repo=True),
+    Row("pytest-perf-compare-fingerprint-not-an-object",
+        _compare("--perf-compare", _ROUNDS | {"machine_info": {"node": "x", "perf": "cuda"}},
+                 "machine_info.perf is a string, expected an object"), in_repo=True),
+    Row("pytest-perf-compare-newest-run-10000", _newest_is_run_10000, in_repo=True),
     Row("pytest-reports-dir-read-only", _read_only_reports, in_repo=True),
     Row("pytest-cache-dir-read-only-empty", _read_only_empty_cache, in_repo=True),
 )

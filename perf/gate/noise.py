@@ -20,7 +20,8 @@ from detector.fileio import atomic_write_text
 from perf.gate.stats import log_median_se
 from perf.measure.machine import COMPARED_FIELDS
 from perf.measure.stability import assess_stability
-from perf.runs import SavedRun
+from perf.runs import HistoryError, SavedRun, parse_json
+from perf.validate import is_number, value_problem
 
 FORMAT = 1
 NOISE_DIR = "noise"
@@ -31,9 +32,14 @@ CV_TARGETS = {"inference torch-graph": 0.005, "inference torch-compile": 0.005, 
               "end-to-end": 0.02, "pipelined": 0.02, "multistream": 0.03}  # fmt: skip
 #: The share of processes whose within-run noise a profile's limit covers (`upper_limit`).
 LIMIT_QUANTILE = 0.99
+#: The largest ``between_sd`` (of log medians) a profile may hold: e^5, a factor of 148 between identical
+#: processes, is no runner's noise (and the floor it sets, ``expm1(between_sd)``, stays a number).
+MAX_BETWEEN_SD = 5.0
+#: A `NoiseEntry`'s fields other than ``processes``, ``medians_s`` and ``between_sd``: numbers (NaN: not known).
+_FIGURES = ("cv", "max_ratio", "total_sd", "within_se", "max_cv", "max_drift")
 
 
-class NoiseProfileError(ValueError):
+class NoiseProfileError(HistoryError):
     """A noise profile file that cannot be used; the message names the file and the problem."""
 
 
@@ -116,17 +122,54 @@ class NoiseProfile:
     def from_json(cls, text: str, path: Path | None = None) -> NoiseProfile:
         where = f"'{path}'" if path else "noise profile"
         try:
-            data = json.loads(text)
+            data = parse_json(text)
             if data.get("format") != FORMAT:
                 raise NoiseProfileError(f"{where}: format {data.get('format')!r}, expected {FORMAT}")
+            if (problem := value_problem(data) or _entries_problem(data["entries"])) is not None:
+                raise NoiseProfileError(f"{where}: {problem}")
             entries = {str(name): {str(m): NoiseEntry(**{**e, "medians_s": tuple(e["medians_s"])})
                                    for m, e in metrics.items()} for name, metrics in data["entries"].items()}
+            families = dict(data.get("families") or {})
+            if bad := next((name for name, family in families.items() if not isinstance(family, str)), None):
+                raise NoiseProfileError(f"{where}: families[{bad!r}] is {families[bad]!r}, expected a string")
             return cls(str(data["key"]), dict(data["fingerprint"]), str(data["created"]), data.get("commit"),
-                       [str(r) for r in data["runs"]], entries, dict(data.get("families") or {}), path)
+                       [str(r) for r in data["runs"]], entries, families, path)
         except NoiseProfileError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise NoiseProfileError(f"{where}: not a noise profile ({type(e).__name__}: {e})") from e
+
+
+def _entries_problem(entries: Any) -> str | None:
+    """What makes one of a profile's ``entries`` (``{benchmark: {metric: entry}}``) unusable, naming it; None when
+    they are not of that shape at all (`NoiseProfile.from_json` says so)."""
+    if not isinstance(entries, dict) or not all(isinstance(metrics, dict) for metrics in entries.values()):
+        return None
+    for name, metrics in entries.items():
+        for metric, entry in metrics.items():
+            if (problem := _entry_problem(entry)) is not None:
+                return f"entry {name!r} metric {metric!r}: {problem}"
+    return None
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """What makes one entry unusable: the gate seeds a history with ``medians_s`` (each process's median, seconds,
+    > 0; 2 or more) and floors change points with ``between_sd``; every other figure given is a number."""
+    if not isinstance(entry, dict):
+        return "not an object"
+    processes, medians, between = entry.get("processes"), entry.get("medians_s"), entry.get("between_sd")
+    if not (type(processes) is int and processes >= 2):
+        return f"processes is {processes!r}, expected a whole number >= 2"
+    if not isinstance(medians, list) or len(medians) < 2:
+        found = f"{len(medians)} value(s)" if isinstance(medians, list) else repr(medians)
+        return f"medians_s is {found}, expected a list of 2 or more per-process medians"
+    for median in medians:
+        if not (is_number(median) and math.isfinite(median) and median > 0):
+            return f"medians_s holds {median!r}, not a median in seconds (a number > 0)"
+    if not (is_number(between) and 0 <= between <= MAX_BETWEEN_SD):
+        return f"between_sd is {between!r}, expected a number from 0 to {MAX_BETWEEN_SD:g}"
+    return next((f"{key} is {entry[key]!r}, not a number" for key in _FIGURES
+                 if key in entry and not is_number(entry[key])), None)  # fmt: skip
 
 
 def profile_key(fingerprint: Mapping[str, Any]) -> str:

@@ -4,12 +4,13 @@ nsys``) a row of a table in the summary and the page, its critical path folded i
 from __future__ import annotations
 
 import html
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from perf.profile.critical_path_summary import CriticalPathSummary
+from perf.runs import parse_json
 from perf.tabletext import html_table, markdown_table
+from perf.validate import is_number, kind_of, value_problem
 
 #: Where the captures are in the reports folder (`perf.roles.nsys` runs them with ``report_root=<reports>/nsys``).
 CAPTURES = "nsys"
@@ -36,18 +37,47 @@ class CaptureRow:
 
 
 def load_captures(reports: Path, warnings: list[str]) -> list[CaptureRow]:
-    """The captures' summaries under ``reports/nsys``, by folder name; a warning for each unreadable one."""
+    """The captures' summaries under ``reports/nsys``, by folder name; a one-line warning names each one that
+    cannot be read or shown (another shape than `perf.profile.nsys_summary` writes), and it is left out."""
     rows = []
     for path in sorted((reports / CAPTURES).glob("*/summary.json")):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            region, critical = data.get("region") or None, data.get("critical_path")
-            region_ms = (region["end_ns"] - region["start_ns"]) / 1e6 if region else None
-            summary = CriticalPathSummary.from_dict(critical) if isinstance(critical, dict) else None
-            rows.append(CaptureRow(path.parent.name, region_ms, data.get("idle_fraction"), summary))
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+            rows.append(_capture(path))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
             warnings.append(f"skipped unreadable nsys summary '{path}': {e}")
     return rows
+
+
+def _capture(path: Path) -> CaptureRow:
+    """The row of one ``summary.json``, shown once here (`captures_markdown`, `captures_html`): a summary of
+    another shape fails now, naming what is wrong (ValueError, ...), never when the report is written."""
+    data = parse_json(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"the top level is {kind_of(data)}, expected an object")
+    if (problem := value_problem(data)) is not None:
+        raise ValueError(problem)
+    region, critical, idle = data.get("region") or None, data.get("critical_path"), data.get("idle_fraction")
+    if idle is not None and not is_number(idle):
+        raise ValueError(f"'idle_fraction' is {kind_of(idle)}, expected a number")
+    if critical is not None and not isinstance(critical, dict):
+        raise ValueError(f"'critical_path' is {kind_of(critical)}, expected an object")
+    _check_span("region", region, optional=True)  # None: no region found, no region ms
+    if critical is not None:
+        _check_span("critical_path.region", critical.get("region"))
+    row = CaptureRow(path.parent.name, (region["end_ns"] - region["start_ns"]) / 1e6 if region else None, idle,
+                     CriticalPathSummary.from_dict(critical) if critical is not None else None)
+    captures_html([row])  # everything the report shows of it, the markdown's cells too
+    return row
+
+
+def _check_span(where: str, span: object, optional: bool = False) -> None:
+    """A ``{"start_ns", "end_ns"}`` object of numbers, else ValueError naming ``where``."""
+    if optional and span is None:
+        return
+    if not isinstance(span, dict):
+        raise ValueError(f"'{where}' is {kind_of(span)}, expected an object with numbers start_ns and end_ns")
+    if not all(is_number(span.get(key)) for key in ("start_ns", "end_ns")):
+        raise ValueError(f"'{where}' has no numbers start_ns and end_ns")
 
 
 def captures_markdown(rows: list[CaptureRow]) -> str:

@@ -4,7 +4,9 @@ rendered in memory, then written atomically; what each holds: docs/method.md, se
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
+import os
 from dataclasses import dataclass, field
 from html import escape
 from itertools import groupby
@@ -12,12 +14,13 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from detector.fileio import atomic_write_text
+from detector.fileio import atomic_path
 from detector.timing import STAGES
 from perf.report import plots, schema
 from perf.report.captures import captures_html, captures_markdown
 from perf.report.changes import DEFAULT_THRESHOLD, history
 from perf.report.inputs import ReportInputs, load_inputs
+from perf.report.readable import finite_numbers
 from perf.report.suite import PerfReport
 from perf.report.tables import (Notice, Table, benchmark_table, change_table, notices, ordered, parity_table,
                                 stage_rows, stages_table, to_markdown, verdict_table)
@@ -110,7 +113,7 @@ def _figures(inputs: ReportInputs, threshold: float) -> list[Figure]:
         out.append(Figure("End-to-end stages", "ms per frame of each pipeline stage", figure))
     out += _history_figure(inputs, threshold)
     for row in inputs.rows(schema.PARITY):
-        if ious := [float(v) for v in row.get("ious") or [] if isinstance(v, (int, float))]:
+        if ious := finite_numbers(row.get("ious")):
             tol, label = TOLERANCES.get(str(row.get("precision"))), str(row.get("candidate", "?"))
             caption = f"{label}: IoU of each matched detection vs torch fp32 ({row.get('verdict')})"
             out.append(Figure("Parity IoU", caption, plots.iou_histogram(label, ious, tol.mean_iou if tol else None)))
@@ -170,14 +173,32 @@ def to_html(report: Report, title: str = "Performance report") -> str:
 def build_report(storage: Path | None, reports: Path | None, out: Path, *, machine_id: str | None = None,
                  verdicts: Path | None = None, threshold: float = DEFAULT_THRESHOLD,
                  store: str | None = None) -> tuple[list[Path], list[str]]:  # fmt: skip
-    """Write ``out/summary.md`` and ``out/index.html``; their paths and the warnings (also shown in both).
-    `perf.runs.HistoryError` (nothing written): unusable inputs, or no matplotlib."""
+    """Write ``out/summary.md`` and ``out/index.html``, both or neither; their paths and the warnings (also shown
+    in both). `perf.runs.HistoryError` (nothing written): unusable or unreadable inputs, or no matplotlib; an
+    OSError: ``out`` cannot be written (nothing written either)."""
     try:
         import matplotlib  # noqa: F401 - imported for real by perf.report.plots, lazily
     except ImportError as e:
         raise HistoryError(f"the HTML report needs matplotlib ({e}): pip install -e '.[report]'") from e
-    inputs = load_inputs(storage, reports, machine_id=machine_id, verdicts=verdicts, store=store)
-    report = render(inputs, threshold)
-    paths = [atomic_write_text(out / SUMMARY, report.markdown), atomic_write_text(out / INDEX, to_html(report))]
+    try:
+        inputs = load_inputs(storage, reports, machine_id=machine_id, verdicts=verdicts, store=store)
+        report = render(inputs, threshold)
+        pages = {out / SUMMARY: report.markdown, out / INDEX: to_html(report)}
+    except OSError as e:  # a folder or file the report reads: never "cannot write"
+        raise HistoryError(f"cannot read '{e.filename}': {e.strerror or e}" if e.filename else
+                           f"cannot read the report's inputs: {e.strerror or e}") from e  # fmt: skip
+    paths = _write_all({path: text.encode("utf-8") for path, text in pages.items()})
     log.info("wrote %s (%d figures)", ", ".join(map(str, paths)), len(report.figures))
     return paths, report.warnings
+
+
+def _write_all(files: dict[Path, bytes]) -> list[Path]:
+    """Write every file or none: each to a temporary file beside it (`detector.fileio.atomic_path`), renamed only
+    once all are written; any failure removes them all and leaves the files there as they were."""
+    with contextlib.ExitStack() as stack:
+        for path, data in files.items():
+            with open(stack.enter_context(atomic_path(path)), "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+    return list(files)

@@ -4,7 +4,6 @@ warnings to ``warnings``; bad input that leaves nothing to report is a `perf.run
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections import Counter
 from dataclasses import dataclass, field
@@ -112,7 +111,7 @@ def load_tables(reports: Path, warnings: list[str]) -> tuple[dict[str, list[dict
 def load_store_runs(where: str, warnings: list[str]) -> tuple[list[SavedRun], Any]:
     """The runs of the history store ``where`` of its newest run's machine, oldest first, test-only runs
     included (drawn apart), and that machine's newest noise profile (or None)."""
-    from perf.gate.noise import NoiseProfile
+    from perf.gate.noise import NoiseProfile, NoiseProfileError
     from perf.store.db import machine_key, open_store
 
     with open_store(where) as store:
@@ -124,7 +123,11 @@ def load_store_runs(where: str, warnings: list[str]) -> tuple[list[SavedRun], An
         profile_json = store.noise_profile_json(key)
     warnings += [f"history of machine {host or '?'} ({runs} runs) in the store is not in this report"
                  for _, host, runs in others]  # fmt: skip
-    profile = None if profile_json is None else NoiseProfile.from_json(profile_json)
+    try:
+        profile = None if profile_json is None else NoiseProfile.from_json(profile_json)
+    except NoiseProfileError as e:
+        warnings.append(f"ignored the store's noise profile of this machine, {e}: change points use the default floor")
+        profile = None
     return [run for run in every if machine_key(run.machine_info) == key], profile
 
 
@@ -172,8 +175,11 @@ def load_inputs(storage: Path | None, reports: Path | None, *, machine_id: str |
         elif isinstance(fingerprint := inputs.runs[-1].fingerprint, dict):  # this machine's noise profile
             from perf.gate.noise import NoiseProfileError, find_profile
 
-            with contextlib.suppress(NoiseProfileError):  # unreadable: change points use the default floor
+            try:
                 profile = find_profile(storage, fingerprint)
+            except NoiseProfileError as e:
+                warnings.append(f"ignored this runner's stored noise profile, {e}: change points use the default "
+                                "floor")  # fmt: skip
     inputs.runs = same_subject(inputs.runs, warnings)
     if len(inputs.runs) >= 3:
         inputs.changes = find_changes(inputs.runs, warnings, profile)

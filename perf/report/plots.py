@@ -92,7 +92,7 @@ def latency_distribution(benches: Sequence[BenchmarkRecord], title: str) -> Figu
     spans, labels = [], []
     for y, (bench, backend) in enumerate(zip(benches, backends)):
         c = colour[backend]
-        data = [float(v) / scale for v in bench.data] if bench.has_rounds else []
+        data = [float(v) / scale for v in bench.data if math.isfinite(v)] if bench.has_rounds else []
         box = {"patch_artist": True, "boxprops": {"facecolor": c, "alpha": 0.35}, "medianprops": {"color": "black"}}
         if (kind := distribution_kind(data)) == "violin":
             parts = ax.violinplot([data], positions=[y], orientation="horizontal", showmedians=True,
@@ -199,8 +199,8 @@ def _history_panel(ax: Axes, points: Sequence[Point]) -> None:
             ax.plot([p.index], [p.median / scale], "o", ms=11, mfc="none", mec=colour, mew=2, ls="none")
         if p.level is not None:
             ax.plot([p.index], [p.median / scale], "s", ms=13, mfc="none", mec=LEVEL, mew=1.5, ls="none")
-    top = max(p.median if math.isnan(q3 := p.bench.stat("q3")) else max(q3, p.median) for p in points) / scale
-    ax.set_ylim(0, top * 1.2 or 1.0)
+    top = max((v for p in points for v in (p.median, p.bench.stat("q3")) if math.isfinite(v)), default=0.0) / scale
+    ax.set_ylim(0, top * 1.2 or 1.0)  # a median or quartile not measured (NaN) is no point and sets no limit
     ax.set_ylabel(unit)
     _plain_ticks(ax.yaxis)
     ax.grid(alpha=0.3)

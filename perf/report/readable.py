@@ -7,6 +7,8 @@ import math
 import re
 from typing import Any
 
+from perf.validate import is_number
+
 #: Time units a value is shown in, largest first: (name, seconds per unit).
 TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
 
@@ -18,6 +20,16 @@ def _missing(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
     return "n/a" if math.isnan(value) else "inf" if math.isinf(value) else None
+
+
+def as_float(value: Any) -> float:
+    """``value`` as a float when it is a number (a bool is not), else NaN: a cell not measured (null in a report)."""
+    return float(value) if is_number(value) else math.nan
+
+
+def finite_numbers(values: Any) -> list[float]:
+    """The finite numbers of the list ``values`` (none when it is no list), as floats: what a figure can draw."""
+    return [float(v) for v in values if is_number(v) and math.isfinite(v)] if isinstance(values, list) else []
 
 
 def number(value: Any, digits: int = 3) -> str:

@@ -4,7 +4,7 @@ said of the runs above them, and the markdown summary."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -12,7 +12,7 @@ from detector.timing import STAGES, percentile
 from perf.report import schema
 from perf.report.changes import DEFAULT_THRESHOLD, history
 from perf.report.inputs import ReportInputs
-from perf.report.readable import change, duration, natural_key, number, ratio
+from perf.report.readable import as_float, change, duration, finite_numbers, natural_key, number, ratio
 from perf.report.schema import TableSpec
 from perf.runs import BenchmarkRecord, describe_injected
 from perf.tabletext import markdown_cell
@@ -113,14 +113,17 @@ def benchmark_table(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) 
 
 def stage_rows(inputs: ReportInputs) -> list[tuple[str, dict[str, float], float, int | None]]:
     """End-to-end (label, {stage: ms per frame}, e2e FPS, frames): the newest run's, else the suite report's."""
-    rows = [(bench.name, {k: float(v) for k, v in stages.items() if isinstance(v, (int, float))},
-             float(bench.extra_info.get("e2e_fps", math.nan)), bench.extra_info.get("frames"))
+    rows = [(bench.name, _finite_stages(stages, stages), as_float(bench.extra_info.get("e2e_fps")),
+             bench.extra_info.get("frames"))
             for bench in (ordered(list(inputs.latest.benchmarks.values())) if inputs.latest else ())
             if isinstance(stages := bench.extra_info.get("stage_ms_per_frame"), dict)]  # fmt: skip
-    return rows or [(str(row.get("Model Type", "?")),
-                     {s: float(row[s]) for s in STAGES if isinstance(row.get(s), (int, float))},
-                     float(row.get("e2e FPS", math.nan)), row.get("frames"))
-                    for row in inputs.rows(schema.STAGES_TABLE)]  # fmt: skip
+    return rows or [(str(row.get("Model Type", "?")), _finite_stages(row, STAGES), as_float(row.get("e2e FPS")),
+                     row.get("frames")) for row in inputs.rows(schema.STAGES_TABLE)]  # fmt: skip
+
+
+def _finite_stages(row: Mapping[str, object], stages: Iterable[str]) -> dict[str, float]:
+    """``{stage: ms}`` of the ``stages`` ``row`` measured: a null, NaN or infinite cell is a stage not shown."""
+    return {str(s): value for s in stages if math.isfinite(value := as_float(row.get(s)))}
 
 
 def stages_table(inputs: ReportInputs) -> Table | None:
@@ -140,7 +143,7 @@ def parity_table(inputs: ReportInputs) -> Table | None:
     """Each candidate against torch fp32: verdict, match rate, mean / min / p1 IoU of the matched pairs."""
     out = []
     for row in inputs.rows(schema.PARITY):
-        ious = [v for v in row.get("ious") or [] if isinstance(v, (int, float))]
+        ious = finite_numbers(row.get("ious"))
         out.append({"candidate": str(row.get("candidate", "?")), "verdict": str(row.get("verdict", "?")),
                     **{k: number(row.get(k), 4) for k in ("match rate", "mean IoU")},
                     "p1 IoU": number(percentile(ious, 1), 4),

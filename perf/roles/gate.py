@@ -14,10 +14,15 @@ from perf.gate.compare import SLOWER, VERDICTS, GateSettings
 from perf.gate.judge import MIN_REFERENCE
 from perf.gate.processes import COMPARE_FAIL_LINE
 from perf.measure.stability import StabilityRule
-from perf.runs import BenchmarkRecord, injected_of
+from perf.runs import RUN_GLOB, BenchmarkRecord, injected_of, saved_run_files
 
 if TYPE_CHECKING:
     from perf.session import PerfSession
+
+
+class NoiseProfileWarning(pytest.PytestWarning):
+    """This runner's stored noise profile cannot be used: the gate goes on without it."""
+
 
 SELFTEST_FILES = ("test_gate_selftest.py", "test_clock_truth.py", "test_noise_sources.py")
 #: Why --benchmark-compare-fail's verdicts cannot be trusted where the gate has no history.
@@ -115,7 +120,8 @@ class GateRun:
         from perf.runs import HistoryError, run_from_json
 
         perf, check, options, folder = self.perf, self.perf.check_saved_run, self.perf.options, Path(str(storage))
-        every = list(storage.load())
+        loaded = dict(storage.load(RUN_GLOB))  # every saved run, 10000_*.json on too, in the order of their numbers
+        every = [(path, loaded[path]) for path in saved_run_files(loaded)]
         if wanted is not True:
             if not (chosen := list(storage.load(wanted))):
                 raise pytest.UsageError(f"--perf-compare: no saved run matching {wanted!r} in '{storage}'")
@@ -153,15 +159,22 @@ class GateRun:
         return Baseline(kept, self._noise_profile(storage))
 
     def _noise_profile(self, storage: Any) -> Any:
-        """The profile that seeds a short history: --perf-noise-profile's file, none, or this runner's stored one."""
+        """The profile that seeds a short history: --perf-noise-profile's file, none, or this runner's stored one
+        (one that cannot be used: a `NoiseProfileWarning`, and none)."""
         from perf.gate.noise import NoiseProfileError, find_profile, load_profile
 
         wanted, folder = self.perf.options.noise_profile, getattr(storage, "path", None)  # file storage only
-        try:
-            if wanted is None:
+        if wanted is None:  # found, not named: a bad one is said and left out, as if none were stored
+            try:
                 return None if folder is None else find_profile(folder, self.perf.fingerprint)
-            if wanted.strip().lower() == "none":
+            except NoiseProfileError as e:
+                self.perf.config.issue_config_time_warning(NoiseProfileWarning(
+                    f"ignored this runner's stored noise profile, {e}: a history of fewer than {MIN_REFERENCE} runs "
+                    "is judged without it; measure it again with --perf-noise=10"), stacklevel=2)  # fmt: skip
                 return None
+        if wanted.strip().lower() == "none":
+            return None
+        try:
             return load_profile(self.perf.config.invocation_params.dir / wanted)
         except NoiseProfileError as e:
             raise pytest.UsageError(f"--perf-noise-profile: {e}") from None

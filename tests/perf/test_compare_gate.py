@@ -4,6 +4,7 @@ run and the fingerprint a saved run records are tested in test_machine_info.py."
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -275,3 +276,46 @@ def test_too_few_rounds_are_unstable_without_measuring_again(project: pytest.Pyt
     stability = load_runs(project.path / "storage")[-1].benchmarks["test_tiny.py::test_busy"].stability
     assert stability is not None and stability["verdict"] == "unstable" and stability["measurements"] == 1
     assert stability["reason"] == "only 3 rounds (need >= 5)"
+
+
+def test_runs_numbered_10000_and_up_are_in_the_history_in_the_order_of_their_numbers(project: pytest.Pytester) -> None:
+    (saved,) = (project.path / "storage").glob("*/0001_*.json")
+    shutil.copy(saved, saved.with_name(saved.name.replace("0001_", "10000_")))  # what pytest-benchmark saves after 9999
+    saved.rename(saved.with_name(saved.name.replace("0001_", "9999_")))
+    result = _pytest(project.path, "--perf-compare", "--perf-confirm=0")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["--perf-compare against main's history of 2 comparable run(s) on this runner "
+                                 "(9999 .. 10000, *"])
+
+
+def _stored_profile(project: pytest.Pytester, **entry: object) -> Path:
+    """This runner's noise profile in the storage, whose one entry has ``entry``'s fields."""
+    from perf.gate.noise import NOISE_DIR, profile_key
+
+    (run,) = load_runs(project.path / "storage")
+    good = {"processes": 3, "medians_s": [1e-3, 1.01e-3, 0.99e-3], "cv": 0.01, "max_ratio": 0.02, "total_sd": 0.01,
+            "within_se": 0.002, "between_sd": 0.0098}  # fmt: skip
+    path = project.path / "storage" / NOISE_DIR / f"{profile_key(run.fingerprint)}.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"format": 1, "key": "k", "fingerprint": run.fingerprint, "created": "2026-11-23",
+                                "runs": [], "entries": {"test_tiny.py::test_busy": {"time": {**good, **entry}}}}))
+    return path
+
+
+def test_a_bad_stored_noise_profile_is_a_warning_naming_it_and_the_compare_goes_on(project: pytest.Pytester) -> None:
+    path = _stored_profile(project, medians_s=[0, 0, 0])
+    result = _pytest(project.path, "--perf-compare", "--perf-confirm=0")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines([f"*NoiseProfileWarning: ignored this runner's stored noise profile, '{path}': entry "
+                                 "'test_tiny.py::test_busy' metric 'time': medians_s holds 0, not a median in seconds*",
+                                 "*test_busy *no change*"])  # fmt: skip
+    assert "--perf-noise-profile" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_bad_noise_profile_named_with_the_option_is_one_usage_line(project: pytest.Pytester) -> None:
+    path = _stored_profile(project, between_sd="0.01")
+    result = _pytest(project.path, "--perf-compare", f"--perf-noise-profile={path}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.stderr.lines if line] == [
+        f"ERROR: --perf-noise-profile: '{path}': entry 'test_tiny.py::test_busy' metric 'time': between_sd is '0.01', "
+        "expected a number from 0 to 5"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -346,3 +347,57 @@ def test_change_threshold_accepts_percent_or_fraction_and_rejects_the_rest() -> 
     for bad in ("abc", "0", "-5%", "inf"):
         with pytest.raises(Exception, match="Could not parse value"):
             parse_threshold(bad)
+
+
+def test_an_output_that_cannot_be_written_whole_leaves_neither_page(saved: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report"
+    (out / "index.html").mkdir(parents=True)  # summary.md can be written, index.html cannot
+    assert main(["--storage", str(saved / ".benchmarks"), "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"perf-report: error: cannot write to '{out}': ")
+    assert [p.name for p in out.iterdir()] == ["index.html"] and not any((out / "index.html").iterdir())
+
+
+def _unreadable(folder: Path) -> list[str]:
+    """The command prefix under which ``folder`` (made mode 000 here) cannot be read: none for a user; for root,
+    which reads every folder, a user namespace (``unshare --user``: root without its power over files); skipped
+    where neither works."""
+    folder.chmod(0)
+    for prefix in ([], ["unshare", "--user", "--"]) if os.geteuid() == 0 else ([],):
+        probe = subprocess.run([*prefix, sys.executable, "-c", f"import os; os.listdir({str(folder)!r})"],
+                               capture_output=True, check=False)  # fmt: skip
+        if probe.returncode != 0:
+            return prefix
+    folder.chmod(0o755)
+    pytest.skip("no way to make a folder unreadable here (root, and no user namespace)")
+
+
+@pytest.mark.parametrize("which", ["storage", "machine folder", "reports"])
+def test_an_input_folder_that_cannot_be_read_is_named_not_the_output(which: str, tmp_path: Path) -> None:
+    storage, reports, out = tmp_path / "storage", tmp_path / "reports", tmp_path / "out"
+    (storage / "m").mkdir(parents=True)
+    reports.mkdir()
+    (storage / "m" / "0001_x.json").write_text(json.dumps({
+        "benchmarks": [{"name": "test_a", "fullname": "t.py::test_a", "stats": {"median": 0.001}}]}))
+    folder = {"storage": storage, "machine folder": storage / "m", "reports": reports}[which]
+    prefix = _unreadable(folder)
+    try:
+        result = subprocess.run([*prefix, sys.executable, "-m", "perf.report_cli", "--storage", str(storage),
+                                 "--reports", str(reports), "--out", str(out)], env=child_env(), capture_output=True,
+                                text=True, timeout=120, check=False)  # fmt: skip
+    finally:
+        folder.chmod(0o755)
+    expected = {"storage": f"benchmark storage '{storage}': cannot read '{storage}': Permission denied",
+                "machine folder": f"benchmark storage '{storage}': cannot read '{storage / 'm'}': Permission denied",
+                "reports": f"cannot read '{reports / 'perf-report.json'}': Permission denied"}[which]
+    assert result.returncode == 2 and result.stderr.splitlines() == [f"perf-report: error: {expected}"], result
+    assert not out.exists()
+
+
+def test_a_bad_option_value_is_one_usage_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--change-threshold", "abc"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "perf-report: error: argument --change-threshold: Could not parse value: 'abc'. Expected e.g. 10% or 0.1."]

@@ -3,6 +3,7 @@ profile's processes seed a short history (tests/perf/test_history.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,8 @@ from perf.gate.noise import (NoiseProfileError, compute_profile, entry_from_samp
                         floors_from_profile, load_profile, profile_key, save_profile, upper_limit)  # fmt: skip
 
 FINGERPRINT = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
-               "driver_version": "580.159.04", "cuda_version": "13.0", "cpu_model": "Xeon", "cpu_count": 16}  # fmt: skip
+               "driver_version": "580.159.04", "cuda_version": "13.0", "cpu_model": "Xeon",
+               "cpu_count": 16}  # fmt: skip
 
 
 def _sample(median: float, seed: int, n: int = 200, spread: float = 0.01) -> list[float]:
@@ -77,3 +79,63 @@ def test_a_bad_profile_is_one_error_naming_the_file(tmp_path: Path, content: str
 @given(st.lists(st.floats(0.001, 0.5), min_size=2, max_size=12))
 def test_upper_limit_covers_every_value_seen(values: list[float]) -> None:
     assert upper_limit(values) >= max(values)
+
+
+def _profile_text(**entry: object) -> str:
+    """A profile of one entry, with ``entry``'s fields replacing a good entry's."""
+    good = {"processes": 3, "medians_s": [1e-3, 1.01e-3, 0.99e-3], "cv": 0.01, "max_ratio": 0.02, "total_sd": 0.01,
+            "within_se": 0.002, "between_sd": 0.0098, "max_cv": 0.02, "max_drift": 0.01}  # fmt: skip
+    return json.dumps({"format": 1, "key": "k", "fingerprint": FINGERPRINT, "created": "2026-11-23", "commit": None,
+                       "runs": ["0001_x.json"], "entries": {"perf/t.py::a": {"time": {**good, **entry}}}})
+
+
+@pytest.mark.parametrize(("entry", "problem"), [
+    ({"between_sd": "0.01"}, "between_sd is '0.01', expected a number from 0 to 5"),
+    ({"between_sd": 1e6}, "between_sd is 1000000.0, expected a number from 0 to 5"),
+    ({"medians_s": ["0.001", "0.001", "0.001"]}, "medians_s holds '0.001', not a median in seconds (a number > 0)"),
+    ({"medians_s": [0, 0, 0]}, "medians_s holds 0, not a median in seconds (a number > 0)"),
+    ({"medians_s": [1e-3, None]}, "medians_s holds None, not a median in seconds (a number > 0)"),
+    ({"medians_s": [1e-3]}, "medians_s is 1 value(s), expected a list of 2 or more per-process medians"),
+    ({"processes": "3"}, "processes is '3', expected a whole number >= 2"),
+    ({"cv": [0.01]}, "cv is [0.01], not a number"),
+])  # fmt: skip
+def test_a_profile_entry_of_the_wrong_type_is_one_error_naming_the_file_and_the_entry(
+        tmp_path: Path, entry: dict, problem: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(_profile_text(**entry))
+    with pytest.raises(NoiseProfileError) as e:
+        load_profile(path)
+    assert str(e.value) == f"'{path}': entry 'perf/t.py::a' metric 'time': {problem}"
+    path.write_text(_profile_text())
+    assert load_profile(path).entry("perf/t.py::a", "time") is not None  # the good entry
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ("[" * 100_000, "not a noise profile (ValueError: not valid JSON: nested too deeply)"),
+    ('{"format": ' + "1" * 5000 + "}", "not a noise profile (ValueError: not valid JSON: Exceeds the limit (4300"),
+])  # fmt: skip
+def test_a_profile_pythons_parser_refuses_is_one_error_naming_the_file(tmp_path: Path, content: str,
+                                                                       problem: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(content)
+    with pytest.raises(NoiseProfileError) as e:
+        load_profile(path)
+    assert str(e.value).startswith(f"'{path}': {problem}") and "\n" not in str(e.value)
+
+
+def test_perf_report_says_it_ignored_a_bad_stored_profile_and_reports_the_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from perf.report_cli import main
+
+    machine = tmp_path / "storage" / "m"
+    machine.mkdir(parents=True)
+    for number in (1, 2, 3):
+        (machine / f"000{number}_x.json").write_text(json.dumps(_run(_bench("a", _sample(1e-3, number))).raw))
+    stored = tmp_path / "storage" / "noise" / f"{profile_key(FINGERPRINT)}.json"
+    stored.parent.mkdir()
+    stored.write_text(_profile_text(between_sd=1e6))
+    assert main(["--storage", str(tmp_path / "storage"), "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"perf-report: warning: ignored this runner's stored noise profile, '{stored}': entry 'perf/t.py::a' metric "
+        "'time': between_sd is 1000000.0, expected a number from 0 to 5: change points use the default floor"]
+    assert "3 saved run(s)" in (tmp_path / "out" / "summary.md").read_text()
