@@ -17,7 +17,7 @@ from pathlib import Path
 
 from detector.fileio import atomic_write_text, file_kind
 from perf.profile.child import child_command, run_pytest_child
-from perf.runs import HistoryError
+from perf.runs import RUN_GLOB, HistoryError, saved_run_files
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +180,9 @@ def run_children(
     longest = 0.0
     bar = progress(total=len(children), desc="fresh pytest processes", unit="process")
 
-    def saved_run(label: str) -> Path | None:
-        return max(storage.glob(f"*/[0-9][0-9][0-9][0-9]_{label}.json"), default=None)
+    def saved_run(label: str) -> Path | None:  # the latest NNNN_<label>.json (run 10000 on too: `RUN_NAME`)
+        named = [p for p in storage.glob(f"*/{RUN_GLOB}{label}.json") if p.name.partition("_")[2] == f"{label}.json"]
+        return (saved_run_files(named) or [None])[-1]
 
     for index, child in enumerate(children, 1):
         bar.set_postfix_str(child.label)
