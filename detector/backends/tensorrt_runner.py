@@ -293,8 +293,8 @@ class TensorRTRunner(Runner):
                                f"{self._profile.min[0]}..{self._profile.max[0]}")
         height, width = self.spec.input_size
         self.stream.synchronize()
-        context = self._new_context(native_graphs=False)
-        with torch.cuda.device(self.torch_device):
+        with torch.cuda.device(self.torch_device):  # the context's memory on the runner's GPU, not the current one
+            context = self._new_context(native_graphs=False)
             table = profile_layers(self._loaded.engine, self._trt, context=context,
                                    input_shapes={self._input: (batch_size, 3, height, width)},
                                    device=self.torch_device, stream=self.stream, iterations=iterations)
