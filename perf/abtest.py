@@ -23,7 +23,7 @@ from perf.gate.compare import Baseline, GateSettings, Row, judge_paired, judged_
 from perf.gate.confirm import BASE, CANDIDATE, Sides, abba_children, confirm_rows
 from perf.gate.history import history_runs
 from perf.gate.judge import Budget
-from perf.gate.processes import (GitError, PlanError, base_worktree, git, load_plan, remove_worktree, run_children,
+from perf.gate.processes import (GitError, base_worktree, git, load_plan, remove_worktree, run_children,
                                  save_plan)  # fmt: skip
 from perf.gate.table import to_markdown
 from perf.options import parse_count, parse_fraction, parse_positive_int
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.confirm > 0 and any(r.verdict == "slower" for r in rows):
             confirmed = confirm_rows(rows, baseline, GateSettings(args.min_effect, confirm=args.confirm),
                                      sides, out / "confirm", options)  # fmt: skip
-    except (ABError, GitError, PlanError) as e:
+    except (ABError, GitError, HistoryError) as e:  # HistoryError: a plan or a saved run that is not one
         print(f"perf-ab: error: {e}", file=sys.stderr)
         return 2
     history = f"; pooled with {baseline.describe()}" if baseline is not None else ""

@@ -60,6 +60,12 @@ def test_identical_code_is_not_slower(repo: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     (row,) = json.loads((repo / "ab" / "perf-ab.json").read_text())["rows"]
     assert row["verdict"] == "no change" and 0.9 < row["ratio"] < 1.1 and row["detectable"] >= 0.02
+    (saved,) = (repo / "ab" / "storage").glob("*/*_candidate-02.json")
+    saved.write_text('{"benchmarks": [')  # a child's saved run cut short: resumed, it is one line, not a traceback
+    again = _ab(repo, "--pairs", "3")
+    errors = [line for line in again.stderr.splitlines() if "already saved" not in line]  # the resume's progress
+    assert again.returncode == 2 and len(errors) == 1 and "Traceback" not in again.stderr, again.stderr
+    assert errors[0].startswith(f"perf-ab: error: '{saved}': cannot read a saved run: "), again.stderr
 
 
 def test_a_base_that_does_not_exist_is_one_line_and_runs_nothing(repo: Path) -> None:
