@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from detector import devices
 from detector.argtypes import split_list, value_error, value_parser
 from detector.devices import DEVICE_FORMS, PRECISIONS
+from perf.store import in_memory_sqlite
 
 if TYPE_CHECKING:
     import pytest
@@ -72,20 +73,11 @@ def _device(text: str) -> str:
     return device
 
 
-def _in_memory(text: str) -> bool:
-    """Whether a store is SQLite's in-memory database (``sqlite://``, ``sqlite:///``, ``:memory:``, ``mode=memory``),
-    which loses every run at exit."""
-    if not text.startswith("sqlite://"):
-        return text == ":memory:"
-    path, _, query = text.removeprefix("sqlite://").partition("?")
-    return path.removeprefix("/") in ("", ":memory:") or "mode=memory" in query
-
-
 def _store(text: str) -> str | None:
     text = text.strip()
     if text.lower() == "none":
         return "none"
-    if _in_memory(text):
+    if in_memory_sqlite(text):
         raise value_error(text, "a store that keeps its runs: a path or sqlite:///path naming a file (an in-memory "
                           "SQLite database loses them), postgresql://... or none")  # fmt: skip
     known = ("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")
@@ -117,7 +109,7 @@ parse_precisions = value_parser(lambda text: tuple(split_list(text.lower())) or 
                                 f"comma-separated precisions from: {', '.join(PRECISIONS)}")  # fmt: skip
 parse_device = value_parser(_device, bool, DEVICE_FORMS)
 #: A history store: ``none``, a path (SQLite), ``sqlite:///path`` or ``postgresql://...`` (`perf.store.db`); not
-#: SQLite's in-memory database (`_in_memory`), which would lose every run.
+#: SQLite's in-memory database (`perf.store.in_memory_sqlite`), which would lose every run.
 parse_store = value_parser(_store, bool, "a path, sqlite:///path, postgresql://... or none")
 
 

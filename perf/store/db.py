@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from detector.fileio import content_key
 from perf.measure.machine import COMPARED_FIELDS
 from perf.runs import HistoryError, SavedRun, mapping, run_from_json, text_value
-from perf.store import schema
+from perf.store import in_memory_sqlite, schema
 
 log = logging.getLogger(__name__)
 
@@ -58,30 +58,18 @@ def branch_of(document: Mapping[str, Any], override: str | None = None) -> str |
 def engine_url(where: str) -> str:
     """The SQLAlchemy URL of a store given as a path, ``sqlite:///...`` or ``postgresql://...``; `StoreError` for
     SQLite's in-memory database (``sqlite://``, ``sqlite:///``, ``:memory:``), which keeps no run."""
+    if in_memory_sqlite(where):
+        raise StoreError(f"store '{where}': {IN_MEMORY}")
     if where.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + where.split("://", 1)[1]
     if where.startswith(("sqlite://", "postgresql+")):
-        if where.startswith("sqlite://") and _in_memory(where):
-            raise StoreError(f"store '{where}': {IN_MEMORY}")
         return where
     if "://" in where:
         raise StoreError(f"store '{where}': not a path, sqlite:///path or postgresql:// URL")
-    if where == ":memory:":
-        raise StoreError(f"store '{where}': {IN_MEMORY}")
     return f"sqlite:///{Path(where).expanduser().resolve()}"
 
 
 IN_MEMORY = "an in-memory SQLite database keeps no run; give a file (a path or sqlite:///path)"
-
-
-def _in_memory(url: str) -> bool:
-    """Whether SQLite's ``url`` is its in-memory database: no file name, ``:memory:``, or ``mode=memory``."""
-    try:
-        parsed = make_url(url)
-    except Exception:  # noqa: BLE001 - a malformed URL: create_engine says why
-        return False
-    uri = parsed.query.get("uri")
-    return parsed.query.get("mode") == "memory" or (not uri and parsed.database in (None, "", ":memory:"))
 
 
 def _create_as_open_would(url: str) -> Path | None:
