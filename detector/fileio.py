@@ -183,6 +183,20 @@ def _open_lock(lock_path: Path) -> int:
     return fd
 
 
+def parse_json(text: str) -> Any:
+    """``json.loads(text)``; what no parser takes is a ValueError of one line: a `json.JSONDecodeError` as it is,
+    Python's own refusals (nesting too deep, a RecursionError; an integer of more than 4300 digits) as ``not valid
+    JSON: <why>``. Every reader of a saved or given JSON file parses it here."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise ValueError("not valid JSON: nested too deeply") from None
+    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion: ...; use sys.set_..."
+        raise ValueError(f"not valid JSON: {str(e).split(';')[0]}") from None
+
+
 def content_key(*parts: Any) -> str:
     """A short sha256 hex key over ``parts`` (bytes hashed as is, anything else as sorted JSON)."""
     digest = hashlib.sha256()

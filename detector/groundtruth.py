@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from detector.errors import DetectorError
+from detector.fileio import parse_json
 
 __all__ = ["check_categories", "load_ground_truth"]
 
@@ -41,15 +42,12 @@ def load_ground_truth(path: str | os.PathLike[str]) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise DetectorError(f"cannot read ground truth '{path}': {e}") from e
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except json.JSONDecodeError as e:
         raise DetectorError(f"ground truth '{path}': not valid JSON at line {e.lineno} column {e.colno}: "
                             f"{e.msg}") from e
-    except RecursionError as e:  # valid JSON that Python's parser cannot read: nesting past the recursion limit
-        raise DetectorError(f"ground truth '{path}': not readable JSON: nested deeper than Python's JSON parser "
-                            "reads") from e
-    except ValueError as e:  # valid JSON that Python's parser refuses: an integer longer than int() converts
-        raise DetectorError(f"ground truth '{path}': not readable JSON: {str(e).partition(';')[0]}") from e
+    except ValueError as e:  # what Python's parser refuses (`detector.fileio.parse_json`): too deep, too long
+        raise DetectorError(f"ground truth '{path}': {e}") from e
     if not isinstance(data, dict):
         raise DetectorError(f"ground truth '{path}': expected a COCO json object, got {type(data).__name__}")
     for key in ("images", "annotations", "categories"):

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perf.runs import RUN_GLOB, parse_json, saved_run_files
+from detector.fileio import parse_json
+from perf.runs import RUN_GLOB, saved_run_files
 from perf.validate import run_problem
 
 if TYPE_CHECKING:

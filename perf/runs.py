@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import json
 import math
 import os
 import re
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from detector.errors import DetectorError
+from detector.fileio import parse_json
 from perf.validate import is_number, run_problem
 
 #: The name of a benchmark's primary metric: its rounds (``stats.data``).
@@ -232,20 +232,6 @@ def run_from_json(data: Any, path: str | os.PathLike[str] = "<memory>") -> Saved
 def text_value(value: Any) -> str | None:
     """A non-empty string as is; anything else None (ids and paths are strings in every file this reads)."""
     return value if isinstance(value, str) and value else None
-
-
-def parse_json(text: str) -> Any:
-    """``json.loads(text)``; what no parser takes is a ValueError of one line: a `json.JSONDecodeError` as it is,
-    Python's own refusals (nesting too deep, a RecursionError; an integer of more than 4300 digits) as ``not valid
-    JSON: <why>``. Every reader of a saved file parses it here (`read_json`)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        raise
-    except RecursionError:
-        raise ValueError("not valid JSON: nested too deeply") from None
-    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion: ...; use sys.set_..."
-        raise ValueError(f"not valid JSON: {str(e).split(';')[0]}") from None
 
 
 def read_json(path: Path, what: str) -> Any:

@@ -20,7 +20,8 @@ from detector.fileio import atomic_write_text
 from perf.gate.stats import log_median_se
 from perf.measure.machine import COMPARED_FIELDS
 from perf.measure.stability import assess_stability
-from perf.runs import HistoryError, SavedRun, parse_json
+from detector.fileio import parse_json
+from perf.runs import HistoryError, SavedRun
 from perf.validate import is_number, value_problem
 
 FORMAT = 1

@@ -229,7 +229,7 @@ def _bad_ground_truths(tmp: Path, short_video: Path) -> dict[str, tuple[list[str
         return [str(short_video), "--ground-truth", path], f"ground truth '{path}': annotation 1 (id 2): {problem}"
 
     box = "expected [x, y, w, h], 4 finite numbers with w and h >= 0"
-    nested = "not readable JSON: nested deeper than Python's JSON parser reads"
+    nested = "not valid JSON: nested too deeply"
     return {
         "missing default": ([str(alone)], f"'{tmp / 'alone.json'}': no such file"),
         "missing explicit": ([str(short_video), "--ground-truth", str(tmp / "nope.json")], "nope.json': no such file"),

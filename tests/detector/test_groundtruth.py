@@ -120,10 +120,10 @@ def test_an_image_or_category_id_that_is_not_an_integer_is_named(tmp_path: Path,
 
 def test_json_nested_deeper_than_the_parser_reads_is_one_line(tmp_path: Path) -> None:
     path = _write(tmp_path, '{"images": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    assert _error(path) == f"ground truth '{path}': not readable JSON: nested deeper than Python's JSON parser reads"
+    assert _error(path) == f"ground truth '{path}': not valid JSON: nested too deeply"
 
 
 def test_json_integer_longer_than_python_converts_is_one_line(tmp_path: Path) -> None:
     path = _write(tmp_path, '{"images": [{"id": ' + "9" * 5000 + "}], \"annotations\": [], \"categories\": []}")
-    assert _error(path) == (f"ground truth '{path}': not readable JSON: Exceeds the limit (4300 digits) for integer "
+    assert _error(path) == (f"ground truth '{path}': not valid JSON: Exceeds the limit (4300 digits) for integer "
                             "string conversion: value has 5000 digits")
