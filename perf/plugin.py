@@ -146,8 +146,9 @@ def perf_options(pytestconfig: pytest.Config) -> PerfOptions:
 
 @pytest.fixture(scope="session")
 def perf_device(pytestconfig: pytest.Config) -> str:
-    """Resolved device ("cpu", "cuda", "cuda:N"); a missing CUDA device is a usage error at start-up."""
-    return _session(pytestconfig).device
+    """Resolved device ("cpu", "cuda", "cuda:N", then torch's current device); a missing CUDA device is a usage
+    error at start-up."""
+    return _session(pytestconfig).use_device()
 
 
 @pytest.fixture(scope="session")

@@ -323,6 +323,16 @@ class PerfSession:
         """Resolved device: "cpu", "cuda" or "cuda:N" (imports torch on first use unless --perf-device cpu)."""
         return self._device[0]
 
+    def use_device(self) -> str:
+        """`device`, made torch's current CUDA device where it names one (``cuda:N``), in the processes that run
+        tests (the ``perf_device`` fixture): the calls that name no device (synchronize, empty_cache, the profiler,
+        the clock's busy-wait calibration) then go to the GPU under test, not to GPU 0."""
+        if (index := parse_device(self.device)[1]) is not None:
+            import torch
+
+            torch.cuda.set_device(index)
+        return self.device
+
     @functools.cached_property
     def run_id(self) -> str:
         """This pytest session's id (uuid4 hex): ``perf_run["run_id"]`` of its saved run and its verdicts'."""
