@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from detector.fileio import atomic_write_text
+from detector.fileio import atomic_write_text, parse_json
 from perf.gate.stats import log_median_se
 from perf.measure.machine import COMPARED_FIELDS
 from perf.measure.stability import assess_stability
-from detector.fileio import parse_json
 from perf.runs import HistoryError, SavedRun
 from perf.validate import is_number, value_problem
 

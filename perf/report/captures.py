@@ -7,8 +7,8 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
-from perf.profile.critical_path_summary import CriticalPathSummary
 from detector.fileio import parse_json
+from perf.profile.critical_path_summary import CriticalPathSummary
 from perf.tabletext import html_table, markdown_table
 from perf.validate import is_number, kind_of, value_problem
 
