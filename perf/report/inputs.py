@@ -155,9 +155,9 @@ def find_changes(runs: list[SavedRun], warnings: list[str], profile: Any = None)
         warnings.append("no change points: they need ruptures, a dependency of this package (pip install -e .)")
         return []
     from perf.gate.noise import floors_from_profile
-    from perf.store.changepoints import history_changes, points_from_runs
+    from perf.store.changepoints import history_changes
 
-    return history_changes(points_from_runs(runs), floors=floors_from_profile(profile))
+    return history_changes(runs, floors=floors_from_profile(profile))
 
 
 def load_inputs(storage: Path | None, reports: Path | None, *, machine_id: str | None = None,

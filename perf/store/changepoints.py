@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perf.measure.stability import robust_sd
-from perf.runs import SavedRun
+from perf.runs import BenchmarkRecord, SavedRun
 
 #: Relative run-to-run scatter assumed at least (0.5%): a GPU run never repeats closer than that.
 NOISE_FLOOR = 0.005
@@ -22,21 +22,6 @@ Z = 4.0
 PRIOR_DF = 4
 #: Runs a level of a history needs at least, before and after a change point (`history_change_points`).
 MIN_SEGMENT = 2
-
-
-@dataclass(frozen=True)
-class HistoryPoint:
-    """One benchmark of one saved run: what change points are found on (``median_s`` in seconds)."""
-
-    run_id: str
-    saved_at: str | None
-    commit: str | None
-    branch: str | None
-    machine_key: str
-    fullname: str
-    name: str
-    median_s: float | None
-    injected: bool
 
 
 @dataclass(frozen=True)
@@ -117,25 +102,25 @@ def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float,
     return out
 
 
-def history_changes(points: Sequence[HistoryPoint], *, min_effect: float = 0.02,
+def history_changes(runs: Sequence[SavedRun], *, min_effect: float = 0.02,
                     floors: Mapping[str, float] | None = None) -> list[HistoryChange]:  # fmt: skip
-    """The change points of every history (benchmark, machine, branch) in ``points``; ``floors``: each
-    benchmark's own between-process scatter (`perf.gate.noise.floors_from_profile`) where above the floor."""
-    histories: dict[tuple[str, str, str | None], list[HistoryPoint]] = defaultdict(list)
-    for point in points:
-        if not point.injected and point.median_s is not None:
-            histories[(point.fullname, point.machine_key, point.branch)].append(point)
-    return [HistoryChange(fullname, series[c.index].name, key, branch, series[c.index].run_id,
-                          series[c.index].commit, series[c.index].saved_at, c)
-            for (fullname, key, branch), series in sorted(histories.items(), key=lambda item: str(item[0]))
-            for c in history_change_points([p.median_s for p in series], min_effect=min_effect,
-                                           noise_floor=max(NOISE_FLOOR, (floors or {}).get(fullname, 0.0)))]
-
-
-def points_from_runs(runs: Sequence[SavedRun]) -> list[HistoryPoint]:
-    """The history points of saved runs, read from files or from the store: the same points either way."""
+    """The change points of every history (benchmark, machine, branch) in ``runs`` (saved runs, from files or from
+    the store alike; test-only ones left out); ``floors``: each benchmark's own between-process scatter
+    (`perf.gate.noise.floors_from_profile`) where above the floor."""
     from perf.store.db import branch_of, machine_key, run_id_of  # here: the gate's history needs no SQLAlchemy
 
-    return [HistoryPoint(run.run_id or run_id_of(run.raw), run.datetime, run.commit, branch_of(run.raw),
-                         machine_key(run.machine_info), b.fullname, b.name, b.median_s, bool(run.injected))
-            for run in runs for b in run.benchmarks.values()]  # fmt: skip
+    histories: dict[tuple[str, str, str | None], list[tuple[SavedRun, BenchmarkRecord]]] = defaultdict(list)
+    for run in runs:
+        key, branch = machine_key(run.machine_info), branch_of(run.raw)
+        for bench in run.benchmarks.values():
+            if not run.injected and bench.median_s is not None:
+                histories[(bench.fullname, key, branch)].append((run, bench))
+    found = []
+    for (fullname, key, branch), series in sorted(histories.items(), key=lambda item: str(item[0])):
+        floor = max(NOISE_FLOOR, (floors or {}).get(fullname, 0.0))
+        for c in history_change_points([bench.median_s for _, bench in series], min_effect=min_effect,
+                                       noise_floor=floor):  # fmt: skip
+            run, bench = series[c.index]
+            found.append(HistoryChange(fullname, bench.name, key, branch, run_id_of(run.raw), run.commit,
+                                       run.datetime, c))  # fmt: skip
+    return found

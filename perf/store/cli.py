@@ -13,15 +13,15 @@ from pathlib import Path
 
 from detector.argtypes import OneLineParser
 from perf import crossprocess
-from perf.gate.compare import Baseline, GateSettings, budget, judge_benchmark
-from perf.gate.history import comparable_groups, history_runs
+from perf.gate.compare import VERDICTS, Baseline, GateSettings, budget, judge_benchmark
+from perf.gate.history import DEFAULT_LAST, comparable_groups, history_runs
 from perf.gate.noise import NoiseProfile, floors_from_profile
 from perf.gate.table import format_lines, summary, write_verdicts
 from perf.measure.machine import fingerprint_differences, machine_fingerprint
 from perf.options import parse_fraction, parse_positive_int, parse_store
 from perf.runs import HistoryError, SavedRun, load_run, load_runs, run_files
-from perf.store.changepoints import HistoryChange, history_changes, points_from_runs
-from perf.store.db import open_store
+from perf.store.changepoints import HistoryChange, history_changes
+from perf.store.db import machine_key, open_store
 from perf.subject import describe_subject, subject_line
 from perf.tabletext import markdown_table
 
@@ -53,8 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     judge.add_argument("--run", default=None, help="the run judged: its number, id or label (default the latest)")
     judge.add_argument("--processes", type=parse_positive_int, default=1, help="judge the last N runs up to --run "
                        "together, as N processes of the same code (default 1)")  # fmt: skip
-    judge.add_argument("--history", type=parse_positive_int, default=20, help="latest comparable runs that make "
-                       "the history (default 20)")  # fmt: skip
+    judge.add_argument("--history", type=parse_positive_int, default=DEFAULT_LAST, help="latest comparable runs "
+                       f"that make the history (default {DEFAULT_LAST})")  # fmt: skip
     judge.add_argument("--branch", default=None, help="only history runs of this branch (default: any)")
     judge.add_argument("--min-effect", type=parse_fraction, default=0.02, help="the floor (default 2%%)")
     judge.add_argument("--out", type=Path, default=None, help="also write the verdicts here (perf-compare.json / .md)")
@@ -121,10 +121,9 @@ def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: 
     judged against its machine's noise profile (``profiles``: the stored JSON by machine key) if any."""
     found = []
     for group in comparable_groups(runs):
-        points = points_from_runs(group)
-        text = profiles.get(points[0].machine_key) if points else None
+        text = profiles.get(machine_key(group[0].machine_info)) if group else None
         floors = floors_from_profile(None if text is None else NoiseProfile.from_json(text))
-        found += history_changes(points, min_effect=min_effect, floors=floors)
+        found += history_changes(group, min_effect=min_effect, floors=floors)
     return sorted({(c.fullname, c.machine_key, c.branch, c.run_id): c for c in found}.values(),
                   key=lambda c: (c.fullname, c.saved_at or ""))  # fmt: skip
 
@@ -176,7 +175,7 @@ def _judge(args: argparse.Namespace, where: str) -> int:
             raise HistoryError(f"--out: cannot write the verdicts to '{args.out}': {e.strerror or e}") from e
     print(header, *format_lines(rows), sep="\n")
     counts = summary(rows, settings)
-    print(", ".join(f"{counts[v]} {v}" for v in ("slower", "faster", "no change", "inconclusive", "missing")))
+    print(", ".join(f"{counts[v]} {v}" for v in VERDICTS))
     return 1 if counts["failed"] else 0
 
 

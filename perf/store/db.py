@@ -46,11 +46,11 @@ def run_id_of(document: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:40]
 
 
-def branch_of(document: Mapping[str, Any], override: str | None = None) -> str | None:
-    """The branch a run measured: ``override``, else ``commit_info["branch"]``, else (a detached checkout, as
-    in CI) ``GITHUB_HEAD_REF`` or ``GITHUB_REF_NAME`` where GitHub Actions sets them."""
-    branch = override or (document.get("commit_info") or {}).get("branch")
-    if override or branch not in (None, "", "HEAD", "(detached head)"):
+def branch_of(document: Mapping[str, Any]) -> str | None:
+    """The branch a run measured: ``commit_info["branch"]``, else (a detached checkout, as in CI)
+    ``GITHUB_HEAD_REF`` or ``GITHUB_REF_NAME`` where GitHub Actions sets them."""
+    branch = (document.get("commit_info") or {}).get("branch")
+    if branch not in (None, "", "HEAD", "(detached head)"):
         return branch
     return os.environ.get("GITHUB_HEAD_REF") or os.environ.get("GITHUB_REF_NAME") or None
 
@@ -160,8 +160,8 @@ class HistoryStore(contextlib.AbstractContextManager):
             log.info("store %s: migrated to schema %d (%s)", self.shown, number, what)
 
     def save_run(self, document: Mapping[str, Any], *, source: str | None = None,
-                 verdicts: Mapping[str, Any] | None = None, noise: Mapping[str, Any] | None = None,
-                 branch: str | None = None) -> tuple[str, bool]:  # fmt: skip
+                 verdicts: Mapping[str, Any] | None = None,
+                 noise: Mapping[str, Any] | None = None) -> tuple[str, bool]:  # fmt: skip
         """Store a saved run's JSON ``document`` with the verdict document that judged it and its noise
         profile, in one transaction. Returns (run id, whether it was new); a stored run is left as it is."""
         document = _plain(document)  # JSON types only (numpy values, paths): what both databases store
@@ -173,7 +173,7 @@ class HistoryStore(contextlib.AbstractContextManager):
                 pk = conn.execute(schema.runs.insert().values(
                     run_id=rid, saved_at=run.datetime, machine_id=run.machine_info.get("node"),
                     machine_key=machine_key(run.machine_info), commit=run.commit, dirty=run.dirty,
-                    branch=branch_of(document, branch), injected=dict(run.injected),
+                    branch=branch_of(document), injected=dict(run.injected),
                     test_only=bool(run.injected), source=source, document=document)).inserted_primary_key[0]
                 conn.execute(schema.benchmarks.insert(), [
                     {"run": pk, "fullname": b.fullname, "name": b.name, "group": b.group,

@@ -214,7 +214,7 @@ def test_a_store_that_keeps_its_runs_is_still_accepted(where: str) -> None:
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from perf.store.changepoints import find_change_points, history_changes, points_from_runs  # noqa: E402
+from perf.store.changepoints import find_change_points, history_changes  # noqa: E402
 
 
 @settings(max_examples=60, deadline=None)
@@ -253,7 +253,7 @@ def test_history_changes_name_the_run_and_commit_of_the_new_level(tmp_path: Path
         for i, (scale, commit) in enumerate([(1.0, "a1"), (1.002, "a2"), (0.999, "a3"), (1.3, "slow1"), (1.301, "s2")]):
             store.save_run(_document(f"r{i}", scale, commit=commit, when=f"2026-11-0{i + 1}T00:00:00"))
         store.save_run(_document("x", 2.0, injected={"inject_delay_ms": 9.0}, when="2026-11-09T00:00:00"))
-        (change,) = history_changes(points_from_runs(store.runs(include_injected=True)))
+        (change,) = history_changes(store.runs(include_injected=True))
     assert (change.commit, change.run_id, change.change.points_after) == ("slow1", "r3", 2)
     assert change.change.ratio == pytest.approx(1.3, rel=0.01)
 
