@@ -228,6 +228,7 @@ class Option:
 
 def all_options() -> tuple[Option, ...]:
     """Every option of the suite, in the order --help lists them (the library's defaults imported on first call)."""
+    from perf.gate.history import DEFAULT_LAST
     from perf.gate.judge import DEFAULT_BUDGET_S, DEFAULT_PAIRS, DEFAULT_FLOOR as DEFAULT_MIN_EFFECT
     from perf.measure.clock import DEFAULT_LEAD_IN_MS
     from perf.measure.controls import NAMES as CONTROL_NAMES, Controls
@@ -323,8 +324,8 @@ def all_options() -> tuple[Option, ...]:
                "faster / no change / inconclusive / missing; suspects are confirmed in fresh processes "
                "(--perf-confirm) and a confirmed slower fails the run.", "off", const=True),
         Option("--perf-history", "N", "How many of the latest comparable saved runs (same machine, model and video, no "
-               "test-only options) make the history --perf-compare judges against.", "20", parse_positive_int,
-               default=20),
+               "test-only options) make the history --perf-compare judges against.", str(DEFAULT_LAST),
+               parse_positive_int, default=DEFAULT_LAST),
         Option("--perf-confirm", "PAIRS", "With --perf-compare, confirm each suspect in at most PAIRS pairs of fresh "
                "processes of the base (a git worktree of the history's latest commit) and this tree, alternating, "
                "only the suspects' tests, 2 pairs per look; 0 = no confirmation (then the first pass alone spends "

@@ -70,30 +70,30 @@ class PerfOptions:
     nsys: bool
     nsys_path: str
     profile: str
-    streams: tuple[int, ...] | None = None
-    allow_model_mismatch: bool = False
-    skip_intervals: tuple[int, ...] = DEFAULT_SKIP_INTERVALS
-    inject_delay_ms: float = 0.0  #: ms, 0: off
-    regression: Any = None  #: `perf.gate.regressions.Regression` or None
-    sources: tuple[Any, ...] = ()  #: `perf.measure.sources.Source` (mp4v alone if empty)
-    controls: Any = None  #: `perf.measure.controls.Controls`
-    clock_lead_in_ms: float = 0.0
-    kernels: int = 0  #: calls, 0: off
-    nsys_child: bool = False  #: the hidden flag of a run inside Nsight Systems (`perf.profile.nsys.NSYS_CHILD_FLAG`)
-    reports_dir: Path = Path("reports")  #: resolved (default ``reports/`` in the rootdir)
-    html: str | None = None  #: as given
-    compare: Any = None  #: None: off, True: the latest comparable run, else NUM / ID
-    history: int = 20  #: runs
-    noise_profile: str | None = None  #: a path, "none", or None: this runner's own
-    selftest: bool = False
-    selftest_trials: int | None = None  #: None: the device's default
-    selftest_levels: tuple[float, ...] | None = None
-    noise: int | None = None  #: K processes, None: off (selftest_processes too)
-    selftest_processes: int | None = None
-    selftest_regressions: tuple[Any, ...] | None = None
-    processes_budget: float | None = None  #: s
-    runs_dir: str | None = None  #: as given
-    store: str | None = None  #: --perf-store, else the ini setting ``perf_store``
+    streams: tuple[int, ...] | None
+    allow_model_mismatch: bool
+    skip_intervals: tuple[int, ...]
+    inject_delay_ms: float  #: ms, 0: off
+    regression: Any  #: `perf.gate.regressions.Regression` or None
+    sources: tuple[Any, ...]  #: `perf.measure.sources.Source` (mp4v alone if empty)
+    controls: Any  #: `perf.measure.controls.Controls`
+    clock_lead_in_ms: float
+    kernels: int  #: calls, 0: off
+    nsys_child: bool  #: the hidden flag of a run inside Nsight Systems (`perf.profile.nsys.NSYS_CHILD_FLAG`)
+    reports_dir: Path  #: resolved (default ``reports/`` in the rootdir)
+    html: str | None  #: as given
+    compare: Any  #: None: off, True: the latest comparable run, else NUM / ID
+    history: int  #: runs
+    noise_profile: str | None  #: a path, "none", or None: this runner's own
+    selftest: bool
+    selftest_trials: int | None  #: None: the device's default
+    selftest_levels: tuple[float, ...] | None
+    noise: int | None  #: K processes, None: off (selftest_processes too)
+    selftest_processes: int | None
+    selftest_regressions: tuple[Any, ...] | None
+    processes_budget: float | None  #: s
+    runs_dir: str | None  #: as given
+    store: str | None  #: --perf-store, else the ini setting ``perf_store``
 
     def batch_sizes_for(self, device: str) -> tuple[int, ...]:
         """Batch sizes of the inference benchmarks on `device` ("cpu", "cuda", "cuda:N")."""
@@ -259,8 +259,7 @@ class PerfSession:
         values.update(backends=values["backends"] or backend_names(),
                       store=values["store"] or config.getini("perf_store"),
                       cache_dir=resolved(invocation_dir / cache_dir) if cache_dir else default_cache_dir(),
-                      reports_dir=resolved(invocation_dir / reports) if reports else config.rootpath / "reports",
-                      **{key: bool(values[key]) for key in ("allow_model_mismatch", "nsys_child", "selftest")})
+                      reports_dir=resolved(invocation_dir / reports) if reports else config.rootpath / "reports")
         return cls(PerfOptions(**values), Subject.from_config(getoption, config.getini, invocation_dir, ini_dir))
 
     def usage_errors(self, *, autosave: bool = False) -> Iterable[str]:
