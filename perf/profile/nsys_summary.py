@@ -14,7 +14,7 @@ from pathlib import Path
 from detector.fileio import atomic_write_text
 from detector.timing import STAGES
 from perf.profile.capture_db import Capture, Total, busy_ns, is_suite_kernel
-from perf.profile.critical_path_summary import CriticalPathSummary, ms, shorten
+from perf.profile.critical_path import CriticalPathSummary, ms, percent, shorten
 from perf.tabletext import markdown_table
 
 #: The summary's tables (`perf.tabletext.markdown_table`): top kernels, NVTX ranges, CUDA API calls.
@@ -70,13 +70,13 @@ class NsysSummary:
         lines = [f"### Nsight Systems: {Path(self.report).name if self.report else 'capture'}", ""]
         if self.region:
             length = ms(self.region["end_ns"] - self.region["start_ns"])
-            idle = f"{100 * self.idle_fraction:.1f} %" if self.idle_fraction is not None else "n/a"
+            idle = percent(self.idle_fraction) if self.idle_fraction is not None else "n/a"
             lines.append(f"- Measured region: {length} ms ({self.region['source']}); GPU idle {idle} of it")
         lines.append(f"- Kernels: {ms(self.kernel_total_ns)} ms in {self.kernel_instances} launches")
         suite, share, launches = [], self.suite_busy_fraction, self.suite_kernel_instances
         if launches:
             suite.append(f"{ms(self.suite_kernel_ns)} ms busy-wait in {launches:,} launches"
-                         + ("" if share is None else f" ({100 * share:.1f} % of the region)"))  # fmt: skip
+                         + ("" if share is None else f" ({percent(share)} of the region)"))  # fmt: skip
         if self.timing_event_api_calls:
             suite.append(f"{TIMING_EVENT_LABEL} {ms(self.timing_event_api_ns)} ms in "
                          f"{self.timing_event_api_calls:,} API calls")  # fmt: skip

@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from perf.profile.capture_db import Capture, GpuOp, HostCall
-from perf.profile.critical_path_summary import Segment
 
 #: CUDA calls that block the host until GPU work is done (no ``_v<version>``); queries, async copies do not.
 GPU_SYNC_CALLS = frozenset((
@@ -76,18 +75,6 @@ def innermost_pieces(ranges: Iterable[tuple[int, int, str]]) -> list[tuple[int, 
         cursor = max(cursor, start)
     close_until(float("inf"))
     return pieces
-
-
-def merge_runs(segments: Iterable[Segment]) -> list[Segment]:
-    """Consecutive segments (time order) of the same kind, place and name that touch, merged into one."""
-    runs: list[Segment] = []
-    for s in segments:
-        last = runs[-1] if runs else None
-        if last and (last.kind, last.where, last.name, last.end_ns) == (s.kind, s.where, s.name, s.start_ns):
-            runs[-1] = Segment(s.kind, s.where, s.name, last.start_ns, s.end_ns)
-        else:
-            runs.append(s)
-    return runs
 
 
 class Timeline:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from detector.fileio import parse_json
-from perf.profile.critical_path_summary import CriticalPathSummary
+from perf.profile.critical_path import CriticalPathSummary, ms, percent
 from perf.tabletext import html_table, markdown_table
 from perf.validate import is_number, kind_of, value_problem
 
@@ -31,9 +31,9 @@ class CaptureRow:
         """Its row of the captures' table (`_COLUMNS`)."""
         path, waits = self.critical_path, self.critical_path.top_waits if self.critical_path else []
         return [self.name, f"{self.region_ms:.3f}" if self.region_ms is not None else "",
-                f"{100 * self.idle_fraction:.1f} %" if self.idle_fraction is not None else "",
+                percent(self.idle_fraction) if self.idle_fraction is not None else "",
                 path.bounded_by().removeprefix("Bounded by: ") if path else "no critical path",
-                f"{waits[0].name} on {waits[0].where}, {waits[0].duration_ns / 1e6:.3f} ms" if waits else ""]
+                f"{waits[0].name} on {waits[0].where}, {ms(waits[0].duration_ns)} ms" if waits else ""]
 
 
 def load_captures(reports: Path, warnings: list[str]) -> list[CaptureRow]:

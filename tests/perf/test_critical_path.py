@@ -24,8 +24,7 @@ from perf.profile.capture_db import (
     ThreadInfo,
     read_capture,
 )
-from perf.profile.critical_path import analyze, summarize_path
-from perf.profile.critical_path_summary import CriticalPathSummary, Segment
+from perf.profile.critical_path import CriticalPathSummary, Segment, analyze, summarize_path
 from perf.profile.timeline import innermost_pieces
 
 
