@@ -95,11 +95,11 @@ def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], Sample]:
 
 def _mig(nvml: Any, handle: Any) -> bool:
     """Whether ``handle`` is a MIG slice, or a GPU in MIG mode (CUDA then sees only its slices, so torch's device is
-    one of them); False where NVML cannot say (a GPU without MIG)."""
-    with contextlib.suppress(nvml.NVMLError):
+    one of them); False where NVML cannot say (a GPU without MIG, bindings or a driver older than MIG)."""
+    with contextlib.suppress(nvml.NVMLError, AttributeError):
         if nvml.nvmlDeviceIsMigDeviceHandle(handle):
             return True
-    with contextlib.suppress(nvml.NVMLError):
+    with contextlib.suppress(nvml.NVMLError, AttributeError):
         return nvml.nvmlDeviceGetMigMode(handle)[0] == nvml.NVML_DEVICE_MIG_ENABLE
     return False
 
