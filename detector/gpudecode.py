@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from detector.devices import device_index
 from detector.errors import VideoError
 from detector.video import check_video_file
 
@@ -93,7 +94,8 @@ class NvdecReader:
     """A video file decoded on NVDEC: :meth:`read` gives batches of BGR ``uint8`` ``[B, H, W, 3]`` device tensors.
 
     Create it on the thread and CUDA stream that will read it: the decoder works on the current stream of
-    ``device`` at creation, and each batch is converted on the current stream at :meth:`read`, so work queued on
+    ``device`` (a bare ``"cuda"`` is torch's current device, :func:`detector.devices.device_index`) at creation,
+    and each batch is converted on the current stream at :meth:`read`, so work queued on
     that stream afterwards sees complete frames. Use as a context manager (or call :meth:`close`).
 
     Attributes:
@@ -110,15 +112,15 @@ class NvdecReader:
 
         self.path = Path(path)
         check_video_file(self.path)
-        self.device = torch.device(device)
-        reason = nvdec_unavailable(str(self.device))
+        reason = nvdec_unavailable(str(torch.device(device)))
         if reason is not None:
             raise VideoError(f"cannot decode '{self.path}' on NVDEC: {reason}")
+        self.device = torch.device("cuda", device_index(device))  # a bare "cuda": torch's current device
         nvc = importlib.import_module(PACKAGE)
         stream = torch.cuda.current_stream(self.device)
         try:
             self._decoder: Any = nvc.SimpleDecoder(
-                os.fspath(self.path), gpu_id=self.device.index or 0, cuda_stream=stream.cuda_stream,
+                os.fspath(self.path), gpu_id=self.device.index, cuda_stream=stream.cuda_stream,
                 use_device_memory=True, output_color_type=nvc.OutputColorType.NATIVE)  # fmt: skip
             meta = self._decoder.get_stream_metadata()
         except Exception as e:  # noqa: BLE001 -- PyNvVideoCodec raises plain Exception subclasses of its own

@@ -21,7 +21,7 @@ from detector.fileio import resolved, symlink_loop
 from detector.spec import default_cache_dir  # one cache with the detector CLI
 from perf.diskfull import stop_if_disk_full
 from perf.measure.clock import SUITE_CLOCK
-from perf.measure.machine import cuda_device_count, fingerprint_differences, machine_fingerprint
+from perf.measure.machine import cuda_device_count, device_fingerprint, fingerprint_differences
 from perf.measure.multigpu import bind_worker_gpu
 from perf.preflight import check_options, check_selection
 from perf.roles.gate import GateRun, gate_settings
@@ -378,10 +378,8 @@ class PerfSession:
 
     @functools.cached_property
     def fingerprint(self) -> dict[str, Any]:
-        """``machine_info["perf"]``: `perf.measure.machine.machine_fingerprint` of the GPU in use, plus ``device``
-        ("cpu" or "cuda")."""
-        device_type, _, index = self.device.partition(":")
-        return {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
+        """``machine_info["perf"]``: `perf.measure.machine.device_fingerprint` of the device in use."""
+        return device_fingerprint(self.device)
 
 
 PERF_SESSION = pytest.StashKey[PerfSession]()

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from detector.devices import device_index
 from perf.measure.clock import SUITE_CLOCK
 from perf.report import schema
 
@@ -35,7 +36,7 @@ def test_event_clock_reads_known_gpu_sleeps_within_two_percent(perf_device: str,
     from detector.timing import sleep_cycles_per_ms
 
     assert SUITE_CLOCK.kind == "cuda-events", f"the suite's clock on {perf_device} is {SUITE_CLOCK.kind}"
-    index = torch.device(perf_device).index or 0
+    index = device_index(perf_device)
     with torch.cuda.device(index):
         result = clock_truth(SUITE_CLOCK, sleep_cycles_per_ms(index))
     result["gpu"] = torch.cuda.get_device_name(index)

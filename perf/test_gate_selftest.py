@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from detector.backends import variant
+from detector.devices import device_index
 from perf.measure.clock import SUITE_CLOCK, max_time_s
 from perf.report import schema
 
@@ -60,7 +61,7 @@ def test_gate_detects_injected_slowdowns_without_false_alarms(
     runner = runner_pool.get(preset.backend, precision, **preset.options)
     on_gpu = runner.stream is not None
     x = runner.as_input(torch.from_numpy(input_frames(1)).to(runner.torch_device)) if on_gpu else input_frames(1)
-    index = (runner.torch_device.index or 0) if on_gpu else None
+    index = device_index(runner.torch_device) if on_gpu else None
     settings = pytestconfig.stash[PERF_SESSION].gate.settings
     levels = pytestconfig.stash[PERF_SESSION].options.selftest_levels or LEVELS[device_type]
     trials = pytestconfig.stash[PERF_SESSION].options.selftest_trials or TRIALS[device_type]

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from detector.backends import variant
+from detector.devices import device_index
 from perf.report import schema
 
 TABLE = schema.NOISE_CONTROLS
@@ -95,12 +96,13 @@ def test_noise_sources(pytestconfig: pytest.Config, perf_device: str, runner_poo
 
     def measure(subject: str, controls: Controls, scratch: Path) -> dict[str, Any]:
         runner = runners[subject]
-        index = (runner.torch_device.index or 0) if on_gpu else 0
+        index = device_index(runner.torch_device) if on_gpu else 0
         if subject == "end-to-end":
             (warm_page_cache if "page-cache" in controls else _evict)(perf_video.path)
         ref_before = reference()
         sampler = NvmlSampler(device_index=index, interval_s=controls.telemetry_interval_s) if on_gpu else None
-        with sampler if sampler is not None else contextlib.nullcontext(), controlled(controls, on_gpu=on_gpu):
+        region = controlled(controls, on_gpu=on_gpu, gpu_index=index if on_gpu else None)
+        with sampler if sampler is not None else contextlib.nullcontext(), region:
             if subject == "end-to-end":
                 folder = scratch if "scratch" in controls else disk
                 result = run_pipeline(runner, perf_video.path, folder / "noise-sources.mp4", batch=1,

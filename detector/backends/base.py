@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from detector.devices import DEVICES, PRECISIONS, parse_device
+from detector.devices import DEVICES, PRECISIONS, device_index, parse_device
 from detector.errors import BackendError, BackendUnavailable
 from detector.progress import spinner
 from detector.timing import annotate
@@ -195,8 +195,7 @@ class Runner(abc.ABC):
 
         start = time.perf_counter()
         if self.device_type == "cuda":
-            index = self.device_index if self.device_index is not None else torch.cuda.current_device()
-            self.torch_device = torch.device("cuda", index)
+            self.torch_device = torch.device("cuda", device_index(self.device))
             if not self.host_io:
                 self.stream = torch.cuda.Stream(device=self.torch_device)
         else:

@@ -8,9 +8,11 @@ import os
 import shutil
 import statistics
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from perf.measure.machine import torch_gpu_pci_bus_id
 
 NAMES = ("gc", "torch-threads", "cv2-threads", "decode-threads", "pin", "telemetry", "page-cache", "scratch",
          "cpu-reference")
@@ -18,6 +20,7 @@ DECODE_THREADS = 2  # FFmpeg decoder threads inside a controlled region
 TELEMETRY_INTERVAL_S, DEFAULT_TELEMETRY_INTERVAL_S = 1.0, 0.05  # NVML sampling period (s) with and without the control
 CALLER_CPUS, MIN_CPUS_TO_PIN = 4, 8  # CPUs of the calling thread (and its native threads); fewest worth pinning on
 _SHM = Path("/dev/shm")
+SYSFS = Path("/sys")  # where `local_cpus` reads a GPU's NUMA-local CPUs
 WORKER_READINGS = 5  # reference readings per `reading_on`, their median kept
 
 
@@ -38,10 +41,34 @@ class Controls:
         return TELEMETRY_INTERVAL_S if "telemetry" in self else DEFAULT_TELEMETRY_INTERVAL_S
 
 
+def local_cpus(pci_bus_id: str, sysfs: Path = SYSFS) -> set[int] | None:
+    """The CPUs local to the PCI device ``pci_bus_id`` (``0000:1b:00.0``, any case; NVML's ``00000000:1B:00.0`` too):
+    its NUMA node's, from ``<sysfs>/bus/pci/devices/<address>/local_cpulist`` (``0-15,32-47``); None where that file
+    is missing or unreadable."""
+    domain, _, rest = pci_bus_id.strip().lower().partition(":")
+    try:
+        address = f"{int(domain, 16):04x}:{rest}"  # sysfs's 4-digit domain
+        text = (sysfs / "bus" / "pci" / "devices" / address / "local_cpulist").read_text()
+        spans = [part.partition("-") for part in text.strip().split(",") if part]
+        return {cpu for first, _, last in spans for cpu in range(int(first), int(last or first) + 1)}
+    except (OSError, ValueError):
+        return None
+
+
+def pin_cpus(allowed: Iterable[int], pci_bus_id: str | None, sysfs: Path = SYSFS) -> list[int]:
+    """The CPUs the ``pin`` control places threads on, ascending: the ``allowed`` ones local to the GPU at
+    ``pci_bus_id`` (`local_cpus`) where at least `MIN_CPUS_TO_PIN` are, else every allowed CPU (a single NUMA node,
+    no address, no sysfs file, too few local CPUs)."""
+    allowed = sorted(allowed)
+    near = sorted(set(allowed) & (local_cpus(pci_bus_id, sysfs) or set())) if pci_bus_id else []
+    return near if len(near) >= MIN_CPUS_TO_PIN else allowed
+
+
 @contextlib.contextmanager
-def _pinned(info: dict[str, object]) -> Iterator[None]:
-    """Pin the caller on the last `CALLER_CPUS` allowed CPUs and (`detector.handoff.set_thread_placement`)
-    each new worker name on the next CPU down, round robin; ``info["pin"]``: where they ran, or why not."""
+def _pinned(info: dict[str, object], gpu_index: int | None) -> Iterator[None]:
+    """Pin the caller on the last `CALLER_CPUS` of `pin_cpus` (those near the GPU) and
+    (`detector.handoff.set_thread_placement`) each new worker name on the next CPU down, round robin;
+    ``info["pin"]``: where they ran, or why not."""
     from detector.handoff import set_thread_placement
 
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -49,7 +76,8 @@ def _pinned(info: dict[str, object]) -> Iterator[None]:
         info["pin"] = f"off: {len(allowed)} CPUs (needs {MIN_CPUS_TO_PIN})"
         yield
         return
-    caller, pool = set(allowed[-CALLER_CPUS:]), allowed[-CALLER_CPUS - 1 :: -1]
+    cpus = pin_cpus(allowed, None if gpu_index is None else torch_gpu_pci_bus_id(gpu_index))
+    caller, pool = set(cpus[-CALLER_CPUS:]), cpus[-CALLER_CPUS - 1 :: -1]
     assigned: dict[str, int] = {}
     previous = set_thread_placement(lambda name: {assigned.setdefault(name, pool[len(assigned) % len(pool)])})
     os.sched_setaffinity(0, caller)
@@ -83,8 +111,9 @@ def session_controls(controls: Controls, *, on_gpu: bool) -> None:
 
 
 @contextlib.contextmanager
-def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object]]:
-    """The in-region controls for the block, each undone after it; yields what was applied (extra_info["controls"])."""
+def controlled(controls: Controls, *, on_gpu: bool, gpu_index: int | None = None) -> Iterator[dict[str, object]]:
+    """The in-region controls for the block, each undone after it; yields what was applied (extra_info["controls"]).
+    ``gpu_index``: torch's index of the GPU measured, whose CPUs ``pin`` prefers."""
     from detector.video import set_decode_threads
 
     info: dict[str, object] = {"active": sorted(controls.active)}
@@ -102,7 +131,7 @@ def controlled(controls: Controls, *, on_gpu: bool) -> Iterator[dict[str, object
         if "decode-threads" in controls:
             stack.callback(set_decode_threads, set_decode_threads(DECODE_THREADS))
         if "pin" in controls and on_gpu:
-            stack.enter_context(_pinned(info))
+            stack.enter_context(_pinned(info, gpu_index))
         elif "pin" in controls:
             info["pin"] = "off: CPU run (torch's threads need the cores)"
         if "gc" in controls:  # collected, frozen and off; on again (if it was) and unfrozen after

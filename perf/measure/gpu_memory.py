@@ -6,6 +6,8 @@ import gc
 import re
 from typing import Any
 
+from detector.devices import device_index
+
 #: Messages of out-of-memory failures that do not come as ``torch.cuda.OutOfMemoryError``: TensorRT's
 #: allocator and builder, ONNX Runtime's CUDA provider, cuBLAS/cuDNN workspaces.
 _OOM_TEXT = re.compile(r"out of memory|OUT_OF_MEMORY|CUDNN_STATUS_ALLOC_FAILED|CUBLAS_STATUS_ALLOC_FAILED|"
@@ -47,7 +49,7 @@ def cuda_memory(device: str) -> dict[str, Any]:
 
     if not device.startswith("cuda") or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return {}
-    index = torch.device(device).index or 0
+    index = device_index(device)
     free, total = torch.cuda.mem_get_info(index)
     return {"allocated_mib": torch.cuda.memory_allocated(index) / 2**20,
             "reserved_mib": torch.cuda.memory_reserved(index) / 2**20, "device_used_mib": (total - free) / 2**20}

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from detector.devices import device_index
+
 log = logging.getLogger(__name__)
 
 #: Fields that must match for two runs' timings to be comparable ("device": "cpu" or "cuda", of --perf-device).
@@ -35,6 +37,7 @@ def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
     `_VERSIONED_MODULES` (``tensorrt_module``: which one), ``cpu_model``, ``cpu_count`` (CPUs it may use)."""
     info: dict[str, Any] = {"gpu_index": gpu_index, "gpu_count": None, "cuda_version": None, "cudnn_version": None,
                             **dict.fromkeys(_GPU_FIELDS), **_torch_cuda_info(gpu_index)}
+    info.pop("_pci", None)
     nvml = _nvml_info(gpu_index, uuid=info.pop("_uuid", None))
     info.update({key: value for key, value in nvml.items() if info.get(key) is None})  # torch's answer first
     info["gpu_count"] = info["gpu_count"] or 0
@@ -47,6 +50,14 @@ def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
     info["cpu_model"] = _cpu_model()
     info["cpu_count"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return info
+
+
+def device_fingerprint(device: str) -> dict[str, Any]:
+    """``machine_info["perf"]`` of a run on ``device`` ("cpu", "cuda", "cuda:N"): `machine_fingerprint` of the GPU it
+    names (a bare "cuda" is torch's current device, `detector.devices.device_index`; GPU 0 for "cpu"), and
+    ``device``, its type."""
+    kind = device.partition(":")[0]
+    return {**machine_fingerprint(gpu_index=device_index(device) if kind == "cuda" else 0), "device": kind}
 
 
 def cuda_device_count() -> int:
@@ -102,9 +113,11 @@ def _torch_cuda_info(index: int) -> dict[str, Any]:
     except (RuntimeError, AssertionError) as e:  # broken driver / CUDA init failure
         log.debug("torch cannot describe cuda:%d: %s", index, e)
         return info
+    pci = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
     return {**info, "gpu_name": props.name, "compute_capability": f"{props.major}.{props.minor}",
             "gpu_memory_mib": props.total_memory // 2**20,
-            "_uuid": f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None}  # fmt: skip
+            "_uuid": f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None,
+            "_pci": None if None in pci else "{:04x}:{:02x}:{:02x}.0".format(*pci)}  # fmt: skip
 
 
 def torch_gpu_uuid(index: int) -> str | None:
@@ -112,17 +125,24 @@ def torch_gpu_uuid(index: int) -> str | None:
     return _torch_cuda_info(index).get("_uuid")
 
 
+def torch_gpu_pci_bus_id(index: int) -> str | None:
+    """The PCI address of the GPU torch calls cuda:`index` as sysfs names it (``0000:1b:00.0``), or None (no torch,
+    no such GPU, a torch without the PCI ids)."""
+    return _torch_cuda_info(index).get("_pci")
+
+
 def nvml_handle(nvml: Any, index: int, uuid: str | None = None) -> Any:
     """NVML's handle of the GPU torch calls cuda:`index` (NVML numbers every GPU of the host and ignores
     CUDA_VISIBLE_DEVICES), or None: by ``uuid``, the UUID torch gave, else through CUDA_VISIBLE_DEVICES in NVML
-    (PCI) order (CUDA_DEVICE_ORDER=PCI_BUS_ID with mixed GPUs); MIG-... entries and UUID prefixes are not resolvable."""
+    (PCI) order (CUDA_DEVICE_ORDER=PCI_BUS_ID with mixed GPUs); a ``MIG-<uuid>`` entry gives the MIG slice's handle;
+    UUID prefixes are not resolvable."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     entries = [e.strip() for e in visible.split(",") if e.strip()] if visible is not None else None
     entry = uuid or (str(index) if entries is None else entries[index] if index < len(entries) else "")
     try:
         if entry.isdigit():
             return nvml.nvmlDeviceGetHandleByIndex(int(entry))
-        return nvml.nvmlDeviceGetHandleByUUID(entry) if entry.startswith("GPU-") else None
+        return nvml.nvmlDeviceGetHandleByUUID(entry) if entry.startswith(("GPU-", "MIG-")) else None
     except nvml.NVMLError as e:
         log.debug("NVML has no GPU %r: %s", entry, e)
         return None

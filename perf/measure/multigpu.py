@@ -14,13 +14,15 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def gpu_indices(env: MutableMapping[str, str] | None = None) -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``'s (CUDA untouched)."""
+def usable_gpus(env: MutableMapping[str, str] | None = None) -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries: its own (indices or UUIDs, as given),
+    else the UUIDs of ``nvidia-smi``'s GPUs, in its (PCI) order, CUDA untouched. A UUID, not nvidia-smi's index:
+    CUDA numbers the GPUs in its own order (``CUDA_DEVICE_ORDER``, fastest first by default)."""
     env = os.environ if env is None else env
     if (visible := env.get("CUDA_VISIBLE_DEVICES")) is not None:
         return [v.strip() for v in visible.split(",") if v.strip()]
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+        out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True,
                              text=True, timeout=20, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return []
@@ -32,7 +34,7 @@ def bind_worker_gpu(env: MutableMapping[str, str] | None = None) -> str | None:
     returns it, or None outside a worker, with ``PERF_GPU_PER_WORKER=0`` or without GPUs."""
     env = os.environ if env is None else env
     worker = env.get("PYTEST_XDIST_WORKER", "")
-    if not worker.startswith("gw") or env.get("PERF_GPU_PER_WORKER", "1") == "0" or not (gpus := gpu_indices(env)):
+    if not worker.startswith("gw") or env.get("PERF_GPU_PER_WORKER", "1") == "0" or not (gpus := usable_gpus(env)):
         return None
     chosen = gpus[int(worker[2:]) % len(gpus)]
     env["CUDA_VISIBLE_DEVICES"] = chosen

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from detector.devices import device_index
+
 if TYPE_CHECKING:
     from detector.backends.base import Runner
 
@@ -37,4 +39,4 @@ def slow_down(runner: Runner, delay_ms: float) -> Callable[[], None] | None:
     if delay_ms <= 0:
         return None
     on_gpu = runner.stream is not None and runner.torch_device is not None
-    return runner.add_infer_hook(delay_call(delay_ms, (runner.torch_device.index or 0) if on_gpu else None))
+    return runner.add_infer_hook(delay_call(delay_ms, device_index(runner.torch_device) if on_gpu else None))

@@ -27,6 +27,8 @@ REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_c
            0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}  # fmt: skip
 #: Reasons that do not mean throttling: an idle GPU and clocks pinned by the user.
 BENIGN_REASONS = 0x1 | 0x2 | 0x100
+#: Why a MIG slice has no telemetry.
+MIG = "NVML reads no utilisation of a slice, and its clocks, power and temperature are the whole GPU's"
 
 
 @dataclass(frozen=True)
@@ -91,10 +93,21 @@ def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], Sample]:
     )
 
 
+def _mig(nvml: Any, handle: Any) -> bool:
+    """Whether ``handle`` is a MIG slice, or a GPU in MIG mode (CUDA then sees only its slices, so torch's device is
+    one of them); False where NVML cannot say (a GPU without MIG, bindings or a driver older than MIG)."""
+    with contextlib.suppress(nvml.NVMLError, AttributeError):
+        if nvml.nvmlDeviceIsMigDeviceHandle(handle):
+            return True
+    with contextlib.suppress(nvml.NVMLError, AttributeError):
+        return nvml.nvmlDeviceGetMigMode(handle)[0] == nvml.NVML_DEVICE_MIG_ENABLE
+    return False
+
+
 class NvmlSampler:
     """Samples the GPU torch calls cuda:``device_index`` (`perf.measure.machine.nvml_handle`) every ``interval_s``
     seconds on a background thread, once more on entry and on exit (a short block has two); ``samples`` holds the
-    readings."""
+    readings. On a MIG slice it samples nothing and its summary says why (`MIG`)."""
 
     def __init__(self, device_index: int = 0, interval_s: float = 0.05, *, read: Callable[[], Sample] | None = None):
         if not interval_s > 0:  # 0 or NaN would spin the sampling thread
@@ -133,9 +146,11 @@ class NvmlSampler:
             import pynvml as nvml
 
             nvml.nvmlInit()
-            if (handle := nvml_handle(nvml, self.device_index, torch_gpu_uuid(self.device_index))) is None:
+            handle = nvml_handle(nvml, self.device_index, torch_gpu_uuid(self.device_index))
+            if handle is None or _mig(nvml, handle):
                 nvml.nvmlShutdown()
-                self.unavailable_reason = f"NVML cannot find the GPU torch calls cuda:{self.device_index}"
+                self.unavailable_reason = (f"NVML cannot find the GPU torch calls cuda:{self.device_index}"
+                                           if handle is None else f"cuda:{self.device_index} is a MIG slice: {MIG}")
                 log.info("GPU telemetry off: %s", self.unavailable_reason)
                 return self
             self._nvml, self._read = nvml, _nvml_reader(nvml, handle)

@@ -17,7 +17,7 @@ from perf.gate.compare import VERDICTS, Baseline, GateSettings, budget, judge_be
 from perf.gate.history import DEFAULT_LAST, comparable_groups, history_runs
 from perf.gate.noise import NoiseProfile, floors_from_profile
 from perf.gate.table import format_lines, summary, write_verdicts
-from perf.measure.machine import fingerprint_differences, machine_fingerprint
+from perf.measure.machine import device_fingerprint, fingerprint_differences
 from perf.options import parse_fraction, parse_positive_int, parse_store
 from perf.runs import HistoryError, SavedRun, load_run, load_runs, run_files
 from perf.store.changepoints import HistoryChange, history_changes
@@ -83,9 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "simulate":
             return crossprocess.main(args=args)
         if args.command == "comparable":  # one line per fingerprint field that differs from this machine
-            saved, (device_type, _, index) = load_run(args.run), args.device.partition(":")
-            current = {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
-            differences = fingerprint_differences(saved.fingerprint, current)
+            differences = fingerprint_differences(load_run(args.run).fingerprint, device_fingerprint(args.device))
             for field, old, new in differences:
                 print(f"{field}: saved {old!r}, this machine {new!r}")
             return 1 if differences else 0

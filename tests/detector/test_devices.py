@@ -128,3 +128,22 @@ def test_every_precision_list_is_the_owners() -> None:
     assert choices.PRECISIONS is devices.PRECISIONS
     assert base.DEVICES is registry.DEVICES is devices.DEVICES
     assert choices.DEVICE_FORMS is devices.DEVICE_FORMS
+
+
+def test_a_bare_cuda_is_torchs_current_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a host whose current device is GPU 1
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert devices.device_index("cuda") == 1
+    assert devices.device_index(torch.device("cuda")) == 1
+    assert devices.device_index("cuda:0") == 0 and devices.device_index(torch.device("cuda", 2)) == 2
+    with pytest.raises(ValueError, match="device 'cpu' is not a CUDA device"):
+        devices.device_index("cpu")
+
+
+def test_a_bare_cuda_without_a_cuda_device_reads_as_gpu_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert devices.device_index("cuda") == 0

@@ -101,6 +101,33 @@ def test_nvdec_reader_says_why_it_cannot_decode_here(tmp_path: Path) -> None:
         NvdecReader(video, "cpu")
 
 
+def test_nvdec_reader_on_a_bare_cuda_decodes_on_torchs_current_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyNvVideoCodec stands in for the decoder (this machine may have no GPU); the GPU it is told to use is the
+    one torch's "cuda" means, the current device, and so are the reader's device and stream."""
+    import importlib.machinery
+    import types
+
+    asked: dict[str, object] = {}
+
+    class SimpleDecoder:
+        def __init__(self, path: str, **options: object) -> None:
+            asked.update(options)
+
+        def get_stream_metadata(self) -> object:
+            return types.SimpleNamespace(width=320, height=180, average_fps=25.0, num_frames=FRAMES)
+
+    package = types.ModuleType("PyNvVideoCodec")
+    package.__spec__ = importlib.machinery.ModuleSpec("PyNvVideoCodec", None)
+    package.SimpleDecoder, package.OutputColorType = SimpleDecoder, types.SimpleNamespace(NATIVE="native")
+    monkeypatch.setitem(sys.modules, "PyNvVideoCodec", package)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a host whose current device is GPU 1
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: types.SimpleNamespace(cuda_stream=device.index))
+    reader = NvdecReader(H264_CLIP, "cuda")
+    assert reader.device == torch.device("cuda", 1)
+    assert asked["gpu_id"] == 1 and asked["cuda_stream"] == 1
+
+
 def test_loop_settings_refuse_an_unknown_decoder() -> None:
     with pytest.raises(ValueError, match="decoder must be one of opencv, nvdec, got 'gpu'"):
         LoopSettings(decoder="gpu")

@@ -154,3 +154,25 @@ def test_allow_machine_mismatch_compares_with_a_warning(pytester: pytest.Pyteste
 def test_fingerprint_leaves_out_current_clocks_that_change_between_runs() -> None:
     info = machine_fingerprint()
     assert "sm_clock_mhz" not in info and "mem_clock_mhz" not in info
+
+
+def test_the_fingerprint_of_a_bare_cuda_is_of_torchs_current_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import torch
+
+    from perf.measure.machine import device_fingerprint, torch_gpu_pci_bus_id
+
+    def properties(index: int) -> object:
+        return types.SimpleNamespace(name=f"GPU {index}", major=9, minor=0, total_memory=80 * 2**30, uuid=None,
+                                     pci_domain_id=0, pci_bus_id=0x1B + index, pci_device_id=0)  # fmt: skip
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a host of two GPUs whose current device is 1
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    got = device_fingerprint("cuda")
+    assert (got["gpu_index"], got["gpu_name"], got["device"]) == (1, "GPU 1", "cuda")
+    assert (device_fingerprint("cuda:0")["gpu_name"], device_fingerprint("cpu")["device"]) == ("GPU 0", "cpu")
+    assert set(got) == {*GPU_FIELDS, *OTHER_FIELDS, "device"}
+    assert torch_gpu_pci_bus_id(1) == "0000:1c:00.0"

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perf.measure.controls import NAMES, Controls, controlled, keep_output, scratch_dir, warm_page_cache
+from perf.measure.controls import (NAMES, Controls, controlled, keep_output, local_cpus, pin_cpus, scratch_dir,
+                                   warm_page_cache)
 from perf.gate.regressions import LayerRegressedSpec, SlowedStage, calibrate_stage, regressed_spec
 from perf.options import parse_controls, parse_regression
 from perf.measure.samples import TimedPasses, block_samples, block_size, pass_frames, stage_metrics
@@ -330,6 +331,31 @@ def test_decode_threads_setting_is_used_by_new_readers_and_rejects_nonsense(clip
         assert set_decode_threads(None) == 1
     with pytest.raises(ValueError, match="decode threads"):
         set_decode_threads(0)
+
+
+def _two_socket_sysfs(root: Path) -> Path:
+    """A sysfs of two NUMA nodes of 8 CPUs (and their hyper-threads), a GPU on each."""
+    for address, cpus in (("0000:1b:00.0", "0-7,16-23"), ("0000:9a:00.0", "8-15,24-31")):
+        (root / "bus" / "pci" / "devices" / address).mkdir(parents=True)
+        (root / "bus" / "pci" / "devices" / address / "local_cpulist").write_text(cpus + "\n")
+    return root
+
+
+def test_pin_uses_the_cpus_local_to_the_gpu_on_a_two_socket_host(tmp_path: Path) -> None:
+    sysfs = _two_socket_sysfs(tmp_path)
+    assert local_cpus("0000:1b:00.0", sysfs) == set(range(8)) | set(range(16, 24))
+    assert local_cpus("00000000:9A:00.0", sysfs) == set(range(8, 16)) | set(range(24, 32))  # NVML's form
+    assert pin_cpus(range(32), "0000:9a:00.0", sysfs) == [*range(8, 16), *range(24, 32)]
+    assert pin_cpus(range(12, 32), "0000:1b:00.0", sysfs) == list(range(16, 24))  # only the allowed ones
+
+
+def test_pin_keeps_every_allowed_cpu_without_a_usable_numa_answer(tmp_path: Path) -> None:
+    sysfs = _two_socket_sysfs(tmp_path)
+    assert local_cpus("0000:3c:00.0", sysfs) is None
+    assert pin_cpus(range(32), "0000:3c:00.0", sysfs) == list(range(32))  # no such file
+    assert pin_cpus(range(32), None, sysfs) == list(range(32))  # no PCI address (CPU run, older torch)
+    assert pin_cpus(range(8, 16), "0000:1b:00.0", sysfs) == list(range(8, 16))  # none of the allowed is local
+    assert pin_cpus(range(4, 12), "0000:9a:00.0", sysfs) == list(range(4, 12))  # 4 local: too few to pin on
 
 
 def test_pinned_workers_get_the_cpus_the_placement_names() -> None:

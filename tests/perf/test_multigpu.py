@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from perf.measure.multigpu import barrier, bind_worker_gpu, gpu_indices
+from perf.measure.multigpu import barrier, bind_worker_gpu, usable_gpus
 from perf.report.suite import speedup_rows
 
 
@@ -17,6 +18,24 @@ def test_worker_gets_the_gpu_of_its_index_round_robin() -> None:
     env = {"PYTEST_XDIST_WORKER": "gw3", "CUDA_VISIBLE_DEVICES": "4,5"}
     assert bind_worker_gpu(env) == "5"
     assert env["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_a_worker_is_bound_by_uuid_as_nvidia_smi_lists_the_gpus(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # nvidia-smi numbers GPUs in PCI order, CUDA fastest first: only a UUID names the same GPU to both.
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\ncase "$*" in\n  *--query-gpu=uuid*) printf "GPU-aaa\\nGPU-bbb\\n" ;;\n'
+                   '  *--query-gpu=index*) printf "0\\n1\\n" ;;\n  *) exit 2 ;;\nesac\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    env = {"PYTEST_XDIST_WORKER": "gw3"}
+    assert usable_gpus(env) == ["GPU-aaa", "GPU-bbb"]
+    assert bind_worker_gpu(env) == "GPU-bbb" and env["CUDA_VISIBLE_DEVICES"] == "GPU-bbb"
+
+
+def test_given_uuids_are_kept_as_they_are() -> None:
+    env = {"PYTEST_XDIST_WORKER": "gw0", "CUDA_VISIBLE_DEVICES": "GPU-ccc, MIG-ddd"}
+    assert bind_worker_gpu(env) == "GPU-ccc" and env["CUDA_VISIBLE_DEVICES"] == "GPU-ccc"
 
 
 def test_no_binding_outside_a_worker_or_when_switched_off() -> None:
@@ -28,7 +47,7 @@ def test_no_binding_outside_a_worker_or_when_switched_off() -> None:
 
 def test_empty_visible_set_means_no_gpu() -> None:
     env = {"PYTEST_XDIST_WORKER": "gw0", "CUDA_VISIBLE_DEVICES": ""}
-    assert gpu_indices(env) == [] and bind_worker_gpu(env) is None
+    assert usable_gpus(env) == [] and bind_worker_gpu(env) is None
 
 
 def _arrive(folder: str, rank: int, last_let_in: Any, released: Any) -> None:

@@ -156,3 +156,72 @@ def test_the_nvml_handle_is_of_the_gpu_torch_calls_cuda_n(monkeypatch: pytest.Mo
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert nvml_handle(_Nvml(), index, uuid) == expected
+
+
+class _NvmlHost(_Nvml):
+    """pynvml on a host of three GPUs where GPU-bbb is in MIG mode with one slice, MIG-b1: what the sampler calls.
+    Every GPU reads 50 % busy, the whole GPU's figure, also on GPU-bbb."""
+
+    NVML_CLOCK_SM, NVML_TEMPERATURE_GPU, NVML_DEVICE_MIG_ENABLE = 0, 0, 1
+
+    def nvmlInit(self) -> None:  # noqa: N802  (NVML's names)
+        pass
+
+    nvmlShutdown = nvmlInit  # noqa: N815
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return len(self.UUIDS)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:  # noqa: N802
+        return uuid if uuid == "MIG-b1" else super().nvmlDeviceGetHandleByUUID(uuid)
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: str) -> int:  # noqa: N802
+        return int(handle.startswith("MIG-"))
+
+    def nvmlDeviceGetMigMode(self, handle: str) -> list[int]:  # noqa: N802
+        if handle.startswith("MIG-"):
+            raise self.NVMLError("Invalid Argument")
+        return [1, 1] if handle == "GPU-bbb" else [0, 0]
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> object:  # noqa: N802
+        if handle.startswith("MIG-"):
+            raise self.NVMLError("Not Supported")
+        return type("Utilization", (), {"gpu": 50, "memory": 10})()
+
+    def nvmlDeviceGetClockInfo(self, handle: str, clock: int) -> int:  # noqa: N802
+        return 1980
+
+    def nvmlDeviceGetMemoryInfo(self, handle: str) -> object:  # noqa: N802
+        return type("Memory", (), {"used": 2**30})()
+
+    def nvmlDeviceGetTemperature(self, handle: str, sensor: int) -> int:  # noqa: N802
+        return 40
+
+    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:  # noqa: N802
+        return 300_000
+
+
+@pytest.mark.parametrize("visible", ["GPU-bbb", "MIG-b1"])
+def test_a_mig_slice_has_no_telemetry_and_says_why(monkeypatch: pytest.MonkeyPatch, visible: str) -> None:
+    # The GPU itself in MIG mode would give the whole GPU's figures (other slices' work too); the slice, none.
+    import perf.measure.telemetry as telemetry
+
+    monkeypatch.setitem(sys.modules, "pynvml", _NvmlHost())
+    monkeypatch.setattr(telemetry, "torch_gpu_uuid", lambda index: None)  # torch gives no UUID: found by the entry
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    with NvmlSampler(interval_s=0.01) as sampler:
+        pass
+    assert sampler.samples == []
+    assert sampler.summary() == {"available": False, "reason": f"cuda:0 is a MIG slice: {telemetry.MIG}"}
+
+
+def test_a_whole_gpu_beside_a_mig_one_is_sampled(monkeypatch: pytest.MonkeyPatch) -> None:
+    import perf.measure.telemetry as telemetry
+
+    monkeypatch.setitem(sys.modules, "pynvml", _NvmlHost())
+    monkeypatch.setattr(telemetry, "torch_gpu_uuid", lambda index: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-ccc")
+    with NvmlSampler(interval_s=0.01) as sampler:
+        pass
+    summary = sampler.summary()
+    assert summary["available"] is True and summary["samples"] >= 2 and summary["gpu_util_pct_max"] == 50
