@@ -90,7 +90,7 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
     # a pool too small for both gives the history its due first: the confirmation then has fewer pairs
     take = min(len(others), max(MIN_REFERENCE + 2, min(history, len(others) - need)))
     drawn, spare = others[:take], others[take:]
-    base = Baseline([pool[label] for label in sorted(drawn, key=lambda l: pool[l].datetime or l)], settings.noise)
+    base = Baseline([pool[label] for label in sorted(drawn, key=lambda l: pool[l].datetime or l)])
     plan = budget(base, settings, expected)
     run = same_kind[candidate]
     rows = [judge_benchmark(base, bench, plan, settings.min_effect) for bench in run.benchmarks.values()

@@ -219,7 +219,8 @@ class PerfSession:
         self.gate.finish(session)
         self.report.finish(session.config)
         if self.store is not None:
-            self.store.finish(session, self.gate.document, self.gate.settings.noise)
+            baseline = self.gate.baseline  # the noise profile stored is the one the gate judged with
+            self.store.finish(session, self.gate.document, None if baseline is None else baseline.noise)
 
     def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """The run's sections, after pytest's failures and before pytest-benchmark's table."""

@@ -29,22 +29,19 @@ HOST, STAGE = "host", "stage:"
 @dataclass(frozen=True)
 class GateSettings:
     """How ``--perf-compare`` decides: the floor (a fraction), the stability rule, whether inconclusive rows fail,
-    the noise profile seeding a short history, confirmation pairs at most (0: none) and the seconds of confirmation
+    confirmation pairs at most (0: none) and the seconds of confirmation
     processes its looks may not likely overrun (`perf.gate.confirm.next_look_pairs`; None: no limit)."""
 
     min_effect: float = DEFAULT_FLOOR
     rule: StabilityRule = field(default_factory=StabilityRule)
     fail_inconclusive: bool = False
-    noise: NoiseProfile | None = None
     confirm: int = 0
     confirm_budget_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"min_effect": self.min_effect, "max_cv": self.rule.max_cv, "max_drift": self.rule.max_drift,
                 "fail_inconclusive": self.fail_inconclusive, "confirm_pairs": self.confirm,
-                "confirm_budget_s": self.confirm_budget_s,
-                "noise_profile": None if self.noise is None else str(self.noise.path or "in memory"),
-                "noise_processes": None if self.noise is None else self.noise.processes}  # fmt: skip
+                "confirm_budget_s": self.confirm_budget_s}
 
 
 @dataclass
@@ -69,6 +66,13 @@ class Baseline:
     @property
     def benchmarks(self) -> dict[str, BenchmarkRecord]:
         return self.latest.benchmarks
+
+    def noise_fields(self) -> dict[str, Any]:
+        """The verdict document's ``settings.noise_profile`` (its path, "in memory", or None) and
+        ``noise_processes``: the profile this baseline judged with."""
+        noise = self.noise
+        return {"noise_profile": None if noise is None else str(noise.path or "in memory"),
+                "noise_processes": None if noise is None else noise.processes}
 
     def reference(self, fullname: str, metric: str) -> HistoryReference | None:
         key = (fullname, metric)

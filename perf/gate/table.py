@@ -106,7 +106,7 @@ def verdict_document(rows: list[Row], baseline: Baseline, settings: GateSettings
             "baseline": {"path": str(latest.path), "number": latest.number, "datetime": latest.datetime,
                          "commit": latest.commit, "run_id": latest.run_id, "history_runs": len(baseline.runs),
                          "history": [run.run_id or run.name for run in baseline.runs]},
-            "current": dict(current or {}), "settings": settings.to_dict(),
+            "current": dict(current or {}), "settings": {**settings.to_dict(), **baseline.noise_fields()},
             "budget": None if budget is None else budget.to_dict(), "summary": summary(rows, settings),
             "rows": [asdict(row) for row in rows]}  # fmt: skip
 

@@ -319,3 +319,21 @@ def test_a_bad_noise_profile_named_with_the_option_is_one_usage_line(project: py
     assert [line for line in result.stderr.lines if line] == [
         f"ERROR: --perf-noise-profile: '{path}': entry 'test_tiny.py::test_busy' metric 'time': between_sd is '0.01', "
         "expected a number from 0 to 5"]
+
+
+def test_the_noise_profile_the_gate_judged_with_is_named_in_the_verdicts_and_kept_in_the_store(
+        project: pytest.Pytester) -> None:  # fmt: skip
+    from perf.store.db import open_store
+
+    path = _stored_profile(project)
+    store = project.path / "history.sqlite"
+    result = _pytest(project.path, "--perf-compare", "--perf-confirm=0", "--benchmark-autosave",
+                     f"--perf-store={store}")  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    verdicts = load_verdicts(project.path / "reports")
+    assert verdicts is not None
+    assert (verdicts["settings"]["noise_profile"], verdicts["settings"]["noise_processes"]) == (str(path), 0)  # its "runs": []
+    history = open_store(str(store))
+    stored = history.noise_profile_json()
+    history.close()
+    assert stored is not None and json.loads(stored)["entries"]["test_tiny.py::test_busy"]["time"]["processes"] == 3
