@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.command == "simulate":
-            return crossprocess.main(args=args)
+            return crossprocess.simulate_command(args)
         if args.command == "comparable":  # one line per fingerprint field that differs from this machine
             saved, (device_type, _, index) = load_run(args.run), args.device.partition(":")
             current = {**machine_fingerprint(gpu_index=int(index or 0)), "device": device_type}
