@@ -1,6 +1,6 @@
 """Confirm before failing: the suspects of a first pass measured again in fresh processes, base and this tree
-alternating (ABBA), `PAIRS_PER_LOOK` pairs a look, judged on those processes alone (`confirm_rows`);
-docs/method.md, sections 4 (item 6) and 8."""
+alternating (ABBA), `PAIRS_PER_LOOK` pairs a look, judged on those processes alone (`confirm_looks`, the simulated CI
+runs' too; `confirm_rows`); docs/method.md, sections 4 (item 6) and 8."""
 
 from __future__ import annotations
 
