@@ -23,8 +23,7 @@ from typing import Any, NoReturn
 from detector.argtypes import OneLineParser, value_parser
 from detector.fileio import atomic_write_text
 from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchmark
-from perf.gate.confirm import (BASE, CANDIDATE, PAIRS_PER_LOOK, Process, judge_suspect, level_per_look, looks,
-                                next_look_pairs)  # fmt: skip
+from perf.gate.confirm import BASE, CANDIDATE, Process, confirm_looks
 from perf.gate.judge import DEFAULT_PAIRS, FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER
 from perf.gate.noise import compute_profile, family_rows
 from perf.options import parse_count, parse_fraction, parse_positive_int, parse_regression
@@ -59,12 +58,6 @@ def _batch(bench: BenchmarkRecord) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def _slowed(regression: Any, bench: BenchmarkRecord) -> bool:
-    """Whether ``regression`` (`perf.gate.regressions.Regression`) slows ``bench``: its group and batch range."""
-    batch, top = _batch(bench) or 1, regression.max_batch
-    return bench.group in regression.groups and batch >= regression.min_batch and (top is None or batch <= top)
-
-
 def _when(run: SavedRun) -> float:
     """When ``run`` was saved (POSIX seconds; 0 when it has no readable date)."""
     try:
@@ -83,7 +76,8 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
                  regression: Any = None) -> SimulatedRun:  # fmt: skip
     """One simulated CI run of ``candidate`` (a label of ``same_kind``) against a history drawn from ``pool``
     (identical runs): history, first pass, confirmation (docs/method.md, section 5). ``expected``: the full
-    selection's node ids (for the budget); ``regression``: judge only the benchmarks it slows (`_slowed`)."""
+    selection's node ids (for the budget); ``regression`` (`perf.gate.regressions.Regression`): judge only the
+    benchmarks it slows."""
     others = [label for label in pool if label != candidate]
     rng.shuffle(others)
     need = settings.confirm * (2 if kind == IDENTICAL else 1)
@@ -94,29 +88,27 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
     plan = budget(base, settings, expected)
     run = same_kind[candidate]
     rows = [judge_benchmark(base, bench, plan, settings.min_effect) for bench in run.benchmarks.values()
-            if regression is None or _slowed(regression, bench)]  # fmt: skip
-    suspects = pending = [row for row in rows if row.verdict == SLOWER and row.suspect]
+            if regression is None or regression.slows(bench.group, _batch(bench) or 1)]  # fmt: skip
+    suspects = [row for row in rows if row.verdict == SLOWER and row.suspect]
     cand_spare = [label for label in same_kind if label != candidate and label not in drawn]
     rng.shuffle(cand_spare)
-    processes: list[Process] = []
-    if suspects and settings.confirm > 0:
-        total, level = looks(settings.confirm), level_per_look(settings.confirm, plan.confirm_level)
-        for look in range(1, total + 1):  # sized as the gate sizes its looks (no time budget: the last may be smaller)
-            for _ in range(next_look_pairs((look - 1) * PAIRS_PER_LOOK, settings.confirm, 0, 0, 0, None)):
-                # as CI runs them: right after the first pass, each pair back to back
-                if len(spare) < 2 if kind == IDENTICAL else not (cand_spare and spare):
-                    break  # the pool is spent: the confirmation has fewer pairs (its last look judges what it has)
-                if kind == IDENTICAL:  # the two processes saved closest to the first pass, in ABBA order
-                    early, late = sorted((_nearest(spare, pool, _when(run)) for _ in range(2)), key=_when)
-                    base_run, cand = (early, late) if len(processes) % 4 == 0 else (late, early)
-                else:
-                    cand = _nearest(cand_spare, same_kind, _when(run))
-                    base_run = _nearest(spare, pool, _when(cand))
-                processes += [Process(BASE, base_run), Process(CANDIDATE, cand)]
-            pending = [row for row in pending if not judge_suspect(
-                row, base, settings, processes, level, True, final=look == total)]
-            if not pending:
-                break
+
+    def draw_pairs(first: int, last: int, _pending: list[Row]) -> tuple[list[Process], float]:
+        """Pairs ``first``..``last`` as CI runs them: right after the first pass, each pair back to back."""
+        pairs: list[Process] = []
+        for i in range(first, last + 1):
+            if len(spare) < 2 if kind == IDENTICAL else not (cand_spare and spare):
+                break  # the pool is spent: the confirmation has fewer pairs (its last look judges what it has)
+            if kind == IDENTICAL:  # the two processes saved closest to the first pass, in ABBA order
+                early, late = sorted((_nearest(spare, pool, _when(run)) for _ in range(2)), key=_when)
+                base_run, cand = (early, late) if i % 2 else (late, early)
+            else:
+                cand = _nearest(cand_spare, same_kind, _when(run))
+                base_run = _nearest(spare, pool, _when(cand))
+            pairs += [Process(BASE, base_run), Process(CANDIDATE, cand)]
+        return pairs, 0.0  # no seconds: the looks are sized as the gate sizes them, without a time budget
+
+    processes, _ = confirm_looks(rows, base, settings, True, draw_pairs, plan.confirm_level)
     return SimulatedRun(candidate, kind, rows, any(row.verdict == SLOWER for row in rows), len(suspects),
                         len(processes), len(drawn),
                         {row.fullname: run.benchmarks[row.fullname].family for row in rows},
@@ -124,14 +116,14 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
 
 
 def simulate(identical: Mapping[str, SavedRun], regressed: Mapping[str, Mapping[str, SavedRun]],
-             settings: GateSettings, *, history: int = 20, draws: int = DEFAULT_DRAWS, seed: int = 0,
-             regressions: Mapping[str, Any] | None = None) -> list[SimulatedRun]:  # fmt: skip
+             settings: GateSettings, *, history: int = 20, draws: int = DEFAULT_DRAWS,
+             seed: int = 0) -> list[SimulatedRun]:  # fmt: skip
     """Simulated CI runs: ``draws`` per identical process and per regressed process (docs/method.md, section 5).
-    ``regressions``: kind -> `perf.gate.regressions.Regression`, whose slowed benchmarks alone are judged."""
+    ``regressed``: by its kind (``layer:5%``), whose slowed benchmarks alone are judged."""
     rng = random.Random(seed)
     expected = sorted({name for run in identical.values() for name in run.benchmarks})
-    return [simulate_run(label, kind, identical, runs, settings, rng, history, expected,
-                         None if regressions is None else regressions.get(kind))
+    regressions = {kind: parse_regression(kind) for kind in regressed}
+    return [simulate_run(label, kind, identical, runs, settings, rng, history, expected, regressions.get(kind))
             for kind, runs in [(IDENTICAL, identical), *regressed.items()] for label in runs
             for _ in range(draws)]  # fmt: skip
 
@@ -281,23 +273,21 @@ def json_problem(path: str | None) -> str | None:
     return None if why is None else f"--json '{path}': cannot write in '{file.parent}': {why}"
 
 
-def main(argv: Sequence[str] | None = None, args: argparse.Namespace | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``python -m perf.crossprocess DIR [DIR ...]``: judge the saved runs of ``--perf-runs-dir`` folders again
     (e.g. runs of one code made in several calls of a time-limited machine), printing the self-test's tables."""
-    if args is not None:  # parsed already by perf-history simulate, which says a HistoryError in its own line
-        return _simulate_command(args)
     parser = _Parser(prog="python -m perf.crossprocess", description=main.__doc__, allow_abbrev=False)
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        return _simulate_command(args)
+        return simulate_command(args)
     except HistoryError as e:
         parser.error(str(e))
 
 
-def _simulate_command(args: argparse.Namespace) -> int:
-    """Both commands once their arguments are parsed; `perf.runs.HistoryError` for bad input, before anything is
-    printed or written."""
+def simulate_command(args: argparse.Namespace) -> int:
+    """Both commands once their arguments (`add_arguments`) are parsed; `perf.runs.HistoryError` for bad input,
+    before anything is printed or written (perf-history simulate says it in its own line)."""
     if problem := json_problem(args.json):
         raise HistoryError(problem)
     identical, regressed = load_runs_dirs(args.folders)
@@ -306,7 +296,7 @@ def _simulate_command(args: argparse.Namespace) -> int:
                            "leave-pair-out profiles")  # fmt: skip
     fingerprint = next(iter(identical.values())).fingerprint or {}
     verdicts = simulate(identical, regressed, GateSettings(min_effect=args.min_effect, confirm=args.confirm),
-                        history=args.history, draws=args.draws, regressions={k: parse_regression(k) for k in regressed})
+                        history=args.history, draws=args.draws)
     report = PerfReport()
     for table, rows in ((schema.RERUN_FAMILY, family_rows(compute_profile(list(identical.values()), fingerprint))),
                         (schema.RERUN_IDENTICAL, identical_rows(verdicts)),

@@ -1,6 +1,6 @@
 """Confirm before failing: the suspects of a first pass measured again in fresh processes, base and this tree
-alternating (ABBA), `PAIRS_PER_LOOK` pairs a look, judged on those processes alone (`confirm_rows`);
-docs/method.md, sections 4 (item 6) and 8."""
+alternating (ABBA), `PAIRS_PER_LOOK` pairs a look, judged on those processes alone (`confirm_looks`, the simulated CI
+runs' too; `confirm_rows`); docs/method.md, sections 4 (item 6) and 8."""
 
 from __future__ import annotations
 
@@ -57,15 +57,10 @@ def abba_children(sides: Sides, first: int, last: int, nodeids: tuple[str, ...] 
     return children
 
 
-def looks(pairs: int) -> int:
-    """How many looks a confirmation of at most ``pairs`` pairs takes."""
-    return max(1, math.ceil(pairs / PAIRS_PER_LOOK))
-
-
 def level_per_look(pairs: int, level: float = CONFIRM_LEVEL) -> float:
     """The one-sided level of each look that may confirm: ``level`` split evenly over the looks (of at most ``pairs``
     pairs) that hold `MIN_CONFIRM` pairs, and the last; an earlier look can only clear a suspect, spending none."""
-    total = looks(pairs)
+    total = max(1, math.ceil(pairs / PAIRS_PER_LOOK))
     confirming = sum(min(look * PAIRS_PER_LOOK, pairs) >= MIN_CONFIRM or look == total for look in range(1, total + 1))
     return confirm_level(confirming, level)
 
@@ -138,27 +133,23 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
     return True
 
 
-def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateSettings, sides: Sides, folder: Path,
-                 options: Sequence[str], on_done: Callable[..., None] | None = None,
-                 level: float = CONFIRM_LEVEL) -> float:  # fmt: skip
-    """Confirm every suspect row in place at one-sided ``level`` (`perf.gate.judge.Budget.confirm_level`); return
-    the seconds the processes took. Looks of `PAIRS_PER_LOOK` pairs (base first in odd pairs) run within
-    ``settings.confirm_budget_s`` (`next_look_pairs`); the last look run judges finally."""
-    from perf.gate.processes import run_children
-
+def confirm_looks(rows: Sequence[Row], baseline: Baseline | None, settings: GateSettings, paired: bool,
+                  run_pairs: Callable[[int, int, list[Row]], tuple[list[Process], float]],
+                  level: float = CONFIRM_LEVEL) -> tuple[list[Process], float]:  # fmt: skip
+    """Confirm every suspect row in place at one-sided ``level`` (`perf.gate.judge.Budget.confirm_level`) in looks of
+    `PAIRS_PER_LOOK` pairs within ``settings.confirm_budget_s`` (`next_look_pairs`); the last look run judges finally.
+    ``run_pairs(first, last, pending)`` gives pairs ``first``..``last`` of the pending rows' benchmarks and the seconds
+    they took: fresh processes (`confirm_rows`) or saved ones (the simulated CI runs, 0 s). Returns every process and
+    the seconds."""
     pending = [row for row in rows if row.verdict == SLOWER and row.suspect]
-    if not pending or settings.confirm <= 0:
-        return 0.0
-    folder.mkdir(parents=True, exist_ok=True)
-    paired, budget = sides.base_tree is not None, settings.confirm_budget_s
-    level = level_per_look(settings.confirm, level)
     results: list[Process] = []
+    if not pending or settings.confirm <= 0:
+        return results, 0.0
+    budget, level = settings.confirm_budget_s, level_per_look(settings.confirm, level)
     spent, done, pairs, shrunk = 0.0, 0, min(PAIRS_PER_LOOK, settings.confirm), False
     while True:
-        children = abba_children(sides, done + 1, done + pairs, tuple(sorted({row.fullname for row in pending})))
-        ran = run_children(children, options, folder, sides.candidate_tree, on_done=on_done)
-        took = sum(r.seconds for r in ran)
-        results += [Process(r.kind, load_run(r.run)) for r in ran if r.run is not None]
+        ran, took = run_pairs(done + 1, done + pairs, pending)
+        results += ran
         spent, done = spent + took, done + pairs
         following = 0 if shrunk else next_look_pairs(done, settings.confirm, spent, took, pairs, budget)
         if early := (following == 0 and done < settings.confirm):
@@ -167,8 +158,24 @@ def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateS
         pending = [row for row in pending if not judge_suspect(
             row, baseline, settings, results, level, paired, final=following == 0, early=early)]
         if not pending or following == 0:
-            return spent
+            return results, spent
         shrunk, pairs = following < min(PAIRS_PER_LOOK, settings.confirm - done), following
         if shrunk:
             log.warning("confirmation: %.0f s spent; the last look runs %d pair(s) within --perf-confirm-budget "
                         "(%.0f s)", spent, pairs, budget)
+
+
+def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateSettings, sides: Sides, folder: Path,
+                 options: Sequence[str], on_done: Callable[..., None] | None = None,
+                 level: float = CONFIRM_LEVEL) -> float:  # fmt: skip
+    """`confirm_looks` on fresh processes of ``sides`` in ABBA order (`abba_children`), run with ``options`` and
+    logged in ``folder``; return the seconds the processes took."""
+    from perf.gate.processes import run_children
+
+    def run_pairs(first: int, last: int, pending: list[Row]) -> tuple[list[Process], float]:
+        folder.mkdir(parents=True, exist_ok=True)
+        children = abba_children(sides, first, last, tuple(sorted({row.fullname for row in pending})))
+        ran = run_children(children, options, folder, sides.candidate_tree, on_done=on_done)
+        return [Process(r.kind, load_run(r.run)) for r in ran if r.run is not None], sum(r.seconds for r in ran)
+
+    return confirm_looks(rows, baseline, settings, sides.base_tree is not None, run_pairs, level)[1]

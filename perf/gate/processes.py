@@ -12,7 +12,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from detector.fileio import atomic_write_text, file_kind
@@ -74,8 +74,8 @@ class Child:
 
 @dataclass
 class ChildResult:
-    """What a child did: exit status, seconds, its saved run (None: none), its log, and ``compare_fail``
-    ("passed" / "failed") when it was asked."""
+    """What a child did: exit status, seconds, its saved run (None: none), its log, ``compare_fail``
+    ("passed" / "failed") when it was asked, and its tests that failed (`_failed_tests`)."""
 
     label: str
     kind: str
@@ -84,7 +84,7 @@ class ChildResult:
     run: Path | None
     log: Path
     compare_fail: str | None = None
-    extra: dict[str, object] = field(default_factory=dict)
+    failed_tests: int = 0
 
 
 def _is_value(token: str) -> bool:
@@ -217,7 +217,7 @@ def run_children(
         longest = max(longest, seconds)
         result = ChildResult(child.label, child.kind, code, seconds, run, log_path,
                              "failed" if compare and REGRESSED in text else "passed" if compare else None,
-                             {"failed_tests": _failed_tests(text, code)})
+                             _failed_tests(text, code))
         results.append(result)
         if child.kind == "identical" and run is not None:
             previous_identical = run

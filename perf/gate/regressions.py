@@ -57,10 +57,10 @@ class Regression:
         """The smallest batch its detection is judged at (batch 1 is launch-bound for ``layer``)."""
         return 8 if self.kind == "layer" else 1
 
-    @property
-    def max_batch(self) -> int | None:
-        """The largest batch its detection is judged at (None: any)."""
-        return 1 if self.kind == "layer1" else None
+    def slows(self, group: str | None, batch: int) -> bool:
+        """Whether its detection is judged on a benchmark of ``group`` at ``batch``: one of its `groups`, from
+        `min_batch`, and at batch 1 alone for ``layer1``."""
+        return group in self.groups and batch >= self.min_batch and (self.kind != "layer1" or batch == 1)
 
     @property
     def calibration_batch(self) -> int:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perf.options import DEFAULT_REGRESSIONS, parse_regression, parse_regressions
+from perf.options import DEFAULT_REGRESSIONS, parse_regressions
 from perf.report import schema
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class ProcessesRun:
                                                   "compare-fail": r.compare_fail or "-"})  # fmt: skip
             if r.run is not None:
                 (identical if r.kind == IDENTICAL else regressed.setdefault(r.kind, {}))[r.label] = load_run(r.run)
-        self.failed = [r for r in results if r.run is None or r.extra.get("failed_tests")]
+        self.failed = [r for r in results if r.run is None or r.failed_tests]
         if len(identical) < 2:
             self.error = f"only {len(identical)} identical process(es) saved a run: no noise profile"
             return
@@ -134,8 +134,7 @@ class ProcessesRun:
                                    "family": family_rows(profile)}  # fmt: skip
         tables = [(schema.NOISE_FAMILY, summary["family"]), (schema.NOISE_BENCHMARK, benchmark_rows(profile))]
         if self.mode == "selftest":
-            verdicts = simulate(identical, regressed, self.perf.gate.settings, history=self.perf.options.history,
-                                regressions={kind: parse_regression(kind) for kind in regressed})  # fmt: skip
+            verdicts = simulate(identical, regressed, self.perf.gate.settings, history=self.perf.options.history)
             real = [r.compare_fail for r in results if r.compare_fail is not None]
             compare_fail = {**compare_fail_rows(identical, self.compare_fail),
                             "consecutive processes run with it": f"{real.count('passed')}/{len(real)} passed"}

@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.command == "simulate":
-            return crossprocess.main(args=args)
+            return crossprocess.simulate_command(args)
         if args.command == "comparable":  # one line per fingerprint field that differs from this machine
             differences = fingerprint_differences(load_run(args.run).fingerprint, device_fingerprint(args.device))
             for field, old, new in differences:

@@ -13,7 +13,6 @@ import pytest
 from perf.crossprocess import IDENTICAL, identical_rows, regression_rows, simulate
 from perf.gate.compare import Baseline, GateSettings, budget, compare_runs, judge_benchmark, judge_paired
 from perf.gate.history import history_runs, reference_for
-from perf.options import parse_regression
 from perf.runs import BenchmarkRecord, SavedRun, run_from_json
 
 FINGERPRINT = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
@@ -167,8 +166,7 @@ def test_simulated_ci_runs_count_red_runs_detections_and_confirmation_processes(
 
     identical = pool("a", 14, 1e-3, 0)
     regressed = {"layer:5%": pool("l", 5, 1.05e-3, 100, {"regression": "layer:5%"})}
-    runs = simulate(identical, regressed, GateSettings(confirm=4), history=8, draws=4,
-                    regressions={"layer:5%": parse_regression("layer:5%")})  # fmt: skip
+    runs = simulate(identical, regressed, GateSettings(confirm=4), history=8, draws=4)
     assert sum(r.kind == IDENTICAL for r in runs) == 56 and sum(r.kind != IDENTICAL for r in runs) == 20
     assert all(r.history == 8 for r in runs if r.kind != IDENTICAL)
     (overall,) = [r for r in identical_rows(runs) if r["family"] == "all"]
@@ -184,8 +182,7 @@ def test_a_simulated_confirmation_sizes_its_looks_as_the_gate_does() -> None:
                  for k, m in enumerate(_process_medians(16, 0.01, 0))}  # fmt: skip
     regressed = {f"l{k}": _run(40 + k, _bench("x[b32]", m, 40 + k, batch=32), injected={"regression": "layer:5%"})
                  for k, m in enumerate(_process_medians(8, 0.01, 40, 1.05e-3))}  # fmt: skip
-    runs = simulate(identical, {"layer:5%": regressed}, GateSettings(confirm=3), history=8, draws=2,
-                    regressions={"layer:5%": parse_regression("layer:5%")})  # fmt: skip
+    runs = simulate(identical, {"layer:5%": regressed}, GateSettings(confirm=3), history=8, draws=2)
     confirmed = [r.confirmation_processes for r in runs if r.kind != IDENTICAL and r.suspects]
     # --perf-confirm=3: a look of 2 pairs (which cannot confirm: MIN_CONFIRM is 3), then one of 1; never 4 pairs
     assert confirmed and max(confirmed) == 6
