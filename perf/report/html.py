@@ -156,13 +156,12 @@ def to_html(report: Report, title: str = "Performance report") -> str:
     lines += [f"<div class='injected'>{escape(n.text)}</div>" if n.kind == "injected" else
               f"<p class='run'>{escape(n.text)}</p>" for n in report.notices]  # fmt: skip
     lines += [f"<p class='warn'>warning: {escape(w)}</p>" for w in report.warnings]
-    lines += [_section(t.spec.title, [t.note] if t.note else [], t.spec.html(*t.shown()))
-              for t in report.tables]  # fmt: skip
+    lines += [_section(t.spec.title, [t.note] if t.note else [], t.spec.html(t.rows)) for t in report.tables]
     for section, figures in groupby(report.figures, key=lambda figure: figure.section):
         lines += [f"<h2>{escape(section)}</h2>", *map(_figure, figures)]
     lines.append(captures_html(report.captures))
-    suite = [_section(spec.title, notes, spec.html(columns, cells) if columns else "")
-             for spec, notes, columns, cells in report.suite.shown()]  # fmt: skip
+    device = report.suite.device
+    suite = [_section(spec.title, spec.notes(device), spec.html(rows, device)) for spec, rows in report.suite.shown()]
     if suite:  # detail: folded, so that the page stays a glance long
         lines += [f"<h2>{escape(SUITE_SECTION)}</h2><details class='suite'><summary>{len(suite)} table(s) of "
                   "the run's own report: show</summary>", *suite, "</details>"]  # fmt: skip
