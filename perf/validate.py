@@ -15,9 +15,6 @@ from typing import Any, Protocol
 NUMBER, TEXT, NUMBERS, TEXTS = "number", "text", "numbers", "texts"
 #: The stats pytest-benchmark's ``--benchmark-compare`` table reads from every benchmark of a saved run.
 BENCHMARK_STATS = ("min", "max", "mean", "stddev", "median", "iqr", "rounds", "iterations")
-#: What the readers take from a saved run's ``machine_info``, and as what: the fingerprint and the subject
-#: (`perf.measure.machine`, `perf.subject`) as objects, the host as text.
-_MACHINE_INFO = (("perf", dict), ("perf_subject", dict), ("node", str))
 
 
 class Table(Protocol):
@@ -37,13 +34,6 @@ def kind_of(value: Any) -> str:
     """What a message calls the JSON type of ``value``: ``an object``, ``a list``, ``a string``, ``a number``, ..."""
     kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
     return kinds.get(type(value), "a number")
-
-
-def _typed(where: str, value: Any, kind: type) -> str | None:
-    """``<where> is <what value is>, expected <a kind>`` when ``value`` is given and not a ``kind``."""
-    if value is None or isinstance(value, kind):
-        return None
-    return f"{where} is {kind_of(value)}, expected {kind_of(kind())}"
 
 
 def _not_number(where: str, value: Any, finite: bool = False) -> str | None:
@@ -108,6 +98,39 @@ def _first(problems: Iterable[str | None]) -> str | None:
     return next((p for p in problems if p is not None), None)
 
 
+# A table read by one loop, not jsonschema: a schema's messages ("1234 is not of type 'string'") would not name the
+# path as the pinned ones do, and no schema says "too large for a number". Null is absent; parents come first.
+#: What the readers index in a saved run (beyond 'benchmarks') and in each benchmark of it, and as what.
+_RUN_KEYS = (("machine_info", dict), ("commit_info", dict), ("datetime", str), ("machine_info.perf", dict),
+             ("machine_info.perf_subject", dict), ("machine_info.node", str), ("commit_info.id", str),
+             ("commit_info.branch", str), ("machine_info.perf_subject.backends", list),
+             ("machine_info.perf_subject.precisions", list))
+_BENCHMARK_KEYS = (("extra_info", dict), ("params", dict), ("group", str), ("extra_info.e2e_fps", NUMBER),
+                   ("extra_info.stage_ms_per_frame", dict), ("extra_info.metrics", dict))
+
+
+def _declared(doc: Any, keys: Iterable[tuple[str, Any]], prefix: str = "") -> Iterator[str | None]:
+    """Each problem of the values at ``keys``' paths of ``doc``: ``'key'`` or ``a.b`` after ``prefix`` names one."""
+    for path, kind in keys:
+        value = doc
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        yield _kind_problem(prefix + (path if "." in path else f"'{path}'"), value, kind)
+
+
+def _kind_problem(where: str, value: Any, kind: Any, finite: bool = True) -> str | None:
+    """``<where> is <what value is>, expected <a kind>`` when ``value`` is given (not None) and not a ``kind``: a
+    type, or a column's kind (`NUMBER` and `NUMBERS`, each number ``finite`` or not; `TEXTS`; `TEXT`, anything)."""
+    if value is None or kind == TEXT:
+        return None
+    if kind in (NUMBER, NUMBERS):
+        return (_not_number if kind == NUMBER else _numbers_problem)(where, value, finite)
+    if kind == TEXTS:
+        texts = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if texts else f"{where} is {value!r}, expected a list of strings"
+    return None if isinstance(value, kind) else f"{where} is {kind_of(value)}, expected {kind_of(kind())}"
+
+
 def _benchmark_problems(bench: Any, i: int, complete: bool) -> Iterator[str | None]:
     if not isinstance(bench, dict):
         yield f"benchmarks[{i}] is {kind_of(bench)}, expected an object"
@@ -122,16 +145,10 @@ def _benchmark_problems(bench: Any, i: int, complete: bool) -> Iterator[str | No
             yield None if isinstance(value, str) else f"{where}: stats.outliers is {value!r}, expected a string"
         else:
             yield (_numbers_problem if key == "data" else _not_number)(f"{where}: stats.{key}", value, True)
-    yield from (_typed(f"{where}: '{key}'", bench.get(key), kind)
-                for key, kind in (("extra_info", dict), ("params", dict), ("group", str)))  # fmt: skip
-    extra = bench.get("extra_info") or {}
-    if extra.get("e2e_fps") is not None:
-        yield _not_number(f"{where}: extra_info.e2e_fps", extra["e2e_fps"], True)
-    yield from (_typed(f"{where}: extra_info.{key}", extra.get(key), dict) for key in ("stage_ms_per_frame", "metrics"))
-    for name, metric in (extra.get("metrics") or {}).items():
-        yield _typed(f"{where}: extra_info.metrics.{name}", metric, dict)
-        if metric.get("data") is not None:
-            yield _numbers_problem(f"{where}: extra_info.metrics.{name}.data", metric["data"], True)
+    yield from _declared(bench, _BENCHMARK_KEYS, f"{where}: ")
+    for name, metric in ((bench.get("extra_info") or {}).get("metrics") or {}).items():
+        yield _kind_problem(f"{where}: extra_info.metrics.{name}", metric, dict)
+        yield _kind_problem(f"{where}: extra_info.metrics.{name}.data", (metric or {}).get("data"), NUMBERS)
 
 
 def _run_problems(doc: Any, complete: bool) -> Iterator[str | None]:
@@ -142,14 +159,7 @@ def _run_problems(doc: Any, complete: bool) -> Iterator[str | None]:
         yield f"'benchmarks' is {found}, expected a list"
     if complete and "machine_info" not in doc:
         yield "'machine_info' is missing"
-    yield from (_typed(f"'{key}'", doc.get(key), dict) for key in ("machine_info", "commit_info"))
-    yield _typed("'datetime'", doc.get("datetime"), str)
-    info, commit = doc.get("machine_info") or {}, doc.get("commit_info") or {}
-    yield from (_typed(f"machine_info.{key}", info.get(key), kind) for key, kind in _MACHINE_INFO)
-    yield from (_typed(f"commit_info.{key}", commit.get(key), str) for key in ("id", "branch"))
-    subject = info.get("perf_subject") or {}
-    yield from (_typed(f"machine_info.perf_subject.{key}", subject.get(key), list)
-                for key in ("backends", "precisions"))  # fmt: skip
+    yield from _declared(doc, _RUN_KEYS)
     for i, bench in enumerate(doc["benchmarks"]):
         yield from _benchmark_problems(bench, i, complete)
     yield value_problem(doc)
@@ -167,13 +177,8 @@ def row_problem(table: Table, row: Mapping[str, Any], where: str | None = None) 
     where = where or f"table {table.title!r}"
     for key, value in row.items():
         column = table.column(key) if isinstance(key, str) else None
-        if column is None or value is None:
-            continue
-        check = {NUMBER: _not_number, NUMBERS: _numbers_problem}.get(column.kind)
-        if check is not None and (problem := check(f"{where}: {key!r}", value)):
+        if column is not None and (problem := _kind_problem(f"{where}: {key!r}", value, column.kind, False)):
             return problem
-        if column.kind == TEXTS and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            return f"{where}: {key!r} is {value!r}, expected a list of strings"
     return None
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-import os
 from dataclasses import dataclass, field
 from html import escape
 from itertools import groupby
@@ -156,13 +155,12 @@ def to_html(report: Report, title: str = "Performance report") -> str:
     lines += [f"<div class='injected'>{escape(n.text)}</div>" if n.kind == "injected" else
               f"<p class='run'>{escape(n.text)}</p>" for n in report.notices]  # fmt: skip
     lines += [f"<p class='warn'>warning: {escape(w)}</p>" for w in report.warnings]
-    lines += [_section(t.spec.title, [t.note] if t.note else [], t.spec.html(*t.shown()))
-              for t in report.tables]  # fmt: skip
+    lines += [_section(t.spec.title, [t.note] if t.note else [], t.spec.html(t.rows)) for t in report.tables]
     for section, figures in groupby(report.figures, key=lambda figure: figure.section):
         lines += [f"<h2>{escape(section)}</h2>", *map(_figure, figures)]
     lines.append(captures_html(report.captures))
-    suite = [_section(spec.title, notes, spec.html(columns, cells) if columns else "")
-             for spec, notes, columns, cells in report.suite.shown()]  # fmt: skip
+    device = report.suite.device
+    suite = [_section(spec.title, spec.notes(device), spec.html(rows, device)) for spec, rows in report.suite.shown()]
     if suite:  # detail: folded, so that the page stays a glance long
         lines += [f"<h2>{escape(SUITE_SECTION)}</h2><details class='suite'><summary>{len(suite)} table(s) of "
                   "the run's own report: show</summary>", *suite, "</details>"]  # fmt: skip
@@ -187,18 +185,15 @@ def build_report(storage: Path | None, reports: Path | None, out: Path, *, machi
     except OSError as e:  # a folder or file the report reads: never "cannot write"
         raise HistoryError(f"cannot read '{e.filename}': {e.strerror or e}" if e.filename else
                            f"cannot read the report's inputs: {e.strerror or e}") from e  # fmt: skip
-    paths = _write_all({path: text.encode("utf-8") for path, text in pages.items()})
+    paths = _write_all(pages)
     log.info("wrote %s (%d figures)", ", ".join(map(str, paths)), len(report.figures))
     return paths, report.warnings
 
 
-def _write_all(files: dict[Path, bytes]) -> list[Path]:
-    """Write every file or none: each to a temporary file beside it (`detector.fileio.atomic_path`), renamed only
-    once all are written; any failure removes them all and leaves the files there as they were."""
+def _write_all(files: dict[Path, str]) -> list[Path]:
+    """Write every file (UTF-8) or none: each to a temporary file beside it (`detector.fileio.atomic_path`, which
+    syncs it), renamed only once all are written; any failure removes them all and leaves the files as they were."""
     with contextlib.ExitStack() as stack:
-        for path, data in files.items():
-            with open(stack.enter_context(atomic_path(path)), "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+        for path, text in files.items():
+            stack.enter_context(atomic_path(path)).write_bytes(text.encode("utf-8"))
     return list(files)

@@ -77,12 +77,13 @@ class ReportInputs:
         return self.verdicts.entry(bench.fullname, bench.name)
 
 
-def load_machine_runs(storage: Path, machine_id: str | None, warnings: list[str]) -> list[SavedRun]:
-    """One machine's saved runs (default: the newest file's), oldest first; `HistoryError`: all corrupt, no folder."""
+def load_machine_runs(storage: Path, machine_id: str | None, warnings: list[str]) -> tuple[list[SavedRun], Any]:
+    """One machine's saved runs (default: the newest file's), oldest first, and its stored noise profile (or
+    None); `HistoryError`: all corrupt, no folder."""
+    from perf.gate.noise import NoiseProfileError, find_profile
+
     files = run_files(storage)
-    if machine_id is None:
-        if not files:
-            return []
+    if machine_id is None and files:
         machine_id = max(files, key=lambda path: path.stat().st_mtime).parent.name
     others = Counter(path.parent.name for path in files if path.parent.name != machine_id)
     warnings += [f"runs of machine '{m}' ({n} files) are not in this report; choose it with --machine-id"
@@ -90,7 +91,14 @@ def load_machine_runs(storage: Path, machine_id: str | None, warnings: list[str]
     skipped: list[str] = []
     runs = load_runs(storage, machine_id, skipped=skipped)
     warnings += [f"skipped corrupt saved run: {e}" for e in skipped]
-    return runs
+    if not runs:
+        warnings.append(f"benchmark storage '{storage}' holds no saved runs")
+    elif isinstance(fingerprint := runs[-1].fingerprint, dict):
+        try:
+            return runs, find_profile(storage, fingerprint)
+        except NoiseProfileError as e:
+            warnings.append(f"ignored this runner's stored noise profile, {e}: change points use the default floor")
+    return runs, None
 
 
 def load_tables(reports: Path, warnings: list[str]) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
@@ -169,17 +177,7 @@ def load_inputs(storage: Path | None, reports: Path | None, *, machine_id: str |
     if store is not None:
         inputs.runs, profile = load_store_runs(store, warnings)
     elif storage is not None:
-        inputs.runs = load_machine_runs(storage, machine_id, warnings)
-        if not inputs.runs:
-            warnings.append(f"benchmark storage '{storage}' holds no saved runs")
-        elif isinstance(fingerprint := inputs.runs[-1].fingerprint, dict):  # this machine's noise profile
-            from perf.gate.noise import NoiseProfileError, find_profile
-
-            try:
-                profile = find_profile(storage, fingerprint)
-            except NoiseProfileError as e:
-                warnings.append(f"ignored this runner's stored noise profile, {e}: change points use the default "
-                                "floor")  # fmt: skip
+        inputs.runs, profile = load_machine_runs(storage, machine_id, warnings)
     inputs.runs = same_subject(inputs.runs, warnings)
     if len(inputs.runs) >= 3:
         inputs.changes = find_changes(inputs.runs, warnings, profile)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from detector.timing import STAGES
+from perf.report.readable import number
 from perf.tabletext import html_table, markdown_table
 from perf.validate import NUMBER, NUMBERS, TEXT, TEXTS
 
@@ -51,6 +52,7 @@ def text(name: str, unit: str = "", **flags: Any) -> Column:
 MARKDOWN_COLUMNS = 6
 #: Columns whose cells are prose: wrapped in the HTML page (`TableSpec.html`).
 PROSE = frozenset({"note", "failures", "why", "per class AP@0.5", "reasons"})
+_Rows = Sequence[Mapping[str, object]]
 
 
 def on_cpu(device: str | None) -> bool:
@@ -97,15 +99,25 @@ class TableSpec:
         """The heading of each row key of ``names``: its column's ``header`` when it has one, else the key."""
         return [(column.header if (column := self.column(n)) else "") or n for n in names]
 
-    def markdown(self, names: Sequence[str], rows: Iterable[Sequence[str]], numbers_right: bool = False) -> list[str]:
-        """The markdown table of ``rows`` (cells in ``names`` order); ``numbers_right``: unit columns right."""
+    def _cells(self, rows: _Rows, detail: bool, device: str | None) -> tuple[list[str], list[list[str]]]:
+        """The keys `names` shows and each row's cells: a float to 4 significant digits, None or missing blank."""
+        names = self.names(rows, detail=detail, device=device)
+        return names, [[number(v, 4) if isinstance(v := row.get(c), float) else "" if v is None else str(v)
+                        for c in names] for row in rows]  # fmt: skip
+
+    def markdown(self, rows: _Rows, *, detail: bool = True, device: str | None = None,
+                 numbers_right: bool = False) -> list[str]:  # fmt: skip
+        """The lines of the markdown table of ``rows`` (none when no column is shown); ``numbers_right``: the
+        columns with a unit aligned right."""
+        names, cells = self._cells(rows, detail, device)
         headers = self.headers(names)
         right = [h for h, n in zip(headers, names) if numbers_right and (c := self.column(n)) and c.unit]
-        return markdown_table(headers, rows, right)
+        return markdown_table(headers, cells, right) if names else []
 
-    def html(self, names: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-        """The HTML table of ``rows`` (cells in ``names`` order), the `PROSE` columns wrapped."""
-        return html_table(self.headers(names), rows, prose=PROSE)
+    def html(self, rows: _Rows, device: str | None = None) -> str:
+        """The HTML table of ``rows``, the `PROSE` columns wrapped ("" when no column is shown)."""
+        names, cells = self._cells(rows, True, device)
+        return html_table(self.headers(names), cells, prose=PROSE) if names else ""
 
     def notes(self, device: str | None = None) -> list[str]:
         """What to say under the title on ``device``: the note, and on a CPU run the CPU note."""

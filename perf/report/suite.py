@@ -14,7 +14,6 @@ import numpy as np
 
 from detector.fileio import atomic_write_text
 from perf.report import schema
-from perf.report.readable import number
 from perf.report.schema import SchemaError, TableSpec
 from perf.validate import row_problem
 
@@ -60,27 +59,24 @@ class PerfReport:
         return {**({"subject": self.subject} if self.subject else {}), "tables": self.tables,
                 **({"device": self.device} if self.device else {})}
 
-    def shown(self) -> Iterator[tuple[TableSpec, list[str], list[str], list[list[str]]]]:
-        """Each table with rows as :attr:`device` shows it: its schema (one this version does not declare:
-        its rows' keys as text columns), notes, the columns shown and their cells as text."""
+    def shown(self) -> Iterator[tuple[TableSpec, list[dict[str, Any]]]]:
+        """Each table with rows, and its schema (one this version does not declare: its rows' keys as text
+        columns); what :attr:`device` shows of it: ``spec.notes(device)``, ``spec.markdown(rows, device=device)``."""
         for title, rows in self.tables.items():
             if rows:
-                spec = schema.find_suite_table(title) or TableSpec(title, title, tuple(
-                    schema.text(str(key)) for key in dict.fromkeys(k for row in rows for k in row)))
-                names = spec.names(rows, device=self.device)
-                cells = [[number(v, 4) if isinstance(v := row.get(c), float) else "" if v is None else str(v)
-                          for c in names] for row in rows]  # fmt: skip
-                yield spec, spec.notes(self.device), names, cells
+                yield schema.find_suite_table(title) or TableSpec(title, title, tuple(
+                    schema.text(str(key)) for key in dict.fromkeys(k for row in rows for k in row))), rows
 
     def to_markdown(self) -> str:
         """The subject, then every table as :meth:`shown`: title, notes (quoted) and markdown table."""
         from perf.subject import subject_markdown
 
         parts = [subject_markdown(self.subject)] if self.subject else []
-        for spec, notes, columns, cells in self.shown():
+        for spec, rows in self.shown():
+            notes = spec.notes(self.device)
             parts.append(f"### {spec.title}\n")
             parts += ["\n>\n".join(f"> {note}" for note in notes), ""] if notes else []
-            parts += [*spec.markdown(columns, cells), ""] if columns else []
+            parts += [*table, ""] if (table := spec.markdown(rows, device=self.device)) else []
         return "\n".join(parts)
 
     def add_speedups(self) -> None:

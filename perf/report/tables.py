@@ -32,11 +32,6 @@ class Table:
         for row in self.rows:
             self.spec.check(row)
 
-    def shown(self, detail: bool = True) -> tuple[list[str], list[list[str]]]:
-        """The columns in the schema's order (``detail=False``: less the detail ones) and each row's cells."""
-        names = self.spec.names(self.rows, detail=detail)
-        return names, [[str(row.get(c, "")) for c in names] for row in self.rows]
-
 
 class Notice(NamedTuple):
     """A line above the tables: ``kind`` ``"run"`` (what was measured where) or ``"injected"`` (shown as a banner)."""
@@ -209,7 +204,7 @@ def to_markdown(tables: Sequence[Table], warnings: Sequence[str], title: str = "
     lines += [*(f"> warning: {markdown_cell(w)}" for w in warnings), *([""] if warnings else [])]
     for table in tables:
         lines += [f"### {table.spec.title}", "", *([table.note, ""] if table.note else []),
-                  *table.spec.markdown(*table.shown(detail=False), numbers_right=True), ""]
+                  *table.spec.markdown(table.rows, detail=False, numbers_right=True), ""]
     if tables:
         lines += ["IQR, p99, rounds, every stage and the figures (latency, history, parity) are in the HTML "
                   "report.", ""]

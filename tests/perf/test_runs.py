@@ -122,6 +122,16 @@ def test_a_bad_saved_run_is_one_error_naming_the_file(tmp_path: Path, content: s
     assert str(e.value).startswith(f"'{path}': {problem}") and "\n" not in str(e.value), str(e.value)
 
 
+def test_a_null_metric_is_a_metric_not_saved_and_a_listed_one_is_named(tmp_path: Path) -> None:
+    doc = _run("test_a")
+    doc["benchmarks"][0]["extra_info"] = {"metrics": {"wall": None}}
+    bench = load_run(_save(tmp_path / "m1", "0001_x.json", doc)).benchmarks["perf/t.py::test_a"]
+    assert bench.metrics().keys() == {"time"}
+    doc["benchmarks"][0]["extra_info"] = {"metrics": {"wall": {"data": [1.0, None]}}}
+    with pytest.raises(HistoryError, match=r"extra_info.metrics.wall.data\[1\] is None, not a number$"):
+        load_run(_save(tmp_path / "m1", "0002_x.json", doc))
+
+
 def test_a_bad_run_is_skipped_into_the_list_given_and_all_bad_is_an_error(tmp_path: Path) -> None:
     machine = tmp_path / "m1"
     _save(machine, "0001_a.json", _run("test_a"))
