@@ -29,6 +29,7 @@ from perf.roles.nsys import NsysRun, nsys_selected
 from perf.roles.report import ReportRun
 from perf.roles.store import StoreRun
 from perf.runs import describe_injected, injected_of, mismatch_lines, param_json
+from perf.store import store_location
 from perf.subject import Subject, describe_subject, subject_differences
 
 #: Defaults by device kind of --perf-batch-sizes, --perf-frames, --perf-streams; the CPU pass is a smoke test
@@ -93,7 +94,8 @@ class PerfOptions:
     selftest_regressions: tuple[Any, ...] | None
     processes_budget: float | None  #: s
     runs_dir: str | None  #: as given
-    store: str | None  #: --perf-store, else the ini setting ``perf_store``
+    store: str | None  #: --perf-store (a path from where pytest started), else the ini setting ``perf_store`` (a path
+    #: from the ini file's folder); a path made absolute, ``none`` and URLs as given
 
     def batch_sizes_for(self, device: str) -> tuple[int, ...]:
         """Batch sizes of the inference benchmarks on `device` ("cpu", "cuda", "cuda:N")."""
@@ -257,8 +259,8 @@ class PerfSession:
                  "clock_lead_in_ms": "perf_clock_lead_in"}  # fmt: skip
         values = {f.name: getoption(dests.get(f.name, f"perf_{f.name}")) for f in dataclasses.fields(PerfOptions)}
         cache_dir, reports = values["cache_dir"], values["reports_dir"]
-        values.update(backends=values["backends"] or backend_names(),
-                      store=values["store"] or config.getini("perf_store"),
+        store = store_location(values["store"], invocation_dir) or store_location(config.getini("perf_store"), ini_dir)
+        values.update(backends=values["backends"] or backend_names(), store=store,
                       cache_dir=resolved(invocation_dir / cache_dir) if cache_dir else default_cache_dir(),
                       reports_dir=resolved(invocation_dir / reports) if reports else config.rootpath / "reports")
         return cls(PerfOptions(**values), Subject.from_config(getoption, config.getini, invocation_dir, ini_dir))

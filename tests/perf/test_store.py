@@ -302,6 +302,37 @@ def test_saved_runs_go_into_the_store_with_their_verdicts_and_the_command_reads_
     assert missing.returncode == 2 and len(missing.stderr.splitlines()) == 1 and "nowhere" in missing.stderr
 
 
+def test_an_ini_store_path_is_taken_from_the_ini_folder_and_an_option_path_from_where_pytest_started(
+    tmp_path: Path,
+) -> None:
+    import sys
+
+    from tiny_bench import child_env, write_project
+
+    folder = write_project(tmp_path, ["perf.plugin"])
+    (folder / "pyproject.toml").write_text('[tool.pytest.ini_options]\nperf_store = "hist/h.sqlite"\n')
+    (started := folder / "sub").mkdir()
+    env = {k: v for k, v in child_env().items() if k != "PERF_STORE"}
+
+    def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
+                               "--perf-device=cpu", "--benchmark-storage=storage", "--benchmark-max-time=0.02",
+                               "--benchmark-min-rounds=5", "--benchmark-warmup=off", "--perf-reports-dir=reports",
+                               "--benchmark-autosave", *args, "../test_tiny.py"], cwd=started, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+    from_ini = pytest_run()
+    assert from_ini.returncode == 0, from_ini.stdout[-3000:] + from_ini.stderr[-3000:]
+    assert f"stored in sqlite:///{folder / 'hist' / 'h.sqlite'}" in from_ini.stdout
+    assert not (started / "hist").exists()
+    from_option = pytest_run("--perf-store=opt/h.sqlite")
+    assert from_option.returncode == 0, from_option.stdout[-3000:] + from_option.stderr[-3000:]
+    assert f"stored in sqlite:///{started / 'opt' / 'h.sqlite'}" in from_option.stdout
+    for where, runs in ((folder / "hist" / "h.sqlite", 1), (started / "opt" / "h.sqlite", 1)):
+        with open_store(str(where)) as store:
+            assert len(store.runs()) == runs, where
+
+
 def test_the_report_reads_the_store_and_shows_the_change_point(tmp_path: Path) -> None:
     import sys
 
