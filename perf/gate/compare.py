@@ -134,7 +134,9 @@ class Row:
     """One benchmark's line of the verdict table (seconds per call, frame or tick; the primary metric's ratio).
     ``moved``: what changed; ``detectable``: the smallest slowdown caught (a fraction); ``suspect``: the metrics
     the first pass called slower; ``why`` / ``kernels_moved_us``: for a slower row, the kernels that moved most
-    (`perf.profile.kernels.kernel_changes`) and how much all moved (microseconds per call)."""
+    (`perf.profile.kernels.kernel_changes`) and how much all moved (microseconds per call); ``n_current`` /
+    ``n_baseline``: the rounds of the judged run's benchmark / of the same benchmark in the baseline's latest run
+    (None: saved without them; set by `judge_benchmark`)."""
 
     fullname: str
     name: str
@@ -260,6 +262,8 @@ def judge_benchmark(baseline: Baseline, current: BenchmarkRecord, level: float |
         row.note = ("not in the history" if current.fullname not in baseline.benchmarks else
                     "no rounds to judge (saved without --benchmark-save-data)")  # fmt: skip
         return row
+    base = baseline.benchmarks.get(current.fullname)  # the same benchmark in the latest saved run
+    row.n_baseline = None if base is None or base.data is None else int(base.data.size)
     row.n_current = None if current.data is None else int(current.data.size)
     return _assemble(row, metrics)
 

@@ -53,6 +53,26 @@ def test_verdict_files_are_written_and_read_back_with_the_history_and_the_budget
     assert load_verdicts(tmp_path / "elsewhere") is None
 
 
+def test_a_verdict_row_counts_the_rounds_of_the_judged_run_and_of_the_same_benchmark_in_mains_latest_run(
+    tmp_path: Path,
+) -> None:
+    baseline, settings = _history(), GateSettings()  # 40 rounds a run
+    current = _bench("t::a", 1e-3, 9)
+    current["stats"]["data"] = current["stats"]["data"][:30]
+    rows = compare_runs(baseline, {"t::a": BenchmarkRecord.from_json(current)}, settings)
+    write_verdicts(tmp_path, rows, baseline, settings, "header line", budget=budget(baseline, settings))
+    verdicts = load_verdicts(tmp_path)
+    assert verdicts is not None
+    ((n_baseline, n_current, verdict),) = [(r["n_baseline"], r["n_current"], r["verdict"]) for r in verdicts["rows"]]
+    assert (n_baseline, n_current, verdict) == (40, 30, "no change")
+    without_rounds = _bench("t::a", 1e-3, 7)
+    del without_rounds["stats"]["data"]  # saved without --benchmark-save-data: its median only
+    latest = run_from_json({"benchmarks": [without_rounds], "datetime": "2026-01-09", "commit_info": {"id": "abc9"},
+                            "machine_info": {"perf": {"device": "cpu"}}}, "storage/m/0007_base.json")  # fmt: skip
+    row = judge_benchmark(Baseline([*baseline.runs, latest]), BenchmarkRecord.from_json(current), 0.01)
+    assert (row.n_baseline, row.n_current, row.verdict) == (None, 30, "no change")
+
+
 def test_a_failed_row_is_one_line_naming_the_ratio_the_floor_and_the_history() -> None:
     baseline = _history()
     row = judge_benchmark(baseline, BenchmarkRecord.from_json(_bench("t::a", 1.3e-3)), 0.01)
@@ -80,7 +100,8 @@ def test_a_slower_row_lists_the_kernels_that_moved_and_how_much_of_the_change_th
     explain_slower(row, baseline, slow)
     assert row.verdict == "slower" and [c["name"] for c in row.why] == ["where", "leaky", "conv"]
     first, *kernels = why_lines(row)
-    assert first.startswith("the kernels moved +0.25 ms of the +0.29") and kernels[0].startswith("+350.0 us/call  where")
+    assert first.startswith("the kernels moved +0.25 ms of the +0.29")
+    assert kernels[0].startswith("+350.0 us/call  where")
     same = judge_benchmark(baseline, BenchmarkRecord.from_json(_bench("t::a", 1e-3, 3)), 0.01)
     assert same.verdict == "no change" and same.why == [] and why_lines(same) == []
     with pytest.raises(ValueError, match="at least one saved run"):
