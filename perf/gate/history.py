@@ -29,12 +29,11 @@ def record_median(bench: BenchmarkRecord | None, metric: str = PRIMARY) -> float
 
 
 def history_runs(runs: Sequence[SavedRun], *, fingerprint: Mapping[str, Any] | None,
-                 identity: Mapping[str, Any] | None, branch: str | None = None, last: int = DEFAULT_LAST,
-                 exclude: Sequence[str] = ()) -> list[SavedRun]:  # fmt: skip
-    """The `last` runs (oldest first) not injected, not in ``exclude`` (run ids), of ``branch`` (None: any) and
-    `comparable` with ``fingerprint`` and ``identity``."""
-    kept = [run for run in runs if not run.injected and not (run.run_id is not None and run.run_id in exclude)
-            and comparable(run, fingerprint=fingerprint, identity=identity)
+                 identity: Mapping[str, Any] | None, branch: str | None = None,
+                 last: int = DEFAULT_LAST) -> list[SavedRun]:  # fmt: skip
+    """The `last` runs (oldest first; 0: all) not injected, of ``branch`` (None: any; a run that recorded no branch
+    or a detached ``HEAD`` counts as any) and `comparable` with ``fingerprint`` and ``identity``."""
+    kept = [run for run in runs if not run.injected and comparable(run, fingerprint=fingerprint, identity=identity)
             and (branch is None or (run.raw.get("commit_info") or {}).get("branch") in (None, "", "HEAD", branch))]
     return kept[-last:] if last > 0 else kept
 

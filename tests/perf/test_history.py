@@ -28,10 +28,11 @@ def _bench(name: str, median_s: float, seed: int, group: str = "inference", spre
 
 
 def _run(number: int, *benches: dict[str, Any], fingerprint: dict[str, Any] | None = None,
-         subject: dict[str, Any] | None = None, injected: dict[str, Any] | None = None) -> SavedRun:  # fmt: skip
+         subject: dict[str, Any] | None = None, injected: dict[str, Any] | None = None,
+         branch: str = "main") -> SavedRun:  # fmt: skip
     doc = {"benchmarks": list(benches), "datetime": f"2026-11-01T{number // 60:02d}:{number % 60:02d}:00",
            "machine_info": {"perf": fingerprint or FINGERPRINT, "perf_subject": subject or SUBJECT},
-           "commit_info": {"id": f"c{number:03d}", "branch": "main"},
+           "commit_info": {"id": f"c{number:03d}", "branch": branch},
            "perf_run": {"run_id": f"r{number}", "injected": injected or {}}}  # fmt: skip
     return run_from_json(doc, f"{number:04d}_x.json")
 
@@ -40,7 +41,7 @@ def _process_medians(n: int, sd: float, seed: int, level: float = 1e-3) -> list[
     return list(level * np.exp(sd * np.random.default_rng(seed).standard_normal(n)))
 
 
-def test_the_history_is_the_last_comparable_clean_runs_of_this_machine_and_model() -> None:
+def test_the_history_is_the_last_comparable_clean_runs_of_this_machine_model_and_branch() -> None:
     runs = [_run(k, _bench("a", 1e-3, k)) for k in range(1, 26)]
     runs.append(_run(26, _bench("a", 2e-3, 26), injected={"regression": "layer:5%"}))
     runs.append(_run(27, _bench("a", 1e-3, 27), fingerprint={**FINGERPRINT, "driver_version": "590.1"}))
@@ -48,7 +49,11 @@ def test_the_history_is_the_last_comparable_clean_runs_of_this_machine_and_model
     kept = history_runs(runs, fingerprint=FINGERPRINT, identity=SUBJECT, last=20)
     assert [r.run_id for r in kept] == [f"r{k}" for k in range(6, 26)]
     assert len(history_runs(runs, fingerprint=None, identity=None, last=0)) == 27  # the injected run never
-    assert history_runs(runs, fingerprint=FINGERPRINT, identity=SUBJECT, exclude=["r25"])[-1].run_id == "r24"
+    runs += [_run(29, _bench("a", 1e-3, 29), branch="feature"), _run(30, _bench("a", 1e-3, 30), branch="HEAD")]
+    on_main = history_runs(runs, fingerprint=FINGERPRINT, identity=SUBJECT, branch="main")
+    assert [r.run_id for r in on_main[-2:]] == ["r25", "r30"]  # another branch's run left out, a detached one kept
+    anywhere = history_runs(runs, fingerprint=FINGERPRINT, identity=SUBJECT)
+    assert [r.run_id for r in anywhere[-3:]] == ["r25", "r29", "r30"]  # branch None: any
 
 
 def test_a_change_point_restarts_the_reference_and_keeps_the_spread_from_before() -> None:
