@@ -55,7 +55,7 @@ class Baseline:
     def __post_init__(self) -> None:
         if not self.runs:
             raise ValueError("a baseline needs at least one saved run")
-        self._cache: dict[tuple[str, str], HistoryReference | None] = {}
+        self._cache: dict[tuple[str, str, float], HistoryReference | None] = {}
         #: (judged metrics, floor) -> how many runs the first pass flags, each judged against the others (`budget`)
         self.flagged: dict[tuple[int, float], int] = {}
 
@@ -74,11 +74,15 @@ class Baseline:
         return {"noise_profile": None if noise is None else str(noise.path or "in memory"),
                 "noise_processes": None if noise is None else noise.processes}
 
-    def reference(self, fullname: str, metric: str) -> HistoryReference | None:
-        key = (fullname, metric)
+    def reference(self, fullname: str, metric: str, min_effect: float = DEFAULT_FLOOR) -> HistoryReference | None:
+        """The history's reference of one metric (`perf.gate.history.reference_for`), seeded and its change points
+        judged with the noise profile's entry; ``min_effect``: the smallest level shift that restarts it."""
+        key = (fullname, metric, min_effect)
         if key not in self._cache:
             entry = self.noise.entry(fullname, metric) if self.noise is not None else None
-            self._cache[key] = reference_for(self.runs, fullname, metric, entry.medians_s if entry else ())
+            self._cache[key] = reference_for(self.runs, fullname, metric, entry.medians_s if entry else (),
+                                             min_effect=min_effect,
+                                             scatter=math.expm1(entry.between_sd) if entry else 0.0)  # fmt: skip
         return self._cache[key]
 
     def judged_metrics(self, expected: Iterable[str] | None = None) -> int:
@@ -174,10 +178,11 @@ def stage_share(metric: str, stage_s: float | None, frame_s: float | None, floor
     return share, floor / share if share else floor
 
 
-def reference_of(baseline: Baseline, fullname: str, metric: str) -> tuple[Reference | None, int, str]:
+def reference_of(baseline: Baseline, fullname: str, metric: str,
+                 min_effect: float = DEFAULT_FLOOR) -> tuple[Reference | None, int, str]:  # fmt: skip
     """(the reference, the processes it rests on, a note) of one metric: the history's, or with too short a
     history the latest run's own within-process spread (noted); None when neither has the series."""
-    if (found := baseline.reference(fullname, metric)) is not None:
+    if (found := baseline.reference(fullname, metric, min_effect)) is not None:
         note = f"history restarted at a change point ({found.restarted_at})" if found.restarted_at else ""
         return found.reference, found.reference.n, note
     base = baseline.latest.benchmarks.get(fullname)
@@ -247,7 +252,8 @@ def judge_benchmark(baseline: Baseline, current: BenchmarkRecord, level: float |
     metrics: list[MetricResult] = []
     for metric in judged_names(current):
         value = record_median(current, metric)
-        ref, runs, note = reference_of(baseline, current.fullname, metric) if value is not None else (None, 0, "")
+        ref, runs, note = (reference_of(baseline, current.fullname, metric, floor) if value is not None
+                           else (None, 0, ""))
         if ref is None and metric == PRIMARY:
             break
         if ref is None:
@@ -280,7 +286,7 @@ def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkR
         b, c = [record_median(r, name) for r in base], [record_median(r, name) for r in candidate]
         if any(v is None for v in (*b, *c)):
             continue
-        found = baseline.reference(first.fullname, name) if baseline is not None else None
+        found = baseline.reference(first.fullname, name, floor) if baseline is not None else None
         b_s, c_s = _geomean(b), _geomean(c)  # type: ignore[arg-type]
         share, metric_floor = stage_share(name, b_s, metrics[0].baseline_median_s if metrics else None, floor)
         try:

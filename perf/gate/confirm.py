@@ -90,7 +90,7 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
     for metric in row.suspect:
         cand = _medians(results, CANDIDATE, row.fullname, metric)
         base = _medians(results, BASE, row.fullname, metric) if paired else []
-        prior = reference_of(baseline, row.fullname, metric)[0] if baseline is not None else None
+        prior = reference_of(baseline, row.fullname, metric, settings.min_effect)[0] if baseline is not None else None
         floor = stage_share(metric, medians.get(metric), medians.get(PRIMARY), settings.min_effect)[1]
         result = None
         if cand and paired and len(base) == len(cand):

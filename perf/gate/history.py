@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from perf.gate.judge import MIN_REFERENCE, Reference, reference
+from perf.gate.judge import DEFAULT_FLOOR, MIN_REFERENCE, Reference, reference
 from perf.runs import PRIMARY, BenchmarkRecord, SavedRun
 
 #: How many of the latest comparable runs make the history.
@@ -79,15 +79,19 @@ class HistoryReference:
 
 
 def reference_for(runs: Sequence[SavedRun], fullname: str, metric: str = PRIMARY,
-                  seed_medians_s: Sequence[float] = ()) -> HistoryReference | None:  # fmt: skip
+                  seed_medians_s: Sequence[float] = (), *, min_effect: float = DEFAULT_FLOOR,
+                  scatter: float = 0.0) -> HistoryReference | None:  # fmt: skip
     """The reference of one metric from ``runs`` (oldest first) and, while they are fewer than `MIN_REFERENCE`,
-    the noise profile's per-process medians ``seed_medians_s``; None when there are still too few."""
+    the noise profile's per-process medians ``seed_medians_s``; None when there are still too few. The history
+    restarts at its last change point (`perf.store.changepoints.history_change_points`: shifts of at least
+    ``min_effect``, against the metric's profiled between-process ``scatter``)."""
     from perf.store.changepoints import history_change_points
 
     pairs = [(run, v) for run in runs if (v := record_median(run.benchmarks.get(fullname), metric)) is not None]
     values = [value for _, value in pairs]
     restarted = None
-    if changes := (history_change_points(values) if len(values) >= 2 * MIN_REFERENCE else []):
+    long_enough = len(values) >= 2 * MIN_REFERENCE
+    if changes := (history_change_points(values, min_effect=min_effect, scatter=scatter) if long_enough else []):
         at, first = changes[-1].index, pairs[changes[-1].index][0]
         restarted = f"commit {first.commit[:12]}" if first.commit else f"run {first.name}"
         if len(values) - at < MIN_REFERENCE and at >= MIN_REFERENCE:  # a new level too short for its own spread

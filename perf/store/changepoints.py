@@ -75,10 +75,13 @@ def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, 
 
 
 def history_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02,
-                          noise_floor: float = NOISE_FLOOR) -> list[ChangePoint]:  # fmt: skip
-    """`find_change_points` with every level at least `MIN_SEGMENT` runs long: the one rule of the gate's
-    history (`perf.gate.history.reference_for`), of ``perf-history changes`` and of the reports."""
-    return find_change_points(medians_s, min_effect=min_effect, noise_floor=noise_floor, min_size=MIN_SEGMENT)
+                          scatter: float = 0.0) -> list[ChangePoint]:  # fmt: skip
+    """`find_change_points` with every level at least `MIN_SEGMENT` runs long, against the benchmark's own
+    between-process ``scatter`` (relative: `perf.gate.noise.floors_from_profile`, 0 when not profiled) where it is
+    above `NOISE_FLOOR`: the one rule of the gate's history (`perf.gate.history.reference_for`), of
+    ``perf-history changes`` and of the reports."""
+    return find_change_points(medians_s, min_effect=min_effect, noise_floor=max(NOISE_FLOOR, scatter),
+                              min_size=MIN_SEGMENT)
 
 
 def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float,
@@ -117,9 +120,8 @@ def history_changes(runs: Sequence[SavedRun], *, min_effect: float = 0.02,
                 histories[(bench.fullname, key, branch)].append((run, bench))
     found = []
     for (fullname, key, branch), series in sorted(histories.items(), key=lambda item: str(item[0])):
-        floor = max(NOISE_FLOOR, (floors or {}).get(fullname, 0.0))
         for c in history_change_points([bench.median_s for _, bench in series], min_effect=min_effect,
-                                       noise_floor=floor):  # fmt: skip
+                                       scatter=(floors or {}).get(fullname, 0.0)):  # fmt: skip
             run, bench = series[c.index]
             found.append(HistoryChange(fullname, bench.name, key, branch, run_id_of(run.raw), run.commit,
                                        run.datetime, c))  # fmt: skip

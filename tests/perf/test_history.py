@@ -66,6 +66,22 @@ def test_a_change_point_restarts_the_reference_and_keeps_the_spread_from_before(
     assert found.reference.df >= 9  # the spread of the (up to 12, outliers left out) runs before the change
 
 
+def test_the_gate_restarts_its_history_only_at_shifts_past_its_floor_and_the_benchmarks_profiled_scatter() -> None:
+    from perf.gate.noise import NoiseEntry, NoiseProfile
+
+    medians = _process_medians(10, 0.002, 1) + _process_medians(6, 0.002, 2, level=1.03e-3)  # +3% after run 10
+    runs = [_run(k + 1, _bench("a", m, k)) for k, m in enumerate(medians)]
+    found = Baseline(runs).reference("perf/t.py::a", "time")
+    assert found is not None and found.restarted_at == "commit c011"  # at the default 2% floor
+    bigger_floor = Baseline(runs).reference("perf/t.py::a", "time", min_effect=0.05)
+    assert bigger_floor is not None and bigger_floor.restarted_at is None  # --perf-min-effect=5%: not a change
+    scatter = NoiseEntry(3, (1e-3, 1.05e-3, 0.95e-3), 0.05, 0.1, 0.05, 0.001, 0.05)  # 5% between processes
+    profile = NoiseProfile("k", FINGERPRINT, "2026-11-26", None, ["p1", "p2", "p3"],
+                           {"perf/t.py::a": {"time": scatter}})  # fmt: skip
+    profiled = Baseline(runs, profile).reference("perf/t.py::a", "time")
+    assert profiled is not None and profiled.restarted_at is None  # within this benchmark's own scatter
+
+
 def test_a_short_history_is_seeded_by_the_noise_profiles_processes() -> None:
     runs = [_run(1, _bench("a", 1e-3, 1))]
     assert reference_for(runs, "perf/t.py::a") is None
