@@ -198,10 +198,10 @@ def run_children(
                        "--perf-confirm=0"]  # one process judged as pytest-benchmark's users run it, no children
         if run is None:
             command = child_command([*options, "-p", "no:cacheprovider", f"--benchmark-storage=file://{storage}",
-                                      f"--benchmark-save={child.label}",
+                                      f"--benchmark-save={child.label}", "--perf-store=none",  # not history
                                       f"--perf-reports-dir={folder / ('reports-' + child.label)}", *compare,
                                       *child.options, *child.nodeids])  # fmt: skip
-            env = {**os.environ, "PERF_STORE": "none"}  # children's runs are not history
+            env = dict(os.environ)
             if child.cwd is not None:  # that tree's packages, not the installed (editable) ones
                 env["PYTHONPATH"] = os.pathsep.join(p for p in (child.cwd, os.environ.get("PYTHONPATH")) if p)
             done = run_pytest_child(command, child.cwd or cwd, env, log_path, echo_command=True)

@@ -64,6 +64,14 @@ def test_noise_runs_fresh_processes_and_saves_the_profile_the_compare_then_uses(
     assert "no change  (history too short)" in plain.stdout  # the row's note, its figures in the verdict file
 
 
+def test_the_childrens_runs_stay_out_of_the_history_store_the_ini_names(project: Path) -> None:
+    (project / "pytest.ini").write_text("[pytest]\nperf_store = history/h.sqlite\n")
+    noise = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
+    assert noise.returncode == 0, noise.stdout + noise.stderr
+    assert len(list((project / "runs" / "storage").glob("*/0*_a0*.json"))) == 2
+    assert not (project / "history").exists()  # the store the ini names holds no child's run: none was made
+
+
 def test_a_saved_plan_resumes_and_a_different_one_is_refused(project: Path) -> None:
     first = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
     assert first.returncode == 0, first.stdout
