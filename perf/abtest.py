@@ -23,6 +23,7 @@ from perf.gate.compare import Baseline, GateSettings, Row, judge_paired, judged_
 from perf.gate.confirm import BASE, CANDIDATE, Sides, abba_children, confirm_rows
 from perf.gate.history import history_runs
 from perf.gate.judge import Budget
+from perf.gate.noise import runner_profile
 from perf.gate.processes import (GitError, base_worktree, git, load_plan, remove_worktree, run_children,
                                  save_plan)  # fmt: skip
 from perf.gate.table import to_markdown
@@ -65,7 +66,8 @@ def judge(storage: Path, pairs: int, min_effect: float, confirm: bool, baseline:
 
 
 def _history(path: Path, sample: SavedRun | None) -> Baseline | None:
-    """Main's history in storage ``path`` for the machine of ``sample`` (a saved run, or None), or None."""
+    """Main's history in storage ``path`` for the machine of ``sample`` (a saved run, or None), or None; with the
+    noise profile measured there for that runner, which seeds a history of fewer than 3 runs as the gate's does."""
     if sample is None or not path.is_dir():
         return None
     try:
@@ -73,7 +75,13 @@ def _history(path: Path, sample: SavedRun | None) -> Baseline | None:
                             identity=sample.machine_info.get("perf_subject") or None)  # fmt: skip
     except HistoryError:
         return None
-    return Baseline(runs) if runs else None
+    if not runs:
+        return None
+    return Baseline(runs, runner_profile(_warn, storage=path, fingerprint=sample.fingerprint))
+
+
+def _warn(line: str) -> None:
+    print(f"perf-ab: warning: {line}", file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--confirm", type=parse_count, default=2, help="pairs at most to confirm each suspect, "
                         "0 for none (default 2)")  # fmt: skip
     parser.add_argument("--history", type=Path, default=Path(".benchmarks"), help="benchmark storage with main's "
-                        "history of this runner, pooled into the pairs' spread (default .benchmarks, if there)")
+                        "history of this runner and its noise profile, pooled into the pairs' spread (default "
+                        ".benchmarks, if there)")  # fmt: skip
     parser.add_argument("--min-effect", type=parse_fraction, default=0.02, help="smallest change called slower or "
                         "faster (default 2%%)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("reports/ab"), help="output folder: worktree, runs, logs, "

@@ -9,7 +9,7 @@ import json
 import math
 import os
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from detector.fileio import atomic_write_text, parse_json
+from perf.gate.judge import MIN_REFERENCE
 from perf.gate.stats import log_median_se
 from perf.measure.machine import COMPARED_FIELDS
 from perf.measure.stability import assess_stability
@@ -119,8 +120,9 @@ class NoiseProfile:
         return json.dumps(document, indent=2) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, path: Path | None = None) -> NoiseProfile:
-        where = f"'{path}'" if path else "noise profile"
+    def from_json(cls, text: str, path: Path | None = None, named: str | None = None) -> NoiseProfile:
+        """The profile in JSON ``text``, read from file ``path`` (or None); its errors name ``named``, else the file."""
+        where = named or (f"'{path}'" if path else "noise profile")
         try:
             data = parse_json(text)
             if data.get("format") != FORMAT:
@@ -222,6 +224,31 @@ def find_profile(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]
     """This runner's profile in ``storage`` (``<storage>/noise/<key>.json``), or None when none was measured here."""
     path = Path(storage) / NOISE_DIR / f"{profile_key(fingerprint)}.json"
     return load_profile(path) if path.is_file() else None
+
+
+def ignored_profile_line(error: NoiseProfileError) -> str:
+    """The one wording of a stored profile that cannot be used and is left out (the gate's warning, perf-history's
+    and perf-ab's line)."""
+    return (f"ignored this runner's stored noise profile, {error}: a history of fewer than {MIN_REFERENCE} runs is "
+            "judged without it; measure it again with --perf-noise=10")
+
+
+def runner_profile(warn: Callable[[str], None], *, storage: str | os.PathLike[str] | None = None,
+                   fingerprint: Mapping[str, Any] | None = None, stored: str | None = None,
+                   stored_in: str | None = None) -> NoiseProfile | None:  # fmt: skip
+    """The noise profile that seeds a short history of one runner, or None where there is none: ``stored``, the
+    JSON a history store keeps of that machine (`perf.store.db.HistoryStore.noise_profile_json`; ``stored_in``
+    names it), when given, else the one measured in benchmark ``storage`` for ``fingerprint`` (`find_profile`). One
+    that cannot be used is left out and said once through ``warn`` (`ignored_profile_line`)."""
+    try:
+        if stored is not None:
+            return NoiseProfile.from_json(stored, named=stored_in)
+        if storage is None or not isinstance(fingerprint, Mapping):
+            return None
+        return find_profile(storage, fingerprint)
+    except NoiseProfileError as e:
+        warn(ignored_profile_line(e))
+        return None
 
 
 def floors_from_profile(profile: NoiseProfile | None) -> dict[str, float]:

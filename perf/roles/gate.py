@@ -161,17 +161,13 @@ class GateRun:
     def _noise_profile(self, storage: Any) -> Any:
         """The profile that seeds a short history: --perf-noise-profile's file, none, or this runner's stored one
         (one that cannot be used: a `NoiseProfileWarning`, and none)."""
-        from perf.gate.noise import NoiseProfileError, find_profile, load_profile
+        from perf.gate.noise import NoiseProfileError, load_profile, runner_profile
 
         wanted, folder = self.perf.options.noise_profile, getattr(storage, "path", None)  # file storage only
         if wanted is None:  # found, not named: a bad one is said and left out, as if none were stored
-            try:
-                return None if folder is None else find_profile(folder, self.perf.fingerprint)
-            except NoiseProfileError as e:
-                self.perf.config.issue_config_time_warning(NoiseProfileWarning(
-                    f"ignored this runner's stored noise profile, {e}: a history of fewer than {MIN_REFERENCE} runs "
-                    "is judged without it; measure it again with --perf-noise=10"), stacklevel=2)  # fmt: skip
-                return None
+            return runner_profile(
+                lambda line: self.perf.config.issue_config_time_warning(NoiseProfileWarning(line), stacklevel=2),
+                storage=folder, fingerprint=self.perf.fingerprint)  # fmt: skip
         if wanted.strip().lower() == "none":
             return None
         try:

@@ -5,21 +5,23 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from detector.argtypes import OneLineParser
 from perf import crossprocess
 from perf.gate.compare import VERDICTS, Baseline, GateSettings, budget, judge_benchmark
 from perf.gate.history import DEFAULT_LAST, comparable_groups, history_runs
-from perf.gate.noise import NoiseProfile, floors_from_profile
+from perf.gate.noise import NoiseProfile, floors_from_profile, profile_key, runner_profile
 from perf.gate.table import format_lines, summary, write_verdicts
 from perf.measure.machine import device_fingerprint, fingerprint_differences
 from perf.options import parse_fraction, parse_positive_int, parse_store
-from perf.runs import HistoryError, SavedRun, load_run, load_runs, run_files
+from perf.runs import HistoryError, SavedRun, load_run, load_runs, mapping, run_files
 from perf.store.changepoints import HistoryChange, history_changes
 from perf.store.db import machine_key, open_store
 from perf.subject import describe_subject, subject_line
@@ -35,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"the store: a path, sqlite:///path or postgresql://... (default: $PERF_STORE, else "
                              f"{DEFAULT_STORE})")  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True)
-    imported = sub.add_parser("import", help="store every saved run of a benchmark storage")
+    imported = sub.add_parser("import", help="store every saved run of a benchmark storage, each with the noise "
+                              "profile measured there for its runner")
     imported.add_argument("storage", nargs="?", default=".benchmarks", help="the storage folder (default .benchmarks)")
     sub.add_parser("runs", help="list the stored runs, oldest first, each with its model and video")
     changes = sub.add_parser("changes", help="change points of every benchmark's history, as a markdown table")
@@ -49,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     comparable.add_argument("--device", default="cuda", help="the device this machine would measure on (default cuda)")
     judge = sub.add_parser("judge", help="judge a saved run against the history before it, as --perf-compare does")
     judge.add_argument("--storage", type=Path, default=None, help="a benchmark storage folder to read instead of the "
-                       "store")  # fmt: skip
+                       "store (its noise profile too)")  # fmt: skip
     judge.add_argument("--run", default=None, help="the run judged: its number, id or label (default the latest)")
     judge.add_argument("--processes", type=parse_positive_int, default=1, help="judge the last N runs up to --run "
                        "together, as N processes of the same code (default 1)")  # fmt: skip
@@ -90,10 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "judge":
             return _judge(args, where)
         if args.command == "import":
-            documents = [(str(path), load_run(path).raw) for path in run_files(args.storage)]  # read first
+            runs = [load_run(path) for path in run_files(args.storage)]  # read first
+            stored = list(zip(runs, _storage_profiles(args.storage, runs)))
             with open_store(where) as store:
-                new = sum(store.save_run(document, source=source)[1] for source, document in documents)
-            print(f"{new} run(s) stored, {len(documents) - new} already in {store.shown}")
+                new = sum(store.save_run(run.raw, source=str(run.path), noise=noise)[1] for run, noise in stored)
+            print(f"{new} run(s) stored, {len(runs) - new} already in {store.shown}")
         elif args.command == "runs":
             with open_store(where) as store:
                 for run in store.runs(include_injected=True):
@@ -112,6 +116,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"perf-history: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _warn(line: str) -> None:
+    print(f"perf-history: warning: {line}", file=sys.stderr)
+
+
+def _storage_profiles(storage: str | os.PathLike[str], runs: list[SavedRun]) -> list[dict[str, Any] | None]:
+    """Each run's noise profile to store with it: the one measured in ``storage`` for its runner, as the gate
+    stores the one it judged with, so that the store's newest profile of a machine (`HistoryStore.noise_profile_json`,
+    which `changes` and `judge` read) is the storage's; each runner's profile is read (and a bad one said) once."""
+    found: dict[str, dict[str, Any] | None] = {}
+    for run in runs:
+        if (key := profile_key(fingerprint := mapping(run.fingerprint))) not in found:
+            profile = runner_profile(_warn, storage=storage, fingerprint=fingerprint)
+            found[key] = None if profile is None else json.loads(profile.to_json())
+    return [found[profile_key(mapping(run.fingerprint))] for run in runs]
 
 
 def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: float) -> list[HistoryChange]:
@@ -155,7 +175,7 @@ def _judge(args: argparse.Namespace, where: str) -> int:
     if not kept:
         raise HistoryError(f"{run.name}: no comparable run before it (same machine, model and video, no "
                            "test-only options) to judge it against")  # fmt: skip
-    baseline, settings = Baseline(kept), GateSettings(args.min_effect)
+    baseline, settings = Baseline(kept, _judge_profile(args, where, run)), GateSettings(args.min_effect)
     plan = budget(baseline, settings, list(run.benchmarks))
     rows = [judge_benchmark(baseline, bench, plan, args.min_effect,
                             [r.benchmarks[name] for r in judged[:-1] if name in r.benchmarks])
@@ -175,6 +195,17 @@ def _judge(args: argparse.Namespace, where: str) -> int:
     counts = summary(rows, settings)
     print(", ".join(f"{counts[v]} {v}" for v in VERDICTS))
     return 1 if counts["failed"] else 0
+
+
+def _judge_profile(args: argparse.Namespace, where: str, run: SavedRun) -> NoiseProfile | None:
+    """The noise profile that seeds a short history of ``run``'s runner, as the gate's: the one measured in
+    ``--storage``, else the store's of its machine; one that cannot be used is a warning line, and none."""
+    if args.storage is not None:
+        return runner_profile(_warn, storage=args.storage, fingerprint=run.fingerprint)
+    with open_store(where) as store:
+        key = machine_key(run.machine_info)
+        stored, named = store.noise_profile_json(key), f"store '{store.shown}', machine {key}"
+    return runner_profile(_warn, stored=stored, stored_in=named)
 
 
 if __name__ == "__main__":

@@ -85,3 +85,32 @@ def test_an_out_folder_whose_plan_is_not_one_is_one_line_and_runs_nothing(repo: 
                                           "holds): delete it or give another folder"]
     assert sorted(p.name for p in plan.parent.iterdir()) == ["plan.json"]  # no worktree, no run
     assert plan.read_text() == '{"children": 3}'
+
+
+def test_a_short_history_is_seeded_by_its_storages_noise_profile_and_a_bad_one_is_one_warning(repo: Path) -> None:
+    from perf.gate.noise import NOISE_DIR, profile_key
+    from perf.runs import load_runs
+
+    saved = subprocess.run([sys.executable, "-m", "pytest", *TESTS, "--benchmark-autosave", "--perf-store=none"],
+                           cwd=repo, env=child_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert saved.returncode == 0, saved.stdout + saved.stderr
+    (main,) = load_runs(repo / ".benchmarks")  # main's history here: one run, too short to know the noise alone
+    path = repo / ".benchmarks" / NOISE_DIR / f"{profile_key(main.fingerprint)}.json"
+    path.parent.mkdir()
+    entry = {"processes": 3, "medians_s": [1e-3, 1.05e-3, 0.95e-3], "cv": 0.05, "max_ratio": 0.1, "total_sd": 0.05,
+             "within_se": 0.002, "between_sd": 0.05}  # fmt: skip
+    profile = {"format": 1, "key": "k", "fingerprint": main.fingerprint, "created": "2026-11-23", "runs": [],
+               "entries": {"test_tiny.py::test_busy": {"time": entry}}}  # fmt: skip
+    path.write_text(json.dumps(profile))
+    seeded = _ab(repo, "--pairs", "2")
+    assert seeded.returncode in (0, 1) and "warning" not in seeded.stderr, seeded.stdout + seeded.stderr
+    assert "pooled with main's history of 1 comparable run(s)" in seeded.stdout
+    assert "(no noise profile)" not in seeded.stdout
+    path.write_text(json.dumps({**profile, "entries": {"test_tiny.py::test_busy": {"time": {**entry, "cv": "x"}}}}))
+    bad = _ab(repo, "--pairs", "2")  # the pairs are saved: resumed, judged again (--history: .benchmarks, relative)
+    assert bad.returncode in (0, 1) and "Traceback" not in bad.stderr, bad.stdout + bad.stderr
+    assert "pooled with main's history of 1 comparable run(s)" in bad.stdout and "(no noise profile)" in bad.stdout
+    assert [line for line in bad.stderr.splitlines() if "warning" in line] == [
+        f"perf-ab: warning: ignored this runner's stored noise profile, '{path.relative_to(repo)}': entry "
+        "'test_tiny.py::test_busy' metric 'time': cv is 'x', not a number: a history of fewer than 3 runs is judged "
+        "without it; measure it again with --perf-noise=10"]

@@ -4,6 +4,7 @@ simulated CI runs (perf.crossprocess) over saved processes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -218,11 +219,13 @@ def _save(folder: Any, run_number: int, median_s: float, seed: int, **marks: Any
 
 
 def _judge_cli(*args: str) -> Any:
+    """``perf-history judge`` with ``args`` (``--store WHERE`` first goes before ``judge``)."""
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "perf.store.cli", "judge", *args], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    store, args = (args[:2], args[2:]) if args[:1] == ("--store",) else ((), args)
+    return subprocess.run([sys.executable, "-m", "perf.store.cli", *store, "judge", *args], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
 
 
 def test_the_offline_judge_judges_a_saved_run_against_the_history_before_it(tmp_path: Any) -> None:
@@ -253,6 +256,71 @@ def test_the_offline_judge_takes_several_processes_of_one_code_together_and_refu
     missing = _judge_cli("--storage", str(storage), "--run", "0042")
     assert missing.returncode == 2 and missing.stderr.strip() == (
         "perf-history: error: --run '0042': no such saved run (give its number, id or label)")
+
+
+def _noisy_profile(storage: Path) -> Path:
+    """This runner's noise profile in ``storage``: 6 processes of benchmark a whose medians move 5% between them."""
+    from perf.gate.noise import compute_profile, save_profile
+
+    processes = [_run(k + 1, _bench("a", m, 50 + k)) for k, m in enumerate(_process_medians(6, 0.05, 6))]
+    return save_profile(storage, compute_profile(processes, FINGERPRINT))
+
+
+def _short_history(storage: Path) -> None:
+    """Saved runs 1 (the history: one process) and 2 (judged: 4% slower than run 1, within the profile's noise)."""
+    storage.mkdir(parents=True, exist_ok=True)
+    _save(storage, 1, 1e-3, 1)
+    _save(storage, 2, 1.04e-3, 2)
+
+
+def test_the_offline_judge_seeds_a_short_history_with_the_storages_noise_profile_and_warns_of_a_bad_one(
+        tmp_path: Path) -> None:  # fmt: skip
+    storage = tmp_path / "storage"
+    _short_history(storage)
+    alone = _judge_cli("--storage", str(storage))  # one run's own spread: 4% is slower
+    assert alone.returncode == 1 and "(no noise profile)" in alone.stdout and "1 slower" in alone.stdout
+    path = _noisy_profile(storage)
+    seeded = _judge_cli("--storage", str(storage))  # 6 processes 5% apart: 4% is within identical code's noise
+    assert (seeded.returncode, seeded.stderr) == (0, ""), seeded.stdout + seeded.stderr
+    assert "noise profile" not in seeded.stdout and "0 slower" in seeded.stdout
+    profile = json.loads(path.read_text())
+    profile["entries"]["perf/t.py::a"]["time"]["medians_s"] = [0, 0]
+    path.write_text(json.dumps(profile))
+    bad = _judge_cli("--storage", str(storage))  # said in one line, as the gate says it, and judged without it
+    assert bad.returncode == 1 and "(no noise profile)" in bad.stdout and "1 slower" in bad.stdout
+    assert bad.stderr.splitlines() == [
+        f"perf-history: warning: ignored this runner's stored noise profile, '{path}': entry 'perf/t.py::a' metric "
+        "'time': medians_s holds 0, not a median in seconds (a number > 0): a history of fewer than 3 runs is judged "
+        "without it; measure it again with --perf-noise=10"]
+
+
+def test_the_offline_judge_of_a_store_seeds_a_short_history_with_the_stores_noise_profile_of_that_machine(
+        tmp_path: Path) -> None:  # fmt: skip
+    pytest.importorskip("sqlalchemy")
+    from perf.runs import load_runs
+    from perf.store.db import machine_key, open_store
+
+    storage, where = tmp_path / "storage", str(tmp_path / "h.sqlite")
+    _short_history(storage)
+    profile = json.loads(_noisy_profile(tmp_path / "elsewhere").read_text())
+    first, second = load_runs(storage)
+    with open_store(where) as store:
+        store.save_run(first.raw, noise=profile)  # stored by a gate run that judged with the profile
+        store.save_run(second.raw)
+    seeded = _judge_cli("--store", where)
+    assert (seeded.returncode, seeded.stderr) == (0, ""), seeded.stdout + seeded.stderr
+    assert "noise profile" not in seeded.stdout and "0 slower" in seeded.stdout
+    profile["entries"]["perf/t.py::a"]["time"]["between_sd"] = "0.05"
+    with open_store(where) as store:
+        store.save_run({**first.raw, "perf_run": {"run_id": "r0", "injected": {}}, "datetime": "2026-11-03T00:00:00"},
+                       noise=profile)  # the store's newest profile of this machine: a bad one
+    bad = _judge_cli("--store", where, "--run", "r2")
+    assert bad.returncode == 1 and "(no noise profile)" in bad.stdout and "1 slower" in bad.stdout
+    assert bad.stderr.splitlines() == [
+        f"perf-history: warning: ignored this runner's stored noise profile, store 'sqlite:///{where}', machine "
+        f"{machine_key(first.machine_info)}: entry 'perf/t.py::a' metric 'time': between_sd is '0.05', expected a "
+        "number from 0 to 5: a history of fewer than 3 runs is judged without it; measure it again with "
+        "--perf-noise=10"]
 
 
 @pytest.mark.parametrize("out", ["a-file", "a-file/sub", "/dev/null", "read-only"])

@@ -333,6 +333,44 @@ def test_an_ini_store_path_is_taken_from_the_ini_folder_and_an_option_path_from_
             assert len(store.runs()) == runs, where
 
 
+def test_import_stores_the_storages_noise_profile_whose_floors_changes_then_judge_with(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    from perf.gate.noise import compute_profile, save_profile
+    from perf.runs import run_from_json
+
+    storage = tmp_path / "storage"
+    (storage / "runner-1").mkdir(parents=True)
+    for i, scale in enumerate([1.0, 1.002, 1.06, 1.061]):  # a 6% step: a change point against the default floor
+        document = _document(f"r{i}", scale, when=f"2026-11-0{i + 1}T00:00:00")
+        (storage / "runner-1" / f"{i + 1:04d}_run.json").write_text(json.dumps(document))
+    medians = np.exp(0.05 * np.random.default_rng(1).standard_normal(6))  # this runner: processes 5% apart
+    processes = [run_from_json(_document(f"p{k}", m), f"{k + 1:04d}_p.json") for k, m in enumerate(medians)]
+    fingerprint = _document("p")["machine_info"]["perf"]
+    path = save_profile(storage, compute_profile(processes, fingerprint))
+
+    def perf_history(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "perf.store.cli", "--store", str(where), *args],
+                              capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+
+    imported = perf_history(tmp_path / "h.sqlite", "import", str(storage))
+    assert (imported.returncode, imported.stderr) == (0, ""), imported.stderr
+    with open_store(str(tmp_path / "h.sqlite")) as store:
+        stored = store.noise_profile_json(machine_key(_document("r0")["machine_info"]))
+    assert stored is not None and json.loads(stored) == json.loads(path.read_text())
+    changes = perf_history(tmp_path / "h.sqlite", "changes")  # within the 5% this runner's processes move
+    assert changes.returncode == 0 and changes.stdout.splitlines()[-1].startswith("0 change point(s) in 1 benchmark")
+    path.write_text("{")  # a bad profile: one line, the runs stored without it
+    again = perf_history(tmp_path / "bad.sqlite", "import", str(storage))
+    assert again.returncode == 0 and again.stdout.startswith("4 run(s) stored"), again.stderr
+    (line,) = again.stderr.splitlines()  # once, not once per run
+    assert line.startswith(f"perf-history: warning: ignored this runner's stored noise profile, '{path}': not a noise "
+                           "profile (") and line.endswith("is judged without it; measure it again with --perf-noise=10")
+    changes = perf_history(tmp_path / "bad.sqlite", "changes")  # the default floor: the step is a change point
+    assert changes.returncode == 0 and changes.stdout.splitlines()[-1].startswith("1 change point(s) in 1 benchmark")
+
+
 def test_the_report_reads_the_store_and_shows_the_change_point(tmp_path: Path) -> None:
     import sys
 
