@@ -139,8 +139,10 @@ def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: 
     judged against its machine's noise profile (``profiles``: the stored JSON by machine key) if any."""
     found = []
     for group in comparable_groups(runs):
-        text = profiles.get(machine_key(group[0].machine_info)) if group else None
-        floors = floors_from_profile(None if text is None else NoiseProfile.from_json(text))
+        key = machine_key(group[0].machine_info)
+        text = profiles.get(key)
+        floors = floors_from_profile(None if text is None else runner_profile(
+            _warn, stored=text, stored_in=f"the store's noise profile of machine {key}"))  # fmt: skip
         found += history_changes(group, min_effect=min_effect, floors=floors)
     return sorted({(c.fullname, c.machine_key, c.branch, c.run_id): c for c in found}.values(),
                   key=lambda c: (c.fullname, c.saved_at or ""))  # fmt: skip

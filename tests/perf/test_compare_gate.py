@@ -333,7 +333,6 @@ def test_the_noise_profile_the_gate_judged_with_is_named_in_the_verdicts_and_kep
     verdicts = load_verdicts(project.path / "reports")
     assert verdicts is not None
     assert (verdicts["settings"]["noise_profile"], verdicts["settings"]["noise_processes"]) == (str(path), 0)  # its "runs": []
-    history = open_store(str(store))
-    stored = history.noise_profile_json()
-    history.close()
+    with open_store(str(store)) as history:
+        stored = history.noise_profile_json()
     assert stored is not None and json.loads(stored)["entries"]["test_tiny.py::test_busy"]["time"]["processes"] == 3

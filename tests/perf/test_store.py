@@ -476,3 +476,19 @@ def test_a_postgresql_store_without_the_postgres_extra_is_one_line_naming_the_ex
     assert line.startswith("ERROR: --perf-store: store 'postgresql+psycopg://perf@/history?host=%2Fnowhere': "
                            "PostgreSQL needs psycopg 3, which is not installed here (")  # fmt: skip
     assert line.endswith("): pip install -e '.[postgres]'")
+
+
+def test_changes_with_a_stored_noise_profile_it_cannot_use_warn_in_one_line_and_use_the_default_floor(
+        tmp_path: Path) -> None:  # fmt: skip
+    import sys
+
+    where = tmp_path / "h.sqlite"
+    with open_store(str(where)) as store:
+        for i in range(4):
+            store.save_run(_document(f"r{i}", when=f"2026-11-0{i + 1}T00:00:00"), noise={"format": 99})
+    done = subprocess.run([sys.executable, "-m", "perf.store.cli", "--store", str(where), "changes"],
+                          capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("perf-history: warning: ignored this runner's stored noise profile, the store's noise")
+    assert "change point(s) in 1 benchmark(s) of 4 run(s)" in done.stdout
