@@ -187,14 +187,19 @@ def _plan(given: Any, items: list[pytest.Item], mode: str, k: int) -> list[Child
         if i % every:
             continue
         for regression in regressions:
-            grouped = [item for item in items if (mark := item.get_closest_marker("benchmark")) is not None
-                       and mark.kwargs.get("group") in regression.groups]  # fmt: skip
-            chosen = tuple(item.nodeid for item in grouped if _batch(item) >= regression.min_batch) or tuple(
+            grouped = [item for item in items if _group(item) in regression.groups]
+            # what its detection is judged on (`Regression.slows`: layer1 at batch 1 alone), else the whole group
+            chosen = tuple(item.nodeid for item in grouped if regression.slows(_group(item), _batch(item))) or tuple(
                 item.nodeid for item in grouped)  # e.g. a CPU selection of batch 1 only
             if chosen:
                 label = f"{regression.kind}{100 * regression.fraction:g}-{i // every:02d}"
                 plan.append(Child(label, str(regression), chosen, (f"--perf-regression={regression}",)))
     return plan
+
+
+def _group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("benchmark")
+    return None if mark is None else mark.kwargs.get("group")
 
 
 def _batch(item: pytest.Item) -> int:

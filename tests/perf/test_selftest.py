@@ -70,3 +70,22 @@ def test_threshold_needs_few_false_alarms_and_enough_detections_at_the_given_min
     assert rows[0]["slower @ min effect 2%"] == "1/20 (5%)" and rows[0]["slower @ min effect 5%"] == "0/20 (0%)"
     assert rows[-1] == {"injected": "threshold (>= 95% detected, <= 5% false alarms)",
                         "slower @ min effect 2%": "10%", "slower @ min effect 5%": "10%"}  # fmt: skip
+
+
+def test_a_selftest_regression_child_runs_only_the_benchmarks_its_detection_is_judged_on() -> None:
+    from types import SimpleNamespace
+
+    from perf.options import parse_regressions
+    from perf.roles.processes import _plan
+
+    def item(group: str, batch: int) -> SimpleNamespace:
+        mark = SimpleNamespace(kwargs={"group": group})
+        return SimpleNamespace(nodeid=f"perf/t.py::test[{group}-b{batch}]", get_closest_marker=lambda name: mark,
+                               callspec=SimpleNamespace(params={"case": SimpleNamespace(batch=batch)}))
+
+    items = [item("inference", 1), item("inference", 32), item("end-to-end", 1)]
+    plan = _plan(parse_regressions("layer1:3%,layer:5%"), items, "selftest", 2)  # type: ignore[arg-type]
+    by_kind = {child.kind: child.nodeids for child in plan if child.kind != "identical"}
+    assert by_kind["layer1:3%"] == ("perf/t.py::test[inference-b1]",)  # judged at batch 1 alone
+    assert set(by_kind["layer:5%"]) == {"perf/t.py::test[inference-b32]"}  # from its calibration batch
+    assert all(child.nodeids == tuple(i.nodeid for i in items) for child in plan if child.kind == "identical")
