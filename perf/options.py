@@ -108,6 +108,8 @@ parse_precisions = value_parser(lambda text: tuple(split_list(text.lower())) or 
                                 lambda names: set(names) <= set(PRECISIONS),
                                 f"comma-separated precisions from: {', '.join(PRECISIONS)}")  # fmt: skip
 parse_device = value_parser(_device, bool, DEVICE_FORMS)
+#: A device a machine measures on (``perf-history comparable --device``): not ``auto``.
+parse_machine_device = value_parser(_device, lambda device: device != "auto", "cpu, cuda or cuda:N")
 #: A history store: ``none``, a path (SQLite), ``sqlite:///path`` or ``postgresql://...`` (`perf.store.db`); not
 #: SQLite's in-memory database (`perf.store.in_memory_sqlite`), which would lose every run.
 parse_store = value_parser(_store, bool, "a path, sqlite:///path, postgresql://... or none")

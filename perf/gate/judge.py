@@ -151,6 +151,11 @@ def _quantile(level: float, df: float) -> float:
     return float(t.ppf(1 - level, df))  # df = inf: the normal quantile
 
 
+def _exp(x: float) -> float:
+    """``exp(x)``, at most ``exp(700)``: a ratio of absurd medians (a hand-edited file) is huge, not an overflow."""
+    return math.exp(min(x, 700.0))
+
+
 def _decide(d: float, se: float, df: float, level: float, floor: float, m: int,
             faster_level: float | None = None) -> Judgement:  # fmt: skip
     """The judgement of a log difference ``d``, standard error ``se`` on ``df`` degrees of freedom: the interval's
@@ -160,8 +165,8 @@ def _decide(d: float, se: float, df: float, level: float, floor: float, m: int,
     if not floor >= 0:
         raise ValueError(f"floor {floor!r}: expected a fraction >= 0, e.g. 0.02")
     crit = _quantile(level, df)
-    lo, hi = math.exp(d - crit * se), math.exp(d + _quantile(faster_level or level, df) * se)
-    detectable, ratio = max(floor, math.expm1((crit + float(norm.ppf(POWER))) * se)), math.exp(d)
+    lo, hi = _exp(d - crit * se), _exp(d + _quantile(faster_level or level, df) * se)
+    detectable, ratio = max(floor, math.expm1(min((crit + float(norm.ppf(POWER))) * se, 700.0))), _exp(d)
     return Judgement(ratio, lo, hi, verdict_of(ratio, lo, hi, floor), detectable, floor, m)
 
 

@@ -36,6 +36,8 @@ LIMIT_QUANTILE = 0.99
 #: The largest ``between_sd`` (of log medians) a profile may hold: e^5, a factor of 148 between identical
 #: processes, is no runner's noise (and the floor it sets, ``expm1(between_sd)``, stays a number).
 MAX_BETWEEN_SD = 5.0
+#: The per-process medians a profile may hold (s): 1 ns to 10,000 s; beyond that a file was edited by hand.
+MEDIAN_RANGE_S = (1e-9, 1e4)
 #: A `NoiseEntry`'s fields other than ``processes``, ``medians_s`` and ``between_sd``: numbers (NaN: not known).
 _FIGURES = ("cv", "max_ratio", "total_sd", "within_se", "max_cv", "max_drift")
 
@@ -166,8 +168,8 @@ def _entry_problem(entry: Any) -> str | None:
         found = f"{len(medians)} value(s)" if isinstance(medians, list) else repr(medians)
         return f"medians_s is {found}, expected a list of 2 or more per-process medians"
     for median in medians:
-        if not (is_number(median) and math.isfinite(median) and median > 0):
-            return f"medians_s holds {median!r}, not a median in seconds (a number > 0)"
+        if not (is_number(median) and MEDIAN_RANGE_S[0] <= median <= MEDIAN_RANGE_S[1]):
+            return f"medians_s holds {median!r}, not a median in seconds (1e-9 to 1e4)"
     if not (is_number(between) and 0 <= between <= MAX_BETWEEN_SD):
         return f"between_sd is {between!r}, expected a number from 0 to {MAX_BETWEEN_SD:g}"
     return next((f"{key} is {entry[key]!r}, not a number" for key in _FIGURES
@@ -226,20 +228,23 @@ def find_profile(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]
     return load_profile(path) if path.is_file() else None
 
 
-def ignored_profile_line(error: NoiseProfileError) -> str:
+#: What a judge does without a stored profile it cannot use (`ignored_profile_line`).
+JUDGED_WITHOUT = f"a history of fewer than {MIN_REFERENCE} runs is judged without it"
+
+
+def ignored_profile_line(error: NoiseProfileError, without: str = JUDGED_WITHOUT) -> str:
     """The one wording of a stored profile that cannot be used and is left out (the gate's warning, perf-history's
-    and perf-ab's line)."""
-    return (f"ignored this runner's stored noise profile, {error}: a history of fewer than {MIN_REFERENCE} runs is "
-            "judged without it; measure it again with --perf-noise=10")
+    and perf-ab's line); ``without``: what the command does instead."""
+    return f"ignored this runner's stored noise profile, {error}: {without}; measure it again with --perf-noise=10"
 
 
 def runner_profile(warn: Callable[[str], None], *, storage: str | os.PathLike[str] | None = None,
                    fingerprint: Mapping[str, Any] | None = None, stored: str | None = None,
-                   stored_in: str | None = None) -> NoiseProfile | None:  # fmt: skip
+                   stored_in: str | None = None, without: str = JUDGED_WITHOUT) -> NoiseProfile | None:  # fmt: skip
     """The noise profile that seeds a short history of one runner, or None where there is none: ``stored``, the
     JSON a history store keeps of that machine (`perf.store.db.HistoryStore.noise_profile_json`; ``stored_in``
     names it), when given, else the one measured in benchmark ``storage`` for ``fingerprint`` (`find_profile`). One
-    that cannot be used is left out and said once through ``warn`` (`ignored_profile_line`)."""
+    that cannot be used is left out and said once through ``warn`` (`ignored_profile_line`, with ``without``)."""
     try:
         if stored is not None:
             return NoiseProfile.from_json(stored, named=stored_in)
@@ -247,7 +252,7 @@ def runner_profile(warn: Callable[[str], None], *, storage: str | os.PathLike[st
             return None
         return find_profile(storage, fingerprint)
     except NoiseProfileError as e:
-        warn(ignored_profile_line(e))
+        warn(ignored_profile_line(e, without))
         return None
 
 

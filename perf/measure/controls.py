@@ -21,6 +21,7 @@ TELEMETRY_INTERVAL_S, DEFAULT_TELEMETRY_INTERVAL_S = 1.0, 0.05  # NVML sampling 
 CALLER_CPUS, MIN_CPUS_TO_PIN = 4, 8  # CPUs of the calling thread (and its native threads); fewest worth pinning on
 _SHM = Path("/dev/shm")
 SYSFS = Path("/sys")  # where `local_cpus` reads a GPU's NUMA-local CPUs
+MAX_CPUS = 1 << 16  # a CPU number no host has: a list past it is not the kernel's
 WORKER_READINGS = 5  # reference readings per `reading_on`, their median kept
 
 
@@ -49,10 +50,13 @@ def local_cpus(pci_bus_id: str, sysfs: Path = SYSFS) -> set[int] | None:
     try:
         address = f"{int(domain, 16):04x}:{rest}"  # sysfs's 4-digit domain
         text = (sysfs / "bus" / "pci" / "devices" / address / "local_cpulist").read_text()
-        spans = [part.partition("-") for part in text.strip().split(",") if part]
-        return {cpu for first, _, last in spans for cpu in range(int(first), int(last or first) + 1)}
-    except (OSError, ValueError):
+        spans = [(int(first), int(last if dash else first)) for first, dash, last in
+                 (part.partition("-") for part in text.strip().split(",") if part)]  # fmt: skip
+    except (OSError, ValueError):  # unreadable, or not a list of CPUs ("a-b", "0-")
         return None
+    if not spans or any(not 0 <= first <= last < MAX_CPUS for first, last in spans):
+        return None
+    return {cpu for first, last in spans for cpu in range(first, last + 1)}
 
 
 def pin_cpus(allowed: Iterable[int], pci_bus_id: str | None, sysfs: Path = SYSFS) -> list[int]:

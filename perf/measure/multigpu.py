@@ -3,6 +3,7 @@ section 7): one GPU per worker, a file barrier, a throughput loop."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import subprocess
@@ -19,8 +20,9 @@ def usable_gpus(env: MutableMapping[str, str] | None = None) -> list[str]:
     else the UUIDs of ``nvidia-smi``'s GPUs, in its (PCI) order, CUDA untouched. A UUID, not nvidia-smi's index:
     CUDA numbers the GPUs in its own order (``CUDA_DEVICE_ORDER``, fastest first by default)."""
     env = os.environ if env is None else env
-    if (visible := env.get("CUDA_VISIBLE_DEVICES")) is not None:
-        return [v.strip() for v in visible.split(",") if v.strip()]
+    if (visible := env.get("CUDA_VISIBLE_DEVICES")) is not None:  # CUDA stops at the first entry it cannot read
+        entries = [v.strip() for v in visible.split(",")]
+        return list(itertools.takewhile(lambda v: v.isdigit() or v.startswith(("GPU-", "MIG-")), entries))
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True,
                              text=True, timeout=20, check=True).stdout

@@ -44,8 +44,10 @@ class StoreRun:
 
             return cls(open_store(where or str(Path(folder) / "history.sqlite")), bool(where))
         except (StoreError, ImportError) as e:
-            if where:
-                raise pytest.UsageError(f"--perf-store: {e}") from None
+            if where:  # named where it was given
+                named = ("--perf-store" if config.getoption("perf_store") else "perf_store (ini)" if given
+                         else "$PERF_STORE")  # fmt: skip
+                raise pytest.UsageError(f"{named}: {e}") from None
             return cls(line=(f"history store off: {e} (the run is saved in the benchmark storage)", True))
 
     def saving(self, benchmarks: Any, output_json: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ from perf.gate.history import DEFAULT_LAST, comparable_groups, history_runs
 from perf.gate.noise import NoiseProfile, floors_from_profile, profile_key, runner_profile
 from perf.gate.table import format_lines, summary, write_verdicts
 from perf.measure.machine import device_fingerprint, fingerprint_differences
-from perf.options import parse_fraction, parse_positive_int, parse_store
+from perf.options import parse_fraction, parse_machine_device, parse_positive_int, parse_store
 from perf.runs import HistoryError, SavedRun, load_run, load_runs, mapping, run_files
 from perf.store.changepoints import HistoryChange, history_changes
 from perf.store.db import machine_key, open_store
@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     comparable = sub.add_parser("comparable", help="whether a saved run can be a baseline on this machine: exit 0, "
                                 "or exit 1 naming each fingerprint field that changed (a driver, CUDA or GPU update)")
     comparable.add_argument("run", type=Path, help="the saved run (a .benchmarks/<machine>/NNNN_*.json file)")
-    comparable.add_argument("--device", default="cuda", help="the device this machine would measure on (default cuda)")
+    comparable.add_argument("--device", type=parse_machine_device, default="cuda",
+                            help="the device this machine would measure on (default cuda)")
     judge = sub.add_parser("judge", help="judge a saved run against the history before it, as --perf-compare does")
     judge.add_argument("--storage", type=Path, default=None, help="a benchmark storage folder to read instead of the "
                        "store (its noise profile too)")  # fmt: skip
@@ -78,9 +79,15 @@ def changes_table(changes: Sequence[HistoryChange]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    where = args.store or os.environ.get("PERF_STORE") or DEFAULT_STORE
-    if where == "none":
-        print("perf-history: error: --store none: there is no store to read", file=sys.stderr)
+    from_env = os.environ.get("PERF_STORE", "").strip()  # read as the suite reads it: `perf.options.parse_store`
+    try:
+        where = args.store or (parse_store(from_env) if from_env else None) or DEFAULT_STORE
+    except argparse.ArgumentTypeError as e:
+        print(f"perf-history: error: $PERF_STORE: {e}", file=sys.stderr)
+        return 2
+    if where.lower() == "none" and args.command not in ("simulate", "comparable"):
+        named = "--store none" if args.store else "$PERF_STORE=none"
+        print(f"perf-history: error: {named}: there is no store to read", file=sys.stderr)
         return 2
     try:
         if args.command == "simulate":
@@ -129,7 +136,8 @@ def _storage_profiles(storage: str | os.PathLike[str], runs: list[SavedRun]) -> 
     found: dict[str, dict[str, Any] | None] = {}
     for run in runs:
         if (key := profile_key(fingerprint := mapping(run.fingerprint))) not in found:
-            profile = runner_profile(_warn, storage=storage, fingerprint=fingerprint)
+            profile = runner_profile(_warn, storage=storage, fingerprint=fingerprint,
+                                     without="the runs are stored without it")
             found[key] = None if profile is None else json.loads(profile.to_json())
     return [found[profile_key(mapping(run.fingerprint))] for run in runs]
 
@@ -142,7 +150,8 @@ def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: 
         key = machine_key(group[0].machine_info)
         text = profiles.get(key)
         floors = floors_from_profile(None if text is None else runner_profile(
-            _warn, stored=text, stored_in=f"the store's noise profile of machine {key}"))  # fmt: skip
+            _warn, stored=text, stored_in=f"the store's noise profile of machine {key}",
+            without="change points use the default floor"))  # fmt: skip
         found += history_changes(group, min_effect=min_effect, floors=floors)
     return sorted({(c.fullname, c.machine_key, c.branch, c.run_id): c for c in found}.values(),
                   key=lambda c: (c.fullname, c.saved_at or ""))  # fmt: skip

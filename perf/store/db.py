@@ -111,7 +111,13 @@ class HistoryStore(contextlib.AbstractContextManager):
             self.shown = "<unparsable store URL>"
         sqlite = url.startswith("sqlite")
         if url.startswith("sqlite:///"):
-            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            path = Path(url[len("sqlite:///"):])
+            if path.is_dir():
+                raise StoreError(f"store '{self.shown}': '{path}' is a folder: name a file in it")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:  # a part of the path is a file, or cannot be written
+                raise StoreError(f"store '{self.shown}': cannot make its folder: {e.strerror or e}") from e
         created = _create_as_open_would(url) if sqlite else None
         try:
             self._connect(url, sqlite)

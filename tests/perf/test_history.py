@@ -290,7 +290,7 @@ def test_the_offline_judge_seeds_a_short_history_with_the_storages_noise_profile
     assert bad.returncode == 1 and "(no noise profile)" in bad.stdout and "1 slower" in bad.stdout
     assert bad.stderr.splitlines() == [
         f"perf-history: warning: ignored this runner's stored noise profile, '{path}': entry 'perf/t.py::a' metric "
-        "'time': medians_s holds 0, not a median in seconds (a number > 0): a history of fewer than 3 runs is judged "
+        "'time': medians_s holds 0, not a median in seconds (1e-9 to 1e4): a history of fewer than 3 runs is judged "
         "without it; measure it again with --perf-noise=10"]
 
 

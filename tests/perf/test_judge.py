@@ -194,3 +194,12 @@ def test_the_confirmation_level_keeps_the_run_budget_at_the_rate_the_history_was
     rate = max(SUSPECT_RATE, plan.flagged / judged)
     assert plan.confirm_level * rate == pytest.approx(RUN_BUDGET)
     assert plan.confirm_level <= CONFIRM_LEVEL
+
+
+def test_medians_of_absurd_size_are_judged_slower_not_an_overflow() -> None:
+    from perf.gate.judge import reference
+
+    found = judge(reference([1e-3, 1.01e-3, 0.99e-3]), [1e300], 0.01)  # a hand-edited saved run
+    assert found.verdict == SLOWER and math.isfinite(found.ratio) and math.isfinite(found.hi)
+    wide = judge(reference([1e-300, 1e300, 1.0]), [1.0], 0.01)  # a spread of 1,400 in logs
+    assert math.isfinite(wide.hi) and math.isfinite(wide.detectable)

@@ -352,6 +352,12 @@ def test_pin_uses_the_cpus_local_to_the_gpu_on_a_two_socket_host(tmp_path: Path)
 def test_pin_keeps_every_allowed_cpu_without_a_usable_numa_answer(tmp_path: Path) -> None:
     sysfs = _two_socket_sysfs(tmp_path)
     assert local_cpus("0000:3c:00.0", sysfs) is None
+    odd = sysfs / "bus" / "pci" / "devices" / "0000:3c:00.0"
+    odd.mkdir()
+    for text in ("", "\n", "0-", "3-1", "a-b", "0-99999999", "-1"):  # none is a list the kernel writes
+        (odd / "local_cpulist").write_text(text)
+        assert local_cpus("0000:3c:00.0", sysfs) is None, text
+    (odd / "local_cpulist").unlink()
     assert pin_cpus(range(32), "0000:3c:00.0", sysfs) == list(range(32))  # no such file
     assert pin_cpus(range(32), None, sysfs) == list(range(32))  # no PCI address (CPU run, older torch)
     assert pin_cpus(range(8, 16), "0000:1b:00.0", sysfs) == list(range(8, 16))  # none of the allowed is local

@@ -92,3 +92,11 @@ def test_speedups_compare_each_case_with_eager_fp32_at_the_same_batch() -> None:
             {"case": "torch-graph fp16", "batch": 64, "median ms": 3.0}]
     got = {(r["case"], r["batch"]): r["speed-up"] for r in speedup_rows(rows)}
     assert got == {("torch-graph fp16", 1): 4.0, ("torch-graph fp16", 8): 4.0}
+
+
+def test_a_visible_set_ends_where_cuda_stops_reading_it() -> None:
+    # CUDA sees the devices before the first entry it cannot read: "0,-1,1" is GPU 0 alone.
+    assert usable_gpus({"CUDA_VISIBLE_DEVICES": "0,-1,1"}) == ["0"]
+    assert usable_gpus({"CUDA_VISIBLE_DEVICES": " 1 , GPU-aaa, MIG-bbb,x,2"}) == ["1", "GPU-aaa", "MIG-bbb"]
+    env = {"PYTEST_XDIST_WORKER": "gw1", "CUDA_VISIBLE_DEVICES": "0,-1,1"}
+    assert bind_worker_gpu(env) == "0"  # never the hidden GPU 1, nor "-1"

@@ -92,10 +92,12 @@ def _profile_text(**entry: object) -> str:
 @pytest.mark.parametrize(("entry", "problem"), [
     ({"between_sd": "0.01"}, "between_sd is '0.01', expected a number from 0 to 5"),
     ({"between_sd": 1e6}, "between_sd is 1000000.0, expected a number from 0 to 5"),
-    ({"medians_s": ["0.001", "0.001", "0.001"]}, "medians_s holds '0.001', not a median in seconds (a number > 0)"),
-    ({"medians_s": [0, 0, 0]}, "medians_s holds 0, not a median in seconds (a number > 0)"),
-    ({"medians_s": [1e-3, None]}, "medians_s holds None, not a median in seconds (a number > 0)"),
+    ({"medians_s": ["0.001", "0.001", "0.001"]}, "medians_s holds '0.001', not a median in seconds (1e-9 to 1e4)"),
+    ({"medians_s": [0, 0, 0]}, "medians_s holds 0, not a median in seconds (1e-9 to 1e4)"),
+    ({"medians_s": [1e-3, None]}, "medians_s holds None, not a median in seconds (1e-9 to 1e4)"),
     ({"medians_s": [1e-3]}, "medians_s is 1 value(s), expected a list of 2 or more per-process medians"),
+    ({"medians_s": [1e308, 1e308]}, "medians_s holds 1e+308, not a median in seconds (1e-9 to 1e4)"),
+    ({"medians_s": [5e-324, 5e-324]}, "medians_s holds 5e-324, not a median in seconds (1e-9 to 1e4)"),
     ({"processes": "3"}, "processes is '3', expected a whole number >= 2"),
     ({"cv": [0.01]}, "cv is [0.01], not a number"),
 ])  # fmt: skip

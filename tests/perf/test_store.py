@@ -198,8 +198,9 @@ def test_an_in_memory_sqlite_store_is_refused_where_every_way_of_giving_one_lead
     from_env = subprocess.run([*cli, "import", str(tmp_path / "storage")], capture_output=True, text=True, env=env,
                               check=False)  # fmt: skip
     assert (from_env.returncode, from_env.stdout) == (2, "")
-    assert from_env.stderr.splitlines() == [f"perf-history: error: store '{where}': an in-memory SQLite database "
-                                            "keeps no run; give a file (a path or sqlite:///path)"]
+    assert from_env.stderr.splitlines() == [f"perf-history: error: $PERF_STORE: Could not parse value: {where!r}. "
+                                            "Expected a store that keeps its runs: a path or sqlite:///path naming a "
+                                            "file (an in-memory SQLite database loses them), postgresql://... or none."]
 
 
 @pytest.mark.parametrize("where", ["history.sqlite", "sqlite:///history.sqlite", "sqlite:////tmp/h.sqlite",
@@ -366,7 +367,8 @@ def test_import_stores_the_storages_noise_profile_whose_floors_changes_then_judg
     assert again.returncode == 0 and again.stdout.startswith("4 run(s) stored"), again.stderr
     (line,) = again.stderr.splitlines()  # once, not once per run
     assert line.startswith(f"perf-history: warning: ignored this runner's stored noise profile, '{path}': not a noise "
-                           "profile (") and line.endswith("is judged without it; measure it again with --perf-noise=10")
+                           "profile (")
+    assert line.endswith("the runs are stored without it; measure it again with --perf-noise=10")
     changes = perf_history(tmp_path / "bad.sqlite", "changes")  # the default floor: the step is a change point
     assert changes.returncode == 0 and changes.stdout.splitlines()[-1].startswith("1 change point(s) in 1 benchmark")
 
@@ -491,4 +493,61 @@ def test_changes_with_a_stored_noise_profile_it_cannot_use_warn_in_one_line_and_
     assert done.returncode == 0, done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith("perf-history: warning: ignored this runner's stored noise profile, the store's noise")
+    assert line.endswith("change points use the default floor; measure it again with --perf-noise=10")
     assert "change point(s) in 1 benchmark(s) of 4 run(s)" in done.stdout
+
+
+@pytest.mark.parametrize("env, named", [("None", "$PERF_STORE=none"), (" none ", "$PERF_STORE=none"),
+                                        ("mysql://x/y", "$PERF_STORE: Could not parse value")])  # fmt: skip
+def test_perf_history_reads_perf_store_as_the_suite_does_and_makes_no_store_of_an_off_value(
+        tmp_path: Path, env: str, named: str) -> None:  # fmt: skip
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "perf.store.cli", "runs"], cwd=tmp_path, capture_output=True,
+                          text=True, check=False, timeout=120, env={**os.environ, "PERF_STORE": env})  # fmt: skip
+    (line,) = done.stderr.splitlines()
+    assert done.returncode == 2 and line.startswith(f"perf-history: error: {named}"), done.stderr
+    assert list(tmp_path.iterdir()) == []  # no SQLite file named after the value
+
+
+def test_a_store_path_through_a_file_or_naming_a_folder_is_one_line(tmp_path: Path) -> None:
+    import sys
+
+    (tmp_path / "afile").write_text("")
+    for where, problem in ((tmp_path / "afile" / "h.sqlite", "cannot make its folder"), (tmp_path, "is a folder")):
+        done = subprocess.run([sys.executable, "-m", "perf.store.cli", "--store", str(where), "runs"],
+                              capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+        (line,) = done.stderr.splitlines()
+        assert done.returncode == 2 and line.startswith("perf-history: error: store ") and problem in line, line
+
+
+def test_comparable_reads_its_device_as_the_suite_does(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    saved = tmp_path / "0001_run.json"
+    saved.write_text(json.dumps(_document("r0")))
+    cli = [sys.executable, "-m", "perf.store.cli", "comparable", str(saved), "--device"]
+    typo = subprocess.run([*cli, "cuda:x"], capture_output=True, text=True, check=False, timeout=120)
+    assert typo.returncode == 2 and typo.stderr.splitlines() == [
+        "perf-history: error: argument --device: Could not parse value: 'cuda:x'. Expected cpu, cuda or cuda:N."]
+    upper = subprocess.run([*cli, "CUDA"], capture_output=True, text=True, check=False, timeout=120)
+    assert "device: saved 'cuda'" not in upper.stdout and upper.stderr == ""  # CUDA is cuda, as the suite reads it
+
+
+def test_a_store_that_cannot_open_is_named_where_it_was_given(tmp_path: Path) -> None:
+    import sys
+
+    from tiny_bench import child_env, write_project
+
+    folder = write_project(tmp_path, ["perf.plugin"])
+    (folder / "afile").write_text("")
+    (folder / "pyproject.toml").write_text('[tool.pytest.ini_options]\nperf_store = "afile/h.sqlite"\n')
+    env = {k: v for k, v in child_env().items() if k != "PERF_STORE"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "--perf-device=cpu", "--benchmark-autosave", "test_tiny.py"], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
+    assert line.startswith(f"ERROR: perf_store (ini): store 'sqlite:///{folder / 'afile' / 'h.sqlite'}': cannot make "
+                           "its folder"), line
