@@ -254,13 +254,15 @@ _PROGRESS_HELP = (f"draw progress bars of the long steps on stderr, or never (de
                   f"${PROGRESS_ENV_VAR}=1 or 0 sets the same)")
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
+    """--cfg, --weights, --seed and --cache-dir; ``cache=False`` (a command that writes no cache): --cache-dir is
+    still accepted, so that older command lines run, but not shown."""
     p.add_argument("--cfg", help="Darknet .cfg (default: the shipped two-class yolov4-tiny.cfg)")
     p.add_argument("--weights", help="Darknet .weights (default: the shipped weights, else seeded random weights)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random weights used when none are given (default: 0)")
-    p.add_argument("--cache-dir",
-                   help="cache for ONNX files, engines and videos (default: $DETECTOR_CACHE or ~/.cache/detector)")
+    p.add_argument("--cache-dir", help="cache for ONNX files, engines and videos (default: $DETECTOR_CACHE or "
+                   "~/.cache/detector)" if cache else argparse.SUPPRESS)
 
 
 def _version() -> str:
@@ -289,8 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"backend name(s), comma-separated: {', '.join(backend_names())}, in any case (default: torch)")
     p.add_argument("--onnx", help="ONNX file for the onnxruntime backend instead of the model's own export; its input "
                    "size and classes must match the cfg (default: export the model)")
-    p.add_argument("--video", help="input video (default: the synthetic 960x540 video with ground truth)")
-    p.add_argument("--video-seed", type=int, default=0, help="seed of the default synthetic video (default: 0)")
+    source = p.add_mutually_exclusive_group()  # a seed picks the synthetic video, which --video replaces
+    source.add_argument("--video", help="input video (default: the synthetic 960x540 video with ground truth)")
+    source.add_argument("--video-seed", type=int, default=0, help="seed of the default synthetic video (default: 0)")
     p.add_argument("--frames", type=_positive_int, help="frames to process (default: all; 300 for the synthetic video)")
     p.add_argument("--out", default="detector-out",
                    help="folder for the detected videos and the JSON; or, with one backend, the detected video's path "
@@ -312,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_detect)
 
     p = _command(sub, "export-onnx", "export the model to ONNX (decode included)")
-    _add_model_args(p)
+    _add_model_args(p, cache=False)
     p.add_argument("--out", required=True, help="output .onnx path")
     p.add_argument("--opset", type=_positive_int, default=17, help="ONNX opset, 17 or newer (default: 17)")
     p.add_argument("--static-batch", action="store_true", help="fix the batch axis at 1 (default: dynamic batch)")

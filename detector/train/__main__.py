@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python3 -m detector.train", description=_DESCRIPTION,
                                      allow_abbrev=False)
     parser.add_argument("-v", "--verbose", action="store_true", help="log every module's progress (default: "
-                        "training and evaluation only)")
+                        "warnings only)")
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_parser(sub)
     add_eval_parser(sub)

@@ -195,10 +195,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from detector.video import check_video_file
 
         check_video_file(args.video)
-    model_spec(args.cfg, args.weights, args.cache_dir)
-    check_runs_here([args.backend], args.device, args.precision)
+    spec = model_spec(args.cfg, args.weights, args.cache_dir)
+    args.device = check_runs_here([args.backend], args.device, args.precision)  # auto: the device it runs on
+    model = _model_fields(args, spec)
     if args.video:
-        return _eval_video(args)
+        return _eval_video(args, model)
     seeds = tuple(args.video_seeds or (7,))
     frames = args.frames or 300
     results = evaluate_seeds(args.cfg, args.weights, video_seeds=seeds, frames=frames, device=args.device,
@@ -208,11 +209,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for name, result in results.items():
         which = f"held-out seeds {','.join(map(str, seeds))}" if name == "all" else f"held-out {name}"
         print(f"{args.backend} {args.precision} on {args.device}, {which}, {frames} frames each, "
-              f"weights {args.weights or 'shipped'}:")
+              f"weights {model['weights_shown']}:")
         print(result.table())
     if args.json:
         payload = {"backend": args.backend, "precision": args.precision, "device": args.device,
-                   "video_seeds": list(seeds), "frames": frames, "weights": args.weights,
+                   "video_seeds": list(seeds), "frames": frames, **model["json"],
                    "conf_threshold": args.conf, "iou_threshold": args.iou, **results["all"].to_dict(),
                    "per_seed": {name: r.to_dict() for name, r in results.items() if name != "all"}}
         atomic_write_text(Path(args.json), json.dumps(payload, indent=2) + "\n")
@@ -220,7 +221,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_video(args: argparse.Namespace) -> int:
+def _model_fields(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
+    """What ``eval`` says of the model it scored: ``weights_shown`` for its header line (the file, "shipped", or
+    seeded random weights of a cfg without them) and ``json``, its fields of the ``--json`` file."""
+    random = spec.weights is None
+    shown = "seeded random (no weights for this cfg)" if random else args.weights or "shipped"
+    return {"weights_shown": shown,
+            "json": {"cfg": str(spec.cfg), "weights": None if random else str(spec.weights), "random_weights": random,
+                     "resize": args.resize, "nms": args.nms}}
+
+
+def _eval_video(args: argparse.Namespace, model: dict[str, Any]) -> int:
     """``detector eval --video``: the AP table of one labelled video, optionally written as JSON."""
     from detector.fileio import atomic_write_text
     from detector.train.evalrun import evaluate_video
@@ -230,12 +241,12 @@ def _eval_video(args: argparse.Namespace) -> int:
                            cache_dir=args.cache_dir, conf_threshold=args.conf, iou_threshold=args.iou,
                            **_processing_overrides(args))
     print(f"{args.backend} {args.precision} on {args.device}, {score.video}, {score.frames} frames, ground truth "
-          f"{score.ground_truth}, weights {args.weights or 'shipped'}:")
+          f"{score.ground_truth}, weights {model['weights_shown']}:")
     print(score.result.table())
     if args.json:
         payload = {"backend": args.backend, "precision": args.precision, "device": args.device,
                    "video": str(score.video), "ground_truth": str(score.ground_truth), "frames": score.frames,
-                   "weights": args.weights, "conf_threshold": args.conf, "iou_threshold": args.iou,
+                   **model["json"], "conf_threshold": args.conf, "iou_threshold": args.iou,
                    **score.result.to_dict()}
         atomic_write_text(Path(args.json), json.dumps(payload, indent=2) + "\n")
         print(f"wrote {args.json}")

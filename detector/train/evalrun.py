@@ -170,7 +170,9 @@ def evaluate_model(model: torch.nn.Module, *, video_seeds: Sequence[int] = DEFAU
             return model(t).float()
 
     try:
-        chain = StageChain(tuple(net_size or model.input_size), "letterbox", None, conf_threshold, iou_threshold)
+        # the cfg's NMS, as `detector eval` scores the saved weights (`eval_chain`); letterbox, as training feeds it
+        chain = StageChain(tuple(net_size or model.input_size), "letterbox", model.cfg.nms, conf_threshold,
+                           iou_threshold)  # fmt: skip
         return _evaluate(infer, chain, names=names or model.names, video_seeds=video_seeds, frames=frames,
                          cache_dir=video_cache(cache_dir), batch=batch)["all"]
     finally:

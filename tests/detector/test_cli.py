@@ -382,3 +382,39 @@ def test_a_model_onnx_runtime_refuses_is_our_one_line_without_its_own_log(
     err = capfd.readouterr().err.strip().splitlines()  # file descriptor 2: ONNX Runtime logs from C++
     assert len(err) == 1, err
     assert err[0].startswith("detector: error: runner 'onnxruntime': inference failed: [ONNXRuntimeError]")
+
+
+def test_eval_names_the_weights_it_scored_and_the_device_it_ran_on(
+    short_video: Path, tmp_path: Path, cache: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from detector.model import default_cfg_path, default_weights_path
+
+    cfg = tmp_path / "model.cfg"  # a cfg with no weights beside it: seeded random weights stand in
+    cfg.write_text(default_cfg_path().read_text())
+    (tmp_path / "classes.names").write_text("person\nvehicle\n")
+    out = tmp_path / "random.json"
+    assert _eval(short_video, cache, "--device", "auto", "--cfg", str(cfg), "--frames", "2", "--json", str(out)) == 0
+    assert "weights seeded random (no weights for this cfg):" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert (data["device"], data["cfg"], data["weights"], data["random_weights"]) == ("cpu", str(cfg), None, True)
+    assert (data["resize"], data["nms"]) == ("cfg", "cfg")
+    shipped = tmp_path / "shipped.json"
+    assert _eval(short_video, cache, "--frames", "2", "--nms", "diounms", "--json", str(shipped)) == 0
+    assert "weights shipped:" in capsys.readouterr().out
+    data = json.loads(shipped.read_text())
+    assert (data["weights"], data["random_weights"], data["nms"]) == (str(default_weights_path()), False, "diounms")
+
+
+def test_detect_refuses_a_video_seed_beside_a_video_it_would_ignore(
+    short_video: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["detect", "--device", "cpu", "--video", str(short_video), "--video-seed", "5", "--no-video"])
+    err = capsys.readouterr().err.splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and "--video-seed: not allowed with argument --video" in err[0]
+
+
+def test_export_onnx_shows_no_cache_option_it_would_not_use(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["export-onnx", "--help"])
+    assert "--cache-dir" not in capsys.readouterr().out

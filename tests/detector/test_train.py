@@ -358,3 +358,16 @@ def test_train_logs_progress_only_with_verbose_and_its_evaluation_in_one_line(
     assert main(["train", "-v", *args]) == 0
     (evaluation,) = [r.getMessage() for r in caplog.records if "final evaluation" in r.getMessage()]
     assert "\n" not in evaluation and "mAP@0.5 " in evaluation and "(AP@0.5: person " in evaluation
+
+
+def test_evaluation_during_training_follows_the_cfgs_nms(tmp_path: Path, monkeypatch) -> None:
+    from detector.train import evalrun
+
+    text = default_cfg_path().read_text().replace("[yolo]", "[yolo]\nnms_kind=diounms\nbeta_nms=0.8")
+    cfg = tmp_path / "diou.cfg"
+    cfg.write_text(text)
+    chains = []
+    monkeypatch.setattr(evalrun, "_evaluate", lambda infer, chain, **kw: chains.append(chain) or {"all": None})
+    evalrun.evaluate_model(load_model(cfg, seed=1), frames=1, cache_dir=tmp_path)
+    assert (chains[0].nms.kind, chains[0].nms.beta) == ("diounms", 0.8)  # as `detector eval` scores the weights
+
