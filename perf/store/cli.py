@@ -85,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except argparse.ArgumentTypeError as e:
         print(f"perf-history: error: $PERF_STORE: {e}", file=sys.stderr)
         return 2
-    if where.lower() == "none" and args.command not in ("simulate", "comparable"):
+    reads_store = args.command not in ("simulate", "comparable") and not (args.command == "judge" and args.storage)
+    if where.lower() == "none" and reads_store:
         named = "--store none" if args.store else "$PERF_STORE=none"
         print(f"perf-history: error: {named}: there is no store to read", file=sys.stderr)
         return 2

@@ -551,3 +551,12 @@ def test_a_store_that_cannot_open_is_named_where_it_was_given(tmp_path: Path) ->
     (line,) = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
     assert line.startswith(f"ERROR: perf_store (ini): store 'sqlite:///{folder / 'afile' / 'h.sqlite'}': cannot make "
                            "its folder"), line
+
+
+def test_judging_a_storage_needs_no_store_even_when_perf_store_is_none(tmp_path: Path) -> None:
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "perf.store.cli", "judge", "--storage", str(tmp_path)],
+                          capture_output=True, text=True, check=False, timeout=120,
+                          env={**os.environ, "PERF_STORE": "None"})  # fmt: skip
+    assert done.returncode == 2 and "no store to read" not in done.stderr and str(tmp_path) in done.stderr
