@@ -228,8 +228,9 @@ def find_profile(storage: str | os.PathLike[str], fingerprint: Mapping[str, Any]
     return load_profile(path) if path.is_file() else None
 
 
-#: What a judge does without a stored profile it cannot use (`ignored_profile_line`).
+#: What a judge does without a stored profile it cannot use (`ignored_profile_line`), and what change points do.
 JUDGED_WITHOUT = f"a history of fewer than {MIN_REFERENCE} runs is judged without it"
+DEFAULT_FLOOR_WITHOUT = "change points use the default floor"
 
 
 def ignored_profile_line(error: NoiseProfileError, without: str = JUDGED_WITHOUT) -> str:

@@ -80,7 +80,7 @@ class ReportInputs:
 def load_machine_runs(storage: Path, machine_id: str | None, warnings: list[str]) -> tuple[list[SavedRun], Any]:
     """One machine's saved runs (default: the newest file's), oldest first, and its stored noise profile (or
     None); `HistoryError`: all corrupt, no folder."""
-    from perf.gate.noise import NoiseProfileError, find_profile
+    from perf.gate.noise import DEFAULT_FLOOR_WITHOUT, runner_profile
 
     files = run_files(storage)
     if machine_id is None and files:
@@ -93,12 +93,9 @@ def load_machine_runs(storage: Path, machine_id: str | None, warnings: list[str]
     warnings += [f"skipped corrupt saved run: {e}" for e in skipped]
     if not runs:
         warnings.append(f"benchmark storage '{storage}' holds no saved runs")
-    elif isinstance(fingerprint := runs[-1].fingerprint, dict):
-        try:
-            return runs, find_profile(storage, fingerprint)
-        except NoiseProfileError as e:
-            warnings.append(f"ignored this runner's stored noise profile, {e}: change points use the default floor")
-    return runs, None
+        return runs, None
+    return runs, runner_profile(warnings.append, storage=storage, fingerprint=runs[-1].fingerprint,
+                                without=DEFAULT_FLOOR_WITHOUT)  # fmt: skip
 
 
 def load_tables(reports: Path, warnings: list[str]) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
@@ -119,7 +116,7 @@ def load_tables(reports: Path, warnings: list[str]) -> tuple[dict[str, list[dict
 def load_store_runs(where: str, warnings: list[str]) -> tuple[list[SavedRun], Any]:
     """The runs of the history store ``where`` of its newest run's machine, oldest first, test-only runs
     included (drawn apart), and that machine's newest noise profile (or None)."""
-    from perf.gate.noise import NoiseProfile, NoiseProfileError
+    from perf.gate.noise import DEFAULT_FLOOR_WITHOUT, runner_profile
     from perf.store.db import machine_key, open_store
 
     with open_store(where) as store:
@@ -128,14 +125,12 @@ def load_store_runs(where: str, warnings: list[str]) -> tuple[list[SavedRun], An
             return [], None
         key = machine_key(every[-1].machine_info)
         others = [m for m in store.machines() if m[0] != key]
-        profile_json = store.noise_profile_json(key)
+        profile_json, shown = store.noise_profile_json(key), store.shown
     warnings += [f"history of machine {host or '?'} ({runs} runs) in the store is not in this report"
                  for _, host, runs in others]  # fmt: skip
-    try:
-        profile = None if profile_json is None else NoiseProfile.from_json(profile_json)
-    except NoiseProfileError as e:
-        warnings.append(f"ignored the store's noise profile of this machine, {e}: change points use the default floor")
-        profile = None
+    named = f"store '{shown}', machine {key}"
+    profile = None if profile_json is None else runner_profile(warnings.append, stored=profile_json,
+                                                               stored_in=named, without=DEFAULT_FLOOR_WITHOUT)
     return [run for run in every if machine_key(run.machine_info) == key], profile
 
 

@@ -17,7 +17,7 @@ from detector.argtypes import OneLineParser
 from perf import crossprocess
 from perf.gate.compare import VERDICTS, Baseline, GateSettings, budget, judge_benchmark
 from perf.gate.history import DEFAULT_LAST, comparable_groups, history_runs
-from perf.gate.noise import NoiseProfile, floors_from_profile, profile_key, runner_profile
+from perf.gate.noise import DEFAULT_FLOOR_WITHOUT, NoiseProfile, floors_from_profile, profile_key, runner_profile
 from perf.gate.table import format_lines, summary, write_verdicts
 from perf.measure.machine import device_fingerprint, fingerprint_differences
 from perf.options import parse_fraction, parse_machine_device, parse_positive_int, parse_store
@@ -152,7 +152,7 @@ def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: 
         text = profiles.get(key)
         floors = floors_from_profile(None if text is None else runner_profile(
             _warn, stored=text, stored_in=f"the store's noise profile of machine {key}",
-            without="change points use the default floor"))  # fmt: skip
+            without=DEFAULT_FLOOR_WITHOUT))  # fmt: skip
         found += history_changes(group, min_effect=min_effect, floors=floors)
     return sorted({(c.fullname, c.machine_key, c.branch, c.run_id): c for c in found}.values(),
                   key=lambda c: (c.fullname, c.saved_at or ""))  # fmt: skip

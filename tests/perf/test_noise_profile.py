@@ -139,5 +139,6 @@ def test_perf_report_says_it_ignored_a_bad_stored_profile_and_reports_the_runs(
     assert main(["--storage", str(tmp_path / "storage"), "--out", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().err.splitlines() == [
         f"perf-report: warning: ignored this runner's stored noise profile, '{stored}': entry 'perf/t.py::a' metric "
-        "'time': between_sd is 1000000.0, expected a number from 0 to 5: change points use the default floor"]
+        "'time': between_sd is 1000000.0, expected a number from 0 to 5: change points use the default floor; "
+        "measure it again with --perf-noise=10"]
     assert "3 saved run(s)" in (tmp_path / "out" / "summary.md").read_text()
