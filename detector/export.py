@@ -158,10 +158,8 @@ def check_onnx_file(path: str | os.PathLike[str]) -> None:
     path = Path(path)
     try:
         st = path.stat()
-    except FileNotFoundError as e:
-        raise ModelFileError(f"cannot load ONNX model '{path}': no such file") from e
     except OSError as e:
-        raise ModelFileError(f"cannot load ONNX model '{path}': {e.strerror or e}") from e
+        raise ModelFileError(f"cannot load ONNX model '{path}': {fileio.os_reason(e)}") from e
     kind = fileio.file_kind(st)
     if kind == "a directory":
         raise ModelFileError(f"cannot load ONNX model '{path}': it is a folder, not a file")

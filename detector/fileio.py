@@ -48,6 +48,11 @@ def file_kind(st: os.stat_result) -> str | None:
     return "not a regular file"
 
 
+def os_reason(error: OSError) -> str:
+    """What a failed open or read says after ``'<path>': ``: "no such file", else the OS's words (``strerror``)."""
+    return "no such file" if isinstance(error, FileNotFoundError) else str(error.strerror or error)
+
+
 def symlink_loop(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` cannot be followed because symbolic links on it loop (ELOOP): ``Path.resolve`` raises
     RuntimeError on such a path (before Python 3.13) and ``Path.is_file`` / ``is_dir`` answer False, as for a

@@ -8,6 +8,7 @@ import codecs
 from pathlib import Path
 
 from detector.errors import CfgError
+from detector.fileio import os_reason
 
 __all__ = ["DATA_DIR", "default_cfg_path", "default_names", "default_weights_path", "read_names"]
 
@@ -29,10 +30,8 @@ def read_names(path: Path) -> list[str]:
     """
     try:
         data = path.read_bytes()
-    except FileNotFoundError as e:
-        raise CfgError(f"cannot read class names '{path}': no such file") from e
     except OSError as e:
-        raise CfgError(f"cannot read class names '{path}': {e.strerror or e}") from e
+        raise CfgError(f"cannot read class names '{path}': {os_reason(e)}") from e
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:  # utf-8-sig counts from after the mark: the offset is the file's

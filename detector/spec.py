@@ -207,10 +207,8 @@ class ModelSpec:
             if kind is not None:
                 raise WeightsError(f"cannot read weights '{self.weights}': it is {kind}, not a regular file")
             return f"sha256:{fileio.file_digest(self.weights)}"
-        except FileNotFoundError as e:
-            raise WeightsError(f"cannot read weights '{self.weights}': no such file") from e
         except OSError as e:
-            raise WeightsError(f"cannot read weights '{self.weights}': {e.strerror or e}") from e
+            raise WeightsError(f"cannot read weights '{self.weights}': {fileio.os_reason(e)}") from e
 
     def cache_key(self, *parts: object) -> str:
         """A content key over the cfg bytes (or the ONNX file's digest), :meth:`weights_key` and ``parts``."""
@@ -218,10 +216,8 @@ class ModelSpec:
             return fileio.content_key(b"onnx", fileio.file_digest(self.onnx), *parts)  # type: ignore[arg-type]
         try:
             cfg_bytes = self.cfg.read_bytes()
-        except FileNotFoundError as e:
-            raise CfgError(f"cannot read cfg '{self.cfg}': no such file") from e
         except OSError as e:
-            raise CfgError(f"cannot read cfg '{self.cfg}': {e.strerror or e}") from e
+            raise CfgError(f"cannot read cfg '{self.cfg}': {fileio.os_reason(e)}") from e
         return fileio.content_key(cfg_bytes, self.weights_key(), *parts)
 
     def onnx_path(self, opset: int = 17) -> Path:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from detector.errors import VideoError
-from detector.fileio import atomic_path, file_kind
+from detector.fileio import atomic_path, file_kind, os_reason
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +134,8 @@ def check_video_file(path: str | os.PathLike[str]) -> bytes:
         size = st.st_size
         with open(path, "rb") as fh:
             head = fh.read(_SNIFF_BYTES)
-    except FileNotFoundError as e:
-        raise VideoError(f"cannot open '{path}': no such file") from e
     except OSError as e:
-        raise VideoError(f"cannot open '{path}': {e.strerror or e}") from e
+        raise VideoError(f"cannot open '{path}': {os_reason(e)}") from e
     if size == 0:
         raise VideoError(f"cannot open '{path}': the file is empty (0 bytes)")
     if _container(head) is None and _looks_like_text(head):
