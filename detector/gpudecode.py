@@ -140,8 +140,10 @@ class NvdecReader:
             raise VideoError(f"cannot read '{self.path}': the reader is closed")
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
+        # SimpleDecoder reads by frame index: asking past its last frame only logs "INVALID INDEX" to stderr
+        remaining = self.frame_count - self.frames_read if self.frame_count else count
         try:
-            decoded = self._decoder.get_batch_frames(count)
+            decoded = self._decoder.get_batch_frames(min(count, remaining)) if remaining > 0 else []
         except Exception as e:  # noqa: BLE001 -- see __init__
             raise VideoError(f"cannot decode '{self.path}' on NVDEC after frame {self.frames_read}: "
                              f"{str(e).strip() or type(e).__name__}") from e  # fmt: skip

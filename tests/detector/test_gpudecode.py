@@ -8,6 +8,7 @@ import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -101,31 +102,56 @@ def test_nvdec_reader_says_why_it_cannot_decode_here(tmp_path: Path) -> None:
         NvdecReader(video, "cpu")
 
 
-def test_nvdec_reader_on_a_bare_cuda_decodes_on_torchs_current_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    """PyNvVideoCodec stands in for the decoder (this machine may have no GPU); the GPU it is told to use is the
-    one torch's "cuda" means, the current device, and so are the reader's device and stream."""
+@pytest.fixture
+def fake_nvdec(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """PyNvVideoCodec stood in for (this machine may have no GPU): a `SimpleDecoder` of `FRAMES` grey 320x180 NV12
+    frames read by index, on a host whose current CUDA device is GPU 1; returns what the reader asked of it
+    (the decoder's options, and ``batches``: each ``get_batch_frames`` count)."""
     import importlib.machinery
     import types
 
-    asked: dict[str, object] = {}
+    asked: dict[str, Any] = {"batches": []}
 
     class SimpleDecoder:
         def __init__(self, path: str, **options: object) -> None:
             asked.update(options)
+            self.index = 0
 
         def get_stream_metadata(self) -> object:
             return types.SimpleNamespace(width=320, height=180, average_fps=25.0, num_frames=FRAMES)
+
+        def get_batch_frames(self, count: int) -> list[torch.Tensor]:
+            asked["batches"].append(count)
+            frames = [torch.full((270, 320), 128, dtype=torch.uint8) for _ in range(min(count, FRAMES - self.index))]
+            self.index += count
+            return frames
 
     package = types.ModuleType("PyNvVideoCodec")
     package.__spec__ = importlib.machinery.ModuleSpec("PyNvVideoCodec", None)
     package.SimpleDecoder, package.OutputColorType = SimpleDecoder, types.SimpleNamespace(NATIVE="native")
     monkeypatch.setitem(sys.modules, "PyNvVideoCodec", package)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a host whose current device is GPU 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: types.SimpleNamespace(cuda_stream=device.index))
+    return asked
+
+
+def test_nvdec_reader_on_a_bare_cuda_decodes_on_torchs_current_device(fake_nvdec: dict[str, Any]) -> None:
+    """The GPU the decoder is told to use is the one torch's "cuda" means, the current device, and so are the
+    reader's device and stream."""
     reader = NvdecReader(H264_CLIP, "cuda")
     assert reader.device == torch.device("cuda", 1)
-    assert asked["gpu_id"] == 1 and asked["cuda_stream"] == 1
+    assert fake_nvdec["gpu_id"] == 1 and fake_nvdec["cuda_stream"] == 1
+
+
+def test_nvdec_reader_never_asks_past_the_last_frame(fake_nvdec: dict[str, Any]) -> None:
+    """SimpleDecoder reads by index and logs "INVALID INDEX" for one past its last frame: the reader asks for the
+    frames left, and once they are read, for none."""
+    reader = NvdecReader(H264_CLIP, "cuda")
+    reader.device = torch.device("cpu")  # the stand-in's frames are on the host
+    sizes = [len(reader.read(5)) for _ in range(4)]
+    assert sizes == [5, 5, 2, 0] and reader.frames_read == FRAMES
+    assert fake_nvdec["batches"] == [5, 5, 2]
 
 
 def test_loop_settings_refuse_an_unknown_decoder() -> None:
