@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StageSpeed", "decode_speed", "encode_speed", "infer_ms_per_call", "infer_speed", "slowest"]
+__all__ = ["StageSpeed", "decode_speed", "encode_speed", "infer_ms_per_call", "infer_speed", "meets", "slowest"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,14 @@ class StageSpeed:
 def slowest(*speeds: StageSpeed) -> StageSpeed:
     """The stage with the lowest FPS: the bound on a pipeline of these stages."""
     return min(speeds, key=lambda s: s.fps)
+
+
+def meets(ratio: float, target: float) -> str:
+    """Whether a pipeline at ``ratio`` (its FPS over its slowest stage alone) reaches ``target``: "yes", "no", or
+    "unknown" above 1, where it beat that stage alone: the two ran at different speeds of the host's CPU."""
+    if ratio > 1:
+        return "unknown: above 1, so the stage alone ran at another CPU speed than the pipeline"
+    return "yes" if ratio >= target else "no"
 
 
 def decode_speed(video: str | os.PathLike[str], max_frames: int | None = None, keep: int = 0, *,

@@ -173,8 +173,9 @@ PIPELINED_RATIOS = TableSpec("PIPELINED_RATIOS", "Pipelined vs its slowest stage
     num("slowest stage FPS", "FPS"), num("pipeline/slowest stage", "x"), text("meets 0.9", gpu_only=True),
     num("pipeline/sequential", "x")),
     note="pipeline/slowest stage: the best pipelined FPS over the slowest stage measured alone, the most a pipeline "
-    "can reach ('meets 0.9': at least 0.9 of it, the GPU target); pipeline/sequential: over the sequential loop "
-    "(above 1 when overlapping the stages pays).",
+    "can reach ('meets 0.9': at least 0.9 of it, the GPU target; unknown above 1, where the stage alone ran at "
+    "another speed of a CPU whose speed moves, as the H100 machines' vCPUs do); pipeline/sequential: over the "
+    "sequential loop (above 1 when overlapping the stages pays).",
     cpu_note="On a CPU the video is cut to a few frames and every stage competes for the same cores: the ratios are a "
     "smoke test, and the 0.9 target, which holds for a GPU only, is not shown.")
 SKIP_INTERVAL = TableSpec("SKIP_INTERVAL", "Skip interval (DeepStream interval): FPS and mAP", (
