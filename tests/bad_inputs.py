@@ -397,6 +397,18 @@ def _unwritable_out(folder: Path, shared: Shared) -> Made:
     return detect(folder, shared, "--out", str(blocker / "out")), [str(blocker)]
 
 
+def _json_into_folder(folder: Path, shared: Shared) -> Made:
+    results = folder / "results"
+    results.mkdir()
+    return detect(folder, shared, "--json", str(results)), [str(results), "--json", "it is a folder"]
+
+
+def _json_under_a_file(folder: Path, shared: Shared) -> Made:
+    blocker = folder / "a-file"
+    blocker.write_text("x")
+    return detect(folder, shared, "--json", str(blocker / "r.json")), [str(blocker / "r.json"), "is not a folder"]
+
+
 def _pytest(*options: str, expect: tuple[str, ...]) -> Callable[[Path, Shared], Made]:
     def make(folder: Path, shared: Shared) -> Made:
         return ["-m", "pytest", "perf", "-q", "-p", "no:cacheprovider", *options], list(expect)
@@ -476,6 +488,8 @@ BASE_ROWS: tuple[Row, ...] = (
     Row("option-decoder-nvdec-on-cpu", _detect_args("--decoder", "nvdec", "--device", "cpu",
                                                     expect=("--decoder nvdec", "--device is cpu"))),
     Row("output-folder-unwritable", _unwritable_out),
+    Row("json-output-is-a-folder", _json_into_folder),
+    Row("json-output-under-a-file", _json_under_a_file),
     Row("make-video-odd-width", lambda f, s: (["-m", "detector", "make-video", "--out", str(f / "out" / "v.mp4"),
                                                "--width", "65"], ["width", "65"])),
     # the perf suite's options
