@@ -490,6 +490,11 @@ BASE_ROWS: tuple[Row, ...] = (
     Row("output-folder-unwritable", _unwritable_out),
     Row("json-output-is-a-folder", _json_into_folder),
     Row("json-output-under-a-file", _json_under_a_file),
+    Row("seed-negative-random-weights", lambda f, s: (["-m", "detector", "export-onnx", "--cfg", str(CFG), "--seed", "-1",
+                                                       "--out", str(f / "out" / "m.onnx")],
+                                                      [str(CFG), "seed must be an integer >= 0, got -1"])),
+    Row("anchors-seed-negative", lambda f, s: (["-m", "detector", "anchors", "--frames", "2", "--seed", "-1"],
+                                               ["anchors", "seed must be an integer >= 0, got -1"])),
     Row("make-video-odd-width", lambda f, s: (["-m", "detector", "make-video", "--out", str(f / "out" / "v.mp4"),
                                                "--width", "65"], ["width", "65"])),
     # the perf suite's options
