@@ -133,6 +133,11 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if args.onnx and "onnxruntime" not in backends:
         raise DetectorError(f"--onnx '{args.onnx}' runs only with --backend onnxruntime (got {','.join(backends)})")
     video_out = _video_out(args.out, backends, args.video)
+    if args.json:  # written last: a path it cannot take must fail before any video is written
+        from detector.fileio import unwritable
+
+        if (why := unwritable(args.json)) is not None:
+            raise DetectorError(f"cannot write '{args.json}' (--json): {why}")
     if args.skip_interval > 0 and args.batch > 1:
         raise DetectorError(f"--skip-interval {args.skip_interval} needs --batch 1 (one frame per inference), got "
                             f"--batch {args.batch}; give --batch 1 or --skip-interval 0")

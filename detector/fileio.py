@@ -53,6 +53,24 @@ def os_reason(error: OSError) -> str:
     return "no such file" if isinstance(error, FileNotFoundError) else str(error.strerror or error)
 
 
+def unwritable(path: str | os.PathLike[str]) -> str | None:
+    """Why :func:`atomic_path` could not write ``path`` (checked before a long run whose last output it is): ``path``
+    is a folder, or its nearest existing folder is a file or takes no new file; None when it can be written."""
+    path = Path(path)
+    if path.is_dir():
+        return "it is a folder"
+    probe = next((p for p in path.parents if p.exists()), Path("."))
+    if not probe.is_dir():
+        return f"'{probe}' is not a folder"
+    try:
+        fd, name = tempfile.mkstemp(prefix=".probe-", dir=probe)
+    except OSError as e:
+        return f"cannot create files in '{probe}' ({os_reason(e)})"
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
 def symlink_loop(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` cannot be followed because symbolic links on it loop (ELOOP): ``Path.resolve`` raises
     RuntimeError on such a path (before Python 3.13) and ``Path.is_file`` / ``is_dir`` answer False, as for a

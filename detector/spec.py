@@ -45,7 +45,7 @@ class ModelSpec:
         cfg: Darknet ``.cfg`` file, or None when ``onnx`` is the model.
         weights: Darknet ``.weights`` file; ``None`` means deterministic random weights drawn from ``seed``
             (see :func:`detector.model.load_model`), which is what tests and speed benchmarks use.
-        seed: seed of the random weights; ignored when ``weights`` is given.
+        seed: seed of the random weights (>= 0); ignored when ``weights`` is given.
         cache_dir: folder for derived files (ONNX exports under ``onnx/``); defaults to
             :func:`default_cache_dir` read when the spec is created.
         onnx: an ONNX file (input [B,3,H,W], output [B,N,4+C]) run by the ONNX Runtime and TensorRT backends
@@ -75,6 +75,8 @@ class ModelSpec:
             raise CfgError("a model needs a Darknet cfg or an ONNX file; neither was given")
         if self.cfg is None and self.weights is not None:
             raise CfgError(f"weights '{self.weights}' need the Darknet cfg they were trained with; no cfg was given")
+        if self.cfg is not None and self.weights is None and self.seed < 0:
+            raise WeightsError(f"random weights for '{self.cfg}': seed must be an integer >= 0, got {self.seed!r}")
 
     @property
     def model_file(self) -> Path:

@@ -234,15 +234,17 @@ def pickle_payload(path: Path) -> Path:
     return path
 
 
-def handmade_onnx(path: Path, input_hw: tuple[int, int], columns: int) -> Path:
-    """A valid ONNX model: images [batch, 3, H, W] reshaped to decoded [batch, N, columns] (3*H*W % columns == 0)."""
+def handmade_onnx(path: Path, input_hw: tuple[int, int], columns: int, *, symbolic: bool = False) -> Path:
+    """A valid ONNX model: images [batch, 3, H, W] reshaped to decoded [batch, N, columns] (3*H*W % columns == 0);
+    ``symbolic``: the file declares the output [batch, n, columns] with N and the columns left as names."""
     import onnx
     from onnx import TensorProto, helper
 
     height, width = input_hw
     n = 3 * height * width // columns
     images = helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, height, width])
-    decoded = helper.make_tensor_value_info("decoded", TensorProto.FLOAT, ["batch", n, columns])
+    decoded = helper.make_tensor_value_info("decoded", TensorProto.FLOAT,
+                                            ["batch", "n", "columns"] if symbolic else ["batch", n, columns])
     shape = helper.make_tensor("shape", TensorProto.INT64, [3], [0, -1, columns])
     graph = helper.make_graph([helper.make_node("Reshape", ["images", "shape"], ["decoded"])], "g", [images],
                               [decoded], initializer=[shape])
@@ -397,6 +399,18 @@ def _unwritable_out(folder: Path, shared: Shared) -> Made:
     return detect(folder, shared, "--out", str(blocker / "out")), [str(blocker)]
 
 
+def _json_into_folder(folder: Path, shared: Shared) -> Made:
+    results = folder / "results"
+    results.mkdir()
+    return detect(folder, shared, "--json", str(results)), [str(results), "--json", "it is a folder"]
+
+
+def _json_under_a_file(folder: Path, shared: Shared) -> Made:
+    blocker = folder / "a-file"
+    blocker.write_text("x")
+    return detect(folder, shared, "--json", str(blocker / "r.json")), [str(blocker / "r.json"), "is not a folder"]
+
+
 def _pytest(*options: str, expect: tuple[str, ...]) -> Callable[[Path, Shared], Made]:
     def make(folder: Path, shared: Shared) -> Made:
         return ["-m", "pytest", "perf", "-q", "-p", "no:cacheprovider", *options], list(expect)
@@ -450,6 +464,9 @@ BASE_ROWS: tuple[Row, ...] = (
                                                "3x320x320", f"3x{_SHIPPED_H}x{_SHIPPED_H}")),
     Row("onnx-classes-mismatch", _with_onnx(lambda f: handmade_onnx(f / "classes.onnx", (_SHIPPED_H, _SHIPPED_H), 13),
                                             "2 classes", "13]")),
+    Row("onnx-classes-mismatch-symbolic", _with_onnx(lambda f: handmade_onnx(f / "named.onnx", (_SHIPPED_H, _SHIPPED_H), 8,
+                                                                             symbolic=True),
+                                                     "outputs [1, 64896, 8]", "2 classes")),
     Row("onnx-without-onnxruntime", lambda f, s: (detect(f, s, "--onnx", str(f / "m.onnx")),
                                                   ["--onnx", "onnxruntime"])),
     Row("onnx-cache-entry-corrupt", _onnx_cache_entry),
@@ -476,6 +493,13 @@ BASE_ROWS: tuple[Row, ...] = (
     Row("option-decoder-nvdec-on-cpu", _detect_args("--decoder", "nvdec", "--device", "cpu",
                                                     expect=("--decoder nvdec", "--device is cpu"))),
     Row("output-folder-unwritable", _unwritable_out),
+    Row("json-output-is-a-folder", _json_into_folder),
+    Row("json-output-under-a-file", _json_under_a_file),
+    Row("seed-negative-random-weights", lambda f, s: (["-m", "detector", "export-onnx", "--cfg", str(CFG), "--seed", "-1",
+                                                       "--out", str(f / "out" / "m.onnx")],
+                                                      [str(CFG), "seed must be an integer >= 0, got -1"])),
+    Row("anchors-seed-negative", lambda f, s: (["-m", "detector", "anchors", "--frames", "2", "--seed", "-1"],
+                                               ["anchors", "seed must be an integer >= 0, got -1"])),
     Row("make-video-odd-width", lambda f, s: (["-m", "detector", "make-video", "--out", str(f / "out" / "v.mp4"),
                                                "--width", "65"], ["width", "65"])),
     # the perf suite's options

@@ -38,13 +38,15 @@ def kmeans_anchors(boxes: np.ndarray, k: int = 6, *, seed: int = 0, restarts: in
 
     Lloyd's k-means with distance ``1 - shape IoU`` and the median as the cluster centre; ``restarts`` seeded
     initialisations, the one with the highest mean best IoU wins. Raises DetectorError with fewer than ``k``
-    distinct positive sizes.
+    distinct positive sizes or a negative ``seed``.
     """
     boxes = np.asarray(boxes, np.float64).reshape(-1, 2)
     boxes = boxes[(boxes > 0).all(1)]
     distinct = np.unique(boxes, axis=0)
     if k < 1 or len(distinct) < k:
         raise DetectorError(f"need at least {k} distinct positive box sizes for {k} anchors, got {len(distinct)}")
+    if seed < 0:
+        raise DetectorError(f"k-means anchors: seed must be an integer >= 0, got {seed!r}")
     rng = np.random.default_rng(seed)
     best: tuple[float, np.ndarray] | None = None
     for _ in range(restarts):
