@@ -53,19 +53,20 @@ def os_reason(error: OSError) -> str:
     return "no such file" if isinstance(error, FileNotFoundError) else str(error.strerror or error)
 
 
-def unwritable(path: str | os.PathLike[str]) -> str | None:
-    """Why :func:`atomic_path` could not write ``path`` (checked before a long run whose last output it is): ``path``
-    is a folder, or its nearest existing folder is a file or takes no new file; None when it can be written."""
+def unwritable(path: str | os.PathLike[str], *, folder: bool = False) -> str | None:
+    """Why no file can be created at ``path`` (``folder``: in the folder ``path``; a missing folder counts as its
+    nearest existing parent), checked before a long run whose output it is: ``path`` is a folder (a file was
+    wanted), that parent is a file, or it takes no new file (the OS's reason); None when a file can be created."""
     path = Path(path)
-    if path.is_dir():
+    if not folder and path.is_dir():
         return "it is a folder"
-    probe = next((p for p in path.parents if p.exists()), Path("."))
+    probe = next((p for p in (*([path] if folder else []), *path.parents) if p.exists()), Path("."))
     if not probe.is_dir():
         return f"'{probe}' is not a folder"
     try:
         fd, name = tempfile.mkstemp(prefix=".probe-", dir=probe)
     except OSError as e:
-        return f"cannot create files in '{probe}' ({os_reason(e)})"
+        return os_reason(e)
     os.close(fd)
     os.unlink(name)
     return None

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from detector.argtypes import OneLineParser, value_parser
-from detector.fileio import atomic_write_text
+from detector.fileio import atomic_write_text, unwritable
 from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchmark
 from perf.gate.confirm import BASE, CANDIDATE, Process, confirm_looks
 from perf.gate.judge import DEFAULT_PAIRS, FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER
@@ -267,9 +267,7 @@ def json_problem(path: str | None) -> str | None:
     if not file.parent.is_dir():
         problem = "not a folder" if file.parent.exists() else "no such folder"
         return f"--json '{path}': '{file.parent}': {problem}"
-    from perf.preflight import unwritable  # pytest's import, only with --json
-
-    why = unwritable(file.parent)
+    why = unwritable(file.parent, folder=True)
     return None if why is None else f"--json '{path}': cannot write in '{file.parent}': {why}"
 
 

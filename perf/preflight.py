@@ -6,14 +6,12 @@ compare would load that fails `perf.validate.run_problem`, a folder the run must
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from detector.fileio import parse_json
+from detector.fileio import parse_json, unwritable
 from perf.runs import RUN_GLOB, saved_run_files
 from perf.validate import run_problem
 
@@ -25,20 +23,6 @@ SAVING = ("benchmark_autosave", "benchmark_save", "benchmark_json", "benchmark_c
 
 def _option(config: pytest.Config, name: str) -> Any:
     return config.getoption(name, None)
-
-
-def unwritable(folder: Path) -> str | None:
-    """Why no file can be created in ``folder`` (a missing one: in its nearest existing parent), or None."""
-    probe = next((p for p in (folder, *folder.parents) if p.exists()), folder)
-    if not probe.is_dir():
-        return f"'{probe}' is not a folder"
-    try:
-        fd, name = tempfile.mkstemp(prefix=".perf-probe-", dir=probe)
-    except OSError as e:
-        return e.strerror or str(e)
-    os.close(fd)
-    os.unlink(name)
-    return None
 
 
 def _storage_path(config: pytest.Config) -> Path | None:
@@ -79,7 +63,7 @@ def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool
     for option, what, folder in (("--perf-reports-dir", "write the reports to", reports and options.reports_dir),
                                  ("--perf-cache-dir", "create the perf cache in", cache and cache_dir),
                                  ("--benchmark-storage", "save the run in", storage and _storage_path(config))):
-        if folder and (why := unwritable(folder)):
+        if folder and (why := unwritable(folder, folder=True)):
             raise pytest.UsageError(f"{option}: cannot {what} '{folder}': {why}; make it writable or choose "
                                     f"another folder with {option}")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from detector.argtypes import OneLineParser
+from detector.fileio import unwritable
 from perf import crossprocess
 from perf.gate.compare import VERDICTS, Baseline, GateSettings, budget, judge_benchmark
 from perf.gate.history import DEFAULT_LAST, comparable_groups, history_runs
@@ -163,9 +164,7 @@ def _judge(args: argparse.Namespace, where: str) -> int:
     together against the history before them, as ``--perf-compare --perf-confirm=0``; exit 1 when slower. An
     ``--out`` folder that cannot be written is refused before judging; the verdicts are written before printed."""
     if args.out is not None:
-        from perf.preflight import unwritable  # pytest's import, only with --out
-
-        if why := unwritable(args.out):
+        if why := unwritable(args.out, folder=True):
             raise HistoryError(f"--out: cannot write the verdicts to '{args.out}': {why}; make it writable or "
                                "choose another folder with --out")  # fmt: skip
     if args.storage is not None:
