@@ -422,6 +422,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = f"{exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": ").removeprefix(": ")
         print(f"detector: error: {one_line(message)}", file=sys.stderr)
         return 2
+    except MemoryError as exc:  # a size this machine cannot hold (--batch, make-video --width): nothing was written
+        print(f"detector: error: not enough memory: {one_line(str(exc)) or 'MemoryError'}", file=sys.stderr)
+        return 2
     except Terminated:
         print("detector: terminated (SIGTERM); nothing partial was saved", file=sys.stderr)
         return 143

@@ -500,6 +500,10 @@ BASE_ROWS: tuple[Row, ...] = (
                                                       [str(CFG), "seed must be an integer >= 0, got -1"])),
     Row("anchors-seed-negative", lambda f, s: (["-m", "detector", "anchors", "--frames", "2", "--seed", "-1"],
                                                ["anchors", "seed must be an integer >= 0, got -1"])),
+    Row("batch-too-large-for-memory", lambda f, s: (detect(f, s, "--batch", "1000000000"), ["not enough memory"])),
+    Row("make-video-too-large-for-memory", lambda f, s: (["-m", "detector", "make-video", "--out",
+                                                          str(f / "out" / "v.mp4"), "--width", "200000", "--height",
+                                                          "200000", "--frames", "2"], ["not enough memory"])),
     Row("make-video-odd-width", lambda f, s: (["-m", "detector", "make-video", "--out", str(f / "out" / "v.mp4"),
                                                "--width", "65"], ["width", "65"])),
     # the perf suite's options
