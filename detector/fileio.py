@@ -48,6 +48,16 @@ def file_kind(st: os.stat_result) -> str | None:
     return "not a regular file"
 
 
+def read_text(path: str | os.PathLike[str]) -> str:
+    """The UTF-8 text of regular file ``path``; anything else (:func:`file_kind`) is an OSError saying what it is
+    (``it is a FIFO (named pipe), not a regular file``): opened without blocking and refused before it is read,
+    since a FIFO would block the read until someone wrote to it and /dev/zero would never end."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), encoding="utf-8") as fh:
+        if (kind := file_kind(os.fstat(fh.fileno()))) is not None:
+            raise OSError(f"it is {kind}, not a regular file")
+        return fh.read()
+
+
 def os_reason(error: OSError) -> str:
     """What a failed open or read says after ``'<path>': ``: "no such file", else the OS's words (``strerror``)."""
     return "no such file" if isinstance(error, FileNotFoundError) else str(error.strerror or error)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from detector.fileio import parse_json
+from detector.fileio import parse_json, read_text
 from perf.runs import RUN_GLOB, saved_run_files
 from perf.validate import run_problem
 
@@ -62,7 +62,7 @@ def _check_compared_runs(config: pytest.Config) -> None:
         storage = FileStorage(path, logger=None, default_machine_id=get_machine_id())
         for run in saved_run_files(storage.query(RUN_GLOB))[-1:] if wanted is True else storage.query(str(wanted)):
             try:
-                problem = run_problem(parse_json(run.read_text(encoding="utf-8")), complete=complete)
+                problem = run_problem(parse_json(read_text(run)), complete=complete)
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 problem = f"cannot read it as JSON: {e}"
             except ValueError as e:  # what Python's own parser refuses: "not valid JSON: nested too deeply", ...
