@@ -88,9 +88,17 @@ def _noise_profile(folder: Path, fifo: Path) -> list[str]:
                    f"--perf-noise-profile={fifo}")
 
 
-def _report(folder: Path, verdicts: Path) -> list[str]:
-    return ["-m", "perf.report_cli", "--storage", str(folder / "storage"), "--verdicts", str(verdicts), "--out",
-            str(folder / "out")]
+def _report(folder: Path, verdicts: Path | None) -> list[str]:
+    return ["-m", "perf.report_cli", "--storage", str(folder / "storage"), "--out", str(folder / "out"),
+            *(["--verdicts", str(verdicts)] if verdicts else [])]
+
+
+def _report_of(doc: Any) -> Callable[[Path, Shared], Made]:
+    """perf-report of a storage holding only ``doc``: nothing to report, one line naming the run and the problem."""
+    def make(folder: Path, shared: Shared) -> Made:
+        path = _saved_run(folder, doc)
+        return _report(folder, None), [f"'{path}'", "stats.median is 1.7e+308, too large for a number"]
+    return make
 
 
 def _read_only_reports(folder: Path, shared: Shared) -> Made:
@@ -130,5 +138,7 @@ ROWS: tuple[Row, ...] = (
     Row("history-comparable-fifo", _not_a_file("run", lambda f, p: ["-m", "perf.store.cli", "comparable", str(p)]),
         timeout_s=30),
     Row("report-verdicts-dev-zero", _not_a_file("/dev/zero", _report), timeout_s=30),
+    Row("report-saved-run-1.7e308-seconds", _report_of(_ROUNDS | {"benchmarks": [{**_ROUNDS["benchmarks"][0], "stats": {
+        "median": 1.7e308, "data": [1.7e308, 1.5e308, 1e308]}}]})),  # drawn in ms: no float holds it
     Row("pytest-cache-dir-read-only-empty", _read_only_empty_cache, in_repo=True),
 )
