@@ -101,6 +101,15 @@ def _report_of(doc: Any) -> Callable[[Path, Shared], Made]:
     return make
 
 
+def _missing_store(command: list[str]) -> Callable[[Path, Shared], Made]:
+    """A reading command given a store that does not exist: refused, and no store (or folder of it) made."""
+    def make(folder: Path, shared: Shared) -> Made:
+        store = folder / "out" / "typo" / "history.sqlite"
+        return ["-m", *command[:1], "--store", str(store), *command[1:], "--out", str(folder / "out")], [
+            f"store 'sqlite:///{store}': no such file"]
+    return make
+
+
 def _read_only_reports(folder: Path, shared: Shared) -> Made:
     reports = _read_only_folder("ro-reports-")
     return _pytest(folder, f"--perf-reports-dir={reports}"), ["--perf-reports-dir", str(reports)]
@@ -140,5 +149,7 @@ ROWS: tuple[Row, ...] = (
     Row("report-verdicts-dev-zero", _not_a_file("/dev/zero", _report), timeout_s=30),
     Row("report-saved-run-1.7e308-seconds", _report_of(_ROUNDS | {"benchmarks": [{**_ROUNDS["benchmarks"][0], "stats": {
         "median": 1.7e308, "data": [1.7e308, 1.5e308, 1e308]}}]})),  # drawn in ms: no float holds it
+    Row("report-store-missing", _missing_store(["perf.report_cli"])),
+    Row("history-judge-store-missing", _missing_store(["perf.store.cli", "judge"])),
     Row("pytest-cache-dir-read-only-empty", _read_only_empty_cache, in_repo=True),
 )

@@ -72,21 +72,27 @@ def engine_url(where: str) -> str:
 IN_MEMORY = "an in-memory SQLite database keeps no run; give a file (a path or sqlite:///path)"
 
 
-def _create_as_open_would(url: str) -> Path | None:
-    """Create the SQLite file of ``url`` empty, with the mode ``open()`` gives (0o666 less the umask; SQLite creates
-    it 0o644 whatever the umask), when it does not exist; the file created here, else None: it exists, cannot be
-    created (SQLite then says why in its own words), or is a ``file:`` URI (``uri=true``), which SQLite reads."""
+def _sqlite_file(url: str) -> Path | None:
+    """The file of SQLite ``url``; None for none, a ``file:`` URI (``uri=true``, which SQLite reads) or a malformed
+    URL (create_engine says why)."""
     try:
         parsed = make_url(url)
     except Exception:  # noqa: BLE001 - a malformed URL: create_engine says why
         return None
     if parsed.query.get("uri") or not parsed.database or parsed.database == ":memory:":
         return None
+    return Path(parsed.database)
+
+
+def _create_as_open_would(path: Path) -> Path | None:
+    """Create SQLite file ``path`` empty, with the mode ``open()`` gives (0o666 less the umask; SQLite creates it
+    0o644 whatever the umask), when it does not exist; the file created here, else None: it exists or cannot be
+    created (SQLite then says why in its own words)."""
     try:
-        os.close(os.open(parsed.database, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
     except OSError:
         return None
-    return Path(parsed.database)
+    return path
 
 
 def _reason(error: BaseException) -> str:
@@ -103,13 +109,21 @@ def _plain(value: Any) -> Any:
 class HistoryStore(contextlib.AbstractContextManager):
     """An open store (see the module docstring); opening it and `save_run` raise `StoreError` naming it."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, create: bool = True) -> None:
         url = engine_url(where)
         try:
             self.shown = make_url(url).render_as_string(hide_password=True)
         except Exception:  # noqa: BLE001 - only to name the store in a message
             self.shown = "<unparsable store URL>"
         sqlite = url.startswith("sqlite")
+        file = _sqlite_file(url) if sqlite else None
+        try:  # a reader leaves no new store behind (a path through a file is said below, as to a writer)
+            if file is not None and not create:
+                file.stat()
+        except FileNotFoundError:
+            raise StoreError(f"store '{self.shown}': no such file") from None
+        except OSError:
+            pass
         if url.startswith("sqlite:///"):
             path = Path(url[len("sqlite:///"):])
             if path.is_dir():
@@ -118,7 +132,7 @@ class HistoryStore(contextlib.AbstractContextManager):
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:  # a part of the path is a file, or cannot be written
                 raise StoreError(f"store '{self.shown}': cannot make its folder: {e.strerror or e}") from e
-        created = _create_as_open_would(url) if sqlite else None
+        created = _create_as_open_would(file) if file is not None else None
         try:
             self._connect(url, sqlite)
         except BaseException:
@@ -238,6 +252,6 @@ def _where(query: Any, machine_key: str | None, branch: str | None, include_inje
     return query if include_injected else query.where(r.test_only.is_(False))
 
 
-def open_store(where: str) -> HistoryStore:
-    """Open (creating, migrating) the store at ``where`` (see the module docstring)."""
-    return HistoryStore(where)
+def open_store(where: str, create: bool = True) -> HistoryStore:
+    """Open (creating unless not ``create``, migrating) the store at ``where`` (see the module docstring)."""
+    return HistoryStore(where, create)
