@@ -110,6 +110,14 @@ def _missing_store(command: list[str]) -> Callable[[Path, Shared], Made]:
     return make
 
 
+def _store_loop(folder: Path, shared: Shared) -> Made:
+    """perf-history import into a store path that is a symbolic link to itself."""
+    _saved_run(folder, _GOOD)
+    (store := folder / "loop.sqlite").symlink_to(store.name)
+    return ["-m", "perf.store.cli", "--store", str(store), "import", str(folder / "storage")], [
+        f"store 'sqlite:///{store}'", "unable to open"]
+
+
 def _read_only_reports(folder: Path, shared: Shared) -> Made:
     reports = _read_only_folder("ro-reports-")
     return _pytest(folder, f"--perf-reports-dir={reports}"), ["--perf-reports-dir", str(reports)]
@@ -151,5 +159,6 @@ ROWS: tuple[Row, ...] = (
         "median": 1.7e308, "data": [1.7e308, 1.5e308, 1e308]}}]})),  # drawn in ms: no float holds it
     Row("report-store-missing", _missing_store(["perf.report_cli"])),
     Row("history-judge-store-missing", _missing_store(["perf.store.cli", "judge"])),
+    Row("history-store-symlink-loop", _store_loop),
     Row("pytest-cache-dir-read-only-empty", _read_only_empty_cache, in_repo=True),
 )

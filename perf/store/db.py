@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import make_url
 
-from detector.fileio import content_key
+from detector.fileio import content_key, resolved
 from perf.measure.machine import COMPARED_FIELDS
 from perf.runs import HistoryError, SavedRun, mapping, run_from_json, text_value
 from perf.store import in_memory_sqlite, schema
@@ -66,7 +66,7 @@ def engine_url(where: str) -> str:
         return where
     if "://" in where:
         raise StoreError(f"store '{where}': not a path, sqlite:///path or postgresql:// URL")
-    return f"sqlite:///{Path(where).expanduser().resolve()}"
+    return f"sqlite:///{resolved(Path(where).expanduser())}"  # a symlink loop: said when opened
 
 
 IN_MEMORY = "an in-memory SQLite database keeps no run; give a file (a path or sqlite:///path)"
