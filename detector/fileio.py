@@ -95,10 +95,12 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     The temporary name keeps ``final``'s suffix (so tools that pick a format by extension, such as
     ``cv2.VideoWriter``, behave the same); the file gets the mode ``open()`` would give ``final`` (0o666 less the
     umask). Before the rename the file is flushed to disk (``fsync``), so a late write error (a full disk) is seen
-    here and not after the rename. On any exception the temporary file is removed and ``final`` is left as it was;
-    an :class:`OSError` about the temporary file is raised naming ``final``.
+    here and not after the rename. On any exception the temporary file is removed, with the folders made for it
+    when empty, and ``final`` is left as it was; an :class:`OSError` about the temporary file is raised naming
+    ``final``.
     """
     final = Path(final)
+    made = [folder for folder in (final.parent, *final.parent.parents) if not folder.exists()]  # deepest first
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=f".tmp{final.suffix}", dir=final.parent)
     tmp = Path(tmp_name)
@@ -124,6 +126,9 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        for folder in made if not final.exists() else ():  # a failed write leaves no folder it made
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:

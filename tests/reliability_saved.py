@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bad_inputs import Made, Row, Shared
+from reliability_detector import _full_disk
 
 FAST = ("-q", "-p", "no:cacheprovider", "--perf-device=cpu", "-k", "harness")  # one tiny test selected
 
@@ -118,6 +119,17 @@ def _store_loop(folder: Path, shared: Shared) -> Made:
         f"store 'sqlite:///{store}'", "unable to open"]
 
 
+def _report_on_full_disk(folder: Path, shared: Shared) -> Made:
+    _saved_run(folder, _GOOD)
+    return _report(folder, None)[:-2] + ["--out", str(folder / "disk" / "report" / "html")], [
+        f"cannot write to '{folder / 'disk' / 'report' / 'html'}'", "No space left on device"]
+
+
+def _only_the_filler(folder: Path) -> list[str]:
+    left = sorted(p.name for p in (folder / "disk").iterdir() if p.name != "filler")
+    return [f"left on the full disk: {left}"] if left else []
+
+
 def _read_only_reports(folder: Path, shared: Shared) -> Made:
     reports = _read_only_folder("ro-reports-")
     return _pytest(folder, f"--perf-reports-dir={reports}"), ["--perf-reports-dir", str(reports)]
@@ -160,5 +172,6 @@ ROWS: tuple[Row, ...] = (
     Row("report-store-missing", _missing_store(["perf.report_cli"])),
     Row("history-judge-store-missing", _missing_store(["perf.store.cli", "judge"])),
     Row("history-store-symlink-loop", _store_loop),
+    Row("disk-full-report-output", _report_on_full_disk, setup=_full_disk, check=_only_the_filler, needs_root=True),
     Row("pytest-cache-dir-read-only-empty", _read_only_empty_cache, in_repo=True),
 )
