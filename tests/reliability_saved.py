@@ -125,6 +125,13 @@ def _report_on_full_disk(folder: Path, shared: Shared) -> Made:
         f"cannot write to '{folder / 'disk' / 'report' / 'html'}'", "No space left on device"]
 
 
+def _import_on_full_disk(folder: Path, shared: Shared) -> Made:
+    _saved_run(folder, _GOOD)
+    store = folder / "disk" / "history" / "h.sqlite"
+    return ["-m", "perf.store.cli", "--store", str(store), "import", str(folder / "storage")], [
+        f"store 'sqlite:///{store}'", "disk is full"]
+
+
 def _only_the_filler(folder: Path) -> list[str]:
     left = sorted(p.name for p in (folder / "disk").iterdir() if p.name != "filler")
     return [f"left on the full disk: {left}"] if left else []
@@ -173,5 +180,6 @@ ROWS: tuple[Row, ...] = (
     Row("history-judge-store-missing", _missing_store(["perf.store.cli", "judge"])),
     Row("history-store-symlink-loop", _store_loop),
     Row("disk-full-report-output", _report_on_full_disk, setup=_full_disk, check=_only_the_filler, needs_root=True),
+    Row("disk-full-history-import", _import_on_full_disk, setup=_full_disk, check=_only_the_filler, needs_root=True),
     Row("pytest-cache-dir-read-only-empty", _read_only_empty_cache, in_repo=True),
 )

@@ -124,6 +124,7 @@ class HistoryStore(contextlib.AbstractContextManager):
             raise StoreError(f"store '{self.shown}': no such file") from None
         except OSError:
             pass
+        made = [folder for folder in (file.parent, *file.parent.parents) if not folder.exists()] if file else []
         if url.startswith("sqlite:///"):
             path = Path(url[len("sqlite:///"):])
             if path.is_dir():
@@ -136,10 +137,13 @@ class HistoryStore(contextlib.AbstractContextManager):
         try:
             self._connect(url, sqlite)
         except BaseException:
-            if created is not None:  # a store that did not open leaves no empty file of ours
+            if created is not None:  # a store that did not open leaves no empty file of ours, nor folder
                 with contextlib.suppress(OSError):
                     if created.stat().st_size == 0:
                         created.unlink()
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
             raise
 
     def _connect(self, url: str, sqlite: bool) -> None:
