@@ -114,6 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))
         ref, sha = merge_base(repo, args.base)
         out = args.out.resolve()
+        from perf.preflight import unwritable  # pytest's import, as perf-history judge's
+
+        if why := unwritable(out):
+            raise ABError(f"--out: cannot write to '{out}': {why}; make it writable or choose another folder with "
+                          "--out")
         existing = load_plan(out)  # a plan.json that is not one is refused before the worktree is made
         try:
             tree = base_worktree(repo, sha, out / "base-src")
