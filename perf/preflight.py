@@ -73,12 +73,15 @@ def _check_compared_runs(config: pytest.Config) -> None:
 
 
 def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool, cache: bool, storage: bool) -> None:
-    """Each folder the run will write can be written: the reports, an empty or missing perf cache, the storage."""
+    """Each folder the run will write can be written: the reports, an empty or missing perf cache, the storage, the
+    HTML report's."""
     cache_dir = options.cache_dir
     cache = cache and not (cache_dir.is_dir() and any(cache_dir.iterdir()))  # a cache holding files is not made here
     for option, what, folder in (("--perf-reports-dir", "write the reports to", reports and options.reports_dir),
                                  ("--perf-cache-dir", "create the perf cache in", cache and cache_dir),
-                                 ("--benchmark-storage", "save the run in", storage and _storage_path(config))):
+                                 ("--benchmark-storage", "save the run in", storage and _storage_path(config)),
+                                 ("--perf-html", "write the HTML report to",
+                                  options.html and config.invocation_params.dir / options.html)):
         if folder and (why := unwritable(folder)):
             raise pytest.UsageError(f"{option}: cannot {what} '{folder}': {why}; make it writable or choose "
                                     f"another folder with {option}")

@@ -137,6 +137,11 @@ def _only_the_filler(folder: Path) -> list[str]:
     return [f"left on the full disk: {left}"] if left else []
 
 
+def _html_into_a_file(folder: Path, shared: Shared) -> Made:
+    (blocker := folder / "notes.txt").write_text("notes")
+    return _pytest(folder, f"--perf-html={blocker / 'html'}"), ["--perf-html", f"'{blocker}' is not a folder"]
+
+
 def _read_only_reports(folder: Path, shared: Shared) -> Made:
     reports = _read_only_folder("ro-reports-")
     return _pytest(folder, f"--perf-reports-dir={reports}"), ["--perf-reports-dir", str(reports)]
@@ -181,5 +186,6 @@ ROWS: tuple[Row, ...] = (
     Row("history-store-symlink-loop", _store_loop),
     Row("disk-full-report-output", _report_on_full_disk, setup=_full_disk, check=_only_the_filler, needs_root=True),
     Row("disk-full-history-import", _import_on_full_disk, setup=_full_disk, check=_only_the_filler, needs_root=True),
+    Row("pytest-html-dir-through-a-file", _html_into_a_file, in_repo=True),
     Row("pytest-cache-dir-read-only-empty", _read_only_empty_cache, in_repo=True),
 )
