@@ -48,6 +48,16 @@ def file_kind(st: os.stat_result) -> str | None:
     return "not a regular file"
 
 
+def read_text(path: str | os.PathLike[str]) -> str:
+    """The UTF-8 text of regular file ``path``; anything else (:func:`file_kind`) is an OSError saying what it is
+    (``it is a FIFO (named pipe), not a regular file``): opened without blocking and refused before it is read,
+    since a FIFO would block the read until someone wrote to it and /dev/zero would never end."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), encoding="utf-8") as fh:
+        if (kind := file_kind(os.fstat(fh.fileno()))) is not None:
+            raise OSError(f"it is {kind}, not a regular file")
+        return fh.read()
+
+
 def os_reason(error: OSError) -> str:
     """What a failed open or read says after ``'<path>': ``: "no such file", else the OS's words (``strerror``)."""
     return "no such file" if isinstance(error, FileNotFoundError) else str(error.strerror or error)
@@ -104,10 +114,12 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     The temporary name keeps ``final``'s suffix (so tools that pick a format by extension, such as
     ``cv2.VideoWriter``, behave the same); the file gets the mode ``open()`` would give ``final`` (0o666 less the
     umask). Before the rename the file is flushed to disk (``fsync``), so a late write error (a full disk) is seen
-    here and not after the rename. On any exception the temporary file is removed and ``final`` is left as it was;
-    an :class:`OSError` about the temporary file is raised naming ``final``.
+    here and not after the rename. On any exception the temporary file is removed, with the folders made for it
+    when empty, and ``final`` is left as it was; an :class:`OSError` about the temporary file is raised naming
+    ``final``.
     """
     final = Path(final)
+    made = [folder for folder in (final.parent, *final.parent.parents) if not folder.exists()]  # deepest first
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=f".tmp{final.suffix}", dir=final.parent)
     tmp = Path(tmp_name)
@@ -133,6 +145,9 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        for folder in made if not final.exists() else ():  # a failed write leaves no folder it made
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from detector.argtypes import OneLineParser
-from detector.fileio import atomic_write_text
+from detector.fileio import atomic_write_text, unwritable
 from perf.gate.compare import Baseline, GateSettings, Row, judge_paired, judged_names
 from perf.gate.confirm import BASE, CANDIDATE, Sides, abba_children, confirm_rows
 from perf.gate.history import history_runs
@@ -114,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))
         ref, sha = merge_base(repo, args.base)
         out = args.out.resolve()
+        if why := unwritable(out, folder=True):
+            raise ABError(f"--out: cannot write to '{out}': {why}; make it writable or choose another folder with "
+                          "--out")
         existing = load_plan(out)  # a plan.json that is not one is refused before the worktree is made
         try:
             tree = base_worktree(repo, sha, out / "base-src")

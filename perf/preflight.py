@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from detector.fileio import parse_json, unwritable
+from detector.fileio import parse_json, read_text, unwritable
 from perf.runs import RUN_GLOB, saved_run_files
 from perf.validate import run_problem
 
@@ -46,7 +46,7 @@ def _check_compared_runs(config: pytest.Config) -> None:
         storage = FileStorage(path, logger=None, default_machine_id=get_machine_id())
         for run in saved_run_files(storage.query(RUN_GLOB))[-1:] if wanted is True else storage.query(str(wanted)):
             try:
-                problem = run_problem(parse_json(run.read_text(encoding="utf-8")), complete=complete)
+                problem = run_problem(parse_json(read_text(run)), complete=complete)
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 problem = f"cannot read it as JSON: {e}"
             except ValueError as e:  # what Python's own parser refuses: "not valid JSON: nested too deeply", ...
@@ -57,12 +57,15 @@ def _check_compared_runs(config: pytest.Config) -> None:
 
 
 def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool, cache: bool, storage: bool) -> None:
-    """Each folder the run will write can be written: the reports, an empty or missing perf cache, the storage."""
+    """Each folder the run will write can be written: the reports, an empty or missing perf cache, the storage, the
+    HTML report's."""
     cache_dir = options.cache_dir
     cache = cache and not (cache_dir.is_dir() and any(cache_dir.iterdir()))  # a cache holding files is not made here
     for option, what, folder in (("--perf-reports-dir", "write the reports to", reports and options.reports_dir),
                                  ("--perf-cache-dir", "create the perf cache in", cache and cache_dir),
-                                 ("--benchmark-storage", "save the run in", storage and _storage_path(config))):
+                                 ("--benchmark-storage", "save the run in", storage and _storage_path(config)),
+                                 ("--perf-html", "write the HTML report to",
+                                  options.html and config.invocation_params.dir / options.html)):
         if folder and (why := unwritable(folder, folder=True)):
             raise pytest.UsageError(f"{option}: cannot {what} '{folder}': {why}; make it writable or choose "
                                     f"another folder with {option}")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from detector.errors import DetectorError
-from detector.fileio import parse_json
+from detector.fileio import parse_json, read_text
 from perf.validate import is_number, run_problem
 
 #: The name of a benchmark's primary metric: its rounds (``stats.data``).
@@ -237,7 +237,7 @@ def text_value(value: Any) -> str | None:
 def read_json(path: Path, what: str) -> Any:
     """Parsed JSON of ``path``; `HistoryError` ``'<path>': no such file`` / ``cannot read <what>: <why>``."""
     try:
-        return parse_json(path.read_text(encoding="utf-8"))
+        return parse_json(read_text(path))
     except FileNotFoundError as e:
         raise HistoryError(f"'{path}': no such file") from e
     except (OSError, ValueError) as e:  # ValueError: UnicodeDecodeError, parse_json's

@@ -38,14 +38,17 @@ def kind_of(value: Any) -> str:
 
 def _not_number(where: str, value: Any, finite: bool = False) -> str | None:
     """What makes ``value`` no number a reader can take as a float: not an int or float, an integer too large for
-    a float, or (``finite``) an infinity; NaN, "not measured", passes."""
+    a float, or (``finite``) an infinity or a number that is one once scaled to nano units (seconds drawn as ms,
+    ...: above about 1.8e299); NaN, "not measured", passes."""
     if not is_number(value):
         return f"{where} is {value!r}, not a number"
     try:
         number = float(value)
     except OverflowError:
         return f"{where} is an integer of about 10^{int(math.log10(abs(value)))}, too large for a number"
-    return f"{where} is {number!r}, not a finite number" if finite and math.isinf(number) else None
+    if finite and math.isinf(number * 1e9):
+        return f"{where} is {number!r}, " + ("not a finite number" if math.isinf(number) else "too large for a number")
+    return None
 
 
 def _numbers_problem(where: str, values: Any, finite: bool = False) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from detector.fileio import atomic_write_text, parse_json
+from detector.fileio import atomic_write_text, parse_json, read_text
 from perf.gate.judge import MIN_REFERENCE
 from perf.gate.stats import log_median_se
 from perf.measure.machine import COMPARED_FIELDS
@@ -214,7 +214,7 @@ def load_profile(path: str | os.PathLike[str]) -> NoiseProfile:
     """Read a profile file; `NoiseProfileError` names the file when it is missing or not a profile."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError as e:
         raise NoiseProfileError(f"'{path}': no such file") from e
     except (OSError, UnicodeDecodeError) as e:

@@ -7,7 +7,7 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
-from detector.fileio import parse_json
+from detector.fileio import parse_json, read_text
 from perf.profile.critical_path import CriticalPathSummary, ms, percent
 from perf.tabletext import html_table, markdown_table
 from perf.validate import is_number, kind_of, value_problem
@@ -51,7 +51,7 @@ def load_captures(reports: Path, warnings: list[str]) -> list[CaptureRow]:
 def _capture(path: Path) -> CaptureRow:
     """The row of one ``summary.json``, shown once here (`captures_markdown`, `captures_html`): a summary of
     another shape fails now, naming what is wrong (ValueError, ...), never when the report is written."""
-    data = parse_json(path.read_text(encoding="utf-8"))
+    data = parse_json(read_text(path))
     if not isinstance(data, dict):
         raise ValueError(f"the top level is {kind_of(data)}, expected an object")
     if (problem := value_problem(data)) is not None:

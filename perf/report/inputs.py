@@ -119,7 +119,7 @@ def load_store_runs(where: str, warnings: list[str]) -> tuple[list[SavedRun], An
     from perf.gate.noise import DEFAULT_FLOOR_WITHOUT, runner_profile
     from perf.store.db import machine_key, open_store
 
-    with open_store(where) as store:
+    with open_store(where, create=False) as store:
         if not (every := store.runs(include_injected=True)):
             warnings.append(f"history store '{store.shown}' holds no runs")
             return [], None

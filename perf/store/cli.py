@@ -108,13 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 new = sum(store.save_run(run.raw, source=str(run.path), noise=noise)[1] for run, noise in stored)
             print(f"{new} run(s) stored, {len(runs) - new} already in {store.shown}")
         elif args.command == "runs":
-            with open_store(where) as store:
+            with open_store(where, create=False) as store:
                 for run in store.runs(include_injected=True):
                     marked = f" [injected: {run.injected}]" if run.injected else ""
                     print(f"{run.run_id}  {run.label}  {subject_line(run.machine_info.get('perf_subject'))}  "
                           f"{len(run.benchmarks)} benchmark(s){marked}")  # fmt: skip
         else:
-            with open_store(where) as store:
+            with open_store(where, create=False) as store:
                 runs = store.runs(branch=args.branch)
                 profiles = {key: store.noise_profile_json(key) for key, _, _ in store.machines()}
             found = _changes(runs, profiles, args.min_effect)
@@ -170,7 +170,7 @@ def _judge(args: argparse.Namespace, where: str) -> int:
     if args.storage is not None:
         runs = load_runs(args.storage)
     else:
-        with open_store(where) as store:
+        with open_store(where, create=False) as store:
             runs = store.runs(include_injected=True)
     if not runs:
         raise HistoryError(f"no saved runs in {args.storage or where}")
@@ -213,7 +213,7 @@ def _judge_profile(args: argparse.Namespace, where: str, run: SavedRun) -> Noise
     ``--storage``, else the store's of its machine; one that cannot be used is a warning line, and none."""
     if args.storage is not None:
         return runner_profile(_warn, storage=args.storage, fingerprint=run.fingerprint)
-    with open_store(where) as store:
+    with open_store(where, create=False) as store:
         key = machine_key(run.machine_info)
         stored, named = store.noise_profile_json(key), f"store '{store.shown}', machine {key}"
     return runner_profile(_warn, stored=stored, stored_in=named)

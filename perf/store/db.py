@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import make_url
 
-from detector.fileio import content_key
+from detector.fileio import content_key, resolved
 from perf.measure.machine import COMPARED_FIELDS
 from perf.runs import HistoryError, SavedRun, mapping, run_from_json, text_value
 from perf.store import in_memory_sqlite, schema
@@ -66,27 +66,33 @@ def engine_url(where: str) -> str:
         return where
     if "://" in where:
         raise StoreError(f"store '{where}': not a path, sqlite:///path or postgresql:// URL")
-    return f"sqlite:///{Path(where).expanduser().resolve()}"
+    return f"sqlite:///{resolved(Path(where).expanduser())}"  # a symlink loop: said when opened
 
 
 IN_MEMORY = "an in-memory SQLite database keeps no run; give a file (a path or sqlite:///path)"
 
 
-def _create_as_open_would(url: str) -> Path | None:
-    """Create the SQLite file of ``url`` empty, with the mode ``open()`` gives (0o666 less the umask; SQLite creates
-    it 0o644 whatever the umask), when it does not exist; the file created here, else None: it exists, cannot be
-    created (SQLite then says why in its own words), or is a ``file:`` URI (``uri=true``), which SQLite reads."""
+def _sqlite_file(url: str) -> Path | None:
+    """The file of SQLite ``url``; None for none, a ``file:`` URI (``uri=true``, which SQLite reads) or a malformed
+    URL (create_engine says why)."""
     try:
         parsed = make_url(url)
     except Exception:  # noqa: BLE001 - a malformed URL: create_engine says why
         return None
     if parsed.query.get("uri") or not parsed.database or parsed.database == ":memory:":
         return None
+    return Path(parsed.database)
+
+
+def _create_as_open_would(path: Path) -> Path | None:
+    """Create SQLite file ``path`` empty, with the mode ``open()`` gives (0o666 less the umask; SQLite creates it
+    0o644 whatever the umask), when it does not exist; the file created here, else None: it exists or cannot be
+    created (SQLite then says why in its own words)."""
     try:
-        os.close(os.open(parsed.database, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
     except OSError:
         return None
-    return Path(parsed.database)
+    return path
 
 
 def _reason(error: BaseException) -> str:
@@ -103,13 +109,22 @@ def _plain(value: Any) -> Any:
 class HistoryStore(contextlib.AbstractContextManager):
     """An open store (see the module docstring); opening it and `save_run` raise `StoreError` naming it."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, create: bool = True) -> None:
         url = engine_url(where)
         try:
             self.shown = make_url(url).render_as_string(hide_password=True)
         except Exception:  # noqa: BLE001 - only to name the store in a message
             self.shown = "<unparsable store URL>"
         sqlite = url.startswith("sqlite")
+        file = _sqlite_file(url) if sqlite else None
+        try:  # a reader leaves no new store behind (a path through a file is said below, as to a writer)
+            if file is not None and not create:
+                file.stat()
+        except FileNotFoundError:
+            raise StoreError(f"store '{self.shown}': no such file") from None
+        except OSError:
+            pass
+        made = [folder for folder in (file.parent, *file.parent.parents) if not folder.exists()] if file else []
         if url.startswith("sqlite:///"):
             path = Path(url[len("sqlite:///"):])
             if path.is_dir():
@@ -118,14 +133,17 @@ class HistoryStore(contextlib.AbstractContextManager):
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:  # a part of the path is a file, or cannot be written
                 raise StoreError(f"store '{self.shown}': cannot make its folder: {e.strerror or e}") from e
-        created = _create_as_open_would(url) if sqlite else None
+        created = _create_as_open_would(file) if file is not None else None
         try:
             self._connect(url, sqlite)
         except BaseException:
-            if created is not None:  # a store that did not open leaves no empty file of ours
+            if created is not None:  # a store that did not open leaves no empty file of ours, nor folder
                 with contextlib.suppress(OSError):
                     if created.stat().st_size == 0:
                         created.unlink()
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
             raise
 
     def _connect(self, url: str, sqlite: bool) -> None:
@@ -238,6 +256,6 @@ def _where(query: Any, machine_key: str | None, branch: str | None, include_inje
     return query if include_injected else query.where(r.test_only.is_(False))
 
 
-def open_store(where: str) -> HistoryStore:
-    """Open (creating, migrating) the store at ``where`` (see the module docstring)."""
-    return HistoryStore(where)
+def open_store(where: str, create: bool = True) -> HistoryStore:
+    """Open (creating unless not ``create``, migrating) the store at ``where`` (see the module docstring)."""
+    return HistoryStore(where, create)

@@ -87,6 +87,15 @@ def test_an_out_folder_whose_plan_is_not_one_is_one_line_and_runs_nothing(repo: 
     assert plan.read_text() == '{"children": 3}'
 
 
+def test_an_out_folder_that_is_a_file_is_one_line_and_runs_nothing(repo: Path) -> None:
+    (repo / "ab").write_text("notes")
+    result = _ab(repo, "--pairs", "2")
+    assert (result.returncode, result.stdout) == (2, ""), result.stdout + result.stderr
+    assert result.stderr.splitlines() == [f"perf-ab: error: --out: cannot write to '{repo / 'ab'}': '{repo / 'ab'}' "
+                                          "is not a folder; make it writable or choose another folder with --out"]
+    assert (repo / "ab").read_text() == "notes"
+
+
 def test_a_short_history_is_seeded_by_its_storages_noise_profile_and_a_bad_one_is_one_warning(repo: Path) -> None:
     from perf.gate.noise import NOISE_DIR, profile_key
     from perf.runs import load_runs
