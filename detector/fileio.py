@@ -18,7 +18,7 @@ import logging
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +119,7 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     ``final``.
     """
     final = Path(final)
-    made = [folder for folder in (final.parent, *final.parent.parents) if not folder.exists()]  # deepest first
-    final.parent.mkdir(parents=True, exist_ok=True)
+    made = make_parents(final)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=f".tmp{final.suffix}", dir=final.parent)
     tmp = Path(tmp_name)
     try:
@@ -145,9 +144,22 @@ def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-        for folder in made if not final.exists() else ():  # a failed write leaves no folder it made
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        if not final.exists():  # a failed write leaves no folder it made
+            remove_empty(made)
+
+
+def make_parents(path: Path) -> list[Path]:
+    """Create the missing folders above ``path``; the ones made, deepest first (for `remove_empty` on failure)."""
+    made = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def remove_empty(folders: Iterable[Path]) -> None:
+    """Remove each of ``folders``, in order, that is empty; the others stay."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:

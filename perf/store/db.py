@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import make_url
 
-from detector.fileio import content_key, resolved
+from detector.fileio import content_key, make_parents, remove_empty, resolved
 from perf.measure.machine import COMPARED_FIELDS
 from perf.runs import HistoryError, SavedRun, mapping, run_from_json, text_value
 from perf.store import in_memory_sqlite, schema
@@ -124,13 +124,12 @@ class HistoryStore(contextlib.AbstractContextManager):
             raise StoreError(f"store '{self.shown}': no such file") from None
         except OSError:
             pass
-        made = [folder for folder in (file.parent, *file.parent.parents) if not folder.exists()] if file else []
-        if url.startswith("sqlite:///"):
-            path = Path(url[len("sqlite:///"):])
-            if path.is_dir():
-                raise StoreError(f"store '{self.shown}': '{path}' is a folder: name a file in it")
+        made: list[Path] = []
+        if file is not None:
+            if file.is_dir():
+                raise StoreError(f"store '{self.shown}': '{file}' is a folder: name a file in it")
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                made = make_parents(file)
             except OSError as e:  # a part of the path is a file, or cannot be written
                 raise StoreError(f"store '{self.shown}': cannot make its folder: {e.strerror or e}") from e
         created = _create_as_open_would(file) if file is not None else None
@@ -141,9 +140,7 @@ class HistoryStore(contextlib.AbstractContextManager):
                 with contextlib.suppress(OSError):
                     if created.stat().st_size == 0:
                         created.unlink()
-            for folder in made:
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
+            remove_empty(made)
             raise
 
     def _connect(self, url: str, sqlite: bool) -> None:
