@@ -7,7 +7,8 @@ returns the command (after ``python``) and the pieces its error line must contai
 A row that needs more than "run a command" says so with hooks: ``setup(folder)`` (a context manager around the
 whole run, e.g. a 1 MiB tmpfs mounted and unmounted), ``during(process, folder)`` (e.g. SIGTERM once a temporary
 file appears), ``check(folder)`` (more problems, e.g. a file created outside the cache), ``exit_code`` (the exact
-status), ``needs_root`` (skipped, with the reason, when not root). Rows of other modules join :data:`ROWS`: every
+status), ``needs_root`` (skipped, with the reason, when not root), ``unprivileged`` (file modes must bind: as root
+the command runs under ``unshare --user``). Rows of other modules join :data:`ROWS`: every
 ``tests/reliability_*.py`` exporting ``ROWS`` (see :func:`all_rows`).
 
 What a row must do (see :meth:`Outcome.problems`):
@@ -21,12 +22,14 @@ What a row must do (see :meth:`Outcome.problems`):
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import types
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -80,6 +83,7 @@ class Row:
     check: Callable[[Path], list[str]] | None = None  # more problems, found in the row's folder after the run
     exit_code: int | None = None  # the exact exit status a bad input must give (default: any non-zero)
     needs_root: bool = False  # mounts or other root-only set-up: skipped with the reason where not root
+    unprivileged: bool = False  # chmod cases: as root, run without root's power over files (`unprivileged_prefix`)
     out: str = "out"  # the output folder, relative to the row's folder, that must be left empty
     timeout_s: float = 300  # a process still running then is killed, and the row fails ("hangs")
 
@@ -151,6 +155,9 @@ def run_row(row: Row, folder: Path, shared: Shared, timeout_s: float | None = No
     folder.mkdir(parents=True, exist_ok=True)
     if row.needs_root and os.geteuid() != 0:
         return Outcome(row, 0, "", "", [], folder, skipped="needs root (it mounts a file system)")
+    prefix = unprivileged_prefix() if row.unprivileged else []
+    if prefix is None:
+        return Outcome(row, 0, "", "", [], folder, skipped="root, and no user namespace (unshare --user) to drop it")
     with contextlib.ExitStack() as stack:
         if row.setup is not None:
             stack.enter_context(row.setup(folder))
@@ -159,7 +166,7 @@ def run_row(row: Row, folder: Path, shared: Shared, timeout_s: float | None = No
                if not key.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env.pop("DETECTOR_CACHE", None)
-        proc = subprocess.Popen([sys.executable, *args], cwd=REPO if row.in_repo else folder, env=env, text=True,
+        proc = subprocess.Popen([*prefix, sys.executable, *args], cwd=REPO if row.in_repo else folder, env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         extra = []
         try:
@@ -185,6 +192,20 @@ def run_row(row: Row, folder: Path, shared: Shared, timeout_s: float | None = No
         if row.check is not None:
             extra += row.check(folder)
     return Outcome(row, proc.returncode, stderr, stdout, expected, folder, files, extra)
+
+
+@functools.cache
+def unprivileged_prefix() -> list[str] | None:
+    """The command prefix under which file modes bind: none for a user; for root, which reads and writes every file,
+    ``unshare --user`` (a user namespace: root without its power over files); None where that does not work."""
+    if os.geteuid() != 0:
+        return []
+    prefix = ["unshare", "--user", "--"]
+    with tempfile.NamedTemporaryFile() as locked:
+        os.chmod(locked.name, 0)
+        probe = subprocess.run([*prefix, sys.executable, "-c", f"open({locked.name!r}).close()"], capture_output=True,
+                               check=False)  # fmt: skip
+    return prefix if probe.returncode != 0 and b"PermissionError" in probe.stderr else None
 
 
 # -- builders of bad files ----------------------------------------------------------------------------------------
