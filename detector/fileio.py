@@ -68,14 +68,14 @@ def unwritable(path: str | os.PathLike[str], *, folder: bool = False) -> str | N
     nearest existing parent), checked before a long run whose output it is: ``path`` is a folder (a file was
     wanted), that parent is a file, or it takes no new file (the OS's reason); None when a file can be created."""
     path = Path(path)
-    if not folder and path.is_dir():
-        return "it is a folder"
-    probe = next((p for p in (*([path] if folder else []), *path.parents) if p.exists()), Path("."))
-    if not probe.is_dir():
-        return f"'{probe}' is not a folder"
     try:
+        if not folder and path.is_dir():
+            return "it is a folder"
+        probe = next((p for p in (*([path] if folder else []), *path.parents) if p.exists()), Path("."))
+        if not probe.is_dir():
+            return f"'{probe}' is not a folder"
         fd, name = tempfile.mkstemp(prefix=".probe-", dir=probe)
-    except OSError as e:
+    except OSError as e:  # a folder on the way that cannot be searched raises from is_dir / exists too
         return os_reason(e)
     os.close(fd)
     os.unlink(name)

@@ -5,6 +5,7 @@ compare would load that fails `perf.validate.run_problem`, a folder the run must
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,7 +61,8 @@ def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool
     """Each folder the run will write can be written: the reports, an empty or missing perf cache, the storage, the
     HTML report's."""
     cache_dir = options.cache_dir
-    cache = cache and not (cache_dir.is_dir() and any(cache_dir.iterdir()))  # a cache holding files is not made here
+    with contextlib.suppress(OSError):  # a cache holding files is not made here; one that cannot be listed is probed
+        cache = cache and not any(cache_dir.iterdir())
     for option, what, folder in (("--perf-reports-dir", "write the reports to", reports and options.reports_dir),
                                  ("--perf-cache-dir", "create the perf cache in", cache and cache_dir),
                                  ("--benchmark-storage", "save the run in", storage and _storage_path(config)),

@@ -216,6 +216,8 @@ class PerfSession:
 
     def on_sessionfinish(self, session: pytest.Session) -> None:
         """After pytest-benchmark saved the run: the cross-process verdict, the gate, the report, then the store."""
+        if session.exitstatus == pytest.ExitCode.USAGE_ERROR:
+            return  # refused after collection (perf.preflight): nothing ran, so nothing is written
         if self.processes is not None:
             self.processes.finish(session)
         self.gate.finish(session)

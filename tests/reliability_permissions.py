@@ -53,6 +53,13 @@ def _out_read_only(folder: Path, shared: Shared) -> Made:
     return detect(folder, shared), [f"'{out}'", DENIED]
 
 
+def _cache_unreadable(folder: Path, shared: Shared) -> Made:
+    """A perf cache holding an entry, which the run cannot list: refused at start-up, as an empty one it cannot write."""
+    (cache := folder / "cache").mkdir()
+    (cache / "videos").mkdir()
+    return _pytest(folder, f"--perf-cache-dir={_mode(cache, 0)}"), ["--perf-cache-dir", f"'{cache}': {DENIED}"]
+
+
 def _check_cache_unreadable(folder: Path, shared: Shared) -> Made:
     (onnx := folder / "cache" / "onnx").mkdir(parents=True)
     (onnx / "m.onnx").write_bytes(b"x")
@@ -108,4 +115,8 @@ ROWS: tuple[Row, ...] = (
     _row("perm-cfg-unreadable", _unreadable_input("--cfg", lambda s: CFG, "--weights", str(WEIGHTS))),
     _row("perm-weights-unreadable", _unreadable_input("--weights", lambda s: WEIGHTS)),
     _row("perm-output-folder-read-only", _out_read_only),
+    _row("perm-json-behind-unsearchable-folder", _json_behind_locked),
+    _row("perm-pytest-reports-behind-unsearchable-folder", _reports_behind_locked, in_repo=True),
+    _row("perm-pytest-cache-dir-unreadable", _cache_unreadable, in_repo=True),
+    _row("perm-ab-out-behind-unsearchable-folder", _ab_out_behind_locked, in_repo=True),
 )
