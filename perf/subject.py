@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from detector.argtypes import fraction
 from detector.devices import PRECISIONS
 from detector.errors import DetectorError
-from detector.fileio import file_digest, resolved, symlink_loop
+from detector.fileio import file_digest, os_reason, resolved, symlink_loop
 from detector.groundtruth import check_categories, load_ground_truth
 from detector.spec import ModelSpec
 from detector.video import open_video
@@ -78,8 +78,8 @@ class Subject:
     def problems(self) -> list[str]:
         """One line per setting that cannot work, else the first failure of the model's files (cfg or ONNX,
         weights, names, ONNX against the cfg), the video's, the ground truth's; []: all is well. No torch."""
-        out = [f"{self.origin[name]}: cannot open '{path}': {_not_a_file(path)}"
-               for name in PATHS if (path := getattr(self, name)) is not None and not path.is_file()]
+        out = [f"{self.origin[name]}: cannot open '{path}': {why}"
+               for name in PATHS if (path := getattr(self, name)) is not None and (why := _not_a_file(path))]
         if self.weights is not None and self.cfg is None:
             out.append(f"{self.origin['weights']}: weights need the Darknet cfg they belong to: give --perf-cfg")
         if self.engine is not None and self.cfg is None and self.onnx is None:
@@ -230,10 +230,15 @@ def subject_differences(saved: Mapping[str, Any] | None, current: Mapping[str, A
             for key in COMPARED if saved.get(key) != current.get(key)] if saved else []
 
 
-def _not_a_file(path: Path) -> str:
-    """Why ``path``, not a regular file, cannot be opened."""
-    if path.is_dir():
-        return "is a directory"
+def _not_a_file(path: Path) -> str | None:
+    """Why ``path`` cannot be opened as a regular file; None when it is one."""
+    try:
+        if path.is_file():
+            return None
+        if path.is_dir():
+            return "is a directory"
+    except OSError as e:  # a folder on the way that cannot be searched
+        return os_reason(e)
     return "a symbolic link loop (too many levels of symbolic links)" if symlink_loop(path) else "no such file"
 
 

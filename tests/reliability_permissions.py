@@ -119,4 +119,5 @@ ROWS: tuple[Row, ...] = (
     _row("perm-pytest-reports-behind-unsearchable-folder", _reports_behind_locked, in_repo=True),
     _row("perm-pytest-cache-dir-unreadable", _cache_unreadable, in_repo=True),
     _row("perm-ab-out-behind-unsearchable-folder", _ab_out_behind_locked, in_repo=True),
+    _row("perm-pytest-video-behind-unsearchable-folder", _perf_video_behind_locked, in_repo=True),
 )
