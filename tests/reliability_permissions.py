@@ -120,4 +120,9 @@ ROWS: tuple[Row, ...] = (
     _row("perm-pytest-cache-dir-unreadable", _cache_unreadable, in_repo=True),
     _row("perm-ab-out-behind-unsearchable-folder", _ab_out_behind_locked, in_repo=True),
     _row("perm-pytest-video-behind-unsearchable-folder", _perf_video_behind_locked, in_repo=True),
+    _row("perm-pytest-store-behind-unsearchable-folder",
+         _store_behind_locked(lambda f, store: _pytest(f, "--benchmark-autosave", f"--perf-store={store}")),
+         in_repo=True),
+    _row("perm-history-store-behind-unsearchable-folder",
+         _store_behind_locked(lambda f, store: ["-m", "perf.store.cli", "--store", str(store), "runs"])),
 )

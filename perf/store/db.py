@@ -118,10 +118,13 @@ class HistoryStore(contextlib.AbstractContextManager):
         sqlite = url.startswith("sqlite")
         file = _sqlite_file(url) if sqlite else None
         try:  # a reader leaves no new store behind (a path through a file is said below, as to a writer)
-            if file is not None and not create:
+            if file is not None:
                 file.stat()
         except FileNotFoundError:
-            raise StoreError(f"store '{self.shown}': no such file") from None
+            if not create:
+                raise StoreError(f"store '{self.shown}': no such file") from None
+        except PermissionError as e:  # a folder on the way that cannot be searched
+            raise StoreError(f"store '{self.shown}': {e.strerror}") from None
         except OSError:
             pass
         made: list[Path] = []
