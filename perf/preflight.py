@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from detector.fileio import parse_json, read_text, unwritable
-from perf.runs import RUN_GLOB, saved_run_files
+from perf.runs import RUN_GLOB, HistoryError, run_files, saved_run_files
 from perf.validate import run_problem
 
 if TYPE_CHECKING:
@@ -34,16 +34,34 @@ def _storage_path(config: pytest.Config) -> Path | None:
     return Path(value.removeprefix("file://")).expanduser().absolute()
 
 
+def _machine_folder(config: pytest.Config) -> Path | None:
+    """The folder of the file storage pytest-benchmark saves this machine's runs in, or None."""
+    from pytest_benchmark.utils import get_machine_id
+
+    return None if (path := _storage_path(config)) is None else path / get_machine_id()
+
+
 def _check_compared_runs(config: pytest.Config) -> None:
-    """Each saved run ``--benchmark-compare`` / ``--perf-compare`` will load (True: the newest) is usable."""
+    """Each saved run ``--benchmark-compare`` / ``--perf-compare`` will load (True: the newest) is usable, and each
+    folder of the storage can be listed (one that cannot hides its runs: the compare would pass on none)."""
     from pytest_benchmark.storage.file import FileStorage
     from pytest_benchmark.utils import get_machine_id
 
-    if (path := _storage_path(config)) is None or not path.is_dir():
-        return  # nothing to load: pytest-benchmark and the gate say so themselves
-    for name, complete in (("benchmark_compare", True), ("perf_compare", False)):
+    if (path := _storage_path(config)) is None:
+        return
+    try:
+        run_files(path)
+    except HistoryError as e:
+        if not isinstance(e.__cause__, OSError):
+            return  # no storage, nothing to load: pytest-benchmark and the gate say so themselves
+        unlisted: HistoryError | None = e
+    else:
+        unlisted = None
+    for name, complete in (("perf_compare", False), ("benchmark_compare", True)):
         if (wanted := _option(config, name)) is None or wanted is False:
             continue
+        if unlisted is not None:
+            raise pytest.UsageError(f"--{name.replace('_', '-')}: {unlisted}")
         storage = FileStorage(path, logger=None, default_machine_id=get_machine_id())
         for run in saved_run_files(storage.query(RUN_GLOB))[-1:] if wanted is True else storage.query(str(wanted)):
             try:
@@ -65,7 +83,7 @@ def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool
         cache = cache and not any(cache_dir.iterdir())
     for option, what, folder in (("--perf-reports-dir", "write the reports to", reports and options.reports_dir),
                                  ("--perf-cache-dir", "create the perf cache in", cache and cache_dir),
-                                 ("--benchmark-storage", "save the run in", storage and _storage_path(config)),
+                                 ("--benchmark-storage", "save the run in", storage and _machine_folder(config)),
                                  ("--perf-html", "write the HTML report to",
                                   options.html and config.invocation_params.dir / options.html)):
         if folder and (why := unwritable(folder, folder=True)):
@@ -74,12 +92,15 @@ def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool
 
 
 def check_options(config: pytest.Config, options: PerfOptions) -> None:
-    """At configure, before pytest-benchmark (trylast) loads a compared run or xdist starts workers; an xdist
-    controller, which does not collect, checks the folders as if every test ran."""
+    """At configure, before pytest-benchmark (trylast) loads a compared run or xdist starts workers: the compared runs
+    and a saving run's storage; an xdist controller, which does not collect, checks the folders as if every test ran."""
     if hasattr(config, "workerinput") or _option(config, "help") or _option(config, "version"):
         return
     if _option(config, "dist") in (None, "no"):
         _check_compared_runs(config)
+        saving = _option(config, "benchmark_save") or _option(config, "benchmark_autosave")
+        _check_folders(config, options, reports=False, cache=False,  # before pytest-benchmark warns it saved nothing
+                       storage=bool(saving) and not _option(config, "collectonly"))
         return
     if given := [f"--{name.replace('_', '-')}" for name in SAVING if _option(config, name) not in (None, False, [])]:
         raise pytest.UsageError(f"{', '.join(given)} cannot be used with pytest-xdist (-n): pytest-benchmark "
@@ -95,7 +116,5 @@ def check_selection(session: pytest.Session, options: PerfOptions) -> None:
     if hasattr(config, "workerinput") or _option(config, "collectonly"):
         return
     used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
-    saving = bool(_option(config, "benchmark_save") or _option(config, "benchmark_autosave"))
     _check_folders(config, options, reports=bool(used & {"perf_report", "perf_reports_dir"}) or
-                   options.compare is not None, cache="perf_cache_dir" in used,
-                   storage=saving and "benchmark" in used)  # fmt: skip
+                   options.compare is not None, cache="perf_cache_dir" in used, storage=False)  # fmt: skip

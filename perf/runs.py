@@ -265,10 +265,10 @@ def run_files(storage: str | os.PathLike[str] = ".benchmarks", machine: str | No
     """Saved run files (`RUN_NAME`) in ``storage`` or one machine's folder of it, oldest first (`saved_run_files`);
     `HistoryError` when the storage, or a folder in it, is missing or cannot be read."""
     root = Path(storage)
-    if not root.is_dir():
-        problem = "not a folder" if root.exists() else "no such folder"
-        raise HistoryError(f"benchmark storage '{root}': {problem} (run pytest with --benchmark-autosave)")
     try:
+        if not root.is_dir():  # raises where a folder on the way cannot be searched
+            problem = "not a folder" if root.exists() else "no such folder"
+            raise HistoryError(f"benchmark storage '{root}': {problem} (run pytest with --benchmark-autosave)")
         folders = [root, *sorted(p for p in root.iterdir() if p.is_dir())]
         files = [f for folder in folders if machine in (None, folder.name)
                  for f in folder.iterdir() if RUN_NAME.match(f.name) and f.is_file()]  # fmt: skip

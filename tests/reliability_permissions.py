@@ -125,4 +125,9 @@ ROWS: tuple[Row, ...] = (
          in_repo=True),
     _row("perm-history-store-behind-unsearchable-folder",
          _store_behind_locked(lambda f, store: ["-m", "perf.store.cli", "--store", str(store), "runs"])),
+    _row("perm-pytest-perf-compare-machine-folder-unreadable",
+         _compare_unreadable("--perf-compare", "machine folder"), in_repo=True),
+    _row("perm-pytest-benchmark-compare-storage-unreadable", _compare_unreadable("--benchmark-compare", "storage"),
+         in_repo=True),
+    _row("perm-pytest-autosave-machine-folder-read-only", _autosave_read_only_machine, in_repo=True),
 )
