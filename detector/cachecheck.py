@@ -38,7 +38,7 @@ def check_cache(cache_dir: str | os.PathLike[str]) -> CacheReport:
     """Check every entry under ``cache_dir`` (``onnx/*.onnx``, ``trt/engines/*.engine``, ``videos/*``).
 
     Raises:
-        DetectorError: ``cache_dir`` is missing or not a folder.
+        DetectorError: ``cache_dir`` is missing or not a folder, or a folder of it cannot be read.
     """
     from detector.errors import VideoError
     from detector.export import load_onnx
@@ -52,6 +52,11 @@ def check_cache(cache_dir: str | os.PathLike[str]) -> CacheReport:
     report = CacheReport()
     report.leftovers = sorted(p for p in root.rglob(".*") if p.is_file() and _is_temporary(p))
     def entries(folder: Path, pattern: str) -> list[Path]:
+        try:  # glob skips a folder it cannot read: "0 unusable" would be untrue
+            if folder.exists():
+                os.listdir(folder)
+        except OSError as e:
+            raise DetectorError(f"cannot check cache '{root}': cannot read '{folder}': {e.strerror}") from e
         return sorted(p for p in folder.glob(pattern) if not _is_temporary(p))
 
     for path in entries(root / "onnx", "*.onnx"):

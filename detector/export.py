@@ -158,6 +158,8 @@ def check_onnx_file(path: str | os.PathLike[str]) -> None:
     path = Path(path)
     try:
         st = path.stat()
+        if fileio.file_kind(st) is None:
+            open(path, "rb").close()  # can be read (not tried on a FIFO, which would block)
     except OSError as e:
         raise ModelFileError(f"cannot load ONNX model '{path}': {fileio.os_reason(e)}") from e
     kind = fileio.file_kind(st)

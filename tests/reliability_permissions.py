@@ -130,4 +130,6 @@ ROWS: tuple[Row, ...] = (
     _row("perm-pytest-benchmark-compare-storage-unreadable", _compare_unreadable("--benchmark-compare", "storage"),
          in_repo=True),
     _row("perm-pytest-autosave-machine-folder-read-only", _autosave_read_only_machine, in_repo=True),
+    _row("perm-onnx-unreadable", _unreadable_input("--onnx", lambda s: CFG, "--backend", "onnxruntime")),
+    _row("perm-check-cache-folder-unreadable", _check_cache_unreadable),
 )
