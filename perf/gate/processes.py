@@ -230,18 +230,20 @@ def run_children(
 
 
 class GitError(RuntimeError):
-    """A git command that failed; the message is its last line."""
+    """A git command that failed; the message is git's reason (see `git`)."""
 
 
 def git(repo: Path, *args: str) -> str:
-    """``git <args>`` in ``repo``; its output, stripped. `GitError` with git's last line when it fails."""
+    """``git <args>`` in ``repo``; its output, stripped. `GitError` with git's ``fatal:`` / ``error:`` line (else its
+    last) when it fails: the hints git prints after it (``git config --global --add safe.directory ...``) say no why."""
     try:
         result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
     except OSError as e:  # no git on this machine
         raise GitError(f"git {' '.join(args)}: {e.strerror or e}") from e
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines()
-        raise GitError(f"git {' '.join(args)}: {lines[-1] if lines else f'exit {result.returncode}'}")
+        why = next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1] if lines else None)
+        raise GitError(f"git {' '.join(args)}: {why or f'exit {result.returncode}'}")
     return result.stdout.strip()
 
 

@@ -4,6 +4,7 @@ slower on the pair ratios, identical code is not; bad input is one line."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,23 @@ def test_a_short_history_is_seeded_by_its_storages_noise_profile_and_a_bad_one_i
         f"perf-ab: warning: ignored this runner's stored noise profile, '{path.relative_to(repo)}': entry "
         "'test_tiny.py::test_busy' metric 'time': cv is 'x', not a number: a history of fewer than 3 runs is judged "
         "without it; measure it again with --perf-noise=10"]
+
+
+@pytest.mark.parametrize("case", ["no push destination", "dubious ownership"])
+def test_a_failing_git_command_is_named_by_its_reason_not_the_hint_after_it(case: str, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repository of another user (what a runner's account meets in a shared checkout): git's ``fatal:`` line,
+    not its last, ``git config --global --add safe.directory ...``; a push with no remote: the same shape."""
+    from perf.gate.processes import GitError, git
+
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)  # no safe.directory of this machine's
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    if case == "dubious ownership":
+        if os.geteuid() != 0:
+            pytest.skip("needs root, to give the repository to another user")
+        os.chown(tmp_path, 12345, 12345)
+    with pytest.raises(GitError) as raised:
+        git(tmp_path, "push" if case == "no push destination" else "status")
+    why = {"no push destination": "fatal: No configured push destination.",
+           "dubious ownership": f"fatal: detected dubious ownership in repository at '{tmp_path}'"}[case]
+    assert str(raised.value) == f"git {'push' if case == 'no push destination' else 'status'}: {why}"
