@@ -529,9 +529,10 @@ def make_synthetic_video(
 
 
 def _complete(entry: SyntheticVideo) -> bool:
-    """True when both files of a cache entry exist and the json belongs to this generator and parameters."""
+    """True when both files of a cache entry exist, the video can be read, and the json belongs to this generator and
+    parameters."""
     try:
-        if entry.video.stat().st_size == 0:
+        if entry.video.stat().st_size == 0 or not os.access(entry.video, os.R_OK):
             return False
         info = entry.load_ground_truth()["info"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -557,7 +558,7 @@ def synthetic_video(
 
     Entries are keyed by the parameters and ``GENERATOR_VERSION``. One process builds an entry while others
     wait on a lock file; the ``.json`` is written last and marks a complete entry. An entry with a missing,
-    empty or foreign file is rebuilt.
+    empty, unreadable or foreign file is rebuilt.
     """
     params = SyntheticParams(seed=seed, width=width, height=height, fps=fps, frames=frames, codec=codec)
     video = synthetic_video_path(cache_dir, params)

@@ -8,6 +8,8 @@ import itertools
 import json
 import logging
 import multiprocessing
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -249,3 +251,18 @@ def test_a_partly_hidden_object_keeps_its_whole_box_and_its_hidden_fraction() ->
     assert 0.3 < person["occlusion"] < 0.7
     bus = next(a for a in boxes if a["category_id"] == VEHICLE)
     assert bus["occlusion"] == 0.0
+
+
+def test_cache_rebuilds_a_video_its_user_cannot_read(tmp_path: Path) -> None:
+    """An entry whose video the user cannot read (chmod 000; as root, run under ``unshare --user``) is rebuilt, as a
+    damaged one is, not handed to every reader to fail on."""
+    from bad_inputs import unprivileged_prefix
+
+    if (prefix := unprivileged_prefix()) is None:
+        pytest.skip("root, and no user namespace (unshare --user) to drop it")
+    entry = synthetic_video(tmp_path, seed=2, **SMALL)
+    entry.video.chmod(0)
+    code = ("from detector.synthetic import synthetic_video; from detector.video import read_frames; "
+            f"print(len(read_frames(synthetic_video({str(tmp_path)!r}, seed=2, **{SMALL!r}).video)))")
+    result = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert (result.returncode, result.stdout.strip()) == (0, str(N)), result.stderr[-2000:]
