@@ -101,6 +101,9 @@ def check_options(config: pytest.Config, options: PerfOptions) -> None:
         saving = _option(config, "benchmark_save") or _option(config, "benchmark_autosave")
         _check_folders(config, options, reports=False, cache=False,  # before pytest-benchmark warns it saved nothing
                        storage=bool(saving) and not _option(config, "collectonly"))
+        if (out := _option(config, "benchmark_json")) and (why := unwritable(out)):
+            raise pytest.UsageError(f"--benchmark-json: cannot write the JSON report to '{out}': {why}; make it "
+                                    "writable or choose another path with --benchmark-json")
         return
     if given := [f"--{name.replace('_', '-')}" for name in SAVING if _option(config, name) not in (None, False, [])]:
         raise pytest.UsageError(f"{', '.join(given)} cannot be used with pytest-xdist (-n): pytest-benchmark "

@@ -94,6 +94,12 @@ def _autosave_read_only_machine(folder: Path, shared: Shared) -> Made:
                                                                           DENIED]
 
 
+def _json_report_read_only(folder: Path, shared: Shared) -> Made:
+    (read_only := folder / "read-only").mkdir(mode=0o555)
+    out = read_only / "b.json"
+    return _pytest(folder, f"--benchmark-json={out}"), ["--benchmark-json", f"'{out}': {DENIED}"]
+
+
 def _store_behind_locked(command: Callable[[Path, Path], list[str]]) -> Callable[[Path, Shared], Made]:
     def make(folder: Path, shared: Shared) -> Made:
         store = _locked(folder) / "h.sqlite"
@@ -132,4 +138,5 @@ ROWS: tuple[Row, ...] = (
     _row("perm-pytest-autosave-machine-folder-read-only", _autosave_read_only_machine, in_repo=True),
     _row("perm-onnx-unreadable", _unreadable_input("--onnx", lambda s: CFG, "--backend", "onnxruntime")),
     _row("perm-check-cache-folder-unreadable", _check_cache_unreadable),
+    _row("perm-pytest-benchmark-json-read-only-folder", _json_report_read_only, in_repo=True),
 )
