@@ -58,7 +58,7 @@ def _check_compared_runs(config: pytest.Config) -> None:
     else:
         unlisted = None
     for name, complete in (("perf_compare", False), ("benchmark_compare", True)):
-        if (wanted := _option(config, name)) is None or wanted is False:
+        if (wanted := _option(config, name)) in (None, False, []):  # []: pytest-benchmark's default, not given
             continue
         if unlisted is not None:
             raise pytest.UsageError(f"--{name.replace('_', '-')}: {unlisted}")

@@ -87,11 +87,14 @@ def _compare_unreadable(option: str, which: str) -> Callable[[Path, Shared], Mad
     return make
 
 
-def _autosave_read_only_machine(folder: Path, shared: Shared) -> Made:
-    """A run pytest-benchmark would save in a machine folder it cannot write: refused before measuring."""
-    machine = _mode(_saved_run(folder, _GOOD, "0001_good.json").parent, 0o555)
-    return _pytest(folder, "--benchmark-autosave", "--perf-store=none"), ["--benchmark-storage", f"'{machine}'",
-                                                                          DENIED]
+def _autosave_into(mode: int) -> Callable[[Path, Shared], Made]:
+    """A run pytest-benchmark would save in a machine folder of ``mode`` (it cannot write): refused before measuring
+    (0o000: named as the storage, not as a compare, which was not asked for)."""
+    def make(folder: Path, shared: Shared) -> Made:
+        machine = _mode(_saved_run(folder, _GOOD, "0001_good.json").parent, mode)
+        return _pytest(folder, "--benchmark-autosave", "--perf-store=none"), [
+            f"--benchmark-storage: cannot save the run in '{machine}': {DENIED}"]
+    return make
 
 
 def _json_report_read_only(folder: Path, shared: Shared) -> Made:
@@ -135,7 +138,8 @@ ROWS: tuple[Row, ...] = (
          _compare_unreadable("--perf-compare", "machine folder"), in_repo=True),
     _row("perm-pytest-benchmark-compare-storage-unreadable", _compare_unreadable("--benchmark-compare", "storage"),
          in_repo=True),
-    _row("perm-pytest-autosave-machine-folder-read-only", _autosave_read_only_machine, in_repo=True),
+    _row("perm-pytest-autosave-machine-folder-read-only", _autosave_into(0o555), in_repo=True),
+    _row("perm-pytest-autosave-machine-folder-unreadable", _autosave_into(0), in_repo=True),
     _row("perm-onnx-unreadable", _unreadable_input("--onnx", lambda s: CFG, "--backend", "onnxruntime")),
     _row("perm-check-cache-folder-unreadable", _check_cache_unreadable),
     _row("perm-pytest-benchmark-json-read-only-folder", _json_report_read_only, in_repo=True),
