@@ -27,6 +27,7 @@ import importlib
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -166,8 +167,8 @@ def run_row(row: Row, folder: Path, shared: Shared, timeout_s: float | None = No
                if not key.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env.pop("DETECTOR_CACHE", None)
-        proc = subprocess.Popen([*prefix, sys.executable, *args], cwd=REPO if row.in_repo else folder, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen([*prefix, sys.executable, *args], cwd=REPO if row.in_repo else folder, env=env,
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         extra = []
         try:
             if row.during is not None:
@@ -200,6 +201,8 @@ def unprivileged_prefix() -> list[str] | None:
     ``unshare --user`` (a user namespace: root without its power over files); None where that does not work."""
     if os.geteuid() != 0:
         return []
+    if shutil.which("unshare") is None:
+        return None
     prefix = ["unshare", "--user", "--"]
     with tempfile.NamedTemporaryFile() as locked:
         os.chmod(locked.name, 0)

@@ -54,7 +54,8 @@ def _out_read_only(folder: Path, shared: Shared) -> Made:
 
 
 def _cache_unreadable(folder: Path, shared: Shared) -> Made:
-    """A perf cache holding an entry, which the run cannot list: refused at start-up, as an empty one it cannot write."""
+    """A perf cache holding an entry, which the run cannot list: refused at start-up, like an empty one it cannot
+    write."""
     (cache := folder / "cache").mkdir()
     (cache / "videos").mkdir()
     return _pytest(folder, f"--perf-cache-dir={_mode(cache, 0)}"), ["--perf-cache-dir", f"'{cache}': {DENIED}"]
