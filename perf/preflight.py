@@ -77,7 +77,7 @@ def _check_compared_runs(config: pytest.Config) -> None:
 
 def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool, cache: bool, storage: bool) -> None:
     """Each folder the run will write can be written: the reports, an empty or missing perf cache, the storage, the
-    HTML report's."""
+    HTML report's, the child processes' runs."""
     cache_dir = options.cache_dir
     with contextlib.suppress(OSError):  # a cache holding files is not made here; one that cannot be listed is probed
         cache = cache and not any(cache_dir.iterdir())
@@ -85,7 +85,9 @@ def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool
                                  ("--perf-cache-dir", "create the perf cache in", cache and cache_dir),
                                  ("--benchmark-storage", "save the run in", storage and _machine_folder(config)),
                                  ("--perf-html", "write the HTML report to",
-                                  options.html and config.invocation_params.dir / options.html)):
+                                  options.html and config.invocation_params.dir / options.html),
+                                 ("--perf-runs-dir", "write the child processes' runs to",
+                                  options.runs_dir and config.invocation_params.dir / options.runs_dir)):
         if folder and (why := unwritable(folder, folder=True)):
             raise pytest.UsageError(f"{option}: cannot {what} '{folder}': {why}; make it writable or choose "
                                     f"another folder with {option}")

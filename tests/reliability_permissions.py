@@ -104,6 +104,11 @@ def _json_report_read_only(folder: Path, shared: Shared) -> Made:
     return _pytest(folder, f"--benchmark-json={out}"), ["--benchmark-json", f"'{out}': {DENIED}"]
 
 
+def _runs_dir_behind_locked(folder: Path, shared: Shared) -> Made:
+    runs = _locked(folder) / "runs"
+    return _pytest(folder, "--perf-noise=2", f"--perf-runs-dir={runs}"), ["--perf-runs-dir", f"'{runs}': {DENIED}"]
+
+
 def _store_behind_locked(command: Callable[[Path, Path], list[str]]) -> Callable[[Path, Shared], Made]:
     def make(folder: Path, shared: Shared) -> Made:
         store = _locked(folder) / "h.sqlite"
@@ -144,4 +149,5 @@ ROWS: tuple[Row, ...] = (
     _row("perm-onnx-unreadable", _unreadable_input("--onnx", lambda s: CFG, "--backend", "onnxruntime")),
     _row("perm-check-cache-folder-unreadable", _check_cache_unreadable),
     _row("perm-pytest-benchmark-json-read-only-folder", _json_report_read_only, in_repo=True),
+    _row("perm-pytest-runs-dir-behind-unsearchable-folder", _runs_dir_behind_locked, in_repo=True),
 )
