@@ -189,3 +189,11 @@ def test_crowd_regions_are_not_counted_as_ground_truth_boxes(tmp_path: Path) -> 
     gt["annotations"].append(crowd)
     result = evaluate_coco(write_gt(tmp_path, gt), detections_from_gt(gt))
     assert result.per_class["person"].num_gt == sum(a["category_id"] == 1 for a in gt["annotations"]) - 1
+
+
+def test_detections_are_ranked_by_score(tmp_path: Path) -> None:
+    """A confident hit ranked before a doubtful false positive gives AP 1, whatever order they are listed in."""
+    gt = {"images": [{"id": 1, "width": 200, "height": 200}], "categories": CATEGORIES[:1],
+          "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 50, 50], "area": 2500}]}
+    dets = Detections([[120, 120, 170, 170], [0, 0, 50, 50]], [0.3, 0.9], [0, 0])  # the miss listed first
+    assert evaluate_coco(write_gt(tmp_path, gt), {1: dets}).map50 == pytest.approx(1.0)
