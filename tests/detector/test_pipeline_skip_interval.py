@@ -13,6 +13,7 @@ import pytest
 from detector.backends.base import Runner
 from detector.pipeline import LoopSettings, run_pipeline
 from detector.postprocess import Detections
+from detector.tracker import IouTracker
 
 SIZE = 160  # loop_spec's input (tests/conftest.py: LOOP_SIZE)
 FRAMES = 12  # loop_clip's frames (tests/conftest.py: LOOP_FRAMES)
@@ -63,6 +64,12 @@ def test_interval_n_infers_one_frame_in_n_plus_one_and_keeps_the_detectors_detec
     for i in skipped:  # the tracker's boxes lie in the frame
         b = result.detections[i].boxes
         assert np.all((b[:, 0] >= 0) & (b[:, 2] <= result.width) & (b[:, 1] >= 0) & (b[:, 3] <= result.height))
+    tracker = IouTracker()  # the same tracker fed the inferred frames' detections, by hand
+    for i in range(FRAMES):
+        if i % (interval + 1):
+            assert_identical(result.detections[i], tracker.predict(i, (result.width, result.height)), f"frame {i}")
+        else:
+            tracker.update(result.detections[i], i)
 
 
 @pytest.mark.parametrize(("keywords", "message"), [
