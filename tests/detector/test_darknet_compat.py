@@ -115,7 +115,8 @@ def test_maxpool_defaults_follow_parse_maxpool(tmp_path: Path, pool: str, expect
     assert cfg.layers[6] == expected and cfg.shapes[6][1:] == (hw, hw)
 
 
-@pytest.mark.parametrize(("conv", "hw"), [("padding=1", 8), ("padding=0", 6), ("padding=2", 10), ("pad=1\npadding=0", 8)])
+@pytest.mark.parametrize(("conv", "hw"),
+                         [("padding=1", 8), ("padding=0", 6), ("padding=2", 10), ("pad=1\npadding=0", 8)])
 def test_a_convs_padding_is_read_unless_pad_sets_it_to_half_the_size(tmp_path: Path, conv: str, hw: int) -> None:
     """parse_convolutional: ``padding`` (default 0) pixels on each side, replaced by size // 2 when pad=1."""
     path = tmp_path / "pad.cfg"
