@@ -82,3 +82,21 @@ def test_settings_refuse_a_skip_interval_that_cannot_work(keywords: dict[str, fl
     with pytest.raises(ValueError) as info:
         LoopSettings(**keywords)  # type: ignore[arg-type]
     assert str(info.value) == message
+
+
+def test_the_plain_loop_keeps_darknets_default_thresholds(loop_runner: Runner, loop_clip: Path,
+                                                          plain: list[Detections]) -> None:
+    """Darknet's ``detector test`` defaults: scores > 0.25, NMS at IoU 0.45 (checked frame by frame against
+    postprocess with those thresholds on the same frames)."""
+    from detector.postprocess import postprocess
+    from detector.preprocess import preprocess
+    from detector.video import read_frames
+
+    expected, looser = [], []
+    for i, frame in enumerate(read_frames(loop_clip, limit=FRAMES)):  # batch 1, as the loop: the same kernels
+        tensor, transforms = preprocess([frame], loop_runner.spec.input_size, "letterbox")
+        decoded = loop_runner.infer(tensor)
+        expected += postprocess(decoded, transforms, 0.25, 0.45, nms=loop_runner.spec.nms)
+        looser += postprocess(decoded, transforms, 0.2, 0.5, nms=loop_runner.spec.nms)
+        assert_identical(plain[i], expected[i], f"frame {i}")
+    assert sum(map(len, looser)) > sum(map(len, expected)), "the check must see a change of either threshold"
