@@ -347,6 +347,14 @@ def test_match_detections_maximises_total_iou_not_greedy() -> None:
     assert sorted((i, j) for i, j, _ in pairs) == [(0, 1), (1, 0)]
 
 
+def test_match_detections_matches_a_pair_at_exactly_the_iou_threshold() -> None:
+    """IoU >= threshold matches (parity's "IoU >= 0.5"): a box and its top half overlap by exactly 0.5."""
+    a, b = np.array([[0.0, 0.0, 10.0, 10.0]]), np.array([[0.0, 0.0, 10.0, 5.0]])
+    assert box_iou(a, b)[0, 0] == 0.5
+    assert match_detections(a, [0], b, [0], iou_threshold=0.5) == [(0, 0, 0.5)]
+    assert match_detections(a, [0], b, [0], iou_threshold=0.5 + 1e-6) == []
+
+
 def test_match_detections_respects_classes_unless_told_not_to() -> None:
     a = np.array([[0, 0, 10, 10]], np.float32)
     assert match_detections(a, [0], a, [1]) == []

@@ -115,6 +115,33 @@ def test_maxpool_defaults_follow_parse_maxpool(tmp_path: Path, pool: str, expect
     assert cfg.layers[6] == expected and cfg.shapes[6][1:] == (hw, hw)
 
 
+@pytest.mark.parametrize(("conv", "hw"),
+                         [("padding=1", 8), ("padding=0", 6), ("padding=2", 10), ("pad=1\npadding=0", 8)])
+def test_a_convs_padding_is_read_unless_pad_sets_it_to_half_the_size(tmp_path: Path, conv: str, hw: int) -> None:
+    """parse_convolutional: ``padding`` (default 0) pixels on each side, replaced by size // 2 when pad=1."""
+    path = tmp_path / "pad.cfg"
+    path.write_text(f"[net]\nwidth=8\nheight=8\nchannels=3\n\n[convolutional]\nfilters=6\nsize=3\n{conv}\n"
+                    "activation=linear\n\n[yolo]\nmask=0\nanchors=10,10\nclasses=1\nnum=1\n")
+    assert parse_cfg(path).shapes[0] == (6, hw, hw)
+    model = load_model(path, None, seed=0)
+    with torch.no_grad():
+        (head,) = model.forward_heads(torch.rand(1, 3, 8, 8))
+    assert tuple(head.shape) == (1, 6, hw, hw)
+
+
+def test_a_conv_without_activation_is_logistic_as_in_parse_convolutional(tmp_path: Path) -> None:
+    path = tmp_path / "logistic.cfg"
+    path.write_text("[net]\nwidth=8\nheight=8\nchannels=3\n\n[convolutional]\nfilters=6\nsize=1\n\n"
+                    "[yolo]\nmask=0\nanchors=10,10\nclasses=1\nnum=1\n")
+    cfg = parse_cfg(path)
+    assert cfg.layers[0].activation == "logistic"
+    model = load_model(path, None, seed=0)
+    with torch.no_grad():
+        (head,) = model.forward_heads(torch.rand(1, 3, 8, 8))
+        conv = model.layers[0].conv(torch.rand(1, 3, 8, 8))
+    assert head.min() > 0 and head.max() < 1 and conv.min() < 0  # the sigmoid of a conv that goes negative
+
+
 @pytest.mark.parametrize("size", [320, 608])
 def test_three_head_model_runs_with_seeded_random_weights(tmp_path: Path, size: int) -> None:
     path = _write(tmp_path, three_head_cfg(size))

@@ -171,3 +171,29 @@ def test_eval_of_a_user_video_equals_eval_of_the_same_synthetic_seed(tmp_path: P
     assert by_seed["mAP@0.5"] > 0.3  # the shipped model finds things: equal scores are not two zeros
     for key in ("mAP@0.5", "mAP@0.5:0.95", "per_class", "num_detections"):
         assert by_video[key] == by_seed[key], key
+
+
+def test_boxes_found_at_iou_0_72_score_one_at_0_5_and_half_over_0_5_to_0_95(tmp_path: Path) -> None:
+    """AP@0.5 is the first of COCO's ten IoU thresholds and mAP@0.5:0.95 their mean: a box of IoU 0.72 with its
+    ground truth passes 0.50..0.70 (five of ten) and fails 0.75..0.95."""
+    gt = {"images": [{"id": 1, "width": 200, "height": 200}], "categories": CATEGORIES[:1],
+          "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 100, 100], "area": 10000}]}
+    result = evaluate_coco(write_gt(tmp_path, gt), {1: Detections([[0, 0, 100, 72]], [0.9], [0])})
+    assert result.per_class["person"].ap50 == pytest.approx(1.0) and result.map50 == pytest.approx(1.0)
+    assert result.per_class["person"].ap50_95 == pytest.approx(0.5) and result.map50_95 == pytest.approx(0.5)
+
+
+def test_crowd_regions_are_not_counted_as_ground_truth_boxes(tmp_path: Path) -> None:
+    gt = make_gt(n_images=2)
+    crowd = {"id": 999, "image_id": 1, "category_id": 1, "bbox": [0, 0, 300, 300], "area": 90000, "iscrowd": 1}
+    gt["annotations"].append(crowd)
+    result = evaluate_coco(write_gt(tmp_path, gt), detections_from_gt(gt))
+    assert result.per_class["person"].num_gt == sum(a["category_id"] == 1 for a in gt["annotations"]) - 1
+
+
+def test_detections_are_ranked_by_score(tmp_path: Path) -> None:
+    """A confident hit ranked before a doubtful false positive gives AP 1, whatever order they are listed in."""
+    gt = {"images": [{"id": 1, "width": 200, "height": 200}], "categories": CATEGORIES[:1],
+          "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 50, 50], "area": 2500}]}
+    dets = Detections([[120, 120, 170, 170], [0, 0, 50, 50]], [0.3, 0.9], [0, 0])  # the miss listed first
+    assert evaluate_coco(write_gt(tmp_path, gt), {1: dets}).map50 == pytest.approx(1.0)

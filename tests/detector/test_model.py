@@ -71,15 +71,18 @@ def _slow_decode(raw: np.ndarray, anchors: list[tuple[float, float]], s: float, 
     classes=st.integers(1, 3),
     anchors=st.lists(st.tuples(st.floats(1, 400), st.floats(1, 400)), min_size=1, max_size=3),
     stride=st.sampled_from([8, 16, 32]),
+    stride_y=st.sampled_from([None, 6.8, 8, 16, 32]),
     scale_x_y=st.floats(1.0, 2.0),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_decode_head_matches_slow_per_cell_loop(batch: int, grid_h: int, grid_w: int, classes: int,
-                                               anchors: list[tuple[float, float]], stride: int, scale_x_y: float,
-                                               seed: int) -> None:
+                                               anchors: list[tuple[float, float]], stride: int,
+                                               stride_y: float | None, scale_x_y: float, seed: int) -> None:
+    """``stride_y``: a net whose rows and columns have different strides (a cfg size that is not a multiple of
+    its downsampling, e.g. width 34 over 3 ceil-mode pools): x divides by the grid width, y by its height."""
     rng = np.random.default_rng(seed)
     raw = (rng.standard_normal((batch, len(anchors) * (5 + classes), grid_h, grid_w)) * 3).astype(np.float32)
-    net_h, net_w = grid_h * stride, grid_w * stride
+    net_h, net_w = grid_h * (stride if stride_y is None else stride_y), grid_w * stride
     got = decode_head(torch.from_numpy(raw), anchors, scale_x_y, (net_h, net_w))
     want = _slow_decode(raw, anchors, scale_x_y, net_h, net_w)
     assert got.shape == (batch, len(anchors) * grid_h * grid_w, 4 + classes)

@@ -13,6 +13,7 @@ import pytest
 from detector.backends.base import Runner
 from detector.pipeline import LoopSettings, run_pipeline
 from detector.postprocess import Detections
+from detector.tracker import IouTracker
 
 SIZE = 160  # loop_spec's input (tests/conftest.py: LOOP_SIZE)
 FRAMES = 12  # loop_clip's frames (tests/conftest.py: LOOP_FRAMES)
@@ -63,6 +64,12 @@ def test_interval_n_infers_one_frame_in_n_plus_one_and_keeps_the_detectors_detec
     for i in skipped:  # the tracker's boxes lie in the frame
         b = result.detections[i].boxes
         assert np.all((b[:, 0] >= 0) & (b[:, 2] <= result.width) & (b[:, 1] >= 0) & (b[:, 3] <= result.height))
+    tracker = IouTracker()  # the same tracker fed the inferred frames' detections, by hand
+    for i in range(FRAMES):
+        if i % (interval + 1):
+            assert_identical(result.detections[i], tracker.predict(i, (result.width, result.height)), f"frame {i}")
+        else:
+            tracker.update(result.detections[i], i)
 
 
 @pytest.mark.parametrize(("keywords", "message"), [
@@ -75,3 +82,21 @@ def test_settings_refuse_a_skip_interval_that_cannot_work(keywords: dict[str, fl
     with pytest.raises(ValueError) as info:
         LoopSettings(**keywords)  # type: ignore[arg-type]
     assert str(info.value) == message
+
+
+def test_the_plain_loop_keeps_darknets_default_thresholds(loop_runner: Runner, loop_clip: Path,
+                                                          plain: list[Detections]) -> None:
+    """Darknet's ``detector test`` defaults: scores > 0.25, NMS at IoU 0.45 (checked frame by frame against
+    postprocess with those thresholds on the same frames)."""
+    from detector.postprocess import postprocess
+    from detector.preprocess import preprocess
+    from detector.video import read_frames
+
+    expected, looser = [], []
+    for i, frame in enumerate(read_frames(loop_clip, limit=FRAMES)):  # batch 1, as the loop: the same kernels
+        tensor, transforms = preprocess([frame], loop_runner.spec.input_size, "letterbox")
+        decoded = loop_runner.infer(tensor)
+        expected += postprocess(decoded, transforms, 0.25, 0.45, nms=loop_runner.spec.nms)
+        looser += postprocess(decoded, transforms, 0.2, 0.5, nms=loop_runner.spec.nms)
+        assert_identical(plain[i], expected[i], f"frame {i}")
+    assert sum(map(len, looser)) > sum(map(len, expected)), "the check must see a change of either threshold"

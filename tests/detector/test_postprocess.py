@@ -170,3 +170,23 @@ def test_detections_round_trip_through_dict() -> None:
     assert back.classes.tolist() == [1] and len(Detections.empty()) == 0
     with pytest.raises(DetectorError, match="differ in length"):
         Detections([[1, 2, 3, 4]], [0.5, 0.6], [1])
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(2, 3))
+def test_frames_of_a_batch_never_suppress_each_other(seed: int, batch: int) -> None:
+    """A batch is its frames processed one by one: NMS runs per frame and class, never across frames (one shared
+    NMS call must not let frame 0's box remove the same box of frame 1)."""
+    rng = np.random.default_rng(seed)
+    n, c = 40, 3
+    xy = rng.uniform(0, 350, (n, 2))
+    one = np.concatenate([xy, xy + rng.uniform(10, 120, (n, 2)), rng.uniform(0, 1, (n, c)) ** 2], 1)
+    frames = [one] + [one if rng.random() < 0.5 else rng.permutation(one) for _ in range(batch - 1)]
+    decoded = np.stack(frames).astype(np.float32)
+    together = postprocess(decoded, [LB] * batch)
+    for i in range(batch):
+        (alone,) = postprocess(decoded[i : i + 1], [LB])
+        np.testing.assert_array_equal(together[i].boxes, alone.boxes)
+        np.testing.assert_array_equal(together[i].scores, alone.scores)
+        np.testing.assert_array_equal(together[i].classes, alone.classes)
+    assert len(together[0]) > 0

@@ -112,7 +112,8 @@ def test_preprocess_rejects_bad_options(kwargs: dict, what: str) -> None:
 # ------------------------------------------------------------------------------------------- preprocess_torch
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", ["letterbox", "resize"])
-@pytest.mark.parametrize(("h", "w"), [(270, 480), (333, 517), (100, 60), (416, 416)])
+# (99, 60): 165 columns of padding, an odd split (82 left, 83 right)
+@pytest.mark.parametrize(("h", "w"), [(270, 480), (333, 517), (100, 60), (99, 60), (416, 416)])
 def test_preprocess_torch_matches_opencv_within_one_level(device: str, mode: str, h: int, w: int) -> None:
     frames = [noisy_frame(h, w, seed=s) for s in range(2)]
     expected, transforms = preprocess(frames, (256, 320), mode)

@@ -158,3 +158,16 @@ def test_a_parameter_out_of_range_is_one_error_naming_the_value(kwargs: dict[str
     with pytest.raises(ValueError) as info:
         IouTracker(**kwargs)  # type: ignore[arg-type]
     assert str(info.value) == message
+
+
+def test_a_fast_object_is_matched_where_its_track_predicts_it_not_where_it_was_last_seen() -> None:
+    """A 40 px box moving 15 px a frame, seen at frames 0 and 1 (overlapping: the track gets its velocity), then
+    every third frame: each detection lies 45 px from the last one (no overlap) but exactly on the track's
+    prediction, so the object keeps one track."""
+    tracker = IouTracker()
+    for frame in (0, 1, 4, 7, 10):
+        x = 100.0 + 15 * frame
+        tracker.update(Detections([[x, 100, x + 40, 140]], [0.9], [0]), frame)
+    assert [t.track_id for t in tracker.tracks] == [0]
+    assert tracker.tracks[0].observations == 5
+    np.testing.assert_array_equal(tracker.predict(13, (1000, 1000)).boxes, [[100 + 15 * 13, 100, 140 + 15 * 13, 140]])

@@ -142,3 +142,29 @@ def test_a_max_time_on_the_command_line_in_addopts_or_the_environment_counts_as_
     assert max_time_given(pytester.parseconfig("--benchmark-max-time=0.5"))
     monkeypatch.setenv("PYTEST_ADDOPTS", "--benchmark-max-time 2")
     assert max_time_given(pytester.parseconfig())
+
+
+def test_cuda_event_clock_reads_event_milliseconds_as_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA events report milliseconds; the clock, like time.perf_counter, counts seconds (checked on the CPU
+    with stand-in events that are 2.5 ms apart; the GPU test above times real work)."""
+    import torch
+
+    from detector.timing import CudaEventClock
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            assert enable_timing
+
+        def record(self) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, end: Event) -> float:
+            return 2.5
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    clock = CudaEventClock()
+    readings = [clock() for _ in range(3)]
+    assert readings == pytest.approx([0.0, 0.0025, 0.005])

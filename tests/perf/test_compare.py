@@ -3,12 +3,15 @@ one-line failure and "why slower"."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from perf.gate.compare import Baseline, GateSettings, Row, budget, compare_runs, explain_slower, judge_benchmark
+from perf.gate.compare import (Baseline, GateSettings, Row, budget, compare_runs, explain_slower, judge_benchmark,
+                               stage_share)  # fmt: skip
+from perf.gate.judge import Budget
 from perf.gate.table import describe_failure, format_lines, summary, why_lines, write_verdicts
 from perf.runs import BenchmarkRecord, run_from_json
 from perf.verdicts import load_verdicts
@@ -119,3 +122,23 @@ def test_the_budget_counts_every_benchmark_of_the_selection_when_mains_latest_ru
     assert budget(partial, GateSettings(), [*full, "t::new"]).metrics == budget(
         Baseline([run(0, *full), run(1, *full)]), GateSettings(), full).metrics == 3  # a new benchmark: not judged
     assert partial.judged_metrics() == 1  # without a selection: the latest run's own benchmarks
+
+
+def test_a_stages_floor_is_the_frames_floor_over_the_stages_share() -> None:
+    """A stage of a tenth of the frame must grow 20% to move the frame by the 2% floor; other metrics keep it."""
+    assert stage_share("stage:decode", 1e-3, 10e-3, 0.02) == pytest.approx((0.1, 0.2))
+    assert stage_share("time", 1e-3, 10e-3, 0.02) == (None, 0.02)
+
+
+def test_a_budget_flags_slower_at_its_lenient_first_pass_level_and_faster_at_its_strict_one() -> None:
+    """With confirmation the first pass flags suspects at 20% (fresh processes confirm them) but calls "faster",
+    which nothing confirms, at the run's 1%: a shift of two standard errors is a suspect one way, nothing the other."""
+    baseline, level = _history(), Budget(metrics=1, confirm=True)
+    assert (level.first_level, level.faster_level) == (0.2, 0.01)
+    ref = baseline.reference("t::a", "time", 0.0).reference  # type: ignore[union-attr]
+    shift = 2.0 * ref.sd * math.sqrt(1 / ref.n + 1)
+    up = judge_benchmark(baseline, BenchmarkRecord.from_json(_bench("t::a", ref.median_s * math.exp(shift), 9)),
+                         level, floor=0.0)
+    down = judge_benchmark(baseline, BenchmarkRecord.from_json(_bench("t::a", ref.median_s * math.exp(-shift), 9)),
+                           level, floor=0.0)
+    assert (up.verdict, down.verdict) == ("slower", "no change")

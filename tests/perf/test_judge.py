@@ -203,3 +203,58 @@ def test_medians_of_absurd_size_are_judged_slower_not_an_overflow() -> None:
     assert found.verdict == SLOWER and math.isfinite(found.ratio) and math.isfinite(found.hi)
     wide = judge(reference([1e-300, 1e300, 1.0]), [1.0], 0.01)  # a spread of 1,400 in logs
     assert math.isfinite(wide.hi) and math.isfinite(wide.detectable)
+
+
+def test_unchanged_code_with_the_smallest_reference_is_called_slower_at_most_at_the_level() -> None:
+    """Three processes: the reference's spread is a sample standard deviation (ddof 1), not the population one
+    that would call unchanged code slower ~40% more often than the level."""
+    rng = np.random.default_rng(5)
+    level, trials = 0.05, 6000
+    slower = sum(judge(reference(x[:3]), x[3:], level, floor=0.0).verdict == SLOWER
+                 for x in (_processes(rng, 4, 0.02) for _ in range(trials)))  # fmt: skip
+    assert slower / trials <= 0.062
+
+
+def test_six_unchanged_pairs_are_called_slower_at_most_at_the_level() -> None:
+    """Yuen's trimmed mean of six pairs has k - 2g - 1 = 3 degrees of freedom (one pair trimmed at each end);
+    counting the trimmed pairs as data would call unchanged code slower ~40% more often than the level."""
+    rng = np.random.default_rng(6)
+    level, trials = 0.05, 6000
+    slower = sum(judge_pairs(_processes(rng, 6, 0.02), _processes(rng, 6, 0.02), level, floor=0.0).verdict == SLOWER
+                 for _ in range(trials))  # fmt: skip
+    assert slower / trials <= 0.062
+
+
+def test_a_noisy_candidate_does_not_borrow_the_calm_of_its_reference() -> None:
+    """Several candidate processes: their own scatter is pooled into the spread, so four processes that scatter
+    by +-10% around +5% are no proof of a slowdown, though the reference barely moved."""
+    ref = reference([1e-3 * (1 + 0.0005 * k) for k in range(-5, 5)])
+    noisy = [1.00e-3, 1.10e-3, 0.95e-3, 1.15e-3]
+    assert judge(ref, noisy, 0.01).verdict == NO_CHANGE
+    steady = [1.05e-3, 1.051e-3, 1.049e-3, 1.05e-3]
+    assert judge(ref, steady, 0.01).verdict == SLOWER
+
+
+def test_pairs_below_six_call_a_slowdown_only_when_every_pair_is_slower() -> None:
+    ref = reference([1e-3 * (1 + 0.0005 * k) for k in range(-15, 16)])  # a calm history of 31 processes
+    base = [1e-3] * 4
+    three_of_four = [1.10e-3, 1.10e-3, 1.10e-3, 0.995e-3]  # one pair slightly faster
+    assert judge_pairs(base[:3], three_of_four[:3], 0.05, prior=ref).verdict == SLOWER
+    assert judge_pairs(base, three_of_four, 0.05, prior=ref).verdict == NO_CHANGE
+    faster = [0.90e-3, 0.90e-3, 0.90e-3, 1.005e-3]
+    assert judge_pairs(base, faster, 0.05, prior=ref).verdict == NO_CHANGE
+
+
+def test_at_most_a_quarter_of_the_reference_processes_are_left_out_as_outliers() -> None:
+    medians = [1.00e-3, 1.01e-3, 0.99e-3, 1.005e-3, 0.995e-3, 1.5e-3, 1.6e-3, 1.7e-3]  # three far processes
+    ref = reference(medians)
+    assert ref.dropped == 2 and ref.n == 6
+    assert math.exp(max(ref.logs)) == pytest.approx(1.5e-3)  # the nearest far process stays
+
+
+def test_identical_reference_processes_still_leave_the_smallest_spread() -> None:
+    """Five bit-identical medians do not make the reference exact: a 0.3% difference stays within its spread."""
+    ref = reference([1e-3] * 5)
+    assert ref.sd == pytest.approx(0.001)
+    got = judge(ref, [1.003e-3], 0.01, floor=0.0)
+    assert got.verdict == NO_CHANGE and got.lo < 1 < got.hi

@@ -100,3 +100,22 @@ def test_a_visible_set_ends_where_cuda_stops_reading_it() -> None:
     assert usable_gpus({"CUDA_VISIBLE_DEVICES": " 1 , GPU-aaa, MIG-bbb,x,2"}) == ["1", "GPU-aaa", "MIG-bbb"]
     env = {"PYTEST_XDIST_WORKER": "gw1", "CUDA_VISIBLE_DEVICES": "0,-1,1"}
     assert bind_worker_gpu(env) == "0"  # never the hidden GPU 1, nor "-1"
+
+
+def test_throughput_counts_every_image_of_every_call() -> None:
+    """images = calls x batch, and images/s = images / seconds (a host runner: no stream to wait for)."""
+    import numpy as np
+
+    from perf.measure.multigpu import throughput
+
+    class Runner:
+        stream = None
+        calls = 0
+
+        def infer(self, x: Any, to_host: bool = True) -> None:
+            assert to_host
+            Runner.calls += 1
+
+    got = throughput(Runner(), np.zeros((3, 3, 8, 8), np.float32), seconds=0.0)
+    assert got["calls"] == Runner.calls == 20 and got["images"] == 60
+    assert got["images_per_s"] == pytest.approx(60 / got["seconds"])

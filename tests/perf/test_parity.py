@@ -123,3 +123,70 @@ def test_a_reference_with_no_boxes_fails_parity_and_says_how_many_frames_it_comp
     assert failure.startswith("the reference found no boxes on the 3 compared frame(s): nothing to compare")
     one = _dets([[0, 0, 10, 10]], [0.9], [0])
     assert compare_detections([one, empty], [one, empty]).failures(TOLERANCES["fp32"]) == []
+
+
+def _far_apart(n: int, score: float = 0.9, x0: float = 0.0) -> Detections:
+    """``n`` disjoint 10x10 boxes of class 0, 20 px apart."""
+    return _dets([[x0 + 20 * i, 0, x0 + 20 * i + 10, 10] for i in range(n)], [score] * n, [0] * n)
+
+
+def test_extra_candidate_boxes_count_as_misses_like_missing_ones() -> None:
+    """Unmatched boxes count on both sides: a candidate that invents a confident box fails like one that drops it."""
+    one = _far_apart(1)
+    extra = _dets([[0, 0, 10, 10], [200, 200, 240, 240]], [0.9, 0.9], [0, 0])
+    for ref, cand in ((one, extra), (extra, one)):
+        parity = compare_detections([ref], [cand], conf_threshold=0.25, score_tolerance=0.02)
+        assert parity.matched == 1 and parity.borderline == 0 and parity.match_rate == pytest.approx(0.5)
+        assert any("match rate" in f for f in parity.failures(TOLERANCES["fp32"]))
+
+
+def test_matched_boxes_near_the_threshold_are_not_borderline() -> None:
+    """Only unmatched detections can be borderline: matched ones near the threshold still count, so they cannot
+    hide a confident miss."""
+    ref = _dets([[0, 0, 10, 10], [20, 0, 30, 10], [100, 100, 120, 120]], [0.26, 0.26, 0.9], [0, 0, 0])
+    cand = _dets([[0, 0, 10, 10], [20, 0, 30, 10]], [0.26, 0.26], [0, 0])
+    parity = compare_detections([ref], [cand], conf_threshold=0.25, score_tolerance=0.02)
+    assert (parity.matched, parity.borderline) == (2, 0)
+    assert parity.match_rate == pytest.approx(2 / 3)
+
+
+def test_a_match_rate_exactly_at_the_tolerance_passes() -> None:
+    tol = TOLERANCES["int8"]  # match rate "at least" 0.85: 17 of 20
+    ref, cand = _far_apart(20), _far_apart(17)
+    parity = compare_detections([ref], [cand], conf_threshold=0.25, score_tolerance=tol.score_abs)
+    assert parity.match_rate == tol.match_rate
+    assert not any("match rate" in f for f in parity.failures(tol))
+    assert any("match rate" in f for f in compare_detections([ref], [_far_apart(16)]).failures(tol))
+
+
+def test_box_errors_count_where_any_class_scores_and_nowhere_else() -> None:
+    ref = _decoded(3, classes=2)
+    ref[..., 4:] = 0.0
+    ref[0, 5, 4:] = [0.9, 0.0]  # one class scores: its box matters
+    cand = ref.copy()
+    cand[0, 5, 1] += 3.0
+    cand[1, 9, 2] += 50.0  # a box no class scores: irrelevant
+    assert compare_tensors(ref, cand).box_max_abs == pytest.approx(3.0, abs=1e-4)
+
+
+def test_class_agreement_is_over_matched_pairs_of_all_frames() -> None:
+    ref = _far_apart(4)
+    flipped = _dets(ref.boxes.tolist(), ref.scores.tolist(), [1, 0, 0, 0])
+    parity = compare_detections([ref, ref], [flipped, ref])
+    assert parity.matched == 8 and parity.class_agreement == pytest.approx(7 / 8)
+
+
+def test_default_matching_needs_iou_of_at_least_one_half() -> None:
+    ref = _dets([[0, 0, 10, 10]], [0.9], [0])
+    half = _dets([[0, 0, 10, 5]], [0.9], [0])  # IoU exactly 0.5
+    less = _dets([[0, 0, 10, 4.5]], [0.9], [0])  # IoU 0.45
+    assert compare_frame(0, ref, half).matched == 1 and compare_detections([ref], [half]).matched == 1
+    assert compare_frame(0, ref, less).matched == 0 and compare_detections([ref], [less]).matched == 0
+
+
+def test_the_largest_score_difference_of_any_frame_is_reported() -> None:
+    ref = _far_apart(2)
+    off = _dets(ref.boxes.tolist(), [0.9, 0.8], [0, 0])
+    parity = compare_detections([ref, ref], [off, ref])
+    assert parity.max_score_diff == pytest.approx(0.1, abs=1e-6)
+    assert any("matched score difference" in f for f in parity.failures(TOLERANCES["fp16"]))

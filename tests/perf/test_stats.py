@@ -113,3 +113,11 @@ def window_drift_flag(sample: np.ndarray) -> bool:
 def test_window_drift_needs_two_rounds_per_window() -> None:
     assert window_drift([1.0] * 7) is None
     assert window_drift([1.0] * 8) == (0.0, 0.0)
+
+
+def test_the_circular_block_bootstrap_draws_every_round_alike() -> None:
+    """Blocks wrap around the end of the rounds: the last round is drawn no more often than the others, so the
+    resampled medians of a symmetric sample centre on its median (a clipped block would repeat the last round)."""
+    x = np.arange(10.0)
+    medians = bootstrap_medians(x, 4000, np.random.default_rng(0), block=5)
+    assert medians.mean() == pytest.approx(4.5, abs=0.1)
