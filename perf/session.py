@@ -19,7 +19,7 @@ import pytest
 from detector.devices import parse_device
 from detector.fileio import resolved, symlink_loop
 from detector.spec import default_cache_dir  # one cache with the detector CLI
-from perf.diskfull import stop_if_disk_full
+from perf.diskfull import stop_on_folder_error
 from perf.measure.clock import SUITE_CLOCK
 from perf.measure.machine import cuda_device_count, device_fingerprint, fingerprint_differences
 from perf.measure.multigpu import bind_worker_gpu
@@ -198,10 +198,11 @@ class PerfSession:
             bench.extra_info.setdefault("regression_calibration", calibration)
 
     def on_makereport(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
-        """A full disk stops the run in one line (`perf.diskfull`); the gate judges a passed benchmark."""
+        """A full disk or a file denied under the suite's folders stops the run in one line (`perf.diskfull`); the
+        gate judges a passed benchmark."""
         if report.failed and call.excinfo is not None:
             folders = {"--perf-cache-dir": self.options.cache_dir, "--perf-reports-dir": self.options.reports_dir}
-            stop_if_disk_full(folders, call.excinfo.value)
+            stop_on_folder_error(folders, call.excinfo.value)
         self.gate.judge_test(item, call, report)
 
     def on_update_json(self, benchmarks: Any, output_json: dict[str, Any]) -> None:

@@ -58,3 +58,39 @@ def test_a_full_cache_disk_stops_pytest_perf_in_one_line(tmp_path: Path) -> None
     assert f"--perf-cache-dir: the disk of '{cache}' is full: cannot write '{cache}" in line
     assert line.endswith("free space there or choose another folder with --perf-cache-dir !")
     assert "Traceback" not in output and "FAILED" not in output and len(output.splitlines()) < 30
+
+
+def test_a_cache_folder_the_user_cannot_write_stops_pytest_perf_in_one_line(tmp_path: Path) -> None:
+    """A perf cache holding files (so not probed at start-up) whose videos folder is read-only: building the
+    synthetic video's lock is denied; one line naming the file, not a PermissionError traceback per test."""
+    from bad_inputs import unprivileged_prefix
+
+    if (prefix := unprivileged_prefix()) is None:
+        pytest.skip("root, and no user namespace (unshare --user) to drop it")
+    (cache := tmp_path / "cache").mkdir()
+    (cache / "kept.txt").write_text("an entry")
+    (videos := cache / "videos").mkdir(mode=0o555)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+    result = subprocess.run([*prefix, sys.executable, "-m", "pytest", str(ROOT / "perf"), "-p", "no:cacheprovider",
+                             "-p", "no:randomly", "--rootdir", str(ROOT), "--perf-device=cpu", "--perf-frames=2",
+                             f"--perf-cache-dir={cache}", f"--perf-reports-dir={tmp_path / 'reports'}", "-k",
+                             "test_end_to_end and torch-fp32"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    videos.chmod(0o755)
+    assert result.returncode == pytest.ExitCode.INTERRUPTED, result.stdout[-3000:] + result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    (line,) = [line for line in output.splitlines() if "Permission denied" in line]
+    assert f"--perf-cache-dir: cannot open '{videos}/" in line and ".lock': Permission denied" in line
+    assert "Traceback" not in output and "FAILED" not in output and len(output.splitlines()) < 30
+
+
+def test_a_denied_file_is_named_only_inside_the_suites_folders(tmp_path: Path) -> None:
+    from perf.diskfull import denied_line
+
+    folders = {"--perf-cache-dir": tmp_path / "cache"}
+    inside = PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "cache" / "videos" / "v.mp4.lock"))
+    assert denied_line(_raised(VideoError("cannot make the video"), inside), folders) == (
+        f"--perf-cache-dir: cannot open '{inside.filename}': Permission denied; give this user access there or "
+        "choose another folder with --perf-cache-dir")
+    assert denied_line(PermissionError(errno.EACCES, "Permission denied", "/etc/shadow"), folders) is None
+    assert denied_line(OSError(errno.ENOSPC, "No space left on device", inside.filename), folders) is None
