@@ -52,12 +52,12 @@ def check_cache(cache_dir: str | os.PathLike[str]) -> CacheReport:
     report = CacheReport()
     report.leftovers = sorted(p for p in root.rglob(".*") if p.is_file() and _is_temporary(p))
     def entries(folder: Path, pattern: str) -> list[Path]:
-        try:  # glob skips a folder it cannot read: "0 unusable" would be untrue
-            if folder.exists():
-                os.listdir(folder)
+        try:  # listed, not globbed: glob skips a folder it cannot read, and "0 unusable" would be untrue
+            return sorted(p for p in folder.iterdir() if p.match(pattern) and not _is_temporary(p))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
         except OSError as e:
             raise DetectorError(f"cannot check cache '{root}': cannot read '{folder}': {e.strerror}") from e
-        return sorted(p for p in folder.glob(pattern) if not _is_temporary(p))
 
     for path in entries(root / "onnx", "*.onnx"):
         report.checked += 1

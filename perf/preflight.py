@@ -47,21 +47,17 @@ def _check_compared_runs(config: pytest.Config) -> None:
     from pytest_benchmark.storage.file import FileStorage
     from pytest_benchmark.utils import get_machine_id
 
-    if (path := _storage_path(config)) is None:
+    asked = [(name, complete, wanted) for name, complete in (("perf_compare", False), ("benchmark_compare", True))
+             if (wanted := _option(config, name)) not in (None, False, [])]  # []: pytest-benchmark's default
+    if (path := _storage_path(config)) is None or not asked:
         return
     try:
         run_files(path)
     except HistoryError as e:
-        if not isinstance(e.__cause__, OSError):
-            return  # no storage, nothing to load: pytest-benchmark and the gate say so themselves
-        unlisted: HistoryError | None = e
-    else:
-        unlisted = None
-    for name, complete in (("perf_compare", False), ("benchmark_compare", True)):
-        if (wanted := _option(config, name)) in (None, False, []):  # []: pytest-benchmark's default, not given
-            continue
-        if unlisted is not None:
-            raise pytest.UsageError(f"--{name.replace('_', '-')}: {unlisted}")
+        if isinstance(e.__cause__, OSError):  # a folder it cannot list; a missing storage is said by the compares
+            raise pytest.UsageError(f"--{asked[0][0].replace('_', '-')}: {e}") from None
+        return
+    for name, complete, wanted in asked:
         storage = FileStorage(path, logger=None, default_machine_id=get_machine_id())
         for run in saved_run_files(storage.query(RUN_GLOB))[-1:] if wanted is True else storage.query(str(wanted)):
             try:

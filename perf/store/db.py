@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -118,8 +119,8 @@ class HistoryStore(contextlib.AbstractContextManager):
         sqlite = url.startswith("sqlite")
         file = _sqlite_file(url) if sqlite else None
         try:  # a reader leaves no new store behind (a path through a file is said below, as to a writer)
-            if file is not None:
-                file.stat()
+            if file is not None and stat.S_ISDIR(file.stat().st_mode):
+                raise StoreError(f"store '{self.shown}': '{file}' is a folder: name a file in it")
         except FileNotFoundError:
             if not create:
                 raise StoreError(f"store '{self.shown}': no such file") from None
@@ -129,8 +130,6 @@ class HistoryStore(contextlib.AbstractContextManager):
             pass
         made: list[Path] = []
         if file is not None:
-            if file.is_dir():
-                raise StoreError(f"store '{self.shown}': '{file}' is a folder: name a file in it")
             try:
                 made = make_parents(file)
             except OSError as e:  # a part of the path is a file, or cannot be written
