@@ -296,8 +296,8 @@ def all_options() -> tuple[Option, ...]:
                "N=2 frames 0,3,6,..., N=4 frames 0,5,10,...; a tracker moves the boxes over the skipped frames).",
                _join(DEFAULT_SKIP_INTERVALS), parse_skip_intervals, default=DEFAULT_SKIP_INTERVALS),
         Option("--perf-nsys", None, "Profile the nsys-marked tests under Nsight Systems."),
-        Option("--perf-nsys-path", "PATH", "The nsys executable.", "nsys (found on PATH)", default="nsys",
-               aliases=("--nsys-path",)),
+        Option("--perf-nsys-path", "PATH", "The nsys executable.", "$NSYS, else nsys on PATH or in NVIDIA's install "
+               "folders", default="nsys", aliases=("--nsys-path",)),
         Option("--perf-inject-delay", "MS", "Deliberately slow every runner by MS milliseconds per inference (GPU "
                "sleep on its stream), to check that --benchmark-compare-fail catches a regression.", "0 (off)",
                parse_delay_ms, default=0.0),
