@@ -158,7 +158,7 @@ def _entries_problem(entries: Any) -> str | None:
 
 def _entry_problem(entry: Any) -> str | None:
     """What makes one entry unusable: the gate seeds a history with ``medians_s`` (each process's median, seconds,
-    > 0; 2 or more) and floors change points with ``between_sd``; every other figure given is a number."""
+    `MEDIAN_RANGE_S`; 2 or more) and floors change points with ``between_sd``; every other figure given is a number."""
     if not isinstance(entry, dict):
         return "not an object"
     processes, medians, between = entry.get("processes"), entry.get("medians_s"), entry.get("between_sd")
