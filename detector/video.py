@@ -160,7 +160,7 @@ def set_decode_threads(threads: int | None) -> int | None:
 def _open_capture(path: Path, head: bytes) -> Any:
     cv2 = _cv2()
     params = [] if _decode_threads is None else [cv2.CAP_PROP_N_THREADS, _decode_threads]
-    cap = cv2.VideoCapture(os.fspath(path), cv2.CAP_ANY, params)
+    cap = cv2.VideoCapture(os.fsencode(path), cv2.CAP_ANY, params)  # bytes: a str not UTF-8 crashes OpenCV
     if cap.isOpened():
         return cap
     cap.release()
@@ -387,7 +387,7 @@ class VideoWriter:
             except VideoError as e:
                 self._abort(e)
         else:
-            writer = cv2.VideoWriter(os.fspath(tmp), cv2.VideoWriter_fourcc(*self.codec), self.fps, self.size)
+            writer = cv2.VideoWriter(os.fsencode(tmp), cv2.VideoWriter_fourcc(*self.codec), self.fps, self.size)
         if not writer.isOpened():
             writer.release()
             self._abort(VideoError(
@@ -454,7 +454,7 @@ class VideoWriter:
         drops the encoder's write errors (a full disk leaves a file without its index), so the file is read back:
         it must open and its container must count every frame written."""
         cv2 = _cv2()
-        cap = cv2.VideoCapture(os.fspath(self._tmp), cv2.CAP_ANY)
+        cap = cv2.VideoCapture(os.fsencode(self._tmp), cv2.CAP_ANY)
         try:
             count = float(cap.get(cv2.CAP_PROP_FRAME_COUNT)) if cap.isOpened() else 0.0
             readable = int(count) if math.isfinite(count) and count > 0 else 0
