@@ -57,6 +57,9 @@ def _cv2() -> Any:
     import cv2
 
     os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET; read when a capture opens
+    options = os.environ.get("OPENCV_FFMPEG_CAPTURE_OPTIONS", "")
+    if "pattern_type" not in options:  # 'shot%03d.png' is that file, not FFmpeg's image sequence shot000.png, ...
+        os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"] = "|".join(filter(None, [options, "pattern_type;none"]))
     if "OPENCV_LOG_LEVEL" not in os.environ:
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     return cv2
