@@ -50,6 +50,15 @@ _SNIFF_BYTES = 4096
 WRITABLE_SUFFIXES: tuple[str, ...] = (".mp4", ".avi", ".mkv", ".mov", ".m4v")
 
 
+#: Frame rates OpenCV's encoders open with (mp4v: a time base of at most 1/65535 s; none opens at 0.001 fps).
+WRITABLE_FPS = (0.01, 65535.0)
+
+
+def writable_fps(fps: float) -> float:
+    """A source's frame rate as its detected video can hold it: clamped into WRITABLE_FPS; 30 when unknown (0)."""
+    return min(max(fps, WRITABLE_FPS[0]), WRITABLE_FPS[1]) if fps > 0 else 30.0
+
+
 def _cv2() -> Any:
     """OpenCV, with its own and FFmpeg's console logging off: they would print lines such as ``moov atom not
     found`` beside the one-line :class:`VideoError` that already says what is wrong. ``OPENCV_FFMPEG_LOGLEVEL``
