@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 
 # Characters that break a line or a terminal (C0, DEL, C1 and the Unicode line/paragraph separators, every one
-# str.splitlines splits on): a file name may hold any of them.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# str.splitlines splits on), and the lone surrogates of a name that is not UTF-8 (os.fsdecode(b'\xff') is '\udcff',
+# which no UTF-8 file can hold): a file name may hold any of them.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 def one_line(text: str) -> str:

@@ -174,8 +174,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write UTF-8 ``text`` to ``path`` atomically; return the path."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
+    """Write UTF-8 ``text`` to ``path`` atomically; return the path. A file name that is not UTF-8 in ``text``
+    (``'clip\\udcff.mp4'``: os.fsdecode's lone surrogate) is written escaped, as stderr shows it."""
+    return atomic_write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
 @contextlib.contextmanager

@@ -283,7 +283,7 @@ def run_pipeline(
 
     from detector.frames import open_frames
     from detector.stages import StageChain
-    from detector.video import VideoWriter
+    from detector.video import VideoWriter, writable_fps
 
     loop = LoopSettings.of(settings, keywords)
     batch, max_frames = loop.batch, loop.max_frames
@@ -305,7 +305,7 @@ def run_pipeline(
     with contextlib.ExitStack() as stack:
         source = stack.enter_context(open_frames(video, loop.decoder, runner.device))
         to_host = not source.on_device  # on the device, postprocess runs there too
-        width, height, fps = source.width, source.height, source.fps or 30.0
+        width, height, fps = source.width, source.height, writable_fps(source.fps)  # a 1e5 fps camera too
         writer = None
         if output is not None:
             writer = stack.enter_context(VideoWriter(output, fps=fps, size=(width, height)))

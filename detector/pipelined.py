@@ -141,7 +141,7 @@ def run_pipelined(
     import torch
 
     from detector.frames import HostFrames, open_frames
-    from detector.video import VideoWriter
+    from detector.video import VideoWriter, writable_fps
 
     settings = LoopSettings.of(settings, keywords)
     if settings.skip_interval:
@@ -164,7 +164,7 @@ def run_pipelined(
             with torch.cuda.device(device) if nvdec else contextlib.nullcontext(), \
                     torch.cuda.stream(read_stream) if nvdec else contextlib.nullcontext():
                 source = stack.enter_context(open_frames(video, settings.decoder, device))
-            fps = source.fps or 30.0
+            fps = writable_fps(source.fps)
         height, width = source.height, source.width
         frame_iter: Iterator[Any] = iter(source)
         if settings.max_frames is not None:

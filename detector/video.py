@@ -50,6 +50,15 @@ _SNIFF_BYTES = 4096
 WRITABLE_SUFFIXES: tuple[str, ...] = (".mp4", ".avi", ".mkv", ".mov", ".m4v")
 
 
+#: Frame rates OpenCV's encoders open with (mp4v: a time base of at most 1/65535 s; none opens at 0.001 fps).
+WRITABLE_FPS = (0.01, 65535.0)
+
+
+def writable_fps(fps: float) -> float:
+    """A source's frame rate as its detected video can hold it: clamped into WRITABLE_FPS; 30 when unknown (0)."""
+    return min(max(fps, WRITABLE_FPS[0]), WRITABLE_FPS[1]) if fps > 0 else 30.0
+
+
 def _cv2() -> Any:
     """OpenCV, with its own and FFmpeg's console logging off: they would print lines such as ``moov atom not
     found`` beside the one-line :class:`VideoError` that already says what is wrong. ``OPENCV_FFMPEG_LOGLEVEL``
@@ -57,6 +66,9 @@ def _cv2() -> Any:
     import cv2
 
     os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET; read when a capture opens
+    options = os.environ.get("OPENCV_FFMPEG_CAPTURE_OPTIONS", "")
+    if "pattern_type" not in options:  # 'shot%03d.png' is that file, not FFmpeg's image sequence shot000.png, ...
+        os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"] = "|".join(filter(None, [options, "pattern_type;none"]))
     if "OPENCV_LOG_LEVEL" not in os.environ:
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
     return cv2
@@ -160,7 +172,7 @@ def set_decode_threads(threads: int | None) -> int | None:
 def _open_capture(path: Path, head: bytes) -> Any:
     cv2 = _cv2()
     params = [] if _decode_threads is None else [cv2.CAP_PROP_N_THREADS, _decode_threads]
-    cap = cv2.VideoCapture(os.fspath(path), cv2.CAP_ANY, params)
+    cap = cv2.VideoCapture(os.fsencode(path), cv2.CAP_ANY, params)  # bytes: a str not UTF-8 crashes OpenCV
     if cap.isOpened():
         return cap
     cap.release()
@@ -387,7 +399,7 @@ class VideoWriter:
             except VideoError as e:
                 self._abort(e)
         else:
-            writer = cv2.VideoWriter(os.fspath(tmp), cv2.VideoWriter_fourcc(*self.codec), self.fps, self.size)
+            writer = cv2.VideoWriter(os.fsencode(tmp), cv2.VideoWriter_fourcc(*self.codec), self.fps, self.size)
         if not writer.isOpened():
             writer.release()
             self._abort(VideoError(
@@ -454,7 +466,7 @@ class VideoWriter:
         drops the encoder's write errors (a full disk leaves a file without its index), so the file is read back:
         it must open and its container must count every frame written."""
         cv2 = _cv2()
-        cap = cv2.VideoCapture(os.fspath(self._tmp), cv2.CAP_ANY)
+        cap = cv2.VideoCapture(os.fsencode(self._tmp), cv2.CAP_ANY)
         try:
             count = float(cap.get(cv2.CAP_PROP_FRAME_COUNT)) if cap.isOpened() else 0.0
             readable = int(count) if math.isfinite(count) and count > 0 else 0

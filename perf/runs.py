@@ -119,6 +119,16 @@ def param_json(value: Any) -> Any:
     return value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)
 
 
+def as_text(value: Any) -> Any:
+    """``value`` (JSON) with each string's lone surrogates (a name not UTF-8, ``'\\udcff'``) written as stderr shows
+    them: a saved run is UTF-8 text (`perf.validate` refuses a lone surrogate)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {as_text(key): as_text(item) for key, item in value.items()}
+    return list(map(as_text, value)) if isinstance(value, list) else value
+
+
 def read_params(raw: Any) -> dict[str, Any]:
     """A saved benchmark's ``params`` as JSON values; an older run's ``"UNSERIALIZABLE[Case(variant='torch',
     ...)]"`` is read back as the call's keyword values (``{"variant": "torch", ...}``) where it can be."""

@@ -28,7 +28,7 @@ from perf.roles.gate import GateRun, gate_settings
 from perf.roles.nsys import NsysRun, nsys_selected
 from perf.roles.report import ReportRun
 from perf.roles.store import StoreRun
-from perf.runs import describe_injected, injected_of, mismatch_lines, param_json
+from perf.runs import as_text, describe_injected, injected_of, mismatch_lines, param_json
 from perf.store import store_location
 from perf.subject import Subject, describe_subject, subject_differences
 
@@ -212,6 +212,7 @@ class PerfSession:
         for bench in output_json.get("benchmarks") or ():
             if isinstance(bench.get("params"), dict):
                 bench["params"] = param_json(bench["params"])
+        output_json.update(as_text(output_json))  # --perf-video $'clip\xff.mp4' in extra_info
         if self.store is not None:
             self.store.saving(benchmarks, output_json)
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from detector.argtypes import fraction
 from detector.devices import PRECISIONS
-from detector.errors import DetectorError
+from detector.errors import DetectorError, one_line
 from detector.fileio import file_digest, os_reason, resolved, symlink_loop
 from detector.groundtruth import check_categories, load_ground_truth
 from detector.spec import ModelSpec
@@ -170,11 +170,11 @@ class Subject:
         names = None if _error(lambda: spec.names) else list(spec.names)  # None: a names file refused at start-up
         weights = f"sha256:{_digest(spec.weights)}" if spec.weights is not None else f"seed:{spec.seed}"
         return {
-            "model": spec.model_file.name, "cfg_sha256": _digest(spec.cfg),
+            "model": one_line(spec.model_file.name), "cfg_sha256": _digest(spec.cfg),
             "weights": weights if spec.cfg is not None else None,
             "onnx_sha256": _digest(spec.onnx), "engine_sha256": _digest(spec.engine),
             "input_size": "x".join(str(v) for v in reversed(spec.input_size)), "classes": spec.num_classes,
-            "video": video.path.name,
+            "video": one_line(video.path.name),  # escaped: saved runs hold text (a name not UTF-8 is none)
             "video_sha256": _digest(video.path) if self.video is not None else "synthetic",
             "frames": video.frames if video.frames is not None else "all",
             "ground_truth_sha256": _digest(video.ground_truth),

@@ -168,7 +168,7 @@ def run_row(row: Row, folder: Path, shared: Shared, timeout_s: float | None = No
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env.pop("DETECTOR_CACHE", None)
         proc = subprocess.Popen([*prefix, sys.executable, *args], cwd=REPO if row.in_repo else folder, env=env,
-                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                text=True, errors="surrogateescape", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         extra = []
         try:
             if row.during is not None:

@@ -132,6 +132,20 @@ def _newline_name(folder: Path, shared: Shared) -> Made:
     return detect(folder, shared, "--video", str(video)), [f"'{folder}/two\\nlines.mp4'", "text file"]
 
 
+def _not_utf8_name(folder: Path, shared: Shared) -> Made:
+    video = folder / os.fsdecode(b"clip\xff.mp4")  # a name Linux allows and UTF-8 cannot spell
+    video.write_bytes(shared.video.read_bytes())
+    return detect(folder, shared, "--video", str(video)), [video.stem]
+
+
+def _rate_video(rate: str) -> Callable[[Path, Shared], Made]:
+    def make(folder: Path, shared: Shared) -> Made:  # a legal Y4M header rate the mp4v encoder cannot open with
+        video = y4m(folder / "rate.y4m", 64, 48, "444", 3)
+        video.write_bytes(video.read_bytes().replace(b" F10:1 ", f" F{rate} ".encode(), 1))
+        return detect(folder, shared, "--video", str(video)), [video.stem]
+    return make
+
+
 def _long_video(folder: Path, shared: Shared) -> Made:
     video = y4m(folder / "long.y4m", 64, 64, "444", 3, frames=300)
     return detect(folder, shared, "--video", str(video), "--frames", "300"), ["terminated", "SIGTERM"]
@@ -200,6 +214,11 @@ ROWS: tuple[Row, ...] = (
     Row("video-1x1", _one_pixel),
     # a file name holding a newline still gives one line (escaped)
     Row("path-with-newline", _newline_name),
+    # a file name that is not UTF-8 is read and its detected video written (OpenCV crashed on such a str)
+    Row("video-name-not-utf8", _not_utf8_name, handled=True),
+    # a frame rate beyond what the encoder writes (a high-speed camera, a time-lapse): the detected video is written
+    Row("video-fps-100000", _rate_video("100000:1"), handled=True),
+    Row("video-fps-0.001", _rate_video("1:1000"), handled=True),
     # SIGTERM mid-write: one line, exit 143, no temporary video in --out
     Row("sigterm-during-detect", _long_video, during=_sigterm_when_writing, exit_code=143, check=_no_temporaries),
     # a lock symlink planted in the cache is refused, never followed

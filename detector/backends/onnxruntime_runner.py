@@ -96,7 +96,11 @@ class OnnxRuntimeRunner(Runner):
         else:
             providers = [_CPU_PROVIDER]
         try:
-            session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
+            # a name that is not UTF-8 (b'm\xff.onnx') is refused as a str: ONNX Runtime reads the bytes then
+            model: str | bytes = str(path)
+            if model.encode("utf-8", "replace").decode("utf-8") != model:
+                model = path.read_bytes()
+            session = ort.InferenceSession(model, sess_options=session_options, providers=providers)
         except Exception as e:  # onnxruntime raises its own Fail / InvalidGraph / RuntimeException types
             text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ModelFileError(f"onnxruntime cannot load '{path}': {text[:300]}") from e

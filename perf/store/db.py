@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import make_url
 
+from detector.errors import one_line
 from detector.fileio import content_key, make_parents, remove_empty, resolved
 from perf.measure.machine import COMPARED_FIELDS
 from perf.runs import HistoryError, SavedRun, mapping, run_from_json, text_value
@@ -114,8 +115,8 @@ class HistoryStore(contextlib.AbstractContextManager):
         url = engine_url(where)
         try:
             self.shown = make_url(url).render_as_string(hide_password=True)
-        except Exception:  # noqa: BLE001 - only to name the store in a message
-            self.shown = "<unparsable store URL>"
+        except Exception:  # noqa: BLE001 - only to name the store in a message (a path not UTF-8: escaped)
+            self.shown = one_line(url) if url.startswith("sqlite") else "<unparsable store URL>"
         sqlite = url.startswith("sqlite")
         file = _sqlite_file(url) if sqlite else None
         try:  # a reader leaves no new store behind (a path through a file is said below, as to a writer)

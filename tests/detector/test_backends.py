@@ -5,6 +5,7 @@ with nothing to add."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -302,6 +303,15 @@ def test_onnxruntime_model_path_of_random_bytes_raises_model_file_error(spec: Mo
     with pytest.raises(ModelFileError, match=r"bad\.onnx"):
         runner.activate()
     assert not runner.is_active
+
+
+def test_onnxruntime_runs_a_model_file_whose_name_is_not_utf8(spec: ModelSpec, tmp_path: Path,
+                                                             batch: np.ndarray, reference: np.ndarray) -> None:
+    model = tmp_path / os.fsdecode(b"model\xff.onnx")  # a name Linux allows; ONNX Runtime refuses it as a str
+    model.write_bytes(spec.onnx_path().read_bytes())
+    runner = create_runner("onnxruntime", spec, model_path=model)
+    with runner:
+        assert_decoded_close(runner.infer(batch).numpy(), reference, "fp32")
 
 
 def test_onnxruntime_rejects_a_negative_thread_count(spec: ModelSpec) -> None:

@@ -125,6 +125,16 @@ def test_error_for_truncated_video(tmp_path: Path, clip: Path) -> None:
         open_video(path)
 
 
+def test_a_name_holding_a_printf_pattern_is_that_file_not_an_image_sequence(tmp_path: Path) -> None:
+    """FFmpeg reads 'shot%d.png' as the images shot0.png, shot1.png, ... beside it, unless told not to."""
+    cv2.imwrite(os.fsencode(tmp_path / "shot%d.png"), np.full((48, 64, 3), 200, np.uint8))
+    for i in range(5):
+        cv2.imwrite(os.fsencode(tmp_path / f"shot{i}.png"), np.full((32, 40, 3), 40 * i, np.uint8))
+    frames = read_frames(tmp_path / "shot%d.png")
+    assert [frame.shape for frame in frames] == [(48, 64, 3)]
+    assert abs(float(frames[0].mean()) - 200) < 4
+
+
 def test_grayscale_video_is_read_as_three_channel_bgr(tmp_path: Path) -> None:
     gray = [np.full((H, W), 40 * i, np.uint8) for i in range(4)]
     path = _raw_cv2_video(tmp_path / "gray.avi", gray, is_color=False)

@@ -68,6 +68,40 @@ def test_two_parallel_runs_sharing_a_reports_folder_keep_both_reports(tmp_path: 
     assert not list(reports.glob("*gw*")) and not list(reports.glob("*.tmp*"))
 
 
+NAMED = """
+import os
+
+from perf.report import schema
+
+
+def test_named(benchmark, perf_measure, perf_report):
+    benchmark.extra_info["video"] = os.fsdecode(b"clip\\xff.mp4")  # as perf/test_end_to_end.py records it
+    perf_measure(benchmark, lambda: None)
+    perf_report.add(schema.INFERENCE, {"case": "named", "batch": 1})  # a report, whose subject names the video
+"""
+
+
+def test_a_run_on_a_video_named_not_utf8_is_saved_stored_and_compared(tmp_path: Path) -> None:
+    video = tmp_path / os.fsdecode(b"clip\xff.mp4")  # a name Linux allows and UTF-8 cannot spell
+    video.write_bytes((ROOT / "tests" / "data" / "video" / "h264-seed3-320x180-12f.mp4").read_bytes())
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_named.py").write_text(NAMED)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} | {"PYTHONPATH": str(ROOT)}
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--perf-device=cpu",
+           f"--perf-video={video}", "--perf-reports-dir=reports", "--benchmark-storage=storage",
+           "--benchmark-max-time=0.02", "--benchmark-min-rounds=3", "--benchmark-warmup=off"]  # fmt: skip
+    for extra in ("--benchmark-autosave", "--benchmark-compare"):  # saved (and stored), then read back
+        done = subprocess.run([*run, extra], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              errors="surrogateescape", timeout=300, check=False)  # fmt: skip
+        assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr
+    (saved,) = (tmp_path / "storage").glob("*/0001_*.json")
+    assert load_run(saved).benchmarks  # a usable saved run: perf-history, perf-report and the gate read it
+    assert "clip\\\\udcff.mp4" in saved.read_text()
+    assert main(["--storage", str(tmp_path / "storage"), "--reports", str(tmp_path / "reports"),
+                 "--out", str(tmp_path / "out")]) == 0  # the run's perf-report.json names the video too
+    assert "clip\\udcff.mp4" in (tmp_path / "reports" / "perf-report.md").read_text()
+
+
 def test_perf_report_skips_a_run_of_wrong_types_among_good_ones_with_a_warning(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     machine = tmp_path / "storage" / "Linux-CPython-3.11-64bit"

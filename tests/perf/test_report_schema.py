@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import html
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,13 @@ def test_a_row_for_a_table_the_schema_lacks_is_refused_naming_it() -> None:
     with pytest.raises(SchemaError, match="no report table 'Mine'"):
         report.add(TableSpec("MINE", "Mine", (schema.num("x"),)), {"x": 1})
     assert report.tables == {}
+
+
+def test_a_video_name_that_is_not_utf8_is_written_into_both_reports(tmp_path: Path) -> None:
+    video = os.fsdecode(b"clip\xff.mp4")  # --perf-video $'clip\xff.mp4': the run's subject names it
+    json_path, md_path = PerfReport(subject={"video": video}).write(tmp_path)
+    assert json.loads(json_path.read_text())["subject"]["video"] == video
+    assert "- video: clip\\udcff.mp4" in md_path.read_text(encoding="utf-8")
 
 
 def test_a_row_with_a_column_the_schema_lacks_is_refused_naming_the_column_and_the_declared_ones() -> None:

@@ -521,6 +521,17 @@ def test_a_store_path_through_a_file_or_naming_a_folder_is_one_line(tmp_path: Pa
         assert done.returncode == 2 and line.startswith("perf-history: error: store ") and problem in line, line
 
 
+def test_a_store_path_that_is_not_utf8_is_named_in_its_messages(tmp_path: Path) -> None:
+    import sys
+
+    where = tmp_path / os.fsdecode(b"h\xff.sqlite")  # a name Linux allows and UTF-8 cannot spell
+    done = subprocess.run([sys.executable, "-m", "perf.store.cli", "--store", str(where), "runs"],
+                          capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"perf-history: error: store 'sqlite:///{tmp_path}/h\\udcff.sqlite': no such file"], done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_comparable_reads_its_device_as_the_suite_does(tmp_path: Path) -> None:
     import json
     import sys
