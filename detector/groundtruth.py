@@ -61,6 +61,7 @@ def load_ground_truth(path: str | os.PathLike[str]) -> dict[str, Any]:
                 got = reprlib.repr(item.get("id")) if isinstance(item, dict) else f"a {type(item).__name__}"
                 raise DetectorError(f"ground truth '{path}': {one} {i}: every image and category needs an integer "
                                     f"'id' (got {got})")
+        _check_unique(path, one, [item["id"] for item in data[key]])
         ids[key] = {item["id"] for item in data[key]}
     for i, ann in enumerate(data["annotations"]):
         problem = _annotation_problem(ann, ids["images"], ids["categories"])
@@ -70,8 +71,25 @@ def load_ground_truth(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise DetectorError(f"ground truth '{path}': {which}: {problem}")
         ann.setdefault("area", ann["bbox"][2] * ann["bbox"][3])
         ann.setdefault("iscrowd", 0)
-        ann.setdefault("id", i + 1)
+    # pycocotools indexes annotations by id: two of one id score as one box twice, the other box lost
+    _check_unique(path, "annotation", [ann.get("id") for ann in data["annotations"]])
+    used = {ann["id"] for ann in data["annotations"] if "id" in ann}
+    free = max(used, default=0) + 1
+    for i, ann in enumerate(data["annotations"]):
+        if "id" not in ann:  # its position + 1, unless another annotation has that id
+            ann["id"] = i + 1 if i + 1 not in used else free
+            used.add(ann["id"])
+            free = max(free, ann["id"] + 1)
     return data
+
+
+def _check_unique(path: Path, one: str, ids: Sequence[object]) -> None:
+    """DetectorError naming the first ``one`` (by index) whose id an earlier one has (None: no id, not compared)."""
+    first: dict[object, int] = {}
+    for i, value in enumerate(ids):
+        if value is not None and first.setdefault(value, i) != i:
+            raise DetectorError(f"ground truth '{path}': {one} {i}: id {reprlib.repr(value)} is also {one} "
+                                f"{first[value]}'s; ids must be unique (pycocotools keeps one {one} of each id)")
 
 
 def _is_int(value: object) -> bool:

@@ -127,3 +127,29 @@ def test_json_integer_longer_than_python_converts_is_one_line(tmp_path: Path) ->
     path = _write(tmp_path, '{"images": [{"id": ' + "9" * 5000 + "}], \"annotations\": [], \"categories\": []}")
     assert _error(path) == (f"ground truth '{path}': not valid JSON: Exceeds the limit (4300 digits) for integer "
                             "string conversion: value has 5000 digits")
+
+
+# -- ids pycocotools indexes by: one object per id ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "item", "problem"), [
+    ("annotations", {**BOX, "bbox": [1, 1, 5, 5]},
+     "annotation 1: id 7 is also annotation 0's; ids must be unique (pycocotools keeps one annotation of each id)"),
+    ("images", {"id": 2, "width": 32, "height": 32},
+     "image 2: id 2 is also image 1's; ids must be unique (pycocotools keeps one image of each id)"),
+    ("categories", {"id": 1, "name": "person"},
+     "category 2: id 1 is also category 0's; ids must be unique (pycocotools keeps one category of each id)"),
+])  # fmt: skip
+def test_a_repeated_id_is_refused_naming_both(tmp_path: Path, key: str, item: dict[str, Any], problem: str) -> None:
+    data = _gt()
+    data[key] = [*data[key], item]  # a new list: CATEGORIES is shared
+    path = _write(tmp_path, data)
+    assert _error(path) == f"ground truth '{path}': {problem}"
+
+
+def test_filled_annotation_ids_never_take_an_id_another_annotation_has(tmp_path: Path) -> None:
+    box = {"image_id": 1, "category_id": 2, "bbox": [0, 0, 4, 4]}
+    data = {**_gt(), "annotations": [dict(box), {**box, "id": 7}, {**box, "id": 2}, dict(box), dict(box),
+                                     {**box, "id": 4}]}  # fmt: skip
+    ids = [a["id"] for a in load_ground_truth(_write(tmp_path, data))["annotations"]]
+    assert ids == [1, 7, 2, 8, 5, 4]  # position + 1 where no annotation has it, else past the largest id
