@@ -19,7 +19,10 @@ from typing import Any
 from detector.errors import DetectorError
 from detector.fileio import parse_json
 
-__all__ = ["check_categories", "load_ground_truth"]
+__all__ = ["MAX_AREA", "check_categories", "load_ground_truth"]
+
+#: The largest box area pycocotools scores (its area range "all", 0 to 1e5 ** 2): a box outside counts for nothing.
+MAX_AREA = 1e5**2
 
 
 def load_ground_truth(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -122,6 +125,10 @@ def _annotation_problem(ann: object, image_ids: set[int], category_ids: set[int]
             return f"{key} {reprlib.repr(ann[key])} is not listed in {where}"
     if "area" in ann and not _is_number(ann["area"]):
         return f"area {reprlib.repr(ann['area'])}: expected a finite number"
+    area = ann.get("area", bbox[2] * bbox[3])  # pycocotools leaves a box whose area is outside its range unscored
+    if not 0 <= area <= MAX_AREA:
+        given = "area" if "area" in ann else f"bbox {reprlib.repr(bbox)}: its area w * h"
+        return f"{given} {area:g} is outside 0..{MAX_AREA:g}, where pycocotools scores a box"
     if "iscrowd" in ann and not (_is_int(ann["iscrowd"]) and ann["iscrowd"] in (0, 1)):
         return f"iscrowd {reprlib.repr(ann['iscrowd'])}: expected 0 or 1"
     return None

@@ -59,6 +59,10 @@ def test_optional_fields_are_filled_and_legal_edge_values_accepted(tmp_path: Pat
 @pytest.mark.parametrize(("field", "value", "problem"), [
     ("area", "big", "area 'big': expected a finite number"),
     ("area", float("nan"), "area nan: expected a finite number"),
+    ("area", -5, "area -5 is outside 0..1e+10, where pycocotools scores a box"),
+    ("area", 1e12, "area 1e+12 is outside 0..1e+10, where pycocotools scores a box"),
+    ("bbox", [0, 0, 1e200, 1e200],
+     "bbox [0, 0, 1e+200, 1e+200]: its area w * h inf is outside 0..1e+10, where pycocotools scores a box"),
     ("iscrowd", [1], "iscrowd [1]: expected 0 or 1"),
     ("iscrowd", 2, "iscrowd 2: expected 0 or 1"),
     ("bbox", [1, 2, -3, 4], "bbox [1, 2, -3, 4]: expected [x, y, w, h], 4 finite numbers with w and h >= 0"),
