@@ -19,7 +19,7 @@ from typing import Any
 from detector.errors import DetectorError
 from detector.fileio import parse_json
 
-__all__ = ["MAX_AREA", "check_categories", "load_ground_truth"]
+__all__ = ["MAX_AREA", "check_categories", "check_labels", "load_ground_truth"]
 
 #: The largest box area pycocotools scores (its area range "all", 0 to 1e5 ** 2): a box outside counts for nothing.
 MAX_AREA = 1e5**2
@@ -150,3 +150,38 @@ def check_categories(data: dict[str, Any], names: Sequence[str], path: str | os.
 def _id_names(pairs: Sequence[tuple[int, str]], most: int = 6) -> str:
     text = ", ".join(f"{i}={n!r}" for i, n in pairs[:most])
     return text + (f", ... {len(pairs) - most} more" if len(pairs) > most else "")
+
+
+def check_labels(data: dict[str, Any], path: str | os.PathLike[str], video: str | os.PathLike[str], *,
+                 frames: int | None = None) -> set[int]:
+    """The image ids of ``data`` (from :func:`load_ground_truth`) that label the first ``frames`` frames (None:
+    all) of ``video``; DetectorError (naming ``path``) unless they are frames (id = frame index + 1) the video has
+    (counted by decoding, not from the container's count), of its frame size where an image gives one, with at
+    least one box to score (a non-crowd annotation): otherwise the mAP is over nothing or silently lowered."""
+    from detector.video import open_video
+
+    image_ids = {int(img["id"]) for img in data["images"]}
+    if image_ids and min(image_ids) < 1:
+        raise DetectorError(f"ground truth '{path}': image id {min(image_ids)} is not a frame; image id = frame "
+                            "index + 1, so ids start at 1")
+    scored = {i for i in image_ids if frames is None or i <= frames}
+    if not scored:
+        which = "no image" if not image_ids else f"no image of the first {frames} frames"
+        raise DetectorError(f"ground truth '{path}' lists {which}, so there is nothing to score (image id = "
+                            "frame index + 1)")
+    if not any(ann["image_id"] in scored and not ann["iscrowd"] for ann in data["annotations"]):
+        raise DetectorError(f"ground truth '{path}' has no box (non-crowd annotation) in the {len(scored)} images "
+                            "scored, so there is nothing to score")
+    with open_video(video) as reader:
+        for img in data["images"]:
+            size = (img.get("width"), img.get("height"))
+            if img["id"] in scored and all(map(_is_int, size)) and size != (reader.width, reader.height):
+                raise DetectorError(f"ground truth '{path}': image {img['id']} is {size[0]}x{size[1]} but the frames "
+                                    f"of '{video}' are {reader.width}x{reader.height}; its boxes are in another "
+                                    "frame size")
+        last = max(scored)
+        read = sum(1 for _ in zip(range(last), reader))  # decoded up to the last labelled frame
+    if read < last:
+        raise DetectorError(f"ground truth '{path}' labels image id {last} (frame {last - 1}) but '{video}' has "
+                            f"only {read} frames; image id = frame index + 1")
+    return scored

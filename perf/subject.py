@@ -15,7 +15,7 @@ from detector.argtypes import fraction
 from detector.devices import PRECISIONS
 from detector.errors import DetectorError, one_line
 from detector.fileio import file_digest, os_reason, resolved, symlink_loop
-from detector.groundtruth import check_categories, load_ground_truth
+from detector.groundtruth import check_categories, check_labels, load_ground_truth
 from detector.spec import ModelSpec
 from detector.video import open_video
 
@@ -99,9 +99,13 @@ class Subject:
             (self.names and "names", lambda: spec.names), (self.cfg and self.onnx and "onnx", spec.onnx_path)]
         # the first failure of the model's chain
         out = next(([f"{self.origin[key]}: {error}"] for key, check in steps if key and (error := _error(check))), [])
-        if (video := self._user_video) is not None and (error := _error(lambda: open_video(video.path).close())):
-            out.append(f"{self.origin['video']}: {error}")
-        if error := _error(lambda: self._ground_truth):  # loaded (and checked) once, for `warnings` too
+        video = self._user_video
+        if bad := video is not None and _error(lambda: open_video(video.path).close()):
+            out.append(f"{self.origin['video']}: {bad}")
+        error = _error(lambda: self._ground_truth)  # loaded (and checked) once, for `warnings` too
+        if error is None and not bad and video is not None and (data := self._ground_truth) is not None:
+            error = _error(lambda: check_labels(data, video.ground_truth, video.path))  # labels frames it has
+        if error:
             out.append(f"{self._ground_truth_origin}: {error}")
         return out
 

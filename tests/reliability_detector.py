@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -188,7 +189,31 @@ def _dev_zero(folder: Path, shared: Shared) -> Made:
     return detect(folder, shared, "--video", "/dev/zero"), ["'/dev/zero'", "character device", "not a regular file"]
 
 
+def _labels_row(edit: Callable[[dict], None], *expect: str, pytest: bool = False) -> Callable[[Path, Shared], Made]:
+    """The shared clip's own ground truth, ``edit`` ed, scored by ``detector eval`` (or given to the suite):
+    labels it cannot score refused in one line naming the file, before the model loads (the suite: at start-up)."""
+    def make(folder: Path, shared: Shared) -> Made:
+        data = json.loads(shared.video.with_suffix(".json").read_text(encoding="utf-8"))
+        edit(data)
+        gt = folder / "labels.json"
+        gt.write_text(json.dumps(data), encoding="utf-8")
+        if pytest:
+            return ["-m", "pytest", "perf", "-q", "-p", "no:cacheprovider", f"--perf-video={shared.video}",
+                    f"--perf-ground-truth={gt}"], [f"'{gt}'", *expect]
+        return ["-m", "detector", "eval", "--video", str(shared.video), "--ground-truth", str(gt), "--device", "cpu",
+                "--cache-dir", str(shared.cache), "--json", str(folder / "out" / "eval.json")], [f"'{gt}'", *expect]
+    return make
+
+
 ROWS: tuple[Row, ...] = (
+    # labels that cannot be scored against the video: mAP over nothing, or silently lowered, before
+    Row("eval-labels-no-box", _labels_row(lambda d: d.update(annotations=[]), "no box", "nothing to score")),
+    Row("eval-labels-other-frame-size", _labels_row(lambda d: [i.update(width=1920, height=1080) for i in d["images"]],
+                                                    "1920x1080", "64x64")),
+    Row("pytest-labels-beyond-frames", _labels_row(lambda d: d["images"].append({"id": 50}), "image id 50",
+                                                   "only 4 frames", pytest=True), in_repo=True),
+    Row("pytest-labels-only-crowd", _labels_row(lambda d: [a.update(iscrowd=1) for a in d["annotations"]], "no box",
+                                                pytest=True), in_repo=True),
     # a full disk: one line naming the final file, no temporary file, nothing under the final name
     Row("disk-full-video-output", _disk_full_output, setup=_full_disk, check=_no_temporaries, needs_root=True,
         out=f"{_DISK}/out"),

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detector.errors import DetectorError
-from detector.groundtruth import check_categories, load_ground_truth
+from detector.groundtruth import check_categories, check_labels, load_ground_truth
 from detector.progress import progress
 
 if TYPE_CHECKING:
@@ -284,9 +284,9 @@ def evaluate_video(video: str | os.PathLike[str], ground_truth: str | os.PathLik
 
     Raises:
         DetectorError: (one line naming the file) the video or ground truth is missing, unreadable or malformed,
-            its categories are not the model's classes, it labels none of the frames to score, or it labels
-            frames the video does not have; raised before the model is loaded, except the last (known once the
-            video is decoded).
+            its categories are not the model's classes, it labels none of the frames to score or no box in them,
+            frames the video does not have (counted by decoding) or frames of another size
+            (:func:`~detector.groundtruth.check_labels`); raised before the model is loaded.
     """
     from detector.backends import create_runner
     from detector.evaluate import evaluate_coco
@@ -299,15 +299,7 @@ def evaluate_video(video: str | os.PathLike[str], ground_truth: str | os.PathLik
     data = load_ground_truth(gt_path)
     spec, device = _spec_and_device(cfg, weights, cache_dir, device)
     check_categories(data, spec.names, gt_path)
-    image_ids = {int(img["id"]) for img in data["images"]}
-    if image_ids and min(image_ids) < 1:
-        raise DetectorError(f"ground truth '{gt_path}': image id {min(image_ids)} is not a frame; image id = frame "
-                            "index + 1, so ids start at 1")
-    scored = {i for i in image_ids if frames is None or i <= frames}
-    if not scored:
-        which = "no image" if not image_ids else f"no image of the first {frames} frames"
-        raise DetectorError(f"ground truth '{gt_path}' lists {which}, so there is nothing to score (image id = "
-                            "frame index + 1)")
+    scored = check_labels(data, gt_path, video, frames=frames)
     chain = eval_chain(spec, conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=letterbox, nms=nms)
     with create_runner(backend, spec, device=device, precision=precision, **(runner_options or {})) as runner:
         detections = detect_video(lambda x: runner.infer(x), video, chain, frames=frames, batch=batch)
