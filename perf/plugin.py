@@ -105,7 +105,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]) -> None:
-    _session(config).on_update_json(config._benchmarksession, output_json)
+    _session(config).on_update_json(output_json)
 
 
 @pytest.hookimpl(optionalhook=True)

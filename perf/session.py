@@ -27,7 +27,7 @@ from perf.preflight import check_options, check_selection
 from perf.roles.gate import GateRun, gate_settings
 from perf.roles.nsys import NsysRun, nsys_selected
 from perf.roles.report import ReportRun
-from perf.roles.store import StoreRun
+from perf.roles.store import StoreRun, save_under_lock
 from perf.runs import describe_injected, injected_of, mismatch_lines, param_json
 from perf.store import store_location
 from perf.subject import Subject, describe_subject, subject_differences
@@ -174,6 +174,7 @@ class PerfSession:
     def on_sessionstart(self, session: pytest.Session) -> None:
         """Open the history store, then read main's history: both refuse a wrong setting before measuring."""
         self.store = StoreRun.open(session.config, self.options.store)
+        save_under_lock(getattr(session.config, "_benchmarksession", None), self._saved)
         self.gate.start(session)
 
     def on_collection_finish(self, session: pytest.Session) -> None:
@@ -205,7 +206,7 @@ class PerfSession:
             stop_on_folder_error(folders, call.excinfo.value)
         self.gate.judge_test(item, call, report)
 
-    def on_update_json(self, benchmarks: Any, output_json: dict[str, Any]) -> None:
+    def on_update_json(self, output_json: dict[str, Any]) -> None:
         """``perf_run`` beside machine_info, every benchmark's ``params`` as JSON; the store keeps the
         document (docs/architecture.md, "Saved runs")."""
         output_json["perf_run"] = {"run_id": self.run_id, "injected": self.options.injected}
@@ -213,7 +214,11 @@ class PerfSession:
             if isinstance(bench.get("params"), dict):
                 bench["params"] = param_json(bench["params"])
         if self.store is not None:
-            self.store.saving(benchmarks, output_json)
+            self.store.saving(output_json)
+
+    def _saved(self, path: Path) -> None:
+        if self.store is not None:
+            self.store.saved = path
 
     def on_sessionfinish(self, session: pytest.Session) -> None:
         """After pytest-benchmark saved the run: the cross-process verdict, the gate, the report, then the store."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,11 @@ class StoreRun:
                 raise pytest.UsageError(f"{named}: {e}") from None
             return cls(line=(f"history store off: {e} (the run is saved in the benchmark storage)", True))
 
-    def saving(self, benchmarks: Any, output_json: dict[str, Any]) -> None:
-        """``pytest_benchmark_update_json``: the document pytest-benchmark saves (its last call's) and its file."""
-        if self.store is None:
-            return
-        self.document = output_json
-        storage, save = benchmarks.storage, benchmarks.save or benchmarks.autosave
-        self.saved = storage.get(f"{storage._next_num}_{save}.json") if hasattr(storage, "_next_num") else None
+    def saving(self, output_json: dict[str, Any]) -> None:
+        """``pytest_benchmark_update_json``: the document pytest-benchmark saves (its last call's); its file is
+        `saved` once written (`save_under_lock`)."""
+        if self.store is not None:
+            self.document = output_json
 
     def finish(self, session: pytest.Session, verdicts: dict[str, Any] | None, noise: Any) -> None:
         """Store the saved run with the gate's verdict document and noise profile; a store that cannot take it
@@ -88,3 +87,25 @@ class StoreRun:
         if self.not_stored:
             terminalreporter.write_line(self.not_stored, red=True, bold=True)
             terminalreporter.stats.setdefault("not stored", []).append(self.not_stored)
+
+
+def save_under_lock(benchmarks: Any, saved: Callable[[Path], None]) -> None:
+    """Make pytest-benchmark's file storage save a run under the next free number, picked and written while holding
+    a lock on the machine folder, the file renamed into place when complete; ``saved`` gets its path. Alone it
+    picks the number unlocked and opens the name for writing: two runs saving at once took one number, and the
+    second overwrote the first (or both kept one number under two names)."""
+    storage = getattr(benchmarks, "storage", None)
+    if not hasattr(storage, "_next_num"):  # not file storage
+        return
+    from pytest_benchmark.utils import safe_dumps
+
+    from detector.fileio import atomic_write_bytes, file_lock
+
+    def save(output_json: dict[str, Any], name: str) -> None:
+        data = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
+        with file_lock(storage.get(".save")):
+            path = atomic_write_bytes(storage.get(f"{storage._next_num}_{name}.json"), data)
+        storage.logger.info(f"Saved benchmark data in: {path}")
+        saved(path)
+
+    storage.save = save
