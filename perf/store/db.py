@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, func, inspect, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 
 from detector.fileio import content_key, file_lock, make_parents, remove_empty, resolved
 from perf.measure.machine import COMPARED_FIELDS
@@ -236,6 +237,8 @@ class HistoryStore(contextlib.AbstractContextManager):
                 if noise:
                     conn.execute(schema.noise.insert().values(run=pk, profile=_plain(noise)))
         except Exception as e:
+            if isinstance(e, IntegrityError) and self._all(select(schema.runs.c.id).where(schema.runs.c.run_id == rid)):
+                return rid, False  # another process stored it meanwhile
             raise StoreError(f"store '{self.shown}': cannot save run {rid}: {_reason(e)}") from e
         log.info("stored run %s in %s", rid, self.shown)
         return rid, True

@@ -620,3 +620,17 @@ def test_processes_opening_a_new_store_at_once_each_store_their_run(kind: str, r
         assert sorted(run.run_id for run in store.runs()) == [f"run-{i}" for i in range(4)]
     if kind == "sqlite":
         assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["history.sqlite"]  # no lock file left
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_processes_storing_the_same_runs_at_once_store_each_once_and_all_succeed(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    where = _new_store(kind, request, tmp_path)
+    open_store(where).close()  # the store exists: only the runs race
+    documents = [_document(f"run-{i}", when=f"2026-11-01T00:{i:02d}:00") for i in range(30)]
+    done = _save_together(where, tmp_path, [documents] * 3)  # three imports of one storage, at once
+    assert [(r.returncode, r.stderr) for r in done] == [(0, "")] * 3
+    assert sum(int(r.stdout) for r in done) == 30  # each run stored by one of them, counted once
+    with open_store(where, create=False) as store:
+        assert [run.run_id for run in store.runs()] == [f"run-{i}" for i in range(30)]
