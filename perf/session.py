@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from detector.devices import parse_device
+from detector.errors import catch_sigterm
 from detector.fileio import resolved, symlink_loop
 from detector.spec import default_cache_dir  # one cache with the detector CLI
 from perf.diskfull import stop_on_folder_error
@@ -148,6 +149,7 @@ class PerfSession:
         parts. ``markers``: name -> description; ``option_errors`` and ``processes`` (above this floor):
         `perf.options.start_up_errors`, `perf.roles.processes.ProcessesRun.start`."""
         bind_worker_gpu()  # an xdist worker gets its own GPU, before anything initialises CUDA
+        config.add_cleanup(catch_sigterm())  # SIGTERM stops the run as Ctrl-C does: every finally runs
         for name, description in {**backend_markers(), **markers}.items():
             config.addinivalue_line("markers", f"{name}: {description}")
         if errors := option_errors(config):

@@ -1,0 +1,94 @@
+"""Ctrl-C (SIGINT) and SIGTERM to a real ``pytest --perf-compare`` while its confirmation runs a child in a git
+worktree of the base commit: one line, exit status 2, the child stopped, the worktree removed and git's list of
+worktrees clean. The child holds (waits on a file) until the parent is signalled: nothing depends on timing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tiny_bench import child_env, write_project
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+HOLD = '''
+
+def pytest_sessionstart(session):
+    import os, time
+    if session.config.getoption("benchmark_save") and os.environ.get("HOLD_CHILD"):  # a child: hold until killed
+        with open(os.environ["HOLD_CHILD"], "w") as out:
+            out.write(str(os.getpid()))
+        while True:
+            time.sleep(1)
+'''
+RUN = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", "--perf-device=cpu",
+       "--benchmark-storage=storage", "--benchmark-max-time=0.1", "--benchmark-min-rounds=30",
+       "--benchmark-warmup=off", "--perf-reports-dir=reports", "--perf-min-effect=10%")  # fmt: skip
+
+
+def _git(folder: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=folder, check=True,
+                          capture_output=True, text=True).stdout  # fmt: skip
+
+
+def _project_with_a_base(folder: Path) -> Path:
+    """The tiny benchmark in a git repository: a run saved at the base commit, then a new commit (another code)."""
+    folder.mkdir()
+    write_project(folder, ["perf.plugin", "perf.fixtures.reporting"])
+    (folder / "conftest.py").write_text((folder / "conftest.py").read_text() + HOLD)
+    (folder / ".gitignore").write_text("storage/\nreports/\n__pycache__/\n.processes\n")
+    _git(folder, "init", "-q")
+    _git(folder, "add", "-A")
+    _git(folder, "commit", "-q", "-m", "base")
+    saved = subprocess.run([sys.executable, "-m", "pytest", *RUN, "--benchmark-autosave"], cwd=folder,
+                           env=child_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert saved.returncode == 0, saved.stdout[-2000:]
+    (folder / "test_tiny.py").write_text((folder / "test_tiny.py").read_text() + "\n# the candidate\n")
+    _git(folder, "commit", "-q", "-am", "candidate")
+    return folder
+
+
+def _signalled_once_held(command: list[str], folder: Path, sig: int) -> tuple[subprocess.CompletedProcess, int]:
+    """Run ``command`` in ``folder``; once its child holds, send ``sig`` to it; its result and the child's pid."""
+    held = folder.parent / "held"
+    parent = subprocess.Popen(command, cwd=folder, env=child_env(HOLD_CHILD=str(held)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (held.exists() and held.read_text()):
+        assert parent.poll() is None and time.monotonic() < deadline, parent.communicate()
+        time.sleep(0.05)
+    child = int(held.read_text())
+    parent.send_signal(sig)
+    out, err = parent.communicate(timeout=120)
+    return subprocess.CompletedProcess(command, parent.returncode, out, err), child
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    os.kill(pid, signal.SIGKILL)  # an orphan left running: stop it, then fail
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_the_confirmation_stops_its_child_and_removes_the_base_worktree(tmp_path: Path,
+                                                                                         sig: int) -> None:
+    folder = _project_with_a_base(tmp_path / "repo")
+    command = [sys.executable, "-m", "pytest", *RUN, "--perf-compare", "--perf-inject-delay=2", "--perf-confirm=2"]
+    done, child = _signalled_once_held(command, folder, sig)
+    assert _gone(child)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    how = "terminated (SIGTERM)" if sig == signal.SIGTERM else "interrupted (Ctrl-C)"
+    assert done.stderr.strip().splitlines()[-1] == (f"Exit: perf: {how} while finishing the session; what it had "
+                                                     "not written yet was not written")  # fmt: skip
+    assert len(_git(folder, "worktree", "list").splitlines()) == 1  # the base's worktree is gone, from git too
+    assert not list((folder / "reports" / "confirm").glob("*/base-src"))
