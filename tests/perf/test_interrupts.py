@@ -70,12 +70,14 @@ def _signalled_once_held(command: list[str], folder: Path, sig: int) -> tuple[su
 
 
 def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie not yet reaped by its new parent counts: it runs no more)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
         return True
-    os.kill(pid, signal.SIGKILL)  # an orphan left running: stop it, then fail
-    return False
+    if state != "Z":
+        os.kill(pid, signal.SIGKILL)  # an orphan left running: stop it, then fail
+    return state == "Z"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -92,3 +94,31 @@ def test_a_signal_during_the_confirmation_stops_its_child_and_removes_the_base_w
                                                      "not written yet was not written")  # fmt: skip
     assert len(_git(folder, "worktree", "list").splitlines()) == 1  # the base's worktree is gone, from git too
     assert not list((folder / "reports" / "confirm").glob("*/base-src"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_perf_ab_stops_its_child_removes_its_worktree_and_the_same_command_resumes(tmp_path: Path,
+                                                                                                sig: int) -> None:
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    write_project(folder, ["perf.plugin"])
+    (folder / "conftest.py").write_text((folder / "conftest.py").read_text() + HOLD)
+    (folder / ".gitignore").write_text("reports/\n__pycache__/\n.processes\n")
+    _git(folder, "init", "-q", "-b", "main")
+    _git(folder, "add", "-A")
+    _git(folder, "commit", "-q", "-m", "base")
+    _git(folder, "checkout", "-q", "-b", "feature")
+    (folder / "test_tiny.py").write_text((folder / "test_tiny.py").read_text() + "\n# the candidate\n")
+    _git(folder, "commit", "-q", "-am", "candidate")
+    command = [sys.executable, "-m", "perf.abtest", "--base", "main", "--pairs", "2", "--confirm", "0", "--",
+               "test_tiny.py", "--perf-device=cpu", "-p", "no:randomly"]  # fmt: skip
+    done, child = _signalled_once_held(command, folder, sig)
+    assert _gone(child)
+    how, code = ("terminated (SIGTERM)", 143) if sig == signal.SIGTERM else ("interrupted (Ctrl-C)", 130)
+    assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (code, (
+        f"perf-ab: {how}; the processes that ended are kept in 'reports/ab': the same command resumes the plan"))
+    assert "Traceback" not in done.stdout + done.stderr
+    assert len(_git(folder, "worktree", "list").splitlines()) == 1 and not (folder / "reports/ab/base-src").exists()
+    resumed = subprocess.run(command, cwd=folder, env=child_env(), capture_output=True, text=True, timeout=600)
+    assert resumed.returncode in (0, 1) and "perf-ab " in resumed.stdout, resumed.stdout[-2000:] + resumed.stderr
+    assert len(_git(folder, "worktree", "list").splitlines()) == 1
