@@ -176,7 +176,7 @@ class PerfSession:
     def on_sessionstart(self, session: pytest.Session) -> None:
         """Open the history store, then read main's history: both refuse a wrong setting before measuring."""
         self.store = StoreRun.open(session.config, self.options.store)
-        save_under_lock(getattr(session.config, "_benchmarksession", None), self._saved)
+        save_under_lock(session, self._saved)
         self.gate.start(session)
 
     def on_collection_finish(self, session: pytest.Session) -> None:
@@ -224,8 +224,8 @@ class PerfSession:
 
     def on_sessionfinish(self, session: pytest.Session) -> None:
         """After pytest-benchmark saved the run: the cross-process verdict, the gate, the report, then the store."""
-        if session.exitstatus == pytest.ExitCode.USAGE_ERROR:
-            return  # refused after collection (perf.preflight): nothing ran, so nothing is written
+        if session.exitstatus in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERRUPTED):
+            return  # refused after collection (perf.preflight), or interrupted: nothing partial is written
         if self.processes is not None:
             self.processes.finish(session)
         self.gate.finish(session)

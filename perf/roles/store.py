@@ -89,12 +89,13 @@ class StoreRun:
             terminalreporter.stats.setdefault("not stored", []).append(self.not_stored)
 
 
-def save_under_lock(benchmarks: Any, saved: Callable[[Path], None]) -> None:
+def save_under_lock(session: pytest.Session, saved: Callable[[Path], None]) -> None:
     """Make pytest-benchmark's file storage save a run under the next free number, picked and written while holding
     a lock on the machine folder, the file renamed into place when complete; ``saved`` gets its path. Alone it
     picks the number unlocked and opens the name for writing: two runs saving at once took one number, and the
-    second overwrote the first (or both kept one number under two names)."""
-    storage = getattr(benchmarks, "storage", None)
+    second overwrote the first (or both kept one number under two names). An interrupted session (Ctrl-C, SIGTERM,
+    a full disk) saves nothing: its part of a run would become the latest baseline."""
+    storage = getattr(getattr(session.config, "_benchmarksession", None), "storage", None)
     if not hasattr(storage, "_next_num"):  # not file storage
         return
     from pytest_benchmark.utils import safe_dumps
@@ -102,6 +103,9 @@ def save_under_lock(benchmarks: Any, saved: Callable[[Path], None]) -> None:
     from detector.fileio import atomic_write_bytes, file_lock
 
     def save(output_json: dict[str, Any], name: str) -> None:
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            storage.logger.info("perf: the run was interrupted: it is not saved (nor stored, nor reported)", red=True)
+            return
         data = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
         with file_lock(storage.get(".save")):
             path = atomic_write_bytes(storage.get(f"{storage._next_num}_{name}.json"), data)

@@ -122,3 +122,43 @@ def test_a_signal_to_perf_ab_stops_its_child_removes_its_worktree_and_the_same_c
     resumed = subprocess.run(command, cwd=folder, env=child_env(), capture_output=True, text=True, timeout=600)
     assert resumed.returncode in (0, 1) and "perf-ab " in resumed.stdout, resumed.stdout[-2000:] + resumed.stderr
     assert len(_git(folder, "worktree", "list").splitlines()) == 1
+
+
+SECOND = '''
+
+
+def test_second(benchmark, perf_report):
+    import os, time
+    from perf.report import schema
+    perf_report.add(schema.INFERENCE, {"case": "second", "batch": 1})
+    with open(os.environ["HOLD_TEST"], "w") as out:  # reached: the first benchmark is measured; hold here
+        out.write(str(os.getpid()))
+    while True:
+        time.sleep(1)
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_run_interrupted_while_measuring_saves_stores_and_reports_nothing(tmp_path: Path, sig: int) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    write_project(folder, ["perf.plugin", "perf.fixtures.reporting"])
+    (folder / "test_tiny.py").write_text((folder / "test_tiny.py").read_text() + SECOND)
+    held = tmp_path / "held"
+    run = subprocess.Popen([sys.executable, "-m", "pytest", *RUN, "--benchmark-autosave"], cwd=folder,
+                           env=child_env(HOLD_TEST=str(held)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (held.exists() and held.read_text()):
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.05)
+    run.send_signal(sig)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 2, out[-2000:] + err[-2000:]
+    assert "perf: the run was interrupted: it is not saved (nor stored, nor reported)" in err.splitlines()
+    assert not list((folder / "storage").glob("*/*.json"))  # half a run would have become the latest baseline
+    from perf.store.db import open_store
+
+    with open_store(str(folder / "storage" / "history.sqlite"), create=False) as store:
+        assert store.runs(include_injected=True) == []
+    assert not list((folder / "reports").glob("perf-report*"))
