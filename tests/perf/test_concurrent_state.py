@@ -1,6 +1,8 @@
 """Saved state under concurrent writers: runs of the suite saving into one benchmark storage at the same moment
 each keep their own file, under their own number. The processes are real pytest runs of a tiny benchmark project;
-they are held at a barrier (files in a folder) just before pytest-benchmark saves, and released together."""
+they are held at a barrier (files in a folder) just before pytest-benchmark saves, and released together. A storage
+that already holds two runs of one number (saved before that, or merged from two runners) is never compared
+against one of them picked silently."""
 
 from __future__ import annotations
 
@@ -50,3 +52,28 @@ def test_runs_saving_at_the_same_moment_each_keep_their_own_file_and_number(tmp_
     run_ids = {json.loads(f.read_text())["perf_run"]["run_id"] for f in files}
     assert len(run_ids) == 3  # three runs, none overwritten by another
     assert not [p.name for p in files[0].parent.iterdir() if p.name.startswith(".")]  # no lock or temporary left
+
+
+def test_perf_compare_of_a_number_two_saved_runs_share_is_refused_naming_both(tmp_path: Path) -> None:
+    project = write_project(tmp_path, ["perf.plugin"])
+    (project / "pytest.ini").write_text("[pytest]\n")
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+               "--perf-device=cpu", "--benchmark-storage=storage", "--perf-store=none"]  # fmt: skip
+    saved = subprocess.run([*command, "--benchmark-autosave"], cwd=project, env=child_env(), capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert saved.returncode == 0, saved.stdout[-2000:]
+    (first,) = (project / "storage").glob("*/0001_*.json")
+    document = json.loads(first.read_text())
+    document["perf_run"]["run_id"] = "another"
+    other = first.with_name("0001_other.json")  # another run under the same number
+    other.write_text(json.dumps(document))
+    refused = subprocess.run([*command, "--perf-compare=0001", "--perf-confirm=0"], cwd=project, env=child_env(),
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout[-2000:] + refused.stderr[-2000:]
+    a, b = sorted([first, other])  # in the order of their names
+    assert refused.stderr.strip().splitlines() == [
+        f"ERROR: --perf-compare=0001: 2 saved runs in '{first.parent}' have the number 0001 ({a.name}, {b.name}); "
+        f"name one by its file name: --perf-compare={b.stem}"]
+    named = subprocess.run([*command, f"--perf-compare={first.stem}", "--perf-confirm=0"], cwd=project,
+                           env=child_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert named.returncode == 0, named.stdout[-2000:] + named.stderr[-2000:]
