@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sys
 import threading
 from collections.abc import Callable
 
@@ -39,6 +40,14 @@ def catch_sigterm() -> Callable[[], None]:
         return lambda: None
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def interrupted(program: str, error: KeyboardInterrupt, then: str = "") -> int:
+    """Say in one line on stderr that ``program`` was interrupted (Ctrl-C) or terminated (SIGTERM: `Terminated`),
+    then ``then``; its exit status, 128 + the signal (130, 143)."""
+    terminated = isinstance(error, Terminated)
+    print(f"{program}: {'terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'}{then}", file=sys.stderr)
+    return 143 if terminated else 130
 
 
 class DetectorError(Exception):

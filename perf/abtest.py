@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from detector.argtypes import OneLineParser
-from detector.errors import Terminated, catch_sigterm
+from detector.errors import catch_sigterm, interrupted
 from detector.fileio import atomic_write_text, unwritable
 from perf.gate.compare import Baseline, GateSettings, Row, judge_paired, judged_names
 from perf.gate.confirm import BASE, CANDIDATE, Sides, abba_children, confirm_rows
@@ -143,10 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"perf-ab: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
-        print(f"perf-ab: {how}; the processes that ended are kept in '{args.out}': the same command resumes the plan",
-              file=sys.stderr)  # fmt: skip
-        return 143 if isinstance(e, Terminated) else 130
+        return interrupted("perf-ab", e, f"; the processes that ended are kept in '{args.out}': the same command "
+                           "resumes the plan")  # fmt: skip
     finally:
         restore()
         if tree is not None and not args.keep_worktree:  # the base's code is no longer needed (nor after an error)

@@ -162,3 +162,51 @@ def test_a_run_interrupted_while_measuring_saves_stores_and_reports_nothing(tmp_
     with open_store(str(folder / "storage" / "history.sqlite"), create=False) as store:
         assert store.runs(include_injected=True) == []
     assert not list((folder / "reports").glob("perf-report*"))
+
+
+def _many_runs(storage: Path, count: int) -> None:
+    """``count`` saved runs of one small document in ``storage``/m."""
+    import json
+
+    (storage / "m").mkdir(parents=True)
+    document = {"benchmarks": [{"name": "test_a", "fullname": "t.py::test_a", "group": None, "extra_info": {},
+                                "stats": {"median": 0.001, "data": [0.001, 0.0011, 0.0009]}}],
+                "machine_info": {"node": "x"}, "commit_info": {"id": "c1"}, "datetime": "2026-01-01T00:00:00"}
+    for i in range(1, count + 1):
+        document["perf_run"] = {"run_id": f"run-{i}", "injected": {}}
+        (storage / "m" / f"{i:04d}_x.json").write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_perf_history_import_signalled_is_one_line_keeps_each_run_whole_and_imports_the_rest_again(
+    tmp_path: Path, sig: int
+) -> None:
+    import sqlite3
+
+    _many_runs(tmp_path / "storage", 1500)
+    store = tmp_path / "history.sqlite"
+    command = [sys.executable, "-m", "perf.store.cli", "--store", str(store), "import", str(tmp_path / "storage")]
+    run = subprocess.Popen(command, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def stored() -> int:
+        try:
+            with sqlite3.connect(store, timeout=30) as db:
+                return db.execute("SELECT count(*) FROM perf_runs").fetchone()[0]
+        except sqlite3.OperationalError:  # not made yet
+            return 0
+
+    deadline = time.monotonic() + 300
+    while stored() == 0:  # the import has begun storing: signal it in the middle
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.05)
+    run.send_signal(sig)
+    out, err = run.communicate(timeout=120)
+    how, code = ("terminated (SIGTERM)", 143) if sig == signal.SIGTERM else ("interrupted (Ctrl-C)", 130)
+    assert (run.returncode, err.splitlines()) == (code, [
+        f"perf-history: {how}; what it had stored stays stored, each run whole"]), out[-500:] + err[-2000:]
+    with sqlite3.connect(store) as db:
+        kept = db.execute("SELECT count(*) FROM perf_runs").fetchone()[0]
+        assert 0 < kept < 1500 and db.execute("SELECT count(*) FROM perf_benchmarks").fetchone()[0] == kept
+    again = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stdout.strip().endswith(f"{1500 - kept} run(s) stored, {kept} already "
+                                                                   f"in sqlite:///{store}"), again  # fmt: skip
