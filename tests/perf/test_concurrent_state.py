@@ -77,3 +77,22 @@ def test_perf_compare_of_a_number_two_saved_runs_share_is_refused_naming_both(tm
     named = subprocess.run([*command, f"--perf-compare={first.stem}", "--perf-confirm=0"], cwd=project,
                            env=child_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
     assert named.returncode == 0, named.stdout[-2000:] + named.stderr[-2000:]
+
+
+def test_a_folder_named_like_the_latest_saved_run_is_named_by_perf_compare_as_a_folder(tmp_path: Path) -> None:
+    project = write_project(tmp_path, ["perf.plugin"])
+    (project / "pytest.ini").write_text("[pytest]\n")
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+               "--perf-device=cpu", "--benchmark-storage=storage", "--perf-store=none"]  # fmt: skip
+    saved = subprocess.run([*command, "--benchmark-autosave"], cwd=project, env=child_env(), capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert saved.returncode == 0, saved.stdout[-2000:]
+    (first,) = (project / "storage").glob("*/0001_*.json")
+    folder = first.with_name("0002_x.json")
+    folder.mkdir()
+    refused = subprocess.run([*command, "--perf-compare", "--perf-confirm=0"], cwd=project, env=child_env(),
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines() == [
+        f"ERROR: --perf-compare: '{folder}' is not a usable saved run: cannot read it as JSON: it is a directory, not "
+        "a regular file; repair or remove it, or compare with another run (NUM|ID)"]
