@@ -93,23 +93,38 @@ def save_under_lock(session: pytest.Session, saved: Callable[[Path], None]) -> N
     """Make pytest-benchmark's file storage save a run under the next free number, picked and written while holding
     a lock on the machine folder, the file renamed into place when complete; ``saved`` gets its path. Alone it
     picks the number unlocked and opens the name for writing: two runs saving at once took one number, and the
-    second overwrote the first (or both kept one number under two names). An interrupted session (Ctrl-C, SIGTERM,
-    a full disk) saves nothing: its part of a run would become the latest baseline."""
-    storage = getattr(getattr(session.config, "_benchmarksession", None), "storage", None)
-    if not hasattr(storage, "_next_num"):  # not file storage
+    second overwrote the first (or both kept one number under two names). ``--benchmark-json`` is replaced whole
+    too (it was truncated, then written). An interrupted session (Ctrl-C, SIGTERM, a full disk) saves nothing: its
+    part of a run would become the latest baseline."""
+    benchmarks = getattr(session.config, "_benchmarksession", None)
+    if benchmarks is None:
         return
     from pytest_benchmark.utils import safe_dumps
 
     from detector.fileio import atomic_write_bytes, file_lock
 
-    def save(output_json: dict[str, Any], name: str) -> None:
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
-            storage.logger.info("perf: the run was interrupted: it is not saved (nor stored, nor reported)", red=True)
-            return
-        data = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
-        with file_lock(storage.get(".save")):
-            path = atomic_write_bytes(storage.get(f"{storage._next_num}_{name}.json"), data)
-        storage.logger.info(f"Saved benchmark data in: {path}")
-        saved(path)
+    storage, said = benchmarks.storage, []
 
-    storage.save = save
+    def data(output_json: dict[str, Any]) -> bytes | None:  # None: interrupted, said once
+        if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+            return safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
+        if not said:
+            said.append(benchmarks.logger.info("perf: the run was interrupted: it is not saved (nor stored, nor "
+                                               "reported)", red=True))  # fmt: skip
+        return None
+
+    def save(output_json: dict[str, Any], name: str) -> None:
+        if (text := data(output_json)) is not None:
+            with file_lock(storage.get(".save")):
+                path = atomic_write_bytes(storage.get(f"{storage._next_num}_{name}.json"), text)
+            storage.logger.info(f"Saved benchmark data in: {path}")
+            saved(path)
+
+    def save_json(output_json: dict[str, Any]) -> None:
+        if (text := data(output_json)) is not None:
+            atomic_write_bytes(benchmarks.json, text)
+            benchmarks.logger.info(f"Wrote benchmark data in: {benchmarks.json}", purple=True)
+
+    benchmarks.save_json = save_json
+    if hasattr(storage, "_next_num"):  # file storage
+        storage.save = save

@@ -210,3 +210,32 @@ def test_perf_history_import_signalled_is_one_line_keeps_each_run_whole_and_impo
     again = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and again.stdout.strip().endswith(f"{1500 - kept} run(s) stored, {kept} already "
                                                                    f"in sqlite:///{store}"), again  # fmt: skip
+
+
+PADDED = '''
+
+def test_padded(benchmark):
+    benchmark.extra_info["pad"] = ["x" * 100] * 500_000  # a JSON report of 50 MB: its write takes a while
+    benchmark.pedantic(sum, args=(range(100),), rounds=5, iterations=1)
+'''
+
+
+def test_benchmark_json_is_written_whole_into_a_new_folder_and_a_killed_write_keeps_the_previous_one(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from test_interrupted_writes import kill_in_write
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    write_project(folder, ["perf.plugin"])
+    (folder / "test_tiny.py").write_text((folder / "test_tiny.py").read_text() + PADDED)
+    out = folder / "out" / "bench.json"  # in a folder not made yet: it was a traceback after every test had run
+    args = ("-m", "pytest", *RUN, "--perf-store=none", f"--benchmark-json={out}")
+    first = subprocess.run([sys.executable, *args], cwd=folder, env=child_env(), capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert first.returncode == 0 and "Traceback" not in first.stdout + first.stderr, first.stdout[-2000:]
+    before = out.read_bytes()
+    kill_in_write("", out.parent, ".bench.*.tmp.json", cwd=folder, args=args)  # the new JSON half written
+    assert out.read_bytes() == before and json.loads(before)["benchmarks"]  # the previous one whole
