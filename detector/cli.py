@@ -14,9 +14,7 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -26,7 +24,7 @@ from detector.argtypes import non_negative_int as _non_negative_int
 from detector.argtypes import positive_int as _positive_int
 from detector.argtypes import processing_overrides as _processing_overrides
 from detector.choices import backend_list, check_names, check_runs_here
-from detector.errors import DetectorError, VideoError, one_line
+from detector.errors import DetectorError, Terminated, VideoError, catch_sigterm, one_line
 from detector.progress import ENV_VAR as PROGRESS_ENV_VAR
 from detector.progress import progress, progress_enabled
 
@@ -384,16 +382,6 @@ def _progress_setting(wanted: bool | None) -> Iterator[None]:
             os.environ[PROGRESS_ENV_VAR] = before
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what ``timeout``, a CI cancel and ``docker stop`` send), raised where the program is, like Ctrl-C:
-    every ``with`` block and ``finally`` on the way out runs, so temporary files are removed."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
-    raise Terminated
-
-
 class _OneLineFormatter(logging.Formatter):
     """Log records as one line each: control characters in the message (a file name's newline) are escaped."""
 
@@ -410,8 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    restore = catch_sigterm()
     try:
         with _progress_setting(args.progress):
             return int(args.func(args) or 0)
@@ -432,8 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("detector: interrupted", file=sys.stderr)
         return 130
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        restore()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ the CLI prints it and exits with status 2, without a traceback.
 from __future__ import annotations
 
 import re
+import signal
+import sys
+import threading
+from collections.abc import Callable
 
 # Characters that break a line or a terminal (C0, DEL, C1 and the Unicode line/paragraph separators, every one
 # str.splitlines splits on), and the lone surrogates of a name that is not UTF-8 (os.fsdecode(b'\xff') is '\udcff',
@@ -18,6 +22,33 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 def one_line(text: str) -> str:
     """``text`` with every control character escaped as Python writes it (``\\n``, ``\\x1b``): one printable line."""
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``timeout``, a CI cancel and ``docker stop`` send), raised where the program is, like Ctrl-C:
+    every ``with`` block and ``finally`` on the way out runs, so temporary files are removed."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+    raise Terminated
+
+
+def catch_sigterm() -> Callable[[], None]:
+    """From now on SIGTERM raises `Terminated` (on the main thread; elsewhere nothing changes); returns what puts
+    the previous handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def interrupted(program: str, error: KeyboardInterrupt, then: str = "") -> int:
+    """Say in one line on stderr that ``program`` was interrupted (Ctrl-C) or terminated (SIGTERM: `Terminated`),
+    then ``then``; its exit status, 128 + the signal (130, 143)."""
+    terminated = isinstance(error, Terminated)
+    print(f"{program}: {'terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'}{then}", file=sys.stderr)
+    return 143 if terminated else 130
 
 
 class DetectorError(Exception):

@@ -52,9 +52,14 @@ def read_text(path: str | os.PathLike[str]) -> str:
     """The UTF-8 text of regular file ``path``; anything else (:func:`file_kind`) is an OSError saying what it is
     (``it is a FIFO (named pipe), not a regular file``): opened without blocking and refused before it is read,
     since a FIFO would block the read until someone wrote to it and /dev/zero would never end."""
-    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), encoding="utf-8") as fh:
-        if (kind := file_kind(os.fstat(fh.fileno()))) is not None:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:  # before open(): on a folder it would raise naming the descriptor ("Is a directory: 9")
+        if (kind := file_kind(os.fstat(fd))) is not None:
             raise OSError(f"it is {kind}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    with open(fd, encoding="utf-8") as fh:
         return fh.read()
 
 

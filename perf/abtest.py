@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from detector.argtypes import OneLineParser
+from detector.errors import catch_sigterm, interrupted
 from detector.fileio import atomic_write_text, unwritable
 from perf.gate.compare import Baseline, GateSettings, Row, judge_paired, judged_names
 from perf.gate.confirm import BASE, CANDIDATE, Sides, abba_children, confirm_rows
@@ -110,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.pairs < 2:
         print("perf-ab: error: --pairs: need at least 2 pairs for an interval", file=sys.stderr)
         return 2
+    tree, restore = None, catch_sigterm()  # SIGTERM stops it as Ctrl-C does: a child is killed, the worktree removed
     try:
         repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))
         ref, sha = merge_base(repo, args.base)
@@ -140,6 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ABError, GitError, HistoryError) as e:  # HistoryError: a plan or a saved run that is not one
         print(f"perf-ab: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        return interrupted("perf-ab", e, f"; the processes that ended are kept in '{args.out}': the same command "
+                           "resumes the plan")  # fmt: skip
+    finally:
+        restore()
+        if tree is not None and not args.keep_worktree:  # the base's code is no longer needed (nor after an error)
+            remove_worktree(repo, tree)
     history = f"; pooled with {baseline.describe()}" if baseline is not None else ""
     header = (f"perf-ab: {args.pairs} pairs of fresh processes, candidate = this working tree, base = merge base "
               f"{sha[:12]} of HEAD and {ref}; every judged metric on the pair ratios{history}; suspects confirmed in "
@@ -152,8 +161,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "min_effect": args.min_effect, "seconds": spent + confirmed, "rows": [asdict(r) for r in rows]},
                       indent=2) + "\n")  # fmt: skip
     print(markdown, end="")
-    if not args.keep_worktree:
-        remove_worktree(repo, tree)
     failed = [r for r in rows if r.verdict == "slower"]
     print(f"perf-ab {'FAILED' if failed else 'passed'}: {len(failed)} slower of {len(rows)}; {out / 'perf-ab.md'}")
     return 1 if failed else 0

@@ -105,7 +105,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]) -> None:
-    _session(config).on_update_json(config._benchmarksession, output_json)
+    _session(config).on_update_json(output_json)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -116,6 +116,20 @@ def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksessio
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     _session(session.config).on_sessionfinish(session)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_sessionfinish")
+def pytest_sessionfinish_interrupted(session: pytest.Session) -> Generator[None]:
+    """Around every plugin's end of the session (pytest-benchmark's save, the confirmation, the report, the store):
+    Ctrl-C or SIGTERM there is one line and exit status 2, not a traceback."""
+    from detector.errors import Terminated
+
+    try:
+        return (yield)
+    except KeyboardInterrupt as e:
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
+        pytest.exit(f"perf: {how} while finishing the session; what it had not written yet was not written",
+                    returncode=pytest.ExitCode.INTERRUPTED)
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)  # inside pytest's own: after its failures, around pytest-benchmark's table

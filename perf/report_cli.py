@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from detector.argtypes import OneLineParser
+from detector.errors import catch_sigterm, interrupted
 from perf.options import parse_store, parse_threshold
 from perf.report.changes import DEFAULT_THRESHOLD
 from perf.report.html import build_report
@@ -40,6 +41,7 @@ def build_parser() -> OneLineParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     reports = args.reports or (Path("reports") if Path("reports").is_dir() else None)
+    restore = catch_sigterm()  # SIGTERM stops it as Ctrl-C does: one line, no file half written
     try:
         written, warnings = build_report(args.storage, reports, args.out, machine_id=args.machine_id,
                                          verdicts=args.verdicts, threshold=args.change_threshold,
@@ -48,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = str(e) if isinstance(e, HistoryError) else f"cannot write to '{args.out}': {e.strerror or e}"
         print(f"{PROG}: error: {problem}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        return interrupted(PROG, e, "; no file is left half written")
+    finally:
+        restore()
     for warning in warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     for path in written:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from detector.devices import parse_device
+from detector.errors import catch_sigterm
 from detector.fileio import resolved, symlink_loop
 from detector.spec import default_cache_dir  # one cache with the detector CLI
 from perf.diskfull import stop_on_folder_error
@@ -27,7 +28,7 @@ from perf.preflight import check_options, check_selection
 from perf.roles.gate import GateRun, gate_settings
 from perf.roles.nsys import NsysRun, nsys_selected
 from perf.roles.report import ReportRun
-from perf.roles.store import StoreRun
+from perf.roles.store import StoreRun, save_under_lock
 from perf.runs import as_text, describe_injected, injected_of, mismatch_lines, param_json
 from perf.store import store_location
 from perf.subject import Subject, describe_subject, subject_differences
@@ -148,6 +149,7 @@ class PerfSession:
         parts. ``markers``: name -> description; ``option_errors`` and ``processes`` (above this floor):
         `perf.options.start_up_errors`, `perf.roles.processes.ProcessesRun.start`."""
         bind_worker_gpu()  # an xdist worker gets its own GPU, before anything initialises CUDA
+        config.add_cleanup(catch_sigterm())  # SIGTERM stops the run as Ctrl-C does: every finally runs
         for name, description in {**backend_markers(), **markers}.items():
             config.addinivalue_line("markers", f"{name}: {description}")
         if errors := option_errors(config):
@@ -174,6 +176,7 @@ class PerfSession:
     def on_sessionstart(self, session: pytest.Session) -> None:
         """Open the history store, then read main's history: both refuse a wrong setting before measuring."""
         self.store = StoreRun.open(session.config, self.options.store)
+        save_under_lock(session, self._saved)
         self.gate.start(session)
 
     def on_collection_finish(self, session: pytest.Session) -> None:
@@ -205,7 +208,7 @@ class PerfSession:
             stop_on_folder_error(folders, call.excinfo.value)
         self.gate.judge_test(item, call, report)
 
-    def on_update_json(self, benchmarks: Any, output_json: dict[str, Any]) -> None:
+    def on_update_json(self, output_json: dict[str, Any]) -> None:
         """``perf_run`` beside machine_info, every benchmark's ``params`` as JSON; the store keeps the
         document (docs/architecture.md, "Saved runs")."""
         output_json["perf_run"] = {"run_id": self.run_id, "injected": self.options.injected}
@@ -214,12 +217,16 @@ class PerfSession:
                 bench["params"] = param_json(bench["params"])
         output_json.update(as_text(output_json))  # --perf-video $'clip\xff.mp4' in extra_info
         if self.store is not None:
-            self.store.saving(benchmarks, output_json)
+            self.store.saving(output_json)
+
+    def _saved(self, path: Path) -> None:
+        if self.store is not None:
+            self.store.saved = path
 
     def on_sessionfinish(self, session: pytest.Session) -> None:
         """After pytest-benchmark saved the run: the cross-process verdict, the gate, the report, then the store."""
-        if session.exitstatus == pytest.ExitCode.USAGE_ERROR:
-            return  # refused after collection (perf.preflight): nothing ran, so nothing is written
+        if session.exitstatus in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERRUPTED):
+            return  # refused after collection (perf.preflight), or interrupted: nothing partial is written
         if self.processes is not None:
             self.processes.finish(session)
         self.gate.finish(session)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,11 @@ class StoreRun:
                 raise pytest.UsageError(f"{named}: {e}") from None
             return cls(line=(f"history store off: {e} (the run is saved in the benchmark storage)", True))
 
-    def saving(self, benchmarks: Any, output_json: dict[str, Any]) -> None:
-        """``pytest_benchmark_update_json``: the document pytest-benchmark saves (its last call's) and its file."""
-        if self.store is None:
-            return
-        self.document = output_json
-        storage, save = benchmarks.storage, benchmarks.save or benchmarks.autosave
-        self.saved = storage.get(f"{storage._next_num}_{save}.json") if hasattr(storage, "_next_num") else None
+    def saving(self, output_json: dict[str, Any]) -> None:
+        """``pytest_benchmark_update_json``: the document pytest-benchmark saves (its last call's); its file is
+        `saved` once written (`save_under_lock`)."""
+        if self.store is not None:
+            self.document = output_json
 
     def finish(self, session: pytest.Session, verdicts: dict[str, Any] | None, noise: Any) -> None:
         """Store the saved run with the gate's verdict document and noise profile; a store that cannot take it
@@ -88,3 +87,44 @@ class StoreRun:
         if self.not_stored:
             terminalreporter.write_line(self.not_stored, red=True, bold=True)
             terminalreporter.stats.setdefault("not stored", []).append(self.not_stored)
+
+
+def save_under_lock(session: pytest.Session, saved: Callable[[Path], None]) -> None:
+    """Make pytest-benchmark's file storage save a run under the next free number, picked and written while holding
+    a lock on the machine folder, the file renamed into place when complete; ``saved`` gets its path. Alone it
+    picks the number unlocked and opens the name for writing: two runs saving at once took one number, and the
+    second overwrote the first (or both kept one number under two names). ``--benchmark-json`` is replaced whole
+    too (it was truncated, then written). An interrupted session (Ctrl-C, SIGTERM, a full disk) saves nothing: its
+    part of a run would become the latest baseline."""
+    benchmarks = getattr(session.config, "_benchmarksession", None)
+    if benchmarks is None:
+        return
+    from pytest_benchmark.utils import safe_dumps
+
+    from detector.fileio import atomic_write_bytes, file_lock
+
+    storage, said = benchmarks.storage, []
+
+    def data(output_json: dict[str, Any]) -> bytes | None:  # None: interrupted, said once
+        if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+            return safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
+        if not said:
+            said.append(benchmarks.logger.info("perf: the run was interrupted: it is not saved (nor stored, nor "
+                                               "reported)", red=True))  # fmt: skip
+        return None
+
+    def save(output_json: dict[str, Any], name: str) -> None:
+        if (text := data(output_json)) is not None:
+            with file_lock(storage.get(".save")):
+                path = atomic_write_bytes(storage.get(f"{storage._next_num}_{name}.json"), text)
+            storage.logger.info(f"Saved benchmark data in: {path}")
+            saved(path)
+
+    def save_json(output_json: dict[str, Any]) -> None:
+        if (text := data(output_json)) is not None:
+            atomic_write_bytes(benchmarks.json, text)
+            benchmarks.logger.info(f"Wrote benchmark data in: {benchmarks.json}", purple=True)
+
+    benchmarks.save_json = save_json
+    if hasattr(storage, "_next_num"):  # file storage
+        storage.save = save

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from detector.argtypes import OneLineParser
+from detector.errors import catch_sigterm, interrupted
 from detector.fileio import unwritable
 from perf import crossprocess
 from perf.gate.compare import VERDICTS, Baseline, GateSettings, budget, judge_benchmark
@@ -91,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         named = "--store none" if args.store else "$PERF_STORE=none"
         print(f"perf-history: error: {named}: there is no store to read", file=sys.stderr)
         return 2
+    restore = catch_sigterm()  # SIGTERM stops it as Ctrl-C does: one line, each run stored whole or not at all
     try:
         if args.command == "simulate":
             return crossprocess.simulate_command(args)
@@ -124,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HistoryError as e:
         print(f"perf-history: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        return interrupted("perf-history", e, "; what it had stored stays stored, each run whole")
+    finally:
+        restore()
     return 0
 
 

@@ -18,11 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, select
+from sqlalchemy import create_engine, event, func, inspect, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 
 from detector.errors import one_line
-from detector.fileio import content_key, make_parents, remove_empty, resolved
+from detector.fileio import content_key, file_lock, make_parents, remove_empty, resolved
 from perf.measure.machine import COMPARED_FIELDS
 from perf.runs import HistoryError, SavedRun, mapping, run_from_json, text_value
 from perf.store import in_memory_sqlite, schema
@@ -136,6 +137,7 @@ class HistoryStore(contextlib.AbstractContextManager):
             except OSError as e:  # a part of the path is a file, or cannot be written
                 raise StoreError(f"store '{self.shown}': cannot make its folder: {e.strerror or e}") from e
         created = _create_as_open_would(file) if file is not None else None
+        self.file = file
         try:
             self._connect(url, sqlite)
         except BaseException:
@@ -166,22 +168,47 @@ class HistoryStore(contextlib.AbstractContextManager):
         self.close()
 
     def _migrate(self) -> None:
-        """Bring the tables to `schema.LATEST`, one transaction per migration; refuse a newer store."""
+        """Bring the tables to `schema.LATEST`, one transaction per migration; refuse a newer store. One process
+        migrates at a time (`_migrating`): two opening a new store at once both created its tables, and one failed."""
         try:
-            with self.engine.begin() as conn:
-                schema.schema_versions.create(conn, checkfirst=True)
-                version = conn.execute(select(func.max(schema.schema_versions.c.version))).scalar() or 0
+            if (version := self._version()) < schema.LATEST:
+                with self._migrating():
+                    with self.engine.begin() as conn:
+                        schema.schema_versions.create(conn, checkfirst=True)
+                    version = self._version()  # another process may have migrated it meanwhile
+                    for number, what, apply in (m for m in schema.MIGRATIONS if m[0] > version):
+                        with self.engine.begin() as conn:
+                            apply(conn)
+                            now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+                            conn.execute(schema.schema_versions.insert().values(version=number, applied_at=now))
+                        log.info("store %s: migrated to schema %d (%s)", self.shown, number, what)
         except Exception as e:
             raise StoreError(f"store '{self.shown}': {_reason(e)}") from e
         if version > schema.LATEST:
             raise StoreError(f"store '{self.shown}': schema version {version} is newer than this version of "
                              f"the suite knows ({schema.LATEST}); upgrade detector-perf")  # fmt: skip
-        for number, what, apply in (m for m in schema.MIGRATIONS if m[0] > version):
-            with self.engine.begin() as conn:
-                apply(conn)
-                now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-                conn.execute(schema.schema_versions.insert().values(version=number, applied_at=now))
-            log.info("store %s: migrated to schema %d (%s)", self.shown, number, what)
+
+    def _version(self) -> int:
+        with self.engine.begin() as conn:
+            if not inspect(conn).has_table(schema.schema_versions.name):
+                return 0
+            return conn.execute(select(func.max(schema.schema_versions.c.version))).scalar() or 0
+
+    @contextlib.contextmanager
+    def _migrating(self) -> Any:
+        """Held while migrating: a lock beside a SQLite file, PostgreSQL's advisory lock on a server."""
+        if self.file is not None:
+            with file_lock(self.file):
+                yield
+        elif self.engine.dialect.name == "postgresql":
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT pg_advisory_lock(7215)"))
+                try:
+                    yield
+                finally:
+                    conn.execute(text("SELECT pg_advisory_unlock(7215)"))
+        else:
+            yield
 
     def save_run(self, document: Mapping[str, Any], *, source: str | None = None,
                  verdicts: Mapping[str, Any] | None = None,
@@ -211,6 +238,8 @@ class HistoryStore(contextlib.AbstractContextManager):
                 if noise:
                     conn.execute(schema.noise.insert().values(run=pk, profile=_plain(noise)))
         except Exception as e:
+            if isinstance(e, IntegrityError) and self._all(select(schema.runs.c.id).where(schema.runs.c.run_id == rid)):
+                return rid, False  # another process stored it meanwhile
             raise StoreError(f"store '{self.shown}': cannot save run {rid}: {_reason(e)}") from e
         log.info("stored run %s in %s", rid, self.shown)
         return rid, True

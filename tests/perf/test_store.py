@@ -571,3 +571,77 @@ def test_judging_a_storage_needs_no_store_even_when_perf_store_is_none(tmp_path:
                           capture_output=True, text=True, check=False, timeout=120,
                           env={**os.environ, "PERF_STORE": "None"})  # fmt: skip
     assert done.returncode == 2 and "no store to read" not in done.stderr and str(tmp_path) in done.stderr
+
+
+SAVER = """
+import json, os, sys, time
+from pathlib import Path
+
+from perf.store.db import open_store
+
+where, barrier, count, documents = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+(barrier / str(os.getpid())).touch()  # arrived: wait for the others, then open the store together
+while len(list(barrier.iterdir())) < count:
+    time.sleep(0.0005)
+with open_store(where) as store:
+    print(sum(store.save_run(document)[1] for document in documents))
+"""
+
+
+def _save_together(where: str, tmp_path: Path, documents: list[list[dict]]) -> list[subprocess.CompletedProcess]:
+    """One process per list of ``documents``, released together, each opening the store at ``where`` and saving
+    its documents."""
+    import json
+    import sys
+
+    from tiny_bench import child_env
+
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", SAVER, where, str(barrier), str(len(documents)), json.dumps(docs)],
+                              env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for docs in documents]  # fmt: skip
+    return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
+
+
+def _new_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store that does not exist yet: a new SQLite file, or a new database on the session's PostgreSQL server."""
+    if kind == "sqlite":
+        return str(tmp_path / "new" / "history.sqlite")
+    from sqlalchemy import create_engine, text
+
+    from perf.store.db import engine_url
+
+    url, name = request.getfixturevalue("postgres_url"), f"new_{tmp_path.name.lower()}"[:60]
+    engine = create_engine(engine_url(url), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    return url.replace("@/postgres?", f"@/{name}?")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_processes_opening_a_new_store_at_once_each_store_their_run(kind: str, request: pytest.FixtureRequest,
+                                                                     tmp_path: Path) -> None:  # fmt: skip
+    where = _new_store(kind, request, tmp_path)
+    done = _save_together(where, tmp_path, [[_document(f"run-{i}")] for i in range(4)])
+    assert [(r.returncode, r.stdout.strip(), r.stderr) for r in done] == [(0, "1", "")] * 4
+    with open_store(where, create=False) as store:
+        assert sorted(run.run_id for run in store.runs()) == [f"run-{i}" for i in range(4)]
+    if kind == "sqlite":
+        assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["history.sqlite"]  # no lock file left
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_processes_storing_the_same_runs_at_once_store_each_once_and_all_succeed(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    where = _new_store(kind, request, tmp_path)
+    open_store(where).close()  # the store exists: only the runs race
+    documents = [_document(f"run-{i}", when=f"2026-11-01T00:{i:02d}:00") for i in range(30)]
+    done = _save_together(where, tmp_path, [documents] * 3)  # three imports of one storage, at once
+    assert [(r.returncode, r.stderr) for r in done] == [(0, "")] * 3
+    assert sum(int(r.stdout) for r in done) == 30  # each run stored by one of them, counted once
+    with open_store(where, create=False) as store:
+        assert [run.run_id for run in store.runs()] == [f"run-{i}" for i in range(30)]
