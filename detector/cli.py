@@ -24,7 +24,7 @@ from detector.argtypes import non_negative_int as _non_negative_int
 from detector.argtypes import positive_int as _positive_int
 from detector.argtypes import processing_overrides as _processing_overrides
 from detector.choices import backend_list, check_names, check_runs_here
-from detector.errors import DetectorError, Terminated, VideoError, catch_sigterm, one_line
+from detector.errors import DetectorError, Terminated, VideoError, catch_sigterm, escape_stdout, one_line
 from detector.progress import ENV_VAR as PROGRESS_ENV_VAR
 from detector.progress import progress, progress_enabled
 
@@ -399,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     restore = catch_sigterm()
+    escape_stdout()  # 'wrote <name>' of a name that is not UTF-8
     try:
         with _progress_setting(args.progress):
             return int(args.func(args) or 0)

@@ -7,6 +7,7 @@ the CLI prints it and exits with status 2, without a traceback.
 
 from __future__ import annotations
 
+import io
 import re
 import signal
 import sys
@@ -41,6 +42,14 @@ def catch_sigterm() -> Callable[[], None]:
         return lambda: None
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def escape_stdout() -> None:
+    """Standard output escapes what it cannot encode (a name that is not UTF-8, ``'\\udcff'``) as standard error
+    does: where its encoding is strict (a UTF-8 locale other than C, ``PYTHONIOENCODING=utf-8``) a command's
+    ``wrote <path>`` line raised UnicodeEncodeError after its work was done."""
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
 
 
 def interrupted(program: str, error: KeyboardInterrupt, then: str = "") -> int:

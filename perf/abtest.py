@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from detector.argtypes import OneLineParser
-from detector.errors import catch_sigterm, interrupted
+from detector.errors import catch_sigterm, escape_stdout, interrupted
 from detector.fileio import atomic_write_text, unwritable
 from perf.gate.compare import Baseline, GateSettings, Row, judge_paired, judged_names
 from perf.gate.confirm import BASE, CANDIDATE, Sides, abba_children, confirm_rows
@@ -111,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.pairs < 2:
         print("perf-ab: error: --pairs: need at least 2 pairs for an interval", file=sys.stderr)
         return 2
+    escape_stdout()
     tree, restore = None, catch_sigterm()  # SIGTERM stops it as Ctrl-C does: a child is killed, the worktree removed
     try:
         repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))

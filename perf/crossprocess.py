@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from detector.argtypes import OneLineParser, value_parser
+from detector.errors import escape_stdout
 from detector.fileio import atomic_write_text, unwritable
 from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchmark
 from perf.gate.confirm import BASE, CANDIDATE, Process, confirm_looks
@@ -277,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="python -m perf.crossprocess", description=main.__doc__, allow_abbrev=False)
     add_arguments(parser)
     args = parser.parse_args(argv)
+    escape_stdout()
     try:
         return simulate_command(args)
     except HistoryError as e:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from detector.argtypes import OneLineParser
-from detector.errors import catch_sigterm, interrupted
+from detector.errors import catch_sigterm, escape_stdout, interrupted
 from perf.options import parse_store, parse_threshold
 from perf.report.changes import DEFAULT_THRESHOLD
 from perf.report.html import build_report
@@ -41,6 +41,7 @@ def build_parser() -> OneLineParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     reports = args.reports or (Path("reports") if Path("reports").is_dir() else None)
+    escape_stdout()
     restore = catch_sigterm()  # SIGTERM stops it as Ctrl-C does: one line, no file half written
     try:
         written, warnings = build_report(args.storage, reports, args.out, machine_id=args.machine_id,

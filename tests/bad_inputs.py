@@ -167,6 +167,7 @@ def run_row(row: Row, folder: Path, shared: Shared, timeout_s: float | None = No
                if not key.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env.pop("DETECTOR_CACHE", None)
+        env["PYTHONIOENCODING"] = "utf-8"  # strict, as in a UTF-8 locale other than C (the GPU machine's)
         proc = subprocess.Popen([*prefix, sys.executable, *args], cwd=REPO if row.in_repo else folder, env=env,
                                 text=True, errors="surrogateescape", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         extra = []

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from detector.argtypes import OneLineParser
-from detector.errors import catch_sigterm, interrupted
+from detector.errors import catch_sigterm, escape_stdout, interrupted
 from detector.fileio import unwritable
 from perf import crossprocess
 from perf.gate.compare import VERDICTS, Baseline, GateSettings, budget, judge_benchmark
@@ -92,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         named = "--store none" if args.store else "$PERF_STORE=none"
         print(f"perf-history: error: {named}: there is no store to read", file=sys.stderr)
         return 2
+    escape_stdout()
     restore = catch_sigterm()  # SIGTERM stops it as Ctrl-C does: one line, each run stored whole or not at all
     try:
         if args.command == "simulate":
