@@ -54,7 +54,8 @@ def test_runs_saving_at_the_same_moment_each_keep_their_own_file_and_number(tmp_
     assert not [p.name for p in files[0].parent.iterdir() if p.name.startswith(".")]  # no lock or temporary left
 
 
-def test_perf_compare_of_a_number_two_saved_runs_share_is_refused_naming_both(tmp_path: Path) -> None:
+def _one_saved_run(tmp_path: Path) -> tuple[Path, list[str], Path]:
+    """A project with the suite's plugin, the pytest command line that compares in it, and its one saved run."""
     project = write_project(tmp_path, ["perf.plugin"])
     (project / "pytest.ini").write_text("[pytest]\n")
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
@@ -63,6 +64,11 @@ def test_perf_compare_of_a_number_two_saved_runs_share_is_refused_naming_both(tm
                            text=True, timeout=300)  # fmt: skip
     assert saved.returncode == 0, saved.stdout[-2000:]
     (first,) = (project / "storage").glob("*/0001_*.json")
+    return project, command, first
+
+
+def test_perf_compare_of_a_number_two_saved_runs_share_is_refused_naming_both(tmp_path: Path) -> None:
+    project, command, first = _one_saved_run(tmp_path)
     document = json.loads(first.read_text())
     document["perf_run"]["run_id"] = "another"
     other = first.with_name("0001_other.json")  # another run under the same number
@@ -80,14 +86,7 @@ def test_perf_compare_of_a_number_two_saved_runs_share_is_refused_naming_both(tm
 
 
 def test_a_folder_named_like_the_latest_saved_run_is_named_by_perf_compare_as_a_folder(tmp_path: Path) -> None:
-    project = write_project(tmp_path, ["perf.plugin"])
-    (project / "pytest.ini").write_text("[pytest]\n")
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-               "--perf-device=cpu", "--benchmark-storage=storage", "--perf-store=none"]  # fmt: skip
-    saved = subprocess.run([*command, "--benchmark-autosave"], cwd=project, env=child_env(), capture_output=True,
-                           text=True, timeout=300)  # fmt: skip
-    assert saved.returncode == 0, saved.stdout[-2000:]
-    (first,) = (project / "storage").glob("*/0001_*.json")
+    project, command, first = _one_saved_run(tmp_path)
     folder = first.with_name("0002_x.json")
     folder.mkdir()
     refused = subprocess.run([*command, "--perf-compare", "--perf-confirm=0"], cwd=project, env=child_env(),
