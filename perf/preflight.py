@@ -59,12 +59,13 @@ def _check_compared_runs(config: pytest.Config) -> None:
         return
     for name, complete, wanted in asked:
         storage = FileStorage(path, logger=None, default_machine_id=get_machine_id())
-        named = saved_run_files(storage.query(str(wanted))) if name == "perf_compare" and wanted is not True else []
+        runs = saved_run_files(storage.query(RUN_GLOB))[-1:] if wanted is True else storage.query(str(wanted))
+        named = saved_run_files(runs) if name == "perf_compare" and wanted is not True else []
         if len(same := [run for run in named if run_number(run) == run_number(named[-1])]) > 1:  # which one is meant?
             raise pytest.UsageError(f"--perf-compare={wanted}: {len(same)} saved runs in '{same[-1].parent}' have the "
                                     f"number {same[-1].name[:4]} ({', '.join(run.name for run in same)}); name one by "
                                     f"its file name: --perf-compare={same[-1].stem}")  # fmt: skip
-        for run in saved_run_files(storage.query(RUN_GLOB))[-1:] if wanted is True else storage.query(str(wanted)):
+        for run in runs:
             try:
                 problem = run_problem(parse_json(read_text(run)), complete=complete)
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:

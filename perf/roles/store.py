@@ -108,9 +108,10 @@ def save_under_lock(session: pytest.Session, saved: Callable[[Path], None]) -> N
     def data(output_json: dict[str, Any]) -> bytes | None:  # None: interrupted, said once
         if session.exitstatus != pytest.ExitCode.INTERRUPTED:
             return safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
-        if not said:
-            said.append(benchmarks.logger.info("perf: the run was interrupted: it is not saved (nor stored, nor "
-                                               "reported)", red=True))  # fmt: skip
+        if not said:  # once, though both the run and --benchmark-json were asked for
+            said.append(True)
+            benchmarks.logger.info("perf: the run was interrupted: it is not saved (nor stored, nor reported)",
+                                   red=True)
         return None
 
     def save(output_json: dict[str, Any], name: str) -> None:
