@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import importlib.metadata
 import importlib.util
 import logging
@@ -32,9 +31,8 @@ _GPU_FIELDS = ("gpu_name", "compute_capability", "gpu_memory_mib", "driver_versi
 
 
 def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
-    """This machine and GPU ``gpu_index`` (of ``cuda:N``), JSON-ready: `_GPU_FIELDS` (memory MiB, max clocks MHz,
-    power limit W; no current clocks), ``gpu_count``, torch's ``cuda_version``, ``cudnn_version``, the versions of
-    `_VERSIONED_MODULES` (``tensorrt_module``: which one), ``cpu_model``, ``cpu_count`` (CPUs it may use)."""
+    """This machine and GPU ``gpu_index`` (of ``cuda:N``), JSON-ready: memory MiB, max clocks MHz, power limit W (no
+    current clocks), the versions of `_VERSIONED_MODULES` (``tensorrt_module``: which one), CPUs it may use."""
     info: dict[str, Any] = {"gpu_index": gpu_index, "gpu_count": None, "cuda_version": None, "cudnn_version": None,
                             **dict.fromkeys(_GPU_FIELDS), **_torch_cuda_info(gpu_index)}
     info.pop("_pci", None)
@@ -53,9 +51,8 @@ def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
 
 
 def device_fingerprint(device: str) -> dict[str, Any]:
-    """``machine_info["perf"]`` of a run on ``device`` ("cpu", "cuda", "cuda:N"): `machine_fingerprint` of the GPU it
-    names (a bare "cuda" is torch's current device, `detector.devices.device_index`; GPU 0 for "cpu"), and
-    ``device``, its type."""
+    """``machine_info["perf"]`` of a run on ``device`` ("cpu", "cuda", "cuda:N"): `machine_fingerprint` of its GPU
+    (`detector.devices.device_index`; GPU 0 for "cpu") and ``device``, its type."""
     kind = device.partition(":")[0]
     return {**machine_fingerprint(gpu_index=device_index(device) if kind == "cuda" else 0), "device": kind}
 
@@ -72,8 +69,7 @@ def cuda_device_count() -> int:
 
 
 def fingerprint_differences(saved: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(field, saved value, current value) of each of the `COMPARED_FIELDS` that differs; a saved run without
-    a fingerprint (None) differs, as ``"<not recorded>"``, on every field the current one knows."""
+    """(field, saved, current) of each differing `COMPARED_FIELDS`; a saved None is ``"<not recorded>"``."""
     if saved is None:
         return [(f, "<not recorded>", current.get(f)) for f in COMPARED_FIELDS if current.get(f) is not None]
     return [(f, saved.get(f), current.get(f)) for f in COMPARED_FIELDS if saved.get(f) != current.get(f)]
@@ -121,21 +117,18 @@ def _torch_cuda_info(index: int) -> dict[str, Any]:
 
 
 def torch_gpu_uuid(index: int) -> str | None:
-    """``GPU-<uuid>`` of the GPU torch calls cuda:`index`, or None (no torch, no such GPU, no UUID given)."""
+    """``GPU-<uuid>`` of the GPU torch calls cuda:`index`, or None."""
     return _torch_cuda_info(index).get("_uuid")
 
 
 def torch_gpu_pci_bus_id(index: int) -> str | None:
-    """The PCI address of the GPU torch calls cuda:`index` as sysfs names it (``0000:1b:00.0``), or None (no torch,
-    no such GPU, a torch without the PCI ids)."""
+    """The sysfs PCI address (``0000:1b:00.0``) of the GPU torch calls cuda:`index`, or None."""
     return _torch_cuda_info(index).get("_pci")
 
 
 def nvml_handle(nvml: Any, index: int, uuid: str | None = None) -> Any:
-    """NVML's handle of the GPU torch calls cuda:`index` (NVML numbers every GPU of the host and ignores
-    CUDA_VISIBLE_DEVICES), or None: by ``uuid``, the UUID torch gave, else through CUDA_VISIBLE_DEVICES in NVML
-    (PCI) order (CUDA_DEVICE_ORDER=PCI_BUS_ID with mixed GPUs); a ``MIG-<uuid>`` entry gives the MIG slice's handle;
-    UUID prefixes are not resolvable."""
+    """NVML's handle (NVML ignores CUDA_VISIBLE_DEVICES) of the GPU torch calls cuda:`index`, or None: by torch's
+    ``uuid``, else through CUDA_VISIBLE_DEVICES in PCI order; ``MIG-<uuid>`` gives the slice; no UUID prefixes."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     entries = [e.strip() for e in visible.split(",") if e.strip()] if visible is not None else None
     entry = uuid or (str(index) if entries is None else entries[index] if index < len(entries) else "")
@@ -160,8 +153,7 @@ def _nvml_info(index: int, uuid: str | None) -> dict[str, Any]:
         log.debug("NVML unavailable: %s", e)
         return {}
 
-    def read(fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, a str for bytes (older bindings), or None where NVML cannot say."""
+    def read(fn: Callable[..., Any], *args: Any) -> Any:  # a str for bytes (older bindings); None: NVML cannot say
         try:
             value = fn(*args)
         except pynvml.NVMLError as e:  # not supported on this GPU / MIG slice / permissions

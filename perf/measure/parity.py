@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import numpy as np
+import numpy as np
 
+if TYPE_CHECKING:
     from detector.postprocess import Detections
 
 
@@ -61,8 +61,6 @@ class TensorStats:
 def compare_tensors(reference: np.ndarray, candidate: np.ndarray, *, min_score: float = 0.05) -> TensorStats:
     """Error statistics between two decoded outputs [B, N, 4 + C]; box errors only where the best reference score
     is >= ``min_score`` (boxes nobody keeps are irrelevant and, through ``exp``, the noisiest)."""
-    import numpy as np
-
     ref, cand = np.asarray(reference, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
     if ref.shape != cand.shape:
         raise ValueError(f"decoded shapes differ: reference {ref.shape}, candidate {cand.shape}")
@@ -116,17 +114,15 @@ class DetectionParity:
         total = sum(max(f.reference, f.candidate) - f.borderline for f in self.frames)
         return self.matched / total if total > 0 else 1.0
 
-    @property
-    def mean_iou(self) -> float:
-        return sum(f.mean_iou * f.matched for f in self.frames) / self.matched if self.matched else 1.0
+    mean_iou = property(lambda self: sum(f.mean_iou * f.matched for f in self.frames) / self.matched
+                        if self.matched else 1.0)
 
     def ious(self, digits: int = 4) -> list[float]:
         """IoU of every matched pair, frame by frame, rounded to ``digits`` decimals (the report's histogram)."""
         return [round(iou, digits) for f in self.frames for iou in f.ious]
 
-    @property
-    def class_agreement(self) -> float:
-        return 1.0 - sum(f.class_disagreements for f in self.frames) / self.matched if self.matched else 1.0
+    class_agreement = property(lambda self: 1.0 - sum(f.class_disagreements for f in self.frames) / self.matched
+                               if self.matched else 1.0)
 
     def failures(self, tol: Tolerance) -> list[str]:
         """Human-readable violations of ``tol`` (empty when the detections agree). A reference with no boxes on the
@@ -170,15 +166,13 @@ def compare_detections(reference: Sequence[Detections], candidate: Sequence[Dete
     """Frame-by-frame :func:`compare_frame` over two equally long sequences of detections."""
     if len(reference) != len(candidate):
         raise ValueError(f"frame counts differ: reference {len(reference)}, candidate {len(candidate)}")
-    return DetectionParity([compare_frame(i, r, c, iou_threshold=iou_threshold, conf_threshold=conf_threshold,
-                                          score_tolerance=score_tolerance)
-                            for i, (r, c) in enumerate(zip(reference, candidate))])  # fmt: skip
+    options = {"iou_threshold": iou_threshold, "conf_threshold": conf_threshold, "score_tolerance": score_tolerance}
+    return DetectionParity([compare_frame(i, *pair, **options) for i, pair in enumerate(zip(reference, candidate))])
 
 
 def report_row(label: str, backend: str, precision: str, failures: Sequence[str], tensors: TensorStats,
                parity: DetectionParity) -> dict[str, Any]:
-    """The `perf.report.schema.PARITY` row of one candidate, with ``backend``, ``precision``, ``failures`` and
-    ``ious`` (every matched pair's IoU, 4 decimals: the HTML report's histograms) kept in the JSON."""
+    """The `perf.report.schema.PARITY` row of one candidate, ``ious`` (4 decimals) for the HTML report's histograms."""
     return {"candidate": label, "verdict": "FAIL" if failures else "pass",
             "reference boxes": parity.reference_detections, "match rate": parity.match_rate,
             "mean IoU": parity.mean_iou, "max score diff": parity.max_score_diff,

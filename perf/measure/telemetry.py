@@ -61,8 +61,8 @@ def summarize_samples(samples: Sequence[Sample]) -> dict[str, float | int]:
 
 
 def detect_throttle(samples: Sequence[Sample], clock_drop: float = CLOCK_DROP) -> tuple[bool, list[str]]:
-    """(throttled, reasons): the SM clock fell more than ``clock_drop`` below the run's highest while the GPU was
-    not idle, or NVML reported a clock reason other than idle / application clocks / display clock."""
+    """(throttled, reasons): the busy GPU's SM clock fell over ``clock_drop`` below its highest, or NVML reported
+    a clock reason not in `BENIGN_REASONS`."""
     busy = [s.sm_clock_mhz for s in samples if s.sm_clock_mhz is not None and not (s.reasons or 0) & 0x1]
     top, low = max(busy, default=0.0), min(busy, default=0.0)
     reasons = [f"sm_clock_dropped {top:.0f}->{low:.0f} MHz ({100 * (top - low) / top:.0f} %)"
@@ -73,7 +73,7 @@ def detect_throttle(samples: Sequence[Sample], clock_drop: float = CLOCK_DROP) -
 
 
 def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], Sample]:
-    """A reader of one `Sample` from an NVML device handle; a value the device does not support reads as None."""
+    """A reader of one `Sample` from an NVML device handle (None where unsupported)."""
     reasons_fn = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
                   or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))  # fmt: skip
 
@@ -94,8 +94,7 @@ def _nvml_reader(nvml: Any, handle: Any) -> Callable[[], Sample]:
 
 
 def _mig(nvml: Any, handle: Any) -> bool:
-    """Whether ``handle`` is a MIG slice, or a GPU in MIG mode (CUDA then sees only its slices, so torch's device is
-    one of them); False where NVML cannot say (a GPU without MIG, bindings or a driver older than MIG)."""
+    """Whether ``handle`` is a MIG slice or a GPU in MIG mode (CUDA sees only its slices); False if NVML can't say."""
     with contextlib.suppress(nvml.NVMLError, AttributeError):
         if nvml.nvmlDeviceIsMigDeviceHandle(handle):
             return True
@@ -105,9 +104,8 @@ def _mig(nvml: Any, handle: Any) -> bool:
 
 
 class NvmlSampler:
-    """Samples the GPU torch calls cuda:``device_index`` (`perf.measure.machine.nvml_handle`) every ``interval_s``
-    seconds on a background thread, once more on entry and on exit (a short block has two); ``samples`` holds the
-    readings. On a MIG slice it samples nothing and its summary says why (`MIG`)."""
+    """Samples the GPU torch calls cuda:``device_index`` every ``interval_s`` s on a thread, and on entry and exit,
+    into ``samples``; on a MIG slice nothing, its summary says why (`MIG`)."""
 
     def __init__(self, device_index: int = 0, interval_s: float = 0.05, *, read: Callable[[], Sample] | None = None):
         if not interval_s > 0:  # 0 or NaN would spin the sampling thread
@@ -140,20 +138,20 @@ class NvmlSampler:
         self.samples, self.read_errors, self._stop = [], 0, threading.Event()
         if self._read is None:
             ok, self.unavailable_reason = self.available(self.device_index)
-            if not ok:
-                log.info("GPU telemetry off: %s", self.unavailable_reason)
-                return self
-            import pynvml as nvml
+            if ok:
+                import pynvml as nvml
 
-            nvml.nvmlInit()
-            handle = nvml_handle(nvml, self.device_index, torch_gpu_uuid(self.device_index))
-            if handle is None or _mig(nvml, handle):
-                nvml.nvmlShutdown()
-                self.unavailable_reason = (f"NVML cannot find the GPU torch calls cuda:{self.device_index}"
-                                           if handle is None else f"cuda:{self.device_index} is a MIG slice: {MIG}")
+                nvml.nvmlInit()
+                handle = nvml_handle(nvml, self.device_index, torch_gpu_uuid(self.device_index))
+                if handle is None or _mig(nvml, handle):
+                    nvml.nvmlShutdown()
+                    self.unavailable_reason = (f"NVML cannot find the GPU torch calls cuda:{self.device_index}"
+                                               if handle is None else f"cuda:{self.device_index} is a MIG slice: {MIG}")
+                else:
+                    self._nvml, self._read = nvml, _nvml_reader(nvml, handle)
+            if self.unavailable_reason is not None:
                 log.info("GPU telemetry off: %s", self.unavailable_reason)
                 return self
-            self._nvml, self._read = nvml, _nvml_reader(nvml, handle)
         self._sample()
         self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
         self._thread.start()
@@ -182,8 +180,7 @@ class NvmlSampler:
             self._sample()
 
     def summary(self) -> dict[str, Any]:
-        """Flat dict for ``benchmark.extra_info``: ``available``, metric min/mean/max, ``samples``, ``throttled``,
-        ``throttle_reasons``, ``interval_s`` (``read_errors`` if any); or ``{"available": False, "reason": ...}``."""
+        """Flat dict for ``benchmark.extra_info``; ``{"available": False, "reason": ...}`` without telemetry."""
         if self.unavailable_reason is not None:
             return {"available": False, "reason": self.unavailable_reason}
         throttled, reasons = detect_throttle(self.samples)
