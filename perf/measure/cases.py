@@ -61,8 +61,7 @@ class Case:
 
 
 def unavailable_reason(backend: str, device: str, precision: str) -> str | None:
-    """Why ``backend`` cannot run ``precision`` on ``device`` here, in one line, or None: the one wording of these
-    skips (the cases and `perf.fixtures.models.RunnerPool`)."""
+    """Why ``backend`` cannot run ``precision`` on ``device`` here (the one wording of these skips), or None."""
     try:
         supported = runner_class(backend).precisions
         if precision not in supported:
@@ -76,9 +75,8 @@ def make_cases(
     backends: Iterable[str], precisions: Iterable[str], batch_sizes: Iterable[int] | None, device: str,
     *, nsys_first: bool = False, exclude: tuple[str, str] | None = None, family: str | None = None,
 ) -> list[Any]:
-    """pytest params for every variant x precision (x batch size) of ``backends``, skipped with the reason where
-    they cannot run on ``device``; ``nsys_first``: ``nsys`` on each variant's first runnable case; ``exclude``: a
-    (variant, precision) left out; ``family`` (default inference with batch sizes): ``ci`` on its `KEY_CASES`."""
+    """pytest params for every variant x precision (x batch size) of ``backends``, skipped where they cannot run;
+    ``nsys`` on each variant's first runnable case if ``nsys_first``; ``ci`` on the `KEY_CASES` of ``family``."""
     device_type = device.partition(":")[0]
     key_cases = KEY_CASES.get(family or ("inference" if batch_sizes else ""), {}).get(device_type, ())
     ci_batches = (1, max(batch_sizes) if batch_sizes and device_type == "cuda" else 1)
@@ -113,13 +111,12 @@ def make_cases(
 
 
 def reference_case(subject: Subject) -> tuple[str, str]:
-    """The (variant, precision) the parity and skip-interval tests take as the reference for ``subject``:
-    torch fp32, or ONNX Runtime fp32 for a model given as an ONNX file only."""
+    """The parity and skip-interval tests' reference (variant, precision): ONNX Runtime for an ONNX-only model."""
     return ("onnxruntime", "fp32") if subject.onnx_only else ("torch", "fp32")
 
 
 def _video_cases(o: Any, device: str, subject: Subject, family: str, nsys_first: bool = False) -> list[Any]:
-    """The cases of a video family on the mp4v video, the key ones also on the other ``--perf-sources``."""
+    """A video family's cases on the mp4v video, the key ones also on the other ``--perf-sources``."""
     cases = make_cases(o.backends, o.precisions, None, device, nsys_first=nsys_first, family=family)
     return with_sources(cases, for_video(o.sources, subject.video is not None), device)
 

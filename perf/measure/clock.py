@@ -35,7 +35,7 @@ class SuiteClock:
         return f"SuiteClock[{self.kind}]"
 
     def configure(self, device: Callable[[], str], lead_in_ms: float = DEFAULT_LEAD_IN_MS) -> None:
-        """Point the clock at the resolved device (a callable giving "cpu" or "cuda:N") and its lead-in (ms)."""
+        """Point the clock at the resolved device (a callable: "cpu" or "cuda:N") and its lead-in (ms)."""
         self._device, self.lead_in_ms, self._clock = device, lead_in_ms, None
 
     @property
@@ -45,10 +45,8 @@ class SuiteClock:
 
     @contextlib.contextmanager
     def on_host(self) -> Iterator[None]:
-        """For the block, ``time.perf_counter`` on any device: for a runner that enqueues on no stream of the suite's
-        (ONNX Runtime's CUDA provider works on its own stream and returns when done). CUDA events on the current
-        stream do not see that work: they read its host time less the lead-in, and about 0 for a call shorter than
-        the lead-in."""
+        """For the block, ``time.perf_counter`` on any device: for a runner on a stream of its own (ONNX Runtime's
+        CUDA provider), whose work CUDA events on the current stream do not see."""
         before, self._on_host = self._on_host, True
         try:
             yield
@@ -57,8 +55,7 @@ class SuiteClock:
 
     @contextlib.contextmanager
     def covering(self, enqueue_ms: float) -> Iterator[float]:
-        """For the block, a lead-in of ``max(lead-in, LEAD_IN_PER_ENQUEUE * enqueue_ms)`` (host enqueue ms),
-        so the GPU reading is the call's execution; yields it (ms). A lead-in of 0 (an idle GPU) is kept."""
+        """For the block, a lead-in (ms, yielded) covering a host enqueue of ``enqueue_ms``; a lead-in of 0 is kept."""
         if self.kind != "cuda-events" or self.lead_in_ms <= 0:
             yield self.lead_in_ms
             return

@@ -24,8 +24,7 @@ def _host_sleep_ms(cycles: int) -> float:
 
 
 def calibrate(rough_cycles_per_ms: float, repeats: int = 3) -> dict[str, float]:
-    """``cycles_per_ms`` of ``torch.cuda._sleep`` and the host's fixed launch + synchronize overhead (ms,
-    ``host_overhead_ms``): host time = overhead + cycles / rate, fitted on sleeps of `CALIBRATION_MS`."""
+    """``cycles_per_ms`` of ``torch.cuda._sleep`` and ``host_overhead_ms``, fitted on sleeps of `CALIBRATION_MS`."""
     short, long = (int(rough_cycles_per_ms * ms) for ms in CALIBRATION_MS)
     _host_sleep_ms(short // 10)  # warm-up
     t_short, t_long = (statistics.median(_host_sleep_ms(c) for _ in range(repeats)) for c in (short, long))
@@ -48,8 +47,7 @@ def read_clocks(cycles: int, clock: Callable[[], float], repeats: int = 20) -> t
 
 
 def reading(cycles: int, cycles_per_ms: float, event_ms: float, host_ms: float) -> dict[str, float]:
-    """Both clocks' readings (ms) of the known duration ``cycles / cycles_per_ms``: errors are (measured -
-    known) / known, ``offset_us`` the event clock's minus the known duration in microseconds."""
+    """Both clocks' readings (ms) of ``cycles / cycles_per_ms``, relative errors and the event clock's offset (us)."""
     exact = cycles / cycles_per_ms
     return {"known_ms": exact, "event_ms": event_ms, "host_ms": host_ms, "event_error": event_ms / exact - 1,
             "host_error": host_ms / exact - 1, "offset_us": (event_ms - exact) * 1e3}
@@ -57,8 +55,7 @@ def reading(cycles: int, cycles_per_ms: float, event_ms: float, host_ms: float) 
 
 def clock_truth(clock: Callable[[], float], rough_cycles_per_ms: float,
                 durations_ms: Sequence[float] = DURATIONS_MS) -> dict[str, Any]:  # fmt: skip
-    """Calibrate, read both clocks at each duration, calibrate again (the known durations from the mean rate): a
-    JSON-ready dict of ``readings``, ``calibration_before`` / ``_after`` and ``clock_drift`` (relative)."""
+    """Calibrate, read both clocks at each duration, calibrate again (the known durations from the mean rate)."""
     before = calibrate(rough_cycles_per_ms)
     cycles = [int(round(ms * before["cycles_per_ms"])) for ms in durations_ms]
     raw = [read_clocks(c, clock) for c in cycles]

@@ -43,9 +43,8 @@ class Controls:
 
 
 def local_cpus(pci_bus_id: str, sysfs: Path = SYSFS) -> set[int] | None:
-    """The CPUs local to the PCI device ``pci_bus_id`` (``0000:1b:00.0``, any case; NVML's ``00000000:1B:00.0`` too):
-    its NUMA node's, from ``<sysfs>/bus/pci/devices/<address>/local_cpulist`` (``0-15,32-47``); None where that file
-    is missing or unreadable."""
+    """The CPUs of ``<sysfs>/bus/pci/devices/<pci_bus_id>/local_cpulist`` (``0-15,32-47``; NVML's ``00000000:1B:00.0``
+    too), or None where that file is missing or unreadable."""
     domain, _, rest = pci_bus_id.strip().lower().partition(":")
     try:
         address = f"{int(domain, 16):04x}:{rest}"  # sysfs's 4-digit domain
@@ -60,9 +59,8 @@ def local_cpus(pci_bus_id: str, sysfs: Path = SYSFS) -> set[int] | None:
 
 
 def pin_cpus(allowed: Iterable[int], pci_bus_id: str | None, sysfs: Path = SYSFS) -> list[int]:
-    """The CPUs the ``pin`` control places threads on, ascending: the ``allowed`` ones local to the GPU at
-    ``pci_bus_id`` (`local_cpus`) where at least `MIN_CPUS_TO_PIN` are, else every allowed CPU (a single NUMA node,
-    no address, no sysfs file, too few local CPUs)."""
+    """The CPUs the ``pin`` control uses, ascending: the ``allowed`` ones local to the GPU at ``pci_bus_id`` where at
+    least `MIN_CPUS_TO_PIN` are, else every allowed CPU."""
     allowed = sorted(allowed)
     near = sorted(set(allowed) & (local_cpus(pci_bus_id, sysfs) or set())) if pci_bus_id else []
     return near if len(near) >= MIN_CPUS_TO_PIN else allowed
@@ -70,9 +68,8 @@ def pin_cpus(allowed: Iterable[int], pci_bus_id: str | None, sysfs: Path = SYSFS
 
 @contextlib.contextmanager
 def _pinned(info: dict[str, object], gpu_index: int | None) -> Iterator[None]:
-    """Pin the caller on the last `CALLER_CPUS` of `pin_cpus` (those near the GPU) and
-    (`detector.handoff.set_thread_placement`) each new worker name on the next CPU down, round robin;
-    ``info["pin"]``: where they ran, or why not."""
+    """Pin the caller on the last `CALLER_CPUS` of `pin_cpus` and each new worker name on the next CPU down, round
+    robin (`detector.handoff.set_thread_placement`); ``info["pin"]``: where they ran, or why not."""
     from detector.handoff import set_thread_placement
 
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -116,8 +113,7 @@ def session_controls(controls: Controls, *, on_gpu: bool) -> None:
 
 @contextlib.contextmanager
 def controlled(controls: Controls, *, on_gpu: bool, gpu_index: int | None = None) -> Iterator[dict[str, object]]:
-    """The in-region controls for the block, each undone after it; yields what was applied (extra_info["controls"]).
-    ``gpu_index``: torch's index of the GPU measured, whose CPUs ``pin`` prefers."""
+    """The in-region controls for the block, each undone after it; yields what was applied (extra_info["controls"])."""
     from detector.video import set_decode_threads
 
     info: dict[str, object] = {"active": sorted(controls.active)}
@@ -149,8 +145,7 @@ def controlled(controls: Controls, *, on_gpu: bool, gpu_index: int | None = None
 
 
 def reading_on(worker: str, reference: Callable[[], float], readings: int = WORKER_READINGS) -> float:
-    """The median of ``readings`` calls of ``reference`` (s) on a thread named ``worker``: the speed of the
-    CPU the ``pin`` placement gives that loop's worker of the same name."""
+    """The median of ``readings`` calls of ``reference`` (s) on a thread named ``worker``, placed as ``pin`` does."""
     from detector.handoff import Control, start_worker
 
     control, out = Control(), []

@@ -43,8 +43,7 @@ def release_cuda_memory() -> None:
 
 
 def cuda_memory(device: str) -> dict[str, Any]:
-    """MiB in use on ``device`` ("cuda", "cuda:N"): torch ``allocated`` and ``reserved``, and ``device_used`` (every
-    allocator on the GPU: TensorRT, ONNX Runtime, other processes). Empty on the CPU or before CUDA starts."""
+    """MiB in use on ``device``: torch's, and ``device_used`` by every allocator on the GPU; {} before CUDA starts."""
     import torch
 
     if not device.startswith("cuda") or not torch.cuda.is_available() or not torch.cuda.is_initialized():

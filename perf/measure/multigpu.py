@@ -16,9 +16,8 @@ log = logging.getLogger(__name__)
 
 
 def usable_gpus(env: MutableMapping[str, str] | None = None) -> list[str]:
-    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries: its own (indices or UUIDs, as given),
-    else the UUIDs of ``nvidia-smi``'s GPUs, in its (PCI) order, CUDA untouched. A UUID, not nvidia-smi's index:
-    CUDA numbers the GPUs in its own order (``CUDA_DEVICE_ORDER``, fastest first by default)."""
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries: its own, else ``nvidia-smi``'s UUIDs
+    (not its indices: CUDA numbers the GPUs in its own order, ``CUDA_DEVICE_ORDER``)."""
     env = os.environ if env is None else env
     if (visible := env.get("CUDA_VISIBLE_DEVICES")) is not None:  # CUDA stops at the first entry it cannot read
         entries = [v.strip() for v in visible.split(",")]
@@ -45,8 +44,7 @@ def bind_worker_gpu(env: MutableMapping[str, str] | None = None) -> str | None:
 
 
 def barrier(folder: Path, name: str, rank: int, parties: int, *, timeout_s: float = 300.0) -> None:
-    """Wait until all ``parties`` processes (ranks 0..parties-1) reached barrier ``name`` in ``folder``
-    (a file per rank); raises TimeoutError naming the missing ranks after ``timeout_s`` seconds."""
+    """Wait until ranks 0..parties-1 reached barrier ``name`` (a file per rank in ``folder``), or TimeoutError."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.{rank}").touch()
     deadline = time.monotonic() + timeout_s
@@ -57,8 +55,7 @@ def barrier(folder: Path, name: str, rank: int, parties: int, *, timeout_s: floa
 
 
 def throughput(runner: Any, x: Any, seconds: float) -> dict[str, float]:
-    """Back-to-back ``runner.infer(x)`` (output left on the device) for about ``seconds`` of wall time;
-    returns ``{"calls", "images", "seconds", "images_per_s"}``, the clock stopped after the device finished."""
+    """Back-to-back ``runner.infer(x)`` (output on the device) for about ``seconds`` of wall time, device finished."""
     on_gpu, calls, elapsed, start = runner.stream is not None, 0, 0.0, time.perf_counter()
     while calls == 0 or elapsed < seconds:
         for _ in range(20):

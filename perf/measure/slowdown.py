@@ -21,8 +21,8 @@ def _busy_wait_ms(ms: float) -> None:
 
 
 def delay_call(delay_ms: float, device_index: int | None) -> Callable[[], None]:
-    """A callable that adds ``delay_ms`` of work where it is called: a ``torch.cuda._sleep`` kernel on the
-    current stream of CUDA device ``device_index``, or a host busy-wait when ``device_index`` is None."""
+    """A callable adding ``delay_ms`` of work: a ``torch.cuda._sleep`` kernel on CUDA device ``device_index``'s
+    current stream, or a host busy-wait for None."""
     if device_index is None:
         return functools.partial(_busy_wait_ms, delay_ms)
     import torch
@@ -34,8 +34,7 @@ def delay_call(delay_ms: float, device_index: int | None) -> Callable[[], None]:
 
 
 def slow_down(runner: Runner, delay_ms: float) -> Callable[[], None] | None:
-    """Make every later ``runner.infer`` (of an active runner: its stream decides GPU or host) do ``delay_ms`` more
-    work through ``Runner.add_infer_hook``; returns the hook's remover (None for no delay)."""
+    """Make every later ``runner.infer`` do ``delay_ms`` more work (GPU or host, as its stream); the hook's remover."""
     if delay_ms <= 0:
         return None
     on_gpu = runner.stream is not None and runner.torch_device is not None

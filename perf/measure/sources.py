@@ -68,14 +68,13 @@ def skip_unless_decodes(source: Source, runner: Any) -> None:
     if source.decoder == "nvdec":
         from detector.gpudecode import nvdec_unavailable
 
-        reason = nvdec_unavailable(runner.device)
-        if reason is not None:
+        if (reason := nvdec_unavailable(runner.device)) is not None:
             pytest.skip(reason)
 
 
 def with_sources(params: Sequence[Any], sources: Sequence[Source], device: str) -> list[Any]:
-    """``params`` (`perf.measure.cases.Case`) on the default source, then a param per other source for each
-    ``ci``-marked one, without ``ci`` and ``nsys``; NVDEC skipped where it cannot run (known without loading it)."""
+    """``params`` (`perf.measure.cases.Case`), then each ``ci``-marked one on every other source, without ``ci`` and
+    ``nsys``; NVDEC skipped where it cannot run."""
     from detector.gpudecode import nvdec_unavailable
 
     out = list(params)

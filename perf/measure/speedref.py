@@ -8,6 +8,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 CALLS = 3  # calls per reading, the best kept (a reading measures speed, not interruptions)
 FRAME_CALLS = 1  # calls per in-band reading on the writer thread (`FrameProbe`): ~3% of its time
 NOMINAL_S = 1e-3  # normalised samples are s per frame (or tick) had a reading taken this
@@ -17,8 +19,6 @@ class CpuReference:
     """The reference workload; calling it returns the best of `CALLS` runs, in seconds."""
 
     def __init__(self, seed: int = 0) -> None:
-        import numpy as np
-
         # a 540 x 960 BGR frame, seeded noise over gradients (compresses like a video frame)
         ramp = np.add.outer(np.arange(540), np.arange(960)).astype(np.float32) / (540 + 960) * 200
         noise = np.random.default_rng(seed).normal(0, 12, (540, 960, 3)).astype(np.float32)
@@ -26,7 +26,6 @@ class CpuReference:
 
     def __call__(self, calls: int = CALLS) -> float:
         import cv2
-        import numpy as np
 
         best = float("inf")
         for _ in range(calls):

@@ -44,8 +44,7 @@ class Stability:
 
 
 def robust_sd(values: Sequence[float] | np.ndarray) -> float:
-    """``MAD_TO_SD * MAD`` (`scipy.stats.median_abs_deviation`): a normal sample's standard deviation, blind
-    to a few outliers; in the values' unit. NaN for an empty sample."""
+    """``MAD_TO_SD * MAD``: a normal sample's standard deviation, blind to outliers (values' unit; NaN if empty)."""
     from scipy.stats import median_abs_deviation
 
     return MAD_TO_SD * float(median_abs_deviation(np.asarray(values, dtype=float)))
@@ -59,9 +58,8 @@ def robust_cv(values: Sequence[float] | np.ndarray) -> float:
 
 
 def window_drift(values: Sequence[float] | np.ndarray, windows: int = DEFAULT_WINDOWS) -> tuple[float, float] | None:
-    """``(drift, noise)``: the spread of the medians of ``windows`` consecutive windows, and the spread noise
-    would rarely exceed (`DRIFT_NOISE_FACTOR` standard errors of a window median, 1.2533 = sqrt(pi / 2) times
-    a mean's), as fractions of the median; None below ``2 * windows`` rounds."""
+    """``(drift, noise)`` over the median: the spread of ``windows`` window medians, and what noise would rarely
+    exceed (1.2533 = sqrt(pi / 2): a median's standard error per a mean's); None below ``2 * windows`` rounds."""
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size < 2 * windows:
         return None
@@ -108,8 +106,7 @@ def time_rounds(fn: Callable[[], Any], timer: Callable[[], float], rounds: int, 
                 disable_gc: bool = False) -> list[float]:  # fmt: skip
     """Seconds per call of ``fn`` in each of ``rounds`` rounds of ``iterations`` calls, read from ``timer``
     around each round (pytest-benchmark's round loop, so the numbers mean the same thing)."""
-    out = []
-    gc_was_enabled = gc.isenabled()
+    out, gc_was_enabled = [], gc.isenabled()
     if disable_gc:
         gc.disable()
     try:
