@@ -1,5 +1,4 @@
-"""The measured cases (backend variant x precision x batch, each collected, skipping at set-up where it cannot run),
-the ``ci`` marks of `KEY_CASES`, and `CASE_FIXTURES`: what each benchmark module is parametrised over."""
+"""Measured cases (variant x precision x batch), their ``ci`` marks (`KEY_CASES`) and `CASE_FIXTURES`."""
 
 from __future__ import annotations
 

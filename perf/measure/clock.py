@@ -1,6 +1,4 @@
-"""The suite's benchmark clock, `SUITE_CLOCK` (the ``benchmark`` marker's ``timer``): CUDA events on the current
-stream on a GPU run, ``time.perf_counter`` on a CPU run (and, on a GPU run, for a runner on no stream of the suite's:
-`SuiteClock.on_host`), picked on first use (docs/method.md, section 1)."""
+"""`SUITE_CLOCK`: CUDA events on a GPU run, ``time.perf_counter`` otherwise (docs/method.md, section 1)."""
 
 from __future__ import annotations
 
@@ -45,8 +43,7 @@ class SuiteClock:
 
     @contextlib.contextmanager
     def on_host(self) -> Iterator[None]:
-        """For the block, ``time.perf_counter`` on any device: for a runner on a stream of its own (ONNX Runtime's
-        CUDA provider), whose work CUDA events on the current stream do not see."""
+        """For the block, ``time.perf_counter``: for a runner on its own stream (ONNX Runtime): CUDA events miss it."""
         before, self._on_host = self._on_host, True
         try:
             yield

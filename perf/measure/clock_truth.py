@@ -1,5 +1,4 @@
-"""Clock truth: GPU work of known duration (``torch.cuda._sleep``, calibrated against the host clock) timed with the
-suite's CUDA-event clock and with the host clock (docs/method.md, section 7)."""
+"""Clock truth: calibrated ``torch.cuda._sleep`` timed by the event and host clocks (docs/method.md, section 7)."""
 
 from __future__ import annotations
 

@@ -43,8 +43,7 @@ class Controls:
 
 
 def local_cpus(pci_bus_id: str, sysfs: Path = SYSFS) -> set[int] | None:
-    """The CPUs of ``<sysfs>/bus/pci/devices/<pci_bus_id>/local_cpulist`` (``0-15,32-47``; NVML's ``00000000:1B:00.0``
-    too), or None where that file is missing or unreadable."""
+    """The CPUs in ``<sysfs>/bus/pci/devices/<pci_bus_id>/local_cpulist`` (NVML's bus id too); None if unreadable."""
     domain, _, rest = pci_bus_id.strip().lower().partition(":")
     try:
         address = f"{int(domain, 16):04x}:{rest}"  # sysfs's 4-digit domain
@@ -59,8 +58,7 @@ def local_cpus(pci_bus_id: str, sysfs: Path = SYSFS) -> set[int] | None:
 
 
 def pin_cpus(allowed: Iterable[int], pci_bus_id: str | None, sysfs: Path = SYSFS) -> list[int]:
-    """The CPUs the ``pin`` control uses, ascending: the ``allowed`` ones local to the GPU at ``pci_bus_id`` where at
-    least `MIN_CPUS_TO_PIN` are, else every allowed CPU."""
+    """The ``allowed`` CPUs local to the GPU at ``pci_bus_id`` if `MIN_CPUS_TO_PIN` are, else all, ascending."""
     allowed = sorted(allowed)
     near = sorted(set(allowed) & (local_cpus(pci_bus_id, sysfs) or set())) if pci_bus_id else []
     return near if len(near) >= MIN_CPUS_TO_PIN else allowed
@@ -68,8 +66,7 @@ def pin_cpus(allowed: Iterable[int], pci_bus_id: str | None, sysfs: Path = SYSFS
 
 @contextlib.contextmanager
 def _pinned(info: dict[str, object], gpu_index: int | None) -> Iterator[None]:
-    """Pin the caller on the last `CALLER_CPUS` of `pin_cpus` and each new worker name on the next CPU down, round
-    robin (`detector.handoff.set_thread_placement`); ``info["pin"]``: where they ran, or why not."""
+    """Pin the caller on the last `CALLER_CPUS` of `pin_cpus`, workers round robin below; ``info["pin"]`` says where."""
     from detector.handoff import set_thread_placement
 
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []

@@ -1,5 +1,4 @@
-"""What a benchmark ran on (`machine_fingerprint`, ``machine_info["perf"]`` of a saved run; what cannot be read is
-None), and whether a saved run may be compared with this one (`fingerprint_differences`)."""
+"""What a benchmark ran on (`machine_fingerprint`) and whether runs compare (`fingerprint_differences`)."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ def machine_fingerprint(gpu_index: int = 0) -> dict[str, Any]:
 
 
 def device_fingerprint(device: str) -> dict[str, Any]:
-    """``machine_info["perf"]`` of a run on ``device`` ("cpu", "cuda", "cuda:N"): `machine_fingerprint` of its GPU
-    (`detector.devices.device_index`; GPU 0 for "cpu") and ``device``, its type."""
+    """``machine_info["perf"]`` of a run on ``device``: `machine_fingerprint` of its GPU (0 for "cpu") and its type."""
     kind = device.partition(":")[0]
     return {**machine_fingerprint(gpu_index=device_index(device) if kind == "cuda" else 0), "device": kind}
 

@@ -1,5 +1,4 @@
-"""Several GPUs through pytest-xdist (``pytest perf/test_multi_gpu.py -n <GPUs> --dist each``; docs/method.md,
-section 7): one GPU per worker, a file barrier, a throughput loop."""
+"""Several GPUs via pytest-xdist: a GPU per worker, a file barrier, a throughput loop (docs/method.md, section 7)."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ def usable_gpus(env: MutableMapping[str, str] | None = None) -> list[str]:
 
 
 def bind_worker_gpu(env: MutableMapping[str, str] | None = None) -> str | None:
-    """In xdist worker ``gwN``, before CUDA starts, set ``CUDA_VISIBLE_DEVICES`` to the N-th usable GPU (round robin);
-    returns it, or None outside a worker, with ``PERF_GPU_PER_WORKER=0`` or without GPUs."""
+    """In xdist worker ``gwN``, set ``CUDA_VISIBLE_DEVICES`` to the N-th usable GPU and return it; else None."""
     env = os.environ if env is None else env
     worker = env.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw") or env.get("PERF_GPU_PER_WORKER", "1") == "0" or not (gpus := usable_gpus(env)):

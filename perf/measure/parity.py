@@ -1,5 +1,4 @@
-"""Parity of a candidate backend against the reference, before NMS (`compare_tensors`) and after it
-(`compare_detections`); docs/method.md, section 7."""
+"""Parity of a candidate backend with the reference, before NMS and after it (docs/method.md, section 7)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""Samples of the video pipelines: seconds per frame (or tick) in blocks of consecutive iterations, which replace
-the benchmark's rounds, each stage's blocks as ``stage:<name>`` metrics (docs/method.md, section 1). `TimedPasses` is
-the video benchmarks' one driver."""
+"""Block samples of the video pipelines as the benchmark's rounds, and `TimedPasses` (docs/method.md, section 1)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -36,8 +33,7 @@ def pass_frames(path: str | os.PathLike[str], frames: int | None, fallback: int)
 
 
 def block_samples(passes: Sequence[Sequence[float]], block: int, skip: int = 0) -> list[float]:
-    """Seconds per iteration of each whole block of ``block`` iterations, pass after pass (``passes``: ms per
-    iteration); the first ``skip`` iterations (pipeline fill) and a last part block left out."""
+    """Seconds per iteration of each whole ``block`` of ``passes`` (ms per iteration), the first ``skip`` left out."""
     if block < 1 or skip < 0:
         raise ValueError(f"block must be >= 1 and skip >= 0, got {block} and {skip}")
     return [sum(usable[start : start + block]) / 1e3 / block
@@ -47,9 +43,7 @@ def block_samples(passes: Sequence[Sequence[float]], block: int, skip: int = 0) 
 
 def record_samples(benchmark: Any, samples_s: Sequence[float], *, rule: StabilityRule, label: str, unit: str,
                    block: int, metrics: Mapping[str, Mapping[str, Any]] | None = None) -> None:  # fmt: skip
-    """Make ``samples_s`` the benchmark's rounds and record how: ``extra_info["samples"]`` (``label``, ``unit``,
-    ``block``, count), ``["metrics"]`` (name -> {"label", "unit", "data", ...}), ``["stability"]`` (the rule's
-    verdict); with ``--benchmark-disable`` only ``extra_info``."""
+    """Make ``samples_s`` the benchmark's rounds; ``extra_info`` says how ("samples", "metrics", "stability")."""
     benchmark.extra_info["samples"] = {"metric": PRIMARY, "label": label, "unit": unit, "block": block,
                                        "count": len(samples_s)}  # fmt: skip
     if metrics:
@@ -63,8 +57,7 @@ def record_samples(benchmark: Any, samples_s: Sequence[float], *, rule: Stabilit
 
 def stage_metrics(passes: Sequence[Mapping[str, Sequence[float]]], block: int, skip: int = 0, *,
                   judged: bool = True) -> dict[str, dict[str, Any]]:  # fmt: skip
-    """``stage:<name>`` metrics (s per frame, the frame time's blocks) of the stages every pass has (ms per
-    iteration); ``judged``: the gate judges each one's change as a share of the frame time (method.md, 4)."""
+    """``stage:<name>`` metrics (s per frame) of the stages every pass has; ``judged``: as a share of the frame time."""
     names = [name for name in (passes[0] if passes else {}) if all(name in p for p in passes)]
     blocks = {name: block_samples([p[name] for p in passes], block, skip) for name in names}
     return {f"stage:{name}": {"label": f"stage {name}", "unit": "s per frame", "data": data, "judged": judged}
@@ -73,8 +66,7 @@ def stage_metrics(passes: Sequence[Mapping[str, Sequence[float]]], block: int, s
 
 @dataclass(frozen=True)
 class PassSamples:
-    """What `TimedPasses.record` recorded: ``wall`` (s per frame or tick of every block), ``stage_passes``
-    (each pass's ms per iteration of every stage), ``stages`` (the ``stage:<name>`` metrics)."""
+    """What `TimedPasses.record` recorded (s per frame or tick; stage passes in ms per iteration)."""
 
     wall: list[float]
     stage_passes: list[dict[str, list[float]]]
@@ -82,8 +74,7 @@ class PassSamples:
 
 
 class TimedPasses(Generic[R]):
-    """Timed passes of a video loop (`run`: each pass's ``results`` and ``probes``) recorded as block samples
-    (`record`); ``reference``: the CPU reference with the ``cpu-reference`` control on a GPU, else None."""
+    """Timed passes of a video loop (`run`) recorded as block samples (`record`), with the CPU reference if on."""
 
     def __init__(self, block: int, controls: Collection[str], on_gpu: bool) -> None:
         self.block = block
@@ -96,9 +87,8 @@ class TimedPasses(Generic[R]):
         return ReferenceProbe(self.reference, self.block) if self.reference is not None else None
 
     def run(self, benchmark: Any, one_pass: Callable[[ReferenceProbe | None], R], rounds: int,
-            *regions: AbstractContextManager[Any]) -> None:  # fmt: skip
-        """``rounds`` passes ``one_pass(probe)`` (a fresh `probe` each) through ``benchmark.pedantic`` (one
-        iteration, no warm-up round) inside ``regions`` (entered in order: the ``measured_region`` first)."""
+            *regions: contextlib.AbstractContextManager[Any]) -> None:  # fmt: skip
+        """``rounds`` passes ``one_pass(probe)`` through ``benchmark.pedantic`` inside ``regions`` (in order)."""
 
         def timed() -> None:
             probe = self.probe()
@@ -118,8 +108,7 @@ class TimedPasses(Generic[R]):
         return None if self.reference is None else [p.readings_s for p in self.probes if p is not None]
 
     def record(self, benchmark: Any, record: Callable[..., None], per: str = "frame") -> PassSamples:
-        """Record the passes through ``record`` (the ``perf_samples`` fixture): each block's s per ``per`` ("frame" or
-        multi-stream "tick"), in CPU-reference units where read, stages alike; the wall clock as ``wall``."""
+        """Record the passes through ``record`` (``perf_samples``), in CPU-reference units where read."""
         if per == "frame":
             iterations = [r.iteration_ms for r in self.results]
             stage_passes = [{k: v[: len(r.iteration_ms)] for k, v in r.stage_samples_ms.items()} for r in self.results]

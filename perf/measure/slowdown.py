@@ -1,5 +1,4 @@
-"""``--perf-inject-delay=MS``: a deliberate, known slowdown of every runner, the proof that the gate catches a
-regression (docs/method.md, section 8)."""
+"""``--perf-inject-delay=MS``: a known slowdown of every runner, the gate's proof (docs/method.md, section 8)."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ def _busy_wait_ms(ms: float) -> None:
 
 
 def delay_call(delay_ms: float, device_index: int | None) -> Callable[[], None]:
-    """A callable adding ``delay_ms`` of work: a ``torch.cuda._sleep`` kernel on CUDA device ``device_index``'s
-    current stream, or a host busy-wait for None."""
+    """A callable adding ``delay_ms`` of work: a ``torch.cuda._sleep`` on GPU ``device_index``, else a busy-wait."""
     if device_index is None:
         return functools.partial(_busy_wait_ms, delay_ms)
     import torch

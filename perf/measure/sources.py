@@ -1,5 +1,4 @@
-"""Where the video benchmarks' frames come from and whether the output is encoded: ``--perf-sources``,
-``<codec>[+nvdec][+noencode]`` (docs/method.md, section 14)."""
+"""Video benchmarks' frame sources, ``--perf-sources``: ``<codec>[+nvdec][+noencode]`` (docs/method.md, section 14)."""
 
 from __future__ import annotations
 
@@ -73,8 +72,7 @@ def skip_unless_decodes(source: Source, runner: Any) -> None:
 
 
 def with_sources(params: Sequence[Any], sources: Sequence[Source], device: str) -> list[Any]:
-    """``params`` (`perf.measure.cases.Case`), then each ``ci``-marked one on every other source, without ``ci`` and
-    ``nsys``; NVDEC skipped where it cannot run."""
+    """``params``, then each ``ci`` one on every other source (no ``ci``, ``nsys``; NVDEC skipped where unusable)."""
     from detector.gpudecode import nvdec_unavailable
 
     out = list(params)

@@ -1,5 +1,4 @@
-"""The CPU reference: a fixed CPU workload (library code only) timed in-band, how fast the CPU under the pipeline
-is at that moment (docs/method.md, section 1)."""
+"""The CPU reference: a fixed CPU workload timed in-band, the CPU's speed at that moment (docs/method.md, section 1)."""
 
 from __future__ import annotations
 

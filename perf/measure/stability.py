@@ -1,5 +1,4 @@
-"""The stability rule at measurement time, re-measuring an unstable benchmark, and `robust_sd`, the suite's one
-robust scale (docs/method.md, section 8)."""
+"""The stability rule, re-measuring an unstable benchmark, and `robust_sd` (docs/method.md, section 8)."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ def robust_sd(values: Sequence[float] | np.ndarray) -> float:
 def robust_cv(values: Sequence[float] | np.ndarray) -> float:
     """`robust_sd` / median (the CV of a normal sample, insensitive to outliers); 0 for a zero median."""
     x = np.asarray(values, dtype=np.float64).ravel()
-    median = float(np.median(x))
-    return robust_sd(x) / median if median > 0 else 0.0
+    return robust_sd(x) / median if (median := float(np.median(x))) > 0 else 0.0
 
 
 def window_drift(values: Sequence[float] | np.ndarray, windows: int = DEFAULT_WINDOWS) -> tuple[float, float] | None:
@@ -104,8 +102,7 @@ class StabilityRule:
 
 def time_rounds(fn: Callable[[], Any], timer: Callable[[], float], rounds: int, iterations: int = 1, *,
                 disable_gc: bool = False) -> list[float]:  # fmt: skip
-    """Seconds per call of ``fn`` in each of ``rounds`` rounds of ``iterations`` calls, read from ``timer``
-    around each round (pytest-benchmark's round loop, so the numbers mean the same thing)."""
+    """Seconds per call of ``fn`` in each of ``rounds`` rounds of ``iterations`` (pytest-benchmark's round loop)."""
     out, gc_was_enabled = [], gc.isenabled()
     if disable_gc:
         gc.disable()

@@ -1,5 +1,4 @@
-"""GPU telemetry during a benchmark: `NvmlSampler` samples NVML on a background thread and summarises it (a no-op
-whose summary says why without NVML or a GPU; docs/method.md, section 10)."""
+"""GPU telemetry: `NvmlSampler` samples NVML on a thread and summarises it (docs/method.md, section 10)."""
 
 from __future__ import annotations
 
