@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 DURATIONS_MS = (0.1, 1.0, 10.0)
@@ -52,11 +52,10 @@ def reading(cycles: int, cycles_per_ms: float, event_ms: float, host_ms: float) 
             "host_error": host_ms / exact - 1, "offset_us": (event_ms - exact) * 1e3}
 
 
-def clock_truth(clock: Callable[[], float], rough_cycles_per_ms: float,
-                durations_ms: Sequence[float] = DURATIONS_MS) -> dict[str, Any]:  # fmt: skip
-    """Calibrate, read both clocks at each duration, calibrate again (the known durations from the mean rate)."""
+def clock_truth(clock: Callable[[], float], rough_cycles_per_ms: float) -> dict[str, Any]:
+    """Calibrate, read both clocks at each of `DURATIONS_MS`, calibrate again (known durations from the mean rate)."""
     before = calibrate(rough_cycles_per_ms)
-    cycles = [int(round(ms * before["cycles_per_ms"])) for ms in durations_ms]
+    cycles = [int(round(ms * before["cycles_per_ms"])) for ms in DURATIONS_MS]
     raw = [read_clocks(c, clock) for c in cycles]
     after = calibrate(rough_cycles_per_ms)
     rate = (before["cycles_per_ms"] + after["cycles_per_ms"]) / 2

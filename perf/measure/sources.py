@@ -38,8 +38,7 @@ class Source:
     @property
     def spec(self) -> str:
         """As written in ``--perf-sources``."""
-        nvdec = ["nvdec"] if self.decoder == "nvdec" else []
-        return "+".join([self.codec, *nvdec] + ([] if self.encode else ["noencode"]))
+        return "+".join([self.codec] + ["nvdec"] * (self.decoder == "nvdec") + ["noencode"] * (not self.encode))
 
 
 DEFAULT = Source()
@@ -50,10 +49,9 @@ def parse_source(text: str) -> Source:
     codec, *flags = [part.strip().lower() for part in text.split("+")]
     if codec not in (*CODECS, USER_VIDEO):
         raise ValueError(f"unknown codec {codec!r} in source {text!r}; allowed: {', '.join(CODECS)}")
-    unknown = [flag for flag in flags if flag not in _FLAGS]
-    if unknown or len(set(flags)) != len(flags):
-        raise ValueError(f"source {text!r}: after the codec only {' and '.join('+' + f for f in _FLAGS)} are allowed, "
-                         f"each once")  # fmt: skip
+    if set(flags) - set(_FLAGS) or len(set(flags)) != len(flags):
+        allowed = " and ".join("+" + flag for flag in _FLAGS)
+        raise ValueError(f"source {text!r}: after the codec only {allowed} are allowed, each once")
     return Source(codec, "nvdec" if "nvdec" in flags else "opencv", "noencode" not in flags)
 
 
