@@ -22,9 +22,8 @@ KEY_CASES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
     "inference": {"cuda": (("torch", "fp32"), ("torch-graph", "fp16"), ("torch-compile", "fp16"),
                            ("onnxruntime", "fp32"), ("tensorrt", "fp16")),
                   "cpu": (("torch", "fp32"), ("onnxruntime", "fp32"))},
-    "end-to-end": {"cuda": (("torch-graph", "fp16"), ("tensorrt", "fp16")), "cpu": (("torch", "fp32"),)},
-    "pipelined": {"cuda": (("torch-graph", "fp16"), ("tensorrt", "fp16")), "cpu": (("torch", "fp32"),)},
-    "multistream": {"cuda": (("torch-graph", "fp16"), ("tensorrt", "fp16")), "cpu": (("torch", "fp32"),)},
+    **dict.fromkeys(("end-to-end", "pipelined", "multistream"),
+                    {"cuda": (("torch-graph", "fp16"), ("tensorrt", "fp16")), "cpu": (("torch", "fp32"),)}),
     "parity": {"cuda": (("torch-graph", "fp16"), ("torch-compile", "fp16"), ("tensorrt", "fp16")),
                "cpu": (("onnxruntime", "fp32"),)},
 }  # fmt: skip
@@ -39,8 +38,7 @@ class Case:
     precision: str
     batch: int = 1
     options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
-    #: The video pipelines' frames (`perf.measure.sources`); the default for every other family.
-    source: Source = DEFAULT_SOURCE
+    source: Source = DEFAULT_SOURCE  # the video pipelines' frames; the default for every other family
 
     @property
     def id(self) -> str:

@@ -90,5 +90,4 @@ def max_time_s(max_time: float, given: bool) -> float:
     return float(max_time) if given or SUITE_CLOCK.kind != "cuda-events" else min(float(max_time), GPU_MAX_TIME_S)
 
 
-#: The one clock every inference benchmark uses (``@pytest.mark.benchmark(timer=SUITE_CLOCK)``).
-SUITE_CLOCK = SuiteClock()
+SUITE_CLOCK = SuiteClock()  # every inference benchmark's clock: ``@pytest.mark.benchmark(timer=SUITE_CLOCK)``

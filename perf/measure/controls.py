@@ -97,8 +97,7 @@ def _torch_threads(threads: int | None) -> int:
     return before
 
 
-#: torch's intra-op threads before `session_controls` changed them (None: untouched).
-_torch_threads_before: int | None = None
+_torch_threads_before: int | None = None  # torch's threads before `session_controls` changed them (None: untouched)
 
 
 def session_controls(controls: Controls, *, on_gpu: bool) -> None:

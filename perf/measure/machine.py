@@ -87,8 +87,7 @@ def module_version(module: str) -> str | None:
         return None
 
 
-#: importlib.metadata.packages_distributions(), read once (it scans every installed distribution).
-_module_distributions = functools.cache(importlib.metadata.packages_distributions)
+_module_distributions = functools.cache(importlib.metadata.packages_distributions)  # it scans every distribution
 
 
 def _torch_cuda_info(index: int) -> dict[str, Any]:

@@ -14,8 +14,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_REMEASURE, DEFAULT_MAX_CV, DEFAULT_MAX_DRIFT, DEFAULT_WINDOWS = 2, 0.10, 0.05, 4
-#: Fewer rounds than this and a sample is "unstable": no interval from 4 numbers is worth a verdict.
-MIN_ROUNDS = 5
+MIN_ROUNDS = 5  # fewer rounds and a sample is "unstable": no interval from 4 numbers is worth a verdict
 #: Window-median spread (in standard errors of one window median) that independent noise exceeds with
 #: probability ~1e-3 for 4 windows (the studentized range's 99.9% point for 4 groups is 5.3).
 DRIFT_NOISE_FACTOR = 5.3

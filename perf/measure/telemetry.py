@@ -16,16 +16,13 @@ from perf.measure.machine import nvml_handle, torch_gpu_uuid
 
 log = logging.getLogger(__name__)
 
-#: Sample fields summarized, with their units in the names.
-METRICS = ("gpu_util_pct", "sm_clock_mhz", "mem_used_mib", "temperature_c", "power_w")
-#: An SM clock this far below the highest seen in the run (fraction) counts as throttling.
-CLOCK_DROP = 0.10
+METRICS = ("gpu_util_pct", "sm_clock_mhz", "mem_used_mib", "temperature_c", "power_w")  # summarized; units in names
+CLOCK_DROP = 0.10  # an SM clock this far below the run's highest (fraction) counts as throttling
 #: NVML clock event / throttle reason bits (nvmlClocksEventReason*; the older *ThrottleReason* values are the same).
 REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
            0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
            0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}  # fmt: skip
-#: Reasons that do not mean throttling: an idle GPU and clocks pinned by the user.
-BENIGN_REASONS = 0x1 | 0x2 | 0x100
+BENIGN_REASONS = 0x1 | 0x2 | 0x100  # not throttling: an idle GPU and clocks pinned by the user
 #: Why a MIG slice has no telemetry.
 MIG = "NVML reads no utilisation of a slice, and its clocks, power and temperature are the whole GPU's"
 
