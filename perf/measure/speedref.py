@@ -50,8 +50,7 @@ class ReferenceProbe:
 
 
 class FrameProbe:
-    """The pipelined loop's ``on_frame`` hook on its writer thread: a reading (`FRAME_CALLS`) after every
-    ``block``-th frame past ``skip``; ``spent_ms[i]``: its time in frame ``i``'s interval, for `exclude`."""
+    """The pipelined writer's on_frame hook: a reading each ``block``-th frame past ``skip`` (time: ``spent_ms``)."""
 
     def __init__(self, reference: CpuReference, block: int, skip: int = 0) -> None:
         self.reference, self.block, self.skip = reference, block, skip
@@ -81,8 +80,7 @@ def smoothed(readings: Sequence[float], index: int) -> float:
 
 def normalize(blocks_s: Sequence[Sequence[float]], readings_s: Sequence[Sequence[float]], nominal_s: float,
               offset: int = 0) -> list[float]:  # fmt: skip
-    """Each block's s per frame times ``nominal_s`` / its reading (block k: reading ``offset + k``, taken just after,
-    `smoothed`), pass after pass: its time at the reference's nominal speed; blocks without a reading left out."""
+    """Each block's s per frame at ``nominal_s`` speed, by its `smoothed` reading ``offset + k``; none without one."""
     return [value * nominal_s / smoothed(readings, offset + k)
             for blocks, readings in zip(blocks_s, readings_s)
             for k, value in enumerate(blocks) if offset + k < len(readings)]  # fmt: skip

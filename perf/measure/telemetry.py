@@ -57,8 +57,7 @@ def summarize_samples(samples: Sequence[Sample]) -> dict[str, float | int]:
 
 
 def detect_throttle(samples: Sequence[Sample], clock_drop: float = CLOCK_DROP) -> tuple[bool, list[str]]:
-    """(throttled, reasons): the busy GPU's SM clock fell over ``clock_drop`` below its highest, or NVML reported
-    a clock reason not in `BENIGN_REASONS`."""
+    """(throttled, reasons): the busy SM clock fell over ``clock_drop`` below its top, or a non-benign reason."""
     busy = [s.sm_clock_mhz for s in samples if s.sm_clock_mhz is not None and not (s.reasons or 0) & 0x1]
     top, low = max(busy, default=0.0), min(busy, default=0.0)
     reasons = [f"sm_clock_dropped {top:.0f}->{low:.0f} MHz ({100 * (top - low) / top:.0f} %)"
@@ -100,8 +99,7 @@ def _mig(nvml: Any, handle: Any) -> bool:
 
 
 class NvmlSampler:
-    """Samples the GPU torch calls cuda:``device_index`` every ``interval_s`` s on a thread, and on entry and exit,
-    into ``samples``; on a MIG slice nothing, its summary says why (`MIG`)."""
+    """Samples GPU cuda:``device_index`` every ``interval_s`` s on a thread (and on entry and exit); not a MIG slice."""
 
     def __init__(self, device_index: int = 0, interval_s: float = 0.05, *, read: Callable[[], Sample] | None = None):
         if not interval_s > 0:  # 0 or NaN would spin the sampling thread
