@@ -65,7 +65,7 @@ class Baseline:
         return self.latest.benchmarks
 
     def noise_fields(self) -> dict[str, Any]:
-        """The verdict document's ``settings.noise_profile`` (its path, "in memory", or None) and ``noise_processes``."""
+        """The verdict document's ``settings.noise_profile`` (path, "in memory", or None) and ``noise_processes``."""
         noise = self.noise
         return {"noise_profile": None if noise is None else str(noise.path or "in memory"),
                 "noise_processes": None if noise is None else noise.processes}
@@ -76,9 +76,8 @@ class Baseline:
         key = (fullname, metric, min_effect)
         if key not in self._cache:
             entry = self.noise.entry(fullname, metric) if self.noise is not None else None
-            self._cache[key] = reference_for(self.runs, fullname, metric, entry.medians_s if entry else (),
-                                             min_effect=min_effect,
-                                             scatter=math.expm1(entry.between_sd) if entry else 0.0)  # fmt: skip
+            seed, scatter = (entry.medians_s, math.expm1(entry.between_sd)) if entry else ((), 0.0)
+            self._cache[key] = reference_for(self.runs, fullname, metric, seed, min_effect=min_effect, scatter=scatter)
         return self._cache[key]
 
     def judged_metrics(self, expected: Iterable[str] | None = None) -> int:
@@ -196,13 +195,13 @@ def _geomean(values: Sequence[float]) -> float:
     return math.exp(float(np.mean(np.log(values))))
 
 
-def _result(bench: BenchmarkRecord, metric: str, done: list[MetricResult], base_s: float, current_s: float,
-            floor: float, level: float, runs: int, decide: Callable[[float], Judgement], note: str = "") -> MetricResult:
+def _result(bench: BenchmarkRecord, metric: str, done: list[MetricResult], base_s: float, value_s: float, floor: float,
+            level: float, runs: int, decide: Callable[[float], Judgement], note: str = "") -> MetricResult:
     """A `MetricResult` of ``decide(its floor)`` after the judged metrics ``done``; a stage's also its contribution."""
     share, metric_floor = stage_share(metric, base_s, done[0].baseline_median_s if done else None, floor)
     result = decide(metric_floor)
     label = bench.metric_info(metric).get("label") or metric.replace(STAGE, "stage ")
-    return MetricResult(metric, str(label), True, result.verdict, base_s, current_s, result.ratio, result.lo,
+    return MetricResult(metric, str(label), True, result.verdict, base_s, value_s, result.ratio, result.lo,
                         result.hi, result.detectable * (share or 1.0), note=note, reference_runs=runs, level=level,
                         contribution=((result.lo - 1) * share, (result.hi - 1) * share) if share else None)
 
@@ -230,12 +229,9 @@ def _assemble(row: Row, metrics: list[MetricResult], unjudged: str) -> Row:
     if not metrics or metrics[0].metric != PRIMARY:
         row.note = unjudged
         return row
-    p = metrics[0]
-    row.metrics, row.note, row.moved = metrics, p.note, _moved(metrics)
-    row.baseline_median_s, row.current_median_s, row.ratio, row.lo, row.hi = (
-        p.baseline_median_s, p.current_median_s, p.ratio, p.lo, p.hi)
-    row.detectable, row.reference_runs = p.detectable, p.reference_runs
-    row.suspect = [m.metric for m in metrics if m.verdict == SLOWER]
+    for name in ("note", "baseline_median_s", "current_median_s", "ratio", "lo", "hi", "detectable", "reference_runs"):
+        setattr(row, name, getattr(metrics[0], name))
+    row.metrics, row.moved, row.suspect = metrics, _moved(metrics), [m.metric for m in metrics if m.verdict == SLOWER]
     row.verdict = SLOWER if row.suspect else FASTER if any(m.verdict == FASTER for m in metrics) else NO_CHANGE
     return row
 

@@ -78,8 +78,8 @@ class Budget:
 
 @dataclass(frozen=True)
 class Reference:
-    """One metric's per-process medians on this runner: ``logs`` (natural logs of the kept medians, seconds),
-    ``dropped`` outliers, and the between-process ``sd`` (log scale) and its ``df``, unless overridden."""
+    """One metric's per-process medians: ``logs`` (natural logs of the kept medians, seconds), ``dropped`` outliers,
+    and the between-process ``sd`` (log scale) and its ``df``, unless overridden."""
 
     logs: tuple[float, ...]
     dropped: int = 0
@@ -134,8 +134,7 @@ class Judgement:
 
 
 def verdict_of(ratio: float, lo: float, hi: float, floor: float = DEFAULT_FLOOR) -> str:
-    """The rule on a ratio and its interval: "slower" when the interval lies above 1 and the ratio beyond
-    ``1 + floor``, "faster" likewise below, else "no change"."""
+    """"slower" when the interval lies above 1 and the ratio beyond ``1 + floor``, "faster" likewise below."""
     if lo > 1 and ratio > 1 + floor:
         return SLOWER
     if hi < 1 and ratio < 1 / (1 + floor):
@@ -158,8 +157,7 @@ def _exp(x: float) -> float:
 
 def _decide(d: float, se: float, df: float, level: float, floor: float, m: int,
             faster_level: float | None = None) -> Judgement:  # fmt: skip
-    """The judgement of a log difference ``d``, standard error ``se`` on ``df`` degrees of freedom: the interval's
-    low end at ``level``, its high end at ``faster_level`` (default ``level``)."""
+    """The judgement of a log difference ``d`` (standard error ``se``, ``df`` degrees of freedom) at these levels."""
     from scipy.stats import norm
 
     if not floor >= 0:
@@ -172,8 +170,8 @@ def _decide(d: float, se: float, df: float, level: float, floor: float, m: int,
 
 def judge(ref: Reference, candidate_s: Sequence[float], level: float, floor: float = DEFAULT_FLOOR,
           faster_level: float | None = None) -> Judgement:  # fmt: skip
-    """``candidate_s`` (per-process medians, seconds, one or more) against the reference ``ref`` at one-sided
-    ``level`` ("slower") and ``faster_level`` ("faster", default ``level``)."""
+    """``candidate_s`` (per-process medians, seconds) against ``ref`` at one-sided ``level`` and ``faster_level``
+    ("faster", default ``level``)."""
     y = np.log(np.asarray(candidate_s, dtype=float))
     if y.size == 0 or not np.all(np.isfinite(y)):
         raise ValueError("candidate: expected one or more positive per-process medians")
@@ -230,6 +228,5 @@ def judge_pairs(base_s: Sequence[float], candidate_s: Sequence[float], level: fl
 
 
 def within_reference(median_s: float, log_se: float) -> Reference:
-    """A one-process reference where no history exists: its within-process standard error ``log_se`` stands in
-    for the between-process spread, on infinite degrees of freedom."""
+    """A one-process reference whose within-process ``log_se`` stands in for the spread, on infinite df."""
     return Reference((math.log(median_s),), sd_override=log_se, df_override=math.inf)
