@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Sides:
-    """Where the two sides' code is (``base_tree`` None: candidate only), the base's cache folder, and the options
-    only the candidate gets (test-only ones that change its code: a self-test's injected slowdown)."""
+    """Where the two sides' code is (``base_tree`` None: candidate only), the base's cache folder, and the test-only
+    options only the candidate gets (those that change its code: a self-test's injected slowdown)."""
 
     candidate_tree: Path
     base_tree: Path | None
@@ -103,17 +103,17 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
     judged = [(metric, r) for metric, r in outcomes if r is not None]
     processes = max((r.n_candidate for _, r in judged), default=0)
     how = f"{processes} pair(s) of fresh processes" if paired else f"{processes} fresh process(es)"
-    head = {"processes": processes, "paired": paired}
     if confirmed := [(metric, r) for metric, r in judged if r.verdict == SLOWER]:
         metric, r = confirmed[0]
-        text = f"confirmed by {how}: {metric} {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}]"
-        row.verdict, row.confirmation = SLOWER, {**head, "metric": metric, "ratio": r.ratio, "lo": r.lo, "hi": r.hi,
-                                                  "text": text}
+        row.verdict = SLOWER
+        row.confirmation = {"processes": processes, "paired": paired, "metric": metric, "ratio": r.ratio, "lo": r.lo,
+                            "hi": r.hi, "text": f"confirmed by {how}: {metric} {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}]"}
         return True
     if judged and len(judged) == len(outcomes) and all(r.hi < 1 + r.floor for _, r in judged):
         worst = max((r for _, r in judged), key=lambda r: r.hi)
-        row.verdict, row.confirmation = NO_CHANGE, {**head, "ratio": worst.ratio, "lo": worst.lo, "hi": worst.hi,
-                                                     "text": f"first-pass suspect cleared by {how}"}
+        row.verdict = NO_CHANGE
+        row.confirmation = {"processes": processes, "paired": paired, "ratio": worst.ratio, "lo": worst.lo,
+                            "hi": worst.hi, "text": f"first-pass suspect cleared by {how}"}
     elif final:
         # A stage's judgement is on the stage's own ratio, its floor the frame's over its share: back to the frame.
         bound, metric = max(((r.hi - 1) * (settings.min_effect / r.floor if r.floor else 1.0), metric)
@@ -122,7 +122,7 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
         # Inconclusive only where the estimate leans slower (above the floor); under it, no change within the bound.
         leaning = not judged or len(judged) < len(outcomes) or any(r.ratio >= 1 + r.floor for _, r in judged)
         row.verdict = INCONCLUSIVE if leaning else NO_CHANGE
-        row.confirmation = {**head, "text": (
+        row.confirmation = {"processes": processes, "paired": paired, "text": (
             "inconclusive: the confirmation processes saved no result (see their logs)" if not judged else
             f"inconclusive: cannot rule out +{100 * bound:.1f}%{of} after {how}" if leaning else
             f"not confirmed by {how}: under the floor, at most +{100 * bound:.1f}%{of}")}  # fmt: skip
@@ -167,7 +167,7 @@ def confirm_rows(rows: Sequence[Row], baseline: Baseline | None, settings: GateS
                  options: Sequence[str], on_done: Callable[..., None] | None = None,
                  level: float = CONFIRM_LEVEL) -> float:  # fmt: skip
     """`confirm_looks` on fresh processes of ``sides`` in ABBA order (`abba_children`), run with ``options`` and
-    logged in ``folder``; return their seconds."""
+    logged in ``folder``; return the seconds the processes took."""
     from perf.gate.processes import run_children
 
     def run_pairs(first: int, last: int, pending: list[Row]) -> tuple[list[Process], float]:

@@ -78,8 +78,8 @@ class Budget:
 
 @dataclass(frozen=True)
 class Reference:
-    """One metric's per-process medians: ``logs`` (natural logs of the kept medians, seconds), ``dropped`` outliers,
-    and the between-process ``sd`` (log scale) and its ``df``, unless overridden."""
+    """One metric's per-process medians on this runner: ``logs`` (natural logs of the kept medians, seconds),
+    ``dropped`` outliers, and the between-process ``sd`` (log scale) and its ``df``, unless overridden."""
 
     logs: tuple[float, ...]
     dropped: int = 0
@@ -157,7 +157,7 @@ def _exp(x: float) -> float:
 
 def _decide(d: float, se: float, df: float, level: float, floor: float, m: int,
             faster_level: float | None = None) -> Judgement:  # fmt: skip
-    """The judgement of a log difference ``d`` (standard error ``se``, ``df`` degrees of freedom) at these levels."""
+    """Judge log difference ``d`` (error ``se`` on ``df``): interval low at ``level``, high at ``faster_level``."""
     from scipy.stats import norm
 
     if not floor >= 0:
@@ -170,8 +170,8 @@ def _decide(d: float, se: float, df: float, level: float, floor: float, m: int,
 
 def judge(ref: Reference, candidate_s: Sequence[float], level: float, floor: float = DEFAULT_FLOOR,
           faster_level: float | None = None) -> Judgement:  # fmt: skip
-    """``candidate_s`` (per-process medians, seconds) against ``ref`` at one-sided ``level`` and ``faster_level``
-    ("faster", default ``level``)."""
+    """``candidate_s`` (per-process medians, seconds, one or more) against the reference ``ref`` at one-sided
+    ``level`` ("slower") and ``faster_level`` ("faster", default ``level``)."""
     y = np.log(np.asarray(candidate_s, dtype=float))
     if y.size == 0 or not np.all(np.isfinite(y)):
         raise ValueError("candidate: expected one or more positive per-process medians")

@@ -145,8 +145,8 @@ class NoiseProfile:
 
 
 def _entries_problem(entries: Any) -> str | None:
-    """What makes one of ``entries`` (``{benchmark: {metric: entry}}``) unusable, naming it; None also when they are
-    not of that shape (`NoiseProfile.from_json` says so)."""
+    """What makes one of a profile's ``entries`` (``{benchmark: {metric: entry}}``) unusable, naming it; None when
+    they are not of that shape at all (`NoiseProfile.from_json` says so)."""
     if not isinstance(entries, dict) or not all(isinstance(metrics, dict) for metrics in entries.values()):
         return None
     return next((f"entry {name!r} metric {metric!r}: {problem}" for name, metrics in entries.items()

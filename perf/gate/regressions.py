@@ -261,9 +261,11 @@ def calibrate_stage(fn: Callable[..., Any], frames: Sequence[Any], args: tuple[A
     timed alone on ``frames`` (median of 5 passes) under ``conditions()``, the measured region's noise controls."""
     from perf.measure.stability import time_rounds
 
+    kwargs = kwargs or {}
+
     def one_pass() -> None:
         for frame in frames:
-            fn([frame], *args, **(kwargs or {}))
+            fn([frame], *args, **kwargs)
 
     with conditions() if conditions is not None else contextlib.nullcontext():
         per_pass = time_rounds(one_pass, time.perf_counter, 5)
