@@ -1,11 +1,10 @@
-"""``--perf-compare``: one verdict row per benchmark, each judged metric (`judged_names`) against its reference in
-main's history of this runner (`perf.gate.history`) at its share of the run's `Budget`; any metric "slower" makes
-the row slower. Old saved rows may say "unstable", read as written. docs/method.md, section 4 (items 7, 8) and 8."""
+"""``--perf-compare``: one verdict row per benchmark, each judged metric against main's history of this runner at
+its share of the run's `Budget`; old saved rows may say "unstable". docs/method.md, section 4 (items 7, 8) and 8."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +27,8 @@ HOST, STAGE = "host", "stage:"
 
 @dataclass(frozen=True)
 class GateSettings:
-    """How ``--perf-compare`` decides: the floor (a fraction), the stability rule, whether inconclusive rows fail,
-    confirmation pairs at most (0: none) and the seconds of confirmation
-    processes its looks may not likely overrun (`perf.gate.confirm.next_look_pairs`; None: no limit)."""
+    """How ``--perf-compare`` decides: floor (a fraction), stability rule, whether inconclusive rows fail, confirmation
+    pairs at most (0: none), confirmation seconds (`perf.gate.confirm.next_look_pairs`; None: no limit)."""
 
     min_effect: float = DEFAULT_FLOOR
     rule: StabilityRule = field(default_factory=StabilityRule)
@@ -46,8 +44,7 @@ class GateSettings:
 
 @dataclass
 class Baseline:
-    """What a run is judged against: ``runs``, main's comparable history on this runner (oldest first), and the
-    noise profile that seeds a short one. References are built once per metric."""
+    """``runs``, main's comparable history on this runner (oldest first), and the noise profile that seeds it."""
 
     runs: list[SavedRun]
     noise: NoiseProfile | None = None
@@ -68,8 +65,7 @@ class Baseline:
         return self.latest.benchmarks
 
     def noise_fields(self) -> dict[str, Any]:
-        """The verdict document's ``settings.noise_profile`` (its path, "in memory", or None) and
-        ``noise_processes``: the profile this baseline judged with."""
+        """The verdict document's ``settings.noise_profile`` (path, "in memory", or None) and ``noise_processes``."""
         noise = self.noise
         return {"noise_profile": None if noise is None else str(noise.path or "in memory"),
                 "noise_processes": None if noise is None else noise.processes}
@@ -80,17 +76,14 @@ class Baseline:
         key = (fullname, metric, min_effect)
         if key not in self._cache:
             entry = self.noise.entry(fullname, metric) if self.noise is not None else None
-            self._cache[key] = reference_for(self.runs, fullname, metric, entry.medians_s if entry else (),
-                                             min_effect=min_effect,
-                                             scatter=math.expm1(entry.between_sd) if entry else 0.0)  # fmt: skip
+            seed, scatter = (entry.medians_s, math.expm1(entry.between_sd)) if entry else ((), 0.0)
+            self._cache[key] = reference_for(self.runs, fullname, metric, seed, min_effect=min_effect, scatter=scatter)
         return self._cache[key]
 
     def judged_metrics(self, expected: Iterable[str] | None = None) -> int:
         """How many metrics a run of the ``expected`` benchmarks (None: the latest run's) is judged on, at least 1,
         each with its metrics in the latest history run that measured it (docs/method.md, section 4, item 6)."""
-        newest: dict[str, BenchmarkRecord] = {}
-        for run in self.runs:  # oldest first: a later run's record replaces an earlier one's
-            newest.update(run.benchmarks)
+        newest = {name: b for run in self.runs for name, b in run.benchmarks.items()}  # a later run's replaces
         names = self.benchmarks if expected is None else expected
         return max(1, sum(len(judged_names(newest[name])) for name in names if name in newest))
 
@@ -135,12 +128,9 @@ class MetricResult:
 
 @dataclass
 class Row:
-    """One benchmark's line of the verdict table (seconds per call, frame or tick; the primary metric's ratio).
-    ``moved``: what changed; ``detectable``: the smallest slowdown caught (a fraction); ``suspect``: the metrics
-    the first pass called slower; ``why`` / ``kernels_moved_us``: for a slower row, the kernels that moved most
-    (`perf.profile.kernels.kernel_changes`) and how much all moved (microseconds per call); ``n_current`` /
-    ``n_baseline``: the rounds of the judged run's benchmark / of the same benchmark in the baseline's latest run
-    (None: saved without them; set by `judge_benchmark`)."""
+    """One benchmark's verdict line (seconds per call, frame or tick; the primary metric's ratio). ``detectable``: a
+    fraction; ``suspect``: metrics the first pass called slower; ``why`` / ``kernels_moved_us``: kernels that moved
+    most and all (microseconds per call); ``n_current`` / ``n_baseline``: rounds (None: saved without them)."""
 
     fullname: str
     name: str
@@ -205,11 +195,13 @@ def _geomean(values: Sequence[float]) -> float:
     return math.exp(float(np.mean(np.log(values))))
 
 
-def _result(bench: BenchmarkRecord, metric: str, result: Judgement, base_s: float, current_s: float,
-            share: float | None, level: float, runs: int, note: str = "") -> MetricResult:  # fmt: skip
-    """A `MetricResult` of one judgement; a stage's (``share`` of the reference frame) also its contribution."""
+def _result(bench: BenchmarkRecord, metric: str, done: list[MetricResult], base_s: float, value_s: float, floor: float,
+            level: float, runs: int, decide: Callable[[float], Judgement], note: str = "") -> MetricResult:
+    """A `MetricResult` of ``decide(its floor)`` after the judged metrics ``done``; a stage's also its contribution."""
+    share, metric_floor = stage_share(metric, base_s, done[0].baseline_median_s if done else None, floor)
+    result = decide(metric_floor)
     label = bench.metric_info(metric).get("label") or metric.replace(STAGE, "stage ")
-    return MetricResult(metric, str(label), True, result.verdict, base_s, current_s, result.ratio, result.lo,
+    return MetricResult(metric, str(label), True, result.verdict, base_s, value_s, result.ratio, result.lo,
                         result.hi, result.detectable * (share or 1.0), note=note, reference_runs=runs, level=level,
                         contribution=((result.lo - 1) * share, (result.hi - 1) * share) if share else None)
 
@@ -231,14 +223,15 @@ def _moved(metrics: list[MetricResult]) -> str:
     return "; ".join(words)
 
 
-def _assemble(row: Row, metrics: list[MetricResult]) -> Row:
-    """Fill ``row`` from its judged metrics (primary first): medians, ratio, interval, suspects, verdict."""
-    p = metrics[0]
-    row.metrics, row.note, row.moved = metrics, p.note, _moved(metrics)
-    row.baseline_median_s, row.current_median_s, row.ratio, row.lo, row.hi = (
-        p.baseline_median_s, p.current_median_s, p.ratio, p.lo, p.hi)
-    row.detectable, row.reference_runs = p.detectable, p.reference_runs
-    row.suspect = [m.metric for m in metrics if m.verdict == SLOWER]
+def _assemble(row: Row, metrics: list[MetricResult], unjudged: str) -> Row:
+    """Fill ``row`` from its judged metrics (primary first): medians, ratio, interval, suspects, verdict; without
+    the primary judged, note ``unjudged`` alone."""
+    if not metrics or metrics[0].metric != PRIMARY:
+        row.note = unjudged
+        return row
+    for name in ("note", "baseline_median_s", "current_median_s", "ratio", "lo", "hi", "detectable", "reference_runs"):
+        setattr(row, name, getattr(metrics[0], name))
+    row.metrics, row.moved, row.suspect = metrics, _moved(metrics), [m.metric for m in metrics if m.verdict == SLOWER]
     row.verdict = SLOWER if row.suspect else FASTER if any(m.verdict == FASTER for m in metrics) else NO_CHANGE
     return row
 
@@ -258,20 +251,17 @@ def judge_benchmark(baseline: Baseline, current: BenchmarkRecord, level: float |
             break
         if ref is None:
             continue
-        share, metric_floor = stage_share(metric, ref.median_s, metrics[0].baseline_median_s if metrics else None,
-                                          floor)  # fmt: skip
         candidates = [v for r in (current, *more) if (v := record_median(r, metric)) is not None] if more else []
         value = _geomean(candidates) if candidates else value
-        result = judge(ref, candidates or [value], level, metric_floor, faster)  # type: ignore[list-item]
-        metrics.append(_result(current, metric, result, ref.median_s, value, share, level, runs, note))  # type: ignore
-    if not metrics or metrics[0].metric != PRIMARY:
-        row.note = ("not in the history" if current.fullname not in baseline.benchmarks else
-                    "no rounds to judge (saved without --benchmark-save-data)")  # fmt: skip
-        return row
+        metrics.append(_result(current, metric, metrics, ref.median_s, value, floor, level, runs,  # type: ignore
+                               lambda f: judge(ref, candidates or [value], level, f, faster), note))  # type: ignore
     base = baseline.benchmarks.get(current.fullname)  # the same benchmark in the latest saved run
-    row.n_baseline = None if base is None or base.data is None else int(base.data.size)
-    row.n_current = None if current.data is None else int(current.data.size)
-    return _assemble(row, metrics)
+    row = _assemble(row, metrics, "not in the history" if base is None else
+                    "no rounds to judge (saved without --benchmark-save-data)")  # fmt: skip
+    if row.metrics:
+        row.n_baseline = None if base is None or base.data is None else int(base.data.size)
+        row.n_current = None if current.data is None else int(current.data.size)
+    return row
 
 
 def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkRecord], level: float | Budget,
@@ -286,19 +276,14 @@ def judge_paired(base: Sequence[BenchmarkRecord], candidate: Sequence[BenchmarkR
         b, c = [record_median(r, name) for r in base], [record_median(r, name) for r in candidate]
         if any(v is None for v in (*b, *c)):
             continue
-        found = baseline.reference(first.fullname, name, floor) if baseline is not None else None
-        b_s, c_s = _geomean(b), _geomean(c)  # type: ignore[arg-type]
-        share, metric_floor = stage_share(name, b_s, metrics[0].baseline_median_s if metrics else None, floor)
+        prior = found.reference if (found := baseline and baseline.reference(first.fullname, name, floor)) else None
         try:
-            result = judge_pairs(b, c, level, metric_floor, found.reference if found else None, faster)  # type: ignore
+            metrics.append(_result(first, name, metrics, _geomean(b), _geomean(c), floor, level,  # type: ignore
+                                   prior.n if prior else 0, lambda f: judge_pairs(b, c, level, f, prior, faster)))
         except ValueError as e:  # too few pairs for a spread
             row.note = str(e)
             return row
-        metrics.append(_result(first, name, result, b_s, c_s, share, level, found.reference.n if found else 0))
-    if not metrics or metrics[0].metric != PRIMARY:
-        row.note = row.note or "no rounds to judge in every pair"
-        return row
-    return _assemble(row, metrics)
+    return _assemble(row, metrics, "no rounds to judge in every pair")
 
 
 def explain_slower(row: Row, baseline: Baseline, current: BenchmarkRecord) -> None:

@@ -1,6 +1,5 @@
-"""Confirm before failing: the suspects of a first pass measured again in fresh processes, base and this tree
-alternating (ABBA), `PAIRS_PER_LOOK` pairs a look, judged on those processes alone (`confirm_looks`, the simulated CI
-runs' too; `confirm_rows`); docs/method.md, sections 4 (item 6) and 8."""
+"""Confirm before failing: a first pass's suspects measured again in fresh processes, base and this tree alternating
+(ABBA), `PAIRS_PER_LOOK` pairs a look, judged on those alone (`confirm_looks`); docs/method.md, sections 4 and 8."""
 
 from __future__ import annotations
 
@@ -139,8 +138,7 @@ def confirm_looks(rows: Sequence[Row], baseline: Baseline | None, settings: Gate
     """Confirm every suspect row in place at one-sided ``level`` (`perf.gate.judge.Budget.confirm_level`) in looks of
     `PAIRS_PER_LOOK` pairs within ``settings.confirm_budget_s`` (`next_look_pairs`); the last look run judges finally.
     ``run_pairs(first, last, pending)`` gives pairs ``first``..``last`` of the pending rows' benchmarks and the seconds
-    they took: fresh processes (`confirm_rows`) or saved ones (the simulated CI runs, 0 s). Returns every process and
-    the seconds."""
+    they took: fresh processes (`confirm_rows`) or saved ones (the simulated CI runs, 0 s); return all, and seconds."""
     pending = [row for row in rows if row.verdict == SLOWER and row.suspect]
     results: list[Process] = []
     if not pending or settings.confirm <= 0:

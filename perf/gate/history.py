@@ -89,8 +89,7 @@ def reference_for(runs: Sequence[SavedRun], fullname: str, metric: str = PRIMARY
 
     pairs = [(run, v) for run in runs if (v := record_median(run.benchmarks.get(fullname), metric)) is not None]
     values = [value for _, value in pairs]
-    restarted = None
-    long_enough = len(values) >= 2 * MIN_REFERENCE
+    restarted, long_enough = None, len(values) >= 2 * MIN_REFERENCE
     if changes := (history_change_points(values, min_effect=min_effect, scatter=scatter) if long_enough else []):
         at, first = changes[-1].index, pairs[changes[-1].index][0]
         restarted = f"commit {first.commit[:12]}" if first.commit else f"run {first.name}"

@@ -134,8 +134,7 @@ class Judgement:
 
 
 def verdict_of(ratio: float, lo: float, hi: float, floor: float = DEFAULT_FLOOR) -> str:
-    """The rule on a ratio and its interval: "slower" when the interval lies above 1 and the ratio beyond
-    ``1 + floor``, "faster" likewise below, else "no change"."""
+    """"slower" when the interval lies above 1 and the ratio beyond ``1 + floor``, "faster" likewise below."""
     if lo > 1 and ratio > 1 + floor:
         return SLOWER
     if hi < 1 and ratio < 1 / (1 + floor):
@@ -158,8 +157,7 @@ def _exp(x: float) -> float:
 
 def _decide(d: float, se: float, df: float, level: float, floor: float, m: int,
             faster_level: float | None = None) -> Judgement:  # fmt: skip
-    """The judgement of a log difference ``d``, standard error ``se`` on ``df`` degrees of freedom: the interval's
-    low end at ``level``, its high end at ``faster_level`` (default ``level``)."""
+    """Judge log difference ``d`` (error ``se`` on ``df``): interval low at ``level``, high at ``faster_level``."""
     from scipy.stats import norm
 
     if not floor >= 0:
@@ -230,6 +228,5 @@ def judge_pairs(base_s: Sequence[float], candidate_s: Sequence[float], level: fl
 
 
 def within_reference(median_s: float, log_se: float) -> Reference:
-    """A one-process reference where no history exists: its within-process standard error ``log_se`` stands in
-    for the between-process spread, on infinite degrees of freedom."""
+    """A one-process reference whose within-process ``log_se`` stands in for the spread, on infinite df."""
     return Reference((math.log(median_s),), sd_override=log_se, df_override=math.inf)

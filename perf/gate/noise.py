@@ -149,11 +149,8 @@ def _entries_problem(entries: Any) -> str | None:
     they are not of that shape at all (`NoiseProfile.from_json` says so)."""
     if not isinstance(entries, dict) or not all(isinstance(metrics, dict) for metrics in entries.values()):
         return None
-    for name, metrics in entries.items():
-        for metric, entry in metrics.items():
-            if (problem := _entry_problem(entry)) is not None:
-                return f"entry {name!r} metric {metric!r}: {problem}"
-    return None
+    return next((f"entry {name!r} metric {metric!r}: {problem}" for name, metrics in entries.items()
+                 for metric, entry in metrics.items() if (problem := _entry_problem(entry)) is not None), None)
 
 
 def _entry_problem(entry: Any) -> str | None:
@@ -183,8 +180,7 @@ def profile_key(fingerprint: Mapping[str, Any]) -> str:
 
 
 def compute_profile(runs: Sequence[SavedRun], fingerprint: Mapping[str, Any]) -> NoiseProfile:
-    """The profile of ``runs`` (separate processes of identical code): one entry per benchmark and metric that
-    at least two of the runs measured (all of them, normally)."""
+    """The profile of ``runs`` (processes of identical code): an entry per benchmark and metric two of them measured."""
     if len(runs) < 2:
         raise ValueError(f"a noise profile needs >= 2 runs of separate processes, got {len(runs)}")
     collected: dict[str, dict[str, list[np.ndarray]]] = {}
@@ -234,17 +230,15 @@ DEFAULT_FLOOR_WITHOUT = "change points use the default floor"
 
 
 def ignored_profile_line(error: NoiseProfileError, without: str = JUDGED_WITHOUT) -> str:
-    """The one wording of a stored profile that cannot be used and is left out (the gate's warning, perf-history's
-    and perf-ab's line); ``without``: what the command does instead."""
+    """The one wording of a stored profile left out (gate, perf-history, perf-ab); ``without``: what is done instead."""
     return f"ignored this runner's stored noise profile, {error}: {without}; measure it again with --perf-noise=10"
 
 
 def runner_profile(warn: Callable[[str], None], *, storage: str | os.PathLike[str] | None = None,
                    fingerprint: Mapping[str, Any] | None = None, stored: str | None = None,
                    stored_in: str | None = None, without: str = JUDGED_WITHOUT) -> NoiseProfile | None:  # fmt: skip
-    """The noise profile that seeds a short history of one runner, or None where there is none: ``stored``, the
-    JSON a history store keeps of that machine (`perf.store.db.HistoryStore.noise_profile_json`; ``stored_in``
-    names it), when given, else the one measured in benchmark ``storage`` for ``fingerprint`` (`find_profile`). One
+    """The profile that seeds one runner's short history, or None: ``stored``, a history store's JSON of that machine
+    (`perf.store.db.HistoryStore.noise_profile_json`) named ``stored_in``, else `find_profile` of ``storage``; one
     that cannot be used is left out and said once through ``warn`` (`ignored_profile_line`, with ``without``)."""
     try:
         if stored is not None:

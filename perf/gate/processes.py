@@ -1,7 +1,6 @@
-"""Run the selected benchmarks in fresh pytest processes (`Child`, `run_children`), one after another, each saving
-its run; the base commit's worktree (`base_worktree`). Children get the user's options unchanged but those in
-`DROPPED`: `forwarded_options` is the one place that decides what a child repeats (perf.roles.nsys uses it too,
-with `NSYS_DROPPED`). A plan (``plan.json``) lets a later call resume; docs/method.md, section 3."""
+"""Run the selected benchmarks in fresh pytest processes one after another (`run_children`), each saving its run;
+the base commit's worktree (`base_worktree`). `forwarded_options` alone decides which of the user's options a child
+repeats (not `DROPPED`; perf.roles.nsys: `NSYS_DROPPED`). ``plan.json`` lets a later call resume; docs/method.md, 3."""
 
 from __future__ import annotations
 
@@ -92,10 +91,8 @@ def _is_value(token: str) -> bool:
     return not token.startswith("-") or token == "-" or " " in token or bool(_NEGATIVE_NUMBER.match(token))
 
 
-def forwarded_options(
-    args: Sequence[str], positional: Sequence[str], values: Mapping[str, str | None] | None = None,
-    dropped: Mapping[str, Arity] = DROPPED,
-) -> list[str]:  # fmt: skip
+def forwarded_options(args: Sequence[str], positional: Sequence[str], values: Mapping[str, str | None] | None = None,
+                      dropped: Mapping[str, Arity] = DROPPED) -> list[str]:
     """The parent's command-line ``args`` without its ``positional`` arguments (paths and node ids) and without
     the ``dropped`` options and their values, read as argparse reads them; ``values`` (option -> the value pytest
     parsed) says whether the token after an option with an optional value is its value."""
@@ -138,8 +135,7 @@ class PlanError(HistoryError):
 
 
 def load_plan(folder: Path) -> list[Child] | None:
-    """The plan saved in ``folder``, or None; `PlanError` when ``plan.json`` there is not one (not a file, not
-    JSON, not the children `save_plan` writes)."""
+    """The plan saved in ``folder``, or None; `PlanError` when ``plan.json`` there is not one."""
     path = folder / PLAN
     if not path.exists():
         return None
@@ -163,11 +159,9 @@ def save_plan(folder: Path, children: Sequence[Child]) -> None:
     atomic_write_text(folder / PLAN, json.dumps({"children": [asdict(c) for c in children]}, indent=2) + "\n")
 
 
-def run_children(
-    children: Sequence[Child], options: Sequence[str], folder: Path, cwd: Path, *,
-    compare_fail: str | None = None, on_done: Callable[[ChildResult, int, int], None] | None = None,
-    deadline: float | None = None,
-) -> list[ChildResult]:  # fmt: skip
+def run_children(children: Sequence[Child], options: Sequence[str], folder: Path, cwd: Path, *,
+                 compare_fail: str | None = None, on_done: Callable[[ChildResult, int, int], None] | None = None,
+                 deadline: float | None = None) -> list[ChildResult]:
     """Run each child not yet saved in ``folder`` (its log ends with `FOOTER`); return every child's result.
     ``compare_fail`` (e.g. "median:5%"): each "identical" child after the first also runs pytest-benchmark's
     compare against the previous one. ``deadline`` (``time.monotonic()`` seconds): no child starts that would
@@ -264,8 +258,7 @@ def remove_worktree(repo: Path, tree: Path) -> None:
 
 
 def same_code(repo: Path, commit: str | None) -> bool | None:
-    """Whether ``repo``'s working tree is ``commit`` unchanged (True), another code (False), or unknown (None: no
-    git, no commit recorded, or the commit is not in this repository)."""
+    """Whether ``repo``'s working tree is ``commit`` unchanged (True), other code (False), or unknown (None)."""
     if not commit:
         return None
     try:

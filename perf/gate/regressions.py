@@ -1,7 +1,6 @@
 """Real code changes injected as regressions (``--perf-regression=KIND:PERCENT``, test-only; docs/method.md, section
-5): ``layer`` / ``layer1`` (a calibrated residual 1x1 bottleneck after convolution `LAYER_AFTER`, `LayerRegressedSpec`,
-`calibrate_layer`, kept per machine by `calibrated_layer`), ``preprocess`` and ``write`` (a stage run again on a
-calibrated share of frames, `SlowedStage`, `slowed_writes`)."""
+5): ``layer`` / ``layer1`` (a calibrated residual 1x1 bottleneck after convolution `LAYER_AFTER`), ``preprocess`` and
+``write`` (a stage run again on a calibrated share of frames, `SlowedStage`, `slowed_writes`)."""
 
 from __future__ import annotations
 
@@ -205,19 +204,17 @@ def calibrate_layer(spec: ModelSpec, fraction: float, batch: Any, build: Callabl
 
 def calibrated_layer(spec: ModelSpec, label: str, fraction: float, batch: Any, build: Callable[[ModelSpec], Any],
                      device: str) -> tuple[Any, dict[str, Any]]:  # fmt: skip
-    """(the runner with the injected layer, the readings, ``cached`` when the width was read back) for variant
-    ``label`` (``torch-compile fp16``): the width calibrated on this machine (GPU, torch) for this model, batch and
-    fraction in an earlier process, kept in the model's cache folder and built once, first, as an unchanged process
-    builds its runner (docs/method.md, section 5); else `calibrate_layer`'s, kept unless off ``fraction`` by over 2x."""
+    """(the runner with the injected layer, the readings, ``cached``) for variant ``label`` (``torch-compile fp16``):
+    the width an earlier process calibrated for this machine, model, batch and fraction (kept in the model's cache: the
+    runner built once, as unchanged code's; docs/method.md, section 5), else `calibrate_layer`'s, kept unless 2x off."""
     import torch
 
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
     key = spec.cache_key("layer-width", label, tuple(batch.shape), fraction, name, torch.__version__)
     path = spec.cache_dir / "regressions" / f"layer-{key}.json"
-    try:
+    kept = None
+    with contextlib.suppress(OSError, ValueError):
         kept = json.loads(path.read_text())
-    except (OSError, ValueError):
-        kept = None
     if isinstance(kept, dict) and type(kept.get("width")) is int and kept["width"] > 0:  # 0: the unchanged model
         log.info("layer regression: width %d for %s, calibrated on this machine before (%s)", kept["width"], label,
                  path)  # fmt: skip

@@ -3,6 +3,7 @@ it cries wolf on unmodified code (`run_selftest`, `threshold`, `table_rows`); do
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -73,12 +74,9 @@ def run_selftest(call: Callable[[], Any], make_delay: Callable[[float], Callable
     """Detection and false-alarm counts: level 0 (unmodified) first, then each of ``levels``; ``make_delay(ms)``
     returns a callable adding ``ms`` milliseconds of work, ``level * median_s`` at a level."""
 
-    def slowed(delay: Callable[[], None]) -> Callable[[], None]:
-        def fn() -> None:
-            call()
-            delay()
-
-        return fn
+    def slowed(delay: Callable[[], None]) -> None:
+        call()
+        delay()
 
     def measure(fn: Callable[[], Any]) -> tuple[np.ndarray, bool]:
         """(rounds in s, stable?): re-measured while unstable, as the gate would keep it."""
@@ -89,7 +87,7 @@ def run_selftest(call: Callable[[], Any], make_delay: Callable[[float], Callable
         return data, False
 
     functions: dict[Any, Callable[[], Any]] = {BASELINE: call, 0.0: call}
-    functions.update({level: slowed(make_delay(level * median_s * 1e3)) for level in levels})
+    functions.update({level: functools.partial(slowed, make_delay(level * median_s * 1e3)) for level in levels})
     results = {level: LevelResult(level) for level in (0.0, *levels)}
     effect, rng, names = settings.min_effect, np.random.default_rng(seed), list(functions)
     for trial in range(trials):

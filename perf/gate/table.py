@@ -112,8 +112,7 @@ def verdict_document(rows: list[Row], baseline: Baseline, settings: GateSettings
 
 
 def write_verdicts(folder: Path, rows: list[Row], baseline: Baseline, settings: GateSettings, header: str,
-                   run: str | None = None, current: Mapping[str, Any] | None = None,
-                   budget: Budget | None = None,
+                   run: str | None = None, current: Mapping[str, Any] | None = None, budget: Budget | None = None,
                    subject: Mapping[str, str] | None = None) -> tuple[Path, dict[str, Any]]:  # fmt: skip
     """Write ``perf-compare.json`` and ``.md`` into ``folder`` atomically, with ``run`` (this run's name) first as
     ``perf-compare-<run>.json`` / ``.md``; the plain names are the latest. Return the JSON path and the document.
