@@ -3,10 +3,10 @@ or row key not declared here is a `SchemaError`. What shows where: docs/method.m
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from detector.timing import STAGES
 from perf.report.readable import number
@@ -41,11 +41,8 @@ class Column:
 
 #: A `NUMBER` column: `Column` with its default kind.
 num = Column
-
-
-def text(name: str, unit: str = "", **flags: Any) -> Column:
-    """A `TEXT` column."""
-    return Column(name, unit, TEXT, **flags)
+#: A `TEXT` column: ``text(name, unit="", **flags)``.
+text = functools.partial(Column, kind=TEXT)
 
 
 #: The most columns a markdown table may have: what fits a GitHub page (job summary, pull request).
@@ -85,8 +82,7 @@ class TableSpec:
                 raise SchemaError(f"report table {self.title!r} has no column {key!r} (its columns: "
                                   f"{declared}); declare it in perf/report/schema.py or rename the key")
 
-    def names(self, rows: Iterable[Mapping[str, object]] = (), *, detail: bool = True,
-              device: str | None = None) -> list[str]:  # fmt: skip
+    def names(self, rows: _Rows = (), *, detail: bool = True, device: str | None = None) -> list[str]:
         """The row keys to render in declared order (a family: the keys of ``rows`` that match it), less the
         detail columns (``detail=False``) and, on a CPU ``device``, the GPU-only ones."""
         cpu = on_cpu(device)
@@ -110,9 +106,8 @@ class TableSpec:
         """The lines of the markdown table of ``rows`` (none when no column is shown); ``numbers_right``: the
         columns with a unit aligned right."""
         names, cells = self._cells(rows, detail, device)
-        headers = self.headers(names)
-        right = [h for h, n in zip(headers, names) if numbers_right and (c := self.column(n)) and c.unit]
-        return markdown_table(headers, cells, right) if names else []
+        right = [n for n in names if numbers_right and (c := self.column(n)) and c.unit]
+        return markdown_table(self.headers(names), cells, self.headers(right)) if names else []
 
     def html(self, rows: _Rows, device: str | None = None) -> str:
         """The HTML table of ``rows``, the `PROSE` columns wrapped ("" when no column is shown)."""
