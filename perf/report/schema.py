@@ -103,8 +103,7 @@ class TableSpec:
 
     def markdown(self, rows: _Rows, *, detail: bool = True, device: str | None = None,
                  numbers_right: bool = False) -> list[str]:  # fmt: skip
-        """The lines of the markdown table of ``rows`` (none when no column is shown); ``numbers_right``: the
-        columns with a unit aligned right."""
+        """The markdown table's lines (none when no column is shown); ``numbers_right``: unit columns aligned right."""
         names, cells = self._cells(rows, detail, device)
         right = [n for n in names if numbers_right and (c := self.column(n)) and c.unit]
         return markdown_table(self.headers(names), cells, self.headers(right)) if names else []
