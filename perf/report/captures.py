@@ -81,10 +81,8 @@ def _check_span(where: str, span: object) -> None:
 
 def captures_markdown(rows: list[CaptureRow]) -> str:
     """The section of the markdown summary: one table row per capture (empty without captures)."""
-    if not rows:
-        return ""
     table = markdown_table(_COLUMNS, [row.cells() for row in rows], right=("region ms", "GPU idle"))
-    return "\n".join([f"### {SECTION}", "", *table]) + "\n"
+    return "\n".join([f"### {SECTION}", "", *table]) + "\n" if rows else ""
 
 
 def captures_html(rows: list[CaptureRow]) -> str:
