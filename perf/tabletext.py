@@ -31,16 +31,14 @@ def _checked(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Colle
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[str] = ()) -> list[str]:
-    """The lines of a markdown table: ``headers``, the rule, one line per row (cells in ``headers`` order),
-    every cell through `markdown_cell`; ``right``: the headers of the columns aligned right, the rest left."""
+    """The lines of a markdown table, each cell through `markdown_cell`; ``right``: the right-aligned headers."""
     head, *body = [f"| {' | '.join(map(markdown_cell, cells))} |"
                    for cells in (headers, *_checked(headers, rows, right))]  # fmt: skip
     return [head, "|" + "|".join("---:" if h in right else "---" for h in headers) + "|", *body]
 
 
 def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    """The lines of a plain-text table for a terminal: ``headers`` then one line per row, each column padded
-    to its widest cell, two spaces between columns, no trailing spaces."""
+    """The lines of a plain-text table for a terminal: each column padded to its widest cell, no trailing spaces."""
     table = [headers, *_checked(headers, rows)]
     widths = [max(len(line[i]) for line in table) for i in range(len(headers))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table]

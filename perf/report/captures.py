@@ -61,7 +61,8 @@ def _capture(path: Path) -> CaptureRow:
         raise ValueError(f"'idle_fraction' is {kind_of(idle)}, expected a number")
     if critical is not None and not isinstance(critical, dict):
         raise ValueError(f"'critical_path' is {kind_of(critical)}, expected an object")
-    _check_span("region", region, optional=True)  # None: no region found, no region ms
+    if region is not None:  # None: no region found, no region ms
+        _check_span("region", region)
     if critical is not None:
         _check_span("critical_path.region", critical.get("region"))
     row = CaptureRow(path.parent.name, (region["end_ns"] - region["start_ns"]) / 1e6 if region else None, idle,
@@ -70,10 +71,8 @@ def _capture(path: Path) -> CaptureRow:
     return row
 
 
-def _check_span(where: str, span: object, optional: bool = False) -> None:
+def _check_span(where: str, span: object) -> None:
     """A ``{"start_ns", "end_ns"}`` object of numbers, else ValueError naming ``where``."""
-    if optional and span is None:
-        return
     if not isinstance(span, dict):
         raise ValueError(f"'{where}' is {kind_of(span)}, expected an object with numbers start_ns and end_ns")
     if not all(is_number(span.get(key)) for key in ("start_ns", "end_ns")):
@@ -82,10 +81,8 @@ def _check_span(where: str, span: object, optional: bool = False) -> None:
 
 def captures_markdown(rows: list[CaptureRow]) -> str:
     """The section of the markdown summary: one table row per capture (empty without captures)."""
-    if not rows:
-        return ""
     table = markdown_table(_COLUMNS, [row.cells() for row in rows], right=("region ms", "GPU idle"))
-    return "\n".join([f"### {SECTION}", "", *table]) + "\n"
+    return "\n".join([f"### {SECTION}", "", *table]) + "\n" if rows else ""
 
 
 def captures_html(rows: list[CaptureRow]) -> str:

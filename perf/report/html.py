@@ -14,7 +14,6 @@ from string import Template
 from typing import Any
 
 from detector.fileio import atomic_path
-from detector.timing import STAGES
 from perf.report import plots, schema
 from perf.report.captures import captures_html, captures_markdown
 from perf.report.changes import DEFAULT_THRESHOLD, history
@@ -63,8 +62,7 @@ class Figure:
 
 @dataclass
 class Report:
-    """The rendered report: markdown, the summary's tables and figures, what is said of the runs, the suite's
-    report, the nsys captures (`perf.report.captures.CaptureRow`) and the subject (shown first)."""
+    """The rendered report; ``captures``: `perf.report.captures.CaptureRow`, ``subject``: shown first."""
 
     markdown: str
     tables: list[Table]
@@ -100,16 +98,14 @@ def _figures(inputs: ReportInputs, threshold: float) -> list[Figure]:
 
     out = []
     if (latest := inputs.latest) is not None:
-        benches = ordered(list(latest.benchmarks.values()))
-        for group, each in groupby(benches, key=lambda b: b.group or "ungrouped"):
+        for group, each in groupby(ordered(list(latest.benchmarks.values())), key=lambda b: b.group or "ungrouped"):
             benches = list(each)
             raw = "every round" if all(b.has_rounds for b in benches) else "saved statistics (no rounds saved)"
             caption = (f"{group}: run {latest.label}, from {raw}; a violin from {plots.VIOLIN_MIN_ROUNDS} rounds on, "
                        "else a box (min to max) with each round as a dot")
             out.append(Figure("Latency distribution", caption, plots.latency_distribution(benches, group)))
     if rows := stage_rows(inputs):
-        figure = plots.stage_breakdown(rows, STAGES)
-        out.append(Figure("End-to-end stages", "ms per frame of each pipeline stage", figure))
+        out.append(Figure("End-to-end stages", "ms per frame of each pipeline stage", plots.stage_breakdown(rows)))
     out += _history_figure(inputs, threshold)
     for row in inputs.rows(schema.PARITY):
         if ious := finite_numbers(row.get("ious")):
@@ -146,8 +142,7 @@ def _figure(figure: Figure) -> str:
 
 
 def to_html(report: Report, title: str = "Performance report") -> str:
-    """One self-contained HTML page (`_PAGE`): the subject, notices (an injected run as a banner), warnings,
-    tables, the figures by section, the captures, then the suite's tables, folded."""
+    """One self-contained HTML page (`_PAGE`): an injected run's notice as a banner, the suite's tables folded."""
     model = report.subject.get("model", "").split(" (")[0]
     size = report.subject.get("input size", "").removesuffix(" px")
     items = "".join(f"<li>{escape(key)}: {escape(value)}</li>" for key, value in report.subject.items())

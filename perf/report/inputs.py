@@ -124,10 +124,9 @@ def load_store_runs(where: str, warnings: list[str]) -> tuple[list[SavedRun], An
             warnings.append(f"history store '{store.shown}' holds no runs")
             return [], None
         key = machine_key(every[-1].machine_info)
-        others = [m for m in store.machines() if m[0] != key]
+        warnings += [f"history of machine {host or '?'} ({runs} runs) in the store is not in this report"
+                     for other, host, runs in store.machines() if other != key]  # fmt: skip
         profile_json, shown = store.noise_profile_json(key), store.shown
-    warnings += [f"history of machine {host or '?'} ({runs} runs) in the store is not in this report"
-                 for _, host, runs in others]  # fmt: skip
     named = f"store '{shown}', machine {key}"
     profile = None if profile_json is None else runner_profile(warnings.append, stored=profile_json,
                                                                stored_in=named, without=DEFAULT_FLOOR_WITHOUT)

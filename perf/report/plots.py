@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec
 
+from detector.timing import STAGES
 from perf.report.readable import duration, number, tick_text, time_unit
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ WIDTH = 10.5
 VIOLIN_MIN_ROUNDS = 20
 #: Panels per row of the history figure, by how many panels there are at most: (panels, columns).
 HISTORY_COLUMNS = ((4, 2), (18, 3), (10**9, 4))
+_CROSS = {"ls": "none", "marker": "X", "ms": 8, "color": INJECTED, "mec": "black", "mew": 0.5}
 P = ParamSpec("P")
 _FONT = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
          "legend.fontsize": 9}
@@ -137,12 +139,12 @@ def latency_distribution(benches: Sequence[BenchmarkRecord], title: str) -> Figu
 
 
 @_png
-def stage_breakdown(rows: Sequence[tuple[str, dict[str, float], float, Any]], stages: Sequence[str]) -> Figure:
-    """Stacked horizontal bars: milliseconds per frame of each pipeline stage, one bar per end-to-end case."""
+def stage_breakdown(rows: Sequence[tuple[str, dict[str, float], float, Any]]) -> Figure:
+    """Stacked horizontal bars: ms per frame of each pipeline stage (`STAGES`), one bar per end-to-end case."""
     fig = _figure(WIDTH, 1.6 + 0.5 * len(rows))
     ax = fig.add_subplot()
     left = [0.0] * len(rows)
-    for i, stage in enumerate(stages):
+    for i, stage in enumerate(STAGES):
         widths = [row[1].get(stage, 0.0) for row in rows]
         ax.barh(range(len(rows)), widths, left=left, color=_PALETTE[i % len(_PALETTE)], label=stage)
         left = [a + b for a, b in zip(left, widths)]
@@ -154,7 +156,7 @@ def stage_breakdown(rows: Sequence[tuple[str, dict[str, float], float, Any]], st
     ax.set_xlim(0, max(left, default=1.0) * 1.3 or 1.0)
     _plain_ticks(ax.xaxis)
     ax.set_xlabel("ms per frame")
-    fig.legend(ncols=len(stages), loc="outside upper center")
+    fig.legend(ncols=len(STAGES), loc="outside upper center")
     return fig
 
 
@@ -189,8 +191,7 @@ def _history_panel(ax: Axes, points: Sequence[Point]) -> None:
         ax.fill_between(x, q1, q3, color=_PALETTE[0], alpha=0.2, lw=0)
         ax.plot(x, [p.median / scale for p in normal], "o-", color=_PALETTE[0], ms=4)
     if injected := [p for p in points if p.injected]:
-        ax.plot([p.index for p in injected], [p.median / scale for p in injected], "X", color=INJECTED, ms=8,
-                mec="black", mew=0.5, ls="none")  # fmt: skip
+        ax.plot([p.index for p in injected], [p.median / scale for p in injected], **_CROSS)
     for p in points:
         if p.commit_changed:
             ax.axvline(p.index - 0.5, color=COMMIT, ls="--", lw=1)
@@ -234,8 +235,7 @@ def history_grid(panels: Sequence[tuple[str, Sequence[Point]]], run_labels: Sequ
                    (SLOWER, "gate: slower"), (FASTER, "gate: faster"),
                    (MOVED, f"moved > {threshold:.0%} (no verdict) or another verdict"))),
                Line2D([], [], ls="none", marker="s", ms=10, mfc="none", mec=LEVEL, mew=1.5, label="change point"),
-               Line2D([], [], ls="none", marker="X", ms=8, color=INJECTED, mec="black", mew=0.5,
-                      label="injected run (not a base)"),
+               Line2D([], [], label="injected run (not a base)", **_CROSS),
                Line2D([], [], color=COMMIT, ls="--", lw=1, label="commit changed")]  # fmt: skip
     fig.legend(handles=handles, ncols=4, loc="outside upper center", frameon=False)
     fig.supxlabel("saved run (number)")

@@ -3,10 +3,10 @@ or row key not declared here is a `SchemaError`. What shows where: docs/method.m
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from detector.timing import STAGES
 from perf.report.readable import number
@@ -41,11 +41,8 @@ class Column:
 
 #: A `NUMBER` column: `Column` with its default kind.
 num = Column
-
-
-def text(name: str, unit: str = "", **flags: Any) -> Column:
-    """A `TEXT` column."""
-    return Column(name, unit, TEXT, **flags)
+#: A `TEXT` column: ``text(name, unit="", **flags)``.
+text = functools.partial(Column, kind=TEXT)
 
 
 #: The most columns a markdown table may have: what fits a GitHub page (job summary, pull request).
@@ -85,8 +82,7 @@ class TableSpec:
                 raise SchemaError(f"report table {self.title!r} has no column {key!r} (its columns: "
                                   f"{declared}); declare it in perf/report/schema.py or rename the key")
 
-    def names(self, rows: Iterable[Mapping[str, object]] = (), *, detail: bool = True,
-              device: str | None = None) -> list[str]:  # fmt: skip
+    def names(self, rows: _Rows = (), *, detail: bool = True, device: str | None = None) -> list[str]:
         """The row keys to render in declared order (a family: the keys of ``rows`` that match it), less the
         detail columns (``detail=False``) and, on a CPU ``device``, the GPU-only ones."""
         cpu = on_cpu(device)
@@ -107,12 +103,10 @@ class TableSpec:
 
     def markdown(self, rows: _Rows, *, detail: bool = True, device: str | None = None,
                  numbers_right: bool = False) -> list[str]:  # fmt: skip
-        """The lines of the markdown table of ``rows`` (none when no column is shown); ``numbers_right``: the
-        columns with a unit aligned right."""
+        """The markdown table's lines (none when no column is shown); ``numbers_right``: unit columns aligned right."""
         names, cells = self._cells(rows, detail, device)
-        headers = self.headers(names)
-        right = [h for h, n in zip(headers, names) if numbers_right and (c := self.column(n)) and c.unit]
-        return markdown_table(headers, cells, right) if names else []
+        right = [n for n in names if numbers_right and (c := self.column(n)) and c.unit]
+        return markdown_table(self.headers(names), cells, self.headers(right)) if names else []
 
     def html(self, rows: _Rows, device: str | None = None) -> str:
         """The HTML table of ``rows``, the `PROSE` columns wrapped ("" when no column is shown)."""
@@ -242,12 +236,8 @@ RERUN_IDENTICAL = TableSpec("RERUN_IDENTICAL", "Identical code", _IDENTICAL)
 RERUN_REGRESSED = TableSpec("RERUN_REGRESSED", "Injected regressions", _REGRESSED)
 RERUN_COMPARE_FAIL = TableSpec("RERUN_COMPARE_FAIL", "pytest-benchmark compare-fail on identical code", _COMPARE_FAIL)
 
-#: The suite report's tables, in the order the documentation lists them.
-SUITE: tuple[TableSpec, ...] = (
-    LAB, STAGES_TABLE, STAGE_SPREAD, INFERENCE, SPEEDUP, MULTI_GPU, HARNESS, PARITY, ACCURACY, PIPELINED_PATHS,
-    PIPELINED_RATIOS, SKIP_INTERVAL, MULTISTREAM, CLOCK_TRUTH, GPU_MEMORY, NOISE_CONTROLS, NOISE_CLOCKS, GATE_SELFTEST,
-    GPU_THROTTLING, NOISE_FAMILY, NOISE_BENCHMARK, SELFTEST_IDENTICAL, SELFTEST_REGRESSED, SELFTEST_COMPARE_FAIL,
-    CROSSPROCESS_RUNS, RERUN_FAMILY, RERUN_IDENTICAL, RERUN_REGRESSED, RERUN_COMPARE_FAIL)
+#: The suite report's tables: every table declared above, in their order (the order the documentation lists them).
+SUITE: tuple[TableSpec, ...] = tuple(value for value in dict(globals()).values() if isinstance(value, TableSpec))
 
 # perf-report's summary: cells are formatted text carrying their units; detail columns are in the HTML page
 # only, so each markdown table keeps to MARKDOWN_COLUMNS.

@@ -60,8 +60,7 @@ class PerfReport:
                 **({"device": self.device} if self.device else {})}
 
     def shown(self) -> Iterator[tuple[TableSpec, list[dict[str, Any]]]]:
-        """Each table with rows, and its schema (one this version does not declare: its rows' keys as text
-        columns); what :attr:`device` shows of it: ``spec.notes(device)``, ``spec.markdown(rows, device=device)``."""
+        """Each table with rows, and its schema (one this version does not declare: its rows' keys as text columns)."""
         for title, rows in self.tables.items():
             if rows:
                 yield schema.find_suite_table(title) or TableSpec(title, title, tuple(
@@ -83,8 +82,7 @@ class PerfReport:
         """(Re)make `perf.report.schema.SPEEDUP` from the "Inference" rows (call once every row is in)."""
         if rows := speedup_rows(self.tables.get(schema.INFERENCE.title, [])):
             self.tables.pop(schema.SPEEDUP.title, None)
-            for row in rows:
-                self.add(schema.SPEEDUP, row)
+            self.merge({schema.SPEEDUP.title: rows})
 
     def write(self, folder: str | os.PathLike[str], stem: str = REPORT_STEM) -> list[Path]:
         """Write ``<stem>.json`` and ``<stem>.md`` into ``folder`` atomically; return the paths."""

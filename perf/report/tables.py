@@ -67,7 +67,7 @@ def notices(inputs: ReportInputs) -> list[Notice]:
         return []
     fingerprint = latest.fingerprint if isinstance(latest.fingerprint, Mapping) else {}
     device = inputs.device or "an unknown device"
-    where = fingerprint.get("gpu_name") if device != "cpu" else fingerprint.get("cpu_model")
+    where = fingerprint.get("gpu_name" if device != "cpu" else "cpu_model")
     out = [Notice("run", f"Run {latest.label} on {device}" + (f" ({where})" if where else "") + f", machine "
                   f"`{latest.machine_id}`; {len(inputs.runs)} saved run(s) in the history.")]  # fmt: skip
     if latest.injected:
@@ -84,8 +84,7 @@ def notices(inputs: ReportInputs) -> list[Notice]:
 
 
 def benchmark_table(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) -> Table | None:
-    """The newest run's benchmarks: median, IQR, p99 (of the saved rounds, else ``extra_info["p99_ms"]``),
-    rounds, images/s, change vs the previous normal run, and the verdict when the verdicts judged this run."""
+    """The newest run's benchmarks: p99 of the saved rounds, else ``extra_info["p99_ms"]``; the verdict if judged."""
     if (latest := inputs.latest) is None:
         return None
     rows = []
@@ -126,7 +125,7 @@ def stages_table(inputs: ReportInputs) -> Table | None:
     out = []
     for label, stages, fps, frames in stage_rows(inputs):
         total = sum(stages.values())
-        slowest = max(stages, key=lambda s: stages[s]) if stages and total > 0 else ""
+        slowest = max(stages, key=stages.__getitem__) if stages and total > 0 else ""
         out.append({"case": label, "frames": number(frames), "FPS": number(fps),
                     "slowest stage": f"{slowest} ({stages[slowest] / total:.0%})" if slowest else "",
                     "per frame": duration(total / 1e3) if stages else "",
@@ -166,12 +165,10 @@ def verdict_table(inputs: ReportInputs) -> Table | None:
                      "note": note_phrase(e)})  # fmt: skip
     if (judged := next((run for run in inputs.runs if verdicts.judges(run)), None)) is not None:
         whose = f"Verdicts of run {judged.name}"
-    elif verdicts.current_run_id is None:
-        whose = ("Verdicts of a run the file does not name (written before runs had ids): attached to no run "
-                 "of the history")
     else:
-        whose = (f"Verdicts of run id {verdicts.current_run_id[:12]}, which is not among these saved runs: "
-                 "attached to no run of the history")
+        unknown = ("a run the file does not name (written before runs had ids)" if verdicts.current_run_id is None
+                   else f"run id {verdicts.current_run_id[:12]}, which is not among these saved runs")
+        whose = f"Verdicts of {unknown}: attached to no run of the history"
     injected = dict(verdicts.current_injected) or (dict(judged.injected) if judged is not None else {})
     marked = f" The judged run was made with {describe_injected(injected)}: a test of the gate." if injected else ""
     return Table(schema.SUMMARY_VERDICTS, rows,
@@ -193,8 +190,7 @@ def change_table(inputs: ReportInputs) -> Table | None:
 
 def to_markdown(tables: Sequence[Table], warnings: Sequence[str], title: str = "Performance report",
                 said: Sequence[Notice] = (), subject: Mapping[str, str] | None = None) -> str:  # fmt: skip
-    """The summary: the subject (`perf.subject.subject_markdown`), the notices (an injected run as a bold
-    quote), the warnings as a quoted list, then each table less its detail columns (they are in the page)."""
+    """The summary: an injected run's notice as a bold quote, the warnings quoted, tables less detail columns."""
     from perf.subject import subject_markdown
 
     lines = [f"## {title}", "", *([subject_markdown(subject)] if subject else [])]
