@@ -1,8 +1,6 @@
-"""The critical path through a capture's region, walked back from its end (after nvprof's dependency
-analysis), and how long each host thread and GPU stream worked and waited (`analyze`); its short form
-(`summarize_path`: `CriticalPathSummary`, read back from ``summary.json`` with ``from_dict``) and markdown. Times
-in ns, shares 0..1. The walk's rules and limits: docs/method.md, section 13; a thread visited twice at one instant
-takes no second jump, so the walk always moves back in time and the segments tile the region exactly.
+"""The critical path through a capture's region, walked back from its end (after nvprof's dependency analysis),
+and each host thread's and GPU stream's work and waits (`analyze`); its short form (`summarize_path`,
+`CriticalPathSummary.from_dict`) and markdown. Times in ns, shares 0..1. The walk's rules: docs/method.md, section 13.
 """
 
 from __future__ import annotations
@@ -10,7 +8,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from perf.profile.capture_db import Capture, GpuOp, HostCall, busy_ns
@@ -106,7 +104,7 @@ def merge_runs(segments: Iterable[Segment]) -> list[Segment]:
     for s in segments:
         last = runs[-1] if runs else None
         if last and (last.kind, last.where, last.name, last.end_ns) == (s.kind, s.where, s.name, s.start_ns):
-            runs[-1] = Segment(s.kind, s.where, s.name, last.start_ns, s.end_ns)
+            runs[-1] = replace(last, end_ns=s.end_ns)
         else:
             runs.append(s)
     return runs

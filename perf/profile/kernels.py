@@ -6,6 +6,7 @@ the `TOP` kernels of CALLS more calls under ``torch.profiler`` in ``extra_info["
 
 from __future__ import annotations
 
+import itertools
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -46,12 +47,10 @@ def kernel_table(call: Callable[[], Any], calls: int, *, device: str,
 def kernel_changes(baseline: Mapping[str, Any] | None, current: Mapping[str, Any] | None,
                    shown: int = SHOWN) -> list[dict[str, Any]]:  # fmt: skip
     """The ``shown`` kernels whose time per call moved most between two tables, largest first: ``{"name",
-    "baseline_us", "current_us", "delta_us"}`` (None on a side without it); empty without both or across
-    devices."""
+    "baseline_us", "current_us", "delta_us"}`` (None on a side without it); empty without both or across devices."""
     if not baseline or not current or baseline.get("device") != current.get("device"):
         return []
-    before = {row["name"]: float(row["us_per_call"]) for row in baseline.get("rows") or ()}
-    after = {row["name"]: float(row["us_per_call"]) for row in current.get("rows") or ()}
+    before, after = ({r["name"]: float(r["us_per_call"]) for r in t.get("rows") or ()} for t in (baseline, current))
     changes = [{"name": name, "baseline_us": before.get(name), "current_us": after.get(name),
                 "delta_us": (after.get(name) or 0.0) - (before.get(name) or 0.0)}
                for name in before.keys() | after.keys()]  # fmt: skip
@@ -69,13 +68,10 @@ def short_name(name: str, width: int = 90) -> str:
     text, before = name.removeprefix("void ").strip(), ""
     while text != before:  # nested noise goes in rounds
         text, before = _NOISE.sub("", text), text
-    depth = 0
-    for i, char in enumerate(text):  # the argument list: the first "(" outside the template arguments
-        depth += {"<": 1, ">": -1}.get(char, 0)
-        if char == "(" and depth == 0 and i > 0:
-            text = text[:i]
-            break
-    text = " ".join(text.split())
+    # the argument list: from the first "(" outside the template arguments
+    depths = itertools.accumulate({"<": 1, ">": -1}.get(char, 0) for char in text)
+    cut = next((i for i, (c, d) in enumerate(zip(text, depths)) if c == "(" and d == 0 and i > 0), len(text))
+    text = " ".join(text[:cut].split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

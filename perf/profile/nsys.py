@@ -107,9 +107,8 @@ def report_dir_for(nodeid: str, root: StrPath) -> Path:
 
 @dataclass
 class NsysResult:
-    """One ``nsys profile`` child run: the child test's ``outcome`` ("passed", "failed": also errored or none
-    collected, "skipped": ``skip_reason``) and the first ``.nsys-rep`` written (None if the child never
-    reached cudaProfilerStart)."""
+    """One ``nsys profile`` child run: the child test's ``outcome`` ("passed", "failed": also errored or none collected,
+    "skipped": ``skip_reason``) and the first ``.nsys-rep`` (None: the child never reached cudaProfilerStart)."""
 
     command: list[str]
     returncode: int
@@ -139,10 +138,9 @@ def _junit_outcome(path: Path) -> tuple[str, str | None] | None:
 def run_child_under_nsys(nsys: StrPath, nodeid: str, rootdir: StrPath, extra_pytest_args: Sequence[str] = (),
                          env: Mapping[str, str] | None = None, *, report_root: StrPath, cwd: StrPath | None = None,
                          timeout_s: float = 1800.0) -> NsysResult:  # fmt: skip
-    """Run test ``nodeid`` in a child pytest under ``nsys profile`` into `report_dir_for` under ``report_root``,
-    its output in ``nsys-run.log`` there. The child starts in ``cwd`` (default ``rootdir``; ``extra_pytest_args``,
-    the parent's options, read paths relative to it). A failing or skipped test is returned; `NsysError` when nsys
-    failed (no JUnit XML, or after a passing test an nsys error, a non-zero exit or no ``.nsys-rep``)."""
+    """Run test ``nodeid`` in a child pytest under ``nsys profile`` into `report_dir_for` (log: ``nsys-run.log``), in
+    ``cwd`` (default ``rootdir``, where ``extra_pytest_args`` read paths). A failing or skipped test is returned;
+    `NsysError` when nsys failed: no JUnit XML, or after a passing test an nsys error, non-zero exit, no .nsys-rep."""
     rootdir = Path(rootdir).resolve()
     report_dir = report_dir_for(nodeid, report_root)
     report_dir.mkdir(parents=True, exist_ok=True)

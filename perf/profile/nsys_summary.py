@@ -1,6 +1,5 @@
-"""What an Nsight Systems capture says, in short (`NsysSummary`), from the one `Capture` of its SQLite export:
-top kernels, time per NVTX stage, copies, the GPU idle share of the measured region, and the suite's own
-activity apart (docs/method.md, section 6).
+"""An Nsight Systems capture in short (`NsysSummary`, from the `Capture` of its SQLite export): top kernels, time per
+NVTX stage, copies, the GPU idle share of the measured region, the suite's own activity apart (docs/method.md, 6).
 """
 
 from __future__ import annotations
@@ -37,11 +36,10 @@ def is_timing_event_api(name: str) -> bool:
 
 @dataclass
 class NsysSummary:
-    """A capture in short; times in ns, fractions 0..1 of the region. ``stages``: the pipeline stages among
-    the NVTX ranges (host time), ``nvtx_ranges`` the largest others, ``missing`` the `DATA_NAMES` lacking,
-    ``critical_path`` None when not made. The model's figures count no suite kernel (`is_suite_kernel`: its
-    span is idle) and no event API call (`is_timing_event_api`): those are the ``suite_*`` and
-    ``timing_event_api_*`` fields."""
+    """A capture in short; times in ns, fractions 0..1 of the region. ``stages``: the pipeline stages among the NVTX
+    ranges (host time), ``nvtx_ranges`` the largest others, ``missing`` the `DATA_NAMES` lacking, ``critical_path``
+    None when not made. The model's figures count no suite kernel (`is_suite_kernel`: its span is idle) and no event
+    API call (`is_timing_event_api`): those are the ``suite_*`` and ``timing_event_api_*`` fields."""
 
     report: str | None
     kernel_total_ns: int

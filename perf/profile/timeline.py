@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 
 from perf.profile.capture_db import Capture, GpuOp, HostCall
 
@@ -31,6 +32,7 @@ STREAM_TOLERANCE_NS = 2_000  # queued work starts within about a microsecond of 
 CLOCK_TOLERANCE_NS = 5_000  # CPU and GPU timestamps differ by a few microseconds
 _STREAM_LOOKBACK = 32  # activities `previous_on_stream` looks back (graph branches share a stream id)
 _RELEASE_LOOKBACK = 20_000  # activities `Timeline.release_op` looks at per rule (a long wait on a busy GPU)
+_START, _END = attrgetter("start_ns"), attrgetter("end_ns")
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class WaitSpan:
 
 def _merge(calls: list[HostCall]) -> list[WaitSpan]:
     spans: list[WaitSpan] = []
-    for call in sorted(calls, key=lambda c: c.start_ns):
+    for call in sorted(calls, key=_START):
         if spans and call.start_ns < (last := spans[-1]).end_ns:
             longest = max(last.call, call, key=lambda c: (c.name in GPU_SYNC_CALLS, c.end_ns - c.start_ns))
             spans[-1] = WaitSpan(last.start_ns, max(last.end_ns, call.end_ns), longest)
@@ -82,8 +84,7 @@ class Timeline:
 
     def __init__(self, capture: Capture) -> None:
         self.c, region = capture, capture.region
-        self._by_end = sorted(capture.gpu_ops, key=lambda op: op.end_ns)
-        self._ends = [op.end_ns for op in self._by_end]
+        self._by_end = sorted(capture.gpu_ops, key=_END)
         self._launch = {c.correlation_id: c for c in capture.cuda_calls if c.correlation_id is not None}
         self._one_device = len({op.device for op in capture.gpu_ops}) <= 1
         self.streams: dict[str, list[GpuOp]] = {}  # by `stream_label`, each in start order
@@ -103,15 +104,12 @@ class Timeline:
             if r.name != capture.range_name:
                 ranges.setdefault(r.gtid, []).append((r.start_ns, r.end_ns, r.name))
         self._waits = {g: _merge(calls) for g, calls in self.wait_calls.items()}
-        self._wait_starts = {g: [w.start_ns for w in spans] for g, spans in self._waits.items()}
         self._events = {g: sorted(times) for g, times in events.items()}
         self._pieces = {g: innermost_pieces(rs) for g, rs in ranges.items()}
-        self._piece_ends = {g: [p[1] for p in ps] for g, ps in self._pieces.items()}
         self._spans = {g: (region.start_ns, region.end_ns) if g == capture.region_thread
                        else (max(times[0], region.start_ns), min(times[-1], region.end_ns))
                        for g, times in self._events.items()}  # fmt: skip
-        self._wakes = sorted((c for c in capture.os_calls if c.name in WAKE_CALLS), key=lambda c: c.start_ns)
-        self._wake_starts = [c.start_ns for c in self._wakes]
+        self._wakes = sorted((c for c in capture.os_calls if c.name in WAKE_CALLS), key=_START)
 
     def span(self, gtid: int) -> tuple[int, int]:
         """First to last traced event of the thread in the region (the region's thread: all of it)."""
@@ -119,8 +117,8 @@ class Timeline:
 
     def last_wait(self, gtid: int, t: int) -> WaitSpan | None:
         """The thread's last (merged) wait started before ``t``; it covers ``t`` unless it ended before."""
-        i = bisect.bisect_left(self._wait_starts.get(gtid, []), t) - 1
-        return self._waits[gtid][i] if i >= 0 else None
+        i = bisect.bisect_left(waits := self._waits.get(gtid, []), t, key=_START) - 1
+        return waits[i] if i >= 0 else None
 
     def wait_at(self, gtid: int, t: int) -> WaitSpan | None:
         """The thread's (merged) wait covering ``t``, if any."""
@@ -129,10 +127,9 @@ class Timeline:
 
     def named_pieces(self, gtid: int, start: int, end: int) -> list[tuple[str, int, int]]:
         """``[start, end)`` cut at NVTX boundaries: ``(innermost range or "<thread> (no range)", a, b)``."""
-        pieces, ends = self._pieces.get(gtid, []), self._piece_ends.get(gtid, [])
-        untagged = f"{self.c.thread(gtid).label} (no range)"
+        pieces, untagged = self._pieces.get(gtid, []), f"{self.c.thread(gtid).label} (no range)"
         out, cursor = [], start
-        for a, b, name in pieces[bisect.bisect_right(ends, start):]:
+        for a, b, name in pieces[bisect.bisect_right(pieces, start, key=itemgetter(1)):]:
             if a >= end:
                 break
             if a > cursor:
@@ -146,20 +143,16 @@ class Timeline:
     def releaser(self, gtid: int, start: int, t: int) -> tuple[int, int] | None:
         """(thread, time) that ended ``gtid``'s wait over ``[start, t]``: the last wake-up call's thread at
         its end (capped at ``t``), else the thread not waiting at ``t`` whose last event came last."""
-        i = bisect.bisect_left(self._wake_starts, t) - 1
-        while i >= 0 and self._wakes[i].start_ns >= start:
-            call = self._wakes[i]
+        i = bisect.bisect_left(self._wakes, t, key=_START) - 1
+        while i >= 0 and (call := self._wakes[i]).start_ns >= start:
             if call.gtid != gtid and self.wait_at(call.gtid, min(call.end_ns, t)) is None:
                 return call.gtid, min(call.end_ns, t)
             i -= 1
-        best: tuple[int, int] | None = None
-        for other, times in self._events.items():
-            if other == gtid or self.span(other)[0] >= t or self.wait_at(other, t) is not None:
-                continue
-            j = bisect.bisect_left(times, t) - 1
-            if j >= 0 and times[j] >= start and (best is None or times[j] > best[1]):
-                best = (other, times[j])
-        return None if best is None else (best[0], t)
+        last = {other: times[j] for other, times in self._events.items()
+                if other != gtid and self.span(other)[0] < t and self.wait_at(other, t) is None
+                and (j := bisect.bisect_left(times, t) - 1) >= 0 and times[j] >= start}  # fmt: skip
+        best = max(last, key=last.__getitem__, default=None)
+        return None if best is None else (best, t)
 
     def stream_label(self, op: GpuOp) -> str:
         return f"stream {op.stream}" if self._one_device else f"GPU {op.device} stream {op.stream}"
@@ -170,7 +163,7 @@ class Timeline:
 
     def last_op(self, t: int) -> GpuOp | None:
         """The activity that ended last by ``t``."""
-        i = bisect.bisect_right(self._ends, t) - 1
+        i = bisect.bisect_right(self._by_end, t, key=_END) - 1
         return self._by_end[i] if i >= 0 else None
 
     def previous_on_stream(self, op: GpuOp) -> GpuOp | None:
@@ -179,13 +172,12 @@ class Timeline:
         ops, i = self.streams[self.stream_label(op)], self._stream_pos[id(op)]
         fits = [o for o in reversed(ops[max(0, i - _STREAM_LOOKBACK) : i])
                 if o.start_ns < op.start_ns and o.end_ns <= op.start_ns + STREAM_TOLERANCE_NS]  # fmt: skip
-        return max(fits, key=lambda o: o.end_ns, default=None)
+        return max(fits, key=_END, default=None)
 
     def cross_stream(self, op: GpuOp) -> GpuOp | None:
         """The latest-ending work on another stream of the device, started before ``op``, ended near its start."""
-        i = bisect.bisect_right(self._ends, op.start_ns + STREAM_TOLERANCE_NS) - 1
-        while i >= 0 and self._ends[i] >= op.start_ns - STREAM_TOLERANCE_NS:
-            other = self._by_end[i]
+        i = bisect.bisect_right(self._by_end, op.start_ns + STREAM_TOLERANCE_NS, key=_END) - 1
+        while i >= 0 and (other := self._by_end[i]).end_ns >= op.start_ns - STREAM_TOLERANCE_NS:
             if other.device == op.device and other.stream != op.stream and other.start_ns < op.start_ns:
                 return other
             i -= 1
@@ -201,7 +193,7 @@ class Timeline:
                 before is None or op.correlation_id is None or op.correlation_id < before)]  # fmt: skip
         else:
             rules = [lambda op: getattr(self.launch_of(op), "gtid", None) == gtid, lambda op: True]
-        last = bisect.bisect_right(self._ends, t + CLOCK_TOLERANCE_NS) - 1
+        last = bisect.bisect_right(self._by_end, t + CLOCK_TOLERANCE_NS, key=_END) - 1
         for rule in rules:
             for i in range(last, max(-1, last - _RELEASE_LOOKBACK), -1):
                 op = self._by_end[i]

@@ -23,9 +23,8 @@ def nsys_selected(options: PerfOptions, markexpr: str | None) -> bool:
 
 
 def child_options(config: pytest.Config, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The child's pytest options and environment: the parent's command line, ``PYTEST_ADDOPTS`` and ini
-    ``addopts`` less `perf.gate.processes.NSYS_DROPPED`, the same ini file (``-c``), pytest-benchmark's
-    collector off and the tests in collection order."""
+    """The child's pytest options and environment: the parent's command line, ``PYTEST_ADDOPTS`` and ini ``addopts``
+    less `perf.gate.processes.NSYS_DROPPED`, the same ini (``-c``), GC off in benchmarks, tests in collection order."""
     from perf.gate.processes import NSYS_DROPPED, forwarded_options
 
     options = forwarded_options(config.invocation_params.args, config.args, dropped=NSYS_DROPPED)
