@@ -65,19 +65,17 @@ def value_problem(doc: Any) -> str | None:
     stack = [("", doc)]
     while stack:
         at, value = stack.pop()
+        where, problem = at or "the document", None
         if isinstance(value, str):
-            problem = _text_problem(at or "the document", value)
+            problem = _text_problem(where, value)
         elif isinstance(value, int) and not isinstance(value, bool):
-            problem = _not_number(at or "the document", value)
+            problem = _not_number(where, value)
         elif isinstance(value, list):
-            problem = None
             stack += [(f"{at}[{i}]", item) for i, item in reversed(list(enumerate(value)))
                       if not isinstance(item, float)]  # fmt: skip
         elif isinstance(value, dict):
-            problem = _first(_text_problem(f"a key of {at or 'the document'}", key) for key in value)
+            problem = _first(_text_problem(f"a key of {where}", key) for key in value)
             stack += [(_child(at, key), item) for key, item in reversed(list(value.items()))]
-        else:
-            problem = None
         if problem is not None:
             return problem
     return None

@@ -170,10 +170,9 @@ def _judge(args: argparse.Namespace, where: str) -> int:
     """The last ``--processes`` runs up to ``--run`` (number, id or label; the latest by default) judged
     together against the history before them, as ``--perf-compare --perf-confirm=0``; exit 1 when slower. An
     ``--out`` folder that cannot be written is refused before judging; the verdicts are written before printed."""
-    if args.out is not None:
-        if why := unwritable(args.out, folder=True):
-            raise HistoryError(f"--out: cannot write the verdicts to '{args.out}': {why}; make it writable or "
-                               "choose another folder with --out")  # fmt: skip
+    if args.out is not None and (why := unwritable(args.out, folder=True)):
+        raise HistoryError(f"--out: cannot write the verdicts to '{args.out}': {why}; make it writable or "
+                           "choose another folder with --out")  # fmt: skip
     if args.storage is not None:
         runs = load_runs(args.storage)
     else:

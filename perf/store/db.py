@@ -87,17 +87,6 @@ def _sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def _create_as_open_would(path: Path) -> Path | None:
-    """Create SQLite file ``path`` empty, with the mode ``open()`` gives (0o666 less the umask; SQLite creates it
-    0o644 whatever the umask), when it does not exist; the file created here, else None: it exists or cannot be
-    created (SQLite then says why in its own words)."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
-    except OSError:
-        return None
-    return path
-
-
 def _reason(error: BaseException) -> str:
     """The first line of a driver's message, without SQLAlchemy's background link."""
     text = str(getattr(error, "orig", None) or error).strip().splitlines()
@@ -131,12 +120,17 @@ class HistoryStore(contextlib.AbstractContextManager):
         except OSError:
             pass
         made: list[Path] = []
+        created: Path | None = None
         if file is not None:
             try:
                 made = make_parents(file)
             except OSError as e:  # a part of the path is a file, or cannot be written
                 raise StoreError(f"store '{self.shown}': cannot make its folder: {e.strerror or e}") from e
-        created = _create_as_open_would(file) if file is not None else None
+            # created empty with the mode open() gives (0o666 less the umask; SQLite creates it 0o644 whatever the
+            # umask); one that exists or cannot be created is left to SQLite, which says why in its own words
+            with contextlib.suppress(OSError):
+                os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+                created = file
         self.file = file
         try:
             self._connect(url, sqlite)
