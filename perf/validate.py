@@ -167,9 +167,8 @@ def _run_problems(doc: Any, complete: bool) -> Iterator[str | None]:
 
 
 def run_problem(doc: Any, *, complete: bool = False) -> str | None:
-    """What makes ``doc`` (parsed JSON) unusable as a saved run (``NNNN_*.json``, ``--benchmark-json``), or None
-    (docs/architecture.md, "Saved runs"); ``complete``: also `BENCHMARK_STATS` and machine_info, as
-    ``--benchmark-compare`` reads them."""
+    """What makes ``doc`` unusable as a saved run (``NNNN_*.json``, ``--benchmark-json``; docs/architecture.md,
+    "Saved runs"), or None; ``complete``: also `BENCHMARK_STATS` and machine_info, as ``--benchmark-compare`` reads."""
     return _first(_run_problems(doc, complete))
 
 

@@ -158,8 +158,7 @@ class ProcessesRun:
         if self.folder is None and self.error is None:
             return
         write = terminalreporter.write_line
-        mode = "noise" if self.mode == "noise" else "self-test"
-        terminalreporter.write_sep("=", f"perf {mode} across processes")
+        terminalreporter.write_sep("=", f"perf {'noise' if self.mode == 'noise' else 'self-test'} across processes")
         if self.error:
             write(f"perf processes: {self.error}", red=True)
         if self.incomplete:

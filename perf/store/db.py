@@ -2,8 +2,7 @@
 
 Where (``--perf-store`` / ``perf-history --store``): a path or ``sqlite:///path`` (SQLite, created with its folder),
 or ``postgresql://user:password@host:port/dbname`` (or ``postgres://``: psycopg 3, the ``postgres`` extra).
-Tables and migrations: `perf.store.schema`.
-"""
+Tables and migrations: `perf.store.schema`."""
 
 from __future__ import annotations
 
@@ -76,8 +75,7 @@ IN_MEMORY = "an in-memory SQLite database keeps no run; give a file (a path or s
 
 
 def _sqlite_file(url: str) -> Path | None:
-    """The file of SQLite ``url``; None for none, a ``file:`` URI (``uri=true``, which SQLite reads) or a malformed
-    URL (create_engine says why)."""
+    """The file of SQLite ``url``; None for none, a ``file:`` URI (``uri=true``, which SQLite reads) or a bad URL."""
     try:
         parsed = make_url(url)
     except Exception:  # noqa: BLE001 - a malformed URL: create_engine says why
