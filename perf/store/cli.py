@@ -35,9 +35,8 @@ DEFAULT_STORE = ".benchmarks/history.sqlite"
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="perf-history", description="The results history in a database: import saved "
                            "runs, list them, find change points.")  # fmt: skip
-    parser.add_argument("--store", type=parse_store, default=None,
-                        help=f"the store: a path, sqlite:///path or postgresql://... (default: $PERF_STORE, else "
-                             f"{DEFAULT_STORE})")  # fmt: skip
+    parser.add_argument("--store", type=parse_store, default=None, help="the store: a path, sqlite:///path or "
+                        f"postgresql://... (default: $PERF_STORE, else {DEFAULT_STORE})")  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True)
     imported = sub.add_parser("import", help="store every saved run of a benchmark storage, each with the noise "
                               "profile measured there for its runner")
@@ -159,8 +158,7 @@ def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: 
         key = machine_key(group[0].machine_info)
         text = profiles.get(key)
         floors = floors_from_profile(None if text is None else runner_profile(
-            _warn, stored=text, stored_in=f"the store's noise profile of machine {key}",
-            without=DEFAULT_FLOOR_WITHOUT))  # fmt: skip
+            _warn, stored=text, stored_in=f"the store's noise profile of machine {key}", without=DEFAULT_FLOOR_WITHOUT))
         found += history_changes(group, min_effect=min_effect, floors=floors)
     return sorted({(c.fullname, c.machine_key, c.branch, c.run_id): c for c in found}.values(),
                   key=lambda c: (c.fullname, c.saved_at or ""))  # fmt: skip
