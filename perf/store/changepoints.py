@@ -71,10 +71,9 @@ def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, 
 
 def history_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02,
                           scatter: float = 0.0) -> list[ChangePoint]:  # fmt: skip
-    """`find_change_points` with every level at least `MIN_SEGMENT` runs long, against the benchmark's own
-    between-process ``scatter`` (relative: `perf.gate.noise.floors_from_profile`, 0 when not profiled) where it is
-    above `NOISE_FLOOR`: the one rule of the gate's history (`perf.gate.history.reference_for`), of
-    ``perf-history changes`` and of the reports."""
+    """`find_change_points` against the benchmark's own between-process ``scatter`` (relative, 0 when not profiled:
+    `perf.gate.noise.floors_from_profile`): the one rule of the gate's history (`perf.gate.history.reference_for`),
+    of ``perf-history changes`` and of the reports."""
     return find_change_points(medians_s, min_effect=min_effect, noise_floor=max(NOISE_FLOOR, scatter),
                               min_size=MIN_SEGMENT)
 
@@ -104,9 +103,8 @@ def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float,
 
 def history_changes(runs: Sequence[SavedRun], *, min_effect: float = 0.02,
                     floors: Mapping[str, float] | None = None) -> list[HistoryChange]:  # fmt: skip
-    """The change points of every history (benchmark, machine, branch) in ``runs`` (saved runs, from files or from
-    the store alike; test-only ones left out); ``floors``: each benchmark's own between-process scatter
-    (`perf.gate.noise.floors_from_profile`) where above the floor."""
+    """The change points of every history (benchmark, machine, branch) in ``runs`` (from files or the store alike;
+    test-only ones left out); ``floors``: each benchmark's between-process scatter (`history_change_points`)."""
     from perf.store.db import branch_of, machine_key, run_id_of  # here: the gate's history needs no SQLAlchemy
 
     histories: dict[tuple[str, str, str | None], list[tuple[SavedRun, BenchmarkRecord]]] = defaultdict(list)

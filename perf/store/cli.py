@@ -156,8 +156,7 @@ def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: 
     found = []
     for group in comparable_groups(runs):
         key = machine_key(group[0].machine_info)
-        text = profiles.get(key)
-        floors = floors_from_profile(None if text is None else runner_profile(
+        floors = floors_from_profile(None if (text := profiles.get(key)) is None else runner_profile(
             _warn, stored=text, stored_in=f"the store's noise profile of machine {key}", without=DEFAULT_FLOOR_WITHOUT))
         found += history_changes(group, min_effect=min_effect, floors=floors)
     return sorted({(c.fullname, c.machine_key, c.branch, c.run_id): c for c in found}.values(),

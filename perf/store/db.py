@@ -61,7 +61,8 @@ def engine_url(where: str) -> str:
     """The SQLAlchemy URL of a store given as a path, ``sqlite:///...`` or ``postgresql://...``; `StoreError` for
     SQLite's in-memory database (``sqlite://``, ``sqlite:///``, ``:memory:``), which keeps no run."""
     if in_memory_sqlite(where):
-        raise StoreError(f"store '{where}': {IN_MEMORY}")
+        raise StoreError(f"store '{where}': an in-memory SQLite database keeps no run; give a file (a path or "
+                         "sqlite:///path)")
     if where.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + where.split("://", 1)[1]
     if where.startswith(("sqlite://", "postgresql+")):
@@ -69,9 +70,6 @@ def engine_url(where: str) -> str:
     if "://" in where:
         raise StoreError(f"store '{where}': not a path, sqlite:///path or postgresql:// URL")
     return f"sqlite:///{resolved(Path(where).expanduser())}"  # a symlink loop: said when opened
-
-
-IN_MEMORY = "an in-memory SQLite database keeps no run; give a file (a path or sqlite:///path)"
 
 
 def _sqlite_file(url: str) -> Path | None:
