@@ -167,8 +167,7 @@ def mismatch_lines(differences: list[tuple[str, Any, Any]], saved_run: Mapping[s
 
 
 def injected_of(document: Mapping[str, Any]) -> dict[str, Any]:
-    """The test-only options a saved run's JSON was made with (``perf_run["injected"]``, else an older run's
-    first benchmark's ``extra_info["injected"]``); {} for a normal run."""
+    """A saved run's test-only options: ``perf_run["injected"]``, else its first ``extra_info["injected"]``, else {}."""
     benches = (mapping(mapping(bench).get("extra_info")) for bench in document.get("benchmarks") or ())
     found = (mapping(f.get("injected")) for f in (mapping(document.get("perf_run")), *benches))
     return dict(next((f for f in found if f), {}))

@@ -65,19 +65,17 @@ def value_problem(doc: Any) -> str | None:
     stack = [("", doc)]
     while stack:
         at, value = stack.pop()
+        where, problem = at or "the document", None
         if isinstance(value, str):
-            problem = _text_problem(at or "the document", value)
+            problem = _text_problem(where, value)
         elif isinstance(value, int) and not isinstance(value, bool):
-            problem = _not_number(at or "the document", value)
+            problem = _not_number(where, value)
         elif isinstance(value, list):
-            problem = None
             stack += [(f"{at}[{i}]", item) for i, item in reversed(list(enumerate(value)))
                       if not isinstance(item, float)]  # fmt: skip
         elif isinstance(value, dict):
-            problem = _first(_text_problem(f"a key of {at or 'the document'}", key) for key in value)
+            problem = _first(_text_problem(f"a key of {where}", key) for key in value)
             stack += [(_child(at, key), item) for key, item in reversed(list(value.items()))]
-        else:
-            problem = None
         if problem is not None:
             return problem
     return None
@@ -169,9 +167,8 @@ def _run_problems(doc: Any, complete: bool) -> Iterator[str | None]:
 
 
 def run_problem(doc: Any, *, complete: bool = False) -> str | None:
-    """What makes ``doc`` (parsed JSON) unusable as a saved run (``NNNN_*.json``, ``--benchmark-json``), or None
-    (docs/architecture.md, "Saved runs"); ``complete``: also `BENCHMARK_STATS` and machine_info, as
-    ``--benchmark-compare`` reads them."""
+    """What makes ``doc`` unusable as a saved run (``NNNN_*.json``, ``--benchmark-json``; docs/architecture.md,
+    "Saved runs"), or None; ``complete``: also `BENCHMARK_STATS` and machine_info, as ``--benchmark-compare`` reads."""
     return _first(_run_problems(doc, complete))
 
 

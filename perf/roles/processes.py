@@ -158,8 +158,7 @@ class ProcessesRun:
         if self.folder is None and self.error is None:
             return
         write = terminalreporter.write_line
-        mode = "noise" if self.mode == "noise" else "self-test"
-        terminalreporter.write_sep("=", f"perf {mode} across processes")
+        terminalreporter.write_sep("=", f"perf {'noise' if self.mode == 'noise' else 'self-test'} across processes")
         if self.error:
             write(f"perf processes: {self.error}", red=True)
         if self.incomplete:
@@ -177,14 +176,11 @@ def _plan(given: Any, items: list[pytest.Item], mode: str, k: int) -> list[Child
     else the default), each of its benchmarks, spread over the run: each is judged against all K identical."""
     from perf.gate.processes import Child
 
-    nodeids = tuple(item.nodeid for item in items)
-    if mode == "noise":
-        return [Child(f"a{i:02d}", "identical", nodeids) for i in range(k)]
-    plan, regressions = [], given or parse_regressions(DEFAULT_REGRESSIONS)
-    every = max(1, k // max(2, k // 5))
+    nodeids, regressions = tuple(item.nodeid for item in items), given or parse_regressions(DEFAULT_REGRESSIONS)
+    plan, every = [], max(1, k // max(2, k // 5))
     for i in range(k):
         plan.append(Child(f"a{i:02d}", "identical", nodeids))
-        if i % every:
+        if mode == "noise" or i % every:
             continue
         for regression in regressions:
             grouped = [item for item in items if _group(item) in regression.groups]

@@ -64,29 +64,23 @@ def find_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02, 
     scatter = max(floor, min(robust_sd(np.diff(x)) / math.sqrt(2), robust_sd(x)))
     kept = ruptures.Pelt(model="l2", min_size=min_size, jump=1).fit(x.reshape(-1, 1)).predict(
         pen=2 * scatter**2 * math.log(x.size))[:-1]  # fmt: skip
-    while failing := [(score, at) for at, (score, passed) in _judge(x, kept, floor, min_effect, z).items()
-                      if not passed]:  # drop the weakest failing candidate, judge the others again
-        kept.remove(min(failing)[1])
-    bounds = [0, *kept, x.size]
-    judged = _judge(x, kept, floor, min_effect, z)
-    return [ChangePoint(int(at), math.exp(x[left:at].mean()), math.exp(x[at:right].mean()),
-                        math.exp(x[at:right].mean() - x[left:at].mean()), judged[at][0], int(right - at))
-            for left, at, right in zip(bounds, bounds[1:], bounds[2:])]  # fmt: skip
+    while failing := [(c.z, c.index) for c, passed in _judge(x, kept, floor, min_effect, z) if not passed]:
+        kept.remove(min(failing)[1])  # drop the weakest failing candidate, judge the others again
+    return [c for c, _ in _judge(x, kept, floor, min_effect, z)]
 
 
 def history_change_points(medians_s: Sequence[float], *, min_effect: float = 0.02,
                           scatter: float = 0.0) -> list[ChangePoint]:  # fmt: skip
-    """`find_change_points` with every level at least `MIN_SEGMENT` runs long, against the benchmark's own
-    between-process ``scatter`` (relative: `perf.gate.noise.floors_from_profile`, 0 when not profiled) where it is
-    above `NOISE_FLOOR`: the one rule of the gate's history (`perf.gate.history.reference_for`), of
-    ``perf-history changes`` and of the reports."""
+    """`find_change_points` against the benchmark's own between-process ``scatter`` (relative, 0 when not profiled:
+    `perf.gate.noise.floors_from_profile`): the one rule of the gate's history (`perf.gate.history.reference_for`),
+    of ``perf-history changes`` and of the reports."""
     return find_change_points(medians_s, min_effect=min_effect, noise_floor=max(NOISE_FLOOR, scatter),
                               min_size=MIN_SEGMENT)
 
 
 def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float,
-           z: float) -> dict[int, tuple[float, bool]]:  # fmt: skip
-    """Each break's shift in standard errors and whether it passes."""
+           z: float) -> list[tuple[ChangePoint, bool]]:  # fmt: skip
+    """Each break's change point (its shift in standard errors: ``z``) and whether it passes."""
     from scipy import stats
 
     bounds = [0, *breaks, x.size]
@@ -97,19 +91,20 @@ def _judge(x: np.ndarray, breaks: list[int], floor: float, min_effect: float,
         critical = float(stats.t.isf(stats.norm.sf(z), df + PRIOR_DF))
     else:  # within the floor: the floor is the known scatter
         sigma, critical = floor, z
-    out = {}
+    out = []
     for left, at, right in zip(bounds, bounds[1:], bounds[2:]):
-        shift = x[at:right].mean() - x[left:at].mean()
-        score = abs(shift) / (sigma * math.sqrt(1 / (at - left) + 1 / (right - at)))
-        out[at] = (float(score), score > critical and abs(shift) > math.log1p(min_effect))
+        before, after = x[left:at].mean(), x[at:right].mean()
+        score = abs(after - before) / (sigma * math.sqrt(1 / (at - left) + 1 / (right - at)))
+        change = ChangePoint(int(at), math.exp(before), math.exp(after), math.exp(after - before), float(score),
+                             int(right - at))  # fmt: skip
+        out.append((change, score > critical and abs(after - before) > math.log1p(min_effect)))
     return out
 
 
 def history_changes(runs: Sequence[SavedRun], *, min_effect: float = 0.02,
                     floors: Mapping[str, float] | None = None) -> list[HistoryChange]:  # fmt: skip
-    """The change points of every history (benchmark, machine, branch) in ``runs`` (saved runs, from files or from
-    the store alike; test-only ones left out); ``floors``: each benchmark's own between-process scatter
-    (`perf.gate.noise.floors_from_profile`) where above the floor."""
+    """The change points of every history (benchmark, machine, branch) in ``runs`` (from files or the store alike;
+    test-only ones left out); ``floors``: each benchmark's between-process scatter (`history_change_points`)."""
     from perf.store.db import branch_of, machine_key, run_id_of  # here: the gate's history needs no SQLAlchemy
 
     histories: dict[tuple[str, str, str | None], list[tuple[SavedRun, BenchmarkRecord]]] = defaultdict(list)

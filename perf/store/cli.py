@@ -35,9 +35,8 @@ DEFAULT_STORE = ".benchmarks/history.sqlite"
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="perf-history", description="The results history in a database: import saved "
                            "runs, list them, find change points.")  # fmt: skip
-    parser.add_argument("--store", type=parse_store, default=None,
-                        help=f"the store: a path, sqlite:///path or postgresql://... (default: $PERF_STORE, else "
-                             f"{DEFAULT_STORE})")  # fmt: skip
+    parser.add_argument("--store", type=parse_store, default=None, help="the store: a path, sqlite:///path or "
+                        f"postgresql://... (default: $PERF_STORE, else {DEFAULT_STORE})")  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True)
     imported = sub.add_parser("import", help="store every saved run of a benchmark storage, each with the noise "
                               "profile measured there for its runner")
@@ -157,10 +156,8 @@ def _changes(runs: list[SavedRun], profiles: dict[str, str | None], min_effect: 
     found = []
     for group in comparable_groups(runs):
         key = machine_key(group[0].machine_info)
-        text = profiles.get(key)
-        floors = floors_from_profile(None if text is None else runner_profile(
-            _warn, stored=text, stored_in=f"the store's noise profile of machine {key}",
-            without=DEFAULT_FLOOR_WITHOUT))  # fmt: skip
+        floors = floors_from_profile(None if (text := profiles.get(key)) is None else runner_profile(
+            _warn, stored=text, stored_in=f"the store's noise profile of machine {key}", without=DEFAULT_FLOOR_WITHOUT))
         found += history_changes(group, min_effect=min_effect, floors=floors)
     return sorted({(c.fullname, c.machine_key, c.branch, c.run_id): c for c in found}.values(),
                   key=lambda c: (c.fullname, c.saved_at or ""))  # fmt: skip
@@ -170,10 +167,9 @@ def _judge(args: argparse.Namespace, where: str) -> int:
     """The last ``--processes`` runs up to ``--run`` (number, id or label; the latest by default) judged
     together against the history before them, as ``--perf-compare --perf-confirm=0``; exit 1 when slower. An
     ``--out`` folder that cannot be written is refused before judging; the verdicts are written before printed."""
-    if args.out is not None:
-        if why := unwritable(args.out, folder=True):
-            raise HistoryError(f"--out: cannot write the verdicts to '{args.out}': {why}; make it writable or "
-                               "choose another folder with --out")  # fmt: skip
+    if args.out is not None and (why := unwritable(args.out, folder=True)):
+        raise HistoryError(f"--out: cannot write the verdicts to '{args.out}': {why}; make it writable or "
+                           "choose another folder with --out")  # fmt: skip
     if args.storage is not None:
         runs = load_runs(args.storage)
     else:

@@ -2,8 +2,7 @@
 
 Where (``--perf-store`` / ``perf-history --store``): a path or ``sqlite:///path`` (SQLite, created with its folder),
 or ``postgresql://user:password@host:port/dbname`` (or ``postgres://``: psycopg 3, the ``postgres`` extra).
-Tables and migrations: `perf.store.schema`.
-"""
+Tables and migrations: `perf.store.schema`."""
 
 from __future__ import annotations
 
@@ -62,7 +61,8 @@ def engine_url(where: str) -> str:
     """The SQLAlchemy URL of a store given as a path, ``sqlite:///...`` or ``postgresql://...``; `StoreError` for
     SQLite's in-memory database (``sqlite://``, ``sqlite:///``, ``:memory:``), which keeps no run."""
     if in_memory_sqlite(where):
-        raise StoreError(f"store '{where}': {IN_MEMORY}")
+        raise StoreError(f"store '{where}': an in-memory SQLite database keeps no run; give a file (a path or "
+                         "sqlite:///path)")
     if where.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + where.split("://", 1)[1]
     if where.startswith(("sqlite://", "postgresql+")):
@@ -72,12 +72,8 @@ def engine_url(where: str) -> str:
     return f"sqlite:///{resolved(Path(where).expanduser())}"  # a symlink loop: said when opened
 
 
-IN_MEMORY = "an in-memory SQLite database keeps no run; give a file (a path or sqlite:///path)"
-
-
 def _sqlite_file(url: str) -> Path | None:
-    """The file of SQLite ``url``; None for none, a ``file:`` URI (``uri=true``, which SQLite reads) or a malformed
-    URL (create_engine says why)."""
+    """The file of SQLite ``url``; None for none, a ``file:`` URI (``uri=true``, which SQLite reads) or a bad URL."""
     try:
         parsed = make_url(url)
     except Exception:  # noqa: BLE001 - a malformed URL: create_engine says why
@@ -85,17 +81,6 @@ def _sqlite_file(url: str) -> Path | None:
     if parsed.query.get("uri") or not parsed.database or parsed.database == ":memory:":
         return None
     return Path(parsed.database)
-
-
-def _create_as_open_would(path: Path) -> Path | None:
-    """Create SQLite file ``path`` empty, with the mode ``open()`` gives (0o666 less the umask; SQLite creates it
-    0o644 whatever the umask), when it does not exist; the file created here, else None: it exists or cannot be
-    created (SQLite then says why in its own words)."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
-    except OSError:
-        return None
-    return path
 
 
 def _reason(error: BaseException) -> str:
@@ -131,12 +116,17 @@ class HistoryStore(contextlib.AbstractContextManager):
         except OSError:
             pass
         made: list[Path] = []
+        created: Path | None = None
         if file is not None:
             try:
                 made = make_parents(file)
             except OSError as e:  # a part of the path is a file, or cannot be written
                 raise StoreError(f"store '{self.shown}': cannot make its folder: {e.strerror or e}") from e
-        created = _create_as_open_would(file) if file is not None else None
+            # created empty with the mode open() gives (0o666 less the umask; SQLite creates it 0o644 whatever the
+            # umask); one that exists or cannot be created is left to SQLite, which says why in its own words
+            with contextlib.suppress(OSError):
+                os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+                created = file
         self.file = file
         try:
             self._connect(url, sqlite)
