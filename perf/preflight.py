@@ -1,5 +1,6 @@
-"""Refuse at start-up, in one usage line (exit 4), a run that would lose its results or crash after measuring
-(docs/architecture.md, "The session and its parts"): xdist with saving, a bad compared run, an unwritable folder."""
+"""Refuse at start-up, in one usage line (exit 4), a run that would lose its results or crash after measuring:
+saving or comparing under xdist (``-n``), a bad compared run, an unwritable folder (docs/architecture.md, "The
+session and its parts")."""
 
 from __future__ import annotations
 
