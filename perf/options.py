@@ -1,6 +1,5 @@
-"""Every option of the perf suite (``--perf-*`` and the ``perf_*`` ini settings) with its parser, default and
-help, in one table (`all_options`); perf/session.py reads them. The parsers (`detector.argtypes.value_parser`)
-also serve the suite's commands; a bad value is one usage line naming the option (`start_up_errors`)."""
+"""Every option of the perf suite (``--perf-*``, ``perf_*`` ini settings) with its parser, default and help
+(`all_options`); the parsers also serve the suite's commands; a bad value is one usage line (`start_up_errors`)."""
 
 from __future__ import annotations
 
@@ -110,8 +109,7 @@ parse_precisions = value_parser(lambda text: tuple(split_list(text.lower())) or 
 parse_device = value_parser(_device, bool, DEVICE_FORMS)
 #: A device a machine measures on (``perf-history comparable --device``): not ``auto``.
 parse_machine_device = value_parser(_device, lambda device: device != "auto", "cpu, cuda or cuda:N")
-#: A history store: ``none``, a path (SQLite), ``sqlite:///path`` or ``postgresql://...`` (`perf.store.db`); not
-#: SQLite's in-memory database (`perf.store.in_memory_sqlite`), which would lose every run.
+#: A history store: ``none``, a path (SQLite), ``sqlite:///path`` or ``postgresql://...``; never in-memory SQLite.
 parse_store = value_parser(_store, bool, "a path, sqlite:///path, postgresql://... or none")
 
 
@@ -158,14 +156,12 @@ def parse_regression(value: str) -> Regression:
     """``"layer:5%"`` -> ``Regression("layer", 0.05)``; KIND in `perf.gate.regressions.KINDS`, PERCENT in (0, 100]."""
     from perf.gate.regressions import KINDS, Regression  # here, not with this module: it loads the model code
 
-    kind, _, amount = value.strip().lower().partition(":")
-    try:
-        fraction = float(amount.strip().removesuffix("%")) / 100
-    except ValueError:
-        fraction = math.nan
-    if kind not in KINDS or not 0 < fraction <= 1:
-        raise value_error(value, f"KIND:PERCENT with KIND one of {', '.join(KINDS)}, e.g. layer:5%")
-    return Regression(kind, fraction)
+    def convert(text: str) -> Regression:
+        kind, _, amount = text.strip().lower().partition(":")
+        return Regression(kind, float(amount.strip().removesuffix("%")) / 100)
+
+    return value_parser(convert, lambda r: r.kind in KINDS and 0 < r.fraction <= 1,
+                        f"KIND:PERCENT with KIND one of {', '.join(KINDS)}, e.g. layer:5%")(value)
 
 
 #: ``"layer:5%,preprocess:5%"`` -> one `perf.gate.regressions.Regression` per item (`parse_regression`).
@@ -182,8 +178,7 @@ _BENCHMARK_LIMITS: dict[str, Callable[[str], float]] = {
 
 
 def benchmark_option_errors(getoption: Callable[..., Any]) -> list[str]:
-    """``argument --benchmark-x: Could not parse value: ...`` for each pytest-benchmark option (``getoption``:
-    ``config.getoption``) that `_BENCHMARK_LIMITS` refuses; empty where pytest-benchmark is not loaded."""
+    """``argument --benchmark-x: ...`` for each pytest-benchmark option value `_BENCHMARK_LIMITS` refuses."""
     values = {flag: getoption(flag.removeprefix("--").replace("-", "_"), None) for flag in _BENCHMARK_LIMITS}
     parsed = {flag: deferred(_BENCHMARK_LIMITS[flag])(str(v)) for flag, v in values.items() if v is not None}
     return [f"argument {flag}: {v}" for flag, v in parsed.items() if isinstance(v, BadValue)]
@@ -195,9 +190,8 @@ def _join(values: tuple[Any, ...]) -> str:
 
 @dataclass(frozen=True)
 class Option:
-    """One option: ``flag`` (``--perf-<name>``, dest ``perf_<name>``), ``help`` (None: hidden) ending
-    ``Default: <shown>.``; ``metavar`` None makes a switch; ``parse`` None keeps the text; ``const`` makes the
-    value optional; ``ini``: also the ini setting ``perf_<name>``, which the option overrides."""
+    """One option: ``flag`` ``--perf-<name>`` (dest ``perf_<name>``), ``help`` (None: hidden), ``shown`` default;
+    ``metavar`` None: a switch; ``parse`` None: text; ``const``: value optional; ``ini``: also an ini setting."""
 
     flag: str
     metavar: str | None
@@ -220,12 +214,9 @@ class Option:
         kwargs: dict[str, Any] = {"dest": self.dest, "help": text.replace("%", "%%"), "default": self.default}
         if self.metavar is None:
             return {**kwargs, "action": "store_true", "default": False}
-        kwargs["metavar"] = self.metavar
-        if self.parse is not None:
-            kwargs["type"] = deferred(self.parse)
-        if self.const is not None:
-            kwargs.update(nargs="?", const=self.const)
-        return kwargs
+        typed = {} if self.parse is None else {"type": deferred(self.parse)}
+        optional = {} if self.const is None else {"nargs": "?", "const": self.const}
+        return {**kwargs, "metavar": self.metavar, **typed, **optional}
 
 
 def all_options() -> tuple[Option, ...]:

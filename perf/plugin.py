@@ -120,8 +120,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_sessionfinish")
 def pytest_sessionfinish_interrupted(session: pytest.Session) -> Generator[None]:
-    """Around every plugin's end of the session (pytest-benchmark's save, the confirmation, the report, the store):
-    Ctrl-C or SIGTERM there is one line and exit status 2, not a traceback."""
+    """Ctrl-C or SIGTERM while any plugin ends the session: one line and exit status 2, not a traceback."""
     from detector.errors import Terminated
 
     try:
@@ -160,8 +159,7 @@ def perf_options(pytestconfig: pytest.Config) -> PerfOptions:
 
 @pytest.fixture(scope="session")
 def perf_device(pytestconfig: pytest.Config) -> str:
-    """Resolved device ("cpu", "cuda", "cuda:N", then torch's current device); a missing CUDA device is a usage
-    error at start-up."""
+    """Resolved device ("cpu", "cuda", "cuda:N", then torch's current device)."""
     return _session(pytestconfig).use_device()
 
 
@@ -192,6 +190,5 @@ def perf_samples(pytestconfig: pytest.Config) -> Any:
 
 @pytest.fixture
 def perf_measure(pytestconfig: pytest.Config) -> Any:
-    """`perf.measure.stability.measure_stable` with this run's rule: ``benchmark(fn, ...)`` re-measured while
-    unstable."""
+    """`perf.measure.stability.measure_stable` with this run's rule: a benchmark re-measured while unstable."""
     return functools.partial(measure_stable, rule=_session(pytestconfig).gate.settings.rule)

@@ -1,7 +1,6 @@
 """Refuse at start-up, in one usage line (exit 4), a run that would lose its results or crash after measuring:
-saving or comparing under pytest-xdist (``-n``; pytest-benchmark switches itself off there), a saved run the
-compare would load that fails `perf.validate.run_problem`, a folder the run must write that cannot be written
-(docs/architecture.md, "The session and its parts")."""
+saving or comparing under xdist (``-n``), a bad compared run, an unwritable folder (docs/architecture.md, "The
+session and its parts")."""
 
 from __future__ import annotations
 
@@ -32,13 +31,6 @@ def _storage_path(config: pytest.Config) -> Path | None:
     if not value or ("://" in value and not value.startswith("file://")):
         return None
     return Path(value.removeprefix("file://")).expanduser().absolute()
-
-
-def _machine_folder(config: pytest.Config) -> Path | None:
-    """The folder of the file storage pytest-benchmark saves this machine's runs in, or None."""
-    from pytest_benchmark.utils import get_machine_id
-
-    return None if (path := _storage_path(config)) is None else path / get_machine_id()
 
 
 def _check_compared_runs(config: pytest.Config) -> None:
@@ -78,14 +70,15 @@ def _check_compared_runs(config: pytest.Config) -> None:
 
 
 def _check_folders(config: pytest.Config, options: PerfOptions, *, reports: bool, cache: bool, storage: bool) -> None:
-    """Each folder the run will write can be written: the reports, an empty or missing perf cache, the storage, the
-    HTML report's, the child processes' runs."""
-    cache_dir = options.cache_dir
+    """Each folder the run will write can be written: reports, an empty or missing cache, storage, HTML, child runs."""
+    from pytest_benchmark.utils import get_machine_id
+
+    cache_dir, saved = options.cache_dir, _storage_path(config) if storage else None
     with contextlib.suppress(OSError):  # a cache holding files is not made here; one that cannot be listed is probed
         cache = cache and not any(cache_dir.iterdir())
     for option, what, folder in (("--perf-reports-dir", "write the reports to", reports and options.reports_dir),
                                  ("--perf-cache-dir", "create the perf cache in", cache and cache_dir),
-                                 ("--benchmark-storage", "save the run in", storage and _machine_folder(config)),
+                                 ("--benchmark-storage", "save the run in", saved and saved / get_machine_id()),
                                  ("--perf-html", "write the HTML report to",
                                   options.html and config.invocation_params.dir / options.html),
                                  ("--perf-runs-dir", "write the child processes' runs to",

@@ -95,8 +95,7 @@ class PerfOptions:
     selftest_regressions: tuple[Any, ...] | None
     processes_budget: float | None  #: s
     runs_dir: str | None  #: as given
-    store: str | None  #: --perf-store (a path from where pytest started), else the ini setting ``perf_store`` (a path
-    #: from the ini file's folder); a path made absolute, ``none`` and URLs as given
+    store: str | None  #: --perf-store, else ini ``perf_store``: a path made absolute, ``none`` and URLs as given
 
     def batch_sizes_for(self, device: str) -> tuple[int, ...]:
         """Batch sizes of the inference benchmarks on `device` ("cpu", "cuda", "cuda:N")."""
@@ -129,8 +128,7 @@ def resolve_device(requested: str, cuda_device_count: int) -> tuple[str, str | N
 
 
 class PerfSession:
-    """Per-run state of the perf plugin: options, subject, the resolved device and fingerprint (lazy), the parts
-    (`perf.roles`), set by `start`."""
+    """Per-run state of the perf plugin: options, subject, device and fingerprint (lazy), the parts (`perf.roles`)."""
 
     def __init__(self, options: PerfOptions, subject: Subject) -> None:
         self.options, self.subject = options, subject
@@ -145,9 +143,8 @@ class PerfSession:
     def start(cls, config: pytest.Config, markers: Mapping[str, str],
               option_errors: Callable[[pytest.Config], list[str]],
               processes: Callable[[PerfSession, pytest.Config], Any]) -> PerfSession:  # fmt: skip
-        """``pytest_configure``: check the options (a usage error, one line per problem), build the session and its
-        parts. ``markers``: name -> description; ``option_errors`` and ``processes`` (above this floor):
-        `perf.options.start_up_errors`, `perf.roles.processes.ProcessesRun.start`."""
+        """``pytest_configure``: check the options (a usage error, a line each), build the session, its parts
+        (``option_errors``, ``processes``: `perf.options.start_up_errors`, `perf.roles.processes.ProcessesRun.start`)"""
         bind_worker_gpu()  # an xdist worker gets its own GPU, before anything initialises CUDA
         config.add_cleanup(catch_sigterm())  # SIGTERM stops the run as Ctrl-C does: every finally runs
         for name, description in {**backend_markers(), **markers}.items():
@@ -201,16 +198,14 @@ class PerfSession:
             bench.extra_info.setdefault("regression_calibration", calibration)
 
     def on_makereport(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
-        """A full disk or a file denied under the suite's folders stops the run in one line (`perf.diskfull`); the
-        gate judges a passed benchmark."""
+        """A full disk or a denied file under the suite's folders stops the run (`perf.diskfull`); the gate judges."""
         if report.failed and call.excinfo is not None:
             folders = {"--perf-cache-dir": self.options.cache_dir, "--perf-reports-dir": self.options.reports_dir}
             stop_on_folder_error(folders, call.excinfo.value)
         self.gate.judge_test(item, call, report)
 
     def on_update_json(self, output_json: dict[str, Any]) -> None:
-        """``perf_run`` beside machine_info, every benchmark's ``params`` as JSON; the store keeps the
-        document (docs/architecture.md, "Saved runs")."""
+        """``perf_run`` beside machine_info, ``params`` as JSON; the store keeps it (architecture.md, "Saved runs")."""
         output_json["perf_run"] = {"run_id": self.run_id, "injected": self.options.injected}
         for bench in output_json.get("benchmarks") or ():
             if isinstance(bench.get("params"), dict):
@@ -237,11 +232,9 @@ class PerfSession:
 
     def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """The run's sections, after pytest's failures and before pytest-benchmark's table."""
-        self.gate.write_summary(terminalreporter)
-        self.report.write_summary(terminalreporter)
-        if self.processes is not None:
-            self.processes.write_summary(terminalreporter)
-        self.nsys.write_summary(terminalreporter)
+        for part in (self.gate, self.report, self.processes, self.nsys):
+            if part is not None:
+                part.write_summary(terminalreporter)
 
     def write_last_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Just above the final line, after pytest's short test summary: the store's line."""
@@ -277,9 +270,8 @@ class PerfSession:
         return cls(PerfOptions(**values), Subject.from_config(getoption, config.getini, invocation_dir, ini_dir))
 
     def usage_errors(self, *, autosave: bool = False) -> Iterable[str]:
-        """Messages for option values that cannot work (together): a CUDA device named but missing (imports torch),
-        an injected slowdown ``autosave`` would make the next baseline, a cache or reports folder whose symbolic links
-        loop, the subject's problems, nsys + profiler."""
+        """Option values that cannot work (together): a missing CUDA device (imports torch), an injected slowdown
+        ``autosave`` would make the next baseline, a folder's symbolic link loop, the subject's, nsys + profiler."""
         if self.options.device.startswith("cuda") and (missing := self._device[1]) is not None:
             yield f"--perf-device {self.options.device}: {missing}"
         if autosave and self.options.injected:
@@ -295,8 +287,7 @@ class PerfSession:
                    "CUPTI and would distort each other; run them separately")
 
     def check_saved_run(self, saved_run: Mapping[str, Any], location: str, option: str) -> None:
-        """Refuse (pytest.UsageError) or warn about comparing with ``saved_run`` (its JSON, in ``location``, for
-        ``option``): see docs/architecture.md, "The session and its parts"."""
+        """Refuse or warn about comparing with ``saved_run`` (docs/architecture.md, "The session and its parts")."""
         if injected := injected_of(saved_run):
             raise pytest.UsageError(f"{option}: the saved run in '{location}' (saved {saved_run.get('datetime')}) was "
                                     f"made with {describe_injected(injected)}, a deliberate slowdown: it is not a "
@@ -337,9 +328,8 @@ class PerfSession:
         return self._device[0]
 
     def use_device(self) -> str:
-        """`device`, made torch's current CUDA device where it names one (``cuda:N``), in the processes that run
-        tests (the ``perf_device`` fixture): the calls that name no device (synchronize, empty_cache, the profiler,
-        the clock's busy-wait calibration) then go to the GPU under test, not to GPU 0."""
+        """`device`, made torch's current CUDA device where it is ``cuda:N`` (the ``perf_device`` fixture): calls naming
+        no device (synchronize, empty_cache, the profiler, the clock's calibration) then go to it, not to GPU 0."""
         if (index := parse_device(self.device)[1]) is not None:
             import torch
 
@@ -359,8 +349,7 @@ class PerfSession:
         return max_time_given(self.config)
 
     def skip_reason(self, markers: set[str]) -> str | None:
-        """Why a test marked with `markers` ("gpu", "trt") cannot run here, or None: "gpu" needs a CUDA device; a
-        backend's marker needs that backend to run on this device (`detector.backends.availability`)."""
+        """Why a test marked with `markers` ("gpu", a backend's) cannot run here, or None (`backends.availability`)."""
         from detector.backends import availability, backend
 
         device_type = self.device.partition(":")[0]

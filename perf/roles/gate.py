@@ -70,8 +70,7 @@ def _record(metadata: Any) -> BenchmarkRecord:
 
 @dataclass
 class GateRun:
-    """The gate of one session: settings, main's history (`perf.gate.compare.Baseline`; None: no compare), the
-    expected benchmarks, first-pass and final rows, the verdict document, the error budget, the summary."""
+    """The gate of one session: settings, main's history (`perf.gate.compare.Baseline`; None: no compare), rows."""
 
     perf: PerfSession
     settings: GateSettings
@@ -159,8 +158,7 @@ class GateRun:
         return Baseline(kept, self._noise_profile(storage))
 
     def _noise_profile(self, storage: Any) -> Any:
-        """The profile that seeds a short history: --perf-noise-profile's file, none, or this runner's stored one
-        (one that cannot be used: a `NoiseProfileWarning`, and none)."""
+        """The profile that seeds a short history: --perf-noise-profile's file, none, or this runner's stored one."""
         from perf.gate.noise import NoiseProfileError, load_profile, runner_profile
 
         wanted, folder = self.perf.options.noise_profile, getattr(storage, "path", None)  # file storage only
@@ -207,10 +205,9 @@ class GateRun:
                 explain_slower(row, baseline, record)
                 reasons.append(describe_failure(row, self.settings, baseline))
         mappings = getattr(item.config._benchmarksession, "compared_mapping", {}) if self.checks else {}
-        compared = [(Path(str(path)).name, mapping[metadata.fullname]) for path, mapping in mappings.items()
-                    if metadata.fullname in mapping]  # fmt: skip
-        failures = [f"--benchmark-compare-fail against {name}: {failure}" for name, saved in compared
-                    for check in self.checks if (failure := check.fails(metadata, saved["stats"]))]  # fmt: skip
+        failures = [f"--benchmark-compare-fail against {Path(str(path)).name}: {failure}"
+                    for path, mapping in mappings.items() if metadata.fullname in mapping
+                    for check in self.checks if (failure := check.fails(metadata, mapping[metadata.fullname]["stats"]))]
         if failures and baseline is not None:
             self.replaced += 1
         elif failures:

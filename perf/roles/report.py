@@ -17,8 +17,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class ReportRun:
-    """The report of one session: the rows, this run's name (shared with its xdist workers), the worker id
-    (None: the controller or a plain run), the --perf-html lines to print."""
+    """The report of one session: rows, the run's name (its xdist workers' too), worker id (None: the controller)."""
 
     perf: PerfSession
     run: str
