@@ -113,15 +113,17 @@ class DetectionParity:
         total = sum(max(f.reference, f.candidate) - f.borderline for f in self.frames)
         return self.matched / total if total > 0 else 1.0
 
-    mean_iou = property(lambda self: sum(f.mean_iou * f.matched for f in self.frames) / self.matched
-                        if self.matched else 1.0)
+    @property
+    def mean_iou(self) -> float:
+        return sum(f.mean_iou * f.matched for f in self.frames) / self.matched if self.matched else 1.0
 
     def ious(self, digits: int = 4) -> list[float]:
         """IoU of every matched pair, frame by frame, rounded to ``digits`` decimals (the report's histogram)."""
         return [round(iou, digits) for f in self.frames for iou in f.ious]
 
-    class_agreement = property(lambda self: 1.0 - sum(f.class_disagreements for f in self.frames) / self.matched
-                               if self.matched else 1.0)
+    @property
+    def class_agreement(self) -> float:
+        return 1.0 - sum(f.class_disagreements for f in self.frames) / self.matched if self.matched else 1.0
 
     def failures(self, tol: Tolerance) -> list[str]:
         """Human-readable violations of ``tol`` (empty when the detections agree). A reference with no boxes on the

@@ -237,7 +237,11 @@ RERUN_REGRESSED = TableSpec("RERUN_REGRESSED", "Injected regressions", _REGRESSE
 RERUN_COMPARE_FAIL = TableSpec("RERUN_COMPARE_FAIL", "pytest-benchmark compare-fail on identical code", _COMPARE_FAIL)
 
 #: The suite report's tables: every table declared above, in their order (the order the documentation lists them).
-SUITE: tuple[TableSpec, ...] = tuple(value for value in dict(globals()).values() if isinstance(value, TableSpec))
+SUITE: tuple[TableSpec, ...] = (
+    LAB, STAGES_TABLE, STAGE_SPREAD, INFERENCE, SPEEDUP, MULTI_GPU, HARNESS, PARITY, ACCURACY, PIPELINED_PATHS,
+    PIPELINED_RATIOS, SKIP_INTERVAL, MULTISTREAM, CLOCK_TRUTH, GPU_MEMORY, NOISE_CONTROLS, NOISE_CLOCKS, GATE_SELFTEST,
+    GPU_THROTTLING, NOISE_FAMILY, NOISE_BENCHMARK, SELFTEST_IDENTICAL, SELFTEST_REGRESSED, SELFTEST_COMPARE_FAIL,
+    CROSSPROCESS_RUNS, RERUN_FAMILY, RERUN_IDENTICAL, RERUN_REGRESSED, RERUN_COMPARE_FAIL)
 
 # perf-report's summary: cells are formatted text carrying their units; detail columns are in the HTML page
 # only, so each markdown table keeps to MARKDOWN_COLUMNS.
