@@ -139,17 +139,18 @@ def _old_param(value: Any) -> Any:
     match = _UNSERIALIZABLE.match(value) if isinstance(value, str) else None
     try:
         call = ast.parse(match.group(1), mode="eval").body if match else None
-    except SyntaxError:
+        if not isinstance(call, ast.Call) or any(keyword.arg is None for keyword in call.keywords):
+            return value
+        return {str(keyword.arg): _literal(keyword.value) for keyword in call.keywords}
+    except (SyntaxError, MemoryError, RecursionError):  # not Python, or nested deeper than the parser goes
         return value
-    if not isinstance(call, ast.Call) or any(keyword.arg is None for keyword in call.keywords):
-        return value
-    values: dict[str, Any] = {}
-    for keyword in call.keywords:
-        try:
-            values[str(keyword.arg)] = ast.literal_eval(keyword.value)
-        except (ValueError, TypeError, SyntaxError):  # a nested object (a source): its repr, as written
-            values[str(keyword.arg)] = ast.unparse(keyword.value)
-    return values
+
+
+def _literal(node: ast.expr) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError):  # a nested object (a source): its repr, as written
+        return ast.unparse(node)
 
 
 def describe_injected(injected: Mapping[str, Any]) -> str:

@@ -179,7 +179,7 @@ def _judge(args: argparse.Namespace, where: str) -> int:
         raise HistoryError(f"no saved runs in {args.storage or where}")
     wanted = args.run
     matches = [i for i, run in enumerate(runs) if wanted in (None, run.run_id, run.label, run.name)
-               or (wanted.isdigit() and run.number == int(wanted))]  # fmt: skip
+               or (wanted.isdecimal() and run.number == int(wanted))]  # fmt: skip
     if not matches:
         raise HistoryError(f"--run {wanted!r}: no such saved run (give its number, id or label)")
     judged = runs[max(0, matches[-1] - args.processes + 1): matches[-1] + 1]

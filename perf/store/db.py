@@ -216,10 +216,11 @@ class HistoryStore(contextlib.AbstractContextManager):
                     machine_key=machine_key(run.machine_info), commit=run.commit, dirty=run.dirty,
                     branch=branch_of(document), injected=dict(run.injected),
                     test_only=bool(run.injected), source=source, document=document)).inserted_primary_key[0]
-                conn.execute(schema.benchmarks.insert(), [
-                    {"run": pk, "fullname": b.fullname, "name": b.name, "group": b.group,
-                     "median_s": b.median_s, "rounds": None if b.data is None else int(b.data.size)}
-                    for b in run.benchmarks.values()])  # fmt: skip
+                if run.benchmarks:  # an empty executemany is an insert of one row of defaults
+                    conn.execute(schema.benchmarks.insert(), [
+                        {"run": pk, "fullname": b.fullname, "name": b.name, "group": b.group,
+                         "median_s": b.median_s, "rounds": None if b.data is None else int(b.data.size)}
+                        for b in run.benchmarks.values()])  # fmt: skip
                 baseline = (verdicts.get("baseline") or {}).get("run_id")
                 for r in verdicts.get("rows") or ():
                     conn.execute(schema.verdicts.insert().values(

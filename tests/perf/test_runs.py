@@ -246,3 +246,11 @@ def test_a_run_saved_with_unserializable_params_is_read_with_the_cases_fields(tm
     assert bench.params["case"] == {"variant": "torch", "backend": "torch", "precision": "fp32", "batch": 1,
                                     "options": {}, "source": "Source(codec='mp4v', decoder='opencv', encode=True)"}
     assert bench.params["streams"] == 2 and bench.params["odd"] == "UNSERIALIZABLE[<object at 0x1>]"
+
+
+@pytest.mark.parametrize("nesting", ["-" * 200_000 + "1", "[" * 200_000 + "]" * 200_000, "(" * 5_000 + ")" * 5_000])
+def test_an_old_param_nested_past_the_parser_is_read_as_written(nesting: str, tmp_path: Path) -> None:
+    doc = _run("perf/test_inference_speed.py::test_inference_speed[torch-fp32-b1]")
+    doc["benchmarks"][0]["params"] = {"case": f"UNSERIALIZABLE[Case(variant={nesting})]"}
+    (bench,) = load_run(_save(tmp_path, "0001_old.json", doc)).benchmarks.values()
+    assert bench.params["case"] in (f"UNSERIALIZABLE[Case(variant={nesting})]", {"variant": ()})

@@ -103,6 +103,13 @@ def test_a_stored_run_comes_back_as_the_saved_run_model_once(store: HistoryStore
     assert bench.data is not None and np.allclose(bench.data, STEADY)
 
 
+def test_a_run_without_benchmarks_is_stored_and_comes_back_empty(store: HistoryStore) -> None:
+    document = {**_document("run-empty"), "benchmarks": []}  # e.g. every benchmark deselected or skipped
+    assert store.save_run(document) == ("run-empty", True)
+    (run,) = store.runs()
+    assert run.run_id == "run-empty" and run.benchmarks == {}
+
+
 def test_verdicts_and_the_noise_profile_are_stored_with_the_run_they_judged(store: HistoryStore) -> None:
     verdicts = {"baseline": {"run_id": "run-a"}, "current": {"run_id": "run-b"},
                 "rows": [{"fullname": "perf/test_x.py::test_a[b1]", "verdict": "slower", "ratio": 1.3, "lo": 1.29,
@@ -572,6 +579,20 @@ def test_judging_a_storage_needs_no_store_even_when_perf_store_is_none(tmp_path:
                           env={**os.environ, "PERF_STORE": "None"})  # fmt: skip
     assert done.returncode == 2 and "no store to read" not in done.stderr and str(tmp_path) in done.stderr
 
+
+
+@pytest.mark.parametrize("wanted", ["\u00b2", "\u2460", "1\u00b2"])
+def test_judge_given_a_run_number_in_digits_int_cannot_read_is_one_line(wanted: str, tmp_path: Path) -> None:
+    import json
+    import sys
+
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    folder.mkdir()
+    (folder / "0001_a.json").write_text(json.dumps(_document("run-a")), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "perf.store.cli", "judge", "--storage", str(tmp_path), "--run",
+                           wanted], capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and "no such saved run" in done.stderr
 
 SAVER = """
 import json, os, sys, time
