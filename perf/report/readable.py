@@ -19,7 +19,7 @@ def _missing(value: Any) -> str | None:
         return ""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
-    return "n/a" if math.isnan(value) else "inf" if math.isinf(value) else None
+    return "n/a" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else None
 
 
 def as_float(value: Any) -> float:

@@ -16,6 +16,7 @@ from perf.report.readable import as_float, change, duration, finite_numbers, nat
 from perf.report.schema import TableSpec
 from perf.runs import BenchmarkRecord, describe_injected
 from perf.tabletext import markdown_cell
+from perf.validate import is_number
 from perf.verdicts import note_phrase
 
 
@@ -45,7 +46,7 @@ def throughput(bench: BenchmarkRecord) -> float:
     1 / median for samples in seconds per frame (`perf.measure.samples`), else NaN."""
     info = bench.extra_info
     for key in ("images_per_s", "e2e_fps"):
-        if isinstance(info.get(key), (int, float)):
+        if is_number(info.get(key)):
             return float(info[key])
     batch, median = info.get("batch", bench.params.get("batch")), bench.stat("median")
     if not median > 0:
@@ -89,8 +90,7 @@ def benchmark_table(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) 
         return None
     rows = []
     for bench in ordered(list(latest.benchmarks.values())):
-        p99 = bench.extra_info.get("p99_ms")
-        p99 = p99 / 1e3 if isinstance(p99, (int, float)) else math.nan
+        p99 = as_float(bench.extra_info.get("p99_ms")) / 1e3
         rows.append({
             "benchmark": bench.name, "group": bench.group or "ungrouped",
             "median": duration(bench.stat("median")), "IQR": duration(bench.stat("iqr")),

@@ -111,3 +111,23 @@ def test_a_suspect_left_under_the_floor_keeps_its_bound_in_the_note_column() -> 
     note = "not confirmed by 4 pair(s) of fresh processes: under the floor, at most +6.2% of the frame (stage:write)"
     assert note_phrase({"verdict": "no change", "note": note}) == (
         "not confirmed by 4 pair(s) of fresh processes; at most +6.2% of the frame")
+
+
+@pytest.mark.parametrize("value, shown", [(float("inf"), "inf"), (float("-inf"), "-inf"), (float("nan"), "n/a")])
+def test_an_infinite_or_missing_figure_keeps_its_sign_in_every_word(value: float, shown: str) -> None:
+    from perf.report.readable import change, duration, number
+
+    assert number(value) == duration(value) == change(value) == shown
+
+
+@pytest.mark.parametrize("key, column", [("images_per_s", "images/s"), ("p99_ms", "p99")])  # e2e_fps: refused
+def test_a_boolean_saved_where_a_figure_goes_is_not_measured_rather_than_one(key: str, column: str) -> None:
+    from perf.report.inputs import ReportInputs
+    from perf.report.tables import benchmark_table
+
+    document = _run(0.100, "r1")
+    bench = document["benchmarks"][0]
+    del bench["stats"]["data"], bench["extra_info"]["batch"]  # no rounds, no batch: only the saved figure is left
+    bench["extra_info"][key] = True
+    table = benchmark_table(ReportInputs(runs=[run_from_json(document, "run.json")]))
+    assert table is not None and table.rows[0][column] == "n/a"
