@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +69,7 @@ def unavailable_reason(backend: str, device: str, precision: str) -> str | None:
 
 
 def make_cases(
-    backends: Iterable[str], precisions: Iterable[str], batch_sizes: Iterable[int] | None, device: str,
+    backends: Iterable[str], precisions: Iterable[str], batch_sizes: Sequence[int] | None, device: str,
     *, nsys_first: bool = False, exclude: tuple[str, str] | None = None, family: str | None = None,
 ) -> list[Any]:
     """pytest params for every variant x precision (x batch size) of ``backends``, skipped where they cannot run;

@@ -63,7 +63,11 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, *, min_score: 
     ref, cand = np.asarray(reference, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
     if ref.shape != cand.shape:
         raise ValueError(f"decoded shapes differ: reference {ref.shape}, candidate {cand.shape}")
+    if ref.ndim != 3 or ref.shape[-1] < 5:
+        raise ValueError(f"decoded outputs of shape {ref.shape}: expected [B, N, 4 + C], C >= 1 class scores")
     candidates = int(ref.shape[0] * ref.shape[1])
+    if not candidates:  # nothing decoded by either: nothing differs
+        return TensorStats(*[0.0] * 7, 0)
     if not np.isfinite(cand).all():
         return TensorStats(*[math.nan] * 7, candidates)
     scores = ref[..., 4:]

@@ -5,6 +5,7 @@ marked ``nsys`` runs again in a child pytest under ``nsys profile``, summarised 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,8 +19,9 @@ if TYPE_CHECKING:
 
 def nsys_selected(options: PerfOptions, markexpr: str | None) -> bool:
     """True in the parent run when captures were asked for: ``--perf-nsys`` or a ``-m`` selecting ``nsys``."""
-    markexpr = (markexpr or "").replace(" ", "")
-    return not options.nsys_child and (options.nsys or ("nsys" in markexpr and "notnsys" not in markexpr))
+    words = re.findall(r"[\w:+\-.\[\]\\/]+", markexpr or "")  # pytest's marker names, keywords and parentheses
+    asked = "nsys" in words and ("not", "nsys") not in zip(words, words[1:])
+    return not options.nsys_child and (options.nsys or asked)
 
 
 def child_options(config: pytest.Config, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:

@@ -639,3 +639,15 @@ def test_the_nsys_child_gets_every_option_of_the_parent_but_saving_and_selection
         "names": str(parent_project / "names.txt"), "autosave": None, "json": None, "keyword": "",
         "cwd": str(parent_project / "work"), "rootdir": str(parent_project),
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("markexpr, asked", [
+    ("nsys", True), ("ci or nsys", True), ("(nsys)", True), ("not ci and nsys", True), ("nsys and not gpu", True),
+    ("not nsys", False), ("not  (nsys)", False), ("ci", False), (None, False),
+    ("nsys_slow", False), ("not nsys_slow", False), ("mynsys or ci", False)])
+def test_captures_are_asked_for_by_a_marker_expression_naming_nsys_itself(markexpr: str | None, asked: bool) -> None:
+    from types import SimpleNamespace
+
+    from perf.roles.nsys import nsys_selected
+
+    assert nsys_selected(SimpleNamespace(nsys=False, nsys_child=False), markexpr) is asked  # type: ignore[arg-type]

@@ -55,6 +55,15 @@ def test_tensor_tolerance_is_checked_just_past_its_threshold() -> None:
     assert any("score max abs" in f for f in compare_tensors(ref, outside).failures(tol))
 
 
+def test_decoded_outputs_without_candidates_agree_and_without_class_scores_are_named() -> None:
+    empty = np.zeros((2, 0, 6), dtype=np.float32)  # a model that decodes no candidate at this input size
+    stats = compare_tensors(empty, empty.copy())
+    assert stats.candidates == 0 and stats.failures(TOLERANCES["fp32"]) == []
+    boxes_only = np.zeros((1, 3, 4), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"shape \(1, 3, 4\): expected \[B, N, 4 \+ C\]"):
+        compare_tensors(boxes_only, boxes_only.copy())
+
+
 def test_nan_in_the_candidate_fails_every_tensor_criterion() -> None:
     ref = _decoded(2)
     cand = ref.copy()
