@@ -134,7 +134,8 @@ class NoiseProfile:
             entries = {str(name): {str(m): NoiseEntry(**{**e, "medians_s": tuple(e["medians_s"])})
                                    for m, e in metrics.items()} for name, metrics in data["entries"].items()}
             families = dict(data.get("families") or {})
-            if bad := next((name for name, family in families.items() if not isinstance(family, str)), None):
+            bad = next((name for name, family in families.items() if not isinstance(family, str)), None)
+            if bad is not None:  # an empty name is a bad entry too
                 raise NoiseProfileError(f"{where}: families[{bad!r}] is {families[bad]!r}, expected a string")
             return cls(str(data["key"]), dict(data["fingerprint"]), str(data["created"]), data.get("commit"),
                        [str(r) for r in data["runs"]], entries, families, path)

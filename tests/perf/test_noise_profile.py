@@ -112,6 +112,15 @@ def test_a_profile_entry_of_the_wrong_type_is_one_error_naming_the_file_and_the_
     assert load_profile(path).entry("perf/t.py::a", "time") is not None  # the good entry
 
 
+@pytest.mark.parametrize("name", ["", "perf/t.py::a"])
+def test_a_family_that_is_no_string_is_one_error_whatever_its_benchmarks_name(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**json.loads(_profile_text()), "families": {name: 5}}))
+    with pytest.raises(NoiseProfileError) as e:
+        load_profile(path)
+    assert str(e.value) == f"'{path}': families[{name!r}] is 5, expected a string"
+
+
 @pytest.mark.parametrize(("content", "problem"), [
     ("[" * 100_000, "not a noise profile (ValueError: not valid JSON: nested too deeply)"),
     ('{"format": ' + "1" * 5000 + "}", "not a noise profile (ValueError: not valid JSON: Exceeds the limit (4300"),
