@@ -190,8 +190,7 @@ parse_check = value_parser(_check, bool,
 
 
 def compare_fail_rows(identical: Mapping[str, SavedRun], check: str) -> dict[str, Any]:
-    """pytest-benchmark's own ``--benchmark-compare-fail=<check>`` on every pair of identical runs (each way
-    round: the check is one-sided), with pytest-benchmark's check objects on the saved stats."""
+    """pytest-benchmark's ``--benchmark-compare-fail=<check>`` on each ordered pair of identical runs (one-sided)."""
     from pytest_benchmark.utils import parse_compare_fail
 
     rule = parse_compare_fail(check)

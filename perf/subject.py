@@ -166,8 +166,7 @@ class Subject:
 
     def identity(self, spec: ModelSpec, *, synthetic_frames: int, precisions: Iterable[str],
                  backends: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
-        """What a saved run measured: model files by digest, input size, classes, the video by digest (the
-        synthetic one by its parameters) and frames (``"all"``: all), ground truth, backends, precisions."""
+        """What a saved run measured: its files by digest (the synthetic video by its parameters), frames ``"all"``."""
         video = self.video_case(lambda: VideoCase(Path(f"synthetic seed {SYNTHETIC_SEED}"), None, synthetic_frames))
         names = None if _error(lambda: spec.names) else list(spec.names)  # None: a names file refused at start-up
         weights = f"sha256:{_digest(spec.weights)}" if spec.weights is not None else f"seed:{spec.seed}"
