@@ -53,16 +53,15 @@ def merge_base(repo: Path, base: str | None) -> tuple[str, str]:
 def judge(storage: Path, pairs: int, min_effect: float, confirm: bool, baseline: Baseline | None) -> list[Row]:
     """One row per benchmark that every complete pair measured on both sides."""
     by_label = {run.path.stem.split("_", 1)[1]: run for run in load_runs(storage)}
-    sides = {side: [by_label.get(f"{side}-{i:02d}") for i in range(1, pairs + 1)] for side in (BASE, CANDIDATE)}
-    complete = [i for i in range(pairs) if sides[BASE][i] is not None and sides[CANDIDATE][i] is not None]
+    saved = [(by_label.get(f"{BASE}-{i:02d}"), by_label.get(f"{CANDIDATE}-{i:02d}")) for i in range(1, pairs + 1)]
+    complete = [(base, cand) for base, cand in saved if base is not None and cand is not None]
     if len(complete) < 2:
         raise ABError(f"only {len(complete)} complete pair(s) saved a run in '{storage}': need 2 or more (see the "
                       "logs)")
-    names = set.intersection(*(set(sides[s][i].benchmarks) for s in (BASE, CANDIDATE) for i in complete))
-    first = sides[CANDIDATE][complete[0]]
-    plan = Budget(sum(len(judged_names(first.benchmarks[name])) for name in names), confirm)
-    return [judge_paired([sides[BASE][i].benchmarks[name] for i in complete],
-                         [sides[CANDIDATE][i].benchmarks[name] for i in complete], plan, min_effect, baseline)
+    names = set.intersection(*(set(run.benchmarks) for pair in complete for run in pair))
+    plan = Budget(sum(len(judged_names(complete[0][1].benchmarks[name])) for name in names), confirm)
+    return [judge_paired([base.benchmarks[name] for base, _ in complete],
+                         [cand.benchmarks[name] for _, cand in complete], plan, min_effect, baseline)
             for name in sorted(names)]
 
 
@@ -76,9 +75,7 @@ def _history(path: Path, sample: SavedRun | None) -> Baseline | None:
                             identity=sample.machine_info.get("perf_subject") or None)  # fmt: skip
     except HistoryError:
         return None
-    if not runs:
-        return None
-    return Baseline(runs, runner_profile(_warn, storage=path, fingerprint=sample.fingerprint))
+    return Baseline(runs, runner_profile(_warn, storage=path, fingerprint=sample.fingerprint)) if runs else None
 
 
 def _warn(line: str) -> None:
@@ -108,12 +105,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.pairs < 2:
-        print("perf-ab: error: --pairs: need at least 2 pairs for an interval", file=sys.stderr)
-        return 2
     escape_stdout()
     tree, restore = None, catch_sigterm()  # SIGTERM stops it as Ctrl-C does: a child is killed, the worktree removed
     try:
+        if args.pairs < 2:
+            raise ABError("--pairs: need at least 2 pairs for an interval")
         repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))
         ref, sha = merge_base(repo, args.base)
         out = args.out.resolve()

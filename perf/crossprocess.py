@@ -30,7 +30,7 @@ from perf.gate.noise import compute_profile, family_rows
 from perf.options import parse_count, parse_fraction, parse_positive_int, parse_regression
 from perf.report import schema
 from perf.report.suite import PerfReport
-from perf.runs import BenchmarkRecord, HistoryError, SavedRun, load_run, run_files
+from perf.runs import BenchmarkRecord, HistoryError, SavedRun, load_runs
 
 IDENTICAL = "identical"
 #: What the issue asks of the gate: red runs of unchanged code, inconclusive rows, detections.
@@ -40,8 +40,7 @@ DEFAULT_DRAWS = 25
 
 @dataclass
 class SimulatedRun:
-    """One simulated CI run: the candidate process, its kind, the rows as the gate ended them, whether it was red,
-    the first pass's suspects, the confirmation's processes, the history's runs; family and batch by row."""
+    """One simulated CI run of a candidate process: its rows as the gate ended them, counts, family and batch by row."""
 
     candidate: str
     kind: str
@@ -76,9 +75,8 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
                  settings: GateSettings, rng: random.Random, history: int, expected: Sequence[str],
                  regression: Any = None) -> SimulatedRun:  # fmt: skip
     """One simulated CI run of ``candidate`` (a label of ``same_kind``) against a history drawn from ``pool``
-    (identical runs): history, first pass, confirmation (docs/method.md, section 5). ``expected``: the full
-    selection's node ids (for the budget); ``regression`` (`perf.gate.regressions.Regression`): judge only the
-    benchmarks it slows."""
+    (identical runs), as the gate runs it (docs/method.md, section 5); ``expected``: the selection's node ids (for the
+    budget); ``regression`` (`perf.gate.regressions.Regression`): judge only the benchmarks it slows."""
     others = [label for label in pool if label != candidate]
     rng.shuffle(others)
     need = settings.confirm * (2 if kind == IDENTICAL else 1)
@@ -90,7 +88,7 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
     run = same_kind[candidate]
     rows = [judge_benchmark(base, bench, plan, settings.min_effect) for bench in run.benchmarks.values()
             if regression is None or regression.slows(bench.group, _batch(bench) or 1)]  # fmt: skip
-    suspects = [row for row in rows if row.verdict == SLOWER and row.suspect]
+    suspects = sum(1 for row in rows if row.verdict == SLOWER and row.suspect)  # before the confirmation changes them
     cand_spare = [label for label in same_kind if label != candidate and label not in drawn]
     rng.shuffle(cand_spare)
 
@@ -110,18 +108,16 @@ def simulate_run(candidate: str, kind: str, pool: Mapping[str, SavedRun], same_k
         return pairs, 0.0  # no seconds: the looks are sized as the gate sizes them, without a time budget
 
     processes, _ = confirm_looks(rows, base, settings, True, draw_pairs, plan.confirm_level)
-    return SimulatedRun(candidate, kind, rows, any(row.verdict == SLOWER for row in rows), len(suspects),
-                        len(processes), len(drawn),
-                        {row.fullname: run.benchmarks[row.fullname].family for row in rows},
+    return SimulatedRun(candidate, kind, rows, any(row.verdict == SLOWER for row in rows), suspects, len(processes),
+                        len(drawn), {row.fullname: run.benchmarks[row.fullname].family for row in rows},
                         {row.fullname: _batch(run.benchmarks[row.fullname]) for row in rows})
 
 
 def simulate(identical: Mapping[str, SavedRun], regressed: Mapping[str, Mapping[str, SavedRun]],
-             settings: GateSettings, *, history: int = 20, draws: int = DEFAULT_DRAWS,
-             seed: int = 0) -> list[SimulatedRun]:  # fmt: skip
+             settings: GateSettings, *, history: int = 20, draws: int = DEFAULT_DRAWS) -> list[SimulatedRun]:
     """Simulated CI runs: ``draws`` per identical process and per regressed process (docs/method.md, section 5).
     ``regressed``: by its kind (``layer:5%``), whose slowed benchmarks alone are judged."""
-    rng = random.Random(seed)
+    rng = random.Random(0)
     expected = sorted({name for run in identical.values() for name in run.benchmarks})
     regressions = {kind: parse_regression(kind) for kind in regressed}
     return [simulate_run(label, kind, identical, runs, settings, rng, history, expected, regressions.get(kind))
@@ -134,8 +130,7 @@ def _rate(count: int, total: int) -> str:
 
 
 def identical_rows(runs: Sequence[SimulatedRun]) -> list[dict[str, Any]]:
-    """Per family, then all: simulated CI runs of identical code, rows judged, false "slower" / "faster",
-    inconclusive rows; for "all", the red runs and the runs that needed a confirmation."""
+    """Per family, then "all": the verdicts of the simulated CI runs of identical code, against `TARGETS`."""
     chosen = [r for r in runs if r.kind == IDENTICAL]
     out = []
     for family in [*sorted({f for r in chosen for f in r.families.values()}), "all"]:
@@ -156,8 +151,7 @@ def identical_rows(runs: Sequence[SimulatedRun]) -> list[dict[str, Any]]:
 
 
 def regression_rows(runs: Sequence[SimulatedRun]) -> list[dict[str, Any]]:
-    """Per regression, family and batch: simulated CI runs, how often the row ended "slower" (for a stage
-    regression, naming the stage), inconclusive, the median ratio, and the target each should meet."""
+    """Per regression, family and batch: how often the simulated CI runs caught it, and the target to meet."""
     verdicts = [(r.kind, r.families[row.fullname], r.batches[row.fullname] or 0, row, r)
                 for r in runs if r.kind != IDENTICAL for row in r.rows]  # fmt: skip
     out = []
@@ -179,26 +173,24 @@ def regression_rows(runs: Sequence[SimulatedRun]) -> list[dict[str, Any]]:
     return out
 
 
-def _check(text: str) -> Any:
-    """pytest-benchmark's check object of ``--benchmark-compare-fail=<text>`` (``median:5%``, ``min:0.001``), read
-    by pytest-benchmark's own parser; None where it refuses ``text``."""
+def _check(text: str) -> str | None:
+    """``text`` where pytest-benchmark's own parser reads it as ``--benchmark-compare-fail`` does, else None."""
     from pytest_benchmark.utils import parse_compare_fail
 
     try:
-        return parse_compare_fail(text)
+        return text if parse_compare_fail(text) is not None else None
     except argparse.ArgumentTypeError:
         return None
 
 
-#: ``--compare-fail``: the text, once pytest-benchmark's parser reads it as a check (refused at argument parsing).
-parse_check = value_parser(lambda text: text if _check(text) is not None else None, bool,
+#: ``--compare-fail``: a check (``median:5%``, ``min:0.001``) as pytest-benchmark reads it, refused at parsing.
+parse_check = value_parser(_check, bool,
                            "a check as --benchmark-compare-fail takes it, FIELD:PERCENT% or FIELD:SECONDS with FIELD "
                            "one of min, max, mean, median, stddev, iqr, e.g. median:5%")  # fmt: skip
 
 
 def compare_fail_rows(identical: Mapping[str, SavedRun], check: str) -> dict[str, Any]:
-    """pytest-benchmark's own ``--benchmark-compare-fail=<check>`` on every pair of identical runs (each way
-    round: the check is one-sided), with pytest-benchmark's check objects on the saved stats."""
+    """pytest-benchmark's ``--benchmark-compare-fail=<check>`` on each ordered pair of identical runs (one-sided)."""
     from pytest_benchmark.utils import parse_compare_fail
 
     rule = parse_compare_fail(check)
@@ -216,9 +208,8 @@ def compare_fail_rows(identical: Mapping[str, SavedRun], check: str) -> dict[str
 
 
 def load_runs_dirs(folders: Sequence[str]) -> tuple[dict[str, SavedRun], dict[str, dict[str, SavedRun]]]:
-    """The saved runs of ``--perf-runs-dir`` folders: identical ones by label, regressed ones (``extra_info
-    ["injected"]``) by regression and label; labels prefixed with the folder's name when there are several.
-    `perf.runs.HistoryError` when a folder has no ``storage`` folder or a run cannot be read."""
+    """The saved runs of ``--perf-runs-dir`` folders: identical ones by label, regressed ones (``injected``) by
+    regression and label (prefixed with the folder's name when there are several); else `perf.runs.HistoryError`."""
     identical: dict[str, SavedRun] = {}
     regressed: dict[str, dict[str, SavedRun]] = {}
     for folder in folders:
@@ -226,9 +217,8 @@ def load_runs_dirs(folders: Sequence[str]) -> tuple[dict[str, SavedRun], dict[st
         if not storage.is_dir():
             raise HistoryError(f"'{folder}' has no storage folder: give a --perf-runs-dir folder of --perf-noise or "
                                "--perf-selftest-processes")
-        for path in run_files(storage):
-            run = load_run(path)
-            label = (f"{Path(folder).name}/" if len(folders) > 1 else "") + path.stem.split("_", 1)[1]
+        for run in load_runs(storage):
+            label = (f"{Path(folder).name}/" if len(folders) > 1 else "") + run.path.stem.split("_", 1)[1]
             marks = {str((b.extra_info.get("injected") or {}).get("regression") or "") for b in run.benchmarks.values()}
             kind = next(iter(marks - {""}), "")
             (regressed.setdefault(kind, {}) if kind else identical)[label] = run
@@ -266,8 +256,7 @@ def json_problem(path: str | None) -> str | None:
     if file.is_dir():
         return f"--json '{path}' is a folder: give a file in it"
     if not file.parent.is_dir():
-        problem = "not a folder" if file.parent.exists() else "no such folder"
-        return f"--json '{path}': '{file.parent}': {problem}"
+        return f"--json '{path}': '{file.parent}': {'not a folder' if file.parent.exists() else 'no such folder'}"
     why = unwritable(file.parent, folder=True)
     return None if why is None else f"--json '{path}': cannot write in '{file.parent}': {why}"
 

@@ -133,8 +133,7 @@ class Subject:
 
     @property
     def _ground_truth_origin(self) -> str:
-        video = self.origin.get("video", "--perf-video")
-        return self.origin.get("ground_truth", f"{video} (its ground truth)")
+        return self.origin.get("ground_truth", f"{self.origin.get('video', '--perf-video')} (its ground truth)")
 
     @property
     def shipped_model(self) -> bool:
@@ -167,10 +166,8 @@ class Subject:
 
     def identity(self, spec: ModelSpec, *, synthetic_frames: int, precisions: Iterable[str],
                  backends: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
-        """What a saved run measured: model files by digest, input size, classes, the video by digest (the
-        synthetic one by its parameters) and frames (``"all"``: all), ground truth, backends, precisions."""
-        synthetic = VideoCase(Path(f"synthetic seed {SYNTHETIC_SEED}"), None, synthetic_frames)
-        video = self.video_case(lambda: synthetic)
+        """What a saved run measured: its files by digest (the synthetic video by its parameters), frames ``"all"``."""
+        video = self.video_case(lambda: VideoCase(Path(f"synthetic seed {SYNTHETIC_SEED}"), None, synthetic_frames))
         names = None if _error(lambda: spec.names) else list(spec.names)  # None: a names file refused at start-up
         weights = f"sha256:{_digest(spec.weights)}" if spec.weights is not None else f"seed:{spec.seed}"
         return {
@@ -188,9 +185,8 @@ class Subject:
 
 def describe_subject(identity: Mapping[str, Any] | None, fingerprint: Mapping[str, Any] | None = None,
                      machine: str | None = None) -> dict[str, str]:  # fmt: skip
-    """What every report is about, one text per field (model, input size, classes, video, backends, precisions,
-    device, machine) from ``machine_info["perf_subject"]`` (None: an older run, model "<not recorded>"), the
-    fingerprint ``machine_info["perf"]`` and the host ``machine``."""
+    """What every report is about, one text per field, from ``machine_info["perf_subject"]`` (None: an older run,
+    model "<not recorded>"), the fingerprint ``machine_info["perf"]`` and the host ``machine``."""
     ident, fp = dict(identity or {}), dict(fingerprint or {})
     out = {"model": NOT_RECORDED}
     if ident:
@@ -205,7 +201,7 @@ def describe_subject(identity: Mapping[str, Any] | None, fingerprint: Mapping[st
         out["classes"] = f"{count if count is not None else len(names) or '?'}{shown}"
         sha, frames = ident.get("video_sha256"), ident.get("frames")
         video = "synthetic" if sha == "synthetic" else f"sha256 {sha}"
-        out["video"] = f"{ident.get('video', '?')} ({video}), {'all' if frames == 'all' else frames} frames"
+        out["video"] = f"{ident.get('video', '?')} ({video}), {frames} frames"
         out |= {key: ", ".join(map(str, ident[key])) for key in ("backends", "precisions") if ident.get(key)}
     device = str(fp.get("device") or "")
     where = fp.get("cpu_model") if device == "cpu" else fp.get("gpu_name")
@@ -218,9 +214,8 @@ def subject_line(identity: Mapping[str, Any] | None) -> str:
     """The subject in one line: ``model320.cfg 320x320, 3 classes, clip.mp4 (all frames)``."""
     if not identity:
         return f"model {NOT_RECORDED}"
-    frames = identity.get("frames")
     return (f"{identity.get('model', '?')} {identity.get('input_size', '?')}, {identity.get('classes', '?')} "
-            f"classes, {identity.get('video', '?')} ({'all' if frames == 'all' else frames} frames)")
+            f"classes, {identity.get('video', '?')} ({identity.get('frames')} frames)")
 
 
 def subject_markdown(described: Mapping[str, str]) -> str:
