@@ -219,8 +219,7 @@ def load_runs_dirs(folders: Sequence[str]) -> tuple[dict[str, SavedRun], dict[st
                                "--perf-selftest-processes")
         for run in load_runs(storage):
             label = (f"{Path(folder).name}/" if len(folders) > 1 else "") + run.path.stem.split("_", 1)[1]
-            marks = {str((b.extra_info.get("injected") or {}).get("regression") or "") for b in run.benchmarks.values()}
-            kind = next(iter(marks - {""}), "")
+            kind = str(run.injected.get("regression") or "")  # the run's own mark (`perf.runs.injected_of`)
             (regressed.setdefault(kind, {}) if kind else identical)[label] = run
     return identical, regressed
 

@@ -216,3 +216,19 @@ def test_simulated_ci_runs_write_their_json_whole_with_the_mode_open_would_give(
     assert [run["kind"] for run in json.loads(out.read_text())] == ["identical"] * 4
     assert out.stat().st_mode & 0o777 == 0o664  # umask 002, as open() would
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "verdicts.json"]  # no temporary file left
+
+
+def test_the_runs_folders_are_sorted_by_each_runs_own_mark_whatever_its_benchmarks_hold(tmp_path: Path) -> None:
+    from perf.crossprocess import load_runs_dirs
+
+    runs = _runs_folder(tmp_path / "runs")
+    files = sorted((runs / "storage" / "machine").iterdir())
+    for path, injected, extra in [(files[0], {"regression": "layer:5%"}, {}),
+                                  (files[1], {}, {"injected": "not a mapping"})]:  # fmt: skip
+        document = json.loads(path.read_text())
+        document["perf_run"]["injected"] = injected
+        document["benchmarks"][0]["extra_info"] = extra
+        path.write_text(json.dumps(document))
+    identical, regressed = load_runs_dirs([str(runs)])
+    assert sorted(identical) == ["a02", "a03", "a04"] and list(regressed) == ["layer:5%"]
+    assert list(regressed["layer:5%"]) == ["a01"]
