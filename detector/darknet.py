@@ -100,8 +100,8 @@ class ConvSpec:
 
     @property
     def num_values(self) -> int:
-        """float32 values this conv stores in a ``.weights`` file."""
-        return int(np.prod(self.weight_shape)) + self.filters * (4 if self.batch_normalize else 1)
+        """float32 values this conv stores in a ``.weights`` file (exact: numpy's int64 product wraps round)."""
+        return math.prod(self.weight_shape) + self.filters * (4 if self.batch_normalize else 1)
 
 
 @dataclass(frozen=True)

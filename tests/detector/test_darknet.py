@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from detector.darknet import (
     ConvSpec,
@@ -188,6 +190,17 @@ def test_error_on_cfg_without_yolo_head(tmp_path: Path) -> None:
 def test_error_when_input_too_small_for_the_routes(tmp_path: Path) -> None:
     path = _variant(tmp_path, "width=416", "width=400")  # 25 -> maxpool 13 -> upsample 26 != 25
     with pytest.raises(CfgError, match=rf"{path}:{_line_of(path, 'layers = -1, 23')}: .* different HxW"):
+        parse_cfg(path)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1_000, 10**12).map(lambda k: 2 * k + 1))
+def test_a_kernel_whose_weight_count_overflows_int64_is_refused_by_its_parameter_count(
+        tmp_path_factory: pytest.TempPathFactory, size: int) -> None:
+    # pad=1 keeps every output size whatever the odd kernel size: only the parameter bound can refuse it
+    path = _variant(tmp_path_factory.mktemp("k"), "size=3\nstride=2", f"size={size}\nstride=2")
+    with pytest.raises(CfgError, match=rf"^{re.escape(str(path))}:\d+: \[convolutional\] \(layer 0\) filters=32 brings "
+                       rf"the network to {32 * 3 * size * size + 4 * 32:,} parameters"):
         parse_cfg(path)
 
 
