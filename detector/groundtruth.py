@@ -9,9 +9,9 @@ The convention this package scores by (:func:`detector.evaluate.evaluate_coco`, 
 from __future__ import annotations
 
 import json
-import math
 import os
 import reprlib
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -101,8 +101,9 @@ def _is_int(value: object) -> bool:
 
 
 def _is_number(value: object) -> bool:
-    """A finite int or float, not a bool (JSON ``NaN`` and ``Infinity`` parse as floats)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float, not a bool (JSON ``NaN`` and ``Infinity`` parse as floats), in float's range (a JSON
+    integer of 310 digits is no float: ``math.isfinite`` and pycocotools raise OverflowError)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
 
 
 def _annotation_problem(ann: object, image_ids: set[int], category_ids: set[int]) -> str | None:
@@ -125,7 +126,8 @@ def _annotation_problem(ann: object, image_ids: set[int], category_ids: set[int]
             return f"{key} {reprlib.repr(ann[key])} is not listed in {where}"
     if "area" in ann and not _is_number(ann["area"]):
         return f"area {reprlib.repr(ann['area'])}: expected a finite number"
-    area = ann.get("area", bbox[2] * bbox[3])  # pycocotools leaves a box whose area is outside its range unscored
+    # pycocotools leaves a box whose area is outside its range unscored (w * h as floats: inf past their range)
+    area = ann.get("area", float(bbox[2]) * float(bbox[3]))
     if not 0 <= area <= MAX_AREA:
         given = "area" if "area" in ann else f"bbox {reprlib.repr(bbox)}: its area w * h"
         return f"{given} {area:g} is outside 0..{MAX_AREA:g}, where pycocotools scores a box"

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from detector.errors import DetectorError
 from detector.groundtruth import load_ground_truth
@@ -83,6 +85,22 @@ def test_a_bad_annotation_field_is_one_line_naming_the_file_annotation_and_field
 ) -> None:
     path = _write(tmp_path, _gt({**BOX, "id": 8}, {**BOX, "id": 9, field: value}, {**BOX, "id": 10, field: value}))
     assert _error(path) == f"ground truth '{path}': annotation 2 (id 9): {problem}"
+
+
+# JSON integers past float's range (about 1.8e308: 310 digits up to the parser's 4300) that pycocotools would read
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["x", "y", "w", "h", "area", "w*h"]), st.integers(310, 4000), st.booleans())
+def test_an_integer_past_floats_range_in_a_box_is_one_line_naming_the_field(
+        tmp_path_factory: pytest.TempPathFactory, field: str, digits: int, negative: bool) -> None:
+    huge = (-1 if negative and field in "xy" else 1) * 10 ** (digits - 1)
+    # w*h: w and h in float's range, w * h not
+    bbox = {"w*h": [0, 0, 10**155, 10**155]}.get(field, [huge if field == f else 1 for f in "xywh"])
+    annotation = {**BOX, "id": 9, "bbox": bbox, **({"area": huge} if field == "area" else {})}
+    path = _write(tmp_path_factory.mktemp("gt"), _gt(annotation))
+    error = _error(path)
+    assert error.startswith(f"ground truth '{path}': annotation 1 (id 9): ")
+    assert error.endswith({"area": "expected a finite number", "w*h": "where pycocotools scores a box"}.get(
+        field, "expected [x, y, w, h], 4 finite numbers with w and h >= 0")), error
 
 
 @pytest.mark.parametrize(("annotation", "problem"), [
