@@ -154,7 +154,9 @@ class ModelSpec:
 
     @functools.cached_property
     def _onnx_dims(self) -> tuple[tuple[int, int], int]:
-        """``((H, W), C)`` from the static dimensions of the ONNX model (ModelFileError when symbolic)."""
+        """``((H, W), C)`` from the static dimensions of the ONNX model (ModelFileError when symbolic, or out of the
+        bounds a cfg has: every frame is fed at this size, and each class gets a name)."""
+        from detector.darknet import MAX_FILTERS, MAX_INPUT_SIDE
         from detector.export import load_onnx
 
         graph = load_onnx(self.onnx).graph  # type: ignore[arg-type]
@@ -169,6 +171,10 @@ class ModelSpec:
         if len(inp) != 4 or None in inp[2:] or len(out) != 3 or out[2] is None or out[2] < 5:
             raise ModelFileError(f"ONNX model '{self.onnx}': input {inp} / output {out}: the input size and classes "
                                  "must be static ([B,3,H,W] -> [B,N,4+C]); give the Darknet cfg as well")
+        if inp[1] not in (None, 3) or not all(1 <= v <= MAX_INPUT_SIDE for v in inp[2:]) or out[2] - 4 > MAX_FILTERS:
+            raise ModelFileError(f"ONNX model '{self.onnx}': input {inp} / output {out}: this package runs [B,3,H,W] "
+                                 f"input with H and W 1..{MAX_INPUT_SIDE} and up to {MAX_FILTERS} classes; give the "
+                                 "Darknet cfg as well")
         return (int(inp[2]), int(inp[3])), int(out[2]) - 4  # type: ignore[arg-type]
 
     @functools.cached_property

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from detector.errors import CfgError, WeightsError
 from detector.model import default_cfg_path
@@ -166,6 +168,45 @@ def test_an_onnx_file_alone_gives_input_size_and_classes_and_no_torch_model(
         spec.load_torch()
     with pytest.raises(CfgError, match="is an ONNX file: it has no Darknet cfg"):
         spec.net  # noqa: B018
+
+
+def _expanding_onnx(path: Path, channels: int, height: int, width: int, columns: int) -> Path:
+    """A valid ONNX model, images [batch, channels, H, W] -> decoded [batch, channels*H*W, columns] (Expand)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    n = channels * height * width
+    images = helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", channels, height, width])
+    decoded = helper.make_tensor_value_info("decoded", TensorProto.FLOAT, ["batch", n, columns])
+    flat = helper.make_tensor("flat", TensorProto.INT64, [3], [0, -1, 1])
+    wide = helper.make_tensor("wide", TensorProto.INT64, [3], [1, 1, columns])
+    graph = helper.make_graph([helper.make_node("Reshape", ["images", "flat"], ["r"]),
+                               helper.make_node("Expand", ["r", "wide"], ["decoded"])], "g", [images], [decoded],
+                              initializer=[flat, wide])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(["channels", "height", "width", "classes"]), st.integers(-3, 1), st.integers(1, 10**9))
+def test_an_onnx_file_alone_must_take_rgb_of_a_size_and_classes_a_cfg_may_have(
+        tmp_path_factory: pytest.TempPathFactory, bad: str, small: int, big: int) -> None:
+    """Its own static dimensions are the model's input size and classes: an input of no pixels, of 1 or 4 channels
+    or past the cfg's side limit, or more classes than a cfg may have, is refused before a frame is fed to it."""
+    from detector.darknet import MAX_FILTERS, MAX_INPUT_SIDE
+    from detector.errors import ModelFileError
+
+    dims = {"channels": 3, "height": 16, "width": 16, "classes": 2}
+    dims[bad] = {"channels": small + 3 if small != 0 else 4, "classes": MAX_FILTERS + big}.get(
+        bad, small if small < 1 else MAX_INPUT_SIDE + big)
+    path = _expanding_onnx(tmp_path_factory.mktemp("onnx") / "m.onnx", dims["channels"], dims["height"],
+                           dims["width"], 4 + dims["classes"])
+    with pytest.raises(ModelFileError) as err:
+        ModelSpec(None, onnx=path).input_size  # noqa: B018
+    assert str(err.value).startswith(f"ONNX model '{path}': input [None, {dims['channels']}, {dims['height']}, "
+                                     f"{dims['width']}] / output [None, "), err.value
+    assert str(err.value).endswith(f"this package runs [B,3,H,W] input with H and W 1..{MAX_INPUT_SIDE} and up to "
+                                   f"{MAX_FILTERS} classes; give the Darknet cfg as well"), err.value
 
 
 def test_a_given_onnx_file_must_match_the_cfg(tmp_path: Path, packaged_cfg: CfgWriter) -> None:
