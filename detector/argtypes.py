@@ -64,6 +64,8 @@ positive_int = value_parser(int, lambda v: v >= 1, "a positive integer", ASIDE)
 non_negative_int = value_parser(int, lambda v: v >= 0, "an integer >= 0", ASIDE)
 positive_float = value_parser(float, lambda v: v > 0, "a number > 0", ASIDE)
 fraction = value_parser(float, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]", ASIDE)
+#: Frames per inference: an int32 axis (TensorRT's; numpy indexes no larger batch of 8192x8192 frames).
+batch_size = value_parser(int, lambda v: 1 <= v <= 2**31 - 1, "an integer from 1 to 2147483647", ASIDE)
 
 
 RESIZE_CHOICES = ("cfg", "letterbox", "plain")
@@ -89,7 +91,7 @@ def add_inference_args(p: argparse.ArgumentParser, *, precisions: str, batch: in
                    "auto)")
     p.add_argument("--precision", type=str.lower, default="fp32",
                    help=f"{precisions}, as the backend supports, in any case (default: fp32)")
-    p.add_argument("--batch", type=positive_int, default=batch, help=f"frames per inference (default: {batch})")
+    p.add_argument("--batch", type=batch_size, default=batch, help=f"frames per inference (default: {batch})")
     p.add_argument("--conf", type=fraction, default=conf, help=f"confidence threshold (default: {conf:g})")
     p.add_argument("--iou", type=fraction, default=0.45, help="NMS IoU threshold (default: 0.45)")
     add_processing_args(p)

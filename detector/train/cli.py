@@ -16,6 +16,7 @@ from typing import Any
 
 from detector.argtypes import ASIDE, value_parser
 from detector.argtypes import add_inference_args as _add_inference_args
+from detector.argtypes import batch_size as _batch_size
 from detector.argtypes import non_negative_int as _non_negative_int
 from detector.argtypes import positive_float as _positive_float
 from detector.argtypes import positive_int as _positive_int
@@ -63,7 +64,7 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--workers", type=_non_negative_int,
                    help="render processes, 0 or 1 = in this process (default: CPUs - 1)")
     g = p.add_argument_group("optimisation")
-    g.add_argument("--batch", type=_positive_int, default=64, help="images per step (default: 64)")
+    g.add_argument("--batch", type=_batch_size, default=64, help="images per step (default: 64)")
     g.add_argument("--lr", type=_positive_float, default=2e-3, help="peak AdamW learning rate (default: 0.002)")
     g.add_argument("--warmup-steps", type=_non_negative_int, default=300, help="linear warm-up steps (default: 300)")
     g.add_argument("--device", type=str.lower, default="auto", help="auto, cpu, cuda or cuda:N, in any case (default: "

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from detector.backends import available_backends, backend, backend_names
 from detector.choices import check_names
@@ -216,6 +218,25 @@ code = main(json.loads(sys.argv[1]))
 heavy = ("torch", "cv2", "onnxruntime", "onnx", "tensorrt")
 print(json.dumps({"code": code, "loaded": [name for name in heavy if name in sys.modules]}))
 """
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["detect", "eval", "train"]), st.integers(2**31, 10**40))
+def test_a_batch_no_array_can_index_is_a_usage_error(command: str, batch: int) -> None:
+    """Past 2^31 - 1 frames (an int32 axis: TensorRT's, and numpy's whole index range with an 8192x8192 input) a
+    batch is refused as an argument: numpy's 'Maximum allowed dimension exceeded' was a traceback after the model
+    loaded (1000000000 still fits the index: 'not enough memory')."""
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args([command, "--batch", str(batch)])
+    assert exit_.value.code == 2
+
+
+def test_the_largest_batch_is_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    assert build_parser().parse_args(["detect", "--batch", str(2**31 - 1)]).batch == 2**31 - 1
+    with pytest.raises(SystemExit):
+        main(["detect", "--batch", str(2**31)])
+    assert capsys.readouterr().err == (f"detector detect: error: argument --batch: Could not parse value: '{2**31}' "
+                                       "(expected an integer from 1 to 2147483647). (see 'detector detect --help')\n")
 
 
 @pytest.mark.parametrize(("argv", "piece"), [
