@@ -54,10 +54,11 @@ def _decimal(text: str) -> int | None:
     return int(text) if text.strip().isdecimal() else None
 
 
-def _integers(minimum: int, expected: str) -> Callable[[str], tuple[int, ...]]:
-    """A parser of comma-separated integers >= ``minimum``: ``"1,8,32"`` -> ``(1, 8, 32)``."""
+def _integers(minimum: int, expected: str, maximum: int | None = None) -> Callable[[str], tuple[int, ...]]:
+    """A parser of comma-separated integers from ``minimum`` (to ``maximum``): ``"1,8,32"`` -> ``(1, 8, 32)``."""
     return value_parser(lambda text: tuple(map(_decimal, split_list(text))) or None,
-                        lambda values: None not in values and min(values) >= minimum, expected)  # fmt: skip
+                        lambda values: None not in values and min(values) >= minimum
+                        and (maximum is None or max(values) <= maximum), expected)  # fmt: skip
 
 
 def _percent(text: str) -> float:
@@ -83,7 +84,8 @@ def _store(text: str) -> str | None:
     return None if "://" in text and not text.startswith(known) else text
 
 
-parse_batch_sizes = _integers(1, "comma-separated positive integers, e.g. '1,8,32'")
+# a batch is an int32 axis (TensorRT's; numpy indexes no larger batch): past it, a MemoryError traceback in the test
+parse_batch_sizes = _integers(1, "comma-separated positive integers up to 2147483647, e.g. '1,8,32'", 2**31 - 1)
 parse_skip_intervals = _integers(0, "comma-separated integers >= 0 (frames skipped between inferences), e.g. '0,1,2,4'")
 parse_positive_int = value_parser(_decimal, lambda v: v >= 1, "a positive integer")
 parse_count = value_parser(_decimal, lambda v: v >= 0, "an integer >= 0")

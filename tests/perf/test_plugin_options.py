@@ -107,6 +107,14 @@ def test_batch_sizes_reject_non_positive_or_non_integer(value: str) -> None:
         options.parse_batch_sizes(value)
 
 
+@pytest.mark.parametrize("value", ["2147483648", "1,99999999999999999999"])
+def test_batch_sizes_past_an_int32_axis_are_refused_at_start_up(value: str) -> None:
+    expected = f"Could not parse value: {value!r}. Expected comma-separated positive integers up to 2147483647"
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(expected)):
+        options.parse_batch_sizes(value)
+    assert options.parse_batch_sizes("1,2147483647") == (1, 2147483647)
+
+
 def test_backends_parse_registered_names_in_given_order() -> None:
     assert options.parse_backends("onnxruntime, torch,torch") == ("onnxruntime", "torch")
 
