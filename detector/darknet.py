@@ -44,6 +44,7 @@ _MAX_VERSION = 1000  # a header field above this is not a Darknet version: wrong
 # Bounds checked while the cfg is parsed, before anything is allocated: a typo such as width=100000 or
 # filters=10000000 must be one CfgError line, not a MemoryError traceback or the kernel's OOM killer.
 MAX_CFG_BYTES = 16 << 20  # the largest published Darknet cfgs are tens of KiB
+MAX_LINE_CHARS = 4096  # a setting's line (comments aside): every message quotes it, so it must fit one line
 MAX_INPUT_SIDE = 8192  # [net] width / height, pixels
 MAX_FILTERS = 65536  # [convolutional] filters (YOLO9000's head, the largest published, has 28269)
 MAX_PARAMETERS = 1 << 28  # float32 values in all convs together (1 GiB of .weights; YOLOv4 has 64 M)
@@ -254,6 +255,9 @@ def _read_sections(path: Path) -> tuple[Section, list[Section]]:
         line = raw.strip()
         if not line or line[0] in "#;":
             continue
+        if len(line) > MAX_LINE_CHARS:
+            raise _fail(path, lineno, f"a line of {len(line):,} characters; a cfg setting takes at most "
+                        f"{MAX_LINE_CHARS:,} (is this a Darknet cfg?)")
         if line.startswith("["):
             if not line.endswith("]"):
                 raise _fail(path, lineno, f"malformed section header {line!r}: expected '[name]'")

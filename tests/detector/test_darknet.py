@@ -204,6 +204,21 @@ def test_a_kernel_whose_weight_count_overflows_int64_is_refused_by_its_parameter
         parse_cfg(path)
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from(["{}", "[{}", "[{}]", "[net]\n{}=1", "[net]\nwidth={}", "[net]\nwidth=1,{}"]),
+       st.sampled_from("x9,"), st.integers(4097, 1 << 20))
+def test_a_line_too_long_for_a_message_is_refused_by_its_length_not_quoted(
+        tmp_path_factory: pytest.TempPathFactory, layout: str, char: str, length: int) -> None:
+    path = tmp_path_factory.mktemp("long") / "long.cfg"
+    path.write_text(layout.format(char * length))
+    line = layout.count("\n") + 1
+    with pytest.raises(CfgError) as err:
+        parse_cfg(path)
+    long = len(layout.format(char * length).splitlines()[-1])
+    assert str(err.value) == (f"{path}:{line}: a line of {long:,} characters; a cfg setting takes at most 4,096 (is "
+                              "this a Darknet cfg?)")
+
+
 @pytest.mark.parametrize("channels", [1, 4], ids=["grayscale", "rgba"])
 def test_net_of_other_than_3_input_channels_is_refused_naming_its_line(tmp_path: Path, channels: int) -> None:
     path = _variant(tmp_path, "channels=3", f"channels={channels}")
