@@ -26,7 +26,7 @@ def read_names(path: Path) -> list[str]:
     some Windows editors write first) is not part of the first name.
 
     Raises:
-        CfgError: (one line naming the file) missing, unreadable, or not UTF-8 text.
+        CfgError: (one line naming the file) missing, unreadable, not UTF-8 text, or a name on two lines.
     """
     try:
         data = path.read_bytes()
@@ -38,7 +38,12 @@ def read_names(path: Path) -> list[str]:
         at = e.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
         raise CfgError(f"cannot read class names '{path}': not UTF-8 text (byte {at}: 0x{data[at]:02x}); save it "
                        "as UTF-8") from e
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    lines: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip() and lines.setdefault(line.strip(), number) != number:
+            raise CfgError(f"class names '{path}': {line.strip()!r} is on lines {lines[line.strip()]} and {number}; "
+                           "each class needs its own name (scores are reported by name)")
+    return list(lines)
 
 
 def default_names() -> list[str]:

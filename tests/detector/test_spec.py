@@ -141,6 +141,24 @@ def test_a_names_file_that_is_not_utf8_is_one_error_naming_it(tmp_path: Path, pa
     assert str(err.value) == f"cannot read class names '{names}': not UTF-8 text (byte 8: 0xe9); save it as UTF-8"
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp", "Zs")), min_size=1, max_size=8),
+                min_size=1, max_size=6, unique=True), st.data())
+def test_a_names_file_naming_one_class_twice_is_one_error_naming_both_lines(
+        tmp_path_factory: pytest.TempPathFactory, names: list[str], data: st.DataObject) -> None:
+    """Scores are reported by class name (detector eval's table): two classes of one name showed one of them."""
+    from detector.shipped import read_names
+
+    twice = data.draw(st.sampled_from(names))
+    lines = [*names, *data.draw(st.lists(st.just(""), max_size=2)), f"  {twice} "]
+    path = tmp_path_factory.mktemp("names") / "classes.names"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(CfgError) as err:
+        read_names(path)
+    assert str(err.value) == (f"class names '{path}': {twice!r} is on lines {names.index(twice) + 1} and {len(lines)}; "
+                              "each class needs its own name (scores are reported by name)")
+
+
 def test_a_utf8_byte_order_mark_is_not_part_of_the_first_name(tmp_path: Path, packaged_cfg: CfgWriter) -> None:
     cfg = packaged_cfg(tmp_path, 128)
     (tmp_path / "classes.names").write_text("person\nv\u00e9hicule\n", encoding="utf-8-sig")
