@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from detector.errors import DetectorError
-from detector.fileio import parse_json
+from detector.fileio import parse_json, read_text
 
 __all__ = ["MAX_AREA", "check_categories", "check_labels", "load_ground_truth"]
 
@@ -39,7 +39,7 @@ def load_ground_truth(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)  # a FIFO would block, /dev/zero never end: refused unread
     except FileNotFoundError as e:
         raise DetectorError(f"cannot read ground truth '{path}': no such file") from e
     except (OSError, UnicodeDecodeError) as e:

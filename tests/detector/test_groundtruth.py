@@ -5,6 +5,9 @@ and field), never a TypeError in the scoring or a silently wrong mAP."""
 from __future__ import annotations
 
 import json
+import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +138,31 @@ def test_an_image_or_category_id_that_is_not_an_integer_is_named(tmp_path: Path,
     data[key] = [*data[key][:1 if key == "images" else 2], value]
     path = _write(tmp_path, data)
     assert _error(path) == f"ground truth '{path}': {problem}"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_ground_truth_that_is_no_regular_file_is_refused_unread(tmp_path: Path, kind: str) -> None:
+    """A FIFO blocked ``detector eval --ground-truth`` until someone wrote to it; /dev/zero was read until memory
+    ran out. A writer stands by for two seconds, so a reader that opens the FIFO reads '{}' instead of hanging."""
+    path = Path(kind) if kind.startswith("/") else tmp_path / "gt.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+
+        def writer() -> None:
+            end = time.monotonic() + 2
+            while time.monotonic() < end:
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no reader has it open
+                except OSError:
+                    time.sleep(0.01)
+                    continue
+                os.write(fd, b"{}")
+                os.close(fd)
+                return
+
+        threading.Thread(target=writer, daemon=True).start()
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a character device"
+    assert _error(path) == f"cannot read ground truth '{path}': it is {what}, not a regular file"
 
 
 # -- JSON that Python's parser itself cannot read -----------------------------------------------------------------
