@@ -64,6 +64,9 @@ def load_ground_truth(path: str | os.PathLike[str]) -> dict[str, Any]:
                 got = reprlib.repr(item.get("id")) if isinstance(item, dict) else f"a {type(item).__name__}"
                 raise DetectorError(f"ground truth '{path}': {one} {i}: every image and category needs an integer "
                                     f"'id' (got {got})")
+            if not -(2**63) <= item["id"] < 2**63:  # numpy reads 2^63..2^64-1 as uint64: pycocotools' TypeError
+                raise DetectorError(f"ground truth '{path}': {one} {i}: id {reprlib.repr(item['id'])} is outside the "
+                                    "64-bit integers pycocotools scores by")
         _check_unique(path, one, [item["id"] for item in data[key]])
         ids[key] = {item["id"] for item in data[key]}
     for i, ann in enumerate(data["annotations"]):

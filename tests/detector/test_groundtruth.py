@@ -165,6 +165,22 @@ def test_ground_truth_that_is_no_regular_file_is_refused_unread(tmp_path: Path, 
     assert _error(path) == f"cannot read ground truth '{path}': it is {what}, not a regular file"
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["images", "categories"]),
+       st.one_of(st.integers(2**63, 10**30), st.integers(-(10**30), -(2**63) - 1)))
+def test_an_image_or_category_id_past_64_bits_is_named(tmp_path_factory: pytest.TempPathFactory, key: str,
+                                                       value: int) -> None:
+    """pycocotools keeps category ids in numpy arrays: 2^63 made its evaluate() raise TypeError mid-run (perf's
+    start-up only warns of categories that are not the model's classes)."""
+    data = _gt()
+    data[key] = [*data[key][:1 if key == "images" else 2], {"id": value, "name": "x"}]
+    path = _write(tmp_path_factory.mktemp("gt"), data)
+    one = {"images": "image", "categories": "category"}[key]
+    error = _error(path)
+    assert error.startswith(f"ground truth '{path}': {one} {len(data[key]) - 1}: id "), error
+    assert error.endswith(" is outside the 64-bit integers pycocotools scores by"), error
+
+
 # -- JSON that Python's parser itself cannot read -----------------------------------------------------------------
 
 
