@@ -350,6 +350,8 @@ def _check_value(path: Path, line: int, kind: str, key: str, value: str) -> None
 
 def _positive(path: Path, s: Section, key: str, default: int | None = None, minimum: int = 1,
               maximum: int | None = None) -> int:
+    if default is None and key not in s.options:  # a required key ([net] width, height)
+        raise _fail(path, s.line, f"[{s.type}] needs {key}=")
     value = s.get_int(key, default)
     if value < minimum:
         raise _fail(path, s.line_of(key), f"[{s.type}] {key}={value}: must be >= {minimum}")

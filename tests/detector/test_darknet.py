@@ -219,6 +219,15 @@ def test_a_line_too_long_for_a_message_is_refused_by_its_length_not_quoted(
                               "this a Darknet cfg?)")
 
 
+@pytest.mark.parametrize("missing", [["width"], ["height"], ["width", "height"]], ids=["width", "height", "both"])
+def test_net_without_its_input_size_is_refused_naming_the_section(tmp_path: Path, missing: list[str]) -> None:
+    path = tmp_path / "no-size.cfg"
+    path.write_text("\n".join(line for line in CFG_TEXT.splitlines() if line.split("=")[0] not in missing))
+    with pytest.raises(CfgError) as err:  # was KeyError: 'width'
+        parse_cfg(path)
+    assert str(err.value) == f"{path}:1: [net] needs {missing[0]}="
+
+
 @pytest.mark.parametrize("channels", [1, 4], ids=["grayscale", "rgba"])
 def test_net_of_other_than_3_input_channels_is_refused_naming_its_line(tmp_path: Path, channels: int) -> None:
     path = _variant(tmp_path, "channels=3", f"channels={channels}")
