@@ -95,7 +95,7 @@ class Subject:
         spec = self.model_spec(Path("."))
         model = None if self.shipped_model else "cfg" if self.cfg is not None else "onnx"
         steps: list[tuple[Any, Callable[[], object]]] = [
-            (model, lambda: spec.input_size), (self.weights and "weights", spec.check_files),
+            (model, lambda: spec.input_size), (self.weights and "weights", lambda: _finite_weights(spec)),
             (self.names and "names", lambda: spec.names), (self.cfg and self.onnx and "onnx", spec.onnx_path)]
         # the first failure of the model's chain
         out = next(([f"{self.origin[key]}: {error}"] for key, check in steps if key and (error := _error(check))), [])
@@ -244,6 +244,15 @@ def _not_a_file(path: Path) -> str | None:
 def _digest(path: Path | None) -> str | None:
     """The first 16 hex digits of the file's sha256 (once per file version), None without a file."""
     return None if path is None else file_digest(path)[:16]
+
+
+def _finite_weights(spec: ModelSpec) -> None:
+    """The weights' header and size (`ModelSpec.check_files`), then every value finite (read, without torch): NaN
+    weights failed every test of the run, each with its own WeightsError."""
+    from detector.darknet import read_weights
+
+    spec.check_files()
+    read_weights(spec.weights, spec.net)  # type: ignore[arg-type]
 
 
 def _error(check: Callable[[], object], errors: type[Exception] = DetectorError) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -94,6 +95,9 @@ BAD_FILES = {
     "trailing-bytes": ({"cfg": "c3.cfg", "weights": "long.weights"}, (
         r"--perf-weights: .*long\.weights: 8 trailing bytes after the last layer at offset \d+; cfg 'c3\.cfg' needs "
         r"exactly \d+ bytes: wrong cfg for these weights\?")),
+    "nan-weights": ({"cfg": "c3.cfg", "weights": "nan.weights"}, (
+        r"--perf-weights: .*nan\.weights: conv #0 \(layer 0\) holds NaN at byte offset 20 \(1 of its \d+ values are "
+        r"not finite\)")),
     "names": ({"cfg": "c3.cfg", "names": "two.names"},
               r"--perf-names: .*two\.names: 2 names for the 3 classes of '.*c3\.cfg'"),
     "onnx-of-another-model": ({"cfg": "c3.cfg", "onnx": "c2-128.onnx"},
@@ -111,6 +115,7 @@ def test_every_model_and_video_file_is_checked_at_start_up_in_one_line(files: Pa
     weights = (files / "c3.weights").read_bytes()
     (files / "short.weights").write_bytes(weights[:-100])
     (files / "long.weights").write_bytes(weights + bytes(8))
+    (files / "nan.weights").write_bytes(weights[:20] + struct.pack("<f", float("nan")) + weights[24:])  # a bias
     (files / "two.names").write_text("a\nb\n", encoding="utf-8")
     (files / "notes.mp4").write_text("not a video\n", encoding="utf-8")
     (files / "broken.json").write_text("{,}", encoding="utf-8")
