@@ -80,6 +80,11 @@ def export_onnx(
                                  "installed (pip install onnxscript)") from e
     if int(opset) < MIN_OPSET:
         raise BackendError(f"cannot export to '{path}': opset {opset} is below the minimum {MIN_OPSET}")
+    import onnx
+
+    if int(opset) > onnx.defs.onnx_opset_version():  # the exporter wrote its own (18) and said nothing
+        raise BackendError(f"cannot export to '{path}': opset {opset} is above the newest this onnx "
+                           f"{onnx.__version__} knows, {onnx.defs.onnx_opset_version()}")
     if input_size is None:
         input_size = getattr(model, "input_size", None)
         if input_size is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -133,6 +134,17 @@ def test_export_at_opset_18_writes_opset_18(tmp_path: Path) -> None:
 def test_export_rejects_opset_below_17(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="opset 13 is below the minimum 17"):
         export_onnx(Tiny(), tmp_path / "old.onnx", opset=13, input_size=(8, 8))
+
+
+@pytest.mark.parametrize("opset", [29, 10**20], ids=["past-onnxs-newest", "past-int64"])
+def test_export_refuses_an_opset_onnx_does_not_know_and_keeps_no_file(tmp_path: Path, opset: int) -> None:
+    """onnx 1.23 knows opsets up to 28: asked for 29 the exporter wrote 18 and `detector export-onnx` said 'wrote
+    ... (opset 29 ...)'; 10^20 was a TypeError of onnx's get_schema()."""
+    newest = onnx.defs.onnx_opset_version()
+    with pytest.raises(BackendError, match=rf"cannot export to '.*op\.onnx': opset {max(opset, newest + 1)} is above "
+                       rf"the newest this onnx {re.escape(onnx.__version__)} knows, {newest}$"):
+        export_onnx(Tiny(), tmp_path / "op.onnx", opset=max(opset, newest + 1), input_size=(8, 8))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_export_without_input_size_asks_for_it(tmp_path: Path) -> None:
