@@ -236,15 +236,20 @@ class HistoryStore(contextlib.AbstractContextManager):
         return rid, True
 
     def _all(self, query: Any) -> list[Any]:
-        with self.engine.begin() as conn:
-            return list(conn.execute(query).all())
+        """The rows of ``query``, every read's; `StoreError` when they cannot be read (a table or column missing, a
+        JSON column that is not JSON, a locked database)."""
+        try:
+            with self.engine.begin() as conn:
+                return list(conn.execute(query).all())
+        except Exception as e:  # the driver's, SQLAlchemy's or the JSON column's decoder's
+            raise StoreError(f"store '{self.shown}': cannot read it: {_reason(e)}") from e
 
     def runs(self, *, machine_key: str | None = None, branch: str | None = None,
              include_injected: bool = False) -> list[SavedRun]:  # fmt: skip
         """Stored runs, oldest first (by saved date, then storing order), of one history when given."""
         r = schema.runs.c
         query = _where(select(r.document, r.source, r.run_id), machine_key, branch, include_injected)
-        return [run_from_json(document, source or f"{self.shown}#run={run_id}")
+        return [run_from_json(document, text_value(source) or f"{self.shown}#run={run_id}")
                 for document, source, run_id in self._all(query.order_by(r.saved_at, r.id))]  # fmt: skip
 
     def machines(self) -> list[tuple[str, str | None, int]]:

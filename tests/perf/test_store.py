@@ -225,6 +225,51 @@ from hypothesis import strategies as st  # noqa: E402
 from perf.store.changepoints import find_change_points, history_changes  # noqa: E402
 
 
+#: A store of the latest schema whose tables were changed by hand: (SQL, what reading it says).
+DAMAGED = [("DROP TABLE perf_runs", "no such table: perf_runs"),
+           ("ALTER TABLE perf_runs DROP COLUMN source", "no such column: perf_runs.source"),
+           ("UPDATE perf_runs SET document = '{'", "Expecting property name enclosed in double quotes"),
+           ("UPDATE perf_runs SET document = '" + "[" * 100_000 + "'", "maximum recursion depth exceeded"),
+           ("UPDATE perf_noise SET profile = 'nan]'", "Expecting value"),
+           ("UPDATE perf_runs SET source = X'00ff'", None)]  # no source to name: named by its run id
+
+
+@pytest.mark.parametrize("damage", DAMAGED, ids=[sql[:40] for sql, _ in DAMAGED])
+@pytest.mark.parametrize("command", ["runs", "changes", "judge", "report"])
+def test_a_store_whose_tables_were_changed_by_hand_is_one_line_naming_it(damage: tuple[str, str | None],
+                                                                          command: str) -> None:
+    """A missing table or column, a JSON column that is not JSON, a source that is no text: every reading command
+    says so in one line naming the store (exit 2), never a traceback of SQLAlchemy's, json's or pathlib's."""
+    import contextlib
+    import io
+    import sqlite3
+
+    from perf.report_cli import main as report
+    from perf.store.cli import main as history
+
+    sql, problem = damage
+    if "perf_noise" in sql and command == "runs":
+        problem = None  # the list of runs reads no noise profile
+    with tempfile.TemporaryDirectory() as tmp:
+        where = str(Path(tmp) / "h.sqlite")
+        with open_store(where) as store:
+            for i in range(3):
+                store.save_run(_document(f"r{i}", when=f"2026-11-0{i + 1}T00:00:00"), noise={"format": 1})
+        with contextlib.closing(sqlite3.connect(where)) as conn, conn:
+            conn.execute(sql)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = (report(["--store", where, "--out", str(Path(tmp) / "out")]) if command == "report"
+                    else history(["--store", where, command]))  # fmt: skip
+    lines = err.getvalue().splitlines()
+    if problem is None:
+        assert code == 0, lines
+        return
+    assert code == 2 and len([ln for ln in lines if "error" in ln]) == 1, lines
+    assert lines[-1].startswith(f"perf-{'report' if command == 'report' else 'history'}: error: store '"), lines
+    assert f": cannot read it: {problem}" in lines[-1], lines
+
+
 @settings(max_examples=60, deadline=None)
 @given(before=st.integers(2, 30), after=st.integers(2, 30), step=st.floats(0.05, 2.0), seed=st.integers(0, 2**31),
        level=st.floats(1e-5, 1.0))  # fmt: skip
