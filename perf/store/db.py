@@ -127,7 +127,7 @@ class HistoryStore(contextlib.AbstractContextManager):
             with contextlib.suppress(OSError):
                 os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
                 created = file
-        self.file = file
+        self.file, self.create = file, create
         try:
             self._connect(url, sqlite)
         except BaseException:
@@ -161,7 +161,10 @@ class HistoryStore(contextlib.AbstractContextManager):
         """Bring the tables to `schema.LATEST`, one transaction per migration; refuse a newer store. One process
         migrates at a time (`_migrating`): two opening a new store at once both created its tables, and one failed."""
         try:
-            if (version := self._version()) < schema.LATEST:
+            if (version := self._version()) == 0 and not self.create:  # a reader makes no store of another database
+                raise StoreError(f"store '{self.shown}': not a history store (no {schema.schema_versions.name} "
+                                 "table); store runs in it first with perf-history import or --perf-store")
+            if version < schema.LATEST:
                 with self._migrating():
                     with self.engine.begin() as conn:
                         schema.schema_versions.create(conn, checkfirst=True)
@@ -172,6 +175,8 @@ class HistoryStore(contextlib.AbstractContextManager):
                             now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
                             conn.execute(schema.schema_versions.insert().values(version=number, applied_at=now))
                         log.info("store %s: migrated to schema %d (%s)", self.shown, number, what)
+        except StoreError:
+            raise
         except Exception as e:
             raise StoreError(f"store '{self.shown}': {_reason(e)}") from e
         if version > schema.LATEST:

@@ -154,6 +154,27 @@ def test_a_store_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
         open_store(where)
 
 
+@pytest.mark.parametrize("command", [["runs"], ["changes"], ["judge"], ["report"]])
+def test_a_reading_command_given_another_sqlite_database_says_so_and_leaves_it_as_it_was(
+        tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """An SQLite file that is no history store (an nsys export here) is not made one by a command that only
+    reads: one line, exit 2, the file byte for byte as it was; a writer (import) still makes its tables there."""
+    from perf.report_cli import main as report
+    from perf.store.cli import main as history
+
+    other = tmp_path / "capture.sqlite"
+    shutil.copy(Path(__file__).parents[1] / "data" / "nsys" / "h100_e2e_torch_fp32.sqlite", other)
+    before = other.read_bytes()
+    code = (report(["--store", str(other), "--out", str(tmp_path / "out")]) if command == ["report"]
+            else history(["--store", str(other), *command]))  # fmt: skip
+    assert code == 2 and other.read_bytes() == before
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"error: store 'sqlite:///{other}': not a history store (no perf_schema table); store runs in it first "
+        "with perf-history import or --perf-store")
+    with open_store(str(other)) as store:  # a writer: the tables are made
+        assert store.runs() == []
+
+
 @pytest.mark.parametrize("where", ["mysql://host/db", "postgresql://nobody@/db?host=/nonexistent&port=1"])
 def test_a_store_that_cannot_be_used_is_one_line_naming_it(where: str) -> None:
     with pytest.raises(StoreError) as info:
