@@ -88,6 +88,18 @@ def test_a_saved_plan_resumes_and_a_different_one_is_refused(project: Path) -> N
     assert "holds another plan" in other.stderr
 
 
+def test_a_resumed_childs_saved_run_that_is_no_longer_usable_is_one_line_naming_it(project: Path) -> None:
+    first = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
+    assert first.returncode == 0, first.stdout
+    (saved,) = (project / "runs" / "storage").glob("*/0001_a00.json")
+    saved.write_text('{"benchmarks": 3}')  # damaged since: the resumed call reads it, runs no child again
+    again = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
+    assert again.returncode == pytest.ExitCode.TESTS_FAILED and "INTERNALERROR" not in again.stdout + again.stderr
+    assert (f"perf processes: '{saved}': not a usable saved run: 'benchmarks' is a number, expected a list; move it "
+            "away to run a00 again") in again.stdout
+    assert saved.read_text() == '{"benchmarks": 3}'  # kept as it was
+
+
 @pytest.mark.parametrize(("content", "problem"), [
     ("{", "not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
     ('{"children": [{"label": "a01"}]}', "not the list of children a plan holds"),
