@@ -137,6 +137,8 @@ class NoiseProfile:
             bad = next((name for name, family in families.items() if not isinstance(family, str)), None)
             if bad is not None:  # an empty name is a bad entry too
                 raise NoiseProfileError(f"{where}: families[{bad!r}] is {families[bad]!r}, expected a string")
+            if not isinstance(data["runs"], list):  # its length is the profile's processes
+                raise NoiseProfileError(f"{where}: runs is {data['runs']!r}, expected a list of saved run names")
             return cls(str(data["key"]), dict(data["fingerprint"]), str(data["created"]), data.get("commit"),
                        [str(r) for r in data["runs"]], entries, families, path)
         except NoiseProfileError:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from detector.fileio import atomic_write_text, file_kind
+from detector.fileio import atomic_write_text, file_kind, parse_json
 from perf.profile.child import child_command, run_pytest_child
 from perf.runs import RUN_GLOB, HistoryError, saved_run_files
 
@@ -143,14 +143,14 @@ def load_plan(folder: Path) -> list[Child] | None:
         if (kind := file_kind(path.stat())) is not None:
             problem = f"it is {kind}"
         else:
-            children = json.loads(path.read_text(encoding="utf-8"))["children"]
+            children = parse_json(path.read_text(encoding="utf-8"))["children"]
             return [Child(c["label"], c["kind"], tuple(c["nodeids"]), tuple(c["options"]), c.get("cwd"))
                     for c in children]  # fmt: skip
     except OSError as e:
         problem = e.strerror or str(e)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        problem = f"not JSON: {e}"
-    except (LookupError, TypeError, AttributeError, ValueError):
+    except ValueError as e:  # UnicodeDecodeError, parse_json's: only reading the file raises one
+        problem = f"not JSON: {str(e).removeprefix('not valid JSON: ')}"
+    except (LookupError, TypeError, AttributeError):
         problem = "not the list of children a plan holds"
     raise PlanError(f"'{path}' is not a plan ({problem}): delete it or give another folder")
 
@@ -206,7 +206,7 @@ def run_children(children: Sequence[Child], options: Sequence[str], folder: Path
         else:  # saved by an earlier call: how it ended is its log's footer (0, 0.0 without one)
             log.info("%s: already saved (%s), not run again", child.label, run.name)
             text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else ""
-            found = re.findall(r"^# perf child: exit (-?\d+) after ([\d.]+) s$", text, flags=re.MULTILINE)
+            found = re.findall(r"^# perf child: exit (-?\d{1,9}) after (\d{1,9}(?:\.\d+)?) s$", text, re.MULTILINE)
             code, seconds = (int(found[-1][0]), float(found[-1][1])) if found else (0, 0.0)
         longest = max(longest, seconds)
         result = ChildResult(child.label, child.kind, code, seconds, run, log_path,

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from detector.fileio import atomic_write_text
+from detector.fileio import atomic_write_text, parse_json, read_text
 from detector.spec import ModelSpec
+from perf.validate import value_problem
 
 if TYPE_CHECKING:
     import torch
@@ -32,6 +33,8 @@ CALIBRATION_BATCH = 32
 #: The calibration's search (docs/method.md, section 5): the first width (a multiple of 8), its fourfold growths,
 #: the steps after; GPU seconds per reading; by device, the fewest calls per reading and the readings per width.
 TRIAL_WIDTH, TRIAL_GROWTHS, SECANT_STEPS = 256, 4, 3
+#: The widest block the search steps to (16 times its widest trial); a kept width beyond it is no calibration.
+MAX_WIDTH = TRIAL_WIDTH * 4**TRIAL_GROWTHS * 16
 CALIBRATION_READING_S = 0.25
 CALIBRATION_CALLS_ROUNDS = {"cuda": (200, 3), "cpu": (3, 1)}
 
@@ -214,8 +217,9 @@ def calibrated_layer(spec: ModelSpec, label: str, fraction: float, batch: Any, b
     path = spec.cache_dir / "regressions" / f"layer-{key}.json"
     kept = None
     with contextlib.suppress(OSError, ValueError):
-        kept = json.loads(path.read_text())
-    if isinstance(kept, dict) and type(kept.get("width")) is int and kept["width"] > 0:  # 0: the unchanged model
+        kept = parse_json(read_text(path))  # a FIFO there is an OSError, not a hang
+    if (isinstance(kept, dict) and type(kept.get("width")) is int and 0 < kept["width"] <= MAX_WIDTH  # 0: unchanged
+            and value_problem(kept) is None):  # its readings go into the saved run, which must stay readable
         log.info("layer regression: width %d for %s, calibrated on this machine before (%s)", kept["width"], label,
                  path)  # fmt: skip
         return build(regressed_spec(spec, kept["width"])), {**kept, "cached": True}

@@ -196,14 +196,31 @@ def _calls(rows: Iterable[tuple]) -> list[HostCall]:
 
 def _read(conn: sqlite3.Connection, tables: set[str], path: Path) -> Capture:
     """Every table read once (a missing one as empty, a missing column as NULL): the region's records, the totals."""
-    name = dict(conn.execute("SELECT id, value FROM StringIds")).get
+    def bad(table: str, column: str, value: Any, expected: str) -> CaptureError:
+        return CaptureError(f"cannot read nsys SQLite export '{path}': {table}.{column} holds {value!r}, "
+                            f"expected {expected}")
+
+    strings = conn.execute("SELECT id, value FROM StringIds").fetchall()
+    if (wrong := next((v for _, v in strings if not isinstance(v, str)), 0)) != 0:
+        raise bad("StringIds", "value", wrong, "text")
+    name = dict(strings).get
 
     def rows(table: str, wanted: tuple[str, ...], where: str = "") -> list[tuple]:
+        """The ``wanted`` columns of ``table``'s rows: integers (NULL where allowed; ``text`` is text), a
+        ``start`` and ``end`` given, the end not before the start; else `CaptureError` naming the value."""
         if table not in tables:
             return []
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         select = ", ".join(c if c in have else "NULL" for c in wanted)
-        return conn.execute(f"SELECT {select} FROM {table} {where}").fetchall()
+        found = conn.execute(f"SELECT {select} FROM {table} {where}").fetchall()
+        for row in found:
+            for column, value in zip(wanted, row):
+                if not (type(value) is (str if column == "text" else int)
+                        or value is None and column not in ("start", "end")):
+                    raise bad(table, column, value, "text" if column == "text" else "an integer")
+            if wanted[:2] == ("start", "end") and row[1] < row[0]:
+                raise bad(table, "end", row[1], f"no earlier than its start {row[0]}")
+        return found
 
     wanted = ("start", "end", "globalTid", "text", "textId", "eventType")
     where = f"WHERE eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND end IS NOT NULL"

@@ -43,7 +43,7 @@ def load_captures(reports: Path, warnings: list[str]) -> list[CaptureRow]:
     for path in sorted((reports / CAPTURES).glob("*/summary.json")):
         try:
             rows.append(_capture(path))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, ArithmeticError) as e:
             warnings.append(f"skipped unreadable nsys summary '{path}': {e}")
     return rows
 

@@ -155,13 +155,12 @@ def verdict_table(inputs: ReportInputs) -> Table | None:
     rows = []
     for e in sorted(verdicts.entries, key=lambda e: natural_key(str(e.get("name") or e.get("fullname")))):
         value, lo, hi, found = (e.get(k) for k in ("ratio", "lo", "hi", "detectable"))
-        ci = f" [{number(lo)}, {number(hi)}]" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else ""
+        ci = f" [{number(lo)}, {number(hi)}]" if is_number(lo) and is_number(hi) else ""
         rows.append({"benchmark": str(e.get("name") or e.get("fullname")), "verdict": str(e["verdict"]),
-                     **{k: duration(float(e[key])) if isinstance(e.get(key), (int, float)) else ""
+                     **{k: duration(float(e[key])) if is_number(e.get(key)) else ""
                         for k, key in (("baseline", "baseline_median_s"), ("current", "current_median_s"))},
-                     "ratio [CI]": f"{ratio(value)}{ci}" if isinstance(value, (int, float)) else "",
-                     "detectable": f"+{100 * found:.1f}%"
-                     if isinstance(found, (int, float)) and not isinstance(found, bool) else "-",
+                     "ratio [CI]": f"{ratio(value)}{ci}" if is_number(value) else "",
+                     "detectable": f"+{100 * found:.1f}%" if is_number(found) else "-",
                      "note": note_phrase(e)})  # fmt: skip
     if (judged := next((run for run in inputs.runs if verdicts.judges(run)), None)) is not None:
         whose = f"Verdicts of run {judged.name}"

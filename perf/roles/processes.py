@@ -112,7 +112,7 @@ class ProcessesRun:
         from detector.fileio import atomic_write_text
         from perf.crossprocess import IDENTICAL, compare_fail_rows, identical_rows, regression_rows, simulate
         from perf.gate.noise import benchmark_rows, compute_profile, family_rows, save_profile
-        from perf.runs import load_run
+        from perf.runs import HistoryError, load_run
 
         report, results = self.perf.report.rows, self.results
         identical: dict[str, Any] = {}
@@ -121,8 +121,13 @@ class ProcessesRun:
             report.add(schema.CROSSPROCESS_RUNS, {"run": r.label, "kind": r.kind, "exit": r.returncode,
                                                   "seconds": round(r.seconds, 1), "saved": r.run.name if r.run else "-",
                                                   "compare-fail": r.compare_fail or "-"})  # fmt: skip
-            if r.run is not None:
-                (identical if r.kind == IDENTICAL else regressed.setdefault(r.kind, {}))[r.label] = load_run(r.run)
+            try:  # a run saved by an earlier call may have been damaged since
+                run = load_run(r.run) if r.run is not None else None
+            except HistoryError as e:
+                self.error = f"{e}; move it away to run {r.label} again"
+                return
+            if run is not None:
+                (identical if r.kind == IDENTICAL else regressed.setdefault(r.kind, {}))[r.label] = run
         self.failed = [r for r in results if r.run is None or r.failed_tests]
         if len(identical) < 2:
             self.error = f"only {len(identical)} identical process(es) saved a run: no noise profile"

@@ -127,7 +127,7 @@ class HistoryStore(contextlib.AbstractContextManager):
             with contextlib.suppress(OSError):
                 os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
                 created = file
-        self.file = file
+        self.file, self.create = file, create
         try:
             self._connect(url, sqlite)
         except BaseException:
@@ -161,7 +161,10 @@ class HistoryStore(contextlib.AbstractContextManager):
         """Bring the tables to `schema.LATEST`, one transaction per migration; refuse a newer store. One process
         migrates at a time (`_migrating`): two opening a new store at once both created its tables, and one failed."""
         try:
-            if (version := self._version()) < schema.LATEST:
+            if (version := self._version()) == 0 and not self.create:  # a reader makes no store of another database
+                raise StoreError(f"store '{self.shown}': not a history store (no {schema.schema_versions.name} "
+                                 "table); store runs in it first with perf-history import or --perf-store")
+            if version < schema.LATEST:
                 with self._migrating():
                     with self.engine.begin() as conn:
                         schema.schema_versions.create(conn, checkfirst=True)
@@ -172,6 +175,8 @@ class HistoryStore(contextlib.AbstractContextManager):
                             now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
                             conn.execute(schema.schema_versions.insert().values(version=number, applied_at=now))
                         log.info("store %s: migrated to schema %d (%s)", self.shown, number, what)
+        except StoreError:
+            raise
         except Exception as e:
             raise StoreError(f"store '{self.shown}': {_reason(e)}") from e
         if version > schema.LATEST:
@@ -236,15 +241,20 @@ class HistoryStore(contextlib.AbstractContextManager):
         return rid, True
 
     def _all(self, query: Any) -> list[Any]:
-        with self.engine.begin() as conn:
-            return list(conn.execute(query).all())
+        """The rows of ``query``, every read's; `StoreError` when they cannot be read (a table or column missing, a
+        JSON column that is not JSON, a locked database)."""
+        try:
+            with self.engine.begin() as conn:
+                return list(conn.execute(query).all())
+        except Exception as e:  # the driver's, SQLAlchemy's or the JSON column's decoder's
+            raise StoreError(f"store '{self.shown}': cannot read it: {_reason(e)}") from e
 
     def runs(self, *, machine_key: str | None = None, branch: str | None = None,
              include_injected: bool = False) -> list[SavedRun]:  # fmt: skip
         """Stored runs, oldest first (by saved date, then storing order), of one history when given."""
         r = schema.runs.c
         query = _where(select(r.document, r.source, r.run_id), machine_key, branch, include_injected)
-        return [run_from_json(document, source or f"{self.shown}#run={run_id}")
+        return [run_from_json(document, text_value(source) or f"{self.shown}#run={run_id}")
                 for document, source, run_id in self._all(query.order_by(r.saved_at, r.id))]  # fmt: skip
 
     def machines(self) -> list[tuple[str, str | None, int]]:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from perf.crossprocess import DEFAULT_DRAWS
 from perf.crossprocess import main as crossprocess_main
@@ -86,10 +88,23 @@ def test_a_saved_plan_resumes_and_a_different_one_is_refused(project: Path) -> N
     assert "holds another plan" in other.stderr
 
 
+def test_a_resumed_childs_saved_run_that_is_no_longer_usable_is_one_line_naming_it(project: Path) -> None:
+    first = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
+    assert first.returncode == 0, first.stdout
+    (saved,) = (project / "runs" / "storage").glob("*/0001_a00.json")
+    saved.write_text('{"benchmarks": 3}')  # damaged since: the resumed call reads it, runs no child again
+    again = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
+    assert again.returncode == pytest.ExitCode.TESTS_FAILED and "INTERNALERROR" not in again.stdout + again.stderr
+    assert (f"perf processes: '{saved}': not a usable saved run: 'benchmarks' is a number, expected a list; move it "
+            "away to run a00 again") in again.stdout
+    assert saved.read_text() == '{"benchmarks": 3}'  # kept as it was
+
+
 @pytest.mark.parametrize(("content", "problem"), [
     ("{", "not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
     ('{"children": [{"label": "a01"}]}', "not the list of children a plan holds"),
     ('["a01"]', "not the list of children a plan holds"),
+    ("[" * 100_000, "not JSON: nested too deeply"),
     (None, "it is a directory"),
 ])  # fmt: skip
 def test_a_runs_folder_whose_plan_is_not_one_is_one_usage_line(
@@ -107,6 +122,25 @@ def test_a_runs_folder_whose_plan_is_not_one_is_one_usage_line(
         f"ERROR: --perf-runs-dir: '{plan}' is not a plan ({problem}): delete it or give another folder"]
     assert "INTERNALERROR" not in result.stdout and sorted(p.name for p in plan.parent.iterdir()) == ["plan.json"]
     assert content is None or plan.read_text() == content  # kept as it was
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["1.2.3", "...", "9" * 400, "1e5", ""]), st.sampled_from(["0", "-" + "9" * 5000, "1.5"]))
+def test_a_resumed_childs_log_footer_that_is_no_exit_and_seconds_reads_as_no_footer(
+        tmp_path: Path, seconds: str, code: str) -> None:
+    """A saved child's log ending in a footer of other figures ("after 1.2.3 s", 400 digits of seconds, an exit
+    status of 5000 digits) is a log without one (exit 0, 0 s), never a ValueError or infinite seconds."""
+    from perf.gate.processes import Child, run_children
+
+    folder = tmp_path / "runs"
+    (folder / "storage" / "m").mkdir(parents=True, exist_ok=True)
+    (folder / "storage" / "m" / "0001_a01.json").write_text("{}")  # saved by an earlier call: not run again
+    (folder / "a01.log").write_text(f"...\n# perf child: exit {code} after {seconds} s\n")
+    (result,) = run_children([Child("a01", "identical", ("t.py::t",))], [], folder, tmp_path)
+    assert (result.returncode, result.seconds) == (0, 0.0)
+    (folder / "a01.log").write_text("...\n# perf child: exit 3 after 12.5 s\n")  # the footer the suite writes
+    (result,) = run_children([Child("a01", "identical", ("t.py::t",))], [], folder, tmp_path)
+    assert (result.returncode, result.seconds) == (3, 12.5)
 
 
 def test_a_time_budget_stops_starting_children_and_says_how_to_go_on(project: Path) -> None:

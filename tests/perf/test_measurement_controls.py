@@ -480,10 +480,16 @@ def test_a_calibrated_layer_width_is_kept_so_a_later_process_builds_its_runner_o
     (kept,) = (tmp_path / "regressions").iterdir()
     assert calibrated() == {**reading, "cached": True} and searched == [0.05] and built == [64, 64]  # read back
     assert calibrated(0.1)["cached"] is False and searched == [0.05, 0.1]  # another fraction: its own width
-    for unreadable in ("{not json", '{"width": 0}', '{"width": "64"}', "[64]", "null"):
-        kept.write_text(unreadable)
-        assert calibrated()["cached"] is False, unreadable  # searched again and kept again
+    for unreadable in ("{not json", '{"width": 0}', '{"width": "64"}', "[64]", "null", "[" * 100_000,
+                       '{"width": 1000000000000}', '{"width": 64, "base_ms": 1' + "0" * 400 + "}",
+                       '{"width": 64, "label": "\\ud800"}'):  # nested past the parser; no width the search
+        kept.write_text(unreadable)  # makes; a reading no saved run can hold (its benchmarks' extra_info)
+        assert calibrated()["cached"] is False, unreadable[:40]  # searched again and kept again
         assert json.loads(kept.read_text())["width"] == 64
+    kept.unlink()
+    os.mkfifo(kept)  # not read (it would block): searched again
+    assert calibrated()["cached"] is False and built[-1] == 64
+    kept.unlink()
     for noise in (-0.15, 0.0, 0.0044, 0.18):  # a search that read off the target by more than twice is not kept
         kept.unlink(missing_ok=True)
         reading["measured_fraction"] = noise

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perf.runs import run_from_json
-from perf.gate.noise import (NoiseProfileError, compute_profile, entry_from_samples, family_rows, find_profile,
-                        floors_from_profile, load_profile, profile_key, save_profile, upper_limit)  # fmt: skip
+from perf.gate.noise import (NoiseProfile, NoiseProfileError, compute_profile, entry_from_samples, family_rows,
+                        find_profile, floors_from_profile, load_profile, profile_key, save_profile,
+                        upper_limit)  # fmt: skip
 
 FINGERPRINT = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
                "driver_version": "580.159.04", "cuda_version": "13.0", "cpu_model": "Xeon",
@@ -119,6 +120,16 @@ def test_a_family_that_is_no_string_is_one_error_whatever_its_benchmarks_name(tm
     with pytest.raises(NoiseProfileError) as e:
         load_profile(path)
     assert str(e.value) == f"'{path}': families[{name!r}] is 5, expected a string"
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.one_of(st.text(max_size=12), st.dictionaries(st.text(max_size=4), st.integers(), max_size=3),
+                 st.integers(), st.none()))
+def test_a_profiles_runs_that_are_no_list_are_one_error_never_a_count_of_processes(runs: object) -> None:
+    """``processes`` is the length of ``runs``: a string "0001_x.json" is no 11 processes, a mapping no count."""
+    with pytest.raises(NoiseProfileError) as e:
+        NoiseProfile.from_json(json.dumps({**json.loads(_profile_text()), "runs": runs}), named="'p.json'")
+    assert str(e.value) == f"'p.json': runs is {runs!r}, expected a list of saved run names"
 
 
 @pytest.mark.parametrize(("content", "problem"), [

@@ -8,6 +8,7 @@ process boundary (discovery, error reporting, which files we pick up); the summa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -19,12 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsys_capture import CONV, DATA, LEAKY, MAIN, PID, HandMade, clock_capture
 from perf.gate.processes import NSYS_DROPPED, forwarded_options
-from perf.profile.capture_db import busy_ns, is_suite_kernel, read_capture, stats_api_name
+from perf.profile.capture_db import CaptureError, busy_ns, is_suite_kernel, read_capture, stats_api_name
 from perf.profile.nsys import (
     NSYS_CHILD_FLAG,
     NSYS_NOT_FOUND_REASON,
@@ -300,6 +301,36 @@ def test_unreadable_sqlite_export_is_an_nsys_error_naming_it(tmp_path: Path) -> 
     nsys = _nsys_exporting(tmp_path / "fake" / "nsys", 'echo garbage > "$out"; exit 0')
     with pytest.raises(NsysError, match="is not an Nsight Systems SQLite export"):
         summarize_report(nsys, _report(tmp_path))
+
+
+#: (table, column, an SQL value nsys never writes there: NOT NULL columns hold no NULL); values it may write.
+_WRONG = [(t, c, v) for t, cs in {"CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "streamId", "demangledName"),
+                                  "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "globalTid", "nameId"),
+                                  "NVTX_EVENTS": ("start", "end"), "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": ("eventId",)
+                                  }.items() for c in cs for v in ("'abc'", "X'00ff'", "3.5")]  # fmt: skip
+_WRONG += [("StringIds", "value", "X'00ff'"),
+           ("NVTX_EVENTS", "text", "X'00'"), ("CUPTI_ACTIVITY_KIND_KERNEL", "end", "start - 1")]
+_FINE = [("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId", "NULL"), ("NVTX_EVENTS", "text", "'abc'"),
+         ("CUPTI_ACTIVITY_KIND_KERNEL", "streamId", "-5")]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(_WRONG + _FINE))
+def test_an_export_holding_a_value_of_the_wrong_type_is_one_error_naming_the_column(
+        tmp_path: Path, change: tuple[str, str, str]) -> None:
+    """A NULL, text, blob or float where nsys writes an integer (a number where it writes text), or an end before
+    its start, is one CaptureError naming the table, column and value: never a TypeError from sorting."""
+    table, column, value = change
+    path = tmp_path / "capture.sqlite"
+    shutil.copy(DATA / "h100_e2e_torch_fp32.sqlite", path)
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(f"UPDATE {table} SET {column} = {value}")
+    if change in _FINE:
+        summarize(read_capture(path))
+        return
+    with pytest.raises(CaptureError, match=rf"^cannot read nsys SQLite export '.*capture\.sqlite': {table}\.\w+ "
+                                           r"holds .*, expected (an integer|text|no earlier than its start \d+)$"):
+        read_capture(path)
 
 
 def test_export_sqlite_command_and_missing_nsys(tmp_path: Path) -> None:

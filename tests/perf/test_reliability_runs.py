@@ -277,6 +277,9 @@ CAPTURES = {
                             "start_ns and end_ns"),
     "region-a-list": ({"region": [0, 5]}, "'region' is a list, expected an object with numbers start_ns and end_ns"),
     "nested-too-deeply": ("[" * 100_000, "not valid JSON: nested too deeply"),
+    "path-time-past-a-float": ({"critical_path": {"region": {"start_ns": 0, "end_ns": 1}, "by_kind": {"host": 2**1023},
+                                                  "source": "s", "segments": 1, "wait_totals": []}},
+                               "integer division result too large for a float"),
 }
 
 

@@ -86,6 +86,21 @@ def test_the_verdict_note_is_one_short_phrase_and_its_figures_stay_in_the_json(t
     assert f"<td class='prose'>{phrase}</td>" in page and "within-process only" not in page
 
 
+@pytest.mark.parametrize("field", ["baseline_median_s", "current_median_s", "ratio", "lo", "hi"])
+def test_a_boolean_where_a_verdict_figure_goes_is_not_shown_as_a_figure(tmp_path: Path, field: str) -> None:
+    """``true`` in a verdict file's median or ratio is no figure: the cell is blank, never "1.00 s" or "True"."""
+    storage, reports = _saved(tmp_path)
+    document = json.loads((reports / "perf-compare.json").read_text())
+    document["rows"][0][field] = True
+    (reports / "perf-compare.json").write_text(json.dumps(document))
+    out = tmp_path / "out"
+    assert main(["--storage", str(storage), "--reports", str(reports), "--out", str(out)]) == 0
+    (row,) = [ln for ln in (out / "summary.md").read_text().splitlines() if ln.startswith(f"| {NAME} | inconclusive")]
+    assert "True" not in row and "1.00 s" not in row and "1.00x" not in row, row
+    shown = {"baseline_median_s": "| 100 ms |", "current_median_s": "| 126 ms |", "ratio": "1.26x"}
+    assert all(cell not in row for key, cell in shown.items() if key == field), row
+
+
 def test_the_inference_table_says_which_loop_each_figure_comes_from() -> None:
     report = PerfReport(device="cuda")
     report.add(schema.INFERENCE, {"case": "torch-compile fp16", "batch": 1, "median ms": 0.201, "compute ms": 0.653,

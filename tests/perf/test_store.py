@@ -154,6 +154,27 @@ def test_a_store_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
         open_store(where)
 
 
+@pytest.mark.parametrize("command", [["runs"], ["changes"], ["judge"], ["report"]])
+def test_a_reading_command_given_another_sqlite_database_says_so_and_leaves_it_as_it_was(
+        tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """An SQLite file that is no history store (an nsys export here) is not made one by a command that only
+    reads: one line, exit 2, the file byte for byte as it was; a writer (import) still makes its tables there."""
+    from perf.report_cli import main as report
+    from perf.store.cli import main as history
+
+    other = tmp_path / "capture.sqlite"
+    shutil.copy(Path(__file__).parents[1] / "data" / "nsys" / "h100_e2e_torch_fp32.sqlite", other)
+    before = other.read_bytes()
+    code = (report(["--store", str(other), "--out", str(tmp_path / "out")]) if command == ["report"]
+            else history(["--store", str(other), *command]))  # fmt: skip
+    assert code == 2 and other.read_bytes() == before
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"error: store 'sqlite:///{other}': not a history store (no perf_schema table); store runs in it first "
+        "with perf-history import or --perf-store")
+    with open_store(str(other)) as store:  # a writer: the tables are made
+        assert store.runs() == []
+
+
 @pytest.mark.parametrize("where", ["mysql://host/db", "postgresql://nobody@/db?host=/nonexistent&port=1"])
 def test_a_store_that_cannot_be_used_is_one_line_naming_it(where: str) -> None:
     with pytest.raises(StoreError) as info:
@@ -223,6 +244,51 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from perf.store.changepoints import find_change_points, history_changes  # noqa: E402
+
+
+#: A store of the latest schema whose tables were changed by hand: (SQL, what reading it says).
+DAMAGED = [("DROP TABLE perf_runs", "no such table: perf_runs"),
+           ("ALTER TABLE perf_runs DROP COLUMN source", "no such column: perf_runs.source"),
+           ("UPDATE perf_runs SET document = '{'", "Expecting property name enclosed in double quotes"),
+           ("UPDATE perf_runs SET document = '" + "[" * 100_000 + "'", "maximum recursion depth exceeded"),
+           ("UPDATE perf_noise SET profile = 'nan]'", "Expecting value"),
+           ("UPDATE perf_runs SET source = X'00ff'", None)]  # no source to name: named by its run id
+
+
+@pytest.mark.parametrize("damage", DAMAGED, ids=[sql[:40] for sql, _ in DAMAGED])
+@pytest.mark.parametrize("command", ["runs", "changes", "judge", "report"])
+def test_a_store_whose_tables_were_changed_by_hand_is_one_line_naming_it(damage: tuple[str, str | None],
+                                                                          command: str) -> None:
+    """A missing table or column, a JSON column that is not JSON, a source that is no text: every reading command
+    says so in one line naming the store (exit 2), never a traceback of SQLAlchemy's, json's or pathlib's."""
+    import contextlib
+    import io
+    import sqlite3
+
+    from perf.report_cli import main as report
+    from perf.store.cli import main as history
+
+    sql, problem = damage
+    if "perf_noise" in sql and command == "runs":
+        problem = None  # the list of runs reads no noise profile
+    with tempfile.TemporaryDirectory() as tmp:
+        where = str(Path(tmp) / "h.sqlite")
+        with open_store(where) as store:
+            for i in range(3):
+                store.save_run(_document(f"r{i}", when=f"2026-11-0{i + 1}T00:00:00"), noise={"format": 1})
+        with contextlib.closing(sqlite3.connect(where)) as conn, conn:
+            conn.execute(sql)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = (report(["--store", where, "--out", str(Path(tmp) / "out")]) if command == "report"
+                    else history(["--store", where, command]))  # fmt: skip
+    lines = err.getvalue().splitlines()
+    if problem is None:
+        assert code == 0, lines
+        return
+    assert code == 2 and len([ln for ln in lines if "error" in ln]) == 1, lines
+    assert lines[-1].startswith(f"perf-{'report' if command == 'report' else 'history'}: error: store '"), lines
+    assert f": cannot read it: {problem}" in lines[-1], lines
 
 
 @settings(max_examples=60, deadline=None)
