@@ -51,10 +51,18 @@ def _not_number(where: str, value: Any, finite: bool = False) -> str | None:
     return None
 
 
-def _numbers_problem(where: str, values: Any, finite: bool = False) -> str | None:
+def _numbers_problem(where: str, values: Any, finite: bool = False,
+                     check: Callable[[str, Any, bool], str | None] | None = None) -> str | None:  # fmt: skip
     if not isinstance(values, list):
         return f"{where} is {kind_of(values)}, expected a list of numbers"
-    return _first(_not_number(f"{where}[{i}]", value, finite) for i, value in enumerate(values))
+    return _first((check or _not_number)(f"{where}[{i}]", value, finite) for i, value in enumerate(values))
+
+
+def _time_problem(where: str, value: Any, finite: bool = True) -> str | None:
+    """`_not_number`, and a negative number: a pytest-benchmark statistic or round is a time or a count."""
+    if (problem := _not_number(where, value, finite)) is None and value < 0:
+        return f"{where} is {value!r}, negative: expected a time or a count >= 0"
+    return problem
 
 
 def value_problem(doc: Any) -> str | None:
@@ -145,11 +153,13 @@ def _benchmark_problems(bench: Any, i: int, complete: bool) -> Iterator[str | No
         if key == "outliers":  # pytest-benchmark's "1;0" text
             yield None if isinstance(value, str) else f"{where}: stats.outliers is {value!r}, expected a string"
         else:
-            yield (_numbers_problem if key == "data" else _not_number)(f"{where}: stats.{key}", value, True)
+            yield (_numbers_problem(f"{where}: stats.data", value, True, _time_problem) if key == "data"
+                   else _time_problem(f"{where}: stats.{key}", value))  # fmt: skip
     yield from _declared(bench, _BENCHMARK_KEYS, f"{where}: ")
     for name, metric in ((bench.get("extra_info") or {}).get("metrics") or {}).items():
         yield _kind_problem(f"{where}: extra_info.metrics.{name}", metric, dict)
-        yield _kind_problem(f"{where}: extra_info.metrics.{name}.data", (metric or {}).get("data"), NUMBERS)
+        if (data := (metric or {}).get("data")) is not None:  # times, as the rounds
+            yield _numbers_problem(f"{where}: extra_info.metrics.{name}.data", data, True, _time_problem)
 
 
 def _run_problems(doc: Any, complete: bool) -> Iterator[str | None]:
