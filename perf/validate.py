@@ -113,7 +113,8 @@ def _first(problems: Iterable[str | None]) -> str | None:
 _RUN_KEYS = (("machine_info", dict), ("commit_info", dict), ("datetime", str), ("machine_info.perf", dict),
              ("machine_info.perf_subject", dict), ("machine_info.node", str), ("commit_info.id", str),
              ("commit_info.branch", str), ("machine_info.perf_subject.backends", list),
-             ("machine_info.perf_subject.precisions", list))
+             ("machine_info.perf_subject.precisions", list), ("commit_info.dirty", bool), ("perf_run", dict),
+             ("perf_run.injected", dict))
 _BENCHMARK_KEYS = (("extra_info", dict), ("params", dict), ("group", str), ("extra_info.e2e_fps", NUMBER),
                    ("extra_info.stage_ms_per_frame", dict), ("extra_info.metrics", dict))
 

@@ -152,6 +152,22 @@ def test_a_negative_time_or_count_is_one_error_naming_it(tmp_path: Path, where: 
                                  ">= 0"), str(e.value)
 
 
+@pytest.mark.parametrize(("where", "value", "problem"), [
+    ("commit_info.dirty", "false", "commit_info.dirty is a string, expected a boolean"),  # once read as dirty
+    ("perf_run.injected", "layer:5%", "perf_run.injected is a string, expected an object"),  # once a normal run
+    ("perf_run.injected", ["regression"], "perf_run.injected is a list, expected an object"),
+    ("perf_run", "r1", "'perf_run' is a string, expected an object"),
+])  # fmt: skip
+def test_a_mark_of_another_type_is_one_error_never_read_as_its_opposite(tmp_path: Path, where: str, value: object,
+                                                                         problem: str) -> None:  # fmt: skip
+    doc = _run("test_a")
+    parent, key = where.split(".") if "." in where else (None, where)
+    (doc.setdefault(parent, {}) if parent else doc)[key] = value
+    with pytest.raises(HistoryError) as e:
+        load_run(_save(tmp_path / "m1", "0001_x.json", doc))
+    assert str(e.value).endswith(f"not a usable saved run: {problem}"), str(e.value)
+
+
 def test_a_bad_run_is_skipped_into_the_list_given_and_all_bad_is_an_error(tmp_path: Path) -> None:
     machine = tmp_path / "m1"
     _save(machine, "0001_a.json", _run("test_a"))
