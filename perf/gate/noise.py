@@ -90,7 +90,7 @@ def entry_from_samples(samples: Sequence[np.ndarray]) -> NoiseEntry:
     within = math.sqrt(statistics.fmean(log_median_se(x) ** 2 for x in samples))
     return NoiseEntry(
         processes=len(samples), medians_s=tuple(float(m) for m in medians),
-        cv=float(np.std(medians, ddof=1) / np.mean(medians)), max_ratio=float(medians.max() / medians.min() - 1),
+        cv=float(np.std(medians / np.mean(medians), ddof=1)), max_ratio=float(medians.max() / medians.min() - 1),
         total_sd=total, within_se=within, between_sd=math.sqrt(max(0.0, total**2 - within**2)),
         max_cv=upper_limit([s.cv for s in stability]), max_drift=upper_limit([s.drift or 0.0 for s in stability]),
     )  # fmt: skip

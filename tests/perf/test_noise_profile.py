@@ -170,3 +170,11 @@ def test_perf_report_says_it_ignored_a_bad_stored_profile_and_reports_the_runs(
         "'time': between_sd is 1000000.0, expected a number from 0 to 5: change points use the default floor; "
         "measure it again with --perf-noise=10"]
     assert "3 saved run(s)" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_a_process_whose_median_squared_passes_a_float_has_the_cv_of_the_medians_not_infinity() -> None:
+    medians = [1e-3, 1.1e-3, 1e270]  # a hand-edited saved run among perf-history simulate's: once inf and a warning
+    with np.errstate(all="raise"):
+        entry = entry_from_samples([np.array(_sample(m, k, n=40)) for k, m in enumerate(medians)])
+    assert entry.cv == pytest.approx(np.std(np.array(entry.medians_s) / np.mean(entry.medians_s), ddof=1))
+    assert 1.5 < entry.cv < 2
