@@ -51,10 +51,18 @@ def _not_number(where: str, value: Any, finite: bool = False) -> str | None:
     return None
 
 
-def _numbers_problem(where: str, values: Any, finite: bool = False) -> str | None:
+def _numbers_problem(where: str, values: Any, finite: bool = False,
+                     check: Callable[[str, Any, bool], str | None] | None = None) -> str | None:  # fmt: skip
     if not isinstance(values, list):
         return f"{where} is {kind_of(values)}, expected a list of numbers"
-    return _first(_not_number(f"{where}[{i}]", value, finite) for i, value in enumerate(values))
+    return _first((check or _not_number)(f"{where}[{i}]", value, finite) for i, value in enumerate(values))
+
+
+def _time_problem(where: str, value: Any, finite: bool = True) -> str | None:
+    """`_not_number`, and a negative number: a pytest-benchmark statistic or round is a time or a count."""
+    if (problem := _not_number(where, value, finite)) is None and value < 0:
+        return f"{where} is {value!r}, negative: expected a time or a count >= 0"
+    return problem
 
 
 def value_problem(doc: Any) -> str | None:
@@ -105,7 +113,8 @@ def _first(problems: Iterable[str | None]) -> str | None:
 _RUN_KEYS = (("machine_info", dict), ("commit_info", dict), ("datetime", str), ("machine_info.perf", dict),
              ("machine_info.perf_subject", dict), ("machine_info.node", str), ("commit_info.id", str),
              ("commit_info.branch", str), ("machine_info.perf_subject.backends", list),
-             ("machine_info.perf_subject.precisions", list))
+             ("machine_info.perf_subject.precisions", list), ("commit_info.dirty", bool), ("perf_run", dict),
+             ("perf_run.injected", dict))
 _BENCHMARK_KEYS = (("extra_info", dict), ("params", dict), ("group", str), ("extra_info.e2e_fps", NUMBER),
                    ("extra_info.stage_ms_per_frame", dict), ("extra_info.metrics", dict))
 
@@ -145,11 +154,13 @@ def _benchmark_problems(bench: Any, i: int, complete: bool) -> Iterator[str | No
         if key == "outliers":  # pytest-benchmark's "1;0" text
             yield None if isinstance(value, str) else f"{where}: stats.outliers is {value!r}, expected a string"
         else:
-            yield (_numbers_problem if key == "data" else _not_number)(f"{where}: stats.{key}", value, True)
+            yield (_numbers_problem(f"{where}: stats.data", value, True, _time_problem) if key == "data"
+                   else _time_problem(f"{where}: stats.{key}", value))  # fmt: skip
     yield from _declared(bench, _BENCHMARK_KEYS, f"{where}: ")
     for name, metric in ((bench.get("extra_info") or {}).get("metrics") or {}).items():
         yield _kind_problem(f"{where}: extra_info.metrics.{name}", metric, dict)
-        yield _kind_problem(f"{where}: extra_info.metrics.{name}.data", (metric or {}).get("data"), NUMBERS)
+        if (data := (metric or {}).get("data")) is not None:  # times, as the rounds
+            yield _numbers_problem(f"{where}: extra_info.metrics.{name}.data", data, True, _time_problem)
 
 
 def _run_problems(doc: Any, complete: bool) -> Iterator[str | None]:
@@ -161,8 +172,11 @@ def _run_problems(doc: Any, complete: bool) -> Iterator[str | None]:
     if complete and "machine_info" not in doc:
         yield "'machine_info' is missing"
     yield from _declared(doc, _RUN_KEYS)
+    first: dict[str, int] = {}
     for i, bench in enumerate(doc["benchmarks"]):
         yield from _benchmark_problems(bench, i, complete)
+        if (at := first.setdefault(bench["fullname"], i)) != i:  # a reader keeps one result per benchmark
+            yield f"benchmarks[{i}] repeats benchmark {bench['fullname']!r} of benchmarks[{at}]"
     yield value_problem(doc)
 
 

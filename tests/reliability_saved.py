@@ -94,11 +94,12 @@ def _report(folder: Path, verdicts: Path | None) -> list[str]:
             *(["--verdicts", str(verdicts)] if verdicts else [])]
 
 
-def _report_of(doc: Any) -> Callable[[Path, Shared], Made]:
+def _report_of(doc: Any, problem: str = "stats.median is 1.7e+308, too large for a number"
+               ) -> Callable[[Path, Shared], Made]:  # fmt: skip
     """perf-report of a storage holding only ``doc``: nothing to report, one line naming the run and the problem."""
     def make(folder: Path, shared: Shared) -> Made:
         path = _saved_run(folder, doc)
-        return _report(folder, None), [f"'{path}'", "stats.median is 1.7e+308, too large for a number"]
+        return _report(folder, None), [f"'{path}'", problem]
     return make
 
 
@@ -181,6 +182,8 @@ ROWS: tuple[Row, ...] = (
     Row("report-verdicts-dev-zero", _not_a_file("/dev/zero", _report), timeout_s=30),
     Row("report-saved-run-1.7e308-seconds", _report_of(_ROUNDS | {"benchmarks": [{**_ROUNDS["benchmarks"][0], "stats": {
         "median": 1.7e308, "data": [1.7e308, 1.5e308, 1e308]}}]})),  # drawn in ms: no float holds it
+    Row("report-saved-run-negative-median", _report_of(_ROUNDS | {"benchmarks": [{**_ROUNDS["benchmarks"][0], "stats": {
+        "median": -0.001}}]}, "stats.median is -0.001, negative: expected a time or a count >= 0")),
     Row("report-store-missing", _missing_store(["perf.report_cli"])),
     Row("history-judge-store-missing", _missing_store(["perf.store.cli", "judge"])),
     Row("history-store-symlink-loop", _store_loop),

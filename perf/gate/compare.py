@@ -177,7 +177,7 @@ def reference_of(baseline: Baseline, fullname: str, metric: str,
         return found.reference, found.reference.n, note
     base = baseline.latest.benchmarks.get(fullname)
     data = None if base is None else base.metrics().get(metric)
-    if data is None or not data.size or float(np.median(data)) <= 0:
+    if data is None or not data.size or record_median(base, metric) is None:  # a NaN round: no median
         return None, 0, ""
     from perf.gate.stats import log_median_se
 

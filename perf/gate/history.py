@@ -21,10 +21,11 @@ def record_median(bench: BenchmarkRecord | None, metric: str = PRIMARY) -> float
     """The median (seconds, > 0) of ``metric`` of one benchmark record; None without such a series."""
     if bench is None:
         return None
-    if metric == PRIMARY and not bench.has_rounds:
-        return bench.median_s
-    data = bench.metrics().get(metric)
-    value = float(np.median(data)) if data is not None and data.size else math.nan
+    if metric == PRIMARY and not bench.has_rounds:  # pytest-benchmark's median (NaN: not measured)
+        value = math.nan if bench.median_s is None else bench.median_s
+    else:
+        data = bench.metrics().get(metric)
+        value = float(np.median(data)) if data is not None and data.size else math.nan
     return value if value > 0 and math.isfinite(value) else None
 
 

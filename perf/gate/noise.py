@@ -9,6 +9,7 @@ import json
 import math
 import os
 import statistics
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from detector.fileio import atomic_write_text, parse_json, read_text
+from perf.gate.history import record_median
 from perf.gate.judge import MIN_REFERENCE
 from perf.gate.stats import log_median_se
 from perf.measure.machine import COMPARED_FIELDS
@@ -71,8 +73,8 @@ def upper_limit(values: Sequence[float]) -> float:
     logs = np.log(np.maximum(np.asarray(values, dtype=float), 1e-6))
     if logs.size < 2:
         return float(max(values))
-    fitted = math.exp(float(logs.mean()) + float(norm.ppf(LIMIT_QUANTILE)) * float(logs.std(ddof=1)))
-    return max(fitted, float(max(values)))
+    fitted = float(logs.mean()) + float(norm.ppf(LIMIT_QUANTILE)) * float(logs.std(ddof=1))
+    return max(math.exp(min(fitted, math.log(sys.float_info.max))), float(max(values)))  # past a float: the largest
 
 
 def entry_from_samples(samples: Sequence[np.ndarray]) -> NoiseEntry:
@@ -88,7 +90,7 @@ def entry_from_samples(samples: Sequence[np.ndarray]) -> NoiseEntry:
     within = math.sqrt(statistics.fmean(log_median_se(x) ** 2 for x in samples))
     return NoiseEntry(
         processes=len(samples), medians_s=tuple(float(m) for m in medians),
-        cv=float(np.std(medians, ddof=1) / np.mean(medians)), max_ratio=float(medians.max() / medians.min() - 1),
+        cv=float(np.std(medians / np.mean(medians), ddof=1)), max_ratio=float(medians.max() / medians.min() - 1),
         total_sd=total, within_se=within, between_sd=math.sqrt(max(0.0, total**2 - within**2)),
         max_cv=upper_limit([s.cv for s in stability]), max_drift=upper_limit([s.drift or 0.0 for s in stability]),
     )  # fmt: skip
@@ -192,7 +194,8 @@ def compute_profile(runs: Sequence[SavedRun], fingerprint: Mapping[str, Any]) ->
         for fullname, bench in run.benchmarks.items():
             families[fullname] = bench.family
             for metric, data in bench.metrics().items():
-                collected.setdefault(fullname, {}).setdefault(metric, []).append(data)
+                if record_median(bench, metric) is not None:  # a NaN round or a median of 0: as the gate, none
+                    collected.setdefault(fullname, {}).setdefault(metric, []).append(data)
     entries = {name: {metric: entry_from_samples(values) for metric, values in metrics.items() if len(values) >= 2}
                for name, metrics in collected.items()}  # fmt: skip
     commits = {run.commit for run in runs}

@@ -19,8 +19,9 @@ def auto_block_length(x: np.ndarray) -> int:
     """Block length for the rounds ``x``: ``max(ceil(n ** (1/3)), ceil(2 (1 + r) / (1 - r)))`` with ``r`` the
     lag-1 autocorrelation clipped to [0, 0.95], at most ``max(1, n // 4)``."""
     n, centred = x.size, x - np.median(x)
-    energy = float(np.dot(centred, centred))
-    r = min(max(float(np.dot(centred[:-1], centred[1:])) / energy if energy > 0 and n > 2 else 0.0, 0.0), 0.95)
+    with np.errstate(over="ignore", invalid="ignore"):  # rounds past 1e154 s (a hostile file): no r, no warning
+        energy, lagged = float(np.dot(centred, centred)), float(np.dot(centred[:-1], centred[1:]))
+    r = min(max(lagged / energy if 0 < energy < math.inf and n > 2 else 0.0, 0.0), 0.95)
     return max(1, min(max(block_length(n), math.ceil(2 * (1 + r) / (1 - r))), n // 4))
 
 

@@ -33,11 +33,12 @@ HISTORY_COLUMNS = ((4, 2), (18, 3), (10**9, 4))
 _CROSS = {"ls": "none", "marker": "X", "ms": 8, "color": INJECTED, "mec": "black", "mew": 0.5}
 P = ParamSpec("P")
 _FONT = {"font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
-         "legend.fontsize": 9}
+         "legend.fontsize": 9, "text.parse_math": False}  # names drawn as saved: "$\\foo$" is no math to parse
 
 
 def _png(draw: Callable[P, Figure]) -> Callable[P, bytes]:
-    """``draw``'s figure as PNG bytes (Agg), with the report's font sizes (`_FONT`), matplotlib's settings kept."""
+    """``draw``'s figure as PNG bytes (Agg), with the report's font sizes and plain text (`_FONT`), matplotlib's
+    settings kept."""
 
     @functools.wraps(draw)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> bytes:

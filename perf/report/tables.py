@@ -94,7 +94,7 @@ def benchmark_table(inputs: ReportInputs, threshold: float = DEFAULT_THRESHOLD) 
         rows.append({
             "benchmark": bench.name, "group": bench.group or "ungrouped",
             "median": duration(bench.stat("median")), "IQR": duration(bench.stat("iqr")),
-            "p99": duration(percentile(bench.data.tolist(), 99) if bench.has_rounds else p99),
+            "p99": duration(percentile(finite_numbers(bench.data.tolist()), 99) if bench.has_rounds else p99),
             "rounds": number(bench.stats.get("rounds")), "images/s": number(throughput(bench)),
             "vs previous": change(history(inputs, bench.fullname, threshold)[-1].change),
             "verdict": (inputs.verdict_for(latest, bench) or {}).get("verdict", ""),

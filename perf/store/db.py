@@ -89,6 +89,25 @@ def _reason(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
+#: A NaN or infinity in a stored document (a statistic not measured), kept as ``{"$json-constant": "NaN"}``:
+#: PostgreSQL's JSON has no token for it. A saved object of that one key is kept as ``{"$json-constant": [value]}``.
+_CONSTANT = "$json-constant"
+
+
+def _to_json(value: Any) -> str:
+    return json.dumps(json.loads(json.dumps(value), parse_constant=lambda token: {_CONSTANT: token},
+                                 object_hook=lambda o: {_CONSTANT: [o[_CONSTANT]]} if o.keys() == {_CONSTANT} else o))
+
+
+def _from_json(text: str) -> Any:
+    def restore(o: dict[str, Any]) -> Any:
+        if o.keys() != {_CONSTANT}:
+            return o
+        return {_CONSTANT: o[_CONSTANT][0]} if isinstance(o[_CONSTANT], list) else float(o[_CONSTANT])
+
+    return json.loads(text, object_hook=restore)
+
+
 def _plain(value: Any) -> Any:
     """``value`` as JSON types (numpy numbers and arrays, paths: what a saved run may hold in memory)."""
     return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
@@ -140,7 +159,8 @@ class HistoryStore(contextlib.AbstractContextManager):
 
     def _connect(self, url: str, sqlite: bool) -> None:
         try:
-            self.engine = create_engine(url, connect_args={"timeout": 30} if sqlite else {})
+            self.engine = create_engine(url, connect_args={"timeout": 30} if sqlite else {},
+                                        json_serializer=_to_json, json_deserializer=_from_json)
         except Exception as e:  # a missing driver, a malformed URL
             reason = _reason(e)
             if isinstance(e, ImportError) and not sqlite:  # psycopg 3: the postgres extra

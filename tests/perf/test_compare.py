@@ -142,3 +142,16 @@ def test_a_budget_flags_slower_at_its_lenient_first_pass_level_and_faster_at_its
     down = judge_benchmark(baseline, BenchmarkRecord.from_json(_bench("t::a", ref.median_s * math.exp(-shift), 9)),
                            level, floor=0.0)
     assert (up.verdict, down.verdict) == ("slower", "no change")
+
+
+def test_a_median_not_measured_is_judged_missing_never_a_traceback_nor_no_change_against_nan() -> None:
+    baseline, settings = _history(), GateSettings()
+    plan = budget(baseline, settings)
+    unmeasured = BenchmarkRecord.from_json({"fullname": "t::a", "name": "a", "stats": {"median": math.nan}})
+    row = judge_benchmark(baseline, unmeasured, plan)  # saved without rounds: once numpy's ValueError
+    assert (row.verdict, row.ratio) == ("missing", None)
+    with_nan = _bench("t::a", 1e-3)
+    with_nan["stats"]["data"][3] = math.nan  # a round not measured: the one history run has no median
+    short = Baseline([run_from_json({"benchmarks": [with_nan]}, "storage/m/0001_base.json")])
+    row = judge_benchmark(short, BenchmarkRecord.from_json(_bench("t::a", 1e-3, 9)), budget(short, settings))
+    assert (row.verdict, row.baseline_median_s) == ("missing", None)  # once "no change" against a median of NaN

@@ -266,3 +266,19 @@ def test_the_runs_folders_are_sorted_by_each_runs_own_mark_whatever_its_benchmar
     identical, regressed = load_runs_dirs([str(runs)])
     assert sorted(identical) == ["a02", "a03", "a04"] and list(regressed) == ["layer:5%"]
     assert list(regressed["layer:5%"]) == ["a01"]
+
+
+@pytest.mark.parametrize("mark", ["x", 5, True, "layer:500%"])
+def test_a_run_marked_with_a_regression_no_option_makes_is_one_error_naming_it(tmp_path: Path, mark: object) -> None:
+    from perf.crossprocess import load_runs_dirs
+    from perf.runs import HistoryError
+
+    runs = _runs_folder(tmp_path / "runs")
+    path = sorted((runs / "storage" / "machine").iterdir())[1]
+    document = json.loads(path.read_text())
+    document["perf_run"]["injected"] = {"regression": mark}
+    path.write_text(json.dumps(document))
+    with pytest.raises(HistoryError) as e:  # once argparse's ArgumentTypeError, a traceback of perf-history simulate
+        load_runs_dirs([str(runs)])
+    assert str(e.value).startswith(f"'{path}': injected regression: Could not parse value: '{mark}'. Expected "
+                                   "KIND:PERCENT"), str(e.value)

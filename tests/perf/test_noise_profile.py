@@ -65,6 +65,25 @@ def test_profile_is_saved_beside_the_runs_keyed_by_machine_and_read_back(tmp_pat
     assert set(floors) == set(again.entries) and floors_from_profile(None) == {}
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["nan-round", "zero-median", "huge-round"]), st.integers(3, 8))
+def test_a_saved_series_with_no_median_is_left_out_of_the_profile_and_a_huge_one_has_finite_limits(
+        kind: str, at: int) -> None:  # fmt: skip
+    """The runs of ``perf-history simulate`` are saved files: once ValueError and OverflowError tracebacks."""
+    odd = _sample(1e-3, 9, n=9)
+    if kind == "zero-median":
+        odd = [0.0] * 9
+    odd[at] = {"nan-round": float("nan"), "zero-median": 1e-3, "huge-round": 8e269}[kind]
+    runs = [_run(_bench("a", _sample(1e-3, k)), number=k + 1) for k in range(2)]
+    runs.append(_run(_bench("a", _sample(1e-3, 5)), _bench("b", _sample(1e-3, 6)), number=3))
+    runs.append(_run(_bench("a", odd), _bench("b", _sample(1e-3, 7)), number=4))
+    profile = compute_profile(runs, FINGERPRINT)
+    entry = profile.entries["perf/t.py::a"]["time"]
+    assert entry.processes == (4 if kind == "huge-round" else 3)
+    assert profile.entries["perf/t.py::b"]["time"].processes == 2
+    assert all(np.isfinite([entry.max_cv, entry.max_drift, entry.between_sd]))
+
+
 @pytest.mark.parametrize(("content", "problem"), [("{", "not a noise profile"), ('{"format": 9}', "format 9"),
                                                   ('{"format": 1}', "not a noise profile (KeyError")])  # fmt: skip
 def test_a_bad_profile_is_one_error_naming_the_file(tmp_path: Path, content: str, problem: str) -> None:
@@ -162,3 +181,11 @@ def test_perf_report_says_it_ignored_a_bad_stored_profile_and_reports_the_runs(
         "'time': between_sd is 1000000.0, expected a number from 0 to 5: change points use the default floor; "
         "measure it again with --perf-noise=10"]
     assert "3 saved run(s)" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_a_process_whose_median_squared_passes_a_float_has_the_cv_of_the_medians_not_infinity() -> None:
+    medians = [1e-3, 1.1e-3, 1e270]  # a hand-edited saved run among perf-history simulate's: once inf and a warning
+    with np.errstate(all="raise"):
+        entry = entry_from_samples([np.array(_sample(m, k, n=40)) for k, m in enumerate(medians)])
+    assert entry.cv == pytest.approx(np.std(np.array(entry.medians_s) / np.mean(entry.medians_s), ddof=1))
+    assert 1.5 < entry.cv < 2

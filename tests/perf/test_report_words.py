@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perf.gate.compare import Baseline, GateSettings, Row
 from perf.gate.table import write_verdicts
@@ -146,3 +148,30 @@ def test_a_boolean_saved_where_a_figure_goes_is_not_measured_rather_than_one(key
     bench["extra_info"][key] = True
     table = benchmark_table(ReportInputs(runs=[run_from_json(document, "run.json")]))
     assert table is not None and table.rows[0][column] == "n/a"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.permutations([0.001, 0.002, 0.003, 0.004, 0.005, float("nan")]))
+def test_a_round_not_measured_leaves_the_p99_of_the_rounds_measured_whatever_their_order(rounds: list[float]) -> None:
+    from perf.report.inputs import ReportInputs
+    from perf.report.tables import benchmark_table
+
+    document = _run(0.003, "r1")
+    document["benchmarks"][0]["stats"]["data"] = rounds  # NaN in a sort: once 1.97 ms, or n/a, by the order
+    table = benchmark_table(ReportInputs(runs=[run_from_json(document, "run.json")]))
+    assert table is not None and table.rows[0]["p99"] == "4.96 ms"
+
+
+def test_names_and_labels_holding_dollars_are_drawn_as_saved_not_parsed_as_math(tmp_path: Path) -> None:
+    folder = tmp_path / "storage" / MACHINE
+    folder.mkdir(parents=True)
+    for i in (1, 2, 3):
+        document = _run(0.1, f"r{i}")
+        bench = document["benchmarks"][0]
+        bench.update(name="test_$\\foo{$x", fullname="perf/t.py::test_$\\foo{$x", group="$\\undefined$")
+        bench["extra_info"] |= {"variant": "$^^$", "samples": {"label": "$\\bad$", "unit": "s $\\x$"},
+                                "stage_ms_per_frame": {"$\\q$": 1.0}}  # fmt: skip
+        (folder / f"{i:04d}_run.json").write_text(json.dumps(document))
+    out = tmp_path / "out"  # once matplotlib's mathtext ValueError ("Unknown symbol: \foo"): a traceback
+    assert main(["--storage", str(tmp_path / "storage"), "--out", str(out)]) == 0
+    assert "test_$\\foo{$x" in (out / "summary.md").read_text()

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from perf.runs import (
     HistoryError,
@@ -130,6 +132,49 @@ def test_a_null_metric_is_a_metric_not_saved_and_a_listed_one_is_named(tmp_path:
     doc["benchmarks"][0]["extra_info"] = {"metrics": {"wall": {"data": [1.0, None]}}}
     with pytest.raises(HistoryError, match=r"extra_info.metrics.wall.data\[1\] is None, not a number$"):
         load_run(_save(tmp_path / "m1", "0002_x.json", doc))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(where=st.sampled_from(["stats.median", "stats.min", "stats.iqr", "stats.rounds", "stats.data[1]",
+                              "extra_info.metrics.wall.data[0]"]),
+       value=st.one_of(st.floats(-1e100, -1e-300), st.integers(-2**53, -1)))
+def test_a_negative_time_or_count_is_one_error_naming_it(tmp_path: Path, where: str, value: float) -> None:
+    doc = _run("test_a")
+    bench = doc["benchmarks"][0]
+    bench["extra_info"] = {"metrics": {"wall": {"data": [0.001, 0.002]}}}
+    holder, key = {"stats.data[1]": (bench["stats"]["data"], 1),
+                   "extra_info.metrics.wall.data[0]": (bench["extra_info"]["metrics"]["wall"]["data"], 0)}.get(
+        where, (bench["stats"], where.removeprefix("stats.")))  # fmt: skip
+    holder[key] = value
+    with pytest.raises(HistoryError) as e:  # once shown as a negative time, and a traceback in the gate and noise
+        load_run(_save(tmp_path / "m1", "0001_x.json", doc))
+    assert str(e.value).endswith(f"'perf/t.py::test_a': {where} is {value!r}, negative: expected a time or a count "
+                                 ">= 0"), str(e.value)
+
+
+@pytest.mark.parametrize(("where", "value", "problem"), [
+    ("commit_info.dirty", "false", "commit_info.dirty is a string, expected a boolean"),  # once read as dirty
+    ("perf_run.injected", "layer:5%", "perf_run.injected is a string, expected an object"),  # once a normal run
+    ("perf_run.injected", ["regression"], "perf_run.injected is a list, expected an object"),
+    ("perf_run", "r1", "'perf_run' is a string, expected an object"),
+])  # fmt: skip
+def test_a_mark_of_another_type_is_one_error_never_read_as_its_opposite(tmp_path: Path, where: str, value: object,
+                                                                         problem: str) -> None:  # fmt: skip
+    doc = _run("test_a")
+    parent, key = where.split(".") if "." in where else (None, where)
+    (doc.setdefault(parent, {}) if parent else doc)[key] = value
+    with pytest.raises(HistoryError) as e:
+        load_run(_save(tmp_path / "m1", "0001_x.json", doc))
+    assert str(e.value).endswith(f"not a usable saved run: {problem}"), str(e.value)
+
+
+def test_a_benchmark_saved_twice_in_one_run_is_one_error_not_its_last_result_alone(tmp_path: Path) -> None:
+    doc = _run("test_a", "test_b")
+    doc["benchmarks"].append({**doc["benchmarks"][0], "stats": {"median": 0.5}})  # once shown as test_a's 500 ms
+    with pytest.raises(HistoryError) as e:
+        load_run(_save(tmp_path / "m1", "0001_x.json", doc))
+    assert str(e.value).endswith("not a usable saved run: benchmarks[2] repeats benchmark 'perf/t.py::test_a' of "
+                                 "benchmarks[0]"), str(e.value)
 
 
 def test_a_bad_run_is_skipped_into_the_list_given_and_all_bad_is_an_error(tmp_path: Path) -> None:

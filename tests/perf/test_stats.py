@@ -121,3 +121,11 @@ def test_the_circular_block_bootstrap_draws_every_round_alike() -> None:
     x = np.arange(10.0)
     medians = bootstrap_medians(x, 4000, np.random.default_rng(0), block=5)
     assert medians.mean() == pytest.approx(4.5, abs=0.1)
+
+
+@given(st.lists(st.floats(min_value=1e150, max_value=1e299), min_size=3, max_size=40), st.integers(0, 20))
+@settings(max_examples=40, deadline=None)
+def test_rounds_whose_squares_pass_a_float_get_a_block_length_and_a_spread(huge: list[float], small: int) -> None:
+    x = np.array([1e-3] * small + huge)  # a saved run's rounds may go up to 1.8e299 s: once "cannot convert NaN"
+    assert 1 <= auto_block_length(x) <= max(1, x.size // 4)
+    assert np.isfinite(log_median_se(x))

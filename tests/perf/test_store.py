@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import math
 import os
 import pwd
 import re
@@ -108,6 +109,17 @@ def test_a_run_without_benchmarks_is_stored_and_comes_back_empty(store: HistoryS
     assert store.save_run(document) == ("run-empty", True)
     (run,) = store.runs()
     assert run.run_id == "run-empty" and run.benchmarks == {}
+
+
+def test_a_statistic_not_measured_is_stored_and_comes_back_not_measured(store: HistoryStore) -> None:
+    document = _document("run-nan")
+    document["benchmarks"][0]["stats"].update(iqr=math.nan, data=[math.nan, *STEADY[1:]])  # read and reported
+    document["benchmarks"][0]["extra_info"] = {"p99_ms": math.inf, "note": {"$json-constant": "NaN"}}
+    assert store.save_run(document) == ("run-nan", True)  # PostgreSQL's JSON refused the NaN token: never stored
+    (run,) = store.runs()
+    bench = run.benchmarks["perf/test_x.py::test_a[b1]"]
+    assert math.isnan(bench.stats["iqr"]) and bench.data is not None and math.isnan(bench.data[0])
+    assert bench.extra_info == {"p99_ms": math.inf, "note": {"$json-constant": "NaN"}}  # as saved
 
 
 def test_verdicts_and_the_noise_profile_are_stored_with_the_run_they_judged(store: HistoryStore) -> None:
