@@ -172,11 +172,8 @@ def _run_problems(doc: Any, complete: bool) -> Iterator[str | None]:
     if complete and "machine_info" not in doc:
         yield "'machine_info' is missing"
     yield from _declared(doc, _RUN_KEYS)
-    first: dict[str, int] = {}
     for i, bench in enumerate(doc["benchmarks"]):
         yield from _benchmark_problems(bench, i, complete)
-        if (at := first.setdefault(bench["fullname"], i)) != i:  # a reader keeps one result per benchmark
-            yield f"benchmarks[{i}] repeats benchmark {bench['fullname']!r} of benchmarks[{at}]"
     yield value_problem(doc)
 
 

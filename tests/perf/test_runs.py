@@ -168,15 +168,6 @@ def test_a_mark_of_another_type_is_one_error_never_read_as_its_opposite(tmp_path
     assert str(e.value).endswith(f"not a usable saved run: {problem}"), str(e.value)
 
 
-def test_a_benchmark_saved_twice_in_one_run_is_one_error_not_its_last_result_alone(tmp_path: Path) -> None:
-    doc = _run("test_a", "test_b")
-    doc["benchmarks"].append({**doc["benchmarks"][0], "stats": {"median": 0.5}})  # once shown as test_a's 500 ms
-    with pytest.raises(HistoryError) as e:
-        load_run(_save(tmp_path / "m1", "0001_x.json", doc))
-    assert str(e.value).endswith("not a usable saved run: benchmarks[2] repeats benchmark 'perf/t.py::test_a' of "
-                                 "benchmarks[0]"), str(e.value)
-
-
 def test_a_bad_run_is_skipped_into_the_list_given_and_all_bad_is_an_error(tmp_path: Path) -> None:
     machine = tmp_path / "m1"
     _save(machine, "0001_a.json", _run("test_a"))
