@@ -40,8 +40,8 @@ def read_names(path: Path) -> list[str]:
                        "as UTF-8") from e
     lines: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip() and lines.setdefault(line.strip(), number) != number:
-            raise CfgError(f"class names '{path}': {line.strip()!r} is on lines {lines[line.strip()]} and {number}; "
+        if (name := line.strip()) and lines.setdefault(name, number) != number:
+            raise CfgError(f"class names '{path}': {name!r} is on lines {lines[name]} and {number}; "
                            "each class needs its own name (scores are reported by name)")
     return list(lines)
 

@@ -221,7 +221,8 @@ def load_runs_dirs(folders: Sequence[str]) -> tuple[dict[str, SavedRun], dict[st
             label = (f"{Path(folder).name}/" if len(folders) > 1 else "") + run.path.stem.split("_", 1)[1]
             kind = str(run.injected.get("regression") or "")  # the run's own mark (`perf.runs.injected_of`)
             try:  # simulate judges what the regression slows: one no option makes is said here, naming the file
-                parse_regression(kind) if kind else None
+                if kind:
+                    parse_regression(kind)
             except argparse.ArgumentTypeError as e:
                 raise HistoryError(f"'{run.path}': injected regression: {e}") from e
             (regressed.setdefault(kind, {}) if kind else identical)[label] = run

@@ -201,8 +201,8 @@ def _read(conn: sqlite3.Connection, tables: set[str], path: Path) -> Capture:
                             f"expected {expected}")
 
     strings = conn.execute("SELECT id, value FROM StringIds").fetchall()
-    if (wrong := next((v for _, v in strings if not isinstance(v, str)), 0)) != 0:
-        raise bad("StringIds", "value", wrong, "text")
+    if wrong := [v for _, v in strings if not isinstance(v, str)]:  # an integer 0 too
+        raise bad("StringIds", "value", wrong[0], "text")
     name = dict(strings).get
 
     def rows(table: str, wanted: tuple[str, ...], where: str = "") -> list[tuple]:
