@@ -229,6 +229,18 @@ def _check_io(model: onnx.ModelProto, path: Path) -> None:
     rank = len(inputs[0].type.tensor_type.shape.dim)
     if rank != 4:
         raise ModelFileError(f"ONNX model '{path}' input '{inputs[0].name}' has rank {rank}; expected [B,3,H,W]")
+    import onnx
+
+    for what, value in (("input", inputs[0]), ("output", graph.output[0])):  # frames and boxes are floats
+        if (kind := value.type.tensor_type.elem_type) not in _FLOATS:
+            name = onnx.TensorProto.DataType.Name(kind).lower() if kind in onnx.TensorProto.DataType.values() else kind
+            shape = "[B,3,H,W] frames scaled to 0..1" if what == "input" else "[B,N,4+C]"
+            raise ModelFileError(f"ONNX model '{path}' {what} '{value.name}' holds {name}; expected float32, float16 "
+                                 f"or bfloat16 ({shape})")
+
+
+#: The element types (``onnx.TensorProto``'s FLOAT, FLOAT16, BFLOAT16) the runners feed and read.
+_FLOATS = (1, 10, 16)
 
 
 def _check_dynamic_batch(model: onnx.ModelProto, path: Path) -> None:

@@ -159,8 +159,10 @@ def run_multistream(
     total = warmup_ticks + ticks
     control = Control()
     with contextlib.ExitStack() as stack:
-        readers = [stack.enter_context(open_frames(v)) for v in videos]
+        readers = [stack.enter_context(open_frames(videos[0]))]
         size = (readers[0].height, readers[0].width)
+        _check_memory(n, queue_depth, size)
+        readers += [stack.enter_context(open_frames(v)) for v in videos[1:]]
         for video, reader in zip(videos[1:], readers[1:]):
             if (reader.height, reader.width) != size:
                 raise VideoError(f"cannot batch '{Path(video)}': frames are {reader.width}x{reader.height}, the "
@@ -186,6 +188,16 @@ def run_multistream(
     log.info("multistream %s/%s x%d: %.1f FPS, latency p50 %.2f ms p99 %.2f ms", runner.name, runner.precision, n,
              result.fps, result.latency_ms(50), result.latency_ms(99))
     return result
+
+
+def _check_memory(n: int, queue_depth: int, size: tuple[int, int]) -> None:
+    """MemoryError, before a stream opens, when the ``n`` streams' frame buffers (``queue_depth + 2`` frames of
+    ``size`` (H, W) each) need more than the machine's memory: past it, the kernel kills the process midway."""
+    need = n * (queue_depth + 2) * size[0] * size[1] * 3
+    if need > (memory := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
+        raise MemoryError(f"Unable to allocate {need / 2**30:.1f} GiB for the frame buffers of {n} streams "
+                          f"({queue_depth + 2} frames of {size[1]}x{size[0]} each): the machine has "
+                          f"{memory / 2**30:.1f} GiB")
 
 
 def _reader_body(reader: HostFrames, offset: int, frames: int, pool: BufferPool, out: BoundedQueue[Any]) -> Any:

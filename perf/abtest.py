@@ -28,7 +28,7 @@ from perf.gate.noise import runner_profile
 from perf.gate.processes import (GitError, base_worktree, git, load_plan, remove_worktree, run_children,
                                  save_plan)  # fmt: skip
 from perf.gate.table import to_markdown
-from perf.options import parse_count, parse_fraction, parse_positive_int
+from perf.options import parse_ab_pairs, parse_fraction, parse_pairs
 from perf.runs import HistoryError, SavedRun, load_run, load_runs
 
 DEFAULT_TESTS = ("perf", "-m", "ci")
@@ -87,8 +87,8 @@ def _parser() -> argparse.ArgumentParser:
                            "in alternating fresh pytest processes on this runner.")  # fmt: skip
     parser.add_argument("--base", default=None, help="the branch or commit to compare with; the merge base of HEAD "
                         "and it is measured (default: origin/main, else main)")  # fmt: skip
-    parser.add_argument("--pairs", type=parse_positive_int, default=3, help="pairs of processes, >= 2 (default 3)")
-    parser.add_argument("--confirm", type=parse_count, default=2, help="pairs at most to confirm each suspect, "
+    parser.add_argument("--pairs", type=parse_ab_pairs, default=3, help="pairs of processes, >= 2 (default 3)")
+    parser.add_argument("--confirm", type=parse_pairs, default=2, help="pairs at most to confirm each suspect, "
                         "0 for none (default 2)")  # fmt: skip
     parser.add_argument("--history", type=Path, default=Path(".benchmarks"), help="benchmark storage with main's "
                         "history of this runner and its noise profile, pooled into the pairs' spread (default "
@@ -108,8 +108,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     escape_stdout()
     tree, restore = None, catch_sigterm()  # SIGTERM stops it as Ctrl-C does: a child is killed, the worktree removed
     try:
-        if args.pairs < 2:
-            raise ABError("--pairs: need at least 2 pairs for an interval")
         repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel"))
         ref, sha = merge_base(repo, args.base)
         out = args.out.resolve()

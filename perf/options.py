@@ -89,7 +89,15 @@ parse_batch_sizes = _integers(1, "comma-separated positive integers up to 214748
 parse_skip_intervals = _integers(0, "comma-separated integers >= 0 (frames skipped between inferences), e.g. '0,1,2,4'")
 parse_positive_int = value_parser(_decimal, lambda v: v >= 1, "a positive integer")
 parse_count = value_parser(_decimal, lambda v: v >= 0, "an integer >= 0")
-parse_processes = value_parser(_decimal, lambda v: v >= 2, "a number of processes >= 2")
+#: The most processes, or pairs of them, one plan holds: it is laid out before its first process starts (a larger
+#: one was built until memory ran out), and 1000 processes of the CI selection take the runner about a day.
+MAX_PROCESSES = 1000
+parse_processes = value_parser(_decimal, lambda v: 2 <= v <= MAX_PROCESSES,
+                               f"a number of processes from 2 to {MAX_PROCESSES}")
+parse_pairs = value_parser(_decimal, lambda v: v <= MAX_PROCESSES, f"a number of pairs from 0 to {MAX_PROCESSES}")
+#: ``perf-ab --pairs``: an interval needs two.
+parse_ab_pairs = value_parser(_decimal, lambda v: 2 <= v <= MAX_PROCESSES,
+                              f"a number of pairs from 2 to {MAX_PROCESSES}")
 parse_fraction = value_parser(_percent, lambda v: 0 <= v < 1, "a fraction >= 0 and < 1 (100%), e.g. 2% or 0.02")
 #: ``perf-report --change-threshold``.
 parse_threshold = value_parser(_percent, lambda v: 0 < v < math.inf, "a change > 0, e.g. 10%",
@@ -324,7 +332,7 @@ def all_options() -> tuple[Option, ...]:
         Option("--perf-confirm", "PAIRS", "With --perf-compare, confirm each suspect in at most PAIRS pairs of fresh "
                "processes of the base (a git worktree of the history's latest commit) and this tree, alternating, "
                "only the suspects' tests, 2 pairs per look; 0 = no confirmation (then the first pass alone spends "
-               "the error budget).", str(DEFAULT_PAIRS), parse_count, default=DEFAULT_PAIRS),
+               "the error budget).", str(DEFAULT_PAIRS), parse_pairs, default=DEFAULT_PAIRS),
         Option("--perf-confirm-budget", "SECONDS", "With --perf-compare, a look of the confirmation (2 pairs) that "
                "would likely end after this many seconds of its processes runs only the pairs that would not and is "
                "the last (none: the last look run is); fewer than 3 pairs confirm nothing.",

@@ -80,12 +80,18 @@ def loop_runner(loop_spec: ModelSpec) -> Iterator[Runner]:
 
 @pytest.fixture(scope="session")
 def lazy_imports_done_outside_pytester() -> None:
-    """Import what the plugin imports lazily (torch, pynvml) before pytester's in-process runs: pytester drops
-    the modules first imported during a run, and torch cannot be imported twice in one process. Modules that run
-    pytester use it with ``pytestmark = pytest.mark.usefixtures("lazy_imports_done_outside_pytester")``."""
+    """Import what the plugin imports lazily (torch, pynvml, the history store) before pytester's in-process runs:
+    pytester drops the modules first imported during a run, torch cannot be imported twice in one process, and a
+    ``perf.store.schema`` dropped so stays an attribute of ``perf.store``, its tables of the dropped SQLAlchemy, which
+    a store opened later by a test of this process refused. Modules that run pytester use it with
+    ``pytestmark = pytest.mark.usefixtures("lazy_imports_done_outside_pytester")``."""
+    import contextlib
+
     from perf.measure.machine import machine_fingerprint
 
     machine_fingerprint()
+    with contextlib.suppress(ImportError):  # SQLAlchemy is the test extra's; without it the store's tests skip
+        import perf.store.db  # noqa: F401
 
 
 @pytest.fixture(scope="session", autouse=True)

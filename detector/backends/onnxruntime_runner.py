@@ -111,6 +111,9 @@ class OnnxRuntimeRunner(Runner):
         if len(inputs) != 1 or len(outputs) != 1:
             raise ModelFileError(f"ONNX model '{path}' has {len(inputs)} inputs and {len(outputs)} outputs; "
                                  "expected one input [B,3,H,W] and one output [B,N,4+C]")
+        if inputs[0].type != "tensor(float)":  # float16 / bfloat16 input is TensorRT's; this runner feeds float32
+            raise ModelFileError(f"ONNX model '{path}' input '{inputs[0].name}' is {inputs[0].type}; ONNX Runtime "
+                                 "runs it with float32 frames (tensor(float)) only")
         self._input_name, self._output_name = inputs[0].name, outputs[0].name
         self._columns = 4 + self.spec.num_classes  # a dimension the file leaves symbolic: checked on the first run
         self._session = session

@@ -232,15 +232,17 @@ class HistoryStore(contextlib.AbstractContextManager):
         profile, in one transaction. Returns (run id, whether it was new); a stored run is left as it is."""
         document = _plain(document)  # JSON types only (numpy values, paths): what both databases store
         run, rid, verdicts = run_from_json(document, source or "<run>"), run_id_of(document), verdicts or {}
+        values = {"run_id": rid, "saved_at": schema.utc_text(run.datetime), "machine_id": run.machine_info.get("node"),
+                  "machine_key": machine_key(run.machine_info), "commit": run.commit, "dirty": run.dirty,
+                  "branch": branch_of(document), "injected": dict(run.injected), "test_only": bool(run.injected),
+                  "source": source, "document": document}  # fmt: skip
+        if problem := _unkept(values):
+            raise StoreError(f"store '{self.shown}': cannot save run {rid}: {problem}")
         try:
             with self.engine.begin() as conn:
                 if conn.execute(select(schema.runs.c.id).where(schema.runs.c.run_id == rid)).first():
                     return rid, False
-                pk = conn.execute(schema.runs.insert().values(
-                    run_id=rid, saved_at=run.datetime, machine_id=run.machine_info.get("node"),
-                    machine_key=machine_key(run.machine_info), commit=run.commit, dirty=run.dirty,
-                    branch=branch_of(document), injected=dict(run.injected),
-                    test_only=bool(run.injected), source=source, document=document)).inserted_primary_key[0]
+                pk = conn.execute(schema.runs.insert().values(**values)).inserted_primary_key[0]
                 if run.benchmarks:  # an empty executemany is an insert of one row of defaults
                     conn.execute(schema.benchmarks.insert(), [
                         {"run": pk, "fullname": b.fullname, "name": b.name, "group": b.group,
@@ -271,11 +273,13 @@ class HistoryStore(contextlib.AbstractContextManager):
 
     def runs(self, *, machine_key: str | None = None, branch: str | None = None,
              include_injected: bool = False) -> list[SavedRun]:  # fmt: skip
-        """Stored runs, oldest first (by saved date, then storing order), of one history when given."""
+        """Stored runs, oldest first (by saved time in UTC, then storing order; a run without one first), of one
+        history when given."""
         r = schema.runs.c
         query = _where(select(r.document, r.source, r.run_id), machine_key, branch, include_injected)
+        query = query.order_by(r.saved_at.asc().nulls_first(), r.id)
         return [run_from_json(document, text_value(source) or f"{self.shown}#run={run_id}")
-                for document, source, run_id in self._all(query.order_by(r.saved_at, r.id))]  # fmt: skip
+                for document, source, run_id in self._all(query)]
 
     def machines(self) -> list[tuple[str, str | None, int]]:
         """Each history's machine key, host name and number of runs, most runs first."""
@@ -287,7 +291,7 @@ class HistoryStore(contextlib.AbstractContextManager):
         """The noise profile the newest run (of one history) was judged with, as JSON text, or None."""
         r, n = schema.runs.c, schema.noise.c
         query = _where(select(n.profile).join_from(schema.noise, schema.runs, n.run == r.id), machine_key, None, True)
-        found = self._all(query.order_by(r.saved_at.desc(), r.id.desc()).limit(1))
+        found = self._all(query.order_by(r.saved_at.desc().nulls_last(), r.id.desc()).limit(1))
         return json.dumps(found[0][0]) if found else None
 
     def verdicts(self, run_id: str) -> list[dict[str, Any]]:
@@ -295,6 +299,23 @@ class HistoryStore(contextlib.AbstractContextManager):
         r, v = schema.runs.c, schema.verdicts.c
         query = select(v.row).join_from(schema.verdicts, schema.runs, v.run == r.id).where(r.run_id == run_id)
         return [dict(row[0]) for row in self._all(query)]
+
+
+#: The text columns of a stored run, by where the saved run holds them (the branch may come from CI's variables).
+_TEXTS = {"perf_run.run_id": "run_id", "machine_info.node": "machine_id", "commit_info.id": "commit",
+          "commit_info.branch": "branch", "its source path": "source"}
+
+
+def _unkept(values: Mapping[str, Any]) -> str | None:
+    """What of a run's text columns ``values`` a store cannot keep, named as in the saved run: a NUL character
+    (PostgreSQL's text holds none) or more characters than its column (PostgreSQL refuses them, SQLite would not)."""
+    for where, name in _TEXTS.items():
+        value, length = values[name], getattr(schema.runs.c[name].type, "length", None)
+        if isinstance(value, str) and "\x00" in value:
+            return f"{where} holds a NUL character, which a store cannot keep"
+        if isinstance(value, str) and length is not None and len(value) > length:
+            return f"{where} is {len(value)} characters long, longer than the store keeps ({length})"
+    return None
 
 
 def _where(query: Any, machine_key: str | None, branch: str | None, include_injected: bool) -> Any:

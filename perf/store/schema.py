@@ -5,11 +5,12 @@ queries read), ``perf_verdicts`` and ``perf_noise`` (the verdicts and the noise 
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import (JSON, Boolean, Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text,
-                        UniqueConstraint)  # fmt: skip
+                        UniqueConstraint, select)  # fmt: skip
 
 metadata = MetaData()
 
@@ -23,7 +24,7 @@ runs = Table(
     "perf_runs", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("run_id", String(80), nullable=False, unique=True),
-    Column("saved_at", String(40)),          # ISO 8601, as pytest-benchmark saved it (UTC)
+    Column("saved_at", String(40)),          # `utc_text` of the saved run's datetime: its order is time's
     Column("machine_id", String(200)),       # the host (machine_info's node)
     Column("machine_key", String(64), nullable=False),  # `perf.store.db.machine_key`: host and fingerprint hashed
     Column("commit", String(80)), Column("branch", String(250)),
@@ -58,9 +59,27 @@ noise = Table(
     Column("profile", JSON, nullable=False),
 )  # fmt: skip
 
+def utc_text(when: str | None) -> str | None:
+    """ISO 8601 ``when`` in UTC without an offset, to the microsecond (a time without an offset is UTC, as
+    pytest-benchmark writes it), so that the text orders as the times do; None for no ISO 8601 time."""
+    try:
+        moment = datetime.datetime.fromisoformat(when or "")
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    except (ValueError, OverflowError):  # not ISO 8601; or past year 9999 once in UTC
+        return None
+    return moment.isoformat(timespec="microseconds")
+
+
+def _utc_saved_at(connection: Any) -> None:
+    for pk, when in connection.execute(select(runs.c.id, runs.c.saved_at)).all():
+        connection.execute(runs.update().where(runs.c.id == pk).values(saved_at=utc_text(when)))
+
+
 #: (version, what it does, the migration). Append; never edit one that has shipped.
 MIGRATIONS: list[tuple[int, str, Callable[[Any], None]]] = [
     (1, "runs, benchmarks, verdicts and noise profiles", lambda connection: metadata.create_all(
         connection, tables=[runs, benchmarks, verdicts, noise], checkfirst=False)),
+    (2, "saved_at in UTC, so that runs saved with a time-zone offset order by their time", _utc_saved_at),
 ]  # fmt: skip
 LATEST = MIGRATIONS[-1][0]

@@ -213,6 +213,45 @@ def test_load_onnx_rejects_a_graph_with_two_inputs(tmp_path: Path) -> None:
         load_onnx(path)
 
 
+def _retyped(onnx_file: Path, path: Path, input_type: int, output_type: int = 1) -> Path:
+    """The export with its input taken as ``input_type`` and its output given as ``output_type`` (Casts added)."""
+    from onnx import helper
+
+    model = onnx.load(str(onnx_file))
+    graph, image, boxes = model.graph, model.graph.input[0], model.graph.output[0]
+    graph.node.insert(0, helper.make_node("Cast", ["retyped"], [image.name], to=onnx.TensorProto.FLOAT))
+    graph.node.append(helper.make_node("Cast", [boxes.name], ["retyped_out"], to=output_type))
+    image.name, boxes.name = "retyped", "retyped_out"
+    image.type.tensor_type.elem_type, boxes.type.tensor_type.elem_type = input_type, output_type
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize(("input_type", "output_type", "problem"), [
+    (onnx.TensorProto.UINT8, onnx.TensorProto.FLOAT, "input 'retyped' holds uint8"),
+    (onnx.TensorProto.FLOAT, onnx.TensorProto.INT32, "output 'retyped_out' holds int32"),
+])  # fmt: skip
+def test_load_onnx_refuses_a_model_whose_input_or_output_is_not_float_naming_the_file(
+        onnx_file: Path, tmp_path: Path, input_type: int, output_type: int, problem: str) -> None:
+    path = _retyped(onnx_file, tmp_path / "typed.onnx", input_type, output_type)
+    with pytest.raises(ModelFileError, match=re.escape(f"ONNX model '{path}' {problem}; expected float32, float16 or "
+                                                       "bfloat16")):  # fmt: skip
+        load_onnx(path)
+
+
+def test_a_float16_input_model_loads_for_tensorrt_and_onnx_runtime_refuses_it_naming_the_file(
+        onnx_file: Path, tmp_path: Path, spec: ModelSpec) -> None:
+    from detector.backends import create_runner
+
+    path = _retyped(onnx_file, tmp_path / "half.onnx", onnx.TensorProto.FLOAT16)
+    load_onnx(path)  # TensorRT's strongly typed fp16 engines take float16 frames
+    runner = create_runner("onnxruntime", spec, model_path=path)
+    with pytest.raises(ModelFileError, match=re.escape(f"ONNX model '{path}' input 'retyped' is tensor(float16); "
+                                                       "ONNX Runtime runs it with float32 frames")):  # fmt: skip
+        runner.activate()
+    assert not runner.is_active
+
+
 def test_copy_of_an_export_loads_anywhere(onnx_file: Path, tmp_path: Path) -> None:
     """The export is one self-contained file (no external weight data beside it)."""
     copy = tmp_path / "moved.onnx"

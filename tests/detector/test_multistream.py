@@ -90,3 +90,11 @@ def test_bad_arguments_are_refused() -> None:
         run_multistream(None, ["a.mp4", "b.mp4"], ticks=1, offsets=[0])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ticks >= 1"):
         run_multistream(None, ["a.mp4"], ticks=0)  # type: ignore[arg-type]
+
+
+def test_streams_whose_buffers_exceed_the_machine_are_refused_before_any_opens(runner: Runner,
+                                                                                videos: list[Path]) -> None:
+    streams = 10**8  # 4 frames of 256x144 each: 44 TB
+    with pytest.raises(MemoryError, match=r"for the frame buffers of 100000000 streams \(4 frames of 256x144 each\)"):
+        run_multistream(runner, [videos[0]] * streams, ticks=1)
+    assert not [t for t in threading.enumerate() if t.name.startswith("stream")]

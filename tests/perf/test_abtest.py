@@ -144,3 +144,16 @@ def test_a_failing_git_command_is_named_by_its_reason_not_the_hint_after_it(case
     why = {"no push destination": "fatal: No configured push destination.",
            "dubious ownership": f"fatal: detected dubious ownership in repository at '{tmp_path}'"}[case]
     assert str(raised.value) == f"git {'push' if case == 'no push destination' else 'status'}: {why}"
+
+
+@pytest.mark.parametrize(("option", "value", "allowed"), [
+    ("--pairs", "1", "a number of pairs from 2 to 1000"),  # no interval from one pair
+    ("--pairs", "1000000000000", "a number of pairs from 2 to 1000"),  # its plan was built until memory ran out
+    ("--confirm", "1000000000000", "a number of pairs from 0 to 1000"),
+])  # fmt: skip
+def test_a_number_of_pairs_no_plan_can_hold_is_one_usage_line_before_anything_runs(repo: Path, option: str,
+                                                                                   value: str, allowed: str) -> None:
+    result = _ab(repo, option, value)
+    assert result.returncode == 2 and not (repo / "ab").exists()
+    assert result.stderr.splitlines()[-1] == (f"perf-ab: error: argument {option}: Could not parse value: "
+                                              f"{value!r}. Expected {allowed}.")

@@ -42,6 +42,17 @@ def test_other_backends_out_of_memory_messages_are_skip_reasons(message: str) ->
     assert reason is not None and reason.startswith(f"batch 4096 does not fit on {H100} (out of memory: ")
 
 
+def test_a_batch_too_large_for_host_memory_is_a_skip_reason_not_a_traceback() -> None:
+    import numpy as np
+
+    for make in (lambda: np.empty(2**50, dtype=np.float32), lambda: torch.empty(2**50, dtype=torch.float32)):
+        with pytest.raises((MemoryError, RuntimeError)) as error:  # 4 PiB: no machine's memory
+            make()
+        assert oom_skip_reason(error.value, 2**20, "cpu") in (
+            "batch 1048576 does not fit on cpu (out of memory: tried to allocate 4.00 PiB)",  # numpy's MemoryError
+            "batch 1048576 does not fit on cpu (out of memory: tried to allocate 4503599627370496 bytes)")  # torch's
+
+
 @pytest.mark.parametrize("error", [RuntimeError("shape mismatch"), ValueError("out of memory"), KeyError("x")])
 def test_other_errors_are_not_skip_reasons(error: Exception) -> None:
     assert oom_skip_reason(error, 1, H100) is None

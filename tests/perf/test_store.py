@@ -21,6 +21,8 @@ import pytest
 
 pytest.importorskip("sqlalchemy", reason="the history store needs SQLAlchemy (pip install -e '.[test]')")
 
+from sqlalchemy import select  # noqa: E402
+
 from perf.store import schema  # noqa: E402
 from perf.store.db import HistoryStore, StoreError, machine_key, open_store, run_id_of  # noqa: E402
 
@@ -102,6 +104,66 @@ def test_a_stored_run_comes_back_as_the_saved_run_model_once(store: HistoryStore
     assert run.run_id == "run-a" and run.number == 1 and run.commit == "c1"
     bench = run.benchmarks["perf/test_x.py::test_a[b1]"]
     assert bench.data is not None and np.allclose(bench.data, STEADY)
+
+
+def test_runs_come_back_in_time_order_whatever_offset_their_dates_carry(store: HistoryStore) -> None:
+    for run_id, when in [("at-0500-utc", "2026-11-01T10:00:00+05:00"), ("at-0600-utc", "2026-11-01T06:00:00"),
+                         ("at-0530-utc", "2026-11-01T05:30:00+00:00"), ("no-date", "yesterday")]:  # fmt: skip
+        store.save_run(_document(run_id, when=when))
+    # as text, 05:30+00:00 < 06:00 < 10:00+05:00; a run without a readable date comes first on both databases
+    assert [run.run_id for run in store.runs()] == ["no-date", "at-0500-utc", "at-0530-utc", "at-0600-utc"]
+
+
+def test_a_store_of_schema_1_has_its_saved_times_put_in_utc_when_opened(store: HistoryStore) -> None:
+    for run_id, when in [("later", "2026-11-01T06:00:00"), ("earlier", "2026-11-01T10:00:00+05:00")]:
+        store.save_run(_document(run_id, when=when))
+    with store.engine.begin() as conn:  # as schema 1 stored them: the saved text, and no migration 2
+        conn.execute(schema.runs.update().where(schema.runs.c.run_id == "earlier").values(
+            saved_at="2026-11-01T10:00:00+05:00"))  # fmt: skip
+        conn.execute(schema.schema_versions.delete().where(schema.schema_versions.c.version == 2))
+    assert [run.run_id for run in store.runs()] == ["later", "earlier"]  # ordered as text
+    reopened = open_store(store.engine.url.render_as_string(hide_password=False))
+    try:
+        assert [run.run_id for run in reopened.runs()] == ["earlier", "later"]
+        with reopened.engine.begin() as conn:
+            assert sorted(conn.execute(select(schema.runs.c.saved_at)).scalars()) == [
+                "2026-11-01T05:00:00.000000", "2026-11-01T06:00:00.000000"]  # fmt: skip
+    finally:
+        reopened.close()
+
+
+def test_text_with_a_nul_character_inside_the_saved_run_is_kept_on_both_databases(store: HistoryStore) -> None:
+    document = _document("run-nul")
+    document["benchmarks"][0]["extra_info"] = {"note": "a\x00b"}
+    assert store.save_run(document) == ("run-nul", True)
+    (run,) = store.runs()
+    assert run.raw["benchmarks"][0]["extra_info"] == {"note": "a\x00b"}
+
+
+def _with(document: dict, path: str, value: str) -> dict:
+    """``document`` with the value at dotted ``path`` replaced."""
+    *parents, key = path.split(".")
+    inner = document
+    for parent in parents:
+        inner = inner.setdefault(parent, {})
+    inner[key] = value
+    return document
+
+
+@pytest.mark.parametrize(("path", "value", "problem"), [
+    ("commit_info.branch", "b" * 251, "is 251 characters long, longer than the store keeps (250)"),
+    ("commit_info.id", "c" * 81, "is 81 characters long, longer than the store keeps (80)"),
+    ("machine_info.node", "n" * 201, "is 201 characters long, longer than the store keeps (200)"),
+    ("perf_run.run_id", "r" * 81, "is 81 characters long, longer than the store keeps (80)"),
+    ("commit_info.branch", "ma\x00in", "holds a NUL character, which a store cannot keep"),
+    ("machine_info.node", "\x00", "holds a NUL character, which a store cannot keep"),
+])  # fmt: skip
+def test_a_field_the_store_cannot_keep_is_refused_naming_it_on_both_databases(store: HistoryStore, path: str,
+                                                                               value: str, problem: str) -> None:
+    with pytest.raises(StoreError, match=re.escape(f"{path} {problem}")):
+        store.save_run(_with(_document("run-x"), path, value), source="storage/m/0001_x.json")
+    assert store.runs() == []  # nothing of it stored
+    assert store.save_run(_document("run-y")) == ("run-y", True)  # the store still takes runs
 
 
 def test_a_run_without_benchmarks_is_stored_and_comes_back_empty(store: HistoryStore) -> None:
