@@ -219,6 +219,10 @@ def _check_model(model: onnx.ModelProto, path: Path) -> None:
     _check_io(model, path)
 
 
+#: The element types (``onnx.TensorProto``'s FLOAT, FLOAT16, BFLOAT16) the runners feed and read.
+_FLOATS = (1, 10, 16)
+
+
 def _check_io(model: onnx.ModelProto, path: Path) -> None:
     graph = model.graph
     initializers = {init.name for init in graph.initializer}
@@ -237,10 +241,6 @@ def _check_io(model: onnx.ModelProto, path: Path) -> None:
             shape = "[B,3,H,W] frames scaled to 0..1" if what == "input" else "[B,N,4+C]"
             raise ModelFileError(f"ONNX model '{path}' {what} '{value.name}' holds {name}; expected float32, float16 "
                                  f"or bfloat16 ({shape})")
-
-
-#: The element types (``onnx.TensorProto``'s FLOAT, FLOAT16, BFLOAT16) the runners feed and read.
-_FLOATS = (1, 10, 16)
 
 
 def _check_dynamic_batch(model: onnx.ModelProto, path: Path) -> None:

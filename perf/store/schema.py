@@ -59,6 +59,7 @@ noise = Table(
     Column("profile", JSON, nullable=False),
 )  # fmt: skip
 
+
 def utc_text(when: str | None) -> str | None:
     """ISO 8601 ``when`` in UTC without an offset, to the microsecond (a time without an offset is UTC, as
     pytest-benchmark writes it), so that the text orders as the times do; None for no ISO 8601 time."""
