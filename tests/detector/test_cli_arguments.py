@@ -239,6 +239,23 @@ def test_the_largest_batch_is_taken(capsys: pytest.CaptureFixture[str]) -> None:
                                        "(expected an integer from 1 to 2147483647). (see 'detector detect --help')\n")
 
 
+@pytest.mark.parametrize(("option", "value", "allowed"), [
+    ("--width", 2**64, "an even integer from 64 to 2147483646 (pixels)"),
+    ("--height", 2**63, "an even integer from 64 to 2147483646 (pixels)"),
+    ("--width", 2**31, "an even integer from 64 to 2147483646 (pixels)"),
+    ("--fps", 10**12, "a number > 0 and < 10000 (frames per second)"),
+])  # fmt: skip
+def test_make_video_past_what_a_frame_or_encoder_holds_is_one_line_saying_what_is_allowed(
+    option: str, value: int, allowed: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A side past 2^63 was numpy's OverflowError traceback; one past 2^31 (OpenCV's and FFmpeg's int) was 'not
+    enough memory' after the scene's background was drawn; an fps of 10^12 was refused as not 'a number > 0'."""
+    assert main(["make-video", "--out", str(tmp_path / "x.mp4"), "--frames", "1", option, str(value)]) == 2
+    name = option.removeprefix("--")
+    assert _error_line(capsys) == f"detector: error: synthetic video: {name} must be {allowed}, got {value}"
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(("argv", "piece"), [
     (["detect", "--backend", "tensorflow"], "unknown backend 'tensorflow'"),
     (["detect", "--backend", "torch,nope"], "unknown backend 'nope'"),
