@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -237,6 +238,25 @@ def test_the_largest_batch_is_taken(capsys: pytest.CaptureFixture[str]) -> None:
         main(["detect", "--batch", str(2**31)])
     assert capsys.readouterr().err == (f"detector detect: error: argument --batch: Could not parse value: '{2**31}' "
                                        "(expected an integer from 1 to 2147483647). (see 'detector detect --help')\n")
+
+
+@pytest.mark.parametrize(("option", "value", "allowed"), [
+    ("--seed", str(2**64 - 1), "an integer from 0 to 18446744073709551614"),
+    ("--seed", "-1", "an integer from 0 to 18446744073709551614"),
+    ("--lr", "1e308", "a number > 0, at most 1e37"),
+    ("--lr", "inf", "a number > 0, at most 1e37"),
+    ("--workers", str(10**12), f"an integer from 0 to {len(os.sched_getaffinity(0))}, the CPUs this process may use"),
+])  # fmt: skip
+def test_train_past_torchs_seeds_a_float32_step_or_the_cpus_is_a_usage_error(
+    option: str, value: str, allowed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Past 2^64 - 2 torch's seed overflowed in a traceback after the data were rendered, --lr 1e308 mid-training;
+    --workers 10^12 started render processes until the machine ran out."""
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["train", "--out", "w.weights", option, value])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"detector train: error: argument {option}: Could not parse value: {value!r} "
+                                       f"(expected {allowed}). (see 'detector train --help')\n")
 
 
 @pytest.mark.parametrize(("option", "value", "allowed"), [
