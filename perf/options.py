@@ -179,7 +179,9 @@ parse_regressions = value_parser(lambda text: tuple(parse_regression(item) for i
                                  or None, bool, f"e.g. {DEFAULT_REGRESSIONS}")
 #: pytest-benchmark's options whose values its own parsers accept although they cannot work: flag -> its check.
 _BENCHMARK_LIMITS: dict[str, Callable[[str], float]] = {
-    "--benchmark-max-time": value_parser(float, lambda v: 0 < v < math.inf, "seconds > 0, e.g. 1.0"),
+    # its rounds are ceil(max-time / a round's time): past ~1e299 s that is inf, an OverflowError in every benchmark
+    "--benchmark-max-time": value_parser(float, lambda v: 0 < v <= 1e9,
+                                         "seconds > 0, at most 1e9 (32 years), e.g. 1.0"),
     "--benchmark-min-time": value_parser(float, lambda v: 0 <= v < math.inf, "seconds >= 0, e.g. 0.000005"),
     "--benchmark-min-rounds": value_parser(float, lambda v: v >= 1, "an integer >= 1"),
     "--benchmark-calibration-precision": value_parser(float, lambda v: v >= 1, "an integer >= 1"),

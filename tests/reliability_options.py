@@ -59,6 +59,8 @@ ROWS: tuple[Row, ...] = (
     _row("processes-budget-zero", "--perf-processes-budget", "0", "Expected seconds > 0"),
     _row("benchmark-max-time-negative", "--benchmark-max-time", "-1", "Expected seconds > 0"),
     _row("benchmark-max-time-zero", "--benchmark-max-time", "0", "Expected seconds > 0"),
+    _row("benchmark-max-time-past-a-round-count", "--benchmark-max-time", "1E+308",
+         "Expected seconds > 0, at most 1e9"),
     _row("benchmark-min-time-negative", "--benchmark-min-time", "-0.001", "Expected seconds >= 0"),
     _row("benchmark-calibration-precision-zero", "--benchmark-calibration-precision", "0",
          "Expected an integer >= 1."),

@@ -241,6 +241,9 @@ def test_resolve_device_names_a_missing_cuda_device_and_auto_falls_back_to_cpu(
     assert resolve_device(requested, count) == expected
 
 
+MAX_TIME = "Expected seconds > 0, at most 1e9 (32 years), e.g. 1.0."
+
+
 @pytest.mark.parametrize(
     ("values", "errors"),
     [
@@ -248,14 +251,17 @@ def test_resolve_device_names_a_missing_cuda_device_and_auto_falls_back_to_cpu(
           "benchmark_calibration_precision": 10, "benchmark_warmup_iterations": 0}, []),
         ({}, []),  # pytest-benchmark not loaded
         ({"benchmark_max_time": "-1"},
-         ["argument --benchmark-max-time: Could not parse value: '-1'. Expected seconds > 0, e.g. 1.0."]),
+         [f"argument --benchmark-max-time: Could not parse value: '-1'. {MAX_TIME}"]),
         ({"benchmark_max_time": "0", "benchmark_min_time": "-1E-3"},
-         ["argument --benchmark-max-time: Could not parse value: '0'. Expected seconds > 0, e.g. 1.0.",
+         [f"argument --benchmark-max-time: Could not parse value: '0'. {MAX_TIME}",
           "argument --benchmark-min-time: Could not parse value: '-1E-3'. Expected seconds >= 0, e.g. 0.000005."]),
         ({"benchmark_max_time": "Infinity"},
-         ["argument --benchmark-max-time: Could not parse value: 'Infinity'. Expected seconds > 0, e.g. 1.0."]),
+         [f"argument --benchmark-max-time: Could not parse value: 'Infinity'. {MAX_TIME}"]),
         ({"benchmark_max_time": "NaN"},
-         ["argument --benchmark-max-time: Could not parse value: 'NaN'. Expected seconds > 0, e.g. 1.0."]),
+         [f"argument --benchmark-max-time: Could not parse value: 'NaN'. {MAX_TIME}"]),
+        ({"benchmark_max_time": "1e308"},  # once every benchmark's OverflowError: rounds = max-time / a round's time
+         [f"argument --benchmark-max-time: Could not parse value: '1e308'. {MAX_TIME}"]),
+        ({"benchmark_max_time": "1e9"}, []),
         ({"benchmark_min_rounds": 0},
          ["argument --benchmark-min-rounds: Could not parse value: '0'. Expected an integer >= 1."]),
         ({"benchmark_calibration_precision": 0, "benchmark_warmup_iterations": -1},
