@@ -41,6 +41,8 @@ ROWS: tuple[Row, ...] = (
     _row("inject-delay-negative", "--perf-inject-delay", "-1", "Expected a finite number of milliseconds >= 0"),
     _row("clock-lead-in-negative", "--perf-clock-lead-in", "-0.5", "Expected a finite number of milliseconds >= 0"),
     _row("clock-lead-in-infinite", "--perf-clock-lead-in", "inf", "Expected a finite number of milliseconds >= 0"),
+    _row("inject-delay-past-int64-cycles", "--perf-inject-delay", "1e13",
+         "Expected a finite number of milliseconds >= 0, at most 1e12 (a GPU sleep counts int64 cycles)"),
     _row("profile-unknown", "--perf-profile", "perf", "Expected one of: none, torch."),
     _row("controls-unknown", "--perf-controls", "pins", "Expected all, none, or names from"),
     _row("regression-no-percent", "--perf-regression", "layer", "Expected KIND:PERCENT"),

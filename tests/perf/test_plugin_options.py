@@ -202,6 +202,15 @@ def test_delay_rejects_bad_values(text: str) -> None:
         options.parse_delay_ms(text)
 
 
+@pytest.mark.parametrize("text", ["1e13", "1e308ms"])
+def test_a_delay_past_a_gpu_sleeps_int64_cycles_is_refused(text: str) -> None:
+    """--perf-inject-delay / --perf-clock-lead-in: torch.cuda._sleep's cycles overflowed int64 (1e13 ms on an H200:
+    'Overflow when unpacking long long'; 1e308 ms: 'cannot convert float infinity to integer') in every test."""
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape("at most 1e12 (a GPU sleep counts int64 cycles)")):
+        options.parse_delay_ms(text)
+    assert options.parse_delay_ms("1e12") == 1e12
+
+
 @pytest.mark.parametrize(("text", "value"), [("2%", 0.02), ("0.05", 0.05), (" 10 % ", 0.1), ("0", 0.0)])
 def test_fractions_parse_as_percent_or_plain(text: str, value: float) -> None:
     assert options.parse_fraction(text.replace(" ", "")) == pytest.approx(value)
