@@ -252,6 +252,8 @@ def cmd_check_cache(args: argparse.Namespace) -> int:
     return 2 if report.problems else 0
 
 
+#: What torch's CPU allocator ("DefaultCPUAllocator: can't allocate memory") and CUDA's say when a size does not fit.
+_OUT_OF_MEMORY = ("can't allocate memory", "CUDA out of memory")
 _VERBOSE_HELP = "log what each step does (default: warnings only)"
 _PROGRESS_HELP = (f"draw progress bars of the long steps on stderr, or never (default: when stderr is a terminal; "
                   f"${PROGRESS_ENV_VAR}=1 or 0 sets the same)")
@@ -412,6 +414,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except MemoryError as exc:  # a size this machine cannot hold (--batch, make-video --width): nothing was written
         print(f"detector: error: not enough memory: {one_line(str(exc)) or 'MemoryError'}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # torch's allocators say the same in a RuntimeError (train --batch 100000000)
+        if not any(text in str(exc) for text in _OUT_OF_MEMORY):
+            raise
+        print(f"detector: error: not enough memory: {one_line(str(exc).split(_OUT_OF_MEMORY[0] + ': ')[-1])}",
+              file=sys.stderr)
         return 2
     except Terminated:
         print("detector: terminated (SIGTERM); nothing partial was saved", file=sys.stderr)

@@ -105,10 +105,12 @@ class SyntheticParams:
         check("seed", is_int(self.seed) and self.seed >= 0, "an integer >= 0")
         for name in ("width", "height"):
             value = getattr(self, name)
-            check(name, is_int(value) and value >= 64 and value % 2 == 0, "an even integer >= 64 (pixels)")
+            # OpenCV and FFmpeg hold a frame's side in a 32-bit int; past 2^63 numpy's OverflowError was a traceback
+            check(name, is_int(value) and 64 <= value < 2**31 and value % 2 == 0,
+                  "an even integer from 64 to 2147483646 (pixels)")
         check("frames", is_int(self.frames) and self.frames >= 1, "an integer >= 1")
         check("fps", isinstance(self.fps, (int, float)) and not isinstance(self.fps, bool) and 0 < self.fps < 1e4,
-              "a number > 0")
+              "a number > 0 and < 10000 (frames per second)")
         check("codec", isinstance(self.codec, str) and len(self.codec) == 4, "a four-character code such as 'mp4v'")
         for name, kind in (("seed", int), ("width", int), ("height", int), ("frames", int), ("fps", float)):
             object.__setattr__(self, name, kind(getattr(self, name)))

@@ -102,9 +102,11 @@ parse_fraction = value_parser(_percent, lambda v: 0 <= v < 1, "a fraction >= 0 a
 #: ``perf-report --change-threshold``.
 parse_threshold = value_parser(_percent, lambda v: 0 < v < math.inf, "a change > 0, e.g. 10%",
                                unreadable="e.g. 10% or 0.1")
+#: A GPU sleep (``torch.cuda._sleep``) counts int64 clock cycles: at ~2e6 cycles per ms, past ~4.6e12 ms torch's
+#: ValueError (OverflowError at 1e308) failed every test; 1e12 ms (32 years) keeps 3 GHz clocks in range.
 parse_delay_ms = value_parser(lambda text: float(text.strip().lower().removesuffix("ms")),
-                              lambda v: 0 <= v < math.inf, "a finite number of milliseconds >= 0, e.g. 0.2ms",
-                              unreadable="milliseconds, e.g. 0.2ms")  # fmt: skip
+                              lambda v: 0 <= v <= 1e12, "a finite number of milliseconds >= 0, at most 1e12 "
+                              "(a GPU sleep counts int64 cycles), e.g. 0.2ms", unreadable="milliseconds, e.g. 0.2ms")
 parse_seconds = value_parser(lambda text: float(text.strip().lower().removesuffix("s")), lambda v: v > 0,
                              "seconds > 0, e.g. 540")
 #: ``"2,5,10"`` -> (0.02, 0.05, 0.1): slowdowns in percent, sorted, duplicates dropped.
@@ -179,7 +181,9 @@ parse_regressions = value_parser(lambda text: tuple(parse_regression(item) for i
                                  or None, bool, f"e.g. {DEFAULT_REGRESSIONS}")
 #: pytest-benchmark's options whose values its own parsers accept although they cannot work: flag -> its check.
 _BENCHMARK_LIMITS: dict[str, Callable[[str], float]] = {
-    "--benchmark-max-time": value_parser(float, lambda v: 0 < v < math.inf, "seconds > 0, e.g. 1.0"),
+    # its rounds are ceil(max-time / a round's time): past ~1e299 s that is inf, an OverflowError in every benchmark
+    "--benchmark-max-time": value_parser(float, lambda v: 0 < v <= 1e9,
+                                         "seconds > 0, at most 1e9 (32 years), e.g. 1.0"),
     "--benchmark-min-time": value_parser(float, lambda v: 0 <= v < math.inf, "seconds >= 0, e.g. 0.000005"),
     "--benchmark-min-rounds": value_parser(float, lambda v: v >= 1, "an integer >= 1"),
     "--benchmark-calibration-precision": value_parser(float, lambda v: v >= 1, "an integer >= 1"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,18 @@ __all__ = ["add_anchors_parser", "add_eval_parser", "add_train_parser", "cmd_anc
 
 
 _net_size = value_parser(_positive_int, lambda v: v % 32 == 0, "a multiple of 32", ASIDE)
+# torch's generators take 64-bit seeds (seed, and seed + 1 on the device): past them, torch's traceback after the data
+_torch_seed = value_parser(int, lambda v: 0 <= v <= 2**64 - 2, "an integer from 0 to 18446744073709551614", ASIDE)
+# AdamW's first step (10 x lr) is a float32 in torch: past it, a traceback mid-training
+_learning_rate = value_parser(float, lambda v: 0 < v <= 1e37, "a number > 0, at most 1e37", ASIDE)
+
+
+def _workers(text: str) -> int:
+    """``--workers``: 0 to the CPUs this process may use (a pool starts all its render processes at once: 10^12 of
+    them were started until the machine ran out)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return value_parser(int, lambda v: 0 <= v <= cpus, f"an integer from 0 to {cpus}, the CPUs this process may use",
+                        ASIDE)(text)
 
 
 def _subcommand(subparsers: Any, handler: Callable[[argparse.Namespace], int], help: str,
@@ -49,7 +62,7 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "made.")
     p.add_argument("--out", required=True, help="output .weights path (provenance goes to <out>.txt)")
     p.add_argument("--cfg", help="Darknet .cfg (default: the shipped two-class yolov4-tiny.cfg)")
-    p.add_argument("--seed", type=int, default=0, help="seed of init, sampling and augmentation (default: 0)")
+    p.add_argument("--seed", type=_torch_seed, default=0, help="seed of init, sampling and augmentation (default: 0)")
     p.add_argument("--time-budget-s", type=_positive_float, default=480.0,
                    help="wall-time budget of the whole run, data and final evaluation included (default: 480)")
     p.add_argument("--steps", type=_positive_int, help="optimizer steps (default: as many as the budget allows)")
@@ -61,11 +74,11 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--seed-base", type=_positive_int, default=1000, help="first generator seed (default: 1000)")
     g.add_argument("--net-size", type=_net_size, help="train at this square input size (default: the cfg's)")
     g.add_argument("--no-codec", action="store_true", help="skip the mp4v round trip of the frames (default: do it)")
-    g.add_argument("--workers", type=_non_negative_int,
+    g.add_argument("--workers", type=_workers,
                    help="render processes, 0 or 1 = in this process (default: CPUs - 1)")
     g = p.add_argument_group("optimisation")
     g.add_argument("--batch", type=_batch_size, default=64, help="images per step (default: 64)")
-    g.add_argument("--lr", type=_positive_float, default=2e-3, help="peak AdamW learning rate (default: 0.002)")
+    g.add_argument("--lr", type=_learning_rate, default=2e-3, help="peak AdamW learning rate (default: 0.002)")
     g.add_argument("--warmup-steps", type=_non_negative_int, default=300, help="linear warm-up steps (default: 300)")
     g.add_argument("--device", type=str.lower, default="auto", help="auto, cpu, cuda or cuda:N, in any case (default: "
                    "auto)")
@@ -135,7 +148,7 @@ def cmd_anchors(args: argparse.Namespace) -> int:
     cfg = parse_cfg(Path(args.cfg) if args.cfg else default_cfg_path())
     data = DataParams(frames=args.frames, frames_per_seed=args.frames_per_seed, seed_base=args.seed_base,
                       net_size=cfg.input_size, codec=None)
-    scenes = progress(list(enumerate(data.seeds)), desc="rendering scenes", unit="scene")
+    scenes = progress(enumerate(data.seeds), total=len(data.seeds), desc="rendering scenes", unit="scene")
     boxes = np.concatenate([b for i, seed in scenes for b in render_seed(seed, data, i).boxes])
     wh = boxes[:, 3:5] - boxes[:, 1:3]
     anchors = kmeans_anchors(wh, args.k, seed=args.seed)

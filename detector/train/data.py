@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,10 +51,9 @@ HELD_OUT_SEEDS = frozenset({0, 7, 8, 9})
 PAD_VALUE = 127  # letterbox padding, as detector.preprocess uses by default
 
 
-def check_training_seeds(seeds: Iterable[int]) -> tuple[int, ...]:
-    """Return ``seeds`` as a tuple; DetectorError if any is a held-out seed (0, 7, 8, 9)."""
-    seeds = tuple(int(s) for s in seeds)
-    bad = sorted(set(seeds) & HELD_OUT_SEEDS)
+def check_training_seeds(seeds: Sequence[int]) -> Sequence[int]:
+    """Return ``seeds``; DetectorError if any is a held-out seed (0, 7, 8, 9). A range is asked, never listed."""
+    bad = sorted(seed for seed in HELD_OUT_SEEDS if seed in seeds)
     if bad:
         raise DetectorError(f"training seeds {bad} are held out for evaluation (held out: "
                             f"{sorted(HELD_OUT_SEEDS)}); use seeds from {TRAIN_SEED_BASE} up")
@@ -94,10 +93,19 @@ class DataParams:
         check_training_seeds(self.seeds)
 
     @property
-    def seeds(self) -> tuple[int, ...]:
-        """The generator seeds this data is rendered from."""
+    def seeds(self) -> range:
+        """The generator seeds this data is rendered from (a range: --frames 10^12 once listed them all first)."""
         n = -(-self.frames // self.frames_per_seed)
-        return tuple(range(self.seed_base, self.seed_base + n))
+        return range(self.seed_base, self.seed_base + n)
+
+    def check_memory(self) -> None:
+        """MemoryError, before a frame is rendered, when the kept frames (uint8 letterbox content, all held in
+        memory) need more than the machine's memory: past it, the kernel killed the process after hours of rendering."""
+        new_w, new_h = self.geometry()[:2]
+        need = self.frames * new_w * new_h * 3
+        if need > (memory := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
+            raise MemoryError(f"Unable to allocate {need / 2**30:.1f} GiB for the {self.frames} training frames "
+                              f"({new_w}x{new_h} each, --frames): the machine has {memory / 2**30:.1f} GiB")
 
     @property
     def letterbox(self) -> Letterbox:
@@ -257,9 +265,9 @@ def render_frames_parallel(params: DataParams, pool: Any | None = None) -> list[
     Results come back in seed order whatever the pool's scheduling, so the data are deterministic.
     """
     geometry = params.geometry()
-    tasks = [(i, seed, params, geometry) for i, seed in enumerate(params.seeds)]
+    tasks = ((i, seed, params, geometry) for i, seed in enumerate(params.seeds))
     done = map(_render_task, tasks) if pool is None else pool.imap(_render_task, tasks, chunksize=1)
-    return list(progress(done, total=len(tasks), desc="rendering training scenes", unit="scene"))
+    return list(progress(done, total=len(params.seeds), desc="rendering training scenes", unit="scene"))
 
 
 def default_workers() -> int:

@@ -255,15 +255,15 @@ def train(cfg: TrainConfig) -> TrainResult:
     from detector.train.provenance import command_line, git_commit, source_digest, write_provenance
 
     t0 = time.monotonic()
-    if set(cfg.eval_seeds) & set(cfg.data.seeds):
-        raise DetectorError(f"evaluation seeds {sorted(set(cfg.eval_seeds) & set(cfg.data.seeds))} are also "
-                            f"training seeds")
+    if both := sorted({seed for seed in cfg.eval_seeds if seed in cfg.data.seeds}):
+        raise DetectorError(f"evaluation seeds {both} are also training seeds")
     if not set(cfg.eval_seeds) <= HELD_OUT_SEEDS:
         log.warning("evaluation seeds %s are not all held-out seeds %s", cfg.eval_seeds, sorted(HELD_OUT_SEEDS))
     dev = _device(cfg.device)
     amp = _amp_dtype(cfg.amp, dev)
     cfg_path = Path(cfg.cfg) if cfg.cfg else default_cfg_path()
     workers = default_workers() if cfg.workers is None else cfg.workers
+    cfg.data.check_memory()
     log.info("rendering %s with %d worker process(es)", cfg.data.describe(), workers)
     frames, _ = _load_data(cfg, workers)
     data_s = time.monotonic() - t0
@@ -355,6 +355,10 @@ def train(cfg: TrainConfig) -> TrainResult:
         torch.cuda.synchronize(dev)
     train_s = time.monotonic() - t_train
     images = step * cfg.batch
+    # the loss is checked every --log-every steps only: a large --lr made NaN weights between two checks, saved
+    if not all(t.isfinite().all() for t in ema.module.state_dict().values() if t.is_floating_point()):
+        raise DetectorError(f"training diverged by step {step}: the weights are no longer finite (NaN or Inf), so "
+                            f"none were saved; a smaller --lr (now {cfg.lr:g}) keeps them finite")
     ema.module.seen = images
     weights = ema.module.save_darknet_weights(cfg.out)
     log.info("saved %s after %d steps (%d images, %.0f s of training)", weights, step, images, train_s)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -237,6 +238,42 @@ def test_the_largest_batch_is_taken(capsys: pytest.CaptureFixture[str]) -> None:
         main(["detect", "--batch", str(2**31)])
     assert capsys.readouterr().err == (f"detector detect: error: argument --batch: Could not parse value: '{2**31}' "
                                        "(expected an integer from 1 to 2147483647). (see 'detector detect --help')\n")
+
+
+@pytest.mark.parametrize(("option", "value", "allowed"), [
+    ("--seed", str(2**64 - 1), "an integer from 0 to 18446744073709551614"),
+    ("--seed", "-1", "an integer from 0 to 18446744073709551614"),
+    ("--lr", "1e308", "a number > 0, at most 1e37"),
+    ("--lr", "inf", "a number > 0, at most 1e37"),
+    ("--workers", str(10**12), f"an integer from 0 to {len(os.sched_getaffinity(0))}, the CPUs this process may use"),
+])  # fmt: skip
+def test_train_past_torchs_seeds_a_float32_step_or_the_cpus_is_a_usage_error(
+    option: str, value: str, allowed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Past 2^64 - 2 torch's seed overflowed in a traceback after the data were rendered, --lr 1e308 mid-training;
+    --workers 10^12 started render processes until the machine ran out."""
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["train", "--out", "w.weights", option, value])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"detector train: error: argument {option}: Could not parse value: {value!r} "
+                                       f"(expected {allowed}). (see 'detector train --help')\n")
+
+
+@pytest.mark.parametrize(("option", "value", "allowed"), [
+    ("--width", 2**64, "an even integer from 64 to 2147483646 (pixels)"),
+    ("--height", 2**63, "an even integer from 64 to 2147483646 (pixels)"),
+    ("--width", 2**31, "an even integer from 64 to 2147483646 (pixels)"),
+    ("--fps", 10**12, "a number > 0 and < 10000 (frames per second)"),
+])  # fmt: skip
+def test_make_video_past_what_a_frame_or_encoder_holds_is_one_line_saying_what_is_allowed(
+    option: str, value: int, allowed: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A side past 2^63 was numpy's OverflowError traceback; one past 2^31 (OpenCV's and FFmpeg's int) was 'not
+    enough memory' after the scene's background was drawn; an fps of 10^12 was refused as not 'a number > 0'."""
+    assert main(["make-video", "--out", str(tmp_path / "x.mp4"), "--frames", "1", option, str(value)]) == 2
+    name = option.removeprefix("--")
+    assert _error_line(capsys) == f"detector: error: synthetic video: {name} must be {allowed}, got {value}"
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(("argv", "piece"), [

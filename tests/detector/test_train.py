@@ -171,6 +171,16 @@ def test_training_seeds_never_include_held_out_seeds():
     assert DataParams().seeds[0] == 1000 and len(DataParams().seeds) == 640
 
 
+def test_a_trillion_training_frames_list_no_seeds_and_are_refused_before_rendering():
+    """The seeds were a tuple built first: 10^12 frames were a MemoryError (or, at 10^9, the kernel's kill)."""
+    data = DataParams(frames=10**12, frames_per_seed=1)
+    assert (data.seeds[0], data.seeds[-1], len(data.seeds)) == (1000, 10**12 + 999, 10**12)
+    assert "1000..1000000000999 (1000000000000 scenes)" in data.describe()
+    with pytest.raises(MemoryError, match=r"GiB for the 1000000000000 training frames \(416x234 each, --frames\)"):
+        data.check_memory()
+    DataParams(frames=2, frames_per_seed=1).check_memory()
+
+
 def test_unaugmented_batch_equals_the_pipeline_preprocess(rendered):
     from detector.synthetic import render_frames
 
@@ -305,6 +315,28 @@ def test_train_refuses_eval_seeds_used_for_training(tmp_path: Path):
                       eval_seeds=(1001,))
     with pytest.raises(DetectorError, match="also training seeds"):
         train(cfg)
+
+
+_TINY = ["--frames", "2", "--frames-per-seed", "1", "--frame-stride", "1", "--net-size", "64", "--workers", "0",
+         "--eval-frames", "0", "--no-codec", "--device", "cpu"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--lr", "1e30", "--steps", "3", "--batch", "1"], "detector: error: training diverged by step 3: the weights are "
+     "no longer finite (NaN or Inf), so none were saved; a smaller --lr (now 1e+30) keeps them finite"),
+    (["--steps", "1", "--batch", "100000000"], "detector: error: not enough memory: you tried to allocate "),
+])  # fmt: skip
+def test_training_that_cannot_give_finite_weights_or_fit_its_batch_saves_nothing_in_one_line(
+    argv: list[str], line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NaN weights of a huge --lr were saved silently (the loss is checked every --log-every steps); a batch torch's
+    CPU allocator cannot hold was its RuntimeError's traceback."""
+    from detector.cli import main
+
+    assert main(["train", "--out", str(tmp_path / "w.weights"), *_TINY, "--cache-dir", str(tmp_path), *argv]) == 2
+    (err,) = capsys.readouterr().err.splitlines()
+    assert err.startswith(line), err
+    assert not list(tmp_path.glob("w.weights*"))
 
 
 def test_eval_scores_weights_per_class_on_a_held_out_video(tmp_path: Path, capsys):

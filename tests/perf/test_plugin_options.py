@@ -202,6 +202,15 @@ def test_delay_rejects_bad_values(text: str) -> None:
         options.parse_delay_ms(text)
 
 
+@pytest.mark.parametrize("text", ["1e13", "1e308ms"])
+def test_a_delay_past_a_gpu_sleeps_int64_cycles_is_refused(text: str) -> None:
+    """--perf-inject-delay / --perf-clock-lead-in: torch.cuda._sleep's cycles overflowed int64 (1e13 ms on an H200:
+    'Overflow when unpacking long long'; 1e308 ms: 'cannot convert float infinity to integer') in every test."""
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape("at most 1e12 (a GPU sleep counts int64 cycles)")):
+        options.parse_delay_ms(text)
+    assert options.parse_delay_ms("1e12") == 1e12
+
+
 @pytest.mark.parametrize(("text", "value"), [("2%", 0.02), ("0.05", 0.05), (" 10 % ", 0.1), ("0", 0.0)])
 def test_fractions_parse_as_percent_or_plain(text: str, value: float) -> None:
     assert options.parse_fraction(text.replace(" ", "")) == pytest.approx(value)
@@ -241,6 +250,9 @@ def test_resolve_device_names_a_missing_cuda_device_and_auto_falls_back_to_cpu(
     assert resolve_device(requested, count) == expected
 
 
+MAX_TIME = "Expected seconds > 0, at most 1e9 (32 years), e.g. 1.0."
+
+
 @pytest.mark.parametrize(
     ("values", "errors"),
     [
@@ -248,14 +260,17 @@ def test_resolve_device_names_a_missing_cuda_device_and_auto_falls_back_to_cpu(
           "benchmark_calibration_precision": 10, "benchmark_warmup_iterations": 0}, []),
         ({}, []),  # pytest-benchmark not loaded
         ({"benchmark_max_time": "-1"},
-         ["argument --benchmark-max-time: Could not parse value: '-1'. Expected seconds > 0, e.g. 1.0."]),
+         [f"argument --benchmark-max-time: Could not parse value: '-1'. {MAX_TIME}"]),
         ({"benchmark_max_time": "0", "benchmark_min_time": "-1E-3"},
-         ["argument --benchmark-max-time: Could not parse value: '0'. Expected seconds > 0, e.g. 1.0.",
+         [f"argument --benchmark-max-time: Could not parse value: '0'. {MAX_TIME}",
           "argument --benchmark-min-time: Could not parse value: '-1E-3'. Expected seconds >= 0, e.g. 0.000005."]),
         ({"benchmark_max_time": "Infinity"},
-         ["argument --benchmark-max-time: Could not parse value: 'Infinity'. Expected seconds > 0, e.g. 1.0."]),
+         [f"argument --benchmark-max-time: Could not parse value: 'Infinity'. {MAX_TIME}"]),
         ({"benchmark_max_time": "NaN"},
-         ["argument --benchmark-max-time: Could not parse value: 'NaN'. Expected seconds > 0, e.g. 1.0."]),
+         [f"argument --benchmark-max-time: Could not parse value: 'NaN'. {MAX_TIME}"]),
+        ({"benchmark_max_time": "1e308"},  # once every benchmark's OverflowError: rounds = max-time / a round's time
+         [f"argument --benchmark-max-time: Could not parse value: '1e308'. {MAX_TIME}"]),
+        ({"benchmark_max_time": "1e9"}, []),
         ({"benchmark_min_rounds": 0},
          ["argument --benchmark-min-rounds: Could not parse value: '0'. Expected an integer >= 1."]),
         ({"benchmark_calibration_precision": 0, "benchmark_warmup_iterations": -1},
