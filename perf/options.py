@@ -176,9 +176,11 @@ def parse_regression(value: str) -> Regression:
                         f"KIND:PERCENT with KIND one of {', '.join(KINDS)}, e.g. layer:5%")(value)
 
 
-#: ``"layer:5%,preprocess:5%"`` -> one `perf.gate.regressions.Regression` per item (`parse_regression`).
-parse_regressions = value_parser(lambda text: tuple(parse_regression(item) for item in text.split(",") if item.strip())
-                                 or None, bool, f"e.g. {DEFAULT_REGRESSIONS}")
+#: ``"layer:5%,preprocess:5%"`` -> one `perf.gate.regressions.Regression` per item (`parse_regression`), an item
+#: again (``layer:5%,layer:5.0%``) once: its children would take the same labels.
+parse_regressions = value_parser(lambda text: tuple(dict.fromkeys(parse_regression(item) for item in text.split(",")
+                                                                  if item.strip())) or None,
+                                 bool, f"e.g. {DEFAULT_REGRESSIONS}")  # fmt: skip
 #: pytest-benchmark's options whose values its own parsers accept although they cannot work: flag -> its check.
 _BENCHMARK_LIMITS: dict[str, Callable[[str], float]] = {
     # its rounds are ceil(max-time / a round's time): past ~1e299 s that is inf, an OverflowError in every benchmark

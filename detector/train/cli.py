@@ -37,10 +37,10 @@ _learning_rate = value_parser(float, lambda v: 0 < v <= 1e37, "a number > 0, at 
 
 
 def _workers(text: str) -> int:
-    """``--workers``: 0 to the CPUs this process may use (a pool starts all its render processes at once: 10^12 of
-    them were started until the machine ran out)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return value_parser(int, lambda v: 0 <= v <= cpus, f"an integer from 0 to {cpus}, the CPUs this process may use",
+    """``--workers``: 0 to 4 per CPU this process may use (a pool starts all its render processes at once: 10^12 of
+    them were started until the machine ran out; a few per CPU is oversubscription, which still works)."""
+    most = 4 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return value_parser(int, lambda v: 0 <= v <= most, f"an integer from 0 to {most}, 4 per CPU this process may use",
                         ASIDE)(text)
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perf.options import DEFAULT_REGRESSIONS, parse_regressions
+from perf.options import DEFAULT_REGRESSIONS, MAX_PROCESSES, parse_regressions
 from perf.report import schema
 
 if TYPE_CHECKING:
@@ -70,6 +70,9 @@ class ProcessesRun:
         folder = ((config.invocation_params.dir / options.runs_dir).resolve() if options.runs_dir else
                   options.reports_dir / "processes" / _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
         plan = _plan(options.selftest_regressions, session.items, self.mode, self.k)
+        if len(plan) > MAX_PROCESSES:  # K / 5 per regression comes on top of K
+            raise pytest.UsageError(f"--perf-selftest-processes: the plan holds {len(plan)} processes (K and K / 5 per "
+                                    f"regression), more than {MAX_PROCESSES}; give a smaller K or fewer regressions")
         try:
             saved = load_plan(folder) if options.runs_dir else None
         except PlanError as e:

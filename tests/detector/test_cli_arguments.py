@@ -245,7 +245,8 @@ def test_the_largest_batch_is_taken(capsys: pytest.CaptureFixture[str]) -> None:
     ("--seed", "-1", "an integer from 0 to 18446744073709551614"),
     ("--lr", "1e308", "a number > 0, at most 1e37"),
     ("--lr", "inf", "a number > 0, at most 1e37"),
-    ("--workers", str(10**12), f"an integer from 0 to {len(os.sched_getaffinity(0))}, the CPUs this process may use"),
+    ("--workers", str(10**12), f"an integer from 0 to {4 * len(os.sched_getaffinity(0))}, 4 per CPU this process may "
+     "use"),
 ])  # fmt: skip
 def test_train_past_torchs_seeds_a_float32_step_or_the_cpus_is_a_usage_error(
     option: str, value: str, allowed: str, capsys: pytest.CaptureFixture[str]

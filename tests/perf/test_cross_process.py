@@ -88,6 +88,27 @@ def test_a_saved_plan_resumes_and_a_different_one_is_refused(project: Path) -> N
     assert "holds another plan" in other.stderr
 
 
+def test_a_self_test_whose_regressions_take_it_past_the_process_bound_is_refused_before_any_child(
+        tmp_path: Path) -> None:  # fmt: skip
+    """K = 1000 is allowed alone; its K / 5 processes per regression on top were planned and started."""
+    runs = tmp_path / "runs"
+    result = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "perf" / "test_inference_speed.py"), *RUN,
+                             "--perf-backends=torch", "--perf-selftest-processes=1000",
+                             "--perf-selftest-regressions=layer:5%,layer:6%", f"--perf-runs-dir={runs}"],
+                            cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    assert result.stderr.strip() == ("ERROR: --perf-selftest-processes: the plan holds 1400 processes (K and K / 5 per "
+                                     "regression), more than 1000; give a smaller K or fewer regressions")
+    assert not runs.exists()
+
+
+def test_a_regression_given_twice_is_planned_once() -> None:
+    from perf.options import parse_regressions
+
+    assert [str(r) for r in parse_regressions("layer:5%, layer:5.0%,preprocess:5%,layer:5%")] == [
+        "layer:5%", "preprocess:5%"]  # fmt: skip
+
+
 def test_a_resumed_childs_saved_run_that_is_no_longer_usable_is_one_line_naming_it(project: Path) -> None:
     first = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
     assert first.returncode == 0, first.stdout
