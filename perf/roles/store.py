@@ -127,5 +127,5 @@ def save_under_lock(session: pytest.Session, saved: Callable[[Path], None]) -> N
             benchmarks.logger.info(f"Wrote benchmark data in: {benchmarks.json}", purple=True)
 
     benchmarks.save_json = save_json
-    if hasattr(storage, "_next_num"):  # file storage
+    if hasattr(type(storage), "_next_num"):  # file storage (its property would list the folder now)
         storage.save = save

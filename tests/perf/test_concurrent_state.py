@@ -95,3 +95,19 @@ def test_a_folder_named_like_the_latest_saved_run_is_named_by_perf_compare_as_a_
     assert refused.stderr.strip().splitlines() == [
         f"ERROR: --perf-compare: '{folder}' is not a usable saved run: cannot read it as JSON: it is a directory, not "
         "a regular file; repair or remove it, or compare with another run (NUM|ID)"]
+
+
+def test_a_storage_a_run_does_not_save_in_is_not_listed_so_a_name_too_long_is_no_internal_error(
+        tmp_path: Path) -> None:  # fmt: skip
+    """Where the run saves is looked up only when it saves: the storage's next number (a listing of the folder) was
+    read at session start, so a storage named past the file system's 255 bytes ended every run in an INTERNALERROR."""
+    project = write_project(tmp_path, ["perf.plugin"])
+    (project / "pytest.ini").write_text("[pytest]\n")
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+               "--perf-device=cpu", f"--benchmark-storage={'s' * 300}", "--perf-store=none"]  # fmt: skip
+    plain = subprocess.run(command, cwd=project, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0 and "INTERNALERROR" not in plain.stdout + plain.stderr, plain.stdout[-2000:]
+    saving = subprocess.run([*command, "--benchmark-autosave"], cwd=project, env=child_env(), capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert saving.returncode == pytest.ExitCode.USAGE_ERROR
+    assert saving.stderr.startswith(f"ERROR: --benchmark-storage: cannot save the run in '{project / ('s' * 300)}")
