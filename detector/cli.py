@@ -25,6 +25,7 @@ from detector.argtypes import positive_int as _positive_int
 from detector.argtypes import processing_overrides as _processing_overrides
 from detector.choices import backend_list, check_names, check_runs_here
 from detector.errors import DetectorError, Terminated, VideoError, catch_sigterm, escape_stdout, one_line
+from detector.memory import is_out_of_memory
 from detector.progress import ENV_VAR as PROGRESS_ENV_VAR
 from detector.progress import progress, progress_enabled
 
@@ -252,8 +253,6 @@ def cmd_check_cache(args: argparse.Namespace) -> int:
     return 2 if report.problems else 0
 
 
-#: What torch's CPU allocator ("DefaultCPUAllocator: can't allocate memory") and CUDA's say when a size does not fit.
-_OUT_OF_MEMORY = ("can't allocate memory", "CUDA out of memory")
 _VERBOSE_HELP = "log what each step does (default: warnings only)"
 _PROGRESS_HELP = (f"draw progress bars of the long steps on stderr, or never (default: when stderr is a terminal; "
                   f"${PROGRESS_ENV_VAR}=1 or 0 sets the same)")
@@ -412,14 +411,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = f"{exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": ").removeprefix(": ")
         print(f"detector: error: {one_line(message)}", file=sys.stderr)
         return 2
-    except MemoryError as exc:  # a size this machine cannot hold (--batch, make-video --width): nothing was written
-        print(f"detector: error: not enough memory: {one_line(str(exc)) or 'MemoryError'}", file=sys.stderr)
-        return 2
-    except RuntimeError as exc:  # torch's allocators say the same in a RuntimeError (train --batch 100000000)
-        if not any(text in str(exc) for text in _OUT_OF_MEMORY):
+    except (MemoryError, RuntimeError) as exc:  # a size this machine cannot hold (--batch, make-video --width,
+        if not is_out_of_memory(exc):  # train --batch: torch's allocators raise RuntimeError): nothing was written
             raise
-        print(f"detector: error: not enough memory: {one_line(str(exc).split(_OUT_OF_MEMORY[0] + ': ')[-1])}",
-              file=sys.stderr)
+        detail = one_line(str(exc).rpartition("can't allocate memory: ")[2]) or type(exc).__name__
+        print(f"detector: error: not enough memory: {detail}", file=sys.stderr)
         return 2
     except Terminated:
         print("detector: terminated (SIGTERM); nothing partial was saved", file=sys.stderr)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from detector.errors import VideoError
 from detector.handoff import BoundedQueue, BufferPool, Control, start_worker
+from detector.memory import check_fits
 from detector.frames import frame_device
 from detector.pipeline import LoopSettings
 from detector.stages import Progress, StageChain
@@ -161,7 +162,8 @@ def run_multistream(
     with contextlib.ExitStack() as stack:
         readers = [stack.enter_context(open_frames(videos[0]))]
         size = (readers[0].height, readers[0].width)
-        _check_memory(n, queue_depth, size)
+        check_fits(n * (queue_depth + 2) * size[0] * size[1] * 3,  # each stream's pool, before any opens
+                   f"the frame buffers of {n} streams ({queue_depth + 2} frames of {size[1]}x{size[0]} each)")
         readers += [stack.enter_context(open_frames(v)) for v in videos[1:]]
         for video, reader in zip(videos[1:], readers[1:]):
             if (reader.height, reader.width) != size:
@@ -188,16 +190,6 @@ def run_multistream(
     log.info("multistream %s/%s x%d: %.1f FPS, latency p50 %.2f ms p99 %.2f ms", runner.name, runner.precision, n,
              result.fps, result.latency_ms(50), result.latency_ms(99))
     return result
-
-
-def _check_memory(n: int, queue_depth: int, size: tuple[int, int]) -> None:
-    """MemoryError, before a stream opens, when the ``n`` streams' frame buffers (``queue_depth + 2`` frames of
-    ``size`` (H, W) each) need more than the machine's memory: past it, the kernel kills the process midway."""
-    need = n * (queue_depth + 2) * size[0] * size[1] * 3
-    if need > (memory := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
-        raise MemoryError(f"Unable to allocate {need / 2**30:.1f} GiB for the frame buffers of {n} streams "
-                          f"({queue_depth + 2} frames of {size[1]}x{size[0]} each): the machine has "
-                          f"{memory / 2**30:.1f} GiB")
 
 
 def _reader_body(reader: HostFrames, offset: int, frames: int, pool: BufferPool, out: BoundedQueue[Any]) -> Any:

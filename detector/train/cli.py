@@ -35,13 +35,11 @@ _torch_seed = value_parser(int, lambda v: 0 <= v <= 2**64 - 2, "an integer from 
 # AdamW's first step (10 x lr) is a float32 in torch: past it, a traceback mid-training
 _learning_rate = value_parser(float, lambda v: 0 < v <= 1e37, "a number > 0, at most 1e37", ASIDE)
 
-
-def _workers(text: str) -> int:
-    """``--workers``: 0 to 4 per CPU this process may use (a pool starts all its render processes at once: 10^12 of
-    them were started until the machine ran out; a few per CPU is oversubscription, which still works)."""
-    most = 4 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    return value_parser(int, lambda v: 0 <= v <= most, f"an integer from 0 to {most}, 4 per CPU this process may use",
-                        ASIDE)(text)
+# a pool starts all its render processes at once (10^12 were started until the machine ran out); a few per CPU is
+# oversubscription, which still works
+_MOST_WORKERS = 4 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+_workers = value_parser(int, lambda v: 0 <= v <= _MOST_WORKERS,
+                        f"an integer from 0 to {_MOST_WORKERS}, 4 per CPU this process may use", ASIDE)
 
 
 def _subcommand(subparsers: Any, handler: Callable[[argparse.Namespace], int], help: str,

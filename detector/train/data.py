@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detector.errors import DetectorError
+from detector.memory import check_fits
 from detector.progress import progress
 
 if TYPE_CHECKING:
@@ -102,10 +103,8 @@ class DataParams:
         """MemoryError, before a frame is rendered, when the kept frames (uint8 letterbox content, all held in
         memory) need more than the machine's memory: past it, the kernel killed the process after hours of rendering."""
         new_w, new_h = self.geometry()[:2]
-        need = self.frames * new_w * new_h * 3
-        if need > (memory := os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")):
-            raise MemoryError(f"Unable to allocate {need / 2**30:.1f} GiB for the {self.frames} training frames "
-                              f"({new_w}x{new_h} each, --frames): the machine has {memory / 2**30:.1f} GiB")
+        check_fits(self.frames * new_w * new_h * 3,
+                   f"the {self.frames} training frames ({new_w}x{new_h} each, --frames)")
 
     @property
     def letterbox(self) -> Letterbox:

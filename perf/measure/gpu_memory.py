@@ -7,24 +7,18 @@ import re
 from typing import Any
 
 from detector.devices import device_index
+from detector.memory import is_out_of_memory
 
-#: Messages of out-of-memory failures that come as neither ``torch.cuda.OutOfMemoryError`` nor ``MemoryError``
-#: (numpy's): TensorRT's allocator and builder, ONNX Runtime's CUDA provider, cuBLAS/cuDNN workspaces, torch's CPU.
-_OOM_TEXT = re.compile(r"out of memory|OUT_OF_MEMORY|CUDNN_STATUS_ALLOC_FAILED|CUBLAS_STATUS_ALLOC_FAILED|"
-                       r"Failed to allocate memory|Requested amount of GPU memory|can't allocate memory", re.IGNORECASE)
 _TRIED = re.compile(r"(?:tried to|unable to) allocate ([\d.]+ (?:bytes|[KMGTPE]?i?B))", re.IGNORECASE)
 
 
 def oom_skip_reason(exc: BaseException, batch: int, device_name: str) -> str | None:
     """The skip reason for an out-of-memory ``exc`` (or one it was raised from) running ``batch``, else None."""
-    import torch
-
     seen: set[int] = set()
     error: BaseException | None = exc
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)) or (
-                isinstance(error, RuntimeError) and _OOM_TEXT.search(str(error))):
+        if is_out_of_memory(error):
             text = " ".join(str(error).split())
             detail = f"tried to allocate {tried.group(1)}" if (tried := _TRIED.search(text)) else text[:120]
             return f"batch {batch} does not fit on {device_name} (out of memory: {detail})"

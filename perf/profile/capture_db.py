@@ -207,20 +207,23 @@ def _read(conn: sqlite3.Connection, tables: set[str], path: Path) -> Capture:
 
     def rows(table: str, wanted: tuple[str, ...], where: str = "") -> list[tuple]:
         """The ``wanted`` columns of ``table``'s rows: integers (NULL where allowed; ``text`` is text), a
-        ``start`` and ``end`` given, the end not before the start; else `CaptureError` naming the value."""
+        ``start`` and ``end`` given, the end not before the start; else `CaptureError` naming the value. SQLite
+        checks them, a scan a column: a loop over the fetched rows took longer than reading them."""
         if table not in tables:
             return []
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-        select = ", ".join(c if c in have else "NULL" for c in wanted)
-        found = conn.execute(f"SELECT {select} FROM {table} {where}").fetchall()
-        for row in found:
-            for column, value in zip(wanted, row):
-                if not (type(value) is (str if column == "text" else int)
-                        or value is None and column not in ("start", "end")):
-                    raise bad(table, column, value, "text" if column == "text" else "an integer")
-            if wanted[:2] == ("start", "end") and row[1] < row[0]:
-                raise bad(table, "end", row[1], f"no earlier than its start {row[0]}")
-        return found
+        col = {c: c if c in have else "NULL" for c in (*wanted, "start", "end")}
+        scope = f"{where} {'AND' if where else 'WHERE'}"
+        for c in wanted:
+            kind = "text" if c == "text" else "integer"
+            ok = f"typeof({col[c]}) = '{kind}'" + ("" if c in ("start", "end") else f" OR {col[c]} IS NULL")
+            if found := conn.execute(f"SELECT {col[c]} FROM {table} {scope} NOT ({ok}) LIMIT 1").fetchone():
+                raise bad(table, c, found[0], "text" if c == "text" else "an integer")
+        if wanted[:2] == ("start", "end") and (found := conn.execute(
+                f"SELECT {col['start']}, {col['end']} FROM {table} {scope} {col['end']} < {col['start']} LIMIT 1"
+        ).fetchone()):  # fmt: skip
+            raise bad(table, "end", found[1], f"no earlier than its start {found[0]}")
+        return conn.execute(f"SELECT {', '.join(col[c] for c in wanted)} FROM {table} {where}").fetchall()
 
     wanted = ("start", "end", "globalTid", "text", "textId", "eventType")
     where = f"WHERE eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND end IS NOT NULL"
