@@ -394,15 +394,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``detector`` console script; returns the exit status: 0, 2 for a user error, 130 when
     interrupted (Ctrl-C, SIGINT), 143 when terminated (SIGTERM). An interrupted or terminated run removes its
     temporary files and prints one line."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed command ``args.func(args)`` with the CLI's logging, its SIGTERM handling and its one-line
+    errors (`main`'s exit statuses); ``python -m detector.train`` runs its subcommands here too."""
     handler = logging.StreamHandler()
     handler.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     restore = catch_sigterm()
     escape_stdout()  # 'wrote <name>' of a name that is not UTF-8
     try:
-        with _progress_setting(args.progress):
+        with _progress_setting(getattr(args, "progress", None)):
             return int(args.func(args) or 0)
     except DetectorError as exc:
         print(f"detector: error: {exc}", file=sys.stderr)

@@ -27,7 +27,8 @@ from perf.gate.compare import Baseline, GateSettings, Row, budget, judge_benchma
 from perf.gate.confirm import BASE, CANDIDATE, Process, confirm_looks
 from perf.gate.judge import DEFAULT_PAIRS, FASTER, INCONCLUSIVE, MIN_REFERENCE, SLOWER
 from perf.gate.noise import compute_profile, family_rows
-from perf.options import parse_fraction, parse_pairs, parse_positive_int, parse_regression
+from perf.options import (MAX_DRAWS, parse_draws, parse_fraction, parse_pairs, parse_positive_int,
+                          parse_regression)
 from perf.report import schema
 from perf.report.suite import PerfReport
 from perf.runs import BenchmarkRecord, HistoryError, SavedRun, load_runs
@@ -237,7 +238,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="identical processes drawn as main's history")
     parser.add_argument("--confirm", type=parse_pairs, default=DEFAULT_PAIRS,
                         help="confirmation pairs at most (0: none)")
-    parser.add_argument("--draws", type=parse_positive_int, default=DEFAULT_DRAWS, help="simulated runs per process")
+    parser.add_argument("--draws", type=parse_draws, default=DEFAULT_DRAWS,
+                        help=f"simulated runs per process (at most {MAX_DRAWS})")
     parser.add_argument("--compare-fail", type=parse_check, default="median:5%",
                         help="pytest-benchmark's --benchmark-compare-fail check run on every pair of identical runs "
                              "(default median:5%%)")  # fmt: skip

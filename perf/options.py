@@ -98,6 +98,14 @@ parse_pairs = value_parser(_decimal, lambda v: v <= MAX_PROCESSES, f"a number of
 #: ``perf-ab --pairs``: an interval needs two.
 parse_ab_pairs = value_parser(_decimal, lambda v: 2 <= v <= MAX_PROCESSES,
                               f"a number of pairs from 2 to {MAX_PROCESSES}")
+#: ``--perf-kernels``: torch.profiler holds every profiled call's events until it stops (2.4 GiB for 1000 calls of a
+#: 40-convolution model on the CPU, 2026-11-27): past 1000 calls a run is out of memory before its table.
+MAX_KERNEL_CALLS = 1000
+parse_kernel_calls = value_parser(_decimal, lambda v: v <= MAX_KERNEL_CALLS,
+                                  f"a number of calls from 0 to {MAX_KERNEL_CALLS}")
+#: ``perf-history simulate --draws``: simulated runs per saved process, every one kept for the tables.
+MAX_DRAWS = 1000
+parse_draws = value_parser(_decimal, lambda v: 1 <= v <= MAX_DRAWS, f"a number of draws from 1 to {MAX_DRAWS}")
 parse_fraction = value_parser(_percent, lambda v: 0 <= v < 1, "a fraction >= 0 and < 1 (100%), e.g. 2% or 0.02")
 #: ``perf-report --change-threshold``.
 parse_threshold = value_parser(_percent, lambda v: 0 < v < math.inf, "a change > 0, e.g. 10%",
@@ -323,8 +331,9 @@ def all_options() -> tuple[Option, ...]:
                parse_profiler, default="none"),
         Option("--perf-kernels", "CALLS", "After each inference benchmark, profile CALLS more calls with "
                "torch.profiler and keep its top kernels with the run: what --perf-compare shows under a slower "
-               "benchmark (perf/profile/kernels.py); 0 = off. Off inside nsys and with --perf-profile.",
-               str(KERNEL_CALLS), parse_count, default=KERNEL_CALLS),
+               f"benchmark (perf/profile/kernels.py); 0 = off, at most {MAX_KERNEL_CALLS}. Off inside nsys and with "
+               "--perf-profile.",
+               str(KERNEL_CALLS), parse_kernel_calls, default=KERNEL_CALLS),
         Option(NSYS_CHILD_FLAG, None, None),  # the run inside nsys (perf/roles/nsys.py)
         # -- the regression gate (perf/roles/gate.py) ----------------------------------------------------------------
         Option("--perf-compare", "NUM|ID", "Judge this run against main's history on this runner (the last "

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
-from detector.errors import DetectorError
+from detector.cli import run  # the CLI's error handling, one owner
 from detector.train.cli import add_anchors_parser, add_eval_parser, add_train_parser
 
 _DESCRIPTION = "The training subcommands of 'detector' (train, eval, anchors) on their own, with the same options."
@@ -27,18 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv``, run the subcommand, return the exit status (2 with one line on a user error)."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return int(args.func(args) or 0)
-    except DetectorError as exc:
-        print(f"detector: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("detector: interrupted", file=sys.stderr)
-        return 130
+    """Parse ``argv`` and run the subcommand as ``detector`` runs it (`detector.cli.run`: one line and exit 2 on a
+    user error, an unwritable output or too little memory; 130 on Ctrl-C, 143 on SIGTERM)."""
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -326,13 +326,17 @@ _TINY = ["--frames", "2", "--frames-per-seed", "1", "--frame-stride", "1", "--ne
      "no longer finite (NaN or Inf), so none were saved; a smaller --lr (now 1e+30) keeps them finite"),
     (["--steps", "1", "--batch", "100000000"], "detector: error: not enough memory: you tried to allocate "),
 ])  # fmt: skip
+@pytest.mark.parametrize("entry", ["detector", "python3 -m detector.train"])
 def test_training_that_cannot_give_finite_weights_or_fit_its_batch_saves_nothing_in_one_line(
-    argv: list[str], line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    argv: list[str], line: str, entry: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """NaN weights of a huge --lr were saved silently (the loss is checked every --log-every steps); a batch torch's
-    CPU allocator cannot hold was its RuntimeError's traceback."""
-    from detector.cli import main
+    CPU allocator cannot hold was its RuntimeError's traceback (under ``python3 -m detector.train`` until it ran its
+    subcommands as ``detector`` does)."""
+    from detector.cli import main as detector_main
+    from detector.train.__main__ import main as train_main
 
+    main = detector_main if entry == "detector" else train_main
     assert main(["train", "--out", str(tmp_path / "w.weights"), *_TINY, "--cache-dir", str(tmp_path), *argv]) == 2
     (err,) = capsys.readouterr().err.splitlines()
     assert err.startswith(line), err

@@ -237,7 +237,7 @@ COMMANDS = {"python -m perf.crossprocess": ["-m", "perf.crossprocess"],
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-@pytest.mark.parametrize("bad", ["check", "json-folder", "json-missing-folder", "json-under-a-file"])
+@pytest.mark.parametrize("bad", ["check", "draws", "json-folder", "json-missing-folder", "json-under-a-file"])
 def test_simulated_ci_runs_refuse_bad_arguments_in_one_line_before_simulating(
     tmp_path: Path, command: str, bad: str
 ) -> None:
@@ -246,6 +246,8 @@ def test_simulated_ci_runs_refuse_bad_arguments_in_one_line_before_simulating(
     args, expected = {
         "check": (["--compare-fail", "abc"], "argument --compare-fail: Could not parse value: 'abc'. Expected a check "
                   "as --benchmark-compare-fail takes it"),
+        "draws": (["--draws", "1000000000000"], "argument --draws: Could not parse value: '1000000000000'. Expected "
+                  "a number of draws from 1 to 1000."),  # drawn until memory ran out
         "json-folder": (["--json", str(runs)], f"--json '{runs}' is a folder: give a file in it"),
         "json-missing-folder": (["--json", str(tmp_path / "nope" / "v.json")],
                                 f"--json '{tmp_path / 'nope' / 'v.json'}': '{tmp_path / 'nope'}': no such folder"),

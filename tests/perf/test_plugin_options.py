@@ -60,7 +60,8 @@ BAD_VALUES = (
     ("--perf-selftest-processes", "x", "Expected a number of processes from 2 to 1000."),
     ("--perf-selftest-regressions", "layer:0%", "Expected KIND:PERCENT"),
     ("--perf-processes-budget", "0", "Expected seconds > 0"),
-    ("--perf-kernels", "-1", "Expected an integer >= 0."),
+    ("--perf-kernels", "-1", "Expected a number of calls from 0 to 1000."),
+    ("--perf-kernels", "1000000000000", "Expected a number of calls from 0 to 1000."),  # out of memory before
     ("--perf-history", "0", "Expected a positive integer."),
     ("--perf-confirm", "some", "Expected a number of pairs from 0 to 1000."),
     ("--perf-confirm-budget", "0", "Expected seconds > 0"),
