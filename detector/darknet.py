@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,8 +271,8 @@ def _read_sections(path: Path) -> tuple[Section, list[Section]]:
                 raise _fail(path, lineno, f"unknown section [{kind}]; allowed: {', '.join(sorted(_KEYS))}")
             sections.append((kind, lineno, {}, {}))
             continue
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.split("#")[0].split(";")[0].strip()
+        key, sep, raw = line.partition("=")
+        key, value = key.strip(), raw.split("#")[0].split(";")[0].strip()
         if not sep or not key:
             raise _fail(path, lineno, f"expected 'key=value', got {line!r}")
         if not sections:
@@ -284,6 +285,7 @@ def _read_sections(path: Path) -> tuple[Section, list[Section]]:
         if not value:
             raise _fail(path, lineno, f"[{kind}] {key} has no value")
         _check_value(path, lineno, kind, key, value)
+        _check_comment(path, lineno, kind, key, raw)
         if key in options:  # a repeated training key (batch=1 ... batch=64): Darknet's option_find reads the first
             log.debug("%s:%d: [%s] repeats '%s' (first set on line %d); ignored", path, lineno, kind, key, lines[key])
             continue
@@ -332,20 +334,48 @@ def _check_supported(path: Path, line: int, kind: str, key: str, value: str, opt
                 f"({spec.note}){fix}")
 
 
+# The numbers C's atoi / atof read (Python's int and float also take '1_6' and non-ASCII digits, which they do not).
+_NUMBER = {"int": re.compile(r"[+-]?[0-9]+"),
+           "float": re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf(?:inity)?|nan)", re.I)}
+
+
 def _check_value(path: Path, line: int, kind: str, key: str, value: str) -> None:
     typ = _KEYS[kind][key]
     parse = {"int": int, "ints": int, "float": float, "floats": float}.get(typ)
     if parse is None:
         return
-    items = [v.strip() for v in value.split(",") if v.strip()] if typ.endswith("s") else [value]
-    for item in items:
-        try:
-            number = parse(item)
-        except ValueError as e:
+    items = [v.strip() for v in value.split(",")] if typ.endswith("s") else [value]
+    if key == "anchors" and items[-1] == "":  # parse_yolo reads at most num pairs: a trailing comma is harmless
+        items.pop()
+    if "" in items and SECTION_KEYS[kind][key].use != IGNORED:
+        raise _fail(path, line, f"[{kind}] {key}={value!r}: an empty item, which AlexeyAB's Darknet reads as 0 "
+                    "and hank-ai's skips; remove the extra comma")
+    for item in filter(None, items):
+        if not _NUMBER[typ.rstrip("s")].fullmatch(item):
             what = "an integer" if parse is int else "a number"
-            raise _fail(path, line, f"[{kind}] {key}={value!r}: {item!r} is not {what}") from e
+            raise _fail(path, line, f"[{kind}] {key}={value!r}: {item!r} is not {what}")
+        number = parse(item)
         if not math.isfinite(number):  # NaN passes every `v <= 0` check; inf overflows int()
             raise _fail(path, line, f"[{kind}] {key}={value!r}: {item!r} is not a finite number")
+
+
+def _check_comment(path: Path, line: int, kind: str, key: str, raw: str) -> None:
+    """CfgError for a comment after a value that Darknet reads as part of the value.
+
+    AlexeyAB's Darknet has no such comments (hank-ai's cuts a value at '#', the two disagree): read_cfg removes
+    every blank from the line and passes what follows '=' on.
+    atoi / atof stop at '#' or ';', so a number reads the same; but a name is read whole (get_activation falls back
+    to relu for 'leaky#3x3', parse_yolo to default for 'greedynms#diou') and a list counts the comment's commas
+    (parse_yolo_mask and the anchors loop stop counting at '#', parse_route does not).
+    """
+    body = raw.split("#")[0].split(";")[0]
+    typ = _KEYS[kind][key]
+    if len(body) == len(raw) or SECTION_KEYS[kind][key].use == IGNORED or typ in ("int", "float"):
+        return
+    counted = raw.split("#")[0] if key in ("mask", "anchors") else raw
+    if typ == "str" or counted.count(",") != body.count(","):
+        raise _fail(path, line, f"[{kind}] {key}={''.join(raw.split())}: AlexeyAB's Darknet reads a comment after a "
+                    "value as part of the value (hank-ai's drops a '#' one); put the comment on a line of its own")
 
 
 def _positive(path: Path, s: Section, key: str, default: int | None = None, minimum: int = 1,
@@ -532,9 +562,11 @@ def _yolo(path: Path, s: Section, i: int, sections: tuple[Section, ...] | list[S
     if len(values) % 2 or any(v <= 0 for v in values):
         raise _fail(path, s.line_of("anchors"), "[yolo] anchors must be positive w,h pairs")
     anchors = tuple(zip(values[0::2], values[1::2]))
-    num = _positive(path, s, "num", len(anchors))
+    num = _positive(path, s, "num", 1)  # parse_yolo's default: one anchor
     if num != len(anchors):
-        raise _fail(path, s.line_of("num"), f"[yolo] num={num} but anchors lists {len(anchors)} pairs")
+        given = f"num={num}" if "num" in s.options else "has no num=, which Darknet reads as num=1,"
+        raise _fail(path, s.line_of("num"), f"[yolo] {given} but anchors lists {len(anchors)} pairs; set "
+                    f"num={len(anchors)}")
     mask = tuple(s.get_ints("mask")) if "mask" in s.options else tuple(range(num))
     if any(not 0 <= m < num for m in mask):
         raise _fail(path, s.line_of("mask"), f"[yolo] mask={list(mask)}: indices must be in 0..{num - 1}")

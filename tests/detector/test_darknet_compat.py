@@ -397,3 +397,53 @@ def test_detect_with_an_unsupported_key_is_one_line_exit_2(tmp_path: Path, clip:
     assert len(err) == 1 and "new_coords=1 is a Darknet key this package does not support" in err[0]
     assert f"{cfg}:" in err[0]
 
+
+
+# ------------------------------------------------------------------------------- values as Darknet's parser reads them
+@pytest.mark.parametrize(("old", "new", "marker", "problem"), [
+    # AlexeyAB's read_cfg has no comments after a value: it strips every blank and hands the rest to get_activation
+    # (relu for 'leaky#3x3') or to parse_yolo's nms_kind (default for 'greedynms#diou'); hank-ai's cuts at '#'
+    # (leaky, greedynms): the two Darknets disagree
+    ("activation=leaky", "activation=leaky # 3x3", "# 3x3", r"activation=leaky#3x3: AlexeyAB's"),
+    ("scale_x_y = 1.05", "scale_x_y = 1.05\nnms_kind=greedynms ; DIoU", "; DIoU",
+     r"nms_kind=greedynms;DIoU: AlexeyAB's"),
+    # parse_route counts every comma, the comment's too: '-3 # from 12, head' is layers -3 and 0 (atoi(''))
+    ("layers = -3", "layers = -3 # from 12, head", "# from 12", r"\[route\] layers=-3#from12,head: AlexeyAB's"),
+    # atoi('1_6') is 1 and atoi of full-width digits 0, where Python's int reads 16
+    ("filters=16", "filters=1_6", "1_6", r"filters='1_6': '1_6' is not an integer"),
+    ("filters=16", "filters=\uff11\uff16", "filters=\uff11", r"is not an integer"),
+    ("scale_x_y = 1.05", "scale_x_y = 1_0.5", "1_0.5", r"scale_x_y='1_0.5': '1_0.5' is not a number"),
+    # an empty item is atoi('') = 0 to parse_yolo_mask and parse_route, atof('') = 0 in anchors (AlexeyAB's);
+    # hank-ai's find_int_array / find_float_array skip it
+    ("mask = 0,1,2", "mask = 0,1,2,", "0,1,2,", r"\[yolo\] mask='0,1,2,': an empty item, which AlexeyAB's .* as 0"),
+    ("layers = -1, 7", "layers = -1,, 7", "-1,, 7", r"\[route\] layers='-1,, 7': an empty item"),
+    ("anchors = 10,14, 23,27,", "anchors = 10,14,, 23,27,", "10,14,, 23", r"\[yolo\] anchors='10,14,, 23,27, .*': an "),
+])  # fmt: skip
+def test_values_darknet_reads_otherwise_are_refused_naming_the_line(
+    tmp_path: Path, old: str, new: str, marker: str, problem: str
+) -> None:
+    path = _write(tmp_path, three_head_cfg(320).replace(old, new, 1))
+    with pytest.raises(CfgError) as err:
+        parse_cfg(path)
+    assert re.match(rf"^{re.escape(str(path))}:{_line_of(path, marker)}: .*{problem}", str(err.value)), str(err.value)
+
+
+def test_comments_darknet_reads_the_same_and_a_trailing_comma_in_anchors_are_accepted(tmp_path: Path) -> None:
+    """atoi / atof stop at '#' or ';', parse_yolo_mask and the anchors loop stop counting commas at '#', and the
+    anchors loop reads at most num pairs: these read as without the comment or comma."""
+    text = (three_head_cfg(320).replace("filters=16", "filters=16 # 2 x 8, half", 1)
+            .replace("mask = 6,7,8", "mask = 6,7,8 # big, anchors").replace(ANCHORS, ANCHORS + ", # COCO, k-means", 1)
+            .replace("stride=2", "stride=2 ; down, by 2", 1))
+    assert parse_cfg(_write(tmp_path, text)).layers == parse_cfg(_write(tmp_path, three_head_cfg(320), "b.cfg")).layers
+
+
+def test_yolo_without_num_is_one_anchor_as_in_parse_yolo(tmp_path: Path) -> None:
+    """parse_yolo reads num=1 when num= is absent: one anchor pair, mask 0; more pairs is a cfg Darknet reads
+    otherwise (a mask past num reads past its anchors), refused naming num."""
+    one = ("[net]\nwidth=8\nheight=8\nchannels=3\n\n[convolutional]\nfilters=6\nsize=1\nactivation=linear\n\n"
+           "[yolo]\nanchors=10,14\nclasses=1\n")
+    assert parse_cfg(_write(tmp_path, one)).yolo_layers[0][1].mask_anchors == ((10.0, 14.0),)
+    path = _write(tmp_path, three_head_cfg(320).replace("num=9\n", ""), "b.cfg")
+    with pytest.raises(CfgError, match=r":\d+: \[yolo\] has no num=, which Darknet reads as num=1, but anchors "
+                                       r"lists 9 pairs; set num=9$"):
+        parse_cfg(path)
