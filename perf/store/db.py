@@ -26,6 +26,7 @@ from detector.fileio import content_key, file_lock, make_parents, remove_empty, 
 from perf.measure.machine import COMPARED_FIELDS
 from perf.runs import HistoryError, SavedRun, mapping, run_from_json, text_value
 from perf.store import in_memory_sqlite, schema
+from perf.validate import run_problem
 
 log = logging.getLogger(__name__)
 
@@ -278,8 +279,16 @@ class HistoryStore(contextlib.AbstractContextManager):
         r = schema.runs.c
         query = _where(select(r.document, r.source, r.run_id), machine_key, branch, include_injected)
         query = query.order_by(r.saved_at.asc().nulls_first(), r.id)
-        return [run_from_json(document, text_value(source) or f"{self.shown}#run={run_id}")
+        return [self._run(document, text_value(source) or f"{self.shown}#run={run_id}", run_id)
                 for document, source, run_id in self._all(query)]
+
+    def _run(self, document: Any, source: str, run_id: str) -> SavedRun:
+        """A stored run; `StoreError` naming the store, not the file it came from, when its copy is no saved run."""
+        try:
+            return run_from_json(document, source)
+        except HistoryError as e:
+            problem = run_problem(document) or e
+            raise StoreError(f"store '{self.shown}': cannot read it: run {run_id} is not a usable saved run: {problem}") from e
 
     def machines(self) -> list[tuple[str, str | None, int]]:
         """Each history's machine key, host name and number of runs, most runs first."""

@@ -326,6 +326,8 @@ DAMAGED = [("DROP TABLE perf_runs", "no such table: perf_runs"),
            ("UPDATE perf_runs SET document = '{'", "Expecting property name enclosed in double quotes"),
            ("UPDATE perf_runs SET document = '" + "[" * 100_000 + "'", "maximum recursion depth exceeded"),
            ("UPDATE perf_noise SET profile = 'nan]'", "Expecting value"),
+           ("UPDATE perf_runs SET document = '[1]'",  # JSON, not a run: it named the file the run came from
+            "run r0 is not a usable saved run: the top level is a list"),
            ("UPDATE perf_runs SET source = X'00ff'", None)]  # no source to name: named by its run id
 
 
