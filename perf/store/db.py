@@ -287,8 +287,8 @@ class HistoryStore(contextlib.AbstractContextManager):
         try:
             return run_from_json(document, source)
         except HistoryError as e:
-            problem = run_problem(document) or e
-            raise StoreError(f"store '{self.shown}': cannot read it: run {run_id} is not a usable saved run: {problem}") from e
+            raise StoreError(f"store '{self.shown}': cannot read it: run {run_id} is not a usable saved run: "
+                             f"{run_problem(document) or e}") from e
 
     def machines(self) -> list[tuple[str, str | None, int]]:
         """Each history's machine key, host name and number of runs, most runs first."""
