@@ -65,16 +65,13 @@ def judge(storage: Path, pairs: int, min_effect: float, confirm: bool, baseline:
             for name in sorted(names)]
 
 
-def _history(path: Path, sample: SavedRun | None) -> Baseline | None:
-    """Main's history in storage ``path`` for the machine of ``sample`` (a saved run, or None), or None; with the
-    noise profile measured there for that runner, which seeds a history of fewer than 3 runs as the gate's does."""
-    if sample is None or not path.is_dir():
+def _history(path: Path, saved: list[SavedRun], sample: SavedRun | None) -> Baseline | None:
+    """Main's history, the ``saved`` runs of storage ``path``, for the machine of ``sample`` (a saved run, or None),
+    or None; with the noise profile measured there for that runner, which seeds a history of fewer than 3 runs as
+    the gate's does."""
+    if sample is None:
         return None
-    try:
-        runs = history_runs(load_runs(path), fingerprint=sample.fingerprint,
-                            identity=sample.machine_info.get("perf_subject") or None)  # fmt: skip
-    except HistoryError:
-        return None
+    runs = history_runs(saved, fingerprint=sample.fingerprint, identity=sample.machine_info.get("perf_subject") or None)
     return Baseline(runs, runner_profile(_warn, storage=path, fingerprint=sample.fingerprint)) if runs else None
 
 
@@ -115,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ABError(f"--out: cannot write to '{out}': {why}; make it writable or choose another folder with "
                           "--out")
         existing = load_plan(out)  # a plan.json that is not one is refused before the worktree is made
+        saved = load_runs(args.history) if args.history.is_dir() else []  # a bad run there too, before any child
         try:
             tree = base_worktree(repo, sha, out / "base-src")
         except GitError as e:
@@ -128,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.monotonic()
         results = run_children(plan, options, out, repo)
         spent = sum(r.seconds for r in results)
-        baseline = _history(args.history, next((load_run(r.run) for r in results if r.run is not None), None))
+        baseline = _history(args.history, saved, next((load_run(r.run) for r in results if r.run is not None), None))
         rows = judge(out / "storage", args.pairs, args.min_effect, args.confirm > 0, baseline)
         confirmed = 0.0
         if args.confirm > 0 and any(r.verdict == "slower" for r in rows):

@@ -272,7 +272,8 @@ def saved_run_files(paths: Iterable[Path]) -> list[Path]:
 
 
 def run_files(storage: str | os.PathLike[str] = ".benchmarks", machine: str | None = None) -> list[Path]:
-    """Saved run files (`RUN_NAME`) in ``storage`` or one machine's folder of it, oldest first (`saved_run_files`);
+    """Saved run files (`RUN_NAME`; a folder is none, a dangling link or FIFO is one its reader names) in ``storage``
+    or one machine's folder of it, oldest first (`saved_run_files`);
     `HistoryError` when the storage, or a folder in it, is missing or cannot be read."""
     root = Path(storage)
     try:
@@ -281,7 +282,7 @@ def run_files(storage: str | os.PathLike[str] = ".benchmarks", machine: str | No
             raise HistoryError(f"benchmark storage '{root}': {problem} (run pytest with --benchmark-autosave)")
         folders = [root, *sorted(p for p in root.iterdir() if p.is_dir())]
         files = [f for folder in folders if machine in (None, folder.name)
-                 for f in folder.iterdir() if RUN_NAME.match(f.name) and f.is_file()]  # fmt: skip
+                 for f in folder.iterdir() if RUN_NAME.match(f.name) and not f.is_dir()]  # fmt: skip
     except OSError as e:  # a folder that cannot be listed: its runs would be missed without a word
         raise HistoryError(f"benchmark storage '{root}': cannot read '{e.filename}': {e.strerror or e}") from e
     return saved_run_files(files)

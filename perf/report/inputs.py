@@ -84,7 +84,7 @@ def load_machine_runs(storage: Path, machine_id: str | None, warnings: list[str]
 
     files = run_files(storage)
     if machine_id is None and files:
-        machine_id = max(files, key=lambda path: path.stat().st_mtime).parent.name
+        machine_id = max(files, key=lambda path: path.lstat().st_mtime).parent.name
     others = Counter(path.parent.name for path in files if path.parent.name != machine_id)
     warnings += [f"runs of machine '{m}' ({n} files) are not in this report; choose it with --machine-id"
                  for m, n in sorted(others.items())]  # fmt: skip

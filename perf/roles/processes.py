@@ -115,6 +115,7 @@ class ProcessesRun:
         from detector.fileio import atomic_write_text
         from perf.crossprocess import IDENTICAL, compare_fail_rows, identical_rows, regression_rows, simulate
         from perf.gate.noise import benchmark_rows, compute_profile, family_rows, save_profile
+        from perf.measure.machine import fingerprint_differences
         from perf.runs import HistoryError, load_run
 
         report, results = self.perf.report.rows, self.results
@@ -124,8 +125,11 @@ class ProcessesRun:
             report.add(schema.CROSSPROCESS_RUNS, {"run": r.label, "kind": r.kind, "exit": r.returncode,
                                                   "seconds": round(r.seconds, 1), "saved": r.run.name if r.run else "-",
                                                   "compare-fail": r.compare_fail or "-"})  # fmt: skip
-            try:  # a run saved by an earlier call may have been damaged since
+            try:  # a run saved by an earlier call may have been damaged since, or made on another machine
                 run = load_run(r.run) if r.run is not None else None
+                if run is not None and (moved := fingerprint_differences(run.fingerprint, self.perf.fingerprint)):
+                    raise HistoryError(f"'{r.run}': measured on another machine ("
+                                       + ", ".join(f"{f}: saved {a!r}, this machine {b!r}" for f, a, b in moved) + ")")
             except HistoryError as e:
                 self.error = f"{e}; move it away to run {r.label} again"
                 return

@@ -26,6 +26,7 @@ from detector.fileio import content_key, file_lock, make_parents, remove_empty, 
 from perf.measure.machine import COMPARED_FIELDS
 from perf.runs import HistoryError, SavedRun, mapping, run_from_json, text_value
 from perf.store import in_memory_sqlite, schema
+from perf.validate import run_problem
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ class HistoryStore(contextlib.AbstractContextManager):
         try:
             with self.engine.begin() as conn:
                 if conn.execute(select(schema.runs.c.id).where(schema.runs.c.run_id == rid)).first():
-                    return rid, False
+                    return self._stored(rid, document, source)
                 pk = conn.execute(schema.runs.insert().values(**values)).inserted_primary_key[0]
                 if run.benchmarks:  # an empty executemany is an insert of one row of defaults
                     conn.execute(schema.benchmarks.insert(), [
@@ -257,10 +258,20 @@ class HistoryStore(contextlib.AbstractContextManager):
                     conn.execute(schema.noise.insert().values(run=pk, profile=_plain(noise)))
         except Exception as e:
             if isinstance(e, IntegrityError) and self._all(select(schema.runs.c.id).where(schema.runs.c.run_id == rid)):
-                return rid, False  # another process stored it meanwhile
+                return self._stored(rid, document, source)  # another process stored it meanwhile
             raise StoreError(f"store '{self.shown}': cannot save run {rid}: {_reason(e)}") from e
         log.info("stored run %s in %s", rid, self.shown)
         return rid, True
+
+    def _stored(self, rid: str, document: Any, source: str | None) -> tuple[str, bool]:
+        """(``rid``, False) when the run stored under ``rid`` is ``document``; else `StoreError` naming both (a copy
+        edited by hand, another run given its id), since the store keeps the first and this one would be lost."""
+        r = schema.runs.c
+        (stored, stored_from), = self._all(select(r.document, r.source).where(r.run_id == rid))
+        if json.dumps(stored, sort_keys=True) != json.dumps(document, sort_keys=True):
+            raise StoreError(f"store '{self.shown}': cannot save run {rid} from '{source or '<run>'}': another run of "
+                             f"that id is stored (from '{stored_from or '<run>'}'); give it its own perf_run.run_id")
+        return rid, False
 
     def _all(self, query: Any) -> list[Any]:
         """The rows of ``query``, every read's; `StoreError` when they cannot be read (a table or column missing, a
@@ -278,8 +289,16 @@ class HistoryStore(contextlib.AbstractContextManager):
         r = schema.runs.c
         query = _where(select(r.document, r.source, r.run_id), machine_key, branch, include_injected)
         query = query.order_by(r.saved_at.asc().nulls_first(), r.id)
-        return [run_from_json(document, text_value(source) or f"{self.shown}#run={run_id}")
+        return [self._run(document, text_value(source) or f"{self.shown}#run={run_id}", run_id)
                 for document, source, run_id in self._all(query)]
+
+    def _run(self, document: Any, source: str, run_id: str) -> SavedRun:
+        """A stored run; `StoreError` naming the store, not the file it came from, when its copy is no saved run."""
+        try:
+            return run_from_json(document, source)
+        except HistoryError as e:
+            raise StoreError(f"store '{self.shown}': cannot read it: run {run_id} is not a usable saved run: "
+                             f"{run_problem(document) or e}") from e
 
     def machines(self) -> list[tuple[str, str | None, int]]:
         """Each history's machine key, host name and number of runs, most runs first."""

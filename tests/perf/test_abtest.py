@@ -88,6 +88,17 @@ def test_an_out_folder_whose_plan_is_not_one_is_one_line_and_runs_nothing(repo: 
     assert plan.read_text() == '{"children": 3}'
 
 
+def test_a_damaged_run_in_the_history_is_one_line_before_any_process(repo: Path) -> None:
+    saved = repo / ".benchmarks" / "Linux-CPython-3.11-64bit" / "0001_main.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text('{"benchmarks": [')  # a save cut short: the history was dropped without a word after the pairs
+    result = _ab(repo, "--pairs", "2")
+    assert (result.returncode, result.stdout) == (2, ""), result.stdout + result.stderr
+    assert result.stderr.splitlines() == [f"perf-ab: error: '{saved.relative_to(repo)}': cannot read a saved run: "
+                                          "Expecting value: line 1 column 17 (char 16)"]
+    assert not (repo / "ab" / "storage").exists() and not (repo / "ab" / "base-src").exists()
+
+
 def test_an_out_folder_that_is_a_file_is_one_line_and_runs_nothing(repo: Path) -> None:
     (repo / "ab").write_text("notes")
     result = _ab(repo, "--pairs", "2")

@@ -121,6 +121,23 @@ def test_a_resumed_childs_saved_run_that_is_no_longer_usable_is_one_line_naming_
     assert saved.read_text() == '{"benchmarks": 3}'  # kept as it was
 
 
+def test_a_resumed_childs_run_of_another_machine_is_one_line_not_pooled_into_this_runners_profile(
+        project: Path) -> None:
+    first = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
+    assert first.returncode == 0, first.stdout
+    (profile,) = (project / "storage" / "noise").glob("*.json")
+    before = profile.read_bytes()
+    (saved,) = (project / "runs" / "storage").glob("*/0001_a00.json")
+    document = json.loads(saved.read_text())
+    document["machine_info"]["perf"]["gpu_name"] = "NVIDIA H200"  # a folder resumed on another card
+    saved.write_text(json.dumps(document))
+    again = _pytest(project, "--perf-noise=2", "--perf-runs-dir=runs")
+    assert again.returncode == pytest.ExitCode.TESTS_FAILED and "INTERNALERROR" not in again.stdout + again.stderr
+    assert (f"perf processes: '{saved}': measured on another machine (gpu_name: saved 'NVIDIA H200', this machine "
+            "None); move it away to run a00 again") in again.stdout, again.stdout
+    assert profile.read_bytes() == before  # this runner's profile keeps no process of another machine
+
+
 @pytest.mark.parametrize(("content", "problem"), [
     ("{", "not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
     ('{"children": [{"label": "a01"}]}', "not the list of children a plan holds"),

@@ -64,6 +64,21 @@ def test_only_saved_run_files_count(tmp_path: Path) -> None:
     assert run_files(tmp_path) == [good]
 
 
+def test_a_dangling_link_or_fifo_named_as_a_run_is_named_not_passed_over(tmp_path: Path) -> None:
+    """Passed over, the run before it was judged as the latest and imported as if the storage were whole."""
+    import os
+
+    machine = tmp_path / "m1"
+    _save(machine, "0001_a.json", _run("test_a"))
+    (machine / "0002_a.json").symlink_to(tmp_path / "moved-away.json")
+    with pytest.raises(HistoryError, match=r"0002_a\.json': no such file"):
+        load_runs(tmp_path)
+    (machine / "0002_a.json").unlink()
+    os.mkfifo(machine / "0002_a.json")
+    with pytest.raises(HistoryError, match=r"0002_a\.json': cannot read a saved run: it is a FIFO"):
+        load_runs(tmp_path)
+
+
 def test_runs_numbered_10000_and_up_are_read_in_the_order_of_their_numbers(tmp_path: Path) -> None:
     for number in (10001, 9999, 10000, 9998):  # pytest-benchmark saves after 9999_x.json as 10000_x.json
         _save(tmp_path / "m1", f"{number:04d}_x.json", _run("test_a", commit=f"c{number}"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import math
 import os
 import pwd
@@ -104,6 +105,19 @@ def test_a_stored_run_comes_back_as_the_saved_run_model_once(store: HistoryStore
     assert run.run_id == "run-a" and run.number == 1 and run.commit == "c1"
     bench = run.benchmarks["perf/test_x.py::test_a[b1]"]
     assert bench.data is not None and np.allclose(bench.data, STEADY)
+
+
+def test_another_run_under_a_stored_runs_id_is_refused_naming_both_not_counted_as_stored(store: HistoryStore) -> None:
+    document = _document("run-a")
+    document["benchmarks"][0]["stats"]["median"] = float("nan")  # not measured: the same run all the same
+    store.save_run(document, source="storage/m/0001_a.json")
+    assert store.save_run(json.loads(json.dumps(document))) == ("run-a", False)  # the same run again: stored once
+    edited = _document("run-a", scale=2.0)  # a copy edited by hand, another tool's run given the same id
+    with pytest.raises(StoreError, match=r": cannot save run run-a from 'edited\.json': another run of that id is "
+                                         r"stored \(from 'storage/m/0001_a\.json'\); give it its own perf_run\.run_id"):
+        store.save_run(edited, source="edited.json")
+    (run,) = store.runs()
+    assert np.allclose(run.benchmarks["perf/test_x.py::test_a[b1]"].data, STEADY)  # the stored run is kept
 
 
 def test_runs_come_back_in_time_order_whatever_offset_their_dates_carry(store: HistoryStore) -> None:
@@ -326,6 +340,8 @@ DAMAGED = [("DROP TABLE perf_runs", "no such table: perf_runs"),
            ("UPDATE perf_runs SET document = '{'", "Expecting property name enclosed in double quotes"),
            ("UPDATE perf_runs SET document = '" + "[" * 100_000 + "'", "maximum recursion depth exceeded"),
            ("UPDATE perf_noise SET profile = 'nan]'", "Expecting value"),
+           ("UPDATE perf_runs SET document = '[1]'",  # JSON, not a run: it named the file the run came from
+            "run r0 is not a usable saved run: the top level is a list"),
            ("UPDATE perf_runs SET source = X'00ff'", None)]  # no source to name: named by its run id
 
 
