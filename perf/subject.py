@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from detector.argtypes import fraction
 from detector.devices import PRECISIONS
 from detector.errors import DetectorError, one_line
-from detector.fileio import file_digest, os_reason, resolved, symlink_loop
+from detector.fileio import file_digest, file_kind, os_reason, resolved, symlink_loop
 from detector.groundtruth import check_categories, check_labels, load_ground_truth
 from detector.spec import ModelSpec
 from detector.video import open_video
@@ -230,15 +230,12 @@ def subject_differences(saved: Mapping[str, Any] | None, current: Mapping[str, A
 
 
 def _not_a_file(path: Path) -> str | None:
-    """Why ``path`` cannot be opened as a regular file; None when it is one."""
+    """Why ``path`` cannot be opened as a regular file (a FIFO would block its reader); None when it is one."""
     try:
-        if path.is_file():
-            return None
-        if path.is_dir():
-            return "is a directory"
-    except OSError as e:  # a folder on the way that cannot be searched
-        return os_reason(e)
-    return "a symbolic link loop (too many levels of symbolic links)" if symlink_loop(path) else "no such file"
+        kind = file_kind(path.stat())
+    except OSError as e:  # missing, a folder on the way that cannot be searched, a link loop
+        return "a symbolic link loop (too many levels of symbolic links)" if symlink_loop(path) else os_reason(e)
+    return None if kind is None else f"it is {kind}, not a regular file"
 
 
 def _digest(path: Path | None) -> str | None:
