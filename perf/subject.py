@@ -99,6 +99,9 @@ class Subject:
             (self.names and "names", lambda: spec.names), (self.cfg and self.onnx and "onnx", spec.onnx_path)]
         # the first failure of the model's chain
         out = next(([f"{self.origin[key]}: {error}"] for key, check in steps if key and (error := _error(check))), [])
+        if self.engine is not None and self.engine.stat().st_size == 0:  # else only TensorRT says so, test by test
+            out.append(f"{self.origin['engine']}: cannot read TensorRT engine '{self.engine}': the file is empty "
+                       "(0 bytes)")
         video = self._user_video
         if bad := video is not None and _error(lambda: open_video(video.path).close()):
             out.append(f"{self.origin['video']}: {bad}")

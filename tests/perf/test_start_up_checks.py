@@ -147,6 +147,7 @@ def _unreadable(folder: Path) -> dict[str, tuple[dict[str, str], str]]:
     labels = json.loads((folder / "clip.json").read_text())
     labels["annotations"][0]["area"] = "big"
     (folder / "area.json").write_text(json.dumps(labels), encoding="utf-8")
+    (folder / "empty.engine").write_bytes(b"")
     for name in ("fifo.names", "fifo.json"):
         if not (folder / name).exists():
             os.mkfifo(folder / name)
@@ -166,20 +167,23 @@ def _unreadable(folder: Path) -> dict[str, tuple[dict[str, str], str]]:
         "ground-truth-fifo": ({"video": "clip.mp4", "ground_truth": "fifo.json"}, (
             f"--perf-ground-truth: cannot open '{folder / 'fifo.json'}': it is a FIFO (named pipe), not a regular "
             "file")),
+        "engine-empty": ({"cfg": "c3.cfg", "engine": "empty.engine"}, (
+            f"--perf-engine: cannot read TensorRT engine '{folder / 'empty.engine'}': the file is empty (0 bytes)")),
         "video-folder": ({"video": "."},
                          f"--perf-video: cannot open '{folder}': it is a directory, not a regular file"),
     }
 
 
 @pytest.mark.parametrize("case", ["names-not-utf8", "video-symlink-loop", "cfg-symlink-loop",
-                                  "ground-truth-area-not-a-number", "names-fifo", "ground-truth-fifo", "video-folder"])
+                                  "ground-truth-area-not-a-number", "names-fifo", "ground-truth-fifo", "video-folder",
+                                  "engine-empty"])
 def test_a_file_that_cannot_be_read_is_one_exact_start_up_problem(files: Path, case: str) -> None:
     settings, line = _unreadable(files)[case]
     assert _subject(files, **settings).problems() == [line]
 
 
 @pytest.mark.parametrize("case", ["names-not-utf8", "video-symlink-loop", "cfg-symlink-loop", "cache-dir-symlink-loop",
-                                  "names-fifo"])
+                                  "names-fifo", "engine-empty"])
 def test_a_file_that_cannot_be_read_stops_collection_in_one_line_with_exit_status_4(files: Path, case: str) -> None:
     unreadable = _unreadable(files)
     if case == "cache-dir-symlink-loop":
