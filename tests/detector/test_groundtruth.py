@@ -58,6 +58,12 @@ def test_optional_fields_are_filled_and_legal_edge_values_accepted(tmp_path: Pat
     assert [(a["id"], a["area"], a["iscrowd"]) for a in anns] == [(7, 30.5 * 40, 0), (2, 0.0, 0), (99, 8, 1)]
 
 
+def test_ground_truth_saved_with_a_utf8_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "gt.json"
+    path.write_text(json.dumps(_gt()), encoding="utf-8-sig")  # as PowerShell 5's Out-File -Encoding utf8 saves it
+    assert load_ground_truth(path)["annotations"][0]["bbox"] == BOX["bbox"]
+
+
 # -- bad annotations: the first one, by index (and id) and field --------------------------------------------------
 
 
