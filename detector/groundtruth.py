@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from detector.errors import DetectorError
-from detector.fileio import parse_json, read_text
+from detector.fileio import os_reason, parse_json, read_text
 
 __all__ = ["MAX_AREA", "check_categories", "check_labels", "load_ground_truth"]
 
@@ -40,9 +40,9 @@ def load_ground_truth(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     try:
         text = read_text(path)  # a FIFO would block, /dev/zero never end: refused unread
-    except FileNotFoundError as e:
-        raise DetectorError(f"cannot read ground truth '{path}': no such file") from e
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
+        raise DetectorError(f"cannot read ground truth '{path}': {os_reason(e)}") from e
+    except UnicodeDecodeError as e:
         raise DetectorError(f"cannot read ground truth '{path}': {e}") from e
     try:
         data = parse_json(text)

@@ -171,6 +171,12 @@ def test_ground_truth_that_is_no_regular_file_is_refused_unread(tmp_path: Path, 
     assert _error(path) == f"cannot read ground truth '{path}': it is {what}, not a regular file"
 
 
+def test_ground_truth_behind_a_symbolic_link_loop_is_one_line_in_the_os_words(tmp_path: Path) -> None:
+    path = tmp_path / "gt.json"
+    path.symlink_to(path)  # "[Errno 40] Too many levels of symbolic links: 'gt.json'" named the file twice
+    assert _error(path) == f"cannot read ground truth '{path}': Too many levels of symbolic links"
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from(["images", "categories"]),
        st.one_of(st.integers(2**63, 10**30), st.integers(-(10**30), -(2**63) - 1)))
