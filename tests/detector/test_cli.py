@@ -418,3 +418,12 @@ def test_export_onnx_shows_no_cache_option_it_would_not_use(capsys: pytest.Captu
     with pytest.raises(SystemExit):
         main(["export-onnx", "--help"])
     assert "--cache-dir" not in capsys.readouterr().out
+
+
+def test_check_cache_of_a_symbolic_link_loop_names_the_loop_not_a_missing_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    loop = tmp_path / "cache"
+    loop.symlink_to(loop)
+    assert main(["check-cache", "--cache-dir", str(loop)]) == 2
+    assert capsys.readouterr().err.strip() == (f"detector: error: cannot check cache '{loop}': a symbolic link loop "
+                                               "(too many levels of symbolic links)")
