@@ -373,7 +373,7 @@ def _conv_of_wrong_channels(path: Path) -> Path:
     return path
 
 
-def test_a_model_onnx_runtime_refuses_is_our_one_line_without_its_own_log(
+def test_a_model_onnx_runtime_refuses_is_our_one_line_naming_the_file_without_its_own_log(
     short_video: Path, tmp_path: Path, cache: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     model = _conv_of_wrong_channels(tmp_path / "wrong.onnx")
@@ -381,7 +381,8 @@ def test_a_model_onnx_runtime_refuses_is_our_one_line_without_its_own_log(
                  str(tmp_path / "out"), "--device", "cpu", "--cache-dir", cache, "--no-video"]) == 2  # fmt: skip
     err = capfd.readouterr().err.strip().splitlines()  # file descriptor 2: ONNX Runtime logs from C++
     assert len(err) == 1, err
-    assert err[0].startswith("detector: error: runner 'onnxruntime': inference failed: [ONNXRuntimeError]")
+    assert err[0].startswith(f"detector: error: runner 'onnxruntime': ONNX model '{model}' failed on a [1, 3, 416, "
+                             "416] input: [ONNXRuntimeError]")
 
 
 def test_eval_names_the_weights_it_scored_and_the_device_it_ran_on(
