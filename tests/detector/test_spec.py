@@ -232,15 +232,15 @@ def test_an_onnx_file_alone_must_take_rgb_of_a_size_and_classes_a_cfg_may_have(
     from detector.errors import ModelFileError
 
     dims = {"channels": 3, "height": 16, "width": 16, "classes": 2}
-    dims[bad] = {"channels": small + 3 if small != 0 else 4, "classes": MAX_FILTERS + big}.get(
-        bad, small if small < 1 else MAX_INPUT_SIDE + big)
+    dims[bad] = {"channels": small + 3 if small != 0 else 4, "classes": MAX_FILTERS + big if small else 0}.get(
+        bad, small if small < 1 else MAX_INPUT_SIDE + big)  # classes: none (a [B,N,4] output), or too many
     path = _expanding_onnx(tmp_path_factory.mktemp("onnx") / "m.onnx", dims["channels"], dims["height"],
                            dims["width"], 4 + dims["classes"])
     with pytest.raises(ModelFileError) as err:
         ModelSpec(None, onnx=path).input_size  # noqa: B018
     assert str(err.value).startswith(f"ONNX model '{path}': input [None, {dims['channels']}, {dims['height']}, "
                                      f"{dims['width']}] / output [None, "), err.value
-    assert str(err.value).endswith(f"this package runs [B,3,H,W] input with H and W 1..{MAX_INPUT_SIDE} and up to "
+    assert str(err.value).endswith(f"this package runs [B,3,H,W] input with H and W 1..{MAX_INPUT_SIDE} and 1 to "
                                    f"{MAX_FILTERS} classes; give the Darknet cfg as well"), err.value
 
 
