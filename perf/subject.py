@@ -82,6 +82,9 @@ class Subject:
                for name in PATHS if (path := getattr(self, name)) is not None and (why := _not_a_file(path))]
         if self.weights is not None and self.cfg is None:
             out.append(f"{self.origin['weights']}: weights need the Darknet cfg they belong to: give --perf-cfg")
+        if self.ground_truth is not None and self.video is None:  # the synthetic video's own labels were scored
+            out.append(f"{self.origin['ground_truth']}: a ground truth labels the video it belongs to: give "
+                       "--perf-video")
         if self.engine is not None and self.cfg is None and self.onnx is None:
             out.append(f"{self.origin['engine']}: a prebuilt engine needs the model it was built from (its "
                        "input size and classes, and the reference): give --perf-cfg or --perf-onnx")

@@ -125,6 +125,15 @@ def test_every_model_and_video_file_is_checked_at_start_up_in_one_line(files: Pa
     assert re.match(message, problems[0]), problems[0]
 
 
+def test_a_ground_truth_without_its_video_is_refused_not_ignored(files: Path) -> None:
+    assert _subject(files, ground_truth="clip.json").problems() == [
+        "--perf-ground-truth: a ground truth labels the video it belongs to: give --perf-video"]
+    result = _pytest_perf(files, "-o", f"perf_ground_truth={files / 'clip.json'}", "--collect-only", "-q")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        "ERROR: perf_ground_truth (ini): a ground truth labels the video it belongs to: give --perf-video"]
+
+
 def test_ground_truth_categories_unlike_the_class_names_are_one_warning_naming_both(files: Path) -> None:
     result = _pytest_perf(files, "--perf-cfg=c3.cfg", "--perf-video=clip.mp4", "--collect-only", "-q")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
