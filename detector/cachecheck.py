@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from detector.errors import DetectorError
+from detector.fileio import symlink_loop
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,8 @@ def check_cache(cache_dir: str | os.PathLike[str]) -> CacheReport:
 
     root = Path(cache_dir)
     if not root.is_dir():
-        problem = "no such folder" if not root.exists() else "not a folder"
+        problem = ("a symbolic link loop (too many levels of symbolic links)" if symlink_loop(root) else
+                   "no such folder" if not root.exists() else "not a folder")
         raise DetectorError(f"cannot check cache '{root}': {problem}")
     report = CacheReport()
     report.leftovers = sorted(p for p in root.rglob(".*") if p.is_file() and _is_temporary(p))

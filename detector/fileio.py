@@ -51,7 +51,8 @@ def file_kind(st: os.stat_result) -> str | None:
 def read_text(path: str | os.PathLike[str]) -> str:
     """The UTF-8 text of regular file ``path``; anything else (:func:`file_kind`) is an OSError saying what it is
     (``it is a FIFO (named pipe), not a regular file``): opened without blocking and refused before it is read,
-    since a FIFO would block the read until someone wrote to it and /dev/zero would never end."""
+    since a FIFO would block the read until someone wrote to it and /dev/zero would never end. A UTF-8 byte-order
+    mark (what some Windows tools write first) is not part of the text."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:  # before open(): on a folder it would raise naming the descriptor ("Is a directory: 9")
         if (kind := file_kind(os.fstat(fd))) is not None:
@@ -59,7 +60,7 @@ def read_text(path: str | os.PathLike[str]) -> str:
     except BaseException:
         os.close(fd)
         raise
-    with open(fd, encoding="utf-8") as fh:
+    with open(fd, encoding="utf-8-sig") as fh:
         return fh.read()
 
 

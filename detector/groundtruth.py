@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from detector.errors import DetectorError
-from detector.fileio import parse_json, read_text
+from detector.fileio import os_reason, parse_json, read_text
 
 __all__ = ["MAX_AREA", "check_categories", "check_labels", "load_ground_truth"]
 
@@ -40,9 +40,9 @@ def load_ground_truth(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     try:
         text = read_text(path)  # a FIFO would block, /dev/zero never end: refused unread
-    except FileNotFoundError as e:
-        raise DetectorError(f"cannot read ground truth '{path}': no such file") from e
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
+        raise DetectorError(f"cannot read ground truth '{path}': {os_reason(e)}") from e
+    except UnicodeDecodeError as e:
         raise DetectorError(f"cannot read ground truth '{path}': {e}") from e
     try:
         data = parse_json(text)
@@ -162,7 +162,8 @@ def check_labels(data: dict[str, Any], path: str | os.PathLike[str], video: str 
     """The image ids of ``data`` (from :func:`load_ground_truth`) that label the first ``frames`` frames (None:
     all) of ``video``; DetectorError (naming ``path``) unless they are frames (id = frame index + 1) the video has
     (counted by decoding, not from the container's count), of its frame size where an image gives one, with at
-    least one box to score (a non-crowd annotation): otherwise the mAP is over nothing or silently lowered."""
+    least one box to score (a non-crowd annotation) and no box wholly outside the frames: otherwise the mAP is over
+    nothing or silently lowered."""
     from detector.video import open_video
 
     image_ids = {int(img["id"]) for img in data["images"]}
@@ -178,12 +179,19 @@ def check_labels(data: dict[str, Any], path: str | os.PathLike[str], video: str 
         raise DetectorError(f"ground truth '{path}' has no box (non-crowd annotation) in the {len(scored)} images "
                             "scored, so there is nothing to score")
     with open_video(video) as reader:
+        width, height = reader.width, reader.height
         for img in data["images"]:
-            size = (img.get("width"), img.get("height"))
-            if img["id"] in scored and all(map(_is_int, size)) and size != (reader.width, reader.height):
-                raise DetectorError(f"ground truth '{path}': image {img['id']} is {size[0]}x{size[1]} but the frames "
-                                    f"of '{video}' are {reader.width}x{reader.height}; its boxes are in another "
-                                    "frame size")
+            size = (img.get("width", width), img.get("height", height))  # a number, or the frames' size unsaid
+            if img["id"] in scored and size != (width, height):
+                shown = "x".join(map(reprlib.repr, size))
+                raise DetectorError(f"ground truth '{path}': image {img['id']} is {shown} but the frames of '{video}' "
+                                    f"are {width}x{height}; its boxes are in another frame size")
+        for i, ann in enumerate(data["annotations"]):
+            x, y, w, h = ann["bbox"]
+            if ann["image_id"] in scored and not (x <= width and y <= height and x + w >= 0 and y + h >= 0):
+                raise DetectorError(f"ground truth '{path}': annotation {i} (id {ann['id']}): bbox "
+                                    f"{reprlib.repr(ann['bbox'])} lies wholly outside the {width}x{height} frames "
+                                    f"of '{video}'; no detection can match it")
         last = max(scored)
         read = sum(1 for _ in zip(range(last), reader))  # decoded up to the last labelled frame
     if read < last:

@@ -5,6 +5,7 @@ its default model before torch loads."""
 from __future__ import annotations
 
 import codecs
+import unicodedata
 from pathlib import Path
 
 from detector.errors import CfgError
@@ -26,7 +27,8 @@ def read_names(path: Path) -> list[str]:
     some Windows editors write first) is not part of the first name.
 
     Raises:
-        CfgError: (one line naming the file) missing, unreadable, not UTF-8 text, or a name on two lines.
+        CfgError: (one line naming the file) missing, unreadable, not UTF-8 text, a control character (NUL, an
+            escape sequence) in a name, or a name on two lines.
     """
     try:
         data = path.read_bytes()
@@ -40,7 +42,11 @@ def read_names(path: Path) -> list[str]:
                        "as UTF-8") from e
     lines: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
-        if (name := line.strip()) and lines.setdefault(name, number) != number:
+        name = line.strip()
+        if control := next((c for c in name if unicodedata.category(c) == "Cc"), None):
+            raise CfgError(f"class names '{path}': line {number} holds the control character {control!r}; a class "
+                           "name is printable text (it is drawn on frames, printed and stored)")
+        if name and lines.setdefault(name, number) != number:
             raise CfgError(f"class names '{path}': {name!r} is on lines {lines[name]} and {number}; "
                            "each class needs its own name (scores are reported by name)")
     return list(lines)

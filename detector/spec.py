@@ -168,12 +168,13 @@ class ModelSpec:
             return [d.dim_value if d.HasField("dim_value") else None for d in shape]
 
         inp, out = dims(value), dims(graph.output[0])
-        if len(inp) != 4 or None in inp[2:] or len(out) != 3 or out[2] is None or out[2] < 5:
+        if len(inp) != 4 or None in inp[2:] or len(out) != 3 or out[2] is None:
             raise ModelFileError(f"ONNX model '{self.onnx}': input {inp} / output {out}: the input size and classes "
                                  "must be static ([B,3,H,W] -> [B,N,4+C]); give the Darknet cfg as well")
-        if inp[1] not in (None, 3) or not all(1 <= v <= MAX_INPUT_SIDE for v in inp[2:]) or out[2] - 4 > MAX_FILTERS:
+        sides_ok = all(1 <= v <= MAX_INPUT_SIDE for v in inp[2:])
+        if inp[1] not in (None, 3) or not sides_ok or not 1 <= out[2] - 4 <= MAX_FILTERS:  # [B,N,4]: no class
             raise ModelFileError(f"ONNX model '{self.onnx}': input {inp} / output {out}: this package runs [B,3,H,W] "
-                                 f"input with H and W 1..{MAX_INPUT_SIDE} and up to {MAX_FILTERS} classes; give the "
+                                 f"input with H and W 1..{MAX_INPUT_SIDE} and 1 to {MAX_FILTERS} classes; give the "
                                  "Darknet cfg as well")
         return (int(inp[2]), int(inp[3])), int(out[2]) - 4  # type: ignore[arg-type]
 

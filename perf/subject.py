@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from detector.argtypes import fraction
 from detector.devices import PRECISIONS
 from detector.errors import DetectorError, one_line
-from detector.fileio import file_digest, os_reason, resolved, symlink_loop
+from detector.fileio import file_digest, file_kind, os_reason, resolved, symlink_loop
 from detector.groundtruth import check_categories, check_labels, load_ground_truth
 from detector.spec import ModelSpec
 from detector.video import open_video
@@ -82,6 +82,9 @@ class Subject:
                for name in PATHS if (path := getattr(self, name)) is not None and (why := _not_a_file(path))]
         if self.weights is not None and self.cfg is None:
             out.append(f"{self.origin['weights']}: weights need the Darknet cfg they belong to: give --perf-cfg")
+        if self.ground_truth is not None and self.video is None:  # the synthetic video's own labels were scored
+            out.append(f"{self.origin['ground_truth']}: a ground truth labels the video it belongs to: give "
+                       "--perf-video")
         if self.engine is not None and self.cfg is None and self.onnx is None:
             out.append(f"{self.origin['engine']}: a prebuilt engine needs the model it was built from (its "
                        "input size and classes, and the reference): give --perf-cfg or --perf-onnx")
@@ -99,6 +102,9 @@ class Subject:
             (self.names and "names", lambda: spec.names), (self.cfg and self.onnx and "onnx", spec.onnx_path)]
         # the first failure of the model's chain
         out = next(([f"{self.origin[key]}: {error}"] for key, check in steps if key and (error := _error(check))), [])
+        if self.engine is not None and self.engine.stat().st_size == 0:  # else only TensorRT says so, test by test
+            out.append(f"{self.origin['engine']}: cannot read TensorRT engine '{self.engine}': the file is empty "
+                       "(0 bytes)")
         video = self._user_video
         if bad := video is not None and _error(lambda: open_video(video.path).close()):
             out.append(f"{self.origin['video']}: {bad}")
@@ -230,15 +236,12 @@ def subject_differences(saved: Mapping[str, Any] | None, current: Mapping[str, A
 
 
 def _not_a_file(path: Path) -> str | None:
-    """Why ``path`` cannot be opened as a regular file; None when it is one."""
+    """Why ``path`` cannot be opened as a regular file (a FIFO would block its reader); None when it is one."""
     try:
-        if path.is_file():
-            return None
-        if path.is_dir():
-            return "is a directory"
-    except OSError as e:  # a folder on the way that cannot be searched
-        return os_reason(e)
-    return "a symbolic link loop (too many levels of symbolic links)" if symlink_loop(path) else "no such file"
+        kind = file_kind(path.stat())
+    except OSError as e:  # missing, a folder on the way that cannot be searched, a link loop
+        return "a symbolic link loop (too many levels of symbolic links)" if symlink_loop(path) else os_reason(e)
+    return None if kind is None else f"it is {kind}, not a regular file"
 
 
 def _digest(path: Path | None) -> str | None:

@@ -128,7 +128,8 @@ class OnnxRuntimeRunner(Runner):
         try:
             out = self._session.run([self._output_name], {self._input_name: x.numpy()})[0]
         except Exception as e:  # onnxruntime's own exception types
-            raise BackendError(f"runner 'onnxruntime': inference failed: {str(e).strip()[:300]}") from e
+            raise BackendError(f"runner 'onnxruntime': ONNX model '{self.model_path}' failed on a {list(x.shape)} "
+                               f"input: {' '.join(str(e).split())[:300]}") from e
         if self._columns and (out.ndim != 3 or out.shape[0] != x.shape[0] or out.shape[2] != self._columns):
             raise ModelFileError(f"ONNX model '{self.model_path}' outputs {list(out.shape)} for a batch of "
                                  f"{x.shape[0]}; the model has {self._columns - 4} classes, so [{x.shape[0]}, N, "

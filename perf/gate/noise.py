@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from detector.fileio import atomic_write_text, parse_json, read_text
+from detector.fileio import atomic_write_text, os_reason, parse_json, read_text
 from perf.gate.history import record_median
 from perf.gate.judge import MIN_REFERENCE
 from perf.gate.stats import log_median_se
@@ -220,7 +220,7 @@ def load_profile(path: str | os.PathLike[str]) -> NoiseProfile:
     except FileNotFoundError as e:
         raise NoiseProfileError(f"'{path}': no such file") from e
     except (OSError, UnicodeDecodeError) as e:
-        raise NoiseProfileError(f"'{path}': cannot read: {e}") from e
+        raise NoiseProfileError(f"'{path}': cannot read: {os_reason(e) if isinstance(e, OSError) else e}") from e
     return NoiseProfile.from_json(text, path)  # outside the try: only reading the file is "cannot read"
 
 

@@ -373,7 +373,7 @@ def _conv_of_wrong_channels(path: Path) -> Path:
     return path
 
 
-def test_a_model_onnx_runtime_refuses_is_our_one_line_without_its_own_log(
+def test_a_model_onnx_runtime_refuses_is_our_one_line_naming_the_file_without_its_own_log(
     short_video: Path, tmp_path: Path, cache: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     model = _conv_of_wrong_channels(tmp_path / "wrong.onnx")
@@ -381,7 +381,8 @@ def test_a_model_onnx_runtime_refuses_is_our_one_line_without_its_own_log(
                  str(tmp_path / "out"), "--device", "cpu", "--cache-dir", cache, "--no-video"]) == 2  # fmt: skip
     err = capfd.readouterr().err.strip().splitlines()  # file descriptor 2: ONNX Runtime logs from C++
     assert len(err) == 1, err
-    assert err[0].startswith("detector: error: runner 'onnxruntime': inference failed: [ONNXRuntimeError]")
+    assert err[0].startswith(f"detector: error: runner 'onnxruntime': ONNX model '{model}' failed on a [1, 3, 416, "
+                             "416] input: [ONNXRuntimeError]")
 
 
 def test_eval_names_the_weights_it_scored_and_the_device_it_ran_on(
@@ -418,3 +419,12 @@ def test_export_onnx_shows_no_cache_option_it_would_not_use(capsys: pytest.Captu
     with pytest.raises(SystemExit):
         main(["export-onnx", "--help"])
     assert "--cache-dir" not in capsys.readouterr().out
+
+
+def test_check_cache_of_a_symbolic_link_loop_names_the_loop_not_a_missing_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    loop = tmp_path / "cache"
+    loop.symlink_to(loop)
+    assert main(["check-cache", "--cache-dir", str(loop)]) == 2
+    assert capsys.readouterr().err.strip() == (f"detector: error: cannot check cache '{loop}': a symbolic link loop "
+                                               "(too many levels of symbolic links)")

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detector.errors import DetectorError
-from detector.groundtruth import load_ground_truth
+from detector.groundtruth import check_labels, load_ground_truth
 from detector.synthetic import make_synthetic_video
 
 CATEGORIES = [{"id": 1, "name": "person"}, {"id": 2, "name": "vehicle"}]
@@ -56,6 +56,12 @@ def test_optional_fields_are_filled_and_legal_edge_values_accepted(tmp_path: Pat
                                  "id": 99, "segmentation": [], "track_id": "a"}))  # fmt: skip
     anns = load_ground_truth(path)["annotations"]
     assert [(a["id"], a["area"], a["iscrowd"]) for a in anns] == [(7, 30.5 * 40, 0), (2, 0.0, 0), (99, 8, 1)]
+
+
+def test_ground_truth_saved_with_a_utf8_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "gt.json"
+    path.write_text(json.dumps(_gt()), encoding="utf-8-sig")  # as PowerShell 5's Out-File -Encoding utf8 saves it
+    assert load_ground_truth(path)["annotations"][0]["bbox"] == BOX["bbox"]
 
 
 # -- bad annotations: the first one, by index (and id) and field --------------------------------------------------
@@ -165,6 +171,12 @@ def test_ground_truth_that_is_no_regular_file_is_refused_unread(tmp_path: Path, 
     assert _error(path) == f"cannot read ground truth '{path}': it is {what}, not a regular file"
 
 
+def test_ground_truth_behind_a_symbolic_link_loop_is_one_line_in_the_os_words(tmp_path: Path) -> None:
+    path = tmp_path / "gt.json"
+    path.symlink_to(path)  # "[Errno 40] Too many levels of symbolic links: 'gt.json'" named the file twice
+    assert _error(path) == f"cannot read ground truth '{path}': Too many levels of symbolic links"
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from(["images", "categories"]),
        st.one_of(st.integers(2**63, 10**30), st.integers(-(10**30), -(2**63) - 1)))
@@ -219,3 +231,44 @@ def test_filled_annotation_ids_never_take_an_id_another_annotation_has(tmp_path:
                                      {**box, "id": 4}]}  # fmt: skip
     ids = [a["id"] for a in load_ground_truth(_write(tmp_path, data))["annotations"]]
     assert ids == [1, 7, 2, 8, 5, 4]  # position + 1 where no annotation has it, else past the largest id
+
+
+# -- labels checked against the video: boxes no detection can match, sizes that are no number ----------------------
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real 64x64, 3-frame video."""
+    return make_synthetic_video(tmp_path_factory.mktemp("clip") / "clip.mp4", seed=1, width=64, height=64,
+                                frames=3).video
+
+
+def _labels_error(tmp_path: Path, clip: Path, data: dict[str, Any]) -> str:
+    path = _write(tmp_path, data)
+    with pytest.raises(DetectorError) as err:
+        check_labels(load_ground_truth(path), path, clip)
+    return str(err.value).replace(str(path), "gt.json").replace(str(clip), "clip.mp4")
+
+
+@pytest.mark.parametrize("bbox", [[1e300, 1e300, 50, 50], [64.5, 10, 5, 5], [-20, 10, 19.5, 5], [10, -1e6, 5, 1e3]])
+def test_a_box_wholly_outside_the_frames_is_refused_naming_it(tmp_path: Path, clip: Path, bbox: list[float]) -> None:
+    message = _labels_error(tmp_path, clip, _gt({**BOX, "id": 9, "bbox": bbox}))
+    assert message == (f"ground truth 'gt.json': annotation 1 (id 9): bbox {bbox!r} lies wholly outside the 64x64 "
+                       "frames of 'clip.mp4'; no detection can match it")
+
+
+def test_boxes_that_overlap_or_touch_the_frames_are_scored(tmp_path: Path, clip: Path) -> None:
+    edges = [[-5, -5, 10, 10], [60, 60, 100, 100], [64, 0, 3, 3], [-3, 0, 3, 3], [0, 0, 1e4, 1e4]]
+    data = _gt(*({**BOX, "id": 9 + i, "bbox": b} for i, b in enumerate(edges)))
+    data["images"][1]["width"] = 64.0  # the frames' width, written as a float
+    path = _write(tmp_path, data)
+    assert check_labels(load_ground_truth(path), path, clip) == {1, 2}
+
+
+@pytest.mark.parametrize(("width", "shown"), [("64", "'64'x64"), (None, "Nonex64"), (32.0, "32.0x64")])
+def test_an_image_size_that_is_no_integer_is_checked_not_skipped(tmp_path: Path, clip: Path, width: object,
+                                                                shown: str) -> None:
+    data = _gt()
+    data["images"][0]["width"] = width
+    assert _labels_error(tmp_path, clip, data) == (f"ground truth 'gt.json': image 1 is {shown} but the frames of "
+                                                   "'clip.mp4' are 64x64; its boxes are in another frame size")

@@ -170,6 +170,23 @@ def test_a_utf8_byte_order_mark_is_not_part_of_the_first_name(tmp_path: Path, pa
                               "save it as UTF-8")
 
 
+@pytest.mark.parametrize(("text", "line", "control"), [(b"person\x00\nvehicle\n", 1, "\\x00"),
+                                                    (b"person\nve\x1b[31mhicle\n", 2, "\\x1b"),
+                                                    (b"person\nvehicle\x7f\n", 2, "\\x7f")])
+def test_a_control_character_in_a_class_name_is_one_error_naming_its_line(tmp_path: Path, text: bytes, line: int,
+                                                                          control: str) -> None:
+    from detector.shipped import read_names
+
+    (tmp_path / "bad.names").write_bytes(text)
+    with pytest.raises(CfgError) as err:  # a NUL went into the report, the saved run and the store
+        read_names(tmp_path / "bad.names")
+    assert str(err.value) == (f"class names '{tmp_path / 'bad.names'}': line {line} holds the control character "
+                              f"'{control}'; a class name is printable text (it is drawn on frames, printed and "
+                              "stored)")
+    (tmp_path / "ok.names").write_bytes(b"\tperson\r\nvehicle \r\n\n")  # tabs, CRLF and blank lines stay fine
+    assert read_names(tmp_path / "ok.names") == ["person", "vehicle"]
+
+
 def test_an_onnx_file_alone_gives_input_size_and_classes_and_no_torch_model(
     tmp_path: Path, packaged_cfg: CfgWriter
 ) -> None:
@@ -215,15 +232,15 @@ def test_an_onnx_file_alone_must_take_rgb_of_a_size_and_classes_a_cfg_may_have(
     from detector.errors import ModelFileError
 
     dims = {"channels": 3, "height": 16, "width": 16, "classes": 2}
-    dims[bad] = {"channels": small + 3 if small != 0 else 4, "classes": MAX_FILTERS + big}.get(
-        bad, small if small < 1 else MAX_INPUT_SIDE + big)
+    dims[bad] = {"channels": small + 3 if small != 0 else 4, "classes": MAX_FILTERS + big if small else 0}.get(
+        bad, small if small < 1 else MAX_INPUT_SIDE + big)  # classes: none (a [B,N,4] output), or too many
     path = _expanding_onnx(tmp_path_factory.mktemp("onnx") / "m.onnx", dims["channels"], dims["height"],
                            dims["width"], 4 + dims["classes"])
     with pytest.raises(ModelFileError) as err:
         ModelSpec(None, onnx=path).input_size  # noqa: B018
     assert str(err.value).startswith(f"ONNX model '{path}': input [None, {dims['channels']}, {dims['height']}, "
                                      f"{dims['width']}] / output [None, "), err.value
-    assert str(err.value).endswith(f"this package runs [B,3,H,W] input with H and W 1..{MAX_INPUT_SIDE} and up to "
+    assert str(err.value).endswith(f"this package runs [B,3,H,W] input with H and W 1..{MAX_INPUT_SIDE} and 1 to "
                                    f"{MAX_FILTERS} classes; give the Darknet cfg as well"), err.value
 
 

@@ -95,6 +95,14 @@ def test_a_bad_profile_is_one_error_naming_the_file(tmp_path: Path, content: str
         load_profile(tmp_path / "missing.json")
 
 
+def test_a_profile_behind_a_symbolic_link_loop_is_one_error_naming_the_file_once(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    path.symlink_to(path)  # "cannot read: [Errno 40] Too many levels of symbolic links: '.../p.json'"
+    with pytest.raises(NoiseProfileError) as err:
+        load_profile(path)
+    assert str(err.value) == f"'{path}': cannot read: Too many levels of symbolic links"
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.floats(0.001, 0.5), min_size=2, max_size=12))
 def test_upper_limit_covers_every_value_seen(values: list[float]) -> None:

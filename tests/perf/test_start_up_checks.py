@@ -125,6 +125,15 @@ def test_every_model_and_video_file_is_checked_at_start_up_in_one_line(files: Pa
     assert re.match(message, problems[0]), problems[0]
 
 
+def test_a_ground_truth_without_its_video_is_refused_not_ignored(files: Path) -> None:
+    assert _subject(files, ground_truth="clip.json").problems() == [
+        "--perf-ground-truth: a ground truth labels the video it belongs to: give --perf-video"]
+    result = _pytest_perf(files, "-o", f"perf_ground_truth={files / 'clip.json'}", "--collect-only", "-q")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        "ERROR: perf_ground_truth (ini): a ground truth labels the video it belongs to: give --perf-video"]
+
+
 def test_ground_truth_categories_unlike_the_class_names_are_one_warning_naming_both(files: Path) -> None:
     result = _pytest_perf(files, "--perf-cfg=c3.cfg", "--perf-video=clip.mp4", "--collect-only", "-q")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -147,6 +156,10 @@ def _unreadable(folder: Path) -> dict[str, tuple[dict[str, str], str]]:
     labels = json.loads((folder / "clip.json").read_text())
     labels["annotations"][0]["area"] = "big"
     (folder / "area.json").write_text(json.dumps(labels), encoding="utf-8")
+    (folder / "empty.engine").write_bytes(b"")
+    for name in ("fifo.names", "fifo.json"):
+        if not (folder / name).exists():
+            os.mkfifo(folder / name)
     loop = "a symbolic link loop (too many levels of symbolic links)"
     first = labels["annotations"][0]["id"]
     return {
@@ -158,17 +171,28 @@ def _unreadable(folder: Path) -> dict[str, tuple[dict[str, str], str]]:
         "ground-truth-area-not-a-number": ({"video": "clip.mp4", "ground_truth": "area.json"}, (
             f"--perf-ground-truth: ground truth '{folder / 'area.json'}': annotation 0 (id {first}): area 'big': "
             "expected a finite number")),
+        "names-fifo": ({"cfg": "c3.cfg", "names": "fifo.names"}, (
+            f"--perf-names: cannot open '{folder / 'fifo.names'}': it is a FIFO (named pipe), not a regular file")),
+        "ground-truth-fifo": ({"video": "clip.mp4", "ground_truth": "fifo.json"}, (
+            f"--perf-ground-truth: cannot open '{folder / 'fifo.json'}': it is a FIFO (named pipe), not a regular "
+            "file")),
+        "engine-empty": ({"cfg": "c3.cfg", "engine": "empty.engine"}, (
+            f"--perf-engine: cannot read TensorRT engine '{folder / 'empty.engine'}': the file is empty (0 bytes)")),
+        "video-folder": ({"video": "."},
+                         f"--perf-video: cannot open '{folder}': it is a directory, not a regular file"),
     }
 
 
 @pytest.mark.parametrize("case", ["names-not-utf8", "video-symlink-loop", "cfg-symlink-loop",
-                                  "ground-truth-area-not-a-number"])
+                                  "ground-truth-area-not-a-number", "names-fifo", "ground-truth-fifo", "video-folder",
+                                  "engine-empty"])
 def test_a_file_that_cannot_be_read_is_one_exact_start_up_problem(files: Path, case: str) -> None:
     settings, line = _unreadable(files)[case]
     assert _subject(files, **settings).problems() == [line]
 
 
-@pytest.mark.parametrize("case", ["names-not-utf8", "video-symlink-loop", "cfg-symlink-loop", "cache-dir-symlink-loop"])
+@pytest.mark.parametrize("case", ["names-not-utf8", "video-symlink-loop", "cfg-symlink-loop", "cache-dir-symlink-loop",
+                                  "names-fifo", "engine-empty"])
 def test_a_file_that_cannot_be_read_stops_collection_in_one_line_with_exit_status_4(files: Path, case: str) -> None:
     unreadable = _unreadable(files)
     if case == "cache-dir-symlink-loop":
