@@ -4,6 +4,7 @@ cfg at 128x128), the video loops' trained model, clip and CPU runner, and the se
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,12 @@ from detector.spec import ModelSpec
 
 if TYPE_CHECKING:
     from detector.backends.base import Runner
+
+# A run started in the background of a non-interactive shell (``bash .ci/run &``) ignores SIGINT, and an ignored signal
+# stays ignored across exec: the interrupt tests' children could not be interrupted (their Ctrl-C cases timed out).
+# A handler is reset to the default on exec, so every child a test starts takes Ctrl-C as a user's run does.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 SPEC_SIZE = 128  # the packaged cfg at 128x128: same layers, ~10x less compute than 416
 #: The video loops' model input: small, so the CPU runs the 12-frame clip in a fraction of a second.
