@@ -398,7 +398,6 @@ def test_detect_with_an_unsupported_key_is_one_line_exit_2(tmp_path: Path, clip:
     assert f"{cfg}:" in err[0]
 
 
-
 # ------------------------------------------------------------------------------- values as Darknet's parser reads them
 @pytest.mark.parametrize(("old", "new", "marker", "problem"), [
     # AlexeyAB's read_cfg has no comments after a value: it strips every blank and hands the rest to get_activation
