@@ -164,7 +164,9 @@ def _decide(d: float, se: float, df: float, level: float, floor: float, m: int,
         raise ValueError(f"floor {floor!r}: expected a fraction >= 0, e.g. 0.02")
     crit = _quantile(level, df)
     lo, hi = _exp(d - crit * se), _exp(d + _quantile(faster_level or level, df) * se)
-    detectable, ratio = max(floor, math.expm1(min((crit + float(norm.ppf(POWER))) * se, 700.0))), _exp(d)
+    # "slower" needs both d > crit * se and d > log(1 + floor): power is reached beyond the larger of the two
+    detectable = math.expm1(min(max(crit * se, math.log1p(floor)) + float(norm.ppf(POWER)) * se, 700.0))
+    ratio = _exp(d)
     return Judgement(ratio, lo, hi, verdict_of(ratio, lo, hi, floor), detectable, floor, m)
 
 

@@ -36,6 +36,17 @@ def test_a_slowdown_of_the_detectable_size_is_caught_about_nine_times_in_ten() -
     assert 0.85 <= caught / 2000 <= 0.97
 
 
+@pytest.mark.parametrize("sd", [0.001, 0.005])
+def test_a_slowdown_of_the_detectable_size_is_caught_nine_times_in_ten_where_the_floor_binds(sd: float) -> None:
+    # a calm reference: the interval alone would catch ~2.3%, so the floor's ratio test decides the power
+    rng = np.random.default_rng(3)
+    ref = reference(_processes(rng, 20, sd))
+    detectable = judge(ref, [ref.median_s], 0.05).detectable
+    caught = sum(judge(ref, _processes(rng, 1, sd, ref.median_s * (1 + detectable)), 0.05).verdict == SLOWER
+                 for _ in range(2000))  # fmt: skip
+    assert detectable > 0.02 and 0.85 <= caught / 2000 <= 0.97
+
+
 def test_the_floor_keeps_a_significant_but_small_change_no_change() -> None:
     ref = reference([1e-3 * (1 + 0.0005 * k) for k in range(-3, 4)])
     assert judge(ref, [1.015e-3], 0.01, floor=0.02).verdict == NO_CHANGE
