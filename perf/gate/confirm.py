@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -85,6 +84,7 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
     (confirmed, cleared, or ``final``). ``early``: the time budget ended the looks, so below `MIN_CONFIRM`
     processes confirm nothing."""
     outcomes: list[tuple[str, Judgement | None]] = []
+    unjudged = "the confirmation processes saved no result (see their logs)"
     medians = {m.metric: m.baseline_median_s for m in row.metrics}
     for metric in row.suspect:
         cand = _medians(results, CANDIDATE, row.fullname, metric)
@@ -93,8 +93,10 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
         floor = stage_share(metric, medians.get(metric), medians.get(PRIMARY), settings.min_effect)[1]
         result = None
         if cand and paired and len(base) == len(cand):
-            with suppress(ValueError):  # one pair and no history: no spread yet
+            try:
                 result = judge_pairs(base, cand, level, floor, prior)
+            except ValueError as e:  # one pair and no history: no spread yet
+                unjudged = str(e)
         elif cand and not paired and prior is not None:
             result = judge(prior, cand, level, floor)
         if result is not None and result.verdict == SLOWER and len(cand) < MIN_CONFIRM and (early or not final):
@@ -123,7 +125,7 @@ def judge_suspect(row: Row, baseline: Baseline | None, settings: GateSettings, r
         leaning = not judged or len(judged) < len(outcomes) or any(r.ratio >= 1 + r.floor for _, r in judged)
         row.verdict = INCONCLUSIVE if leaning else NO_CHANGE
         row.confirmation = {"processes": processes, "paired": paired, "text": (
-            "inconclusive: the confirmation processes saved no result (see their logs)" if not judged else
+            f"inconclusive: {unjudged}" if not judged else
             f"inconclusive: cannot rule out +{100 * bound:.1f}%{of} after {how}" if leaning else
             f"not confirmed by {how}: under the floor, at most +{100 * bound:.1f}%{of}")}  # fmt: skip
     else:

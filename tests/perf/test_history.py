@@ -392,6 +392,17 @@ def test_a_suspect_is_confirmed_cleared_left_inconclusive_or_bounded_by_its_conf
         "at most +" in under.note
 
 
+def test_one_confirmation_pair_without_a_history_says_it_has_no_spread_not_that_nothing_was_saved() -> None:
+    from perf.gate.confirm import BASE, CANDIDATE, Process, judge_suspect
+
+    row = judge_benchmark(_history(12, sd=0.01), BenchmarkRecord.from_json(_bench("a", 1.1e-3, 70)), 0.05)
+    assert row.verdict == "slower" and row.suspect == ["time"]
+    pair = [Process(BASE, _run(80, _bench("a", 1e-3, 80))), Process(CANDIDATE, _run(90, _bench("a", 1.1e-3, 90)))]
+    assert judge_suspect(row, None, GateSettings(), pair, 0.025, True, final=True)  # perf-ab --confirm 1, no history
+    assert row.verdict == "inconclusive" and "saved no result" not in row.note
+    assert "1 pair(s) and no reference" in row.note
+
+
 def test_a_simulated_confirmation_takes_the_processes_saved_closest_in_time_to_the_first_pass() -> None:
     from perf.crossprocess import _nearest, _when
 
