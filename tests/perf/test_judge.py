@@ -269,3 +269,27 @@ def test_identical_reference_processes_still_leave_the_smallest_spread() -> None
     assert ref.sd == pytest.approx(0.001)
     got = judge(ref, [1.003e-3], 0.01, floor=0.0)
     assert got.verdict == NO_CHANGE and got.lo < 1 < got.hi
+
+
+_RANK = {FASTER: 0, NO_CHANGE: 1, SLOWER: 2}
+_LOGS = st.lists(st.integers(-20, 20).map(lambda i: i / 100), min_size=2, max_size=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ref=_LOGS, noise=_LOGS, shift=st.integers(-30, 30).map(lambda i: i / 100),
+       more=st.integers(0, 30).map(lambda i: i / 100), scale=st.sampled_from([1e-9, 1e-6, 1.0, 1e3, 1e6]))
+def test_a_larger_shift_is_never_less_slower_no_unit_changes_a_verdict_and_slower_mirrors_faster(
+        ref: list[float], noise: list[float], shift: float, more: float, scale: float) -> None:  # fmt: skip
+    """Grid values make ties: exact equalities are where a rounding flip would show."""
+    base = [1e-3 * math.exp(v) for v in ref]
+    cand = [b * math.exp(n + shift) for b, n in zip(base, noise)]
+    base = base[: len(cand)]
+    plain, larger = judge_pairs(base, cand, 0.05), judge_pairs(base, [c * math.exp(more) for c in cand], 0.05)
+    assert _RANK[larger.verdict] >= _RANK[plain.verdict]
+    assert judge_pairs([b * scale for b in base], [c * scale for c in cand], 0.05).verdict == plain.verdict
+    assert _RANK[judge_pairs(cand, base, 0.05).verdict] == 2 - _RANK[plain.verdict]
+    if len(base) >= 3:
+        history = reference(base)
+        one, two = judge(history, cand[:1], 0.05), judge(history, [cand[0] * math.exp(more)], 0.05)
+        assert _RANK[two.verdict] >= _RANK[one.verdict]
+        assert judge(reference([b * scale for b in base]), [cand[0] * scale], 0.05).verdict == one.verdict
