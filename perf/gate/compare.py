@@ -179,11 +179,9 @@ def reference_of(baseline: Baseline, fullname: str, metric: str,
     data = None if base is None else base.metrics().get(metric)
     if data is None or not data.size or record_median(base, metric) is None:  # a NaN round: no median
         return None, 0, ""
-    from perf.gate.stats import log_median_se
-
     note = (f"history too short ({len(baseline.runs)} comparable run(s), no noise profile): judged against "
             f"{baseline.latest.name} alone, within-process only; seed a history with --perf-noise=10")
-    return within_reference(float(np.median(data)), log_median_se(data)), 1, note
+    return within_reference(data), 1, note
 
 
 def _levels(level: float | Budget) -> tuple[float, float | None]:

@@ -10,8 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from perf.measure.stability import robust_sd
-
 SLOWER, FASTER, NO_CHANGE, INCONCLUSIVE = "slower", "faster", "no change", "inconclusive"
 RUN_BUDGET = 0.01  #: Probability that a CI run of unchanged code fails (any judged metric "slower").
 SUSPECT_RATE = 0.20  #: Run-wide rate of first-pass suspects on unchanged code, when suspects are confirmed.
@@ -19,9 +17,9 @@ CONFIRM_LEVEL = RUN_BUDGET / SUSPECT_RATE  #: One-sided level of a confirmation,
 DEFAULT_FLOOR = 0.02  #: Smallest change called slower or faster (Perfherder's 2%), as a fraction.
 POWER = 0.90  #: The probability with which `Judgement.detectable` is caught.
 MIN_REFERENCE = 3  #: Processes a reference needs (one is a point, not a distribution).
-#: A process whose log median lies further than this many robust standard deviations from the others' median is
-#: left out of a reference (a lucky or unlucky process), at most a quarter of them.
-OUTLIER_Z = 5.0
+#: Two-sided level of the outlier test of a reference (generalized ESD, at most a quarter of its processes): how
+#: often a reference of identical, normal processes loses one (a lucky or unlucky process is left out).
+OUTLIER_LEVEL = 0.01
 SD_FLOOR = 0.001  #: The smallest between-process standard deviation (log scale) a reference is credited with.
 #: ``--perf-confirm`` and ``--perf-confirm-budget`` (s) by default: 4 looks of 2 pairs; a whole gate within 20 minutes
 #: on the H100 (docs/method.md, section 8).
@@ -79,12 +77,14 @@ class Budget:
 @dataclass(frozen=True)
 class Reference:
     """One metric's per-process medians on this runner: ``logs`` (natural logs of the kept medians, seconds),
-    ``dropped`` outliers, and the between-process ``sd`` (log scale) and its ``df``, unless overridden."""
+    ``dropped`` outliers, and the between-process ``sd`` (log scale) and its ``df``, unless overridden; ``within``:
+    one process whose own rounds stand in for the spread (`within_reference`)."""
 
     logs: tuple[float, ...]
     dropped: int = 0
     sd_override: float | None = None
     df_override: float | None = None
+    within: bool = False
 
     @property
     def n(self) -> int:
@@ -114,9 +114,25 @@ def reference(medians_s: Sequence[float]) -> Reference:
     x = np.log(np.asarray([m for m in medians_s if m is not None and m > 0 and math.isfinite(m)], dtype=float))
     if x.size < MIN_REFERENCE:
         raise ValueError(f"a reference needs >= {MIN_REFERENCE} processes, got {x.size}")
-    distance = np.abs(x - float(np.median(x))) / max(robust_sd(x), SD_FLOOR)
-    out = [int(i) for i in np.argsort(-distance)[: x.size // 4] if distance[i] > OUTLIER_Z]
+    out = outliers(x, x.size // 4)
     return Reference(tuple(float(v) for v in np.delete(x, out)), dropped=len(out))
+
+
+def outliers(x: np.ndarray, most: int, level: float = OUTLIER_LEVEL) -> list[int]:
+    """Indices of up to ``most`` outliers of ``x`` (log medians) by Rosner's generalized ESD test at two-sided
+    ``level``: normal samples of any size lose one with probability ``level``. By hand: scipy has no ESD test."""
+    from scipy.stats import t
+
+    left, candidates, found = list(range(x.size)), [], 0
+    for i in range(1, min(most, x.size - 2) + 1):
+        rest = x[left]
+        j = int(np.argmax(np.abs(rest - rest.mean())))
+        n, q = rest.size, float(t.ppf(1 - level / (2 * rest.size), rest.size - 2))
+        sd = max(float(np.std(rest, ddof=1)), SD_FLOOR)  # the spread a reference is credited with at least
+        if abs(rest[j] - rest.mean()) / sd > (n - 1) * q / math.sqrt((n - 2 + q * q) * n):
+            found = i
+        candidates.append(left.pop(j))
+    return candidates[:found]
 
 
 @dataclass(frozen=True)
@@ -179,7 +195,7 @@ def judge(ref: Reference, candidate_s: Sequence[float], level: float, floor: flo
         raise ValueError("candidate: expected one or more positive per-process medians")
     m, df, var = y.size, ref.df, ref.sd**2
     # pool the candidates' own scatter: a noisier candidate must not borrow the reference's calm
-    if m > 1 and math.isfinite(df):
+    if m > 1 and not ref.within:
         var = (ref.df * var + (m - 1) * float(np.var(y, ddof=1))) / (ref.df + m - 1)
         df = ref.df + m - 1
     se = math.sqrt(var) * math.sqrt(1 / ref.n + 1 / m)
@@ -203,10 +219,12 @@ def judge_pairs(base_s: Sequence[float], candidate_s: Sequence[float], level: fl
     if robust and k >= TRIM_PAIRS:
         from scipy.stats import mstats, trim_mean
 
-        se = max(float(mstats.trimmed_stde(diffs, limits=(TRIM, TRIM))), SD_FLOOR / math.sqrt(k))
-        return _decide(float(trim_mean(diffs, TRIM)), se, k - 2 * int(TRIM * k) - 1, level, floor, k, faster_level)
+        # Yuen's error of the pairs actually kept (h of k); mstats.trimmed_stde divides by the nominal 1 - 2 TRIM
+        kept, winsorized = k - 2 * int(TRIM * k), np.asarray(mstats.winsorize(diffs, limits=(TRIM, TRIM)))
+        se = max(math.sqrt((k - 1) * float(np.var(winsorized, ddof=1)) / (kept * (kept - 1))), SD_FLOOR / math.sqrt(k))
+        return _decide(float(trim_mean(diffs, TRIM)), se, kept - 1, level, floor, k, faster_level)
     df, var = 0.0, 0.0
-    if prior is not None and (k < 2 or math.isfinite(prior.df)):  # a within-process prior only stands in for none
+    if prior is not None and (k < 2 or not prior.within):  # a within-process prior only stands in for none
         df, var = prior.df, 2 * prior.sd**2
     if k > 1:
         var = (df * var + (k - 1) * float(np.var(diffs, ddof=1))) / (df + k - 1)
@@ -229,6 +247,11 @@ def judge_pairs(base_s: Sequence[float], candidate_s: Sequence[float], level: fl
     return result
 
 
-def within_reference(median_s: float, log_se: float) -> Reference:
-    """A one-process reference whose within-process ``log_se`` stands in for the spread, on infinite df."""
-    return Reference((math.log(median_s),), sd_override=log_se, df_override=math.inf)
+def within_reference(rounds_s: np.ndarray, seed: int = 0) -> Reference:
+    """A one-process reference from its rounds (seconds, in the order they ran): their median, and its block
+    bootstrap error (``seed``) standing in for the spread, on the blocks' degrees of freedom (blocks - 1, >= 1)."""
+    from perf.gate.stats import auto_block_length, log_median_se
+
+    blocks = math.ceil(rounds_s.size / auto_block_length(rounds_s))
+    return Reference((math.log(float(np.median(rounds_s))),), sd_override=log_median_se(rounds_s, seed=seed),
+                     df_override=max(1.0, blocks - 1.0), within=True)  # fmt: skip

@@ -17,7 +17,6 @@ import numpy as np
 from perf.gate.compare import GateSettings
 from perf.measure.stability import time_rounds
 from perf.gate.judge import SLOWER, Budget, judge, verdict_of, within_reference
-from perf.gate.stats import log_median_se
 
 log = logging.getLogger(__name__)
 BASELINE = "baseline"
@@ -94,7 +93,7 @@ def run_selftest(call: Callable[[], Any], make_delay: Callable[[float], Callable
         samples = {names[i]: measure(functions[names[i]])
                    for i in rng.permutation(len(names))}  # a fresh order each trial: drift hits every sample alike
         base, base_stable = samples[BASELINE]
-        reference = within_reference(float(np.median(base)), log_median_se(base, seed=seed * 100003 + trial))
+        reference = within_reference(base, seed=seed * 100003 + trial)
         for level, result in results.items():
             data, stable = samples[level]
             judged = judge(reference, [float(np.median(data))], Budget(1, confirm=False).first_level, effect)
