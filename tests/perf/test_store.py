@@ -237,6 +237,32 @@ def test_a_failed_write_leaves_no_part_of_the_run(store: HistoryStore) -> None:
     assert store.save_run(_document("run-a")) == ("run-a", True)  # and the run can be stored afterwards
 
 
+def test_a_store_another_process_keeps_locked_is_one_line_saying_so_and_stores_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The store waits for another writer (SQLite's busy timeout: 30 s, or a sqlite:/// URL's ?timeout=, here 0)
+    and then says who holds it, in one line, exit 2; the run is stored once the lock is gone."""
+    import contextlib
+    import sqlite3
+
+    from perf.store.cli import main as history
+
+    where = tmp_path / "h.sqlite"
+    open_store(str(where)).close()
+    (tmp_path / "storage" / "m").mkdir(parents=True)
+    (tmp_path / "storage" / "m" / "0001_a.json").write_text(json.dumps(_document("run-a")))
+    store = f"sqlite:///{where}?timeout=0"
+    with contextlib.closing(sqlite3.connect(where, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")  # another process's write in progress
+        assert history(["--store", store, "import", str(tmp_path / "storage")]) == 2
+        other.execute("ROLLBACK")
+    assert capsys.readouterr().err.splitlines() == [
+        f"perf-history: error: store '{store}': cannot save run run-a: database is locked: another process kept it "
+        "locked for the whole wait (a sqlite:/// URL's ?timeout=SECONDS, else 30 s); try again when it is done"]
+    with open_store(store) as opened:
+        assert opened.runs() == []
+        assert opened.save_run(_document("run-a")) == ("run-a", True)
+
+
 def test_history_is_one_machine_and_leaves_out_injected_runs(store: HistoryStore) -> None:
     store.save_run(_document("a", when="2026-11-01T00:00:00"))
     store.save_run(_document("b", 1.3, injected={"inject_delay_ms": 5.0}, when="2026-11-02T00:00:00"))
