@@ -88,24 +88,35 @@ def _store(text: str) -> str | None:
 parse_batch_sizes = _integers(1, "comma-separated positive integers up to 2147483647, e.g. '1,8,32'", 2**31 - 1)
 parse_skip_intervals = _integers(0, "comma-separated integers >= 0 (frames skipped between inferences), e.g. '0,1,2,4'")
 parse_positive_int = value_parser(_decimal, lambda v: v >= 1, "a positive integer")
-parse_count = value_parser(_decimal, lambda v: v >= 0, "an integer >= 0")
+
+
+def _bounded(minimum: int, maximum: int, what: str) -> Callable[[str], int]:
+    """A parser of one count of ``what`` from ``minimum`` to ``maximum`` (why each maximum: beside it)."""
+    return value_parser(_decimal, lambda v: minimum <= v <= maximum, f"a number of {what} from {minimum} to {maximum}")
+
+
 #: The most processes, or pairs of them, one plan holds: it is laid out before its first process starts (a larger
 #: one was built until memory ran out), and 1000 processes of the CI selection take the runner about a day.
 MAX_PROCESSES = 1000
-parse_processes = value_parser(_decimal, lambda v: 2 <= v <= MAX_PROCESSES,
-                               f"a number of processes from 2 to {MAX_PROCESSES}")
-parse_pairs = value_parser(_decimal, lambda v: v <= MAX_PROCESSES, f"a number of pairs from 0 to {MAX_PROCESSES}")
+parse_processes = _bounded(2, MAX_PROCESSES, "processes")
+parse_pairs = _bounded(0, MAX_PROCESSES, "pairs")
 #: ``perf-ab --pairs``: an interval needs two.
-parse_ab_pairs = value_parser(_decimal, lambda v: 2 <= v <= MAX_PROCESSES,
-                              f"a number of pairs from 2 to {MAX_PROCESSES}")
+parse_ab_pairs = _bounded(2, MAX_PROCESSES, "pairs")
 #: ``--perf-kernels``: torch.profiler holds every profiled call's events until it stops (2.4 GiB for 1000 calls of a
 #: 40-convolution model on the CPU, 2026-11-27): past 1000 calls a run is out of memory before its table.
 MAX_KERNEL_CALLS = 1000
-parse_kernel_calls = value_parser(_decimal, lambda v: v <= MAX_KERNEL_CALLS,
-                                  f"a number of calls from 0 to {MAX_KERNEL_CALLS}")
+parse_kernel_calls = _bounded(0, MAX_KERNEL_CALLS, "calls")
 #: ``perf-history simulate --draws``: simulated runs per saved process, every one kept for the tables.
 MAX_DRAWS = 1000
-parse_draws = value_parser(_decimal, lambda v: 1 <= v <= MAX_DRAWS, f"a number of draws from 1 to {MAX_DRAWS}")
+parse_draws = _bounded(1, MAX_DRAWS, "draws")
+#: ``--perf-max-remeasure``: each one measures the benchmark whole again; a benchmark still unstable after 20 is
+#: unstable on this machine, and measuring until one sample passes would only keep a lucky one.
+MAX_REMEASURE = 20
+parse_remeasure = _bounded(0, MAX_REMEASURE, "measurements")
+#: ``--perf-selftest-trials``: 1000 trials read a 95% detection rate to +-1.4% (95% binomial interval), finer than
+#: the targets need, and each trial measures every level again.
+MAX_TRIALS = 1000
+parse_trials = _bounded(1, MAX_TRIALS, "trials")
 parse_fraction = value_parser(_percent, lambda v: 0 <= v < 1, "a fraction >= 0 and < 1 (100%), e.g. 2% or 0.02")
 #: ``perf-report --change-threshold``.
 parse_threshold = value_parser(_percent, lambda v: 0 < v < math.inf, "a change > 0, e.g. 10%",
@@ -361,7 +372,8 @@ def all_options() -> tuple[Option, ...]:
                "above their noise) a benchmark drifts, so is unstable.", f"{DEFAULT_MAX_DRIFT:.0%}", parse_fraction,
                default=DEFAULT_MAX_DRIFT),
         Option("--perf-max-remeasure", "N", "Extra measurements of an unstable benchmark before it is reported "
-               "unstable.", str(DEFAULT_MAX_REMEASURE), parse_count, default=DEFAULT_MAX_REMEASURE),
+               f"unstable; at most {MAX_REMEASURE}.", str(DEFAULT_MAX_REMEASURE), parse_remeasure,
+               default=DEFAULT_MAX_REMEASURE),
         Option("--perf-fail-inconclusive", None, "With --perf-compare, fail the run on inconclusive benchmarks too "
                "(suspects the confirmation could neither confirm nor clear, their estimate still at or above the "
                "floor; else they are reported and counted)."),
@@ -370,8 +382,8 @@ def all_options() -> tuple[Option, ...]:
                "this runner's profile in the benchmark storage (<storage>/noise/), if any"),
         Option("--perf-selftest", None, "Run only the gate's self-checks: clock truth, and detection / false-alarm "
                "rates of injected slowdowns."),
-        Option("--perf-selftest-trials", "N", "Trials per slowdown level of --perf-selftest.",
-               "20 on a GPU, 30 on a CPU", parse_positive_int),
+        Option("--perf-selftest-trials", "N", f"Trials per slowdown level of --perf-selftest, at most {MAX_TRIALS}.",
+               "20 on a GPU, 30 on a CPU", parse_trials),
         Option("--perf-selftest-levels", "PERCENTS", "Slowdowns injected by --perf-selftest, in percent of the "
                "median.", "2,5,10 on a GPU, 2,5,10,20 on a CPU", parse_levels),
         # -- measurements across processes (perf/roles/processes.py) -----------------------------------------------

@@ -91,6 +91,9 @@ class Subject:
         if self.engine_precision is not None and self.engine_precision not in PRECISIONS:
             out.append(f"{self.origin['engine_precision']}: {self.engine_precision!r}; expected one of "
                        f"{', '.join(PRECISIONS)}")
+        elif self.engine_precision is not None and self.engine is None:  # else ignored: no engine is loaded
+            out.append(f"{self.origin['engine_precision']}: the precision a prebuilt engine was built as, and no "
+                       "engine is given: give --perf-engine")
         if (min_map := self.min_map) is not None and _error(lambda: fraction(min_map), ArgumentTypeError):
             out.append(f"{self.origin['min_map']}: {min_map!r}; expected a number from 0 to 1")
         if out:

@@ -6,6 +6,7 @@ holds), is part of both and checks the other files the reports read."""
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
@@ -63,6 +64,16 @@ def _time_problem(where: str, value: Any, finite: bool = True) -> str | None:
     if (problem := _not_number(where, value, finite)) is None and value < 0:
         return f"{where} is {value!r}, negative: expected a time or a count >= 0"
     return problem
+
+
+def utc_time(when: str | None) -> datetime.datetime | None:
+    """A saved run's ``datetime`` (ISO 8601, as pytest-benchmark writes it) in UTC without an offset (a time
+    without one is UTC); None for no such time: absent, not ISO 8601, or past year 9999 once in UTC."""
+    try:
+        moment = datetime.datetime.fromisoformat(when or "")
+        return moment if moment.tzinfo is None else moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    except (ValueError, OverflowError):
+        return None
 
 
 def value_problem(doc: Any) -> str | None:
@@ -172,6 +183,8 @@ def _run_problems(doc: Any, complete: bool) -> Iterator[str | None]:
     if complete and "machine_info" not in doc:
         yield "'machine_info' is missing"
     yield from _declared(doc, _RUN_KEYS)
+    if isinstance(when := doc.get("datetime"), str) and utc_time(when) is None:  # the store orders runs by it
+        yield f"'datetime' is {when!r}, not an ISO 8601 time (pytest-benchmark writes one)"
     for i, bench in enumerate(doc["benchmarks"]):
         yield from _benchmark_problems(bench, i, complete)
     yield value_problem(doc)

@@ -29,6 +29,8 @@ from perf.store import in_memory_sqlite, schema
 from perf.validate import run_problem
 
 log = logging.getLogger(__name__)
+#: How long an SQLite store waits for another process's write to end (its busy timeout); a URL's ?timeout= wins.
+SQLITE_WAIT_S = 30.0
 
 
 class StoreError(HistoryError):
@@ -87,6 +89,9 @@ def _sqlite_file(url: str) -> Path | None:
 def _reason(error: BaseException) -> str:
     """The first line of a driver's message, without SQLAlchemy's background link."""
     text = str(getattr(error, "orig", None) or error).strip().splitlines()
+    if text[:1] == ["database is locked"]:  # SQLite's, once its wait is over
+        return ("database is locked: another process kept it locked for the whole wait (a sqlite:/// URL's "
+                f"?timeout=SECONDS, else {SQLITE_WAIT_S:g} s); try again when it is done")
     return text[0] if text else type(error).__name__
 
 
@@ -160,7 +165,8 @@ class HistoryStore(contextlib.AbstractContextManager):
 
     def _connect(self, url: str, sqlite: bool) -> None:
         try:
-            self.engine = create_engine(url, connect_args={"timeout": 30} if sqlite else {},
+            wait = {"timeout": SQLITE_WAIT_S} if sqlite and "timeout" not in make_url(url).query else {}
+            self.engine = create_engine(url, connect_args=wait,
                                         json_serializer=_to_json, json_deserializer=_from_json)
         except Exception as e:  # a missing driver, a malformed URL
             reason = _reason(e)

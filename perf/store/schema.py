@@ -5,12 +5,13 @@ queries read), ``perf_verdicts`` and ``perf_noise`` (the verdicts and the noise 
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import (JSON, Boolean, Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text,
                         UniqueConstraint, select)  # fmt: skip
+
+from perf.validate import utc_time
 
 metadata = MetaData()
 
@@ -63,13 +64,7 @@ noise = Table(
 def utc_text(when: str | None) -> str | None:
     """ISO 8601 ``when`` in UTC without an offset, to the microsecond (a time without an offset is UTC, as
     pytest-benchmark writes it), so that the text orders as the times do; None for no ISO 8601 time."""
-    try:
-        moment = datetime.datetime.fromisoformat(when or "")
-        if moment.tzinfo is not None:
-            moment = moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
-    except (ValueError, OverflowError):  # not ISO 8601; or past year 9999 once in UTC
-        return None
-    return moment.isoformat(timespec="microseconds")
+    return None if (moment := utc_time(when)) is None else moment.isoformat(timespec="microseconds")
 
 
 def _utc_saved_at(connection: Any) -> None:

@@ -53,8 +53,10 @@ BAD_VALUES = (
     ("--perf-min-effect", "lots", "Expected a fraction >= 0 and < 1"),
     ("--perf-max-cv", "150%", "Expected a fraction >= 0 and < 1"),
     ("--perf-max-drift", "-0.1", "Expected a fraction >= 0 and < 1"),
-    ("--perf-max-remeasure", "-1", "Expected an integer >= 0."),
-    ("--perf-selftest-trials", "0", "Expected a positive integer."),
+    ("--perf-max-remeasure", "-1", "Expected a number of measurements from 0 to 20."),
+    ("--perf-max-remeasure", "1000000000000", "Expected a number of measurements from 0 to 20."),  # ran for days
+    ("--perf-selftest-trials", "0", "Expected a number of trials from 1 to 1000."),
+    ("--perf-selftest-trials", "1000000000000", "Expected a number of trials from 1 to 1000."),  # ran for days
     ("--perf-selftest-levels", "0", "Expected percentages > 0"),
     ("--perf-noise", "1", "Expected a number of processes from 2 to 1000."),
     ("--perf-selftest-processes", "x", "Expected a number of processes from 2 to 1000."),
@@ -224,10 +226,19 @@ def test_fractions_reject_values_outside_zero_to_one(text: str) -> None:
 
 
 def test_counts_and_levels_parse_or_name_the_bad_value() -> None:
-    assert options.parse_count("0") == 0 and options.parse_levels("10,2%,5,5") == (0.02, 0.05, 0.1)
-    for parser, text in ((options.parse_count, "-1"), (options.parse_levels, "0"), (options.parse_levels, "a,b")):
+    assert options.parse_remeasure("0") == 0 and options.parse_levels("10,2%,5,5") == (0.02, 0.05, 0.1)
+    for parser, text in ((options.parse_remeasure, "-1"), (options.parse_levels, "0"), (options.parse_levels, "a,b")):
         with pytest.raises(argparse.ArgumentTypeError, match=f"Could not parse value: '{text}'"):
             parser(text)
+
+
+@pytest.mark.parametrize("flag", ["--perf-max-remeasure", "--perf-selftest-trials"])
+def test_remeasures_and_selftest_trials_past_their_bound_are_refused_not_run_for_days(flag: str) -> None:
+    (option,) = [option for option in options.all_options() if option.flag == flag]
+    assert option.parse is not None and option.parse("2") == 2
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'1000000000000'. Expected a number of \w+ from [01] to "
+                                                         r"(20|1000)\.$"):
+        option.parse("1000000000000")
 
 
 @pytest.mark.parametrize(

@@ -134,6 +134,16 @@ def test_a_ground_truth_without_its_video_is_refused_not_ignored(files: Path) ->
         "ERROR: perf_ground_truth (ini): a ground truth labels the video it belongs to: give --perf-video"]
 
 
+def test_an_engine_precision_without_its_engine_is_refused_not_ignored(files: Path) -> None:
+    (files / "prebuilt.engine").write_bytes(b"not checked before TensorRT loads it")
+    assert _subject(files, cfg="c3.cfg", engine="prebuilt.engine", engine_precision="int8").problems() == []
+    result = _pytest_perf(files, "--perf-engine-precision=int8", "--collect-only", "-q")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        "ERROR: --perf-engine-precision: the precision a prebuilt engine was built as, and no engine is given: give "
+        "--perf-engine"]
+
+
 def test_ground_truth_categories_unlike_the_class_names_are_one_warning_naming_both(files: Path) -> None:
     result = _pytest_perf(files, "--perf-cfg=c3.cfg", "--perf-video=clip.mp4", "--collect-only", "-q")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -122,10 +122,29 @@ def test_another_run_under_a_stored_runs_id_is_refused_naming_both_not_counted_a
 
 def test_runs_come_back_in_time_order_whatever_offset_their_dates_carry(store: HistoryStore) -> None:
     for run_id, when in [("at-0500-utc", "2026-11-01T10:00:00+05:00"), ("at-0600-utc", "2026-11-01T06:00:00"),
-                         ("at-0530-utc", "2026-11-01T05:30:00+00:00"), ("no-date", "yesterday")]:  # fmt: skip
+                         ("at-0530-utc", "2026-11-01T05:30:00+00:00")]:  # fmt: skip
         store.save_run(_document(run_id, when=when))
-    # as text, 05:30+00:00 < 06:00 < 10:00+05:00; a run without a readable date comes first on both databases
-    assert [run.run_id for run in store.runs()] == ["no-date", "at-0500-utc", "at-0530-utc", "at-0600-utc"]
+    # as text, 05:30+00:00 < 06:00 < 10:00+05:00
+    assert [run.run_id for run in store.runs()] == ["at-0500-utc", "at-0530-utc", "at-0600-utc"]
+
+
+def test_a_run_dated_in_no_iso_8601_time_is_refused_naming_its_file_by_the_storage_and_the_store(
+    store: HistoryStore, tmp_path: Path
+) -> None:
+    # the store orders runs by date, a storage by file number: a date it could not read put the run first in one
+    # and last in the other, so the two judged different runs as the latest
+    from perf.runs import HistoryError, load_run
+
+    store.save_run(_document("run-a", when="2026-11-01T10:00:00+00:00"))  # as pytest-benchmark writes it
+    path = tmp_path / "m" / "0002_c.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(_document("run-b", when="27/11/2026 10:00")))
+    problem = re.escape(f"'{path}': not a usable saved run: 'datetime' is '27/11/2026 10:00', not an ISO 8601 time")
+    with pytest.raises(HistoryError, match=problem):
+        load_run(path)
+    with pytest.raises(HistoryError, match=problem):
+        store.save_run(json.loads(path.read_text()), source=str(path))
+    assert [run.run_id for run in store.runs()] == ["run-a"]
 
 
 def test_a_store_of_schema_1_has_its_saved_times_put_in_utc_when_opened(store: HistoryStore) -> None:
@@ -216,6 +235,32 @@ def test_a_failed_write_leaves_no_part_of_the_run(store: HistoryStore) -> None:
     with store.engine.begin() as conn:
         assert store.runs() == [] and conn.execute(schema.benchmarks.select()).all() == []
     assert store.save_run(_document("run-a")) == ("run-a", True)  # and the run can be stored afterwards
+
+
+def test_a_store_another_process_keeps_locked_is_one_line_saying_so_and_stores_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The store waits for another writer (SQLite's busy timeout: 30 s, or a sqlite:/// URL's ?timeout=, here 0)
+    and then says who holds it, in one line, exit 2; the run is stored once the lock is gone."""
+    import contextlib
+    import sqlite3
+
+    from perf.store.cli import main as history
+
+    where = tmp_path / "h.sqlite"
+    open_store(str(where)).close()
+    (tmp_path / "storage" / "m").mkdir(parents=True)
+    (tmp_path / "storage" / "m" / "0001_a.json").write_text(json.dumps(_document("run-a")))
+    store = f"sqlite:///{where}?timeout=0"
+    with contextlib.closing(sqlite3.connect(where, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")  # another process's write in progress
+        assert history(["--store", store, "import", str(tmp_path / "storage")]) == 2
+        other.execute("ROLLBACK")
+    assert capsys.readouterr().err.splitlines() == [
+        f"perf-history: error: store '{store}': cannot save run run-a: database is locked: another process kept it "
+        "locked for the whole wait (a sqlite:/// URL's ?timeout=SECONDS, else 30 s); try again when it is done"]
+    with open_store(store) as opened:
+        assert opened.runs() == []
+        assert opened.save_run(_document("run-a")) == ("run-a", True)
 
 
 def test_history_is_one_machine_and_leaves_out_injected_runs(store: HistoryStore) -> None:
