@@ -173,7 +173,7 @@ def _rounds(rng: np.random.Generator, n: int, r: float, sd: float = 0.03) -> np.
 
 def test_unchanged_code_judged_within_one_process_is_called_slower_at_most_near_the_level() -> None:
     """A history too short: the base's own 30 rounds lend the spread. Its bootstrap error is judged on the blocks'
-    degrees of freedom (here 5 blocks, 4 df); on a normal quantile identical code was slower 6.8% of the time at 5%.
+    degrees of freedom (here 5 blocks, 4 df): 5.6% here; on a normal quantile identical code was slower 7.9%.
     Correlated rounds still leave it above its level (8% at lag-1 correlation 0.5): docs/method.md, section 4."""
     rng, level, trials = np.random.default_rng(30), 0.05, 2000
     slower = sum(judge(within_reference(_rounds(rng, 30, 0.0), seed=i), [float(np.median(_rounds(rng, 30, 0.0)))],
