@@ -223,8 +223,14 @@ class GateRun:
         confirm = (f"suspects confirmed in at most {settings.confirm} pair(s) of fresh processes{within}"
                    if settings.confirm > 0 else "no confirmation (--perf-confirm=0)")
         spent = f" ({self.confirm_seconds:.0f} s of processes)" if self.confirm_seconds else ""
+        latest = self.baseline.latest.benchmarks
+        measured = sum(name in latest for name in self.judged)
+        part = (f"; this run measured {measured} of the {len(latest)} benchmarks of the history's latest run: a "
+                "process of fewer benchmarks can read one differently (on an H100, torch-compile fp16 b1 1.9-5% "
+                "slower alone), which the first pass takes for a change; fresh processes confirm on this selection"
+                if 0 < measured < len(latest) else "")  # fmt: skip
         return (f"--perf-compare against {self.baseline.describe()}: {self.budget.describe()}; slower/faster "
-                f"= significant and beyond {settings.min_effect:.1%}; {confirm}{spent}")
+                f"= significant and beyond {settings.min_effect:.1%}; {confirm}{spent}{part}")
 
     def _confirm(self, config: pytest.Config, rows: list[Any]) -> None:
         """Confirm the suspects in fresh processes (`perf.gate.confirm`), the base in a worktree where needed."""
