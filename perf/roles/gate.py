@@ -226,7 +226,7 @@ class GateRun:
         latest = self.baseline.latest.benchmarks
         measured = sum(name in latest for name in self.judged)
         part = (f"; this run measured {measured} of the {len(latest)} benchmarks of the history's latest run: a "
-                "process of fewer benchmarks can read one differently (on an H100, torch-compile fp16 b1 1.9-5% "
+                "process of fewer benchmarks can read one differently (on an H100, torch-compile fp16 b1 2-5% "
                 "slower alone), which the first pass takes for a change; fresh processes confirm on this selection"
                 if 0 < measured < len(latest) else "")  # fmt: skip
         return (f"--perf-compare against {self.baseline.describe()}: {self.budget.describe()}; slower/faster "
