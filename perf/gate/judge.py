@@ -126,10 +126,10 @@ def outliers(x: np.ndarray, most: int, level: float = OUTLIER_LEVEL) -> list[int
     left, candidates, found = list(range(x.size)), [], 0
     for i in range(1, min(most, x.size - 2) + 1):
         rest = x[left]
-        j = int(np.argmax(np.abs(rest - rest.mean())))
-        n, q = rest.size, float(t.ppf(1 - level / (2 * rest.size), rest.size - 2))
+        n, deviation = rest.size, np.abs(rest - rest.mean())
+        j, q = int(np.argmax(deviation)), float(t.ppf(1 - level / (2 * n), n - 2))
         sd = max(float(np.std(rest, ddof=1)), SD_FLOOR)  # the spread a reference is credited with at least
-        if abs(rest[j] - rest.mean()) / sd > (n - 1) * q / math.sqrt((n - 2 + q * q) * n):
+        if deviation[j] / sd > (n - 1) * q / math.sqrt((n - 2 + q * q) * n):
             found = i
         candidates.append(left.pop(j))
     return candidates[:found]

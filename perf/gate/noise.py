@@ -219,8 +219,10 @@ def load_profile(path: str | os.PathLike[str]) -> NoiseProfile:
         text = read_text(path)
     except FileNotFoundError as e:
         raise NoiseProfileError(f"'{path}': no such file") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise NoiseProfileError(f"'{path}': cannot read: {os_reason(e) if isinstance(e, OSError) else e}") from e
+    except OSError as e:
+        raise NoiseProfileError(f"'{path}': cannot read: {os_reason(e)}") from e
+    except UnicodeDecodeError as e:
+        raise NoiseProfileError(f"'{path}': cannot read: {e}") from e
     return NoiseProfile.from_json(text, path)  # outside the try: only reading the file is "cannot read"
 
 
