@@ -24,7 +24,8 @@ from detector.argtypes import non_negative_int as _non_negative_int
 from detector.argtypes import positive_int as _positive_int
 from detector.argtypes import processing_overrides as _processing_overrides
 from detector.choices import backend_list, check_names, check_runs_here
-from detector.errors import DetectorError, Terminated, VideoError, catch_sigterm, escape_stdout, one_line
+from detector.errors import (DetectorError, Terminated, VideoError, catch_sigterm, escape_stdout, log_to_stderr,
+                             one_line)
 from detector.memory import is_out_of_memory
 from detector.progress import ENV_VAR as PROGRESS_ENV_VAR
 from detector.progress import progress, progress_enabled
@@ -400,9 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the parsed command ``args.func(args)`` with the CLI's logging, its SIGTERM handling and its one-line
     errors (`main`'s exit statuses); ``python -m detector.train`` runs its subcommands here too."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    log_to_stderr(logging.INFO if args.verbose else logging.WARNING,
+                  _OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
     restore = catch_sigterm()
     escape_stdout()  # 'wrote <name>' of a name that is not UTF-8
     try:

@@ -8,6 +8,7 @@ the CLI prints it and exits with status 2, without a traceback.
 from __future__ import annotations
 
 import io
+import logging
 import re
 import signal
 import sys
@@ -43,6 +44,22 @@ def catch_sigterm() -> Callable[[], None]:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     return lambda: signal.signal(signal.SIGTERM, previous)
 
+
+
+def _not_an_interrupt(record: logging.LogRecord) -> bool:
+    """False for a record that carries Ctrl-C or SIGTERM: SQLAlchemy's pool logs an interrupt that lands in its
+    connection check-in ("Exception during reset or similar", with a traceback) before raising it again, and the
+    command says it once, in its own line (`interrupted`)."""
+    kind = record.exc_info[0] if record.exc_info else None
+    return kind is None or not issubclass(kind, KeyboardInterrupt)
+
+
+def log_to_stderr(level: int, formatter: logging.Formatter) -> None:
+    """A command's logging: records of ``level`` and above to stderr through ``formatter``, an interrupt never."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(formatter)
+    handler.addFilter(_not_an_interrupt)
+    logging.basicConfig(level=level, handlers=[handler])
 
 def escape_stdout() -> None:
     """Standard output escapes what it cannot encode (a name that is not UTF-8, ``'\\udcff'``) as standard error

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from detector.argtypes import OneLineParser
-from detector.errors import catch_sigterm, escape_stdout, interrupted
+from detector.errors import catch_sigterm, escape_stdout, interrupted, log_to_stderr
 from detector.fileio import atomic_write_text, unwritable
 from perf.gate.compare import Baseline, GateSettings, Row, judge_paired, judged_names
 from perf.gate.confirm import BASE, CANDIDATE, Sides, abba_children, confirm_rows
@@ -101,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    log_to_stderr(logging.INFO, logging.Formatter("%(message)s"))
     escape_stdout()
     tree, restore = None, catch_sigterm()  # SIGTERM stops it as Ctrl-C does: a child is killed, the worktree removed
     try:

@@ -3,12 +3,13 @@ exit status 2, nothing written (docs/method.md, section 9)."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from detector.argtypes import OneLineParser
-from detector.errors import catch_sigterm, escape_stdout, interrupted
+from detector.errors import catch_sigterm, escape_stdout, interrupted, log_to_stderr
 from perf.options import parse_store, parse_threshold
 from perf.report.changes import DEFAULT_THRESHOLD
 from perf.report.html import build_report
@@ -41,6 +42,7 @@ def build_parser() -> OneLineParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     reports = args.reports or (Path("reports") if Path("reports").is_dir() else None)
+    log_to_stderr(logging.WARNING, logging.Formatter("%(message)s"))
     escape_stdout()
     restore = catch_sigterm()  # SIGTERM stops it as Ctrl-C does: one line, no file half written
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from detector.argtypes import OneLineParser
-from detector.errors import catch_sigterm, escape_stdout, interrupted
+from detector.errors import catch_sigterm, escape_stdout, interrupted, log_to_stderr
 from detector.fileio import unwritable
 from perf import crossprocess
 from perf.gate.compare import VERDICTS, Baseline, GateSettings, budget, judge_benchmark
@@ -79,7 +79,7 @@ def changes_table(changes: Sequence[HistoryChange]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    log_to_stderr(logging.WARNING, logging.Formatter("%(message)s"))
     from_env = os.environ.get("PERF_STORE", "").strip()  # read as the suite reads it: `perf.options.parse_store`
     try:
         where = args.store or (parse_store(from_env) if from_env else None) or DEFAULT_STORE

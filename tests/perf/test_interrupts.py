@@ -212,6 +212,33 @@ def test_perf_history_import_signalled_is_one_line_keeps_each_run_whole_and_impo
                                                                    f"in sqlite:///{store}"), again  # fmt: skip
 
 
+
+# An interrupt that lands where SQLAlchemy's pool checks a connection back in: the pool logs it ("Exception during
+# reset or similar", with a traceback) and raises it again. CI's SIGINT once landed exactly there.
+IN_POOL_RESET = """
+import sys
+from sqlalchemy import event
+from sqlalchemy.pool import Pool
+resets = 0
+@event.listens_for(Pool, "reset")
+def _interrupt(*_):
+    global resets
+    resets += 1
+    if resets == 3:
+        raise KeyboardInterrupt
+from perf.store.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_perf_history_interrupted_inside_the_database_pool_is_still_one_line(tmp_path: Path) -> None:
+    _many_runs(tmp_path / "storage", 5)
+    store = tmp_path / "history.sqlite"
+    run = subprocess.run([sys.executable, "-c", IN_POOL_RESET, "--store", str(store), "import",
+                          str(tmp_path / "storage")], env=child_env(), capture_output=True, text=True, timeout=300)
+    assert (run.returncode, run.stderr.splitlines()) == (130, [
+        "perf-history: interrupted (Ctrl-C); what it had stored stays stored, each run whole"]), run.stderr[-2000:]
+
 PADDED = '''
 
 def test_padded(benchmark):
