@@ -79,7 +79,7 @@ def postprocess(
     transforms: Sequence[Letterbox],
     conf_threshold: float = 0.25,
     iou_threshold: float = 0.45,
-    max_detections: int | None = 100,
+    max_detections: int | None = None,
     nms: NmsConfig | None = None,
 ) -> list[Detections]:
     """Turn decoded network output into detections in frame pixels, one :class:`Detections` per frame.
@@ -100,7 +100,7 @@ def postprocess(
         transforms: the ``B`` :class:`Letterbox` transforms from preprocessing, one per frame.
         conf_threshold: keep scores ``> conf_threshold`` (strict, like Darknet).
         iou_threshold: NMS IoU threshold.
-        max_detections: at most this many detections per frame; ``None`` for no limit.
+        max_detections: at most this many detections per frame; ``None`` (the default, as Darknet) keeps all.
         nms: which NMS (:class:`detector.darknet.NmsConfig`, e.g. a cfg's ``ModelSpec.nms``); None: IoU NMS.
 
     Returns:
