@@ -35,6 +35,9 @@ class ClassAP:
     num_gt: int
 
 
+COCO_MAX_DETECTIONS = 100  #: COCO's rule: an image's 100 highest-scored detections are scored (pycocotools: 100 a class)
+
+
 @dataclasses.dataclass(frozen=True)
 class EvalResult:
     """COCO bbox metrics (area "all", at most 100 detections per image).
@@ -43,7 +46,7 @@ class EvalResult:
         map50: mean over classes of AP at IoU 0.5.
         map50_95: mean over classes of AP averaged over IoU 0.50:0.05:0.95 (the COCO "AP").
         per_class: class name -> :class:`ClassAP`, in category-id order.
-        num_images: ground-truth images evaluated; num_detections: detections given.
+        num_images: ground-truth images evaluated; num_detections: detections scored (an image's 100 best).
     """
 
     map50: float
@@ -133,9 +136,10 @@ def evaluate_coco(
                             f"(it has {len(known)} images)")
     results = []
     for image_id, det in detections.items():
-        wh = det.boxes[:, 2:] - det.boxes[:, :2]
-        for (x1, y1), (w, h), score, cls in zip(det.boxes[:, :2].tolist(), wh.tolist(), det.scores.tolist(),
-                                                det.classes.tolist()):
+        top = np.argsort(-det.scores, kind="stable")[:COCO_MAX_DETECTIONS]
+        boxes = det.boxes[top]
+        for (x1, y1), (w, h), score, cls in zip(boxes[:, :2].tolist(), (boxes[:, 2:] - boxes[:, :2]).tolist(),
+                                                det.scores[top].tolist(), det.classes[top].tolist()):
             results.append({"id": len(results) + 1, "image_id": int(image_id), "category_id": int(cls) + 1,
                             "bbox": [x1, y1, w, h], "area": w * h, "score": score, "iscrowd": 0})
 
