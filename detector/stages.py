@@ -46,6 +46,7 @@ class StageChain:
         nms: the NMS (:class:`~detector.darknet.NmsConfig`).
         conf_threshold, iou_threshold: :func:`detector.postprocess.postprocess`'s thresholds.
         host_preprocess: the preprocessing of host frames; None: :func:`detector.preprocess.preprocess`.
+        max_detections: at most this many detections a frame (the highest scores); None keeps all, as Darknet.
     """
 
     net_size: tuple[int, int]
@@ -54,6 +55,7 @@ class StageChain:
     conf_threshold: float = 0.25
     iou_threshold: float = 0.45
     host_preprocess: HostPreprocess | None = None
+    max_detections: int | None = None
     _stages: tuple[Any, Any, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -82,7 +84,7 @@ class StageChain:
     def postprocess(self, decoded: Any, transforms: Sequence[Any]) -> list[Detections]:
         """Decoded ``[B, N, 4 + C]`` -> one :class:`~detector.postprocess.Detections` per frame, frame pixels."""
         return self._stages[2](decoded, transforms, conf_threshold=self.conf_threshold,
-                               iou_threshold=self.iou_threshold, nms=self.nms)
+                               iou_threshold=self.iou_threshold, max_detections=self.max_detections, nms=self.nms)
 
     def detect(self, source: FrameSource, frames: Any, infer: Callable[[Any], Any]) -> list[Detections]:
         """The whole chain on ``frames`` of ``source``, untimed; ``infer(x) -> decoded`` runs the network."""

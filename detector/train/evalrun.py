@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detector.errors import DetectorError
+from detector.evaluate import COCO_MAX_DETECTIONS
 from detector.groundtruth import check_categories, check_labels, load_ground_truth
 from detector.progress import progress
 
@@ -64,12 +65,14 @@ def eval_chain(spec: ModelSpec, *, conf_threshold: float = EVAL_CONF_THRESHOLD,
                iou_threshold: float = EVAL_IOU_THRESHOLD, letterbox: bool | None = None,
                nms: NmsConfig | str | None = None) -> StageChain:
     """The stage chain that scores a model of ``spec``: the loops' :class:`~detector.pipeline.LoopSettings` with the
-    evaluation's thresholds; ``letterbox`` and ``nms`` None: the cfg's (:func:`detector.pipeline.cfg_processing`)."""
+    evaluation's thresholds, and a frame's `COCO_MAX_DETECTIONS` best kept (all that COCO scores: the detections of a
+    long video at a score of 0.001 need not all be held); ``letterbox`` and ``nms`` None: the cfg's
+    (:func:`detector.pipeline.cfg_processing`)."""
     from detector.pipeline import LoopSettings
     from detector.stages import StageChain
 
     settings = LoopSettings(conf_threshold=conf_threshold, iou_threshold=iou_threshold, letterbox=letterbox, nms=nms)
-    return StageChain.of(spec, settings)
+    return dataclasses.replace(StageChain.of(spec, settings), max_detections=COCO_MAX_DETECTIONS)
 
 
 def detect_video(infer: Infer, video: str | os.PathLike[str], chain: StageChain, *, frames: int | None = None,

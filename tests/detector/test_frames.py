@@ -14,9 +14,10 @@ from detector.errors import VideoError
 from detector.frames import HostFrames, open_frames
 from detector.multistream import run_multistream
 from detector.pipeline import LoopSettings, run_pipeline
+from detector.spec import ModelSpec
 from detector.stages import StageChain
 from detector.stagespeed import decode_speed, meets
-from detector.train.evalrun import detect_video
+from detector.train.evalrun import detect_video, eval_chain
 from detector.video import read_frames
 
 
@@ -74,6 +75,22 @@ def test_the_evaluation_detects_what_the_sequential_loop_detects(loop_runner: Ru
         ref = sequential[image_id - 1]
         assert np.array_equal(det.boxes, ref.boxes) and np.array_equal(det.scores, ref.scores)
 
+
+
+def test_the_evaluation_holds_a_frame_s_100_best_where_the_loops_keep_every_detection(loop_spec: ModelSpec) -> None:
+    import torch
+
+    from detector.boxes import Letterbox
+
+    crowded = torch.zeros(1, 240, 5)  # 240 disjoint boxes of one class, scores 0.5 down to 0.26
+    for i in range(240):
+        x, y = 16.0 * (i % 24), 16.0 * (i // 24)
+        crowded[0, i] = torch.tensor([x, y, x + 8, y + 8, 0.5 - 0.001 * i])
+    transforms = [Letterbox.letterbox(416, 416, 416, 416)]
+    every = StageChain.of(loop_spec, LoopSettings(letterbox=True)).postprocess(crowded, transforms)[0]
+    held = eval_chain(loop_spec, letterbox=True).postprocess(crowded, transforms)[0]
+    assert len(every) == 240  # the loops keep them all, as Darknet does
+    assert np.array_equal(held.scores, every.scores[:100])  # COCO scores no more: the evaluation holds the same 100
 
 def test_multistream_takes_the_loop_settings_thresholds(loop_runner: Runner, loop_clip: Path) -> None:
     def boxes(**keywords: object) -> int:
