@@ -45,7 +45,6 @@ def catch_sigterm() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-
 def _not_an_interrupt(record: logging.LogRecord) -> bool:
     """False for a record that carries Ctrl-C or SIGTERM: SQLAlchemy's pool logs an interrupt that lands in its
     connection check-in ("Exception during reset or similar", with a traceback) before raising it again, and the
@@ -60,6 +59,7 @@ def log_to_stderr(level: int, formatter: logging.Formatter) -> None:
     handler.setFormatter(formatter)
     handler.addFilter(_not_an_interrupt)
     logging.basicConfig(level=level, handlers=[handler])
+
 
 def escape_stdout() -> None:
     """Standard output escapes what it cannot encode (a name that is not UTF-8, ``'\\udcff'``) as standard error

@@ -35,7 +35,8 @@ class ClassAP:
     num_gt: int
 
 
-COCO_MAX_DETECTIONS = 100  #: COCO's rule: an image's 100 highest-scored detections are scored (pycocotools: 100 a class)
+#: COCO's rule: an image's 100 highest-scored detections are scored (pycocotools alone keeps 100 an image and class).
+COCO_MAX_DETECTIONS = 100
 
 
 @dataclasses.dataclass(frozen=True)

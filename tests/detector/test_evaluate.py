@@ -93,15 +93,15 @@ def test_half_the_boxes_found_gives_coco_interpolated_ap(tmp_path: Path) -> None
     assert result.map50 == pytest.approx(51 / 101)
 
 
-
 def test_an_image_scores_its_100_highest_detections_as_coco_rules(tmp_path: Path) -> None:
     gt = {"images": [{"id": 1, "width": 1000, "height": 100}], "categories": CATEGORIES,
           "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10]}]}
     misses = [[10.0 * i, 50, 10.0 * i + 8, 58] for i in range(100)]  # 50 of each class, all above the hit's score
-    hit = Detections(misses + [[0, 0, 10, 10]], [0.9 - 0.001 * i for i in range(100)] + [0.1], [i % 2 for i in
-                                                                                           range(100)] + [0])
+    scores, classes = [0.9 - 0.001 * i for i in range(100)] + [0.1], [i % 2 for i in range(100)] + [0]
+    hit = Detections(misses + [[0, 0, 10, 10]], scores, classes)
     # pycocotools alone keeps 100 an image and class, so it would score the 101st detection, the hit
     assert evaluate_coco(write_gt(tmp_path, gt), {1: hit}).map50 == pytest.approx(0.0)
+
 
 def test_frames_without_detections_and_classes_without_ground_truth(tmp_path: Path) -> None:
     gt = make_gt()

@@ -76,7 +76,6 @@ def test_the_evaluation_detects_what_the_sequential_loop_detects(loop_runner: Ru
         assert np.array_equal(det.boxes, ref.boxes) and np.array_equal(det.scores, ref.scores)
 
 
-
 def test_the_evaluation_holds_a_frame_s_100_best_where_the_loops_keep_every_detection(loop_spec: ModelSpec) -> None:
     import torch
 
@@ -91,6 +90,7 @@ def test_the_evaluation_holds_a_frame_s_100_best_where_the_loops_keep_every_dete
     held = eval_chain(loop_spec, letterbox=True).postprocess(crowded, transforms)[0]
     assert len(every) == 240  # the loops keep them all, as Darknet does
     assert np.array_equal(held.scores, every.scores[:100])  # COCO scores no more: the evaluation holds the same 100
+
 
 def test_multistream_takes_the_loop_settings_thresholds(loop_runner: Runner, loop_clip: Path) -> None:
     def boxes(**keywords: object) -> int:

@@ -82,11 +82,12 @@ def test_max_detections_keeps_the_highest_scores() -> None:
     assert len(postprocess(decoded, [LB], max_detections=0)[0]) == 0
 
 
-
 def test_a_crowded_frame_keeps_every_detection_as_darknet_does() -> None:
-    rows = [([16.0 * (i % 24), 16.0 * (i // 24), 16.0 * (i % 24) + 8, 16.0 * (i // 24) + 8], [0.5]) for i in range(240)]
+    corners = [(16.0 * (i % 24), 16.0 * (i // 24)) for i in range(240)]
+    rows = [([x, y, x + 8, y + 8], [0.5]) for x, y in corners]
     (det,) = postprocess(decoded_from_frame(LB, rows), [LB])  # 240 disjoint boxes: Darknet's `detector test` keeps all
     assert len(det.scores) == 240
+
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])

@@ -212,7 +212,6 @@ def test_perf_history_import_signalled_is_one_line_keeps_each_run_whole_and_impo
                                                                    f"in sqlite:///{store}"), again  # fmt: skip
 
 
-
 # An interrupt that lands where SQLAlchemy's pool checks a connection back in: the pool logs it ("Exception during
 # reset or similar", with a traceback) and raises it again. CI's SIGINT once landed exactly there.
 IN_POOL_RESET = """
@@ -238,6 +237,7 @@ def test_perf_history_interrupted_inside_the_database_pool_is_still_one_line(tmp
                           str(tmp_path / "storage")], env=child_env(), capture_output=True, text=True, timeout=300)
     assert (run.returncode, run.stderr.splitlines()) == (130, [
         "perf-history: interrupted (Ctrl-C); what it had stored stays stored, each run whole"]), run.stderr[-2000:]
+
 
 PADDED = '''
 
