@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from detector.errors import DetectorError
-from detector.evaluate import COCO_MAX_DETECTIONS
 from detector.groundtruth import check_categories, check_labels, load_ground_truth
 from detector.progress import progress
 
@@ -68,6 +67,7 @@ def eval_chain(spec: ModelSpec, *, conf_threshold: float = EVAL_CONF_THRESHOLD,
     evaluation's thresholds, and a frame's `COCO_MAX_DETECTIONS` best kept (all that COCO scores: the detections of a
     long video at a score of 0.001 need not all be held); ``letterbox`` and ``nms`` None: the cfg's
     (:func:`detector.pipeline.cfg_processing`)."""
+    from detector.evaluate import COCO_MAX_DETECTIONS
     from detector.pipeline import LoopSettings
     from detector.stages import StageChain
 
