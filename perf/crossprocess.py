@@ -32,6 +32,7 @@ from perf.options import (MAX_DRAWS, parse_draws, parse_fraction, parse_pairs, p
 from perf.report import schema
 from perf.report.suite import PerfReport
 from perf.runs import BenchmarkRecord, HistoryError, SavedRun, load_runs
+from perf.validate import utc_time
 
 IDENTICAL = "identical"
 #: What the issue asks of the gate: red runs of unchanged code, inconclusive rows, detections.
@@ -60,11 +61,9 @@ def _batch(bench: BenchmarkRecord) -> int | None:
 
 
 def _when(run: SavedRun) -> float:
-    """When ``run`` was saved (POSIX seconds; 0 when it has no readable date)."""
-    try:
-        return dt.datetime.fromisoformat(run.datetime or "").timestamp()
-    except ValueError:
-        return 0.0
+    """When ``run`` was saved (POSIX seconds, its time read as the store reads it; 0 when it has no readable date)."""
+    moment = utc_time(run.datetime)
+    return 0.0 if moment is None else moment.replace(tzinfo=dt.timezone.utc).timestamp()
 
 
 def _nearest(labels: list[str], runs: Mapping[str, SavedRun], at: float) -> SavedRun:

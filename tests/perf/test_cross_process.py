@@ -322,3 +322,21 @@ def test_a_run_marked_with_a_regression_no_option_makes_is_one_error_naming_it(t
         load_runs_dirs([str(runs)])
     assert str(e.value).startswith(f"'{path}': injected regression: Could not parse value: '{mark}'. Expected "
                                    "KIND:PERCENT"), str(e.value)
+
+
+def test_the_simulator_reads_a_saved_time_as_the_store_does_whatever_the_machine_s_time_zone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from perf.crossprocess import _when
+    from perf.runs import SavedRun
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        naive, aware = (SavedRun(Path(f"{i}.json"), i, when, None, {}, {})
+                        for i, when in ((1, "2026-01-01T10:00:00"), (2, "2026-01-01T10:30:00+00:00")))
+        assert _when(aware) - _when(naive) == 1800  # a time without an offset is UTC, as pytest-benchmark writes it
+    finally:
+        monkeypatch.undo()
+        time.tzset()
