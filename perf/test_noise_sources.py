@@ -15,7 +15,8 @@ drops the video from the page cache before each pass (``posix_fadvise(DONTNEED)`
 output into the reports folder. A last row relates the clocks: the range of the GPU's SM clock and of the CPU
 reference workload's time (`perf.measure.speedref`, the CPU's speed at that moment) over the passes, and the
 correlation of each pass's median with them. ``cpu-reference`` is no setting but a second reading; its effect
-is in the noise profile (``wall`` against ``time`` of the video benchmarks). Results are recorded, never
+is in the noise profile (``wall`` against ``time`` of the video benchmarks). ``gpu-warmup`` runs once a process,
+before this study, so its effect is measured across processes (docs/results.md). Results are recorded, never
 asserted (the study informs which controls are worth their keep; ``--perf-controls`` switches them).
 """
 
@@ -129,8 +130,8 @@ def test_noise_sources(pytestconfig: pytest.Config, perf_device: str, runner_poo
         for subject in runners:  # one untimed pass each: graph capture, encoder, caches
             measure(subject, everything, scratch)
         for name in NAMES:
-            if name == "cpu-reference":
-                continue  # not a setting but a second reading: its effect is the noise profile's "wall" vs "time"
+            if name in ("cpu-reference", "gpu-warmup"):  # a second reading, or once a process (ran before this)
+                continue  # their effects: the noise profile's "wall" vs "time", and across processes (results.md)
             for subject in runners:
                 if subject == "host latency" and name in ("page-cache", "scratch", "cv2-threads", "decode-threads"):
                     continue  # nothing of those in a host-latency loop

@@ -8,6 +8,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,9 @@ from pathlib import Path
 from perf.measure.machine import torch_gpu_pci_bus_id
 
 NAMES = ("gc", "torch-threads", "cv2-threads", "decode-threads", "pin", "telemetry", "page-cache", "scratch",
-         "cpu-reference")
+         "cpu-reference", "gpu-warmup")
+#: ``gpu-warmup``: seconds of dense matmuls of this size (n x n, fp16 on a GPU) before a process's first region.
+WARMUP_S, WARMUP_SIZE = 3.0, 4096
 DECODE_THREADS = 2  # FFmpeg decoder threads inside a controlled region
 TELEMETRY_INTERVAL_S, DEFAULT_TELEMETRY_INTERVAL_S = 1.0, 0.05  # NVML sampling period (s) with and without the control
 CALLER_CPUS, MIN_CPUS_TO_PIN = 4, 8  # CPUs of the calling thread (and its native threads); fewest worth pinning on
@@ -138,6 +141,31 @@ def controlled(controls: Controls, *, on_gpu: bool, gpu_index: int | None = None
             gc.freeze()
             gc.disable()
         yield info
+
+
+_warmed: set[str] = set()  # the devices `warm_up` has run on in this process
+
+
+def warm_up(controls: Controls, device: str, seconds: float = WARMUP_S, size: int = WARMUP_SIZE) -> float | None:
+    """The ``gpu-warmup`` control: ``seconds`` of ``size`` x ``size`` matmuls on ``device`` ("cuda:0"), once a
+    process and device; the seconds it took, None where it did not run (off, or done earlier in the process).
+
+    On an H100 a process's first benchmark read 3-5% slow after its own warm-up, however long, and as fast as
+    later in the process after 3 s of this (docs/results.md, nineteenth session)."""
+    if "gpu-warmup" not in controls or device in _warmed:
+        return None
+    import torch
+
+    _warmed.add(device)
+    where = torch.device(device)
+    a = torch.randn(size, size, device=where, dtype=torch.float16 if where.type == "cuda" else torch.float32)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(10):
+            a @ a
+        if where.type == "cuda":
+            torch.cuda.synchronize(where)
+    return time.perf_counter() - start
 
 
 def reading_on(worker: str, reference: Callable[[], float], readings: int = WORKER_READINGS) -> float:

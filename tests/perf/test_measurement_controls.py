@@ -18,8 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import perf.measure.controls as controls_module
 from perf.measure.controls import (NAMES, Controls, controlled, keep_output, local_cpus, pin_cpus, scratch_dir,
-                                   warm_page_cache)
+                                   warm_page_cache, warm_up)
 from perf.gate.regressions import LayerRegressedSpec, SlowedStage, calibrate_stage, regressed_spec
 from perf.options import parse_controls, parse_regression
 from perf.measure.samples import TimedPasses, block_samples, block_size, pass_frames, stage_metrics
@@ -275,6 +276,16 @@ def test_scratch_outputs_move_to_the_reports_folder(tmp_path: Path) -> None:
     assert scratch == final.parent or (str(scratch).startswith("/dev/shm/") and not scratch.exists())
     with scratch_dir(Controls(frozenset()), tmp_path / "disk") as folder:
         assert folder == tmp_path / "disk" and folder.is_dir()
+
+
+def test_the_warm_up_runs_its_seconds_once_a_process_and_device_and_not_when_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controls_module, "_warmed", set())  # this process's record, fresh for the test
+    assert warm_up(Controls().without("gpu-warmup"), "cpu", seconds=0.05, size=32) is None
+    took = warm_up(Controls(), "cpu", seconds=0.05, size=32)
+    assert took is not None and took >= 0.05
+    assert warm_up(Controls(), "cpu", seconds=0.05, size=32) is None  # done earlier in the process
+    assert controls_module._warmed == {"cpu"}
 
 
 def test_warm_page_cache_reads_the_whole_file(tmp_path: Path) -> None:
