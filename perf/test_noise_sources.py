@@ -16,7 +16,7 @@ output into the reports folder. A last row relates the clocks: the range of the 
 reference workload's time (`perf.measure.speedref`, the CPU's speed at that moment) over the passes, and the
 correlation of each pass's median with them. ``cpu-reference`` is no setting but a second reading; its effect
 is in the noise profile (``wall`` against ``time`` of the video benchmarks). ``gpu-warmup`` runs once a process,
-before this study, so its effect is measured across processes (docs/results.md). Results are recorded, never
+at the study's start, so its effect is measured across processes (docs/results.md). Results are recorded, never
 asserted (the study informs which controls are worth their keep; ``--perf-controls`` switches them).
 """
 
@@ -77,7 +77,7 @@ def test_noise_sources(pytestconfig: pytest.Config, perf_device: str, runner_poo
 
     from detector.pipeline import run_pipeline
     from perf.measure.stability import robust_cv
-    from perf.measure.controls import NAMES, Controls, controlled, scratch_dir, warm_page_cache
+    from perf.measure.controls import NAMES, Controls, controlled, scratch_dir, warm_page_cache, warm_up
     from perf.measure.samples import block_samples, block_size
     from perf.measure.speedref import CpuReference
     from perf.measure.telemetry import NvmlSampler
@@ -126,6 +126,8 @@ def test_noise_sources(pytestconfig: pytest.Config, perf_device: str, runner_poo
                 "cpu_ref_ms": 1e3 * (ref_before + reference()) / 2}  # fmt: skip
 
     everything = Controls()
+    for runner in runners.values() if on_gpu else ():  # as before a process's first measured region (once a GPU)
+        warm_up(perf_controls, str(runner.torch_device))
     with scratch_dir(everything, disk) as scratch:
         for subject in runners:  # one untimed pass each: graph capture, encoder, caches
             measure(subject, everything, scratch)
