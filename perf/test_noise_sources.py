@@ -16,8 +16,9 @@ output into the reports folder. A last row relates the clocks: the range of the 
 reference workload's time (`perf.measure.speedref`, the CPU's speed at that moment) over the passes, and the
 correlation of each pass's median with them. ``cpu-reference`` is no setting but a second reading; its effect
 is in the noise profile (``wall`` against ``time`` of the video benchmarks). ``gpu-warmup`` runs once a process,
-at the study's start, so its effect is measured across processes (docs/results.md). Results are recorded, never
-asserted (the study informs which controls are worth their keep; ``--perf-controls`` switches them).
+before its runners are built, so its effect is measured across processes (docs/results.md). Results are
+recorded, never asserted (the study informs which controls are worth their keep; ``--perf-controls`` switches
+them).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def test_noise_sources(pytestconfig: pytest.Config, perf_device: str, runner_poo
 
     from detector.pipeline import run_pipeline
     from perf.measure.stability import robust_cv
-    from perf.measure.controls import NAMES, Controls, controlled, scratch_dir, warm_page_cache, warm_up
+    from perf.measure.controls import NAMES, Controls, controlled, scratch_dir, warm_page_cache
     from perf.measure.samples import block_samples, block_size
     from perf.measure.speedref import CpuReference
     from perf.measure.telemetry import NvmlSampler
@@ -126,13 +127,11 @@ def test_noise_sources(pytestconfig: pytest.Config, perf_device: str, runner_poo
                 "cpu_ref_ms": 1e3 * (ref_before + reference()) / 2}  # fmt: skip
 
     everything = Controls()
-    for runner in runners.values() if on_gpu else ():  # as before a process's first measured region (once a GPU)
-        warm_up(perf_controls, str(runner.torch_device))
     with scratch_dir(everything, disk) as scratch:
         for subject in runners:  # one untimed pass each: graph capture, encoder, caches
             measure(subject, everything, scratch)
         for name in NAMES:
-            if name in ("cpu-reference", "gpu-warmup"):  # a second reading, or once a process (ran before this)
+            if name in ("cpu-reference", "gpu-warmup"):  # a second reading, or once a process (before the runners)
                 continue  # their effects: the noise profile's "wall" vs "time", and across processes (results.md)
             for subject in runners:
                 if subject == "host latency" and name in ("page-cache", "scratch", "cv2-threads", "decode-threads"):

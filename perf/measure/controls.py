@@ -17,7 +17,7 @@ from perf.measure.machine import torch_gpu_pci_bus_id
 
 NAMES = ("gc", "torch-threads", "cv2-threads", "decode-threads", "pin", "telemetry", "page-cache", "scratch",
          "cpu-reference", "gpu-warmup")
-#: ``gpu-warmup``: seconds of dense matmuls of this size (n x n, fp16 on a GPU) before a process's first region.
+#: ``gpu-warmup``: seconds of dense matmuls of this size (n x n, fp16 on a GPU) before a GPU run builds a model.
 WARMUP_S, WARMUP_SIZE = 3.0, 4096
 DECODE_THREADS = 2  # FFmpeg decoder threads inside a controlled region
 TELEMETRY_INTERVAL_S, DEFAULT_TELEMETRY_INTERVAL_S = 1.0, 0.05  # NVML sampling period (s) with and without the control
@@ -103,11 +103,40 @@ def _torch_threads(threads: int | None) -> int:
 _torch_threads_before: int | None = None  # torch's threads before `session_controls` changed them (None: untouched)
 
 
-def session_controls(controls: Controls, *, on_gpu: bool) -> None:
-    """One torch thread for a whole GPU run, set before any model is built (torch.compile guards on it)."""
+_warmed: set[str] = set()  # the devices `warm_up` has run on in this process
+
+
+def warm_up(controls: Controls, device: str, seconds: float = WARMUP_S, size: int = WARMUP_SIZE) -> float | None:
+    """The ``gpu-warmup`` control: ``seconds`` of ``size`` x ``size`` matmuls on ``device`` ("cuda", "cuda:1"), once
+    a process and device; the seconds it took, None where it did not run (off, or done earlier in the process).
+
+    On an H100 a process's first benchmark read 3-5% slow after its own warm-up, however long, and as fast as
+    later in the process after 3 s of this (docs/results.md, nineteenth session)."""
+    if "gpu-warmup" not in controls or device in _warmed:
+        return None
+    import torch
+
+    _warmed.add(device)
+    where = torch.device(device)
+    a = torch.randn(size, size, device=where, dtype=torch.float16 if where.type == "cuda" else torch.float32)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(10):
+            a @ a
+        if where.type == "cuda":
+            torch.cuda.synchronize(where)
+    return time.perf_counter() - start
+
+
+def session_controls(controls: Controls, *, device: str) -> None:
+    """For a whole GPU run on ``device``, before any model is built: one torch thread (torch.compile guards on it),
+    then the ``gpu-warmup``."""
     global _torch_threads_before
-    if "torch-threads" in controls and on_gpu and _torch_threads_before is None:
+    if not device.startswith("cuda"):
+        return
+    if "torch-threads" in controls and _torch_threads_before is None:
         _torch_threads_before = _torch_threads(1)
+    warm_up(controls, device)
 
 
 @contextlib.contextmanager
@@ -141,31 +170,6 @@ def controlled(controls: Controls, *, on_gpu: bool, gpu_index: int | None = None
             gc.freeze()
             gc.disable()
         yield info
-
-
-_warmed: set[str] = set()  # the devices `warm_up` has run on in this process
-
-
-def warm_up(controls: Controls, device: str, seconds: float = WARMUP_S, size: int = WARMUP_SIZE) -> float | None:
-    """The ``gpu-warmup`` control: ``seconds`` of ``size`` x ``size`` matmuls on ``device`` ("cuda:0"), once a
-    process and device; the seconds it took, None where it did not run (off, or done earlier in the process).
-
-    On an H100 a process's first benchmark read 3-5% slow after its own warm-up, however long, and as fast as
-    later in the process after 3 s of this (docs/results.md, nineteenth session)."""
-    if "gpu-warmup" not in controls or device in _warmed:
-        return None
-    import torch
-
-    _warmed.add(device)
-    where = torch.device(device)
-    a = torch.randn(size, size, device=where, dtype=torch.float16 if where.type == "cuda" else torch.float32)
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for _ in range(10):
-            a @ a
-        if where.type == "cuda":
-            torch.cuda.synchronize(where)
-    return time.perf_counter() - start
 
 
 def reading_on(worker: str, reference: Callable[[], float], readings: int = WORKER_READINGS) -> float:

@@ -286,6 +286,8 @@ def test_the_warm_up_runs_its_seconds_once_a_process_and_device_and_not_when_off
     assert took is not None and took >= 0.05
     assert warm_up(Controls(), "cpu", seconds=0.05, size=32) is None  # done earlier in the process
     assert controls_module._warmed == {"cpu"}
+    controls_module.session_controls(Controls(), device="cpu")  # a CPU run warms nothing
+    assert controls_module._warmed == {"cpu"}
 
 
 def test_warm_page_cache_reads_the_whole_file(tmp_path: Path) -> None:
