@@ -4,6 +4,7 @@ cfg at 128x128), the video loops' trained model, clip and CPU runner, and the se
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,17 @@ SPEC_SIZE = 128  # the packaged cfg at 128x128: same layers, ~10x less compute t
 LOOP_SIZE = 160
 #: Frames of the loops' clip (the synthetic scene, seed 3, 320x180; tests/data/video holds it as H.264 too).
 LOOP_FRAMES = 12
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _children_without_hypothesis() -> Iterator[None]:
+    """Every pytest a test starts (and every pytest those start) leaves hypothesis's plugin out: importing it took a
+    child 1.6 s of its 4.2 s on the 2-core CI machine, and no child runs a hypothesis test. Set once the tests run,
+    not at import: pytest-xdist's workers read the variable when they start, and their own tests need the plugin."""
+    with pytest.MonkeyPatch.context() as mp:
+        addopts = [os.environ.get("PYTEST_ADDOPTS"), "-p no:hypothesispytest"]
+        mp.setenv("PYTEST_ADDOPTS", " ".join(filter(None, addopts)))
+        yield
 
 
 def _write_packaged_cfg(folder: Path, size: int) -> Path:
